@@ -1,0 +1,273 @@
+//! A gateway failure, described once and rendered in its route's shape.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response};
+
+use super::codes::ErrorCode;
+use super::header;
+use super::shapes::{
+    ChatErrorBody, ChatErrorDetail, MessagesErrorBody, MessagesErrorDetail, MessagesErrorTag,
+    PaymentRejectionBody, ResponsesErrorBody, ValidationDetail,
+};
+use super::{json_response, redact};
+
+/// Which error shape a gateway route answers with.
+///
+/// Put one into the request extensions to choose explicitly; otherwise
+/// [`EnvelopeStyle::of_request`] derives it from the path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EnvelopeStyle {
+    /// Chat-style (`/v1/chat/completions`, images, models): the default.
+    #[default]
+    Chat,
+    /// Message-style (`/v1/messages`).
+    Messages,
+    /// Responses-style (`/v1/responses`).
+    Responses,
+}
+
+impl EnvelopeStyle {
+    /// The style for a request path (`/v1/…` or `/api/v1/…`).
+    pub fn for_path(path: &str) -> Self {
+        let path = path.trim_end_matches('/');
+        if path.ends_with("/v1/messages") {
+            Self::Messages
+        } else if path.ends_with("/v1/responses") {
+            Self::Responses
+        } else {
+            Self::Chat
+        }
+    }
+
+    /// The style in the request's extensions, else the one its path implies.
+    pub fn of_request<B>(request: &Request<B>) -> Self {
+        request
+            .extensions()
+            .get::<Self>()
+            .copied()
+            .unwrap_or_else(|| Self::for_path(request.uri().path()))
+    }
+}
+
+/// The `X-RateLimit-*` figures of a limited (or limit-counted) request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateLimitInfo {
+    /// Requests allowed in the tighter window.
+    pub limit: u32,
+    /// Requests left in it.
+    pub remaining: u32,
+    /// When it is full again, in Unix epoch milliseconds.
+    pub reset_unix_millis: u64,
+}
+
+impl RateLimitInfo {
+    /// Writes the three `X-RateLimit-*` headers.
+    pub fn write_headers(&self, headers: &mut http::HeaderMap) {
+        headers.insert(header::X_RATELIMIT_LIMIT, HeaderValue::from(self.limit));
+        headers.insert(
+            header::X_RATELIMIT_REMAINING,
+            HeaderValue::from(self.remaining),
+        );
+        headers.insert(
+            header::X_RATELIMIT_RESET,
+            HeaderValue::from(self.reset_unix_millis),
+        );
+    }
+}
+
+/// A gateway failure: a code from the table plus what the layer knows.
+///
+/// Build with [`GatewayError::new`] and the `with_*` methods, then render with
+/// [`into_response`](Self::into_response) in the route's [`EnvelopeStyle`].
+#[derive(Clone, Debug, PartialEq)]
+#[must_use]
+pub struct GatewayError {
+    code: ErrorCode,
+    message: Cow<'static, str>,
+    param: Option<String>,
+    debug: Option<String>,
+    details: Vec<ValidationDetail>,
+    source: Option<String>,
+    retry_after_secs: Option<u64>,
+    payer: Option<String>,
+    rate_limit: Option<RateLimitInfo>,
+}
+
+impl GatewayError {
+    /// A failure with `code` and its default message.
+    pub fn new(code: ErrorCode) -> Self {
+        Self {
+            code,
+            message: Cow::Borrowed(code.default_message()),
+            param: None,
+            debug: None,
+            details: Vec::new(),
+            source: None,
+            retry_after_secs: code.retry_after_secs(),
+            payer: None,
+            rate_limit: None,
+        }
+    }
+
+    /// Replaces the message.
+    pub fn with_message(mut self, message: impl Into<Cow<'static, str>>) -> Self {
+        self.message = message.into();
+        self
+    }
+
+    /// Names the offending request parameter (`error.param`).
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.param = Some(param.into());
+        self
+    }
+
+    /// Attaches upstream error text; it is [`redact`]ed here, so raw text never
+    /// reaches a body.
+    pub fn with_debug(mut self, upstream_text: &str) -> Self {
+        self.debug = Some(redact(upstream_text));
+        self
+    }
+
+    /// Adds schema validation failures (`details`).
+    pub fn with_details(mut self, details: impl IntoIterator<Item = ValidationDetail>) -> Self {
+        self.details.extend(details);
+        self
+    }
+
+    /// Names the limited model family (`source`, `X-RateLimit-Source`).
+    pub fn with_source(mut self, family: impl Into<String>) -> Self {
+        self.source = Some(family.into());
+        self
+    }
+
+    /// Overrides the code's `Retry-After`, in whole seconds (at least 1).
+    pub fn with_retry_after_secs(mut self, secs: u64) -> Self {
+        self.retry_after_secs = Some(secs.max(1));
+        self
+    }
+
+    /// Names the paying address (payment rejections).
+    pub fn with_payer(mut self, payer: impl Into<String>) -> Self {
+        self.payer = Some(payer.into());
+        self
+    }
+
+    /// Adds the `X-RateLimit-*` headers.
+    pub fn with_rate_limit(mut self, info: RateLimitInfo) -> Self {
+        self.rate_limit = Some(info);
+        self
+    }
+
+    /// The code.
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The `Retry-After` the response will carry, if any.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after_secs
+    }
+
+    /// Renders the response in `style`: status from the table, JSON body,
+    /// `Retry-After` and `X-RateLimit-*` headers; the error itself rides in the
+    /// response extensions so outer layers and logs can see why.
+    pub fn into_response(self, style: EnvelopeStyle) -> Response<Bytes> {
+        let status = self.code.status();
+        let mut response = match (style, self.code.payment_phase()) {
+            (EnvelopeStyle::Chat, Some(_)) => json_response(status, &self.payment_rejection_body()),
+            (EnvelopeStyle::Chat, None) => json_response(status, &self.chat_body()),
+            (EnvelopeStyle::Messages, _) => json_response(status, &self.messages_body()),
+            (EnvelopeStyle::Responses, _) => json_response(status, &self.responses_body()),
+        };
+        let headers = response.headers_mut();
+        if let Some(secs) = self.retry_after_secs {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Some(family) = self.source.as_deref()
+            && let Ok(value) = HeaderValue::from_str(family)
+        {
+            headers.insert(header::X_RATELIMIT_SOURCE, value);
+        }
+        if let Some(info) = &self.rate_limit {
+            info.write_headers(headers);
+        }
+        response.extensions_mut().insert(self);
+        response
+    }
+
+    fn detail(&self) -> ChatErrorDetail {
+        ChatErrorDetail {
+            message: self.message.clone().into_owned(),
+            error_type: self.code.error_type(),
+            code: self.code,
+            param: self.param.clone(),
+        }
+    }
+
+    /// The chat-style body.
+    pub fn chat_body(&self) -> ChatErrorBody {
+        let rate_limited = self.code == ErrorCode::RateLimited;
+        ChatErrorBody {
+            error: self.detail(),
+            message: self.message.clone().into_owned(),
+            code: self.code,
+            debug: self.debug.clone(),
+            details: (!self.details.is_empty()).then(|| self.details.clone()),
+            source: self.source.clone(),
+            retry_after_seconds: rate_limited.then_some(self.retry_after_secs).flatten(),
+            payer: self.payer.clone(),
+        }
+    }
+
+    /// The `/v1/messages` body.
+    pub fn messages_body(&self) -> MessagesErrorBody {
+        MessagesErrorBody {
+            kind: MessagesErrorTag::Error,
+            error: MessagesErrorDetail {
+                error_type: self.code.error_type(),
+                message: self.message.clone().into_owned(),
+            },
+        }
+    }
+
+    /// The `/v1/responses` body.
+    pub fn responses_body(&self) -> ResponsesErrorBody {
+        ResponsesErrorBody {
+            error: self.detail(),
+        }
+    }
+
+    /// The payment rejection body; `debug` falls back to the code's name.
+    pub fn payment_rejection_body(&self) -> PaymentRejectionBody {
+        let title = self
+            .code
+            .payment_phase()
+            .map_or("Payment failed", |phase| phase.title());
+        PaymentRejectionBody {
+            error: title.to_owned(),
+            code: self.code,
+            message: self.message.clone().into_owned(),
+            debug: self
+                .debug
+                .clone()
+                .unwrap_or_else(|| self.code.as_str().to_ascii_lowercase()),
+            payer: self.payer.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for GatewayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for GatewayError {}
