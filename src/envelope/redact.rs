@@ -39,6 +39,8 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         replacement,
     };
     vec![
+        // URLs first, whole: userinfo, host, path and query keys go with them.
+        rule(r#"(?i)\b[a-z][a-z0-9+.-]*://[^\s"'<>)}]+"#, "[url]"),
         // PEM blocks.
         rule(
             r"-----BEGIN [A-Z ]+-----[\s\S]*?-----END [A-Z ]+-----",
@@ -54,22 +56,21 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*",
             "[redacted]",
         ),
-        // Provider key shapes: sk-…, sk_live_…, pk-…, rk_…, gsk_…, xai-…, AIza…, AKIA…, ghp_…, brk_…
+        // Provider key shapes: sk-…, sk_live_…, pk-…, rk_…, gsk_…, xai-…, ghp_…, brk_…, AIza…, AKIA…
         rule(
             r"\b(?:sk|pk|rk|gsk|xai|brk|ghp|gho|glpat|hf|pat)[-_][A-Za-z0-9_-]{6,}",
             "[redacted]",
         ),
         rule(r"\bAIza[0-9A-Za-z_-]{20,}", "[redacted]"),
         rule(r"\b(?:AKIA|ASIA)[0-9A-Z]{12,}", "[redacted]"),
-        // Long hex strings: private keys, signatures, secrets (40+ hex digits).
+        // Long hex strings: private keys, signatures, secrets.
         rule(r"\b(?:0x)?[0-9a-fA-F]{64,}\b", "[redacted]"),
         // key=value and "key": "value" credentials, in query strings, JSON or prose.
+        // A value may not start with `[`, so text already redacted stays as it is.
         rule(
-            r#"(?i)(["']?\b(?:api[_-]?key|apikey|access[_-]?token|refresh[_-]?token|auth[_-]?token|token|secret|client[_-]?secret|password|passwd|pwd|authorization|x-api-key|x-goog-api-key|key|signature|sig)["']?\s*[:=]\s*)["']?[^\s"'&,;)}\]]+["']?"#,
+            r#"(?i)(["']?\b(?:api[_-]?key|apikey|access[_-]?token|refresh[_-]?token|auth[_-]?token|token|secret|client[_-]?secret|password|passwd|pwd|authorization|x-api-key|x-goog-api-key|key|signature|sig)["']?\s*[:=]\s*)["']?[^\s"'&,;)}\]\[][^\s"'&,;)}\]]*["']?"#,
             "$1[redacted]",
         ),
-        // URLs, with any userinfo, path and query.
-        rule(r#"(?i)\b[a-z][a-z0-9+.-]*://[^\s"'<>)\]}]+"#, "[url]"),
         // E-mail addresses (often the account owner).
         rule(
             r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b",
@@ -89,18 +90,21 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             r"(?i)\[?(?:\b[0-9a-f]{1,4}(?::[0-9a-f]{1,4})*)?::(?:[0-9a-f]{1,4}(?::[0-9a-f]{1,4})*\b)?\]?(?::\d{1,5})?",
             "[ip]",
         ),
-        // Host names: dotted labels ending in a letters-only label, with an optional port.
+        // Host names: dotted labels ending in a public or internal suffix, with an
+        // optional port. A fixed suffix list keeps field paths such as
+        // `messages.1.content.0.type` readable.
         rule(
-            r"(?i)\b(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,24}\b(?::\d{1,5})?",
+            r"(?i)\b(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+(?:com|net|org|io|ai|dev|app|cloud|co|us|uk|de|eu|xyz|info|biz|tech|sh|gg|me|so|run|site|internal|local|localdomain|lan|corp|svc|intra|example|test|invalid)\b(?::\d{1,5})?",
             "[host]",
         ),
-        // Request and trace ids.
+        // Request, trace, user and generation ids, named by their key.
         rule(
-            r"(?i)\b(?:req|request|trace|span|correlation|cf-ray|x-request-id|x-amzn-requestid|x-trace-id)(?:[ _-]?id)?\s*[:=#]?\s*[A-Za-z0-9][A-Za-z0-9_-]{5,}",
-            "[id]",
+            r#"(?i)\b((?:request|req|trace|span|correlation|user|gen|generation|model|message|msg|run|session|account)[ _-]?id|x-request-id|x-amzn-requestid|x-trace-id|apim-request-id|cf-ray)["']?\s*[:=#]?\s*["']?[A-Za-z0-9][A-Za-z0-9_.-]{5,}["']?"#,
+            "$1=[id]",
         ),
+        // Bare ids of the well-known prefixed shapes, and UUIDs.
         rule(
-            r"\b(?:req|gen|chatcmpl|msg|resp|run)_[A-Za-z0-9]{6,}\b",
+            r"\b(?:req|gen|chatcmpl|msg|resp|run|user)_[A-Za-z0-9]{6,}\b",
             "[id]",
         ),
         rule(
@@ -108,12 +112,13 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             "[id]",
         ),
         // Internal routing: which provider, deployment, region, pod or node served it.
+        // A value must mix letters with digits, `-` or `_`, so "upstream 402" keeps its status.
         rule(
-            r"(?i)\b(provider|upstream|backend|deployment|route|routed to|region|cluster|pod|node|shard|replica|endpoint|org|organization|project)(\s*[:=]\s*|\s+)[A-Za-z0-9][A-Za-z0-9._/-]*[0-9_-][A-Za-z0-9._/-]*",
+            r"(?i)\b(provider|upstream|backend|deployment|route|routed to|region|location|cluster|pod|node|shard|replica|endpoint|organization|org|project|peer|served-by)(\s*[:=]\s*|\s+)(?:[A-Za-z0-9._/|-]*[A-Za-z][A-Za-z0-9._/|-]*[0-9_-][A-Za-z0-9._/|-]*|[A-Za-z0-9._/|-]*[0-9_-][A-Za-z0-9._/|-]*[A-Za-z][A-Za-z0-9._/|-]*)",
             "$1$2[internal]",
         ),
         rule(
-            r"(?i)\b(?:us|eu|ap|sa|ca|me|af)-(?:east|west|north|south|central|northeast|southeast|northwest|southwest)-\d\b",
+            r"(?i)\b(?:us|eu|ap|sa|ca|me|af)-(?:east|west|north|south|central|northeast|southeast|northwest|southwest)\d?-\d\b",
             "[internal]",
         ),
     ]
