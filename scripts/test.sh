@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs the whole test suite on a fresh machine: installs what the tests need,
+# then format, lints, unit/integration tests, doc tests and the fuzz build.
+# `.ci/run` runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# Interop tests drive the real npm clients; each folder pins them in a lock file.
+for dir in tests/interop/*/; do
+  [ -f "$dir/package-lock.json" ] || continue
+  step "npm ci in $dir"
+  npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
+done
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy (all targets, all features)"
+cargo clippy --all-targets --all-features -- -D warnings
+
+step "tests (all features)"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --all-features --no-fail-fast
+else
+  cargo test --all-features --no-fail-fast --lib --bins --tests --examples
+fi
+
+step "doc tests"
+cargo test --all-features --doc
+
+if [ -f fuzz/Cargo.toml ]; then
+  step "fuzz targets build"
+  if ! cargo fuzz --version >/dev/null 2>&1; then
+    cargo install cargo-fuzz --locked --quiet
+  fi
+  (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz build -O)
+fi
+
+step "all checks passed"
+cd "$root"
