@@ -135,7 +135,7 @@ impl fmt::Display for ParseError {
                 write!(f, "resource {index} is not an RFC 3986 URI")
             }
             Self::UnexpectedLine { line } => {
-                write!(f, "line {line} is not part of an EIP-4361 message")
+                write!(f, "line {line} is out of order or not part of an EIP-4361 message")
             }
             Self::LineBreakInField { field } => {
                 write!(f, "the field `{field}` must not contain a line break")

@@ -99,12 +99,12 @@ pub(crate) fn is_authority(text: &str, require_host: bool) -> bool {
         Some((userinfo, rest)) => (Some(userinfo), rest),
         None => (None, text),
     };
-    if let Some(userinfo) = userinfo {
-        if !all_chars_or_pct(userinfo, |b| {
+    if let Some(userinfo) = userinfo
+        && !all_chars_or_pct(userinfo, |b| {
             is_unreserved(b) || is_sub_delim(b) || b == b':'
-        }) {
-            return false;
-        }
+        })
+    {
+        return false;
     }
     let (host, port) = if host_port.starts_with('[') {
         match host_port.find(']') {

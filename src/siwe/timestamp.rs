@@ -200,7 +200,7 @@ fn parse_rfc3339(bytes: &[u8]) -> Option<i128> {
 }
 
 fn is_leap_year(year: u32) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+    year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400))
 }
 
 fn days_in_month(year: u32, month: u32) -> u32 {

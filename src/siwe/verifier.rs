@@ -184,15 +184,17 @@ impl SiweMessage {
     ) -> Result<(), VerifyError> {
         let now = i128::from(now_unix_millis) * NANOS_PER_MILLI;
         let leeway = i128::from(leeway_secs) * 1_000 * NANOS_PER_MILLI;
-        if let Some(expiration) = self.expiration_time() {
-            if now >= expiration.unix_nanos() + leeway {
-                return Err(VerifyError::Expired);
-            }
+        if self
+            .expiration_time()
+            .is_some_and(|expiration| now >= expiration.unix_nanos() + leeway)
+        {
+            return Err(VerifyError::Expired);
         }
-        if let Some(not_before) = self.not_before() {
-            if now + leeway < not_before.unix_nanos() {
-                return Err(VerifyError::NotYetValid);
-            }
+        if self
+            .not_before()
+            .is_some_and(|not_before| now + leeway < not_before.unix_nanos())
+        {
+            return Err(VerifyError::NotYetValid);
         }
         Ok(())
     }
