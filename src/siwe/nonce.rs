@@ -97,6 +97,27 @@ pub trait NonceStore: Send + Sync + 'static {
         nonce: &'a str,
         now_unix_millis: u64,
     ) -> NonceFuture<'a, NonceConsumption>;
+
+    /// Generates a fresh random nonce ([`generate_nonce`]) and records it.
+    ///
+    /// A collision of 17 random alphanumerics is practically impossible, so a
+    /// [`NonceStoreError::Duplicate`] is retried twice rather than surfaced.
+    fn issue(&self, now_unix_millis: u64, expires_at_unix_millis: u64) -> NonceFuture<'_, String> {
+        Box::pin(async move {
+            let mut attempts_left = 3;
+            loop {
+                let nonce = generate_nonce();
+                match self
+                    .insert(&nonce, now_unix_millis, expires_at_unix_millis)
+                    .await
+                {
+                    Ok(()) => return Ok(nonce),
+                    Err(NonceStoreError::Duplicate) if attempts_left > 1 => attempts_left -= 1,
+                    Err(e) => return Err(e),
+                }
+            }
+        })
+    }
 }
 
 impl<T: NonceStore + ?Sized> NonceStore for Arc<T> {
@@ -115,6 +136,10 @@ impl<T: NonceStore + ?Sized> NonceStore for Arc<T> {
         now_unix_millis: u64,
     ) -> NonceFuture<'a, NonceConsumption> {
         (**self).consume(nonce, now_unix_millis)
+    }
+
+    fn issue(&self, now_unix_millis: u64, expires_at_unix_millis: u64) -> NonceFuture<'_, String> {
+        (**self).issue(now_unix_millis, expires_at_unix_millis)
     }
 }
 
@@ -282,6 +307,21 @@ mod tests {
         assert_eq!(
             store.consume("neverissued", 20).await.unwrap(),
             NonceConsumption::Unknown
+        );
+    }
+
+    #[tokio::test]
+    async fn issued_nonces_can_be_consumed_once() {
+        let store = InMemoryNonceStore::new();
+        let nonce = store.issue(0, 1_000).await.unwrap();
+        assert_eq!(nonce.len(), NONCE_LEN);
+        assert_eq!(
+            store.consume(&nonce, 1).await.unwrap(),
+            NonceConsumption::Fresh
+        );
+        assert_eq!(
+            store.consume(&nonce, 2).await.unwrap(),
+            NonceConsumption::AlreadyUsed
         );
     }
 

@@ -6,9 +6,7 @@ use std::sync::Arc;
 use alloy_primitives::{Address, Signature};
 
 use super::message::{AddressPolicy, ParseError, SiweMessage, SiweMessageFields};
-use super::nonce::{
-    InMemoryNonceStore, NonceConsumption, NonceStore, NonceStoreError, generate_nonce,
-};
+use super::nonce::{InMemoryNonceStore, NonceConsumption, NonceStore, NonceStoreError};
 use super::syntax;
 use crate::clock::{SharedClock, SystemClock};
 
@@ -274,22 +272,7 @@ impl SiweVerifier {
     pub async fn issue_nonce(&self) -> Result<String, NonceStoreError> {
         let now = self.config.clock.now_unix_millis();
         let expires_at = now.saturating_add(self.config.nonce_ttl_millis);
-        // A collision of 17 random alphanumerics is practically impossible;
-        // retry a couple of times rather than fail on one.
-        let mut attempts_left = 3;
-        loop {
-            let nonce = generate_nonce();
-            match self
-                .config
-                .nonce_store
-                .insert(&nonce, now, expires_at)
-                .await
-            {
-                Ok(()) => return Ok(nonce),
-                Err(NonceStoreError::Duplicate) if attempts_left > 1 => attempts_left -= 1,
-                Err(e) => return Err(e),
-            }
-        }
+        self.config.nonce_store.issue(now, expires_at).await
     }
 
     /// Verifies a sign-in sent as message fields (the OpenSea SDK's form):
