@@ -83,7 +83,7 @@ async fn fields(fx: &Fixture) -> SiweMessageFields {
         version: "1".to_owned(),
         chain_id: 1,
         nonce: fx.verifier.issue_nonce().await.unwrap(),
-        issued_at: Timestamp::from_unix_millis(now_millis(&fx.clock)).to_string(),
+        issued_at: at(now_millis(&fx.clock)),
         ..SiweMessageFields::default()
     }
 }
@@ -91,6 +91,21 @@ async fn fields(fx: &Fixture) -> SiweMessageFields {
 /// What a client signs for `fields`: the text it renders itself.
 fn client_text(fields: &SiweMessageFields) -> String {
     SiweMessage::from_fields(fields).unwrap().to_string()
+}
+
+/// An RFC 3339 text for `unix_millis`, as a JavaScript client writes it.
+fn at(unix_millis: i64) -> String {
+    Timestamp::from_unix_millis(unix_millis).to_string()
+}
+
+/// Signs and verifies fresh fields after `change` (given the clock's now, in ms).
+async fn verify_changed(
+    fx: &Fixture,
+    change: impl FnOnce(&mut SiweMessageFields, i64),
+) -> Result<(), VerifyError> {
+    let mut fields = fields(fx).await;
+    change(&mut fields, now_millis(&fx.clock));
+    verify(fx, &fields).await
 }
 
 async fn verify(fx: &Fixture, fields: &SiweMessageFields) -> Result<(), VerifyError> {
@@ -267,12 +282,8 @@ async fn concurrent_attempts_with_one_nonce_pass_at_most_once() {
 #[tokio::test]
 async fn a_nonce_not_issued_here_is_refused() {
     let fx = fixture();
-    let mut fields = fields(&fx).await;
-    fields.nonce = "madeUpByTheClient1".to_owned();
-    assert!(matches!(
-        verify(&fx, &fields).await,
-        Err(VerifyError::NonceUnknown)
-    ));
+    let outcome = verify_changed(&fx, |f, _| f.nonce = "madeUpByTheClient1".to_owned()).await;
+    assert!(matches!(outcome, Err(VerifyError::NonceUnknown)));
 }
 
 #[tokio::test]
@@ -280,7 +291,7 @@ async fn an_expired_nonce_is_refused() {
     let fx = fixture();
     let mut fields = fields(&fx).await;
     fx.clock.advance(std::time::Duration::from_secs(301));
-    fields.issued_at = Timestamp::from_unix_millis(now_millis(&fx.clock)).to_string();
+    fields.issued_at = at(now_millis(&fx.clock));
     assert!(matches!(
         verify(&fx, &fields).await,
         Err(VerifyError::NonceExpired)
@@ -290,109 +301,77 @@ async fn an_expired_nonce_is_refused() {
 #[tokio::test]
 async fn an_expired_message_is_refused() {
     let fx = fixture();
-    let mut fields = fields(&fx).await;
     // Beyond the 30 s leeway.
-    fields.expiration_time =
-        Some(Timestamp::from_unix_millis(now_millis(&fx.clock) - 31_000).to_string());
-    assert!(matches!(
-        verify(&fx, &fields).await,
-        Err(VerifyError::Expired)
-    ));
-
-    let mut within_leeway = self::fields(&fx).await;
-    within_leeway.expiration_time =
-        Some(Timestamp::from_unix_millis(now_millis(&fx.clock) - 10_000).to_string());
-    verify(&fx, &within_leeway).await.unwrap();
+    let outcome = verify_changed(&fx, |f, now| f.expiration_time = Some(at(now - 31_000))).await;
+    assert!(matches!(outcome, Err(VerifyError::Expired)));
+    verify_changed(&fx, |f, now| f.expiration_time = Some(at(now - 10_000)))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
 async fn a_not_yet_valid_message_is_refused() {
     let fx = fixture();
-    let mut fields = fields(&fx).await;
-    fields.not_before =
-        Some(Timestamp::from_unix_millis(now_millis(&fx.clock) + 60_000).to_string());
-    assert!(matches!(
-        verify(&fx, &fields).await,
-        Err(VerifyError::NotYetValid)
-    ));
+    let outcome = verify_changed(&fx, |f, now| f.not_before = Some(at(now + 60_000))).await;
+    assert!(matches!(outcome, Err(VerifyError::NotYetValid)));
 }
 
 #[tokio::test]
 async fn an_issued_at_in_the_future_is_refused() {
     let fx = fixture();
-    let mut fields = fields(&fx).await;
-    fields.issued_at = Timestamp::from_unix_millis(now_millis(&fx.clock) + 60_000).to_string();
-    assert!(matches!(
-        verify(&fx, &fields).await,
-        Err(VerifyError::IssuedInFuture)
-    ));
-
-    let mut small_skew = self::fields(&fx).await;
-    small_skew.issued_at = Timestamp::from_unix_millis(now_millis(&fx.clock) + 5_000).to_string();
-    verify(&fx, &small_skew).await.unwrap();
+    let outcome = verify_changed(&fx, |f, now| f.issued_at = at(now + 60_000)).await;
+    assert!(matches!(outcome, Err(VerifyError::IssuedInFuture)));
+    // A few seconds of client clock skew are within the leeway.
+    verify_changed(&fx, |f, now| f.issued_at = at(now + 5_000))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
 async fn an_old_issued_at_is_refused() {
     let fx = fixture();
-    let mut fields = fields(&fx).await;
-    fields.issued_at = Timestamp::from_unix_millis(now_millis(&fx.clock) - 601_000).to_string();
-    assert!(matches!(
-        verify(&fx, &fields).await,
-        Err(VerifyError::IssuedTooLongAgo)
-    ));
+    let outcome = verify_changed(&fx, |f, now| f.issued_at = at(now - 601_000)).await;
+    assert!(matches!(outcome, Err(VerifyError::IssuedTooLongAgo)));
 }
 
 #[tokio::test]
 async fn another_domain_is_refused() {
     let fx = fixture();
-    let mut fields = fields(&fx).await;
-    fields.domain = "evil.example".to_owned();
-    assert!(matches!(
-        verify(&fx, &fields).await,
-        Err(VerifyError::DomainMismatch)
-    ));
+    let outcome = verify_changed(&fx, |f, _| f.domain = "evil.example".to_owned()).await;
+    assert!(matches!(outcome, Err(VerifyError::DomainMismatch)));
 }
 
 #[tokio::test]
 async fn another_uri_is_refused() {
     let fx = fixture();
-    let mut fields = fields(&fx).await;
-    fields.uri = "http://localhost:8080/other".to_owned();
-    assert!(matches!(
-        verify(&fx, &fields).await,
-        Err(VerifyError::UriMismatch)
-    ));
+    let outcome = verify_changed(&fx, |f, _| {
+        f.uri = "http://localhost:8080/other".to_owned();
+    })
+    .await;
+    assert!(matches!(outcome, Err(VerifyError::UriMismatch)));
 }
 
 #[tokio::test]
 async fn another_scheme_is_refused_and_the_configured_one_accepted() {
     let fx = fixture();
-    let mut https = fields(&fx).await;
-    https.scheme = Some("https".to_owned());
-    assert!(matches!(
-        verify(&fx, &https).await,
-        Err(VerifyError::SchemeMismatch)
-    ));
-    let mut http = fields(&fx).await;
-    http.scheme = Some("http".to_owned());
-    verify(&fx, &http).await.unwrap();
+    let outcome = verify_changed(&fx, |f, _| f.scheme = Some("https".to_owned())).await;
+    assert!(matches!(outcome, Err(VerifyError::SchemeMismatch)));
+    verify_changed(&fx, |f, _| f.scheme = Some("http".to_owned()))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
 async fn a_chain_not_allowed_is_refused_and_an_allowed_one_accepted() {
     let fx = fixture();
-    let mut sepolia = fields(&fx).await;
-    sepolia.chain_id = 11_155_111;
+    let outcome = verify_changed(&fx, |f, _| f.chain_id = 11_155_111).await;
     assert!(matches!(
-        verify(&fx, &sepolia).await,
+        outcome,
         Err(VerifyError::ChainNotAllowed {
             chain_id: 11_155_111
         })
     ));
-    let mut base = fields(&fx).await;
-    base.chain_id = 8453;
-    verify(&fx, &base).await.unwrap();
+    verify_changed(&fx, |f, _| f.chain_id = 8453).await.unwrap();
 }
 
 #[tokio::test]
@@ -440,8 +419,8 @@ async fn resources_request_id_and_times_are_signed_and_rebuilt() {
     let fx = fixture();
     let mut fields = fields(&fx).await;
     let now = now_millis(&fx.clock);
-    fields.expiration_time = Some(Timestamp::from_unix_millis(now + 600_000).to_string());
-    fields.not_before = Some(Timestamp::from_unix_millis(now - 1_000).to_string());
+    fields.expiration_time = Some(at(now + 600_000));
+    fields.not_before = Some(at(now - 1_000));
     fields.request_id = Some("req-42".to_owned());
     fields.resources = Some(vec![
         "read:eligibility".to_owned(),

@@ -546,46 +546,32 @@ mod tests {
     #[test]
     fn builder_requires_domain_uri_and_chains() {
         assert!(builder().build().is_ok());
-        assert_eq!(
-            SiweVerifier::builder()
-                .uri("https://login.xyz")
-                .allow_chain_id(1)
-                .build()
-                .err(),
-            Some(ConfigError::MissingDomain)
-        );
-        assert_eq!(
-            SiweVerifier::builder()
-                .domain("login.xyz")
-                .allow_chain_id(1)
-                .build()
-                .err(),
-            Some(ConfigError::MissingUri)
-        );
-        assert_eq!(
-            SiweVerifier::builder()
-                .domain("login.xyz")
-                .uri("https://login.xyz")
-                .build()
-                .err(),
-            Some(ConfigError::NoChainIds)
-        );
-        assert_eq!(
-            builder().domain("#bad").build().err(),
-            Some(ConfigError::InvalidDomain)
-        );
-        assert_eq!(
-            builder().uri(":bad").build().err(),
-            Some(ConfigError::InvalidUri)
-        );
-        assert_eq!(
-            builder().nonce_ttl_secs(0).build().err(),
-            Some(ConfigError::ZeroNonceTtl)
-        );
-        assert_eq!(
-            builder().max_issued_age_secs(0).build().err(),
-            Some(ConfigError::ZeroMaxIssuedAge)
-        );
+        let partial = || SiweVerifier::builder();
+        let cases = [
+            (
+                partial().uri("https://login.xyz").allow_chain_id(1),
+                ConfigError::MissingDomain,
+            ),
+            (
+                partial().domain("login.xyz").allow_chain_id(1),
+                ConfigError::MissingUri,
+            ),
+            (
+                partial().domain("login.xyz").uri("https://login.xyz"),
+                ConfigError::NoChainIds,
+            ),
+            (builder().domain("#bad"), ConfigError::InvalidDomain),
+            (builder().scheme("1http"), ConfigError::InvalidScheme),
+            (builder().uri(":bad"), ConfigError::InvalidUri),
+            (builder().nonce_ttl_secs(0), ConfigError::ZeroNonceTtl),
+            (
+                builder().max_issued_age_secs(0),
+                ConfigError::ZeroMaxIssuedAge,
+            ),
+        ];
+        for (candidate, expected) in cases {
+            assert_eq!(candidate.build().err(), Some(expected));
+        }
     }
 
     #[test]
