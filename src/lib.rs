@@ -4,6 +4,8 @@
 pub mod body;
 pub mod clock;
 pub mod envelope;
+#[cfg(feature = "siwe")]
+pub mod siwe;
 
 pub use body::ResponseBody;
 pub use clock::{Clock, FakeClock, SharedClock, SystemClock};
