@@ -17,6 +17,8 @@
 pub mod body;
 pub mod clock;
 pub mod envelope;
+#[cfg(feature = "free-tier")]
+pub mod free_tier;
 
 pub use body::ResponseBody;
 pub use clock::{Clock, FakeClock, SharedClock, SystemClock};
