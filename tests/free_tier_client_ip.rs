@@ -184,9 +184,9 @@ async fn rfc_7239_forwarded_through_an_ipv6_proxy() {
 #[tokio::test]
 async fn two_ipv6_addresses_in_one_slash_64_share_a_bucket() {
     let layer = layer(ClientIpResolver::new());
-    for i in 0..30 {
+    for i in 0..30u32 {
         // Alternate between two interface identifiers of one /64.
-        let peer = if i % 2 == 0 {
+        let peer = if i.is_multiple_of(2) {
             "[2001:db8:1:2::1]:5000"
         } else {
             "[2001:db8:1:2:abcd:ef01:2345:6789]:5000"

@@ -22,6 +22,8 @@ const WALL_START_SECS: u64 = 1_800_000_000;
 const WALL_START_MILLIS: u64 = WALL_START_SECS * 1000;
 
 type Body = Full<Bytes>;
+type Predicate = fn(&Request<Body>) -> bool;
+type TestLayer = FreeTierLimitLayer<Predicate, InMemoryLimiter<FakeRelativeClock>>;
 
 /// Both clocks move together, as real time would.
 struct Clocks {
@@ -48,7 +50,7 @@ fn is_free(request: &Request<Body>) -> bool {
 struct Harness {
     clocks: Clocks,
     limiter: InMemoryLimiter<FakeRelativeClock>,
-    layer: FreeTierLimitLayer<fn(&Request<Body>) -> bool, InMemoryLimiter<FakeRelativeClock>>,
+    layer: TestLayer,
 }
 
 fn harness(quotas: FreeTierQuotas) -> Harness {
@@ -61,8 +63,7 @@ fn harness(quotas: FreeTierQuotas) -> Harness {
         clocks.monotonic.clone(),
         Arc::new(clocks.wall.clone()),
     );
-    let layer =
-        FreeTierLimitLayer::new(is_free as fn(&Request<Body>) -> bool).with_store(limiter.clone());
+    let layer = FreeTierLimitLayer::new(is_free as Predicate).with_store(limiter.clone());
     Harness {
         clocks,
         limiter,
@@ -269,7 +270,7 @@ async fn reset_moves_with_the_wall_clock() {
 async fn messages_route_refuses_in_its_own_envelope() {
     let h = harness(FreeTierQuotas::new(1, 10).unwrap());
     let path = "/v1/messages";
-    let is_messages: fn(&Request<Body>) -> bool = |_| true;
+    let is_messages: Predicate = |_| true;
     let layer = FreeTierLimitLayer::new(is_messages).with_store(h.limiter.clone());
     let service = layer.layer(service_fn(echo_client_ip));
     assert_eq!(

@@ -97,6 +97,8 @@ pub use client_ip::{
     TrustedProxies,
 };
 pub use future::ResponseFuture;
+/// The limiter's time sources: monotonic in production, fake in tests.
+pub use governor::clock::{FakeRelativeClock, MonotonicClock};
 pub use key::{ClientKey, KeyPrefixes};
 pub use layer::{FreeTierLimit, FreeTierLimitLayer, IsFreeRequest};
 pub use limiter::{
