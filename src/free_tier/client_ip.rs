@@ -292,6 +292,8 @@ impl ClientIpResolver {
         let mut hops: Vec<Option<IpAddr>> = Vec::new();
         for value in headers.get_all(&name) {
             match value.to_str() {
+                // An empty field lists no hop; an empty hop inside a list is malformed.
+                Ok(text) if text.trim().is_empty() => {}
                 Ok(text) => match self.header {
                     ForwardedHeader::XForwardedFor => {
                         hops.extend(text.split(',').map(parse_node));
@@ -373,10 +375,11 @@ fn split_unquoted(text: &str, separator: char) -> impl Iterator<Item = &str> {
 }
 
 /// The rejection of the [`ClientIp`] extractor: the value is missing, which is
-/// a wiring fault answered with 500.
+/// a wiring fault answered with 500 in the route's envelope.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct MissingClientIp;
+pub struct MissingClientIp {
+    style: EnvelopeStyle,
+}
 
 impl fmt::Display for MissingClientIp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -393,7 +396,7 @@ impl axum_core::response::IntoResponse for MissingClientIp {
     fn into_response(self) -> axum_core::response::Response {
         GatewayError::new(ErrorCode::InternalError)
             .with_message(self.to_string())
-            .into_response(EnvelopeStyle::Chat)
+            .into_response(self.style)
             .map(axum_core::body::Body::from)
     }
 }
@@ -406,7 +409,13 @@ impl<S: Send + Sync> axum_core::extract::FromRequestParts<S> for ClientIp {
             .extensions
             .get::<ClientIp>()
             .copied()
-            .ok_or(MissingClientIp)
+            .ok_or_else(|| MissingClientIp {
+                style: parts
+                    .extensions
+                    .get::<EnvelopeStyle>()
+                    .copied()
+                    .unwrap_or_else(|| EnvelopeStyle::for_path(parts.uri.path())),
+            })
     }
 }
 
@@ -564,6 +573,17 @@ mod tests {
         // Garbage left of the client is the client's own business.
         let request = request("10.0.0.2:443", &[("x-forwarded-for", "junk, 198.51.100.7")]);
         assert_eq!(resolver.resolve(&request), Ok(ip("198.51.100.7")));
+    }
+
+    #[test]
+    fn empty_forwarding_field_lists_no_hop() {
+        let resolver = behind(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
+        let request = request("10.0.0.2:443", &[("x-forwarded-for", " ")]);
+        assert_eq!(resolver.resolve(&request), Ok(ip("10.0.0.2")));
+        let mut hole = request_without_header("10.0.0.2:443");
+        hole.headers_mut()
+            .insert("x-forwarded-for", "198.51.100.1,,10.0.0.3".parse().unwrap());
+        assert!(resolver.resolve(&hole).is_err());
     }
 
     #[test]

@@ -84,6 +84,21 @@
 //! # }
 //! ```
 
+//! # Maintenance
+//!
+//! Each shard of [`InMemoryLimiter`] sweeps itself; a deployment that wants
+//! the figures (or tighter memory) runs its own task too:
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # let limiter = walletgate::free_tier::InMemoryLimiter::default();
+//! std::thread::spawn(move || loop {
+//!     std::thread::sleep(Duration::from_secs(60));
+//!     let report = limiter.sweep();
+//!     println!("free tier: dropped {} idle clients, tracking {}", report.removed, report.remaining);
+//! });
+//! ```
+
 mod client_ip;
 mod future;
 mod key;
