@@ -1,24 +1,23 @@
 //! Who gets limited: peers, trusted proxy chains, IPv6 prefixes, wiring faults.
 #![cfg(feature = "free-tier")]
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
+mod free_tier_support;
+use free_tier_support as support;
+use support::{Body, echo_client_ip, json, text};
+
 use std::sync::Arc;
 
-use bytes::Bytes;
 use governor::clock::FakeRelativeClock;
 use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
 use tower::{Layer, ServiceExt, service_fn};
 use walletgate::ResponseBody;
 use walletgate::clock::FakeClock;
 use walletgate::envelope::GatewayError;
 use walletgate::free_tier::{
-    ClientIp, ClientIpError, ClientIpResolver, ForwardedHeader, FreeTierLimitLayer, FreeTierQuotas,
+    ClientIpError, ClientIpResolver, ForwardedHeader, FreeTierLimitLayer, FreeTierQuotas,
     InMemoryLimiter, TrustedProxies,
 };
 
-type Body = Full<Bytes>;
 type Predicate = fn(&Request<Body>) -> bool;
 
 fn every_request_is_free(_: &Request<Body>) -> bool {
@@ -47,26 +46,8 @@ fn behind_proxies(header: ForwardedHeader) -> ClientIpResolver {
         .with_forwarded_header(header)
 }
 
-async fn echo_client_ip(request: Request<Body>) -> Result<Response<Body>, Infallible> {
-    let seen = request
-        .extensions()
-        .get::<ClientIp>()
-        .map_or_else(|| "none".to_owned(), ToString::to_string);
-    Ok(Response::new(Full::new(Bytes::from(seen))))
-}
-
 fn request(peer: Option<&str>, headers: &[(&str, &str)]) -> Request<Body> {
-    let mut builder = Request::builder().uri("/v1/chat/completions");
-    for (name, value) in headers {
-        builder = builder.header(*name, *value);
-    }
-    let mut request = builder.body(Full::new(Bytes::new())).unwrap();
-    if let Some(peer) = peer {
-        request
-            .extensions_mut()
-            .insert(peer.parse::<SocketAddr>().unwrap());
-    }
-    request
+    support::request("/v1/chat/completions", peer, headers)
 }
 
 async fn send(
@@ -78,11 +59,6 @@ async fn send(
         .oneshot(request)
         .await
         .unwrap()
-}
-
-async fn text(response: Response<ResponseBody<Body>>) -> String {
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    String::from_utf8(bytes.to_vec()).unwrap()
 }
 
 #[tokio::test]
@@ -217,7 +193,7 @@ async fn missing_peer_address_is_a_500_naming_the_wiring_fault() {
         Some(&ClientIpError::MissingPeerAddr)
     );
     assert!(response.extensions().get::<GatewayError>().is_some());
-    let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+    let body = json(response).await;
     assert_eq!(body["error"]["code"], "INTERNAL_ERROR");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("ConnectInfo<SocketAddr>"), "{message}");
@@ -243,9 +219,13 @@ async fn malformed_hop_from_a_trusted_proxy_is_a_500() {
 #[cfg(feature = "axum")]
 mod with_axum {
     use super::*;
+    use std::net::SocketAddr;
+
     use axum::Router;
     use axum::extract::connect_info::{ConnectInfo, MockConnectInfo};
     use axum::routing::post;
+    use http_body_util::BodyExt;
+    use walletgate::free_tier::ClientIp;
 
     fn router(is_free: fn(&Request<axum::body::Body>) -> bool) -> Router {
         let layer = FreeTierLimitLayer::new(is_free).with_store(limiter());

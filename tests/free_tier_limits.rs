@@ -1,27 +1,25 @@
 //! FreeTierLimitLayer end to end with fake clocks: quotas, refill, headers.
 #![cfg(feature = "free-tier")]
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
+mod free_tier_support;
+use free_tier_support as support;
+use support::{Body, echo_client_ip, json, text};
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use governor::clock::FakeRelativeClock;
 use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
-use serde_json::Value;
+use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt, service_fn};
 use walletgate::ResponseBody;
 use walletgate::clock::FakeClock;
-use walletgate::free_tier::{
-    ClientIp, FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter, KeyPrefixes,
-};
+use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter, KeyPrefixes};
 
 const WALL_START_SECS: u64 = 1_800_000_000;
 const WALL_START_MILLIS: u64 = WALL_START_SECS * 1000;
 
-type Body = Full<Bytes>;
 type Predicate = fn(&Request<Body>) -> bool;
 type TestLayer = FreeTierLimitLayer<Predicate, InMemoryLimiter<FakeRelativeClock>>;
 
@@ -92,31 +90,12 @@ impl Harness {
     }
 }
 
-async fn echo_client_ip(request: Request<Body>) -> Result<Response<Body>, Infallible> {
-    let seen = request
-        .extensions()
-        .get::<ClientIp>()
-        .map_or_else(|| "none".to_owned(), ToString::to_string);
-    Ok(Response::new(Full::new(Bytes::from(seen))))
-}
-
 fn request(path: &str, peer: &str) -> Request<Body> {
-    let mut request = Request::builder()
-        .uri(path)
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let peer: SocketAddr = peer.parse().unwrap();
-    request.extensions_mut().insert(peer);
-    request
+    support::request(path, Some(peer), &[])
 }
 
 fn header(response: &Response<ResponseBody<Body>>, name: &str) -> String {
     response.headers()[name].to_str().unwrap().to_owned()
-}
-
-async fn json(response: Response<ResponseBody<Body>>) -> Value {
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    serde_json::from_slice(&bytes).unwrap()
 }
 
 const CLIENT: &str = "198.51.100.7:50000";
@@ -209,12 +188,7 @@ async fn admitted_headers_describe_the_tighter_quota_exactly() {
         (WALL_START_MILLIS + 2000).to_string()
     );
     assert!(first.headers().get("retry-after").is_none());
-    assert_eq!(json_text(first).await, "198.51.100.7");
-}
-
-async fn json_text(response: Response<ResponseBody<Body>>) -> String {
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    String::from_utf8(bytes.to_vec()).unwrap()
+    assert_eq!(text(first).await, "198.51.100.7");
 }
 
 #[tokio::test]
@@ -298,7 +272,7 @@ async fn non_free_requests_are_never_limited_or_annotated() {
         assert_eq!(response.status(), StatusCode::OK);
         assert!(response.headers().get("x-ratelimit-limit").is_none());
         // Not even resolved: the handler sees no ClientIp.
-        assert_eq!(json_text(response).await, "none");
+        assert_eq!(text(response).await, "none");
     }
     // A paid request without any peer address passes too: nothing to resolve.
     let mut bare = Request::builder()
