@@ -1,31 +1,4 @@
 //! The two-quota decision and its storage seam.
-//!
-//! # Why not two governor keyed limiters
-//!
-//! governor's `check_key` spends a cell as soon as it allows and has no peek
-//! (governor #15). With two independent keyed limiters one of the two orders
-//! always leaks: checking the minute first means a request the hour quota
-//! refuses has already spent a minute cell, and the other order the reverse.
-//! [`InMemoryLimiter`] therefore keeps both quotas' state of a client in one
-//! map entry and runs governor's algorithm (GCRA, virtual scheduling) for both
-//! under the entry's lock: the request is admitted and both cells are spent, or
-//! it is refused and nothing changes. Time comes from a governor
-//! [`Clock`](governor::clock::Clock) (monotonic in production,
-//! `FakeRelativeClock` in tests), so wall-clock steps cannot refill or drain a
-//! bucket; the wall clock only dates `X-RateLimit-Reset`.
-//!
-//! # Memory
-//!
-//! An entry is a 16-byte [`ClientKey`] plus two 8-byte arrival times (32 bytes)
-//! in a `HashMap`; with its control byte and load factor that is 37 to 75
-//! bytes of table per tracked key. Measured with one million distinct clients
-//! (`cargo bench --bench free_tier`): 69 bytes of heap per key, and the heap
-//! back to its starting size after a sweep. An
-//! entry whose two buckets are full again carries no information and is
-//! dropped by [`InMemoryLimiter::sweep`]; each shard also sweeps itself on
-//! its first request after [`auto_sweep_interval`](InMemoryLimiter::set_auto_sweep_interval)
-//! (60 s by default). So the table holds at most the clients seen in the last
-//! hour plus one sweep interval.
 
 use std::collections::HashMap;
 use std::collections::hash_map::{Entry, RandomState};
@@ -275,6 +248,32 @@ struct Shared<C: MonotonicTime> {
 ///
 /// Cloning is cheap and shares the state, so keep a clone to call
 /// [`sweep`](Self::sweep) or read [`len`](Self::len) from a maintenance task.
+///
+/// # Why not two governor keyed limiters
+///
+/// governor's `check_key` spends a cell as soon as it allows and has no peek
+/// (governor #15). With two independent keyed limiters one of the two orders
+/// always leaks: checking the minute first means a request the hour quota
+/// refuses has already spent a minute cell, and the other order the reverse.
+/// [`InMemoryLimiter`] therefore keeps both quotas' state of a client in one
+/// map entry and runs the algorithm governor uses (GCRA, virtual scheduling)
+/// for both under the entry's lock: the request is admitted and both cells are spent, or
+/// it is refused and nothing changes. Time comes from a governor
+/// [`Clock`](governor::clock::Clock) (monotonic in production,
+/// `FakeRelativeClock` in tests), so wall-clock steps cannot refill or drain a
+/// bucket; the wall clock only dates `X-RateLimit-Reset`.
+///
+/// # Memory
+///
+/// An entry is a 16-byte [`ClientKey`] plus two 8-byte arrival times (32 bytes)
+/// in a `HashMap`; with its control byte and load factor that is 37 to 75
+/// bytes of table per tracked key. Measured with one million distinct clients
+/// (`cargo bench --bench free_tier`): 69 bytes of heap per key, and the heap
+/// back to its starting size after a sweep. An entry whose two buckets are
+/// full again carries no information and is dropped by [`InMemoryLimiter::sweep`]; each shard also sweeps itself on
+/// its first request after [`auto_sweep_interval`](InMemoryLimiter::set_auto_sweep_interval)
+/// (60 s by default). So the table holds at most the clients seen in the last
+/// hour plus one sweep interval.
 pub struct InMemoryLimiter<C: MonotonicTime = MonotonicClock> {
     shared: Arc<Shared<C>>,
 }

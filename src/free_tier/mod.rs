@@ -7,7 +7,7 @@
 //!
 //! * **Two quotas, one decision.** A request spends a cell of both quotas or
 //!   of neither: one refused by the minute quota leaves the hour quota alone,
-//!   and the reverse (see [`limiter`](InMemoryLimiter) for why this is not two
+//!   and the reverse ([`InMemoryLimiter`] explains why this is not two
 //!   governor keyed limiters). The buckets are GCRA, not fixed windows: a
 //!   burst of 30, then one request every 2 s (hour: one every 12 s).
 //! * **Refusal.** 429 `FREE_TIER_RATE_LIMITED` in the route's envelope
