@@ -317,3 +317,24 @@ async fn service_calls_the_instance_that_was_polled_ready() {
     let response = ready.call(request("/v1/free", CLIENT)).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn a_full_store_refuses_new_clients_as_free_capacity_exhausted() {
+    let h = harness(FreeTierQuotas::default());
+    // One key per shard at most; fill until a new client is turned away.
+    h.limiter.set_max_tracked_keys(Some(1));
+    let mut refused = None;
+    for i in 1..=250u32 {
+        let peer = format!("203.0.{}.{}:1", i / 200, i % 200);
+        let response = h.send("/v1/free", &peer).await;
+        if response.status() != StatusCode::OK {
+            refused = Some(response);
+            break;
+        }
+    }
+    let refused = refused.expect("some new client meets a full shard");
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&refused, "retry-after"), "30");
+    let body = json(refused).await;
+    assert_eq!(body["error"]["code"], "FREE_MODEL_FAILED");
+}

@@ -139,6 +139,11 @@ where
                         ) => Kind::Rejected {
                             response: Some(refusal(retry_after, rate_limit).into_response(style)),
                         },
+                        (Ok(Verdict::AtCapacity), _) => Kind::Rejected {
+                            response: Some(
+                                GatewayError::new(ErrorCode::FreeModelFailed).into_response(style),
+                            ),
+                        },
                         (Err(error), _) => Kind::Rejected {
                             response: Some(store_failure(&error).into_response(style)),
                         },

@@ -6,7 +6,7 @@ use std::fmt;
 use std::future::{Future, Ready, ready};
 use std::hash::BuildHasher;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -73,6 +73,9 @@ pub enum Verdict {
         /// The refusing quota (remaining 0).
         rate_limit: RateLimitInfo,
     },
+    /// Refused because the store tracks as many clients as it may and this
+    /// one is new; nothing was spent.
+    AtCapacity,
 }
 
 /// A limiter backend failed (e.g. a network store was unreachable).
@@ -239,6 +242,8 @@ struct Shared<C: MonotonicTime> {
     wall_clock: SharedClock,
     /// 0 disables automatic sweeping.
     auto_sweep_nanos: AtomicU64,
+    /// The key cap divided among the shards; `usize::MAX` for none.
+    max_keys_per_shard: AtomicUsize,
     hasher: RandomState,
     shards: Box<[Mutex<Shard>]>,
 }
@@ -332,6 +337,7 @@ impl<C: MonotonicTime> InMemoryLimiter<C> {
                 start,
                 wall_clock,
                 auto_sweep_nanos: AtomicU64::new(60_000_000_000),
+                max_keys_per_shard: AtomicUsize::new(usize::MAX),
                 hasher: RandomState::new(),
                 shards,
             }),
@@ -351,6 +357,20 @@ impl<C: MonotonicTime> InMemoryLimiter<C> {
         self.shared.auto_sweep_nanos.store(nanos, Ordering::Relaxed);
     }
 
+    /// Caps the tracked clients at about `max` (`None`: no cap, the default).
+    ///
+    /// With a cap, memory stays under `max` times the bytes per key even when
+    /// more distinct clients arrive within an hour than the cap allows: a new
+    /// client that finds its shard full (after sweeping it) gets
+    /// [`Verdict::AtCapacity`], while clients already tracked keep their
+    /// quotas. The cap is split evenly among the shards.
+    pub fn set_max_tracked_keys(&self, max: Option<usize>) {
+        let per_shard = max.map_or(usize::MAX, |max| max.div_ceil(SHARD_COUNT).max(1));
+        self.shared
+            .max_keys_per_shard
+            .store(per_shard, Ordering::Relaxed);
+    }
+
     /// Decides a request from `key` now.
     pub fn check_now(&self, key: ClientKey) -> Verdict {
         let shared = &*self.shared;
@@ -360,6 +380,13 @@ impl<C: MonotonicTime> InMemoryLimiter<C> {
         let auto_sweep = shared.auto_sweep_nanos.load(Ordering::Relaxed);
         if auto_sweep != 0 && now.saturating_sub(shard.last_sweep_nanos) >= auto_sweep {
             shard.sweep(now);
+        }
+        let max_keys = shared.max_keys_per_shard.load(Ordering::Relaxed);
+        if shard.entries.len() >= max_keys && !shard.entries.contains_key(&key) {
+            shard.sweep(now);
+            if shard.entries.len() >= max_keys {
+                return Verdict::AtCapacity;
+            }
         }
         let entry = shard.entries.entry(key);
         let arrivals = match &entry {
@@ -621,6 +648,34 @@ mod tests {
             limiter.check_now(key(&std::net::Ipv4Addr::from(0x0b00_0000 + i).to_string()));
         }
         assert_eq!(limiter.len(), 2000);
+    }
+
+    #[test]
+    fn key_cap_refuses_new_clients_but_not_tracked_ones() {
+        let (limiter, clock) = limiter(FreeTierQuotas::default());
+        limiter.set_auto_sweep_interval(None);
+        limiter.set_max_tracked_keys(Some(SHARD_COUNT * 2));
+        let keys: Vec<ClientKey> = (0..1000u32)
+            .map(|i| key(&std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string()))
+            .collect();
+        let admitted: Vec<ClientKey> = keys
+            .iter()
+            .copied()
+            .filter(|&k| allowed(&limiter.check_now(k)))
+            .collect();
+        assert!(limiter.len() <= SHARD_COUNT * 2);
+        assert_eq!(admitted.len(), limiter.len());
+        assert!(admitted.len() < keys.len());
+        // Tracked clients keep being served.
+        assert!(allowed(&limiter.check_now(admitted[0])));
+        let refused_new = keys.iter().copied().find(|k| !admitted.contains(k));
+        let refused_new = refused_new.unwrap_or(keys[0]);
+        assert_eq!(limiter.check_now(refused_new), Verdict::AtCapacity);
+        // Once tracked clients go idle, their places are free again.
+        clock.advance(Duration::from_secs(3600));
+        assert!(allowed(&limiter.check_now(refused_new)));
+        limiter.set_max_tracked_keys(None);
+        assert!(keys.iter().all(|&k| allowed(&limiter.check_now(k))));
     }
 
     #[test]

@@ -29,7 +29,10 @@
 //!   bucket.
 //! * **Bounded memory.** [`InMemoryLimiter`] drops keys whose buckets are full
 //!   again ([`sweep`](InMemoryLimiter::sweep), and each shard on its own every
-//!   60 s) and reports [`len`](InMemoryLimiter::len). Measured with one
+//!   60 s) and reports [`len`](InMemoryLimiter::len); an optional
+//!   [cap](InMemoryLimiter::set_max_tracked_keys) bounds it against more
+//!   distinct clients per hour than memory allows (new clients then get 429
+//!   `FREE_MODEL_FAILED`, `Retry-After: 30`; tracked ones keep their quotas). Measured with one
 //!   million distinct clients (`cargo bench --bench free_tier`): about 70
 //!   bytes of heap per tracked key, and the heap back to its starting size
 //!   after a sweep.
