@@ -679,6 +679,32 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_requests_of_one_client_never_overspend() {
+        let (limiter, _clock) = limiter(FreeTierQuotas::new(30, 40).unwrap());
+        let client = key("198.51.100.1");
+        let admitted = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| {
+                    for _ in 0..100 {
+                        if allowed(&limiter.check_now(client)) {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(admitted.into_inner(), 30);
+        assert_eq!(
+            limiter.peek(client),
+            QuotaUsage {
+                remaining_per_minute: 0,
+                remaining_per_hour: 10
+            }
+        );
+    }
+
+    #[test]
     fn store_error_keeps_its_source() {
         use std::error::Error as _;
         let io = std::io::Error::other("connection refused");
