@@ -4,6 +4,8 @@
 pub mod body;
 pub mod clock;
 pub mod envelope;
+#[cfg(feature = "free-tier")]
+pub mod free_tier;
 #[cfg(feature = "siwe")]
 pub mod siwe;
 

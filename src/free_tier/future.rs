@@ -1,0 +1,157 @@
+//! The response future of [`FreeTierLimit`](super::FreeTierLimit).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::client_ip::ClientIpError;
+use super::limiter::{StoreError, Verdict};
+use crate::body::{ResponseBody, rejection};
+use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RateLimitInfo};
+
+pin_project! {
+    /// The response future of [`FreeTierLimit`](super::FreeTierLimit).
+    pub struct ResponseFuture<S, ReqBody, CheckFuture>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        #[pin]
+        kind: Kind<CheckFuture, S::Future, S, ReqBody>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<CheckFuture, F, S, ReqBody> {
+        // Not free: the inner service's answer, untouched.
+        PassThrough { #[pin] future: F },
+        // Waiting for the limiter; the ready service and the request wait too.
+        Checking {
+            #[pin]
+            check: CheckFuture,
+            call: Option<(S, Request<ReqBody>)>,
+            style: EnvelopeStyle,
+        },
+        // Admitted: the inner answer gets the X-RateLimit-* headers.
+        Admitted { #[pin] future: F, rate_limit: RateLimitInfo },
+        Rejected { response: Option<Response<Bytes>> },
+    }
+}
+
+impl<S, ReqBody, CheckFuture> ResponseFuture<S, ReqBody, CheckFuture>
+where
+    S: Service<Request<ReqBody>>,
+{
+    pub(super) fn pass_through(future: S::Future) -> Self {
+        Self {
+            kind: Kind::PassThrough { future },
+        }
+    }
+
+    pub(super) fn checking(
+        check: CheckFuture,
+        service: S,
+        request: Request<ReqBody>,
+        style: EnvelopeStyle,
+    ) -> Self {
+        Self {
+            kind: Kind::Checking {
+                check,
+                call: Some((service, request)),
+                style,
+            },
+        }
+    }
+
+    pub(super) fn rejected(mut response: Response<Bytes>, fault: ClientIpError) -> Self {
+        response.extensions_mut().insert(fault);
+        Self {
+            kind: Kind::Rejected {
+                response: Some(response),
+            },
+        }
+    }
+}
+
+/// The 429 of a refused free request.
+fn refusal(retry_after: std::time::Duration, rate_limit: RateLimitInfo) -> GatewayError {
+    // Whole seconds, rounded up, at least 1: `Retry-After: 0` invites a retry storm.
+    let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+    GatewayError::new(ErrorCode::FreeTierRateLimited)
+        .with_retry_after_secs(secs.max(1))
+        .with_rate_limit(rate_limit)
+}
+
+fn store_failure(error: &StoreError) -> GatewayError {
+    GatewayError::new(ErrorCode::InternalError)
+        .with_message(format!("free-tier limiter unavailable: {error}"))
+}
+
+impl<S, ReqBody, ResBody, CheckFuture> Future for ResponseFuture<S, ReqBody, CheckFuture>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    CheckFuture: Future<Output = Result<Verdict, StoreError>>,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut kind = self.project().kind;
+        loop {
+            let next = match kind.as_mut().project() {
+                KindProj::PassThrough { future } => {
+                    let response = ready!(future.poll(cx))?;
+                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                }
+                KindProj::Admitted { future, rate_limit } => {
+                    let mut response = ready!(future.poll(cx))?;
+                    rate_limit.write_headers(response.headers_mut());
+                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                }
+                KindProj::Rejected { response } => {
+                    let response = response.take().unwrap_or_else(|| {
+                        GatewayError::new(ErrorCode::InternalError)
+                            .with_message("free-tier response polled after completion")
+                            .into_response(EnvelopeStyle::Chat)
+                    });
+                    return Poll::Ready(Ok(rejection(response)));
+                }
+                KindProj::Checking { check, call, style } => {
+                    let verdict = ready!(check.poll(cx));
+                    let style = *style;
+                    match (verdict, call.take()) {
+                        (Ok(Verdict::Allowed { rate_limit }), Some((mut service, request))) => {
+                            Kind::Admitted {
+                                future: service.call(request),
+                                rate_limit,
+                            }
+                        }
+                        (
+                            Ok(Verdict::Refused {
+                                retry_after,
+                                rate_limit,
+                            }),
+                            _,
+                        ) => Kind::Rejected {
+                            response: Some(refusal(retry_after, rate_limit).into_response(style)),
+                        },
+                        (Ok(Verdict::AtCapacity), _) => Kind::Rejected {
+                            response: Some(
+                                GatewayError::new(ErrorCode::FreeModelFailed).into_response(style),
+                            ),
+                        },
+                        (Err(error), _) => Kind::Rejected {
+                            response: Some(store_failure(&error).into_response(style)),
+                        },
+                        (Ok(Verdict::Allowed { .. }), None) => Kind::Rejected { response: None },
+                    }
+                }
+            };
+            kind.set(next);
+        }
+    }
+}

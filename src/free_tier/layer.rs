@@ -1,0 +1,192 @@
+//! `FreeTierLimitLayer` and its service.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::client_ip::{ClientIp, ClientIpResolver};
+use super::future::ResponseFuture;
+use super::key::KeyPrefixes;
+use super::limiter::{FreeTierQuotas, FreeTierStore, InMemoryLimiter};
+use crate::body::ResponseBody;
+use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError};
+
+/// Decides whether a request is free, and so limited by the free tier.
+///
+/// Implemented for every `Fn(&Request<B>) -> bool`; a gateway reads the model
+/// its parse layer put into the request extensions.
+pub trait IsFreeRequest<B> {
+    /// Whether `request` is free.
+    fn is_free(&self, request: &Request<B>) -> bool;
+}
+
+impl<B, F> IsFreeRequest<B> for F
+where
+    F: Fn(&Request<B>) -> bool,
+{
+    fn is_free(&self, request: &Request<B>) -> bool {
+        self(request)
+    }
+}
+
+/// Limits free requests per client IP; see the [module docs](super).
+#[derive(Clone)]
+#[must_use]
+pub struct FreeTierLimitLayer<P, L = InMemoryLimiter> {
+    predicate: P,
+    store: L,
+    resolver: Arc<ClientIpResolver>,
+    prefixes: KeyPrefixes,
+}
+
+impl<P> FreeTierLimitLayer<P> {
+    /// Limits the requests `predicate` marks free with the default quotas
+    /// (30 per minute, 300 per hour), keyed by the socket peer.
+    pub fn new(predicate: P) -> Self {
+        Self::with_quotas(predicate, FreeTierQuotas::default())
+    }
+
+    /// Like [`new`](Self::new) with other quotas.
+    pub fn with_quotas(predicate: P, quotas: FreeTierQuotas) -> Self {
+        FreeTierLimitLayer {
+            predicate,
+            store: InMemoryLimiter::new(quotas),
+            resolver: Arc::new(ClientIpResolver::new()),
+            prefixes: KeyPrefixes::default(),
+        }
+    }
+}
+
+impl<P, L> FreeTierLimitLayer<P, L> {
+    /// Replaces the limiter state (an [`InMemoryLimiter`] with a test clock,
+    /// or a shared store).
+    pub fn with_store<L2: FreeTierStore>(self, store: L2) -> FreeTierLimitLayer<P, L2> {
+        FreeTierLimitLayer {
+            predicate: self.predicate,
+            store,
+            resolver: self.resolver,
+            prefixes: self.prefixes,
+        }
+    }
+
+    /// Resolves client addresses with `resolver` (trusted proxies).
+    pub fn with_client_ip(mut self, resolver: ClientIpResolver) -> Self {
+        self.resolver = Arc::new(resolver);
+        self
+    }
+
+    /// Keys clients by these prefixes (default: IPv4 /32, IPv6 /64).
+    pub fn with_key_prefixes(mut self, prefixes: KeyPrefixes) -> Self {
+        self.prefixes = prefixes;
+        self
+    }
+
+    /// The limiter state, e.g. to clone it for a maintenance task calling
+    /// [`InMemoryLimiter::sweep`].
+    pub fn store(&self) -> &L {
+        &self.store
+    }
+}
+
+impl<P, L: fmt::Debug> fmt::Debug for FreeTierLimitLayer<P, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FreeTierLimitLayer")
+            .field("store", &self.store)
+            .field("resolver", &self.resolver)
+            .field("prefixes", &self.prefixes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, P: Clone, L: Clone> Layer<S> for FreeTierLimitLayer<P, L> {
+    type Service = FreeTierLimit<S, P, L>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        FreeTierLimit {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service of [`FreeTierLimitLayer`].
+#[derive(Clone)]
+pub struct FreeTierLimit<S, P, L = InMemoryLimiter> {
+    inner: S,
+    layer: FreeTierLimitLayer<P, L>,
+}
+
+impl<S, P, L> FreeTierLimit<S, P, L> {
+    /// Wraps `inner` with `layer`'s configuration.
+    pub fn new(inner: S, layer: FreeTierLimitLayer<P, L>) -> Self {
+        Self { inner, layer }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug, P, L: fmt::Debug> fmt::Debug for FreeTierLimit<S, P, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FreeTierLimit")
+            .field("inner", &self.inner)
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+impl<S, P, L, ReqBody, ResBody> Service<Request<ReqBody>> for FreeTierLimit<S, P, L>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    P: IsFreeRequest<ReqBody>,
+    L: FreeTierStore,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody, L::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        if !self.layer.predicate.is_free(&request) {
+            return ResponseFuture::pass_through(self.inner.call(request));
+        }
+        let style = EnvelopeStyle::of_request(&request);
+        let client = match self.layer.resolver.resolve(&request) {
+            Ok(client) => client,
+            Err(fault) => {
+                // Never a shared bucket: an unknown client is a server bug.
+                let response = GatewayError::new(ErrorCode::InternalError)
+                    .with_message(format!(
+                        "free-tier limit cannot identify the client: {fault}"
+                    ))
+                    .into_response(style);
+                return ResponseFuture::rejected(response, fault);
+            }
+        };
+        request.extensions_mut().insert(ClientIp(client));
+        let check = self.layer.store.check(self.layer.prefixes.key(client));
+        // Call the instance that was polled ready; leave a fresh clone behind.
+        let ready = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, ready);
+        ResponseFuture::checking(check, ready, request, style)
+    }
+}

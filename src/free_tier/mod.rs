@@ -1,0 +1,159 @@
+//! Per-client-IP limits for free models: [`FreeTierLimitLayer`].
+//!
+//! Free requests (those an [`IsFreeRequest`] predicate picks; for the gateway,
+//! the parsed model is free) are limited per client to 30 per minute and 300
+//! per hour (specification, sections 1 and 8). Every other request passes
+//! untouched, never resolved, counted or limited.
+//!
+//! * **Two quotas, one decision.** A request spends a cell of both quotas or
+//!   of neither: one refused by the minute quota leaves the hour quota alone,
+//!   and the reverse ([`InMemoryLimiter`] explains why this is not two
+//!   governor keyed limiters). The buckets are GCRA, not fixed windows: a
+//!   burst of 30, then one request every 2 s (hour: one every 12 s).
+//! * **Refusal.** 429 `FREE_TIER_RATE_LIMITED` in the route's envelope
+//!   ([`EnvelopeStyle::of_request`](crate::envelope::EnvelopeStyle::of_request)),
+//!   with `Retry-After` in whole seconds (rounded up, at least 1) and the
+//!   refusing quota's `X-RateLimit-Limit`, `X-RateLimit-Remaining: 0` and
+//!   `X-RateLimit-Reset`.
+//! * **Admitted free responses** carry the same three headers describing the
+//!   tighter quota (fewer requests left). `X-RateLimit-Reset` is the **Unix
+//!   epoch time in milliseconds** at which that quota is full again, as the
+//!   specified gateway documents it.
+//! * **Client address.** [`ClientIpResolver`]: the socket peer, unless it is a
+//!   [trusted proxy](TrustedProxies), then the right-most untrusted hop of the
+//!   configured [`ForwardedHeader`]. The resolved [`ClientIp`] goes into the
+//!   request extensions for handlers. IPv6 clients are keyed by their /64
+//!   ([`KeyPrefixes`]). A request whose client cannot be resolved gets a 500
+//!   naming the wiring fault (usually: the server was not started with
+//!   `into_make_service_with_connect_info::<SocketAddr>()`), never a shared
+//!   bucket.
+//! * **Bounded memory.** [`InMemoryLimiter`] drops keys whose buckets are full
+//!   again ([`sweep`](InMemoryLimiter::sweep), and each shard on its own every
+//!   60 s) and reports [`len`](InMemoryLimiter::len); an optional
+//!   [cap](InMemoryLimiter::set_max_tracked_keys) bounds it against more
+//!   distinct clients per hour than memory allows (new clients then get 429
+//!   `FREE_MODEL_FAILED`, `Retry-After: 30`; tracked ones keep their quotas). Measured with one
+//!   million distinct clients (`cargo bench --bench free_tier`): about 70
+//!   bytes of heap per tracked key, and the heap back to its starting size
+//!   after a sweep.
+//! * **Storage seam.** [`FreeTierStore`] is what the layer asks; a store shared
+//!   by several replicas (Redis) can replace [`InMemoryLimiter`] through
+//!   [`FreeTierLimitLayer::with_store`].
+//!
+//! # Example
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use bytes::Bytes;
+//! use http::{Request, Response};
+//! use http_body_util::Full;
+//! use tower::{ServiceBuilder, ServiceExt, service_fn};
+//! use walletgate::free_tier::{ClientIpResolver, FreeTierLimitLayer, TrustedProxies};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // The gateway's parse layer would mark free models; here a header does.
+//! let is_free = |req: &Request<Full<Bytes>>| req.headers().contains_key("x-free-model");
+//! let layer = FreeTierLimitLayer::new(is_free).with_client_ip(
+//!     ClientIpResolver::new().with_trusted_proxies(TrustedProxies::from_cidrs(["10.0.0.0/8"])?),
+//! );
+//! // Keep a handle for a maintenance task: `limiter.sweep()`, `limiter.len()`.
+//! let limiter = layer.store().clone();
+//! let app = ServiceBuilder::new().layer(layer).service(service_fn(|_req| async {
+//!     Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from("hi"))))
+//! }));
+//!
+//! let request = || {
+//!     let mut req = Request::builder()
+//!         .uri("/v1/chat/completions")
+//!         .header("x-free-model", "1")
+//!         .header("x-forwarded-for", "198.51.100.7")
+//!         .body(Full::new(Bytes::new()))
+//!         .unwrap();
+//!     // What `into_make_service_with_connect_info` provides: the peer, here our proxy.
+//!     req.extensions_mut().insert(SocketAddr::from(([10, 0, 0, 2], 443)));
+//!     req
+//! };
+//! for _ in 0..30 {
+//!     let response = app.clone().oneshot(request()).await?;
+//!     assert_eq!(response.status(), 200);
+//! }
+//! let refused = app.clone().oneshot(request()).await?;
+//! assert_eq!(refused.status(), 429);
+//! assert_eq!(refused.headers()["retry-after"], "2");
+//! assert_eq!(refused.headers()["x-ratelimit-limit"], "30");
+//! assert_eq!(limiter.len(), 1);
+//! # Ok(())
+//! # }
+//! ```
+
+//! # Maintenance
+//!
+//! Each shard of [`InMemoryLimiter`] sweeps itself; a deployment that wants
+//! the figures (or tighter memory) runs its own task too:
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # let limiter = walletgate::free_tier::InMemoryLimiter::default();
+//! std::thread::spawn(move || loop {
+//!     std::thread::sleep(Duration::from_secs(60));
+//!     let report = limiter.sweep();
+//!     println!("free tier: dropped {} idle clients, tracking {}", report.removed, report.remaining);
+//! });
+//! ```
+
+mod client_ip;
+mod future;
+mod key;
+mod layer;
+mod limiter;
+
+use std::fmt;
+
+pub use client_ip::{
+    ClientIp, ClientIpError, ClientIpResolver, ForwardedHeader, IpCidr, MissingClientIp,
+    TrustedProxies,
+};
+pub use future::ResponseFuture;
+/// The limiter's time sources: monotonic in production, fake in tests.
+pub use governor::clock::{FakeRelativeClock, MonotonicClock};
+pub use key::{ClientKey, KeyPrefixes};
+pub use layer::{FreeTierLimit, FreeTierLimitLayer, IsFreeRequest};
+pub use limiter::{
+    FreeTierQuotas, FreeTierStore, InMemoryLimiter, QuotaUsage, StoreError, SweepReport, Verdict,
+};
+
+/// A free-tier setting was invalid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// Text that is not an address or `address/prefix`.
+    InvalidCidr(String),
+    /// A prefix length out of range for its address family.
+    PrefixLength {
+        /// The length given.
+        prefix_len: u8,
+        /// The longest allowed.
+        max_prefix_len: u8,
+    },
+    /// A quota of zero requests.
+    ZeroQuota,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidCidr(text) => write!(f, "`{text}` is not an IP network in CIDR notation"),
+            Self::PrefixLength {
+                prefix_len,
+                max_prefix_len,
+            } => write!(
+                f,
+                "prefix length {prefix_len} is invalid (at most {max_prefix_len}; a client key needs at least 1)"
+            ),
+            Self::ZeroQuota => f.write_str("a free-tier quota must allow at least one request"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
