@@ -14,9 +14,13 @@
 //! never an `Err`: each layer's `Error` is its inner service's.
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+#[cfg(feature = "api-key")]
+pub mod api_key;
 pub mod body;
 pub mod clock;
 pub mod envelope;
+#[cfg(feature = "wallet-jwt")]
+pub mod wallet_jwt;
 
 pub use body::ResponseBody;
 pub use clock::{Clock, FakeClock, SharedClock, SystemClock};
