@@ -14,6 +14,27 @@
 //! never an `Err`: each layer's `Error` is its inner service's.
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+/// `get_ref`, `get_mut` and `into_inner` for a service whose wrapped service
+/// is its private `inner` field (tower-http's `define_inner_service_accessors`).
+macro_rules! define_inner_service_accessors {
+    () => {
+        /// Gets a reference to the inner service.
+        pub fn get_ref(&self) -> &S {
+            &self.inner
+        }
+
+        /// Gets a mutable reference to the inner service.
+        pub fn get_mut(&mut self) -> &mut S {
+            &mut self.inner
+        }
+
+        /// Consumes `self`, returning the inner service.
+        pub fn into_inner(self) -> S {
+            self.inner
+        }
+    };
+}
+
 #[cfg(feature = "api-key")]
 pub mod api_key;
 pub mod body;

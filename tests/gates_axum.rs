@@ -102,16 +102,18 @@ async fn wallet_route_needs_both_headers_together() {
     assert_eq!(body_text(both).await, format!("app-1 {WALLET}"));
 }
 
+/// `POST` to the agent-relationships route with a JWT granting `scope`.
+async fn relate_with_scope(scope: &str) -> Response<axum::body::Body> {
+    let mut claims = claims();
+    claims.scope = scope.into();
+    let jwt = bearer(&token(&claims));
+    let path = "/api/v2/accounts/agent-relationships";
+    send("POST", path, Some(API_KEY), Some(&jwt)).await
+}
+
 #[tokio::test]
 async fn handler_scope_check_answers_403() {
-    let jwt = bearer(&token(&claims()));
-    let response = send(
-        "POST",
-        "/api/v2/accounts/agent-relationships",
-        Some(API_KEY),
-        Some(&jwt),
-    )
-    .await;
+    let response = relate_with_scope("read:favorites").await;
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     assert_eq!(
         response.headers()["www-authenticate"],
@@ -121,16 +123,7 @@ async fn handler_scope_check_answers_403() {
 
 #[tokio::test]
 async fn handler_scope_check_passes_with_the_scope() {
-    let mut claims = claims();
-    claims.scope = "read:favorites write:wallets".into();
-    let jwt = bearer(&token(&claims));
-    let response = send(
-        "POST",
-        "/api/v2/accounts/agent-relationships",
-        Some(API_KEY),
-        Some(&jwt),
-    )
-    .await;
+    let response = relate_with_scope("read:favorites write:wallets").await;
     assert_eq!(response.status(), StatusCode::OK);
 }
 

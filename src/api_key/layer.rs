@@ -178,20 +178,7 @@ pub struct ApiKey<S, K = InMemoryKeyStore> {
 }
 
 impl<S, K> ApiKey<S, K> {
-    /// Gets a reference to the inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// Gets a mutable reference to the inner service.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Consumes `self`, returning the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!();
 }
 
 impl<S, K: KeyStore> ApiKey<S, K> {

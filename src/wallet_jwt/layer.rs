@@ -87,20 +87,7 @@ impl<S> WalletJwt<S> {
         WalletJwtLayer::new(verifier).layer(inner)
     }
 
-    /// Gets a reference to the inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// Gets a mutable reference to the inner service.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Consumes `self`, returning the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!();
 }
 
 impl<S: fmt::Debug> fmt::Debug for WalletJwt<S> {
