@@ -122,6 +122,11 @@ fn gates(c: &mut Criterion) {
         )
     });
 
+    // The verifier alone: signature plus header, claims and address parsing.
+    group.bench_function("wallet_jwt_verify_only", |b| {
+        b.iter(|| verifier.verify(std::hint::black_box(&token)).is_ok())
+    });
+
     let mut service = ServiceBuilder::new()
         .layer(api_key)
         .layer(WalletJwtLayer::new(verifier))

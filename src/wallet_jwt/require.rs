@@ -19,7 +19,38 @@ use crate::envelope::DataApiError;
 /// on the routes it wraps; see the [module docs](super).
 ///
 /// Sits inside [`WalletJwtLayer`](super::WalletJwtLayer), which supplies the
-/// claims; use it as an axum `route_layer` so 404s stay 404s.
+/// claims; use it as an axum `route_layer` so 404s stay 404s:
+///
+/// ```
+/// use axum::Router;
+/// use axum::routing::{get, post};
+/// use walletgate::wallet_jwt::{
+///     JwtVerifier, KeySet, RequireScopesLayer, Scope, Wallet, WalletJwtLayer,
+/// };
+///
+/// async fn favorites(Wallet(wallet): Wallet) -> String {
+///     format!("favorites of {wallet}")
+/// }
+/// async fn declare_agent() -> &'static str {
+///     "declared"
+/// }
+///
+/// let verifier = JwtVerifier::new(KeySet::new(), "https://auth.example", "https://api.example")?;
+/// let app: Router = Router::new()
+///     .route(
+///         "/api/v2/account/{wallet}/favorites",
+///         get(favorites).route_layer(
+///             RequireScopesLayer::new(Scope::ReadFavorites).wallet_in_path_after("account"),
+///         ),
+///     )
+///     .route(
+///         "/api/v2/accounts/agent",
+///         post(declare_agent).route_layer(RequireScopesLayer::new(Scope::WriteWallets)),
+///     )
+///     .layer(WalletJwtLayer::new(verifier));
+/// # let _ = app;
+/// # Ok::<(), walletgate::wallet_jwt::ConfigError>(())
+/// ```
 #[derive(Clone)]
 #[must_use]
 pub struct RequireScopesLayer {
