@@ -12,8 +12,10 @@ use crate::envelope::DataApiError;
 /// The verified claims of a wallet JWT.
 ///
 /// [`WalletJwtLayer`](super::WalletJwtLayer) puts them in the request
-/// extensions; handlers take them as an extractor, and MCP tools read them
-/// from the request parts and call [`WalletClaims::require`].
+/// extensions; handlers take them as an extractor. An MCP tool (rmcp hands
+/// each tool its request's `http::request::Parts`) reads
+/// `parts.extensions.get::<WalletClaims>()` and calls
+/// [`WalletClaims::require`]; `None` there means the request had no bearer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WalletClaims {
     wallet: Address,
