@@ -16,6 +16,8 @@
 
 /// `get_ref`, `get_mut` and `into_inner` for a service whose wrapped service
 /// is its private `inner` field (tower-http's `define_inner_service_accessors`).
+// Unused when no layer feature is compiled in.
+#[allow(unused_macros)]
 macro_rules! define_inner_service_accessors {
     () => {
         /// Gets a reference to the inner service.
