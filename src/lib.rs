@@ -1,6 +1,31 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+/// `get_ref`, `get_mut` and `into_inner` for a service whose wrapped service
+/// is its private `inner` field (tower-http's `define_inner_service_accessors`).
+// Unused when no layer feature is compiled in.
+#[allow(unused_macros)]
+macro_rules! define_inner_service_accessors {
+    () => {
+        /// Gets a reference to the inner service.
+        pub fn get_ref(&self) -> &S {
+            &self.inner
+        }
+
+        /// Gets a mutable reference to the inner service.
+        pub fn get_mut(&mut self) -> &mut S {
+            &mut self.inner
+        }
+
+        /// Consumes `self`, returning the inner service.
+        pub fn into_inner(self) -> S {
+            self.inner
+        }
+    };
+}
+
+#[cfg(feature = "api-key")]
+pub mod api_key;
 pub mod body;
 pub mod clock;
 pub mod envelope;
@@ -8,6 +33,8 @@ pub mod envelope;
 pub mod free_tier;
 #[cfg(feature = "siwe")]
 pub mod siwe;
+#[cfg(feature = "wallet-jwt")]
+pub mod wallet_jwt;
 
 pub use body::ResponseBody;
 pub use clock::{Clock, FakeClock, SharedClock, SystemClock};
