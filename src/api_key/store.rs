@@ -1,0 +1,321 @@
+//! Where API keys live: the [`KeyStore`] seam and its in-memory default.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::{Future, Ready, ready};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use sha2::{Digest, Sha256};
+use subtle::{Choice, ConstantTimeEq};
+
+use super::{ApiKeyId, ConfigError, KeyQuota};
+
+/// The SHA-256 digest of an API key: what stores keep instead of the key.
+///
+/// `Debug` never shows the bytes, and equality is constant time.
+#[derive(Clone, Copy)]
+pub struct KeyDigest([u8; 32]);
+
+impl KeyDigest {
+    /// The digest of `secret` (the exact bytes of the `X-API-KEY` value).
+    pub fn of(secret: &[u8]) -> Self {
+        Self(Sha256::digest(secret).into())
+    }
+
+    /// A digest computed elsewhere (e.g. loaded from a database).
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// The digest's bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Constant-time comparison.
+    pub fn ct_eq(&self, other: &Self) -> bool {
+        bool::from(self.0.ct_eq(&other.0))
+    }
+
+    /// The first eight bytes, used only to pick a bucket: knowing them says
+    /// nothing useful about the key (a SHA-256 preimage would be needed).
+    fn bucket(&self) -> [u8; 8] {
+        let mut prefix = [0u8; 8];
+        prefix.copy_from_slice(&self.0[..8]);
+        prefix
+    }
+}
+
+impl PartialEq for KeyDigest {
+    fn eq(&self, other: &Self) -> bool {
+        self.ct_eq(other)
+    }
+}
+
+impl Eq for KeyDigest {}
+
+impl fmt::Debug for KeyDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyDigest(<redacted>)")
+    }
+}
+
+/// What a store knows about a valid key: who it belongs to and its quota.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApiKeyRecord {
+    /// The application the key identifies.
+    pub id: ApiKeyId,
+    /// The key's own quota; `None` means the layer's default.
+    pub quota: Option<KeyQuota>,
+}
+
+impl ApiKeyRecord {
+    /// A record for application `id`, with the layer's default quota.
+    pub fn new(id: ApiKeyId) -> Self {
+        Self { id, quota: None }
+    }
+
+    /// Gives the key its own quota.
+    #[must_use]
+    pub fn with_quota(mut self, quota: KeyQuota) -> Self {
+        self.quota = Some(quota);
+        self
+    }
+}
+
+/// A store that could not answer (network, database): the layer answers 503.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct KeyStoreError {
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl KeyStoreError {
+    /// Wraps the backend's error. It must not contain the key.
+    pub fn new(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self {
+            source: source.into(),
+        }
+    }
+}
+
+impl fmt::Display for KeyStoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("API key store unavailable")
+    }
+}
+
+impl std::error::Error for KeyStoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// Looks keys up by digest.
+///
+/// Asynchronous so a networked store (Redis, SQL) can implement it; the
+/// in-memory store answers with a ready future, so nothing is boxed.
+/// A revoked key is simply not found.
+pub trait KeyStore: Send + Sync + 'static {
+    /// The lookup's future.
+    type Lookup: Future<Output = Result<Option<ApiKeyRecord>, KeyStoreError>> + Send + 'static;
+
+    /// The record of the key whose digest is `digest`, if it is valid.
+    fn lookup(&self, digest: &KeyDigest) -> Self::Lookup;
+}
+
+impl<K: KeyStore> KeyStore for Arc<K> {
+    type Lookup = K::Lookup;
+
+    fn lookup(&self, digest: &KeyDigest) -> Self::Lookup {
+        (**self).lookup(digest)
+    }
+}
+
+#[derive(Clone)]
+struct Entry {
+    digest: KeyDigest,
+    record: ApiKeyRecord,
+}
+
+type Buckets = HashMap<[u8; 8], Vec<Entry>>;
+
+/// Keys held in memory as SHA-256 digests.
+///
+/// Clones share the same keys, so a handle kept after building the layer can
+/// add and revoke keys at run time. A lookup hashes on the first eight bytes
+/// of the digest and compares full digests in constant time.
+#[derive(Clone, Default)]
+pub struct InMemoryKeyStore {
+    buckets: Arc<RwLock<Buckets>>,
+}
+
+impl InMemoryKeyStore {
+    /// Keys shorter than this are refused: they could be guessed.
+    pub const MIN_KEY_BYTES: usize = 16;
+
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the key `secret` for `record`. Only its digest is kept.
+    ///
+    /// # Errors
+    /// [`ConfigError::KeyTooShort`] below [`Self::MIN_KEY_BYTES`],
+    /// [`ConfigError::DuplicateKey`] if the key or the id is already present.
+    pub fn insert(&self, secret: &str, record: ApiKeyRecord) -> Result<(), ConfigError> {
+        if secret.len() < Self::MIN_KEY_BYTES {
+            return Err(ConfigError::KeyTooShort {
+                min_bytes: Self::MIN_KEY_BYTES,
+            });
+        }
+        self.insert_digest(KeyDigest::of(secret.as_bytes()), record)
+    }
+
+    /// Adds a key known only by its digest (e.g. loaded from a database).
+    ///
+    /// # Errors
+    /// [`ConfigError::DuplicateKey`] if the digest or the id is already present.
+    pub fn insert_digest(
+        &self,
+        digest: KeyDigest,
+        record: ApiKeyRecord,
+    ) -> Result<(), ConfigError> {
+        let mut buckets = self.buckets.write().unwrap_or_else(PoisonError::into_inner);
+        let taken = buckets
+            .values()
+            .flatten()
+            .any(|entry| entry.record.id == record.id || entry.digest == digest);
+        if taken {
+            return Err(ConfigError::DuplicateKey);
+        }
+        buckets
+            .entry(digest.bucket())
+            .or_default()
+            .push(Entry { digest, record });
+        Ok(())
+    }
+
+    /// Revokes every key of application `id`; returns whether one existed.
+    /// Requests with a revoked key get 401 from then on.
+    pub fn revoke(&self, id: &ApiKeyId) -> bool {
+        let mut buckets = self.buckets.write().unwrap_or_else(PoisonError::into_inner);
+        let mut removed = false;
+        buckets.retain(|_, entries| {
+            let before = entries.len();
+            entries.retain(|entry| entry.record.id != *id);
+            removed |= entries.len() != before;
+            !entries.is_empty()
+        });
+        removed
+    }
+
+    /// How many keys the store holds.
+    pub fn len(&self) -> usize {
+        let buckets = self.buckets.read().unwrap_or_else(PoisonError::into_inner);
+        buckets.values().map(Vec::len).sum()
+    }
+
+    /// Whether the store holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn find(&self, digest: &KeyDigest) -> Option<ApiKeyRecord> {
+        let buckets = self.buckets.read().unwrap_or_else(PoisonError::into_inner);
+        let entries = buckets.get(&digest.bucket())?;
+        // Every entry of the bucket is compared, without an early exit.
+        let mut found: Option<&Entry> = None;
+        for entry in entries {
+            let same: Choice = entry.digest.0.ct_eq(&digest.0);
+            if bool::from(same) {
+                found = Some(entry);
+            }
+        }
+        found.map(|entry| entry.record.clone())
+    }
+}
+
+impl fmt::Debug for InMemoryKeyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InMemoryKeyStore")
+            .field("keys", &self.len())
+            .finish()
+    }
+}
+
+impl KeyStore for InMemoryKeyStore {
+    type Lookup = Ready<Result<Option<ApiKeyRecord>, KeyStoreError>>;
+
+    fn lookup(&self, digest: &KeyDigest) -> Self::Lookup {
+        ready(Ok(self.find(digest)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str) -> ApiKeyId {
+        ApiKeyId::new(name).unwrap()
+    }
+
+    #[test]
+    fn finds_a_key_by_its_digest() {
+        let store = InMemoryKeyStore::new();
+        store
+            .insert("0123456789abcdef-app", ApiKeyRecord::new(id("app")))
+            .unwrap();
+        let found = store.find(&KeyDigest::of(b"0123456789abcdef-app")).unwrap();
+        assert_eq!(found.id, id("app"));
+        assert!(
+            store
+                .find(&KeyDigest::of(b"0123456789abcdef-xxx"))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn short_keys_are_refused() {
+        let store = InMemoryKeyStore::new();
+        let err = store
+            .insert("short", ApiKeyRecord::new(id("app")))
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::KeyTooShort { .. }));
+    }
+
+    #[test]
+    fn duplicate_ids_are_refused() {
+        let store = InMemoryKeyStore::new();
+        store
+            .insert("0123456789abcdef-one", ApiKeyRecord::new(id("app")))
+            .unwrap();
+        let err = store
+            .insert("0123456789abcdef-two", ApiKeyRecord::new(id("app")))
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::DuplicateKey));
+    }
+
+    #[test]
+    fn revoked_keys_are_not_found() {
+        let store = InMemoryKeyStore::new();
+        store
+            .insert("0123456789abcdef-app", ApiKeyRecord::new(id("app")))
+            .unwrap();
+        assert!(store.revoke(&id("app")));
+        assert!(store.is_empty());
+        assert!(
+            store
+                .find(&KeyDigest::of(b"0123456789abcdef-app"))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn debug_shows_no_digest() {
+        let digest = KeyDigest::of(b"0123456789abcdef-app");
+        assert_eq!(format!("{digest:?}"), "KeyDigest(<redacted>)");
+    }
+}

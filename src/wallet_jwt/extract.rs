@@ -1,0 +1,116 @@
+//! Extractors: [`WalletClaims`], `Option<WalletClaims>` and [`Wallet`].
+
+use std::fmt;
+
+use alloy_primitives::Address;
+use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
+use axum_core::response::{IntoResponse, Response};
+use http::request::Parts;
+
+use super::layer::NoBearer;
+use super::{JwtError, WalletClaims};
+use crate::envelope::DataApiError;
+
+/// Renders an Area A rejection as an axum response.
+pub(crate) fn axum_response(error: DataApiError) -> Response {
+    error.into_response().map(axum_core::body::Body::from)
+}
+
+/// Why the claims extractor found no claims.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WalletClaimsRejection {
+    /// An optional-bearer `WalletJwtLayer` saw no bearer: 401 `invalid_token`.
+    MissingToken,
+    /// No `WalletJwtLayer` ran in front of this route: a wiring fault, 500.
+    MissingLayer,
+}
+
+impl WalletClaimsRejection {
+    /// The Area A rejection.
+    pub fn into_data_api_error(self) -> DataApiError {
+        match self {
+            Self::MissingToken => JwtError::Missing.to_data_api_error(),
+            Self::MissingLayer => DataApiError::internal(self.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for WalletClaimsRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::MissingToken => f.write_str(JwtError::Missing.message()),
+            Self::MissingLayer => f.write_str(
+                "WalletClaims missing from request extensions: is WalletJwtLayer in front of this route?",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for WalletClaimsRejection {}
+
+impl From<WalletClaimsRejection> for DataApiError {
+    fn from(rejection: WalletClaimsRejection) -> Self {
+        rejection.into_data_api_error()
+    }
+}
+
+impl IntoResponse for WalletClaimsRejection {
+    fn into_response(self) -> Response {
+        axum_response(self.into_data_api_error())
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for WalletClaims {
+    type Rejection = WalletClaimsRejection;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        match parts.extensions.get::<WalletClaims>() {
+            Some(claims) => Ok(claims.clone()),
+            None if parts.extensions.get::<NoBearer>().is_some() => {
+                Err(WalletClaimsRejection::MissingToken)
+            }
+            None => Err(WalletClaimsRejection::MissingLayer),
+        }
+    }
+}
+
+/// `Option<WalletClaims>`: `None` when an optional-bearer layer saw no
+/// bearer; still 500 when no layer ran.
+impl<S: Send + Sync> OptionalFromRequestParts<S> for WalletClaims {
+    type Rejection = WalletClaimsRejection;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _state: &S,
+    ) -> Result<Option<Self>, Self::Rejection> {
+        match parts.extensions.get::<WalletClaims>() {
+            Some(claims) => Ok(Some(claims.clone())),
+            None if parts.extensions.get::<NoBearer>().is_some() => Ok(None),
+            None => Err(WalletClaimsRejection::MissingLayer),
+        }
+    }
+}
+
+/// The verified wallet alone, for handlers that need no scope details.
+///
+/// ```
+/// use walletgate::wallet_jwt::Wallet;
+///
+/// async fn whoami(Wallet(wallet): Wallet) -> String {
+///     wallet.to_string() // checksummed
+/// }
+/// # let _ = whoami;
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wallet(pub Address);
+
+impl<S: Send + Sync> FromRequestParts<S> for Wallet {
+    type Rejection = WalletClaimsRejection;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let claims =
+            <WalletClaims as FromRequestParts<S>>::from_request_parts(parts, state).await?;
+        Ok(Self(claims.wallet()))
+    }
+}
