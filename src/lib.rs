@@ -6,6 +6,8 @@ pub mod api_key;
 pub mod body;
 pub mod clock;
 pub mod envelope;
+#[cfg(feature = "siwe")]
+pub mod siwe;
 #[cfg(feature = "tokens")]
 pub mod tokens;
 #[cfg(feature = "wallet-jwt")]
