@@ -10,59 +10,59 @@ use alloy_primitives::Address;
 use serde::Serialize;
 
 /// Smallest accepted `limit`.
-pub const MIN_LIMIT: u32 = 1;
+pub(crate) const MIN_LIMIT: u32 = 1;
 /// Largest accepted `limit`.
-pub const MAX_LIMIT: u32 = 100;
+pub(crate) const MAX_LIMIT: u32 = 100;
 /// `limit` when the query has none.
-pub const DEFAULT_LIMIT: u32 = 50;
+pub(crate) const DEFAULT_LIMIT: u32 = 50;
 
 /// One favorite, in the shape of the public API's `Nft`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Nft {
+pub(crate) struct Nft {
     /// Token id within the contract.
-    pub identifier: String,
+    pub(crate) identifier: String,
     /// Collection slug.
-    pub collection: String,
+    pub(crate) collection: String,
     /// Contract address.
-    pub contract: String,
+    pub(crate) contract: String,
     /// `erc721` or `erc1155`.
-    pub token_standard: String,
+    pub(crate) token_standard: String,
     /// Display name.
-    pub name: String,
+    pub(crate) name: String,
     /// Link to the item.
-    pub opensea_url: String,
+    pub(crate) opensea_url: String,
     /// Last change (RFC 3339).
-    pub updated_at: String,
+    pub(crate) updated_at: String,
     /// Whether trading is disabled.
-    pub is_disabled: bool,
+    pub(crate) is_disabled: bool,
     /// Whether the item is marked NSFW.
-    pub is_nsfw: bool,
+    pub(crate) is_nsfw: bool,
     /// Item traits.
-    pub traits: Vec<Trait>,
+    pub(crate) traits: Vec<Trait>,
 }
 
 /// One trait of an [`Nft`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Trait {
+pub(crate) struct Trait {
     /// Trait name.
-    pub trait_type: String,
+    pub(crate) trait_type: String,
     /// Trait value.
-    pub value: String,
+    pub(crate) value: String,
 }
 
 /// One page of favorites.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Page {
+pub(crate) struct Page {
     /// The items.
-    pub nfts: Vec<Nft>,
+    pub(crate) nfts: Vec<Nft>,
     /// Cursor for the next page, absent on the last one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub next: Option<String>,
+    pub(crate) next: Option<String>,
 }
 
 /// Why a page request was refused (400).
 #[derive(Debug, PartialEq, Eq)]
-pub enum PageError {
+pub(crate) enum PageError {
     /// `limit` outside 1..=100.
     LimitOutOfRange(i64),
     /// `after` is not a cursor this server issued for this wallet.
@@ -84,7 +84,7 @@ impl std::fmt::Display for PageError {
 }
 
 /// Checks a requested `limit`, applying the default.
-pub fn checked_limit(requested: Option<i64>) -> Result<u32, PageError> {
+pub(crate) fn checked_limit(requested: Option<i64>) -> Result<u32, PageError> {
     match requested {
         None => Ok(DEFAULT_LIMIT),
         Some(limit) => u32::try_from(limit)
@@ -96,7 +96,7 @@ pub fn checked_limit(requested: Option<i64>) -> Result<u32, PageError> {
 
 /// Favorites per wallet, in memory.
 #[derive(Debug, Default)]
-pub struct Favorites {
+pub(crate) struct Favorites {
     by_wallet: HashMap<Address, Vec<Nft>>,
 }
 
@@ -108,12 +108,17 @@ fn cursor_of(nft: &Nft) -> String {
 
 impl Favorites {
     /// Adds a favorite for `wallet`.
-    pub fn add(&mut self, wallet: Address, nft: Nft) {
+    pub(crate) fn add(&mut self, wallet: Address, nft: Nft) {
         self.by_wallet.entry(wallet).or_default().push(nft);
     }
 
     /// The page after `after` (or the first), at most `limit` items.
-    pub fn page(&self, wallet: Address, limit: u32, after: Option<&str>) -> Result<Page, PageError> {
+    pub(crate) fn page(
+        &self,
+        wallet: Address,
+        limit: u32,
+        after: Option<&str>,
+    ) -> Result<Page, PageError> {
         let all = self.by_wallet.get(&wallet).map_or(&[][..], Vec::as_slice);
         let start = match after {
             None => 0,
@@ -131,7 +136,7 @@ impl Favorites {
     }
 
     /// Development data: `count` favorites for `wallet`.
-    pub fn seed(&mut self, wallet: Address, count: u32) {
+    pub(crate) fn seed(&mut self, wallet: Address, count: u32) {
         const COLLECTIONS: [&str; 3] = ["pudgy-penguins", "azuki", "art-blocks-curated"];
         for index in 0..count {
             let collection = COLLECTIONS[index as usize % COLLECTIONS.len()];
@@ -199,7 +204,10 @@ mod tests {
         assert_eq!(checked_limit(Some(1)), Ok(1));
         assert_eq!(checked_limit(Some(100)), Ok(100));
         assert_eq!(checked_limit(Some(0)), Err(PageError::LimitOutOfRange(0)));
-        assert_eq!(checked_limit(Some(101)), Err(PageError::LimitOutOfRange(101)));
+        assert_eq!(
+            checked_limit(Some(101)),
+            Err(PageError::LimitOutOfRange(101))
+        );
         assert_eq!(checked_limit(Some(-5)), Err(PageError::LimitOutOfRange(-5)));
     }
 

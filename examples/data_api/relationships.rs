@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 /// Which side of a relationship the caller speaks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
-pub enum CallerRole {
+pub(crate) enum CallerRole {
     /// The caller is the agent.
     Agent,
     /// The caller is the owner.
@@ -37,7 +37,7 @@ pub enum CallerRole {
 /// The state of a relationship.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
-pub enum Status {
+pub(crate) enum Status {
     /// Proposed, awaiting the other side.
     Pending,
     /// Both sides agreed.
@@ -46,26 +46,26 @@ pub enum Status {
 
 /// One relationship as the API shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Relationship {
+pub(crate) struct Relationship {
     /// The agent's wallet.
-    pub agent_account_id: String,
+    pub(crate) agent_account_id: String,
     /// The owner's wallet.
-    pub owner_account_id: String,
+    pub(crate) owner_account_id: String,
     /// The state.
-    pub status: Status,
+    pub(crate) status: Status,
     /// The wallet whose confirmation is awaited (pending only).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub awaiting_confirmation_from: Option<String>,
+    pub(crate) awaiting_confirmation_from: Option<String>,
     /// When it was proposed (RFC 3339).
-    pub created_at: String,
+    pub(crate) created_at: String,
     /// When it was confirmed (RFC 3339).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub confirmed_at: Option<String>,
+    pub(crate) confirmed_at: Option<String>,
 }
 
 /// Why a handshake step was refused.
 #[derive(Debug, PartialEq, Eq)]
-pub enum HandshakeError {
+pub(crate) enum HandshakeError {
     /// A wallet cannot relate to itself.
     SelfRelationship,
     /// The agent side has not declared itself an agent.
@@ -99,7 +99,7 @@ struct Record {
 
 /// Agents and relationships, in memory.
 #[derive(Debug, Default)]
-pub struct Relationships {
+pub(crate) struct Relationships {
     state: Mutex<State>,
 }
 
@@ -133,28 +133,31 @@ impl Relationships {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave the maps half-updated
         // (every step is one insert or remove), so a poisoned lock is usable.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Declares `wallet` an agent; returns whether that changed anything.
-    pub fn declare_agent(&self, wallet: Address) -> bool {
+    pub(crate) fn declare_agent(&self, wallet: Address) -> bool {
         self.state().agents.insert(wallet)
     }
 
     /// Undeclares `wallet` and drops its agent relationships; returns whether it was one.
-    pub fn undeclare_agent(&self, wallet: Address) -> bool {
+    pub(crate) fn undeclare_agent(&self, wallet: Address) -> bool {
         let mut state = self.state();
         state.records.retain(|(agent, _), _| *agent != wallet);
         state.agents.remove(&wallet)
     }
 
     /// Whether `wallet` is a declared agent.
-    pub fn is_agent(&self, wallet: Address) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_agent(&self, wallet: Address) -> bool {
         self.state().agents.contains(&wallet)
     }
 
     /// Proposes a relationship; `created` is false when one already existed.
-    pub fn propose(
+    pub(crate) fn propose(
         &self,
         caller: Address,
         counterparty: Address,
@@ -184,7 +187,7 @@ impl Relationships {
     }
 
     /// Confirms a relationship that awaits `caller`.
-    pub fn confirm(
+    pub(crate) fn confirm(
         &self,
         caller: Address,
         counterparty: Address,
@@ -210,13 +213,13 @@ impl Relationships {
     }
 
     /// Removes a relationship in any state; returns whether one existed.
-    pub fn remove(&self, caller: Address, counterparty: Address, role: CallerRole) -> bool {
+    pub(crate) fn remove(&self, caller: Address, counterparty: Address, role: CallerRole) -> bool {
         let key = pair(caller, counterparty, role);
         self.state().records.remove(&key).is_some()
     }
 
     /// Every relationship `wallet` is part of, in any state.
-    pub fn own(&self, wallet: Address) -> Vec<Relationship> {
+    pub(crate) fn own(&self, wallet: Address) -> Vec<Relationship> {
         self.state()
             .records
             .iter()
@@ -226,7 +229,7 @@ impl Relationships {
     }
 
     /// The confirmed relationships of `wallet`, for anyone to read.
-    pub fn public(&self, wallet: Address) -> Vec<Relationship> {
+    pub(crate) fn public(&self, wallet: Address) -> Vec<Relationship> {
         self.own(wallet)
             .into_iter()
             .filter(|relationship| relationship.status == Status::Confirmed)
@@ -248,7 +251,10 @@ mod tests {
     fn handshake_runs_through_every_state() {
         let store = Relationships::default();
         assert!(store.declare_agent(AGENT));
-        assert!(!store.declare_agent(AGENT), "declaring twice changes nothing");
+        assert!(
+            !store.declare_agent(AGENT),
+            "declaring twice changes nothing"
+        );
 
         let (proposed, created) = store.propose(OWNER, AGENT, CallerRole::Owner, NOW).unwrap();
         assert!(created);
@@ -264,7 +270,9 @@ mod tests {
             store.confirm(OWNER, AGENT, CallerRole::Owner, LATER),
             Err(HandshakeError::NothingToConfirm)
         );
-        let (confirmed, _) = store.confirm(AGENT, OWNER, CallerRole::Agent, LATER).unwrap();
+        let (confirmed, _) = store
+            .confirm(AGENT, OWNER, CallerRole::Agent, LATER)
+            .unwrap();
         assert_eq!(confirmed.status, Status::Confirmed);
         assert_eq!(confirmed.confirmed_at.as_deref(), Some(LATER));
         assert_eq!(confirmed.awaiting_confirmation_from, None);
@@ -290,7 +298,9 @@ mod tests {
         let store = Relationships::default();
         store.declare_agent(AGENT);
         store.propose(AGENT, OWNER, CallerRole::Agent, NOW).unwrap();
-        let (again, created) = store.propose(AGENT, OWNER, CallerRole::Agent, LATER).unwrap();
+        let (again, created) = store
+            .propose(AGENT, OWNER, CallerRole::Agent, LATER)
+            .unwrap();
         assert!(!created);
         assert_eq!(again.created_at, NOW);
     }
