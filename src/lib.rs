@@ -33,6 +33,8 @@ pub mod envelope;
 pub mod free_tier;
 #[cfg(feature = "siwe")]
 pub mod siwe;
+#[cfg(feature = "tokens")]
+pub mod tokens;
 #[cfg(feature = "wallet-jwt")]
 pub mod wallet_jwt;
 

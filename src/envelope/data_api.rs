@@ -196,3 +196,9 @@ impl fmt::Display for DataApiError {
 }
 
 impl std::error::Error for DataApiError {}
+
+impl axum_core::response::IntoResponse for DataApiError {
+    fn into_response(self) -> axum_core::response::Response {
+        DataApiError::into_response(self).map(axum_core::body::Body::from)
+    }
+}

@@ -1,0 +1,322 @@
+//! Sign-in and token endpoints, on the paths the OpenSea SDK calls.
+//!
+//! SIWE verify answers with two cookies, `access_token` (the session) and
+//! `refresh_token` (rotates it). PAT management (`/api/v2/auth/tokens…`)
+//! needs the session cookie; a bearer JWT never authorises it. The exchange
+//! takes a PAT and answers a wallet JWT.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use walletgate::envelope::DataApiError;
+use walletgate::siwe::SiweMessageFields;
+use walletgate::tokens::{AccessToken, NewPat, PatRecord, SessionCookies};
+use walletgate::wallet_jwt::{ScopeSet, WalletClaims};
+
+use crate::app::{SharedState, rfc3339};
+
+const ACCESS_COOKIE: &str = "access_token";
+const REFRESH_COOKIE: &str = "refresh_token";
+
+/// Parses a JSON body, answering 400 in the Area A envelope.
+pub(crate) fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, DataApiError> {
+    serde_json::from_slice(body)
+        .map_err(|error| DataApiError::bad_request(format!("invalid JSON body: {error}")))
+}
+
+/// The value of cookie `name` in the request, if any.
+fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value)
+}
+
+fn set_cookie(name: &str, value: &str, max_age_secs: u64, secure: bool) -> HeaderValue {
+    let secure = if secure { "; Secure" } else { "" };
+    let text =
+        format!("{name}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age_secs}{secure}");
+    // Cookie values are base62, so the header is always valid.
+    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+fn session_headers(state: &SharedState, cookies: &SessionCookies) -> HeaderMap {
+    let config = state.issuer.config();
+    let mut headers = HeaderMap::new();
+    headers.append(
+        header::SET_COOKIE,
+        set_cookie(
+            ACCESS_COOKIE,
+            &cookies.access,
+            config.session_lifetime_secs(),
+            state.secure_cookies,
+        ),
+    );
+    headers.append(
+        header::SET_COOKIE,
+        set_cookie(
+            REFRESH_COOKIE,
+            &cookies.refresh,
+            config.refresh_lifetime_secs(),
+            state.secure_cookies,
+        ),
+    );
+    headers
+}
+
+/// The wallet of the request's SIWE session, or why there is none.
+///
+/// `bearer` is the verified JWT the request carried, if any: it never stands
+/// in for the session, but it sharpens the message.
+async fn session_wallet(
+    state: &SharedState,
+    headers: &HeaderMap,
+    bearer: Option<&WalletClaims>,
+) -> Result<alloy_primitives::Address, DataApiError> {
+    let Some(access) = cookie(headers, ACCESS_COOKIE) else {
+        let message = if bearer.is_some() {
+            "token management needs the SIWE session cookie; a bearer JWT cannot manage tokens"
+        } else {
+            "token management needs the SIWE session cookie (sign in with SIWE first)"
+        };
+        return Err(DataApiError::unauthorized(message));
+    };
+    Ok(state.issuer.session_wallet(access).await?)
+}
+
+/// `POST /api/v2/auth/siwe/nonce` -> `{nonce}`.
+pub(crate) async fn nonce(
+    State(state): State<SharedState>,
+) -> Result<Json<serde_json::Value>, DataApiError> {
+    let nonce = state.siwe.issue_nonce().await.map_err(|_| {
+        DataApiError::new(StatusCode::SERVICE_UNAVAILABLE, "nonce store unavailable")
+    })?;
+    Ok(Json(json!({ "nonce": nonce })))
+}
+
+#[derive(Deserialize)]
+struct VerifyBody {
+    message: SiweMessageFields,
+    signature: String,
+}
+
+/// `POST /api/v2/auth/siwe/verify`: the message's fields and signature; the
+/// exact text is rebuilt from the fields and checked.
+pub(crate) async fn verify(
+    State(state): State<SharedState>,
+    body: Bytes,
+) -> Result<Response, DataApiError> {
+    let body: VerifyBody = json_body(&body)?;
+    let signed_in = state
+        .siwe
+        .verify_fields(&body.message, &body.signature)
+        .await
+        .map_err(|error| {
+            if error.is_server_fault() {
+                DataApiError::new(StatusCode::SERVICE_UNAVAILABLE, error.to_string())
+            } else {
+                DataApiError::unauthorized(format!("SIWE verification failed: {error}"))
+            }
+        })?;
+    let cookies = state.issuer.start_session(signed_in.address).await?;
+    let address = signed_in.address.to_checksum(None);
+    Ok((
+        session_headers(&state, &cookies),
+        Json(json!({ "address": address })),
+    )
+        .into_response())
+}
+
+/// `POST /api/v2/auth/session/refresh`: the refresh cookie buys new cookies once.
+pub(crate) async fn refresh_session(
+    State(state): State<SharedState>,
+    headers: HeaderMap,
+) -> Result<Response, DataApiError> {
+    let refresh = cookie(&headers, REFRESH_COOKIE)
+        .ok_or_else(|| DataApiError::unauthorized("the refresh_token cookie is required"))?;
+    let (wallet, cookies) = state.issuer.refresh_session(refresh).await?;
+    let address = wallet.to_checksum(None);
+    Ok((
+        session_headers(&state, &cookies),
+        Json(json!({ "address": address })),
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateTokenBody {
+    #[serde(default)]
+    label: String,
+    scopes: Vec<String>,
+    expires_in_days: Option<u32>,
+}
+
+/// A PAT as listed: never its secret.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TokenView {
+    id: String,
+    label: String,
+    scopes: Vec<String>,
+    created_at: String,
+    expires_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_used_at: Option<String>,
+    revoked: bool,
+}
+
+impl From<&PatRecord> for TokenView {
+    fn from(record: &PatRecord) -> Self {
+        Self {
+            id: record.id.clone(),
+            label: record.label.clone(),
+            scopes: record.scopes.iter().map(ToString::to_string).collect(),
+            created_at: rfc3339(record.created_at),
+            expires_at: rfc3339(record.expires_at),
+            last_used_at: record.last_used_at.map(rfc3339),
+            revoked: record.revoked_at.is_some(),
+        }
+    }
+}
+
+fn created(record: &PatRecord, token: &str) -> Response {
+    let scopes: Vec<String> = record.scopes.iter().map(ToString::to_string).collect();
+    let body = json!({
+        "id": record.id,
+        "token": token,
+        "label": record.label,
+        "scopes": scopes,
+        "expiresAt": rfc3339(record.expires_at),
+    });
+    (StatusCode::CREATED, Json(body)).into_response()
+}
+
+/// `POST /api/v2/auth/tokens` (session): creates a PAT, shown once.
+pub(crate) async fn create_token(
+    State(state): State<SharedState>,
+    bearer: Option<WalletClaims>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, DataApiError> {
+    let wallet = session_wallet(&state, &headers, bearer.as_ref()).await?;
+    let body: CreateTokenBody = json_body(&body)?;
+    let scopes: ScopeSet = body.scopes.join(" ").parse().map_err(|_| {
+        DataApiError::bad_request("scopes must be scope names such as read:favorites")
+    })?;
+    let (record, secret) = state
+        .issuer
+        .create_pat(
+            wallet,
+            NewPat {
+                label: body.label,
+                scopes,
+                expires_in_days: body.expires_in_days,
+            },
+        )
+        .await?;
+    Ok(created(&record, secret.expose()))
+}
+
+/// `GET /api/v2/auth/tokens` (session): the wallet's PATs, without secrets.
+pub(crate) async fn list_tokens(
+    State(state): State<SharedState>,
+    bearer: Option<WalletClaims>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<TokenView>>, DataApiError> {
+    let wallet = session_wallet(&state, &headers, bearer.as_ref()).await?;
+    let records = state.issuer.list_pats(wallet).await?;
+    Ok(Json(records.iter().map(TokenView::from).collect()))
+}
+
+/// `POST /api/v2/auth/tokens/{id}/rotate` (session): a new PAT replaces `id`.
+pub(crate) async fn rotate_token(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+    bearer: Option<WalletClaims>,
+    headers: HeaderMap,
+) -> Result<Response, DataApiError> {
+    let wallet = session_wallet(&state, &headers, bearer.as_ref()).await?;
+    let (record, secret) = state.issuer.rotate_pat(wallet, &id).await?;
+    Ok(created(&record, secret.expose()))
+}
+
+/// `DELETE /api/v2/auth/tokens/{id}` (session; a bearer, if sent, must name
+/// the same wallet): revokes the PAT and signs the wallet out.
+pub(crate) async fn revoke_token(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+    bearer: Option<WalletClaims>,
+    headers: HeaderMap,
+) -> Result<Response, DataApiError> {
+    let wallet = session_wallet(&state, &headers, bearer.as_ref()).await?;
+    if bearer.is_some_and(|claims| claims.wallet() != wallet) {
+        return Err(DataApiError::forbidden(
+            "the bearer JWT belongs to another wallet than the session",
+        ));
+    }
+    state.issuer.revoke_pat(wallet, &id).await?;
+    let mut cleared = HeaderMap::new();
+    for name in [ACCESS_COOKIE, REFRESH_COOKIE] {
+        cleared.append(
+            header::SET_COOKIE,
+            set_cookie(name, "", 0, state.secure_cookies),
+        );
+    }
+    Ok((cleared, Json(json!({ "id": id, "revoked": true }))).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ExchangeBody {
+    subject_token: String,
+    subject_token_type: String,
+}
+
+/// The token types the exchange accepts: the SDK's and RFC 8693's.
+const SUBJECT_TOKEN_TYPES: [&str; 2] = [
+    "ACCESS_TOKEN",
+    "urn:ietf:params:oauth:token-type:access_token",
+];
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ExchangeResponse {
+    #[serde(flatten)]
+    token: AccessToken,
+    token_scopes: Vec<String>,
+}
+
+/// `POST /api/v2/auth/tokens/exchange`: `{subjectToken, subjectTokenType}` ->
+/// `{accessToken, tokenType, expiresIn, scope, tokenScopes}`.
+pub(crate) async fn exchange(
+    State(state): State<SharedState>,
+    body: Bytes,
+) -> Result<Json<ExchangeResponse>, DataApiError> {
+    let body: ExchangeBody = json_body(&body)?;
+    if !SUBJECT_TOKEN_TYPES.contains(&body.subject_token_type.as_str()) {
+        return Err(DataApiError::bad_request(
+            "subjectTokenType must be ACCESS_TOKEN (a personal access token)",
+        ));
+    }
+    let token = state.issuer.exchange(&body.subject_token).await?;
+    let token_scopes = token.scope.split(' ').map(str::to_owned).collect();
+    Ok(Json(ExchangeResponse {
+        token,
+        token_scopes,
+    }))
+}
+
+/// `GET /.well-known/jwks.json`: current and still-valid previous keys.
+pub(crate) async fn jwks(State(state): State<SharedState>) -> Json<serde_json::Value> {
+    state.issuer.keys().prune(state.clock.now_unix_secs());
+    Json(state.issuer.keys().jwks())
+}

@@ -1,0 +1,197 @@
+//! The issuer's Ed25519 signing keys, rotated without invalidating tokens.
+//!
+//! The public half of every key lives in a [`KeySet`] shared with the
+//! verifier (and published as the JWKS document). Rotation starts signing with
+//! a new key at once and keeps the old public key until its last token has
+//! expired; [`SigningKeys::prune`] then removes it.
+
+use std::fmt;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ed25519_dalek::SigningKey;
+use serde::Serialize;
+use sha2::{Digest as _, Sha256};
+
+use super::TokenError;
+use crate::wallet_jwt::JwtError;
+use crate::wallet_jwt::jwt;
+use crate::wallet_jwt::{KeySet, VerificationKey};
+
+/// The signing keys: one current, and the retired ones still published.
+///
+/// Clones share the keys, so a handle can rotate them while servers run.
+#[derive(Clone)]
+pub struct SigningKeys {
+    state: Arc<RwLock<State>>,
+    published: KeySet,
+}
+
+struct State {
+    kid: String,
+    key: SigningKey,
+    /// Retired kids and when they may leave the key set (Unix seconds).
+    retired: Vec<(String, u64)>,
+}
+
+/// The RFC 7638 thumbprint of an Ed25519 public key: its `kid`.
+fn thumbprint(key: &ed25519_dalek::VerifyingKey) -> String {
+    // Members in lexicographic order, no whitespace, as RFC 7638 requires.
+    let canonical = format!(
+        r#"{{"crv":"Ed25519","kty":"OKP","x":"{}"}}"#,
+        URL_SAFE_NO_PAD.encode(key.as_bytes())
+    );
+    URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()))
+}
+
+fn random_key() -> Result<SigningKey, TokenError> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|_| TokenError::Randomness)?;
+    Ok(SigningKey::from_bytes(&seed))
+}
+
+impl SigningKeys {
+    /// A fresh random key, published into `published`.
+    ///
+    /// # Errors
+    /// [`TokenError::Randomness`] if the operating system has no randomness.
+    pub fn generate(published: KeySet) -> Result<Self, TokenError> {
+        Ok(Self::from_key(random_key()?, published))
+    }
+
+    /// A key from its 32-byte seed (for a key loaded from a file), published
+    /// into `published`.
+    pub fn from_seed(seed: &[u8; 32], published: KeySet) -> Self {
+        Self::from_key(SigningKey::from_bytes(seed), published)
+    }
+
+    fn from_key(key: SigningKey, published: KeySet) -> Self {
+        let kid = publish(&published, &key);
+        Self {
+            state: Arc::new(RwLock::new(State {
+                kid,
+                key,
+                retired: Vec::new(),
+            })),
+            published,
+        }
+    }
+
+    /// The current key's id.
+    pub fn current_kid(&self) -> String {
+        self.read().kid.clone()
+    }
+
+    /// The key set the verifier reads: current and retired-but-valid keys.
+    pub fn published(&self) -> &KeySet {
+        &self.published
+    }
+
+    /// The JWKS document for `/.well-known/jwks.json`.
+    pub fn jwks(&self) -> serde_json::Value {
+        self.published.to_jwks()
+    }
+
+    /// Signs with a new key from now on; the old public key stays published
+    /// until `keep_until_unix_secs` (the expiry of the last token it signed).
+    ///
+    /// # Errors
+    /// [`TokenError::Randomness`] if the operating system has no randomness.
+    pub fn rotate(&self, keep_until_unix_secs: u64) -> Result<String, TokenError> {
+        let key = random_key()?;
+        let kid = publish(&self.published, &key);
+        let mut state = self.write();
+        let old = std::mem::replace(&mut state.kid, kid.clone());
+        state.key = key;
+        state.retired.push((old, keep_until_unix_secs));
+        Ok(kid)
+    }
+
+    /// Removes retired keys whose tokens have all expired at `now_unix_secs`.
+    pub fn prune(&self, now_unix_secs: u64) {
+        let mut state = self.write();
+        let published = &self.published;
+        state.retired.retain(|(kid, keep_until)| {
+            let keep = now_unix_secs < *keep_until;
+            if !keep {
+                published.remove(kid);
+            }
+            keep
+        });
+    }
+
+    /// Signs `claims` with the current key.
+    pub(crate) fn sign(&self, claims: &impl Serialize) -> Result<String, JwtError> {
+        let state = self.read();
+        jwt::sign_eddsa(&state.kid, claims, &state.key)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Adds `key`'s public half to `published` under its thumbprint; the kid.
+fn publish(published: &KeySet, key: &SigningKey) -> String {
+    let public = key.verifying_key();
+    let kid = thumbprint(&public);
+    // A thumbprint is never empty, the only reason insert can fail.
+    let _ = published.insert(&kid, VerificationKey::ed25519(public));
+    kid
+}
+
+impl fmt::Debug for SigningKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.read();
+        f.debug_struct("SigningKeys")
+            .field("current_kid", &state.kid)
+            .field("retired", &state.retired.len())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc_8037_thumbprint_vector() {
+        // RFC 8037, appendix A.3: the thumbprint of the example Ed25519 key.
+        let x = URL_SAFE_NO_PAD
+            .decode("11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo")
+            .unwrap();
+        let key = ed25519_dalek::VerifyingKey::from_bytes(&x.try_into().unwrap()).unwrap();
+        assert_eq!(
+            thumbprint(&key),
+            "kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k"
+        );
+    }
+
+    #[test]
+    fn rotation_keeps_the_old_key_until_pruned() {
+        let keys = SigningKeys::generate(KeySet::new()).unwrap();
+        let old = keys.current_kid();
+        let new = keys.rotate(1_000).unwrap();
+        assert_ne!(old, new);
+        assert!(keys.published().contains(&old));
+        assert!(keys.published().contains(&new));
+        keys.prune(999);
+        assert!(keys.published().contains(&old));
+        keys.prune(1_000);
+        assert!(!keys.published().contains(&old));
+        assert_eq!(keys.jwks()["keys"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn debug_shows_no_key_material() {
+        let keys = SigningKeys::from_seed(&[7u8; 32], KeySet::new());
+        let shown = format!("{keys:?}");
+        assert!(shown.contains(&keys.current_kid()));
+        assert!(!shown.contains("0707"));
+    }
+}

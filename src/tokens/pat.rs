@@ -1,0 +1,163 @@
+//! The PAT format: `wg_pat_<30 random base62><6-char base62 CRC32>`.
+//!
+//! The checksum lets a scanner recognise a leaked token offline, without a
+//! database; the server stores only a SHA-256 digest of the whole token.
+
+use std::fmt;
+
+use sha2::{Digest as _, Sha256};
+
+use crate::wallet_jwt::PAT_PREFIX;
+
+const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+/// Random base62 characters after the prefix (about 178 bits).
+const RANDOM_LEN: usize = 30;
+/// Base62 characters of the CRC32 (62^6 > 2^32).
+const CHECKSUM_LEN: usize = 6;
+
+/// A PAT's secret text, shown to its owner once and never stored.
+///
+/// `Debug` and `Display` print only the prefix.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PatSecret(String);
+
+impl PatSecret {
+    /// A fresh random token.
+    pub(crate) fn generate() -> Result<Self, getrandom::Error> {
+        let mut token = String::from(PAT_PREFIX);
+        token.push_str(&random_base62(RANDOM_LEN)?);
+        token.push_str(&checksum(&token));
+        Ok(Self(token))
+    }
+
+    /// The token text, to hand to its owner.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The digest the store keeps.
+    pub fn digest(&self) -> SecretDigest {
+        SecretDigest::of(&self.0)
+    }
+}
+
+impl fmt::Debug for PatSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PatSecret({PAT_PREFIX}…)")
+    }
+}
+
+/// SHA-256 of a secret (a PAT or a session cookie): what a store keeps and
+/// looks up by.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SecretDigest([u8; 32]);
+
+impl SecretDigest {
+    /// The digest of `secret`.
+    pub fn of(secret: &str) -> Self {
+        Self(Sha256::digest(secret.as_bytes()).into())
+    }
+
+    /// The digest bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SecretDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretDigest(…)")
+    }
+}
+
+/// `len` uniformly random base62 characters from the operating system.
+pub(crate) fn random_base62(len: usize) -> Result<String, getrandom::Error> {
+    let mut out = String::with_capacity(len);
+    let mut buffer = [0u8; 64];
+    while out.len() < len {
+        getrandom::fill(&mut buffer)?;
+        // Bytes of 248 (= 4 * 62) and above are dropped: they would bias the
+        // first characters of the alphabet.
+        for byte in buffer.into_iter().filter(|&byte| byte < 248) {
+            if out.len() == len {
+                break;
+            }
+            out.push(char::from(ALPHABET[usize::from(byte % 62)]));
+        }
+    }
+    Ok(out)
+}
+
+/// Base62 CRC32 of `text`, left-padded with `0` to six characters.
+fn checksum(text: &str) -> String {
+    let mut value = crc32fast::hash(text.as_bytes());
+    let mut digits = [b'0'; CHECKSUM_LEN];
+    for slot in digits.iter_mut().rev() {
+        *slot = ALPHABET[(value % 62) as usize];
+        value /= 62;
+    }
+    digits.iter().map(|&byte| char::from(byte)).collect()
+}
+
+/// Whether `text` is a well-formed PAT whose checksum holds.
+///
+/// Offline: it says "this is one of ours", not "this is valid".
+pub fn is_well_formed(text: &str) -> bool {
+    let Some(rest) = text.strip_prefix(PAT_PREFIX) else {
+        return false;
+    };
+    if rest.len() != RANDOM_LEN + CHECKSUM_LEN || !rest.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return false;
+    }
+    let (body, sum) = text.split_at(text.len() - CHECKSUM_LEN);
+    checksum(body) == sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_tokens_are_well_formed_and_distinct() {
+        let first = PatSecret::generate().unwrap();
+        let second = PatSecret::generate().unwrap();
+        assert!(is_well_formed(first.expose()));
+        assert!(first.expose().starts_with(PAT_PREFIX));
+        assert_eq!(first.expose().len(), PAT_PREFIX.len() + 36);
+        assert_ne!(first, second);
+        assert_ne!(first.digest(), second.digest());
+    }
+
+    #[test]
+    fn checksum_detects_every_single_character_change() {
+        let token = PatSecret::generate().unwrap();
+        let text = token.expose();
+        for index in PAT_PREFIX.len()..text.len() {
+            let original = text.as_bytes()[index];
+            let replacement = if original == b'a' { b'b' } else { b'a' };
+            let mut changed = text.as_bytes().to_vec();
+            changed[index] = replacement;
+            let changed = String::from_utf8(changed).unwrap();
+            assert!(
+                !is_well_formed(&changed),
+                "change at {index} went unnoticed"
+            );
+        }
+    }
+
+    #[test]
+    fn other_shapes_are_not_pats() {
+        assert!(!is_well_formed(""));
+        assert!(!is_well_formed("wg_pat_short"));
+        assert!(!is_well_formed("eyJhbGciOiJFZERTQSJ9.e30.AA"));
+        let token = PatSecret::generate().unwrap();
+        assert!(!is_well_formed(&format!("{} ", token.expose())));
+    }
+
+    #[test]
+    fn debug_hides_the_secret() {
+        let token = PatSecret::generate().unwrap();
+        let shown = format!("{token:?} {:?}", token.digest());
+        assert!(!shown.contains(&token.expose()[PAT_PREFIX.len()..]));
+    }
+}
