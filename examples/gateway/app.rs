@@ -94,7 +94,8 @@ async fn infer(
     match gateway.stream(&model, &request).await {
         Ok(events) => {
             let fault_gateway = gateway.clone();
-            let body = SseBody::new(endpoint, head, events, move |fault| {
+            let idle_timeout = gateway.upstream_timeout;
+            let body = SseBody::new(endpoint, head, events, idle_timeout, move |fault| {
                 fault_gateway.fault_error(&model, true, fault)
             });
             let mut response = Response::new(Body::new(body));

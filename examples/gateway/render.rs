@@ -4,13 +4,16 @@
 //! with `data: [DONE]` (the SDKs read nothing else); messages and responses
 //! send their vendors' named events (`event: …` then `data: {…}`).
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame};
 use serde_json::{Value, json};
-use walletgate::envelope::{EnvelopeStyle, GatewayError};
+use tokio::time::Sleep;
+use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError};
 
 use crate::request::Endpoint;
 use crate::upstream::{Completion, EventStream, FinishReason, StreamEvent, UpstreamFault, Usage};
@@ -178,11 +181,7 @@ impl SseEncoder {
         }
     }
 
-    fn encode(
-        &mut self,
-        step: Result<StreamEvent, UpstreamFault>,
-        fault_error: impl FnOnce(&UpstreamFault) -> GatewayError,
-    ) -> (String, bool) {
+    fn encode(&mut self, step: Result<StreamEvent, GatewayError>) -> (String, bool) {
         let mut out = String::new();
         self.start(&mut out);
         let done = match step {
@@ -207,8 +206,8 @@ impl SseEncoder {
                 self.finish(&mut out, finish, usage);
                 true
             }
-            Err(fault) => {
-                self.fail(&mut out, &fault_error(&fault));
+            Err(error) => {
+                self.fail(&mut out, &error);
                 true
             }
         };
@@ -273,10 +272,15 @@ impl SseEncoder {
 }
 
 /// An SSE response body fed by an upstream's events.
+///
+/// An upstream silent for longer than the idle timeout ends the stream with a
+/// `TIMEOUT` error event, so a stalled upstream never holds a client forever.
 pub(crate) struct SseBody<F> {
     events: EventStream,
     encoder: SseEncoder,
     fault_error: F,
+    idle_timeout: Duration,
+    idle: Pin<Box<Sleep>>,
     done: bool,
 }
 
@@ -289,9 +293,12 @@ where
         endpoint: Endpoint,
         head: AnswerHead,
         events: EventStream,
+        idle_timeout: Duration,
         fault_error: F,
     ) -> Self {
         Self {
+            idle_timeout,
+            idle: Box::pin(tokio::time::sleep(idle_timeout)),
             events,
             encoder: SseEncoder {
                 endpoint,
@@ -321,15 +328,21 @@ where
             return Poll::Ready(None);
         }
         let step = match this.events.poll_recv(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(Some(step)) => step,
+            Poll::Ready(Some(Ok(event))) => Ok(event),
+            Poll::Ready(Some(Err(fault))) => Err((this.fault_error)(&fault)),
             // The upstream side vanished without finishing: a broken stream.
-            Poll::Ready(None) => Err(UpstreamFault::new(
+            Poll::Ready(None) => Err((this.fault_error)(&UpstreamFault::new(
                 None,
                 "upstream stream closed early: connection reset",
-            )),
+            ))),
+            Poll::Pending => match this.idle.as_mut().poll(cx) {
+                Poll::Ready(()) => Err(GatewayError::new(ErrorCode::Timeout)),
+                Poll::Pending => return Poll::Pending,
+            },
         };
-        let (text, done) = this.encoder.encode(step, &this.fault_error);
+        let deadline = tokio::time::Instant::now() + this.idle_timeout;
+        this.idle.as_mut().reset(deadline);
+        let (text, done) = this.encoder.encode(step);
         this.done = done;
         Poll::Ready(Some(Ok(Frame::data(Bytes::from(text)))))
     }

@@ -806,6 +806,59 @@ async fn a_fault_after_the_stream_started_ends_it_with_an_error_event() {
 }
 
 #[tokio::test]
+async fn a_stream_that_falls_silent_ends_with_a_timeout_event() {
+    let server = Server::start(fault_config()).await;
+    let reply = server
+        .post(
+            "/v1/messages",
+            &body(Endpoint::Messages, "faulty/stall_stream", "hi", true),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let text = reply.text();
+    let last: Value = serde_json::from_str(sse_data(&text).last().unwrap()).unwrap();
+    assert_eq!(last["type"], "error", "{text}");
+    assert_eq!(last["error"]["type"], "api_error", "{text}");
+    assert_eq!(
+        last["error"]["message"],
+        ErrorCode::Timeout.default_message(),
+        "{text}"
+    );
+    assert!(text.contains("event: error\n"), "{text}");
+}
+
+#[tokio::test]
+async fn pipeline_steps_run_in_specified_order() {
+    let server = Server::start(Config {
+        body_limit_bytes: 90,
+        ..Config::default()
+    })
+    .await;
+    // Oversized and not JSON: the size limit answers first.
+    let reply = server
+        .post_bytes("/v1/chat/completions", vec![b'{'; 100])
+        .await;
+    assert_envelope(Endpoint::Chat, &reply, ErrorCode::RequestTooLarge);
+    // Only system messages and an unknown model: the conversation check comes first.
+    let reply = server
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "x/y", "messages": [{"role": "system", "content": "s"}]}),
+        )
+        .await;
+    assert_envelope(Endpoint::Chat, &reply, ErrorCode::EmptyConversation);
+    // An unknown model asking to stream: unknown model first.
+    let reply = server
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "x/y", "stream": true, "messages": [{"role": "user", "content": "u"}]}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(reply.json()["error"].is_string());
+}
+
+#[tokio::test]
 async fn the_echo_family_rejects_like_a_real_provider() {
     let server = Server::start(fault_config()).await;
     let mut too_many = body(Endpoint::Chat, "openai/gpt-5-mini", "hi", false);

@@ -27,6 +27,9 @@ pub(crate) enum Fault {
     Hang,
     /// A stream starts, sends one piece of text, then fails with `text`.
     BreakStream { text: String },
+    /// A stream starts, sends one piece of text, then falls silent; a whole
+    /// answer never comes.
+    StallStream,
 }
 
 /// Named presets, for `GATEWAY_FAULTS` and the tests: `(name, status, text)`.
@@ -104,6 +107,7 @@ impl Fault {
                     text: "client error (Connect): tcp connect error: Connection refused (os error 111) at 10.0.12.45:8080".into(),
                 });
             }
+            "stall_stream" => return Some(Self::StallStream),
             "break_stream" => {
                 return Some(Self::BreakStream {
                     text: "upstream connect error or disconnect/reset before headers. reset reason: connection termination".into(),
@@ -124,17 +128,19 @@ impl Fault {
 
     /// Every preset name.
     pub(crate) fn preset_names() -> impl Iterator<Item = &'static str> {
-        PRESETS
-            .iter()
-            .map(|(name, ..)| *name)
-            .chain(["hang", "connect_refused", "break_stream"])
+        PRESETS.iter().map(|(name, ..)| *name).chain([
+            "hang",
+            "connect_refused",
+            "break_stream",
+            "stall_stream",
+        ])
     }
 
     fn up_front(&self) -> Option<UpstreamFault> {
         match self {
             Self::Answer { status, text } => Some(UpstreamFault::new(Some(*status), text.clone())),
             Self::Transport { text } => Some(UpstreamFault::new(None, text.clone())),
-            Self::Hang | Self::BreakStream { .. } => None,
+            Self::Hang | Self::BreakStream { .. } | Self::StallStream => None,
         }
     }
 }
@@ -162,7 +168,7 @@ impl Upstream for FaultInjecting {
         };
         Box::pin(async move {
             match fault {
-                Fault::Hang => pending().await,
+                Fault::Hang | Fault::StallStream => pending().await,
                 Fault::BreakStream { text } => Err(UpstreamFault::new(None, text.clone())),
                 other => Err(other
                     .up_front()
@@ -186,6 +192,13 @@ impl Upstream for FaultInjecting {
                     let (sender, receiver) = mpsc::channel(2);
                     let _ = sender.try_send(Ok(StreamEvent::Text("partial".into())));
                     let _ = sender.try_send(Err(UpstreamFault::new(None, text.clone())));
+                    Ok(receiver)
+                }
+                Fault::StallStream => {
+                    let (sender, receiver) = mpsc::channel(1);
+                    let _ = sender.try_send(Ok(StreamEvent::Text("partial".into())));
+                    // Hold the stream open, silent, until the client goes away.
+                    tokio::spawn(async move { sender.closed().await });
                     Ok(receiver)
                 }
                 other => Err(other
