@@ -417,54 +417,79 @@ fn messages(check: &mut Check, object: &Map<String, Value>) -> ChatRequest {
 
 fn anthropic_message(check: &mut Check, message: &Value, path: &Path) -> Option<Value> {
     let message = check.object(message, path)?;
+    Some(mapped_message(
+        check,
+        message,
+        path,
+        &["user", "assistant"],
+        anthropic_block,
+    ))
+}
+
+/// One Anthropic content block in chat form; tool and thinking blocks carry
+/// no prompt text for the echo family and are not sent upstream.
+fn anthropic_block(check: &mut Check, block: &Map<String, Value>, path: &Path) -> Option<Value> {
+    match check.part_type(block, path)? {
+        "text" => {
+            let text = check.text_field(block, "text", path);
+            Some(json!({"type": "text", "text": text}))
+        }
+        "image" => {
+            let url = block
+                .get("source")
+                .and_then(Value::as_object)
+                .and_then(anthropic_image_url);
+            if url.is_none() {
+                check.fail(
+                    &at(path, "source"),
+                    "must be {type:\"url\", url} or {type:\"base64\", media_type, data}",
+                );
+            }
+            Some(json!({"type": "image_url", "image_url": {"url": url?}}))
+        }
+        _ => None,
+    }
+}
+
+/// A vendor's `{role, content}` message in chat form: `role` one of `roles`,
+/// `content` a string or parts that `map_part` maps (`None`: no prompt in it).
+fn mapped_message(
+    check: &mut Check,
+    message: &Map<String, Value>,
+    path: &Path,
+    roles: &[&str],
+    map_part: fn(&mut Check, &Map<String, Value>, &Path) -> Option<Value>,
+) -> Value {
     let role = message.get("role").and_then(Value::as_str);
-    if !matches!(role, Some("user" | "assistant")) {
-        check.fail(&at(path, "role"), "must be one of user, assistant");
+    if !role.is_some_and(|role| roles.contains(&role)) {
+        check.fail(
+            &at(path, "role"),
+            format!("must be one of {}", roles.join(", ")),
+        );
     }
     let content_path = at(path, "content");
     let content = match message.get("content") {
         Some(Value::String(text)) => Value::String(text.clone()),
-        Some(Value::Array(blocks)) => {
-            let mut parts = Vec::new();
-            for (index, block) in blocks.iter().enumerate() {
-                let block_path = at(&content_path, index);
-                let Some(block) = check.object(block, &block_path) else {
-                    continue;
-                };
-                match check.part_type(block, &block_path) {
-                    Some("text") => {
-                        let text = check.text_field(block, "text", &block_path);
-                        parts.push(json!({"type": "text", "text": text}));
-                    }
-                    Some("image") => {
-                        let source_path = at(&block_path, "source");
-                        let source = block.get("source").and_then(Value::as_object);
-                        match source.and_then(anthropic_image_url) {
-                            Some(url) => {
-                                parts.push(json!({"type": "image_url", "image_url": {"url": url}}));
-                            }
-                            None => check.fail(
-                                &source_path,
-                                "must be {type:\"url\", url} or {type:\"base64\", media_type, data}",
-                            ),
-                        }
-                    }
-                    // Tool and thinking blocks carry no prompt text for the echo
-                    // family; an OpenAI-compatible upstream is not sent them.
-                    _ => {}
-                }
-            }
-            Value::Array(parts)
-        }
+        Some(Value::Array(parts)) => Value::Array(
+            parts
+                .iter()
+                .enumerate()
+                .filter_map(|(index, part)| {
+                    let part_path = at(&content_path, index);
+                    let part = check.object(part, &part_path)?;
+                    map_part(check, part, &part_path)
+                })
+                .collect(),
+        ),
         _ => {
             check.fail(
                 &content_path,
-                "must be a string or an array of content blocks",
+                "must be a string or an array of content parts",
             );
             Value::Null
         }
     };
-    Some(json!({"role": role.unwrap_or("user"), "content": content}))
+    json!({"role": role.unwrap_or("user"), "content": content})
 }
 
 fn anthropic_image_url(source: &Map<String, Value>) -> Option<String> {
@@ -521,50 +546,30 @@ fn responses_item(check: &mut Check, item: &Value, path: &Path) -> Option<Value>
         // Function calls, their outputs and reasoning items carry no prompt text.
         Some(_) => return None,
     }
-    let role = item.get("role").and_then(Value::as_str);
-    if !matches!(role, Some("user" | "assistant" | "system" | "developer")) {
-        check.fail(
-            &at(path, "role"),
-            "must be one of user, assistant, system, developer",
-        );
-    }
-    let content_path = at(path, "content");
-    let content = match item.get("content") {
-        Some(Value::String(text)) => Value::String(text.clone()),
-        Some(Value::Array(parts)) => {
-            let mut mapped = Vec::new();
-            for (index, part) in parts.iter().enumerate() {
-                let part_path = at(&content_path, index);
-                let Some(part) = check.object(part, &part_path) else {
-                    continue;
-                };
-                match check.part_type(part, &part_path) {
-                    Some("input_text" | "output_text") => {
-                        let text = check.text_field(part, "text", &part_path);
-                        mapped.push(json!({"type": "text", "text": text}));
-                    }
-                    Some("input_image") => {
-                        let url = check.text_field(part, "image_url", &part_path);
-                        mapped.push(json!({"type": "image_url", "image_url": {"url": url}}));
-                    }
-                    Some("input_file") | None => {}
-                    Some(other) => check.fail(
-                        &at(&part_path, "type"),
-                        format!("unknown content part type {other:?}"),
-                    ),
-                }
-            }
-            Value::Array(mapped)
+    let roles = ["user", "assistant", "system", "developer"];
+    Some(mapped_message(check, item, path, &roles, responses_part))
+}
+
+/// One responses-style content part in chat form.
+fn responses_part(check: &mut Check, part: &Map<String, Value>, path: &Path) -> Option<Value> {
+    match check.part_type(part, path)? {
+        "input_text" | "output_text" => {
+            let text = check.text_field(part, "text", path);
+            Some(json!({"type": "text", "text": text}))
         }
-        _ => {
+        "input_image" => {
+            let url = check.text_field(part, "image_url", path);
+            Some(json!({"type": "image_url", "image_url": {"url": url}}))
+        }
+        "input_file" => None,
+        other => {
             check.fail(
-                &content_path,
-                "must be a string or an array of content parts",
+                &at(path, "type"),
+                format!("unknown content part type {other:?}"),
             );
-            Value::Null
+            None
         }
-    };
-    Some(json!({"role": role.unwrap_or("user"), "content": content}))
+    }
 }
 
 #[cfg(test)]
@@ -624,6 +629,33 @@ mod tests {
         assert_eq!(request.image_urls(), vec!["https://img.example/cat.png"]);
         assert_eq!(request.last_user_text(), "what is this");
         assert_eq!(request.max_tokens, Some(64));
+    }
+
+    #[test]
+    fn vendor_schemas_report_block_paths() {
+        let body = json!({"model": "a/b", "max_tokens": 5, "messages": [{"role": "system", "content": [
+            {"type": "text", "text": "hi"},
+            {"type": "image", "source": {"type": "url"}}
+        ]}]});
+        let details = ChatRequest::from_json(Endpoint::Messages, body).unwrap_err();
+        assert_eq!(
+            paths(&details),
+            vec![
+                json!(["messages", 0, "role"]),
+                json!(["messages", 0, "content", 1, "source"])
+            ]
+        );
+        let body = json!({"model": "a/b", "input": [{"role": "user", "content": [
+            {"type": "input_text"}, {"type": "input_video"}
+        ]}]});
+        let details = ChatRequest::from_json(Endpoint::Responses, body).unwrap_err();
+        assert_eq!(
+            paths(&details),
+            vec![
+                json!(["input", 0, "content", 0, "text"]),
+                json!(["input", 0, "content", 1, "type"])
+            ]
+        );
     }
 
     #[test]
