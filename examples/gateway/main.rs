@@ -22,6 +22,8 @@ mod upstream;
 #[cfg(test)]
 mod tests;
 
+use std::net::SocketAddr;
+
 use config::Config;
 
 #[tokio::main]
@@ -42,6 +44,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         "chat:    curl http://{address}/v1/chat/completions -H 'content-type: application/json' \
          -d '{{\"model\":\"nvidia/nemotron-super\",\"messages\":[{{\"role\":\"user\",\"content\":\"hello\"}}]}}'"
     );
-    axum::serve(listener, app::app(config)).await?;
+    // Connection addresses ride along for the per-IP free-tier limit.
+    let service = app::app(config).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, service).await?;
     Ok(())
 }

@@ -93,10 +93,12 @@ struct Server {
     client: Client<HttpConnector, Full<Bytes>>,
 }
 
+/// Serves `router` on a fresh loopback port, as `main` does (with the peer address).
 async fn serve(router: Router) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, service).await.unwrap() });
     address
 }
 

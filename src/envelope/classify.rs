@@ -82,7 +82,7 @@ pub fn classify_upstream(status: Option<StatusCode>, text: &str) -> ErrorCode {
         404 | 502 | 503 | 529 => ErrorCode::ModelUnavailable,
         429 if mentions(&lower, PROVIDER_ACCOUNT) => ErrorCode::ProviderConfigError,
         429 => ErrorCode::RateLimited,
-        400..=499 => classify_rejection(&lower),
+        400..=499 => classify_rejection(&lower).unwrap_or(ErrorCode::InvalidParameter),
         _ if mentions(&lower, UNAVAILABLE) => ErrorCode::ModelUnavailable,
         _ => ErrorCode::InternalError,
     }
@@ -95,17 +95,14 @@ fn classify_transport(lower: &str) -> ErrorCode {
     } else if mentions(lower, TIMED_OUT) {
         ErrorCode::Timeout
     } else {
-        match classify_rejection(lower) {
-            // Unknown text without a status is not evidence of a bad parameter.
-            ErrorCode::InvalidParameter => ErrorCode::InternalError,
-            specific => specific,
-        }
+        // Unknown text without a status is not evidence of a bad request.
+        classify_rejection(lower).unwrap_or(ErrorCode::InternalError)
     }
 }
 
-/// A 4xx the upstream answered: the request can be fixed; say which part.
-fn classify_rejection(lower: &str) -> ErrorCode {
-    if mentions(lower, CONTEXT_LENGTH) {
+/// What a rejected request's text says is wrong with it, when it says.
+fn classify_rejection(lower: &str) -> Option<ErrorCode> {
+    let code = if mentions(lower, CONTEXT_LENGTH) {
         ErrorCode::ContextLengthExceeded
     } else if mentions(lower, IMAGE_URL) {
         // Before the filter and account checks: image URLs carry words like
@@ -121,9 +118,12 @@ fn classify_rejection(lower: &str) -> ErrorCode {
         ErrorCode::ProviderConfigError
     } else if mentions(lower, MESSAGE_SHAPE) {
         ErrorCode::InvalidRequest
-    } else {
+    } else if mentions(lower, PARAMETER) {
         ErrorCode::InvalidParameter
-    }
+    } else {
+        return None;
+    };
+    Some(code)
 }
 
 fn mentions(lower: &str, phrases: &[&str]) -> bool {
@@ -208,6 +208,19 @@ const MESSAGE_SHAPE: &[&str] = &[
     "must alternate",
     "tool result",
     "tool_result",
+];
+
+const PARAMETER: &[&str] = &[
+    "parameter",
+    "invalid argument",
+    "invalid_argument",
+    "invalid value",
+    "unsupported value",
+    "must be between",
+    "above maximum",
+    "below minimum",
+    "is not supported",
+    "not allowed",
 ];
 
 const UNAVAILABLE: &[&str] = &[
@@ -299,6 +312,11 @@ mod tests {
         assert_eq!(
             classify_upstream(None, "something odd happened"),
             ErrorCode::InternalError
+        );
+        // Even without any status, a parameter rejection stays a 400.
+        assert_eq!(
+            classify_upstream(None, "Invalid 'max_tokens': integer above maximum value"),
+            ErrorCode::InvalidParameter
         );
     }
 
