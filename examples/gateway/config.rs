@@ -135,6 +135,12 @@ impl Config {
                     format!("unknown fault {preset:?}; known: {}", names.join(", ")),
                 )
             })?;
+            if config.catalogue.get(&model).is_none() {
+                return Err(invalid(
+                    "GATEWAY_FAULTS",
+                    format!("no model {model:?} in the catalogue"),
+                ));
+            }
             config.faults.insert(model, fault);
         }
         Ok(config)
@@ -216,7 +222,8 @@ mod tests {
             ("GATEWAY_LISTEN", "nowhere"),
             ("GATEWAY_BODY_LIMIT_BYTES", "0"),
             ("GATEWAY_UPSTREAM_TIMEOUT_SECS", "soon"),
-            ("GATEWAY_FAULTS", "a/b=no_such_fault"),
+            ("GATEWAY_FAULTS", "openai/gpt-5-mini=no_such_fault"),
+            ("GATEWAY_FAULTS", "no/such-model=rate_limited"),
             ("GATEWAY_UPSTREAMS", "openai=http://127.0.0.1:9/v1"),
         ] {
             let list: &'static [(&'static str, &'static str)] =

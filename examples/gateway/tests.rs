@@ -914,6 +914,7 @@ async fn price_hook_reads_what_the_pipeline_inserted() {
 struct Seen {
     authorization: Vec<String>,
     models: Vec<String>,
+    max_tokens: Vec<Value>,
 }
 
 const UPSTREAM_KEY: &str = "sk-proj-TestOnlyNotARealKey0123456789";
@@ -932,6 +933,7 @@ async fn scripted_upstream(
             .push(headers["authorization"].to_str().unwrap().to_owned());
         seen.models
             .push(request["model"].as_str().unwrap().to_owned());
+        seen.max_tokens.push(request["max_tokens"].clone());
     }
     let prompt = request["messages"].as_array().unwrap().last().unwrap()["content"]
         .as_str()
@@ -1040,6 +1042,8 @@ async fn openai_compatible_upstream_over_tcp() {
 
     let seen = seen.lock().unwrap();
     assert_eq!(seen.models, vec!["gpt-5-mini"; 3]);
+    // The messages request's max_tokens travels on; the others named none.
+    assert_eq!(seen.max_tokens, vec![Value::Null, json!(256), Value::Null]);
     assert!(
         seen.authorization
             .iter()

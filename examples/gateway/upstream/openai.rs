@@ -83,7 +83,11 @@ impl OpenAiUpstream {
         body.insert("model".into(), json!(model.upstream_name()));
         body.insert("messages".into(), Value::Array(chat.messages.clone()));
         body.insert("stream".into(), json!(stream));
-        if let Some(max_tokens) = chat.max_tokens {
+        // A client that chose `max_completion_tokens` (which newer models
+        // require) gets exactly that, not both names.
+        if let Some(max_tokens) = chat.max_tokens
+            && !body.contains_key("max_completion_tokens")
+        {
             body.insert("max_tokens".into(), json!(max_tokens));
         }
         let bytes = serde_json::to_vec(&body)
