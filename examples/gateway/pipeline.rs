@@ -208,8 +208,12 @@ async fn require_conversation(request: Request, next: Next) -> Response {
     if parsed.has_conversation() {
         next.run(request).await
     } else {
+        let field = match parsed.endpoint {
+            Endpoint::Responses => "input",
+            Endpoint::Chat | Endpoint::Messages => "messages",
+        };
         reject(
-            GatewayError::new(ErrorCode::EmptyConversation).with_param("messages"),
+            GatewayError::new(ErrorCode::EmptyConversation).with_param(field),
             style,
         )
     }

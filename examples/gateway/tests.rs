@@ -505,6 +505,16 @@ async fn upstream_debug_text_is_redacted_in_every_fault() {
 }
 
 #[tokio::test]
+async fn empty_conversation_names_the_endpoint_field() {
+    let server = Server::start(Config::default()).await;
+    for (endpoint, field) in [(Endpoint::Chat, "messages"), (Endpoint::Responses, "input")] {
+        let reply = server.post(path(endpoint), &system_only(endpoint)).await;
+        assert_envelope(endpoint, &reply, ErrorCode::EmptyConversation);
+        assert_eq!(reply.json()["error"]["param"], field);
+    }
+}
+
+#[tokio::test]
 async fn invalid_request_body_lists_every_offending_path() {
     let server = Server::start(Config::default()).await;
     let reply = server
