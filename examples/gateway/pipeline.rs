@@ -68,8 +68,7 @@ pub(crate) fn with_pipeline(routes: Router<AppState>, state: &AppState) -> Route
             .layer(from_fn(validate_body))
             .layer(from_fn(require_conversation))
             .layer(from_fn_with_state(state.clone(), resolve_model))
-            .layer(from_fn(check_stream_support)),
-        // FreeTierLimitLayer, then X402Layer, are added here.
+            .layer(from_fn(check_stream_support)), // ← FreeTierLimitLayer, then X402Layer, go here.
     )
 }
 
