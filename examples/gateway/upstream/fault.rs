@@ -97,8 +97,8 @@ const PRESETS: &[(&str, u16, &str)] = &[
 ];
 
 impl Fault {
-    /// A named preset (`rate_limited`, `context_length`, …), `hang`,
-    /// `connect_refused` or `break_stream`.
+    /// A named preset: one of `PRESETS` (`rate_limited`, `context_length`, …),
+    /// `hang`, `connect_refused`, `break_stream` or `stall_stream`.
     pub(crate) fn preset(name: &str) -> Option<Self> {
         match name {
             "hang" => return Some(Self::Hang),
@@ -135,14 +135,6 @@ impl Fault {
             "stall_stream",
         ])
     }
-
-    fn up_front(&self) -> Option<UpstreamFault> {
-        match self {
-            Self::Answer { status, text } => Some(UpstreamFault::new(Some(*status), text.clone())),
-            Self::Transport { text } => Some(UpstreamFault::new(None, text.clone())),
-            Self::Hang | Self::BreakStream { .. } | Self::StallStream => None,
-        }
-    }
 }
 
 /// Wraps an upstream; the models listed fail as configured, the rest pass through.
@@ -168,11 +160,13 @@ impl Upstream for FaultInjecting {
         };
         Box::pin(async move {
             match fault {
+                Fault::Answer { status, text } => {
+                    Err(UpstreamFault::new(Some(*status), text.clone()))
+                }
+                Fault::Transport { text } | Fault::BreakStream { text } => {
+                    Err(UpstreamFault::new(None, text.clone()))
+                }
                 Fault::Hang | Fault::StallStream => pending().await,
-                Fault::BreakStream { text } => Err(UpstreamFault::new(None, text.clone())),
-                other => Err(other
-                    .up_front()
-                    .unwrap_or_else(|| UpstreamFault::new(None, "fault"))),
             }
         })
     }
@@ -201,9 +195,10 @@ impl Upstream for FaultInjecting {
                     tokio::spawn(async move { sender.closed().await });
                     Ok(receiver)
                 }
-                other => Err(other
-                    .up_front()
-                    .unwrap_or_else(|| UpstreamFault::new(None, "fault"))),
+                Fault::Answer { status, text } => {
+                    Err(UpstreamFault::new(Some(*status), text.clone()))
+                }
+                Fault::Transport { text } => Err(UpstreamFault::new(None, text.clone())),
             }
         })
     }
