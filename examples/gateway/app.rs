@@ -1,0 +1,112 @@
+//! The router: the inference endpoints behind the pipeline, and the model listing.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::{get, post};
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode, header};
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::gateway::{AppState, Gateway};
+use crate::pipeline::{ParsedRequest, ResolvedModel, reject, with_pipeline};
+use crate::render::{AnswerHead, SseBody, answer, style_of};
+use crate::request::Endpoint;
+use crate::upstream::{EchoUpstream, FaultInjecting, ProviderRouter, SharedUpstream};
+
+/// Inference paths; each is also served under `/api`.
+const INFERENCE_PATHS: &[&str] = &["/v1/chat/completions", "/v1/messages", "/v1/responses"];
+
+/// The whole gateway for `config`.
+pub(crate) fn app(config: Config) -> Router {
+    let mut router = ProviderRouter::new(Arc::new(EchoUpstream));
+    for (provider, upstream) in config.providers {
+        router = router.with_provider(provider, upstream);
+    }
+    let upstream: SharedUpstream = Arc::new(FaultInjecting::new(Arc::new(router), config.faults));
+    let state: AppState = Arc::new(Gateway::new(
+        config.catalogue,
+        upstream,
+        config.upstream_timeout,
+        config.body_limit_bytes,
+        config.clock,
+    ));
+
+    let mut inference = Router::new();
+    for path in INFERENCE_PATHS {
+        inference = inference
+            .route(path, post(infer))
+            .route(&format!("/api{path}"), post(infer));
+    }
+    Router::new()
+        .route("/v1/models", get(models))
+        .route("/api/v1/models", get(models))
+        .merge(with_pipeline(inference, &state))
+        .with_state(state)
+}
+
+fn json(status: StatusCode, value: &Value) -> Response {
+    let mut response = Response::new(Body::from(Bytes::from(value.to_string())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+async fn models(State(gateway): State<AppState>) -> Response {
+    json(StatusCode::OK, &gateway.catalogue.listing())
+}
+
+fn id_prefix(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::Chat => "chatcmpl-",
+        Endpoint::Messages => "msg_",
+        Endpoint::Responses => "resp_",
+    }
+}
+
+/// Every inference endpoint: the pipeline has validated the request and
+/// resolved its model; ask the upstream and render the answer.
+async fn infer(
+    State(gateway): State<AppState>,
+    ParsedRequest(request): ParsedRequest,
+    ResolvedModel(model): ResolvedModel,
+) -> Response {
+    let endpoint = request.endpoint;
+    let head = AnswerHead {
+        id: gateway.next_id(id_prefix(endpoint)),
+        created: gateway.clock.now_unix_secs(),
+        model: model.id.to_owned(),
+        prompt_tokens: request.estimated_prompt_tokens(),
+    };
+    if !request.stream {
+        return match gateway.complete(&model, &request).await {
+            Ok(completion) => json(StatusCode::OK, &answer(endpoint, &head, &completion)),
+            Err(error) => reject(error, style_of(endpoint)),
+        };
+    }
+    match gateway.stream(&model, &request).await {
+        Ok(events) => {
+            let fault_gateway = gateway.clone();
+            let idle_timeout = gateway.upstream_timeout;
+            let body = SseBody::new(endpoint, head, events, idle_timeout, move |fault| {
+                fault_gateway.fault_error(&model, true, fault)
+            });
+            let mut response = Response::new(Body::new(body));
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            response
+        }
+        Err(error) => reject(error, style_of(endpoint)),
+    }
+}

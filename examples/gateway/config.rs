@@ -1,0 +1,235 @@
+//! The gateway's configuration: embedded defaults, overridable from the environment.
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `GATEWAY_LISTEN` | `127.0.0.1:8402` | address to listen on |
+//! | `GATEWAY_BODY_LIMIT_BYTES` | `4194304` | largest request body (`REQUEST_TOO_LARGE` above) |
+//! | `GATEWAY_UPSTREAM_TIMEOUT_SECS` | `120` | upstream answer timeout (`TIMEOUT` after) |
+//! | `GATEWAY_UPSTREAMS` | none | `provider=http://host:port/v1,…`: OpenAI-compatible upstreams |
+//! | `GATEWAY_UPSTREAM_KEY_<PROVIDER>` | none | that provider's API key (never printed) |
+//! | `GATEWAY_FAULTS` | none | `model_id=preset,…`: inject upstream faults (see `upstream::Fault::preset`) |
+//!
+//! Providers without an upstream are answered by the embedded echo family.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use walletgate::{SharedClock, SystemClock};
+
+use crate::catalogue::Catalogue;
+use crate::upstream::{ApiKey, Fault, OpenAiUpstream, SharedUpstream};
+
+pub(crate) const DEFAULT_BODY_LIMIT_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const DEFAULT_UPSTREAM_TIMEOUT_SECS: u64 = 120;
+
+/// A configuration value that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub(crate) enum ConfigError {
+    /// An environment variable has an unusable value.
+    Invalid { variable: String, reason: String },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Invalid { variable, reason } => write!(f, "{variable}: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn invalid(variable: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        variable: variable.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+pub(crate) struct Config {
+    pub(crate) listen: SocketAddr,
+    pub(crate) body_limit_bytes: usize,
+    pub(crate) upstream_timeout: Duration,
+    pub(crate) catalogue: Catalogue,
+    /// OpenAI-compatible upstreams by provider; the others use the echo family.
+    pub(crate) providers: Vec<(String, SharedUpstream)>,
+    /// Faults injected by model id.
+    pub(crate) faults: HashMap<String, Fault>,
+    pub(crate) clock: SharedClock,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8402)),
+            body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
+            upstream_timeout: Duration::from_secs(DEFAULT_UPSTREAM_TIMEOUT_SECS),
+            catalogue: Catalogue::embedded(),
+            providers: Vec::new(),
+            faults: HashMap::new(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl Config {
+    /// The defaults, overridden by the `GATEWAY_*` environment variables.
+    pub(crate) fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// The defaults, overridden by whatever `var` returns for each variable name.
+    pub(crate) fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut config = Self::default();
+        if let Some(listen) = var("GATEWAY_LISTEN") {
+            config.listen = listen.parse().map_err(|_| {
+                invalid("GATEWAY_LISTEN", "expected host:port, e.g. 127.0.0.1:8402")
+            })?;
+        }
+        if let Some(limit) = var("GATEWAY_BODY_LIMIT_BYTES") {
+            config.body_limit_bytes =
+                limit
+                    .parse()
+                    .ok()
+                    .filter(|bytes| *bytes > 0)
+                    .ok_or_else(|| {
+                        invalid(
+                            "GATEWAY_BODY_LIMIT_BYTES",
+                            "expected a positive number of bytes",
+                        )
+                    })?;
+        }
+        if let Some(secs) = var("GATEWAY_UPSTREAM_TIMEOUT_SECS") {
+            let secs: u64 = secs.parse().ok().filter(|secs| *secs > 0).ok_or_else(|| {
+                invalid(
+                    "GATEWAY_UPSTREAM_TIMEOUT_SECS",
+                    "expected a positive number of seconds",
+                )
+            })?;
+            config.upstream_timeout = Duration::from_secs(secs);
+        }
+        for (provider, base_url) in pairs(var("GATEWAY_UPSTREAMS"), "GATEWAY_UPSTREAMS")? {
+            let key_variable = format!(
+                "GATEWAY_UPSTREAM_KEY_{}",
+                provider
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() {
+                        c.to_ascii_uppercase()
+                    } else {
+                        '_'
+                    })
+                    .collect::<String>()
+            );
+            let key = var(&key_variable).ok_or_else(|| invalid(&key_variable, "is not set"))?;
+            config = config.with_openai_upstream(&provider, &base_url, ApiKey::new(key))?;
+        }
+        for (model, preset) in pairs(var("GATEWAY_FAULTS"), "GATEWAY_FAULTS")? {
+            let fault = Fault::preset(&preset).ok_or_else(|| {
+                let names: Vec<_> = Fault::preset_names().collect();
+                invalid(
+                    "GATEWAY_FAULTS",
+                    format!("unknown fault {preset:?}; known: {}", names.join(", ")),
+                )
+            })?;
+            if config.catalogue.get(&model).is_none() {
+                return Err(invalid(
+                    "GATEWAY_FAULTS",
+                    format!("no model {model:?} in the catalogue"),
+                ));
+            }
+            config.faults.insert(model, fault);
+        }
+        Ok(config)
+    }
+
+    /// Serves `provider`'s models from the OpenAI-compatible API at `base_url`.
+    pub(crate) fn with_openai_upstream(
+        mut self,
+        provider: &str,
+        base_url: &str,
+        key: ApiKey,
+    ) -> Result<Self, ConfigError> {
+        let upstream = OpenAiUpstream::new(base_url, key)
+            .map_err(|reason| invalid("GATEWAY_UPSTREAMS", reason))?;
+        self.providers
+            .push((provider.to_owned(), Arc::new(upstream)));
+        Ok(self)
+    }
+}
+
+/// `a=b,c=d` into pairs.
+fn pairs(value: Option<String>, variable: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    let Some(value) = value else {
+        return Ok(Vec::new());
+    };
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(|item| {
+            item.split_once('=')
+                .map(|(left, right)| (left.trim().to_owned(), right.trim().to_owned()))
+                .ok_or_else(|| invalid(variable, format!("expected name=value, got {item:?}")))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(list: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            list.iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| (*value).to_owned())
+        }
+    }
+
+    #[test]
+    fn defaults_without_variables() {
+        let config = Config::from_vars(vars(&[])).unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8402");
+        assert_eq!(config.upstream_timeout, Duration::from_secs(120));
+        assert_eq!(config.body_limit_bytes, DEFAULT_BODY_LIMIT_BYTES);
+    }
+
+    #[test]
+    fn reads_every_variable() {
+        let config = Config::from_vars(vars(&[
+            ("GATEWAY_LISTEN", "127.0.0.1:9999"),
+            ("GATEWAY_BODY_LIMIT_BYTES", "1000"),
+            ("GATEWAY_UPSTREAM_TIMEOUT_SECS", "5"),
+            ("GATEWAY_UPSTREAMS", "openai=http://127.0.0.1:9/v1"),
+            ("GATEWAY_UPSTREAM_KEY_OPENAI", "test-key-not-real"),
+            ("GATEWAY_FAULTS", "anthropic/claude-sonnet-4.6=rate_limited"),
+        ]))
+        .unwrap();
+        assert_eq!(config.listen.port(), 9999);
+        assert_eq!(config.body_limit_bytes, 1000);
+        assert_eq!(config.upstream_timeout, Duration::from_secs(5));
+        assert_eq!(config.providers.len(), 1);
+        assert!(config.faults.contains_key("anthropic/claude-sonnet-4.6"));
+    }
+
+    #[test]
+    fn rejects_bad_values_naming_the_variable() {
+        for (name, value) in [
+            ("GATEWAY_LISTEN", "nowhere"),
+            ("GATEWAY_BODY_LIMIT_BYTES", "0"),
+            ("GATEWAY_UPSTREAM_TIMEOUT_SECS", "soon"),
+            ("GATEWAY_FAULTS", "openai/gpt-5-mini=no_such_fault"),
+            ("GATEWAY_FAULTS", "no/such-model=rate_limited"),
+            ("GATEWAY_UPSTREAMS", "openai=http://127.0.0.1:9/v1"),
+        ] {
+            let list: &'static [(&'static str, &'static str)] =
+                Box::leak(vec![(name, value)].into_boxed_slice());
+            let error = Config::from_vars(vars(list)).err().unwrap();
+            assert!(error.to_string().starts_with("GATEWAY_"), "{name}: {error}");
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The gateway's state and its upstream call: timeout, classification, failover advice.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use walletgate::SharedClock;
+use walletgate::envelope::{ErrorCode, GatewayError, classify_upstream};
+
+use crate::catalogue::{Catalogue, Model};
+use crate::request::ChatRequest;
+use crate::upstream::{Completion, EventStream, SharedUpstream, UpstreamFault};
+
+/// Everything a request needs, shared by all of them.
+pub(crate) struct Gateway {
+    pub(crate) catalogue: Catalogue,
+    pub(crate) upstream: SharedUpstream,
+    pub(crate) upstream_timeout: Duration,
+    pub(crate) body_limit_bytes: usize,
+    pub(crate) clock: SharedClock,
+    next_id: AtomicU64,
+}
+
+pub(crate) type AppState = Arc<Gateway>;
+
+impl Gateway {
+    pub(crate) fn new(
+        catalogue: Catalogue,
+        upstream: SharedUpstream,
+        upstream_timeout: Duration,
+        body_limit_bytes: usize,
+        clock: SharedClock,
+    ) -> Self {
+        Self {
+            catalogue,
+            upstream,
+            upstream_timeout,
+            body_limit_bytes,
+            clock,
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// A fresh response id such as `chatcmpl-00000000000000000000002a`.
+    pub(crate) fn next_id(&self, prefix: &str) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}{n:024x}")
+    }
+
+    /// The whole answer, within the upstream timeout.
+    pub(crate) async fn complete(
+        &self,
+        model: &Model,
+        request: &ChatRequest,
+    ) -> Result<Completion, GatewayError> {
+        match tokio::time::timeout(
+            self.upstream_timeout,
+            self.upstream.complete(model, request),
+        )
+        .await
+        {
+            Err(_elapsed) => Err(GatewayError::new(ErrorCode::Timeout)),
+            Ok(result) => result.map_err(|fault| self.fault_error(model, false, &fault)),
+        }
+    }
+
+    /// A started stream, within the upstream timeout.
+    pub(crate) async fn stream(
+        &self,
+        model: &Model,
+        request: &ChatRequest,
+    ) -> Result<EventStream, GatewayError> {
+        match tokio::time::timeout(self.upstream_timeout, self.upstream.stream(model, request))
+            .await
+        {
+            Err(_elapsed) => Err(GatewayError::new(ErrorCode::Timeout)),
+            Ok(result) => result.map_err(|fault| self.fault_error(model, true, &fault)),
+        }
+    }
+
+    /// What the client is told about an upstream fault: the classified code,
+    /// the redacted upstream text, and for capacity problems where to fail over.
+    pub(crate) fn fault_error(
+        &self,
+        model: &Model,
+        streaming: bool,
+        fault: &UpstreamFault,
+    ) -> GatewayError {
+        let mut code = classify_upstream(fault.status, &fault.text);
+        // A free model out of capacity has its own codes: the client's answer
+        // is a paid model or a later retry, not another free provider's limit.
+        if model.is_free() && matches!(code, ErrorCode::RateLimited | ErrorCode::ModelUnavailable) {
+            code = if streaming {
+                ErrorCode::StreamFailed
+            } else {
+                ErrorCode::FreeModelFailed
+            };
+        }
+        let mut error = GatewayError::new(code).with_debug(&fault.text);
+        if code == ErrorCode::RateLimited {
+            error = error.with_source(model.provider());
+        }
+        if matches!(
+            code,
+            ErrorCode::RateLimited
+                | ErrorCode::ModelUnavailable
+                | ErrorCode::ProviderConfigError
+                | ErrorCode::StreamFailed
+                | ErrorCode::FreeModelFailed
+        ) {
+            let alternatives = self.catalogue.same_tier_alternatives(model);
+            if !alternatives.is_empty() {
+                error = error.with_message(format!(
+                    "{} Same-tier models of other providers: {}.",
+                    code.default_message(),
+                    alternatives.join(", ")
+                ));
+            }
+        }
+        error
+    }
+}

@@ -1,0 +1,290 @@
+//! The inference pipeline: each step answers a rejection in the route's
+//! envelope or hands the request on, enriched, to the next.
+//!
+//! Outer to inner:
+//!
+//! 1. [`limit_body`] → `REQUEST_TOO_LARGE` over the configured size.
+//! 2. [`parse_json`] → reads the body once; `INVALID_JSON`.
+//! 3. [`validate_body`] → the endpoint's schema; `INVALID_REQUEST_BODY` with
+//!    `details[].path`. Inserts [`ParsedRequest`].
+//! 4. [`require_conversation`] → `EMPTY_CONVERSATION`.
+//! 5. [`resolve_model`] → unknown model (400, close ids suggested). Inserts [`ResolvedModel`].
+//! 6. [`check_stream_support`] → `STREAM_UNSUPPORTED`.
+//!
+//! Later steps, the free-tier limit and the payment layer included, read
+//! [`ParsedRequest`] and [`ResolvedModel`] from the request extensions; nothing
+//! re-reads or re-parses the body. [`with_pipeline`] is the single place the
+//! stack is assembled.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Request, State};
+use axum::middleware::{Next, from_fn, from_fn_with_state};
+use axum::response::Response;
+use http::header::CONTENT_LENGTH;
+use http::request::Parts;
+use http_body_util::{LengthLimitError, Limited};
+use serde_json::Value;
+use tower::ServiceBuilder;
+use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, UnknownModelBody};
+
+use crate::catalogue::{Model, RequestPrice};
+use crate::gateway::AppState;
+use crate::request::{ChatRequest, Endpoint};
+
+/// The request body as parsed JSON, between parsing and validation.
+#[derive(Clone, Debug)]
+struct JsonBody(Value);
+
+/// The validated request, mapped to chat form. Read it with the extractor.
+#[derive(Clone, Debug)]
+pub(crate) struct ParsedRequest(pub(crate) Arc<ChatRequest>);
+
+/// The catalogue entry of the requested model. Read it with the extractor.
+#[derive(Clone, Debug)]
+pub(crate) struct ResolvedModel(pub(crate) Arc<Model>);
+
+impl AsRef<str> for ParsedRequest {
+    /// The requested model id, the key a price table looks up.
+    fn as_ref(&self) -> &str {
+        &self.0.model
+    }
+}
+
+/// Wraps the inference routes in the pipeline, outer to inner.
+///
+/// This is the one composition point. The free-tier limit (free models only)
+/// and the payment layer (paid models, priced by
+/// [`Model::price`](crate::catalogue::Model::price) of the request) go after
+/// the last step here, in that order, so both see [`ParsedRequest`] and
+/// [`ResolvedModel`] and neither runs for a request already rejected.
+pub(crate) fn with_pipeline(routes: Router<AppState>, state: &AppState) -> Router<AppState> {
+    routes.route_layer(
+        ServiceBuilder::new()
+            .layer(from_fn_with_state(state.clone(), limit_body))
+            .layer(from_fn(parse_json))
+            .layer(from_fn(validate_body))
+            .layer(from_fn(require_conversation))
+            .layer(from_fn_with_state(state.clone(), resolve_model))
+            .layer(from_fn(check_stream_support)), // ← FreeTierLimitLayer, then X402Layer, go here.
+    )
+}
+
+/// What a request costs before the flat fee: the payment layer's pricing hook.
+///
+/// Reads what the pipeline inserted, so it must run inside it; `None` (a
+/// wiring fault) is for the hook to refuse, never to serve free.
+#[allow(
+    dead_code,
+    reason = "called by the x402 pricing hook once X402Layer is wired in"
+)]
+pub(crate) fn request_price(parts: &Parts) -> Option<RequestPrice> {
+    let ParsedRequest(request) = parts.extensions.get::<ParsedRequest>()?;
+    let ResolvedModel(model) = parts.extensions.get::<ResolvedModel>()?;
+    Some(model.price(request))
+}
+
+/// A gateway error as an axum response.
+pub(crate) fn reject(error: GatewayError, style: EnvelopeStyle) -> Response {
+    error.into_response(style).map(Body::from)
+}
+
+fn wiring_fault(missing: &str, style: EnvelopeStyle) -> Response {
+    reject(
+        GatewayError::new(ErrorCode::InternalError).with_message(format!(
+            "Internal error: {missing} missing (pipeline wiring)"
+        )),
+        style,
+    )
+}
+
+/// Rejects bodies over the limit: at once by `Content-Length`, or when the
+/// parse step reads past it (chunked bodies).
+async fn limit_body(State(gateway): State<AppState>, request: Request, next: Next) -> Response {
+    let limit = gateway.body_limit_bytes;
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > u64::try_from(limit).unwrap_or(u64::MAX)) {
+        return too_large(limit, EnvelopeStyle::of_request(&request));
+    }
+    let (mut parts, body) = request.into_parts();
+    parts.extensions.insert(BodyLimit(limit));
+    next.run(Request::from_parts(
+        parts,
+        Body::new(Limited::new(body, limit)),
+    ))
+    .await
+}
+
+/// The limit [`limit_body`] applied, for the parse step's message.
+#[derive(Clone, Copy, Debug)]
+struct BodyLimit(usize);
+
+fn too_large(limit: usize, style: EnvelopeStyle) -> Response {
+    reject(
+        GatewayError::new(ErrorCode::RequestTooLarge).with_message(format!(
+            "Request body is over the size limit of {limit} bytes"
+        )),
+        style,
+    )
+}
+
+/// Reads the body once and parses it; the bytes stay the body for any
+/// inner service that wants them.
+async fn parse_json(request: Request, next: Next) -> Response {
+    let style = EnvelopeStyle::of_request(&request);
+    let (mut parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            if caused_by_limit(&error) {
+                return match parts.extensions.get::<BodyLimit>() {
+                    Some(BodyLimit(limit)) => too_large(*limit, style),
+                    None => reject(GatewayError::new(ErrorCode::RequestTooLarge), style),
+                };
+            }
+            return reject(
+                GatewayError::new(ErrorCode::InvalidJson)
+                    .with_message("Request body could not be read"),
+                style,
+            );
+        }
+    };
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(value) => {
+            parts.extensions.insert(JsonBody(value));
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Err(error) => reject(
+            GatewayError::new(ErrorCode::InvalidJson)
+                .with_message(format!("Request body is not valid JSON: {error}")),
+            style,
+        ),
+    }
+}
+
+fn caused_by_limit(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if cause.is::<LengthLimitError>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+async fn validate_body(mut request: Request, next: Next) -> Response {
+    let style = EnvelopeStyle::of_request(&request);
+    let Some(JsonBody(value)) = request.extensions_mut().remove::<JsonBody>() else {
+        return wiring_fault("the parsed JSON body", style);
+    };
+    match ChatRequest::from_json(Endpoint::of_style(style), value) {
+        Ok(parsed) => {
+            request
+                .extensions_mut()
+                .insert(ParsedRequest(Arc::new(parsed)));
+            next.run(request).await
+        }
+        Err(details) => reject(
+            GatewayError::new(ErrorCode::InvalidRequestBody).with_details(details),
+            style,
+        ),
+    }
+}
+
+async fn require_conversation(request: Request, next: Next) -> Response {
+    let style = EnvelopeStyle::of_request(&request);
+    let Some(ParsedRequest(parsed)) = request.extensions().get::<ParsedRequest>() else {
+        return wiring_fault("ParsedRequest", style);
+    };
+    if parsed.has_conversation() {
+        next.run(request).await
+    } else {
+        let field = match parsed.endpoint {
+            Endpoint::Responses => "input",
+            Endpoint::Chat | Endpoint::Messages => "messages",
+        };
+        reject(
+            GatewayError::new(ErrorCode::EmptyConversation).with_param(field),
+            style,
+        )
+    }
+}
+
+async fn resolve_model(
+    State(gateway): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let style = EnvelopeStyle::of_request(&request);
+    let Some(ParsedRequest(parsed)) = request.extensions().get::<ParsedRequest>() else {
+        return wiring_fault("ParsedRequest", style);
+    };
+    let Some(model) = gateway.catalogue.get(&parsed.model).cloned() else {
+        let suggestions = gateway.catalogue.close_matches(&parsed.model);
+        return UnknownModelBody::new(&parsed.model, suggestions)
+            .into_response()
+            .map(Body::from);
+    };
+    request.extensions_mut().insert(ResolvedModel(model));
+    next.run(request).await
+}
+
+async fn check_stream_support(request: Request, next: Next) -> Response {
+    let style = EnvelopeStyle::of_request(&request);
+    let (Some(ParsedRequest(parsed)), Some(ResolvedModel(model))) = (
+        request.extensions().get::<ParsedRequest>(),
+        request.extensions().get::<ResolvedModel>(),
+    ) else {
+        return wiring_fault("ParsedRequest or ResolvedModel", style);
+    };
+    if parsed.stream && !model.streaming {
+        return reject(
+            GatewayError::new(ErrorCode::StreamUnsupported)
+                .with_param("stream")
+                .with_message(format!(
+                    "{} does not support stream: true; send the request without it",
+                    model.id
+                )),
+            style,
+        );
+    }
+    next.run(request).await
+}
+
+/// Reads a pipeline value from the request extensions; a missing value is a
+/// wiring fault (500), never the client's.
+fn extension<T: Clone + Send + Sync + 'static>(
+    parts: &Parts,
+    name: &str,
+) -> Result<T, Box<Response>> {
+    parts.extensions.get::<T>().cloned().ok_or_else(|| {
+        Box::new(wiring_fault(
+            name,
+            EnvelopeStyle::for_path(parts.uri.path()),
+        ))
+    })
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ParsedRequest {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        extension(parts, "ParsedRequest").map_err(|response| *response)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ResolvedModel {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        extension(parts, "ResolvedModel").map_err(|response| *response)
+    }
+}
