@@ -31,6 +31,9 @@ fi
 step "doc tests"
 cargo test --all-features --doc
 
+step "docs build without warnings"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --quiet
+
 if [ -f fuzz/Cargo.toml ]; then
   step "fuzz targets build"
   if ! cargo fuzz --version >/dev/null 2>&1; then

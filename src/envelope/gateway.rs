@@ -124,7 +124,7 @@ impl GatewayError {
         self
     }
 
-    /// Attaches upstream error text; it is [`redact`]ed here, so raw text never
+    /// Attaches upstream error text; it is [redacted](super::redact::redact) here, so raw text never
     /// reaches a body.
     pub fn with_debug(mut self, upstream_text: &str) -> Self {
         self.debug = Some(redact(upstream_text));
