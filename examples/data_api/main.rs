@@ -17,6 +17,7 @@
 //! | `DATA_API_JWT_LIFETIME_SECS` | `900` | wallet JWT lifetime |
 //! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed |
 
+mod access_log;
 mod app;
 mod auth;
 mod favorites;
@@ -24,6 +25,8 @@ mod relationships;
 mod rest;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sdk;
 
 use std::net::SocketAddr;
 
@@ -101,6 +104,7 @@ async fn main() {
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let config = Config::from_env()?;
     let (router, dev) = app::build(&config)?;
+    let router = access_log::AccessLog::stderr().around(router);
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
     println!(
