@@ -16,6 +16,7 @@
 //! | `DATA_API_SIWE_CHAIN_ID` | `1` | SIWE `Chain ID` to accept |
 //! | `DATA_API_JWT_LIFETIME_SECS` | `900` | wallet JWT lifetime |
 //! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed |
+//! | `DATA_API_ACCESS_LOG` | standard error | file for the access log |
 
 mod access_log;
 mod app;
@@ -41,6 +42,7 @@ pub(crate) struct Config {
     pub(crate) siwe_chain_id: u64,
     pub(crate) jwt_lifetime_secs: u64,
     pub(crate) signing_key_file: Option<std::path::PathBuf>,
+    pub(crate) access_log: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -70,6 +72,7 @@ impl Config {
                 .map_err(|_| "DATA_API_JWT_LIFETIME_SECS must be an integer")?;
         }
         config.signing_key_file = var("DATA_API_SIGNING_KEY_FILE").map(Into::into);
+        config.access_log = var("DATA_API_ACCESS_LOG").map(Into::into);
         Ok(config)
     }
 
@@ -89,6 +92,7 @@ impl Config {
             siwe_chain_id: 1,
             jwt_lifetime_secs: walletgate::tokens::IssuerConfig::DEFAULT_JWT_LIFETIME_SECS,
             signing_key_file: None,
+            access_log: None,
         })
     }
 }
@@ -104,7 +108,11 @@ async fn main() {
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let config = Config::from_env()?;
     let (router, dev) = app::build(&config)?;
-    let router = access_log::AccessLog::stderr().around(router);
+    let log = match &config.access_log {
+        Some(path) => access_log::AccessLog::to_file(path)?,
+        None => access_log::AccessLog::stderr(),
+    };
+    let router = log.around(router);
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
     println!(
