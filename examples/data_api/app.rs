@@ -188,39 +188,18 @@ fn router(
         .with_state(state)
 }
 
-/// Unix seconds as RFC 3339 UTC (`2026-11-21T12:00:00Z`).
+/// Unix seconds as RFC 3339 UTC, e.g. `2026-11-21T12:00:00.000Z`.
 pub(crate) fn rfc3339(unix_secs: u64) -> String {
-    // Howard Hinnant's days-to-civil algorithm.
-    let days = (unix_secs / 86_400) as i64;
-    let secs_of_day = unix_secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        secs_of_day / 3_600,
-        secs_of_day / 60 % 60,
-        secs_of_day % 60
-    )
+    let millis = i64::try_from(unix_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+    walletgate::siwe::Timestamp::from_unix_millis(millis).to_string()
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn rfc3339_dates() {
-        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(super::rfc3339(1_800_000_000), "2027-01-15T08:00:00Z");
-        assert_eq!(super::rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(super::rfc3339(1_800_000_000), "2027-01-15T08:00:00.000Z");
+        assert_eq!(super::rfc3339(951_782_400), "2000-02-29T00:00:00.000Z");
     }
 }

@@ -5,9 +5,11 @@
 //! needs the session cookie; a bearer JWT never authorises it. The exchange
 //! takes a PAT and answers a wallet JWT.
 
+use alloy_primitives::Address;
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -72,24 +74,29 @@ fn session_headers(state: &SharedState, cookies: &SessionCookies) -> HeaderMap {
     headers
 }
 
-/// The wallet of the request's SIWE session, or why there is none.
+/// The wallet of the request's SIWE session (cookie `access_token`).
 ///
-/// `bearer` is the verified JWT the request carried, if any: it never stands
-/// in for the session, but it sharpens the message.
-async fn session_wallet(
-    state: &SharedState,
-    headers: &HeaderMap,
-    bearer: Option<&WalletClaims>,
-) -> Result<alloy_primitives::Address, DataApiError> {
-    let Some(access) = cookie(headers, ACCESS_COOKIE) else {
-        let message = if bearer.is_some() {
-            "token management needs the SIWE session cookie; a bearer JWT cannot manage tokens"
-        } else {
-            "token management needs the SIWE session cookie (sign in with SIWE first)"
+/// A verified bearer JWT, if the request carried one, never stands in for the
+/// session; it only sharpens the refusal.
+pub(crate) struct SessionWallet(pub(crate) Address);
+
+impl FromRequestParts<SharedState> for SessionWallet {
+    type Rejection = DataApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &SharedState,
+    ) -> Result<Self, Self::Rejection> {
+        let Some(access) = cookie(&parts.headers, ACCESS_COOKIE) else {
+            let message = if parts.extensions.get::<WalletClaims>().is_some() {
+                "token management needs the SIWE session cookie; a bearer JWT cannot manage tokens"
+            } else {
+                "token management needs the SIWE session cookie (sign in with SIWE first)"
+            };
+            return Err(DataApiError::unauthorized(message));
         };
-        return Err(DataApiError::unauthorized(message));
-    };
-    Ok(state.issuer.session_wallet(access).await?)
+        Ok(Self(state.issuer.session_wallet(access).await?))
+    }
 }
 
 /// `POST /api/v2/auth/siwe/nonce` -> `{nonce}`.
@@ -203,11 +210,9 @@ fn created(record: &PatRecord, token: &str) -> Response {
 /// `POST /api/v2/auth/tokens` (session): creates a PAT, shown once.
 pub(crate) async fn create_token(
     State(state): State<SharedState>,
-    bearer: Option<WalletClaims>,
-    headers: HeaderMap,
+    SessionWallet(wallet): SessionWallet,
     body: Bytes,
 ) -> Result<Response, DataApiError> {
-    let wallet = session_wallet(&state, &headers, bearer.as_ref()).await?;
     let body: CreateTokenBody = json_body(&body)?;
     let scopes: ScopeSet = body.scopes.join(" ").parse().map_err(|_| {
         DataApiError::bad_request("scopes must be scope names such as read:favorites")
@@ -229,10 +234,8 @@ pub(crate) async fn create_token(
 /// `GET /api/v2/auth/tokens` (session): the wallet's PATs, without secrets.
 pub(crate) async fn list_tokens(
     State(state): State<SharedState>,
-    bearer: Option<WalletClaims>,
-    headers: HeaderMap,
+    SessionWallet(wallet): SessionWallet,
 ) -> Result<Json<Vec<TokenView>>, DataApiError> {
-    let wallet = session_wallet(&state, &headers, bearer.as_ref()).await?;
     let records = state.issuer.list_pats(wallet).await?;
     Ok(Json(records.iter().map(TokenView::from).collect()))
 }
@@ -240,11 +243,9 @@ pub(crate) async fn list_tokens(
 /// `POST /api/v2/auth/tokens/{id}/rotate` (session): a new PAT replaces `id`.
 pub(crate) async fn rotate_token(
     State(state): State<SharedState>,
+    SessionWallet(wallet): SessionWallet,
     Path(id): Path<String>,
-    bearer: Option<WalletClaims>,
-    headers: HeaderMap,
 ) -> Result<Response, DataApiError> {
-    let wallet = session_wallet(&state, &headers, bearer.as_ref()).await?;
     let (record, secret) = state.issuer.rotate_pat(wallet, &id).await?;
     Ok(created(&record, secret.expose()))
 }
@@ -253,11 +254,10 @@ pub(crate) async fn rotate_token(
 /// the same wallet): revokes the PAT and signs the wallet out.
 pub(crate) async fn revoke_token(
     State(state): State<SharedState>,
+    SessionWallet(wallet): SessionWallet,
     Path(id): Path<String>,
     bearer: Option<WalletClaims>,
-    headers: HeaderMap,
 ) -> Result<Response, DataApiError> {
-    let wallet = session_wallet(&state, &headers, bearer.as_ref()).await?;
     if bearer.is_some_and(|claims| claims.wallet() != wallet) {
         return Err(DataApiError::forbidden(
             "the bearer JWT belongs to another wallet than the session",

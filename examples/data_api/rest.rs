@@ -96,21 +96,46 @@ fn now(state: &SharedState) -> String {
     rfc3339(state.clock.now_unix_secs())
 }
 
+/// One handshake step as `Relationships` defines it.
+type HandshakeStep = fn(
+    &crate::relationships::Relationships,
+    Address,
+    Address,
+    CallerRole,
+    &str,
+) -> Result<(crate::relationships::Relationship, bool), HandshakeError>;
+
+/// Runs `step` for the JWT's wallet with the body's counterparty and role.
+fn handshake(
+    state: &SharedState,
+    claims: &WalletClaims,
+    body: &Bytes,
+    step: HandshakeStep,
+) -> Result<Json<Value>, DataApiError> {
+    let body: Counterparty = json_body(body)?;
+    let counterparty = parse_address(&body.counterparty_address, "counterparty_address")?;
+    let (relation, created) = step(
+        &state.relationships,
+        claims.wallet(),
+        counterparty,
+        body.caller_role,
+        &now(state),
+    )?;
+    Ok(Json(json!({ "relation": relation, "created": created })))
+}
+
 /// `POST /api/v2/accounts/agent-relationships` (`write:wallets`): proposes.
 pub(crate) async fn propose(
     State(state): State<SharedState>,
     claims: WalletClaims,
     body: Bytes,
 ) -> Result<Json<Value>, DataApiError> {
-    let body: Counterparty = json_body(&body)?;
-    let counterparty = parse_address(&body.counterparty_address, "counterparty_address")?;
-    let (relation, created) = state.relationships.propose(
-        claims.wallet(),
-        counterparty,
-        body.caller_role,
-        &now(&state),
-    )?;
-    Ok(Json(json!({ "relation": relation, "created": created })))
+    handshake(
+        &state,
+        &claims,
+        &body,
+        crate::relationships::Relationships::propose,
+    )
 }
 
 /// `POST /api/v2/accounts/agent-relationships/confirm` (`write:wallets`).
@@ -119,15 +144,12 @@ pub(crate) async fn confirm(
     claims: WalletClaims,
     body: Bytes,
 ) -> Result<Json<Value>, DataApiError> {
-    let body: Counterparty = json_body(&body)?;
-    let counterparty = parse_address(&body.counterparty_address, "counterparty_address")?;
-    let (relation, created) = state.relationships.confirm(
-        claims.wallet(),
-        counterparty,
-        body.caller_role,
-        &now(&state),
-    )?;
-    Ok(Json(json!({ "relation": relation, "created": created })))
+    handshake(
+        &state,
+        &claims,
+        &body,
+        crate::relationships::Relationships::confirm,
+    )
 }
 
 /// `DELETE /api/v2/accounts/agent-relationships?caller_role=&counterparty_address=` (`write:wallets`).

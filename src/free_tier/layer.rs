@@ -126,20 +126,7 @@ impl<S, P, L> FreeTierLimit<S, P, L> {
         Self { inner, layer }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!();
 }
 
 impl<S: fmt::Debug, P, L: fmt::Debug> fmt::Debug for FreeTierLimit<S, P, L> {
