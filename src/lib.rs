@@ -17,6 +17,8 @@
 pub mod body;
 pub mod clock;
 pub mod envelope;
+#[cfg(feature = "x402")]
+pub mod x402;
 
 pub use body::ResponseBody;
 pub use clock::{Clock, FakeClock, SharedClock, SystemClock};

@@ -1,0 +1,2 @@
+//! Placeholder until the x402 benchmark lands.
+fn main() {}
