@@ -112,22 +112,25 @@ pub struct TokenId {
 }
 
 /// The EIP-712 domain of an EIP-3009 token: `{name, version, chainId, verifyingContract}`.
+///
+/// The separator is computed once, at construction.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExactEvmDomain {
-    domain: Eip712Domain,
+    separator: B256,
 }
 
 impl ExactEvmDomain {
     /// The domain of token `name`/`version` at `verifying_contract` on `chain_id`.
     pub fn new(name: &str, version: &str, chain_id: u64, verifying_contract: Address) -> Self {
+        let domain = Eip712Domain::new(
+            Some(name.to_owned().into()),
+            Some(version.to_owned().into()),
+            Some(U256::from(chain_id)),
+            Some(verifying_contract),
+            None,
+        );
         Self {
-            domain: Eip712Domain::new(
-                Some(name.to_owned().into()),
-                Some(version.to_owned().into()),
-                Some(U256::from(chain_id)),
-                Some(verifying_contract),
-                None,
-            ),
+            separator: domain.separator(),
         }
     }
 
@@ -139,12 +142,43 @@ impl ExactEvmDomain {
 
     /// The domain separator.
     pub fn separator(&self) -> B256 {
-        self.domain.separator()
+        self.separator
     }
 
-    /// The EIP-712 digest a wallet signs for `transfer`.
+    /// The EIP-712 digest a wallet signs for `transfer`:
+    /// `keccak256(0x1901 ‖ separator ‖ hashStruct(transfer))`.
     pub fn signing_hash(&self, transfer: &TransferWithAuthorization) -> B256 {
-        transfer.eip712_signing_hash(&self.domain)
+        let mut preimage = [0u8; 66];
+        preimage[..2].copy_from_slice(&[0x19, 0x01]);
+        preimage[2..34].copy_from_slice(self.separator.as_slice());
+        preimage[34..].copy_from_slice(transfer.eip712_hash_struct().as_slice());
+        keccak256(preimage)
+    }
+}
+
+/// Domains seen recently, so the separator's four hashes are not redone per payment.
+#[derive(Default)]
+struct DomainCache {
+    domains: Mutex<HashMap<(String, String, u64, Address), ExactEvmDomain>>,
+}
+
+/// Distinct domains kept; a server quotes a handful of tokens.
+const DOMAIN_CACHE_LEN: usize = 64;
+
+impl DomainCache {
+    fn get(&self, name: &str, version: &str, chain_id: u64, asset: Address) -> ExactEvmDomain {
+        let key = (name.to_owned(), version.to_owned(), chain_id, asset);
+        let mut domains = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(domain) = domains.get(&key) {
+            return domain.clone();
+        }
+        let domain = ExactEvmDomain::new(name, version, chain_id, asset);
+        // Names come from the server's own offers; the bound only guards misuse.
+        if domains.len() >= DOMAIN_CACHE_LEN {
+            domains.clear();
+        }
+        domains.insert(key, domain.clone());
+        domain
     }
 }
 
@@ -358,6 +392,7 @@ pub const MIN_REMAINING_VALIDITY_SECS: u64 = 6;
 pub struct LocalEvmFacilitator {
     ledger: Arc<dyn Ledger>,
     clock: SharedClock,
+    domains: Arc<DomainCache>,
 }
 
 impl fmt::Debug for LocalEvmFacilitator {
@@ -380,7 +415,11 @@ fn refuse(reason: &'static str, payer: Option<Address>) -> Refusal {
 impl LocalEvmFacilitator {
     /// Checks against `ledger`, reading time from `clock`.
     pub fn new(ledger: Arc<dyn Ledger>, clock: SharedClock) -> Self {
-        Self { ledger, clock }
+        Self {
+            ledger,
+            clock,
+            domains: Arc::default(),
+        }
     }
 
     fn check_offline(&self, request: &FacilitatorRequest) -> Result<Transfer, Refusal> {
@@ -427,7 +466,7 @@ impl LocalEvmFacilitator {
         let nonce = parse_b256(&nonce).ok_or(refuse(reason::INVALID_PAYLOAD, payer))?;
         let signature = parse_signature(&signature).ok_or(refuse(reason::SIGNATURE, payer))?;
 
-        let domain = ExactEvmDomain::new(name, version, chain_id, asset);
+        let domain = self.domains.get(name, version, chain_id, asset);
         let digest = domain.signing_hash(&TransferWithAuthorization {
             from,
             to,
