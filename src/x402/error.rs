@@ -24,6 +24,8 @@ pub enum ConfigError {
     InvalidBaseUrl(String),
     /// A facilitator URL could not be used.
     InvalidFacilitatorUrl(String),
+    /// A header name or value is not valid HTTP.
+    InvalidHeader(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -42,6 +44,7 @@ impl fmt::Display for ConfigError {
             Self::MissingFacilitator => f.write_str("X402Layer needs a facilitator"),
             Self::InvalidBaseUrl(url) => write!(f, "invalid public base URL {url:?}"),
             Self::InvalidFacilitatorUrl(url) => write!(f, "invalid facilitator URL {url:?}"),
+            Self::InvalidHeader(name) => write!(f, "invalid header {name:?}"),
         }
     }
 }

@@ -74,6 +74,8 @@ pub mod codec;
 mod error;
 mod facilitator;
 mod future;
+#[cfg(feature = "http-facilitator")]
+mod http_facilitator;
 mod layer;
 mod local_evm;
 mod pricing;
@@ -90,6 +92,8 @@ pub use facilitator::{
     code_for_reason, reason,
 };
 pub use future::ResponseFuture;
+#[cfg(feature = "http-facilitator")]
+pub use http_facilitator::{DEFAULT_FACILITATOR_TIMEOUT, HttpFacilitator};
 pub use layer::{X402Layer, X402LayerBuilder};
 pub use local_evm::{
     DevLedger, ExactEvmDomain, Ledger, LedgerError, LocalEvmFacilitator,
