@@ -3,30 +3,27 @@
 //!
 //! `cargo bench --bench x402 -- --measurement-time 3`
 
-use std::convert::Infallible;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use bytes::Bytes;
 use criterion::{BatchSize, Criterion, criterion_main};
-use http::{Request, Response};
+use http::Request;
 use http_body_util::Full;
 use tower::ServiceExt;
 use walletgate::clock::FakeClock;
 use walletgate::x402::{
     DevLedger, ExactEvmPayload, Facilitator, FacilitatorRequest, LocalEvmFacilitator,
-    PaymentOption, PaymentPayload, PaymentRequirements, PriceTable, TransferWithAuthorization,
-    UsdAmount, X402Layer, codec, matching_offer,
+    PaymentOption, PaymentPayload, PaymentRequirements, TransferWithAuthorization, UsdAmount,
+    codec, matching_offer,
 };
 
 #[path = "../tests/x402_support/mod.rs"]
 mod x402_support;
 
-use x402_support::{Payer, domain_of};
+use x402_support::{PAY_TO, Payer, answering, chat_layer, domain_of};
 
 const NOW: u64 = 1_750_000_000;
-const PAY_TO: &str = DevLedger::DEV_ACCOUNTS[9];
 
 fn offer() -> PaymentRequirements {
     PaymentOption::base_sepolia_usdc(PAY_TO)
@@ -80,18 +77,7 @@ fn bench_x402(c: &mut Criterion) {
         })
     });
 
-    let layer = X402Layer::builder()
-        .payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
-        .pricing(
-            PriceTable::by_route()
-                .with_usd("POST /v1/chat/completions", "0.002")
-                .unwrap(),
-        )
-        .facilitator(facilitator.clone())
-        .clock(clock.clone())
-        .build()
-        .unwrap();
-    let service = layer_service(&layer);
+    let service = answering(&chat_layer(facilitator.clone(), clock.clone()));
     group.bench_function("quote_402", |b| {
         b.iter(|| {
             let request = Request::post("/v1/chat/completions")
@@ -134,15 +120,6 @@ fn ready<F: Future>(future: F) -> F::Output {
         Poll::Ready(output) => output,
         Poll::Pending => panic!("the benchmarked future waited"),
     }
-}
-
-type Inner = tower::util::BoxCloneService<Request<Full<Bytes>>, Response<Full<Bytes>>, Infallible>;
-
-fn layer_service(layer: &X402Layer) -> walletgate::x402::X402<Inner> {
-    let inner = tower::service_fn(|_request: Request<Full<Bytes>>| async {
-        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"{}"))))
-    });
-    walletgate::x402::X402::layer(tower::util::BoxCloneService::new(inner), layer)
 }
 
 /// Criterion's generated entry points carry no docs.

@@ -21,13 +21,11 @@ use tower::ServiceExt;
 use walletgate::clock::FakeClock;
 use walletgate::x402::{
     DevLedger, Facilitator, FacilitatorErrorKind, FacilitatorRequest, HttpFacilitator,
-    LocalEvmFacilitator, PaymentOption, PaymentRequired, PriceTable, X402, X402Layer, codec,
+    LocalEvmFacilitator, PaymentRequired, X402, codec,
 };
-use x402_support::Payer;
+use x402_support::{Answering, CHAT, Payer, answering, chat_layer};
 
 const NOW: u64 = 1_750_000_000;
-const CHAT: &str = "/v1/chat/completions";
-const PAY_TO: &str = DevLedger::DEV_ACCOUNTS[9];
 
 const NORMAL: u8 = 0;
 const FAIL_500: u8 = 1;
@@ -125,28 +123,11 @@ fn client(address: SocketAddr) -> HttpFacilitator {
         .with_timeout(Duration::from_secs(5))
 }
 
-type Inner = tower::util::BoxCloneService<
-    Request<Full<Bytes>>,
-    Response<Full<Bytes>>,
-    std::convert::Infallible,
->;
-
-fn gateway(facilitator: HttpFacilitator) -> X402<Inner> {
-    let layer = X402Layer::builder()
-        .payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
-        .pricing(
-            PriceTable::by_route()
-                .with_usd(format!("POST {CHAT}"), "0.002")
-                .unwrap(),
-        )
-        .facilitator(facilitator)
-        .clock(Arc::new(FakeClock::at_unix_secs(NOW)))
-        .build()
-        .unwrap();
-    let inner = tower::service_fn(|_request: Request<Full<Bytes>>| async {
-        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(b"answer"))))
-    });
-    X402::layer(tower::util::BoxCloneService::new(inner), &layer)
+fn gateway(facilitator: HttpFacilitator) -> X402<Answering> {
+    answering(&chat_layer(
+        facilitator,
+        Arc::new(FakeClock::at_unix_secs(NOW)),
+    ))
 }
 
 fn chat(payment: Option<&str>) -> Request<Full<Bytes>> {
@@ -157,7 +138,7 @@ fn chat(payment: Option<&str>) -> Request<Full<Bytes>> {
     builder.body(Full::default()).unwrap()
 }
 
-async fn offer_of(service: &X402<Inner>) -> walletgate::x402::PaymentRequirements {
+async fn offer_of(service: &X402<Answering>) -> walletgate::x402::PaymentRequirements {
     let quote = service.clone().oneshot(chat(None)).await.unwrap();
     let quote: PaymentRequired =
         codec::decode(quote.headers()["payment-required"].as_bytes()).unwrap();

@@ -5,6 +5,8 @@
 //! Needs Node.js and the client packages: `npm ci --prefix tests/interop/x402`.
 #![cfg(feature = "x402")]
 
+mod x402_support;
+
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,16 +14,11 @@ use std::time::Duration;
 use axum::routing::post;
 use serde_json::Value;
 use walletgate::clock::SystemClock;
-use walletgate::x402::{
-    DevLedger, LocalEvmFacilitator, PaymentOption, PaymentReceipt, PriceTable, X402Layer,
-};
+use walletgate::x402::{DevLedger, LocalEvmFacilitator, PaymentReceipt};
+use x402_support::{CHAT, PAY_TO, QUOTED_UNITS, chat_layer};
 
-const CHAT: &str = "/v1/chat/completions";
-/// Payee: development account 9. Payer: account 0, as the script signs.
-const PAY_TO: &str = DevLedger::DEV_ACCOUNTS[9];
+/// The payer: account 0, as the script signs.
 const PAYER: &str = DevLedger::DEV_ACCOUNTS[0];
-/// 0.002 USD + 0.001 USD flat fee, in USDC units.
-const QUOTED_UNITS: u128 = 3000;
 
 fn interop_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/x402")
@@ -37,19 +34,10 @@ async fn official_npm_client_pays_a_loopback_route() {
     );
 
     let ledger = Arc::new(DevLedger::new());
-    let layer = X402Layer::builder()
-        .payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
-        .pricing(
-            PriceTable::by_route()
-                .with_usd(format!("POST {CHAT}"), "0.002")
-                .unwrap(),
-        )
-        .facilitator(LocalEvmFacilitator::new(
-            ledger.clone(),
-            Arc::new(SystemClock),
-        ))
-        .build()
-        .unwrap();
+    let layer = chat_layer(
+        LocalEvmFacilitator::new(ledger.clone(), Arc::new(SystemClock)),
+        Arc::new(SystemClock),
+    );
     let seen = Arc::new(Mutex::new(Vec::<PaymentReceipt>::new()));
     let handler_seen = seen.clone();
     let app = axum::Router::new()

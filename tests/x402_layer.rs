@@ -22,18 +22,13 @@ use walletgate::ResponseBody;
 use walletgate::clock::FakeClock;
 use walletgate::x402::{
     BoxFuture, DevLedger, Facilitator, FacilitatorError, FacilitatorRequest, LocalEvmFacilitator,
-    Network, PaymentOption, PaymentReceipt, PaymentRequired, PriceTable, SettleResponse,
-    SupportedResponse, TokenId, VerifyResponse, X402, X402Layer, codec,
+    Network, PaymentOption, PaymentReceipt, PaymentRequired, PaymentRequirements, PriceTable,
+    SettleResponse, SupportedResponse, TokenId, VerifyResponse, X402, X402Layer, codec,
 };
-use x402_support::{Payer, domain_of};
+use x402_support::{CHAT, PAY_TO, Payer, QUOTED_UNITS, domain_of};
 
 const NOW: u64 = 1_750_000_000;
-const CHAT: &str = "/v1/chat/completions";
 const PAID_CONTENT: &[u8] = b"paid content";
-/// The payee: development account 9.
-const PAY_TO: &str = DevLedger::DEV_ACCOUNTS[9];
-/// 0.002 USD + 0.001 USD fee, in USDC units.
-const QUOTED_UNITS: u128 = 3000;
 
 /// A body that records whether anyone read it.
 #[derive(Debug)]
@@ -211,11 +206,27 @@ impl Harness {
         self.service.clone().oneshot(request).await.unwrap()
     }
 
+    /// Sends a paid request whose handler waits for `gate`; returns once the handler runs.
+    async fn start_and_hold(
+        &self,
+        header: &str,
+    ) -> tokio::task::JoinHandle<Result<Response<ResponseBody<TrackedBody>>, Infallible>> {
+        let request = chat_with(Some(header), &[("x-test-wait", "1")]);
+        let task = tokio::spawn(self.service.clone().oneshot(request));
+        self.entered.notified().await;
+        task
+    }
+
     /// The quote for the chat route, decoded from `PAYMENT-REQUIRED`.
     async fn quote(&self) -> PaymentRequired {
         let response = self.send(chat(None)).await;
         assert_eq!(response.status(), 402);
         codec::decode(response.headers()["payment-required"].as_bytes()).unwrap()
+    }
+
+    /// The offer clients sign: the quote's first.
+    async fn first_offer(&self) -> PaymentRequirements {
+        self.quote().await.accepts[0].clone()
     }
 
     fn balance(&self, address: &str) -> u128 {
@@ -400,7 +411,7 @@ async fn second_offer_is_accepted_too() {
 #[tokio::test]
 async fn amount_off_by_one_unit_is_refused() {
     let h = Harness::new();
-    let mut offer = h.quote().await.accepts[0].clone();
+    let mut offer = h.first_offer().await;
     let payer = Payer::dev(0);
     for units in [QUOTED_UNITS - 1, QUOTED_UNITS + 1] {
         offer.amount = x402_support::units(units);
@@ -412,7 +423,7 @@ async fn amount_off_by_one_unit_is_refused() {
         assert_eq!(body["payer"], payer.address());
     }
     // Matching echo, but the signed value is off by one.
-    let offer = h.quote().await.accepts[0].clone();
+    let offer = h.first_offer().await;
     let mut authorization = payer.authorization(&offer, NOW, 7);
     authorization.value = x402_support::units(QUOTED_UNITS - 1);
     let header = codec::encode(&payer.pay(&offer, authorization));
@@ -424,7 +435,7 @@ async fn amount_off_by_one_unit_is_refused() {
 #[tokio::test]
 async fn wrong_pay_to_network_or_asset_is_refused() {
     let h = Harness::new();
-    let offer = h.quote().await.accepts[0].clone();
+    let offer = h.first_offer().await;
     let payer = Payer::dev(0);
     let mut wrong_pay_to = offer.clone();
     wrong_pay_to.pay_to = DevLedger::DEV_ACCOUNTS[3].into();
@@ -479,7 +490,7 @@ async fn malformed_payments_are_invalid() {
 #[tokio::test]
 async fn window_too_short_or_not_yet_valid_is_unfunded_and_a_past_valid_after_is_fine() {
     let h = Harness::new();
-    let offer = h.quote().await.accepts[0].clone();
+    let offer = h.first_offer().await;
     let payer = Payer::dev(0);
     let mut short = payer.authorization(&offer, NOW, 1);
     short.valid_before = NOW + 5;
@@ -503,7 +514,7 @@ async fn window_too_short_or_not_yet_valid_is_unfunded_and_a_past_valid_after_is
 #[tokio::test]
 async fn unfunded_payer_is_refused_with_its_address() {
     let h = Harness::new();
-    let offer = h.quote().await.accepts[0].clone();
+    let offer = h.first_offer().await;
     let payer = Payer::from_key([0x42; 32]);
     let body = assert_rejected(
         h.send(chat(Some(&payer.header(&offer, NOW, 1)))).await,
@@ -518,14 +529,9 @@ async fn unfunded_payer_is_refused_with_its_address() {
 #[tokio::test]
 async fn duplicate_while_in_flight_is_a_replay() {
     let h = Harness::new();
-    let offer = h.quote().await.accepts[0].clone();
+    let offer = h.first_offer().await;
     let header = Payer::dev(0).header(&offer, NOW, 1);
-    let first = tokio::spawn(
-        h.service
-            .clone()
-            .oneshot(chat_with(Some(&header), &[("x-test-wait", "1")])),
-    );
-    h.entered.notified().await;
+    let first = h.start_and_hold(&header).await;
     let duplicate = h.send(chat(Some(&header))).await;
     let body = assert_rejected(duplicate, 402, "PAYMENT_REPLAY").await;
     assert_eq!(body["error"], "Payment authorization already used");
@@ -538,7 +544,7 @@ async fn duplicate_while_in_flight_is_a_replay() {
 #[tokio::test]
 async fn duplicate_after_settlement_is_a_replay() {
     let h = Harness::new();
-    let offer = h.quote().await.accepts[0].clone();
+    let offer = h.first_offer().await;
     let header = Payer::dev(0).header(&offer, NOW, 1);
     assert_eq!(h.send(chat(Some(&header))).await.status(), 200);
     assert_rejected(h.send(chat(Some(&header))).await, 402, "PAYMENT_REPLAY").await;
@@ -551,7 +557,7 @@ async fn duplicate_after_settlement_is_a_replay() {
 #[tokio::test]
 async fn paid_replay_hands_the_original_receipt_to_the_handler_uncharged() {
     let h = Harness::with(true);
-    let offer = h.quote().await.accepts[0].clone();
+    let offer = h.first_offer().await;
     let payer = Payer::dev(0);
     let header = payer.header(&offer, NOW, 1);
     let first = h.send(chat(Some(&header))).await;
@@ -589,7 +595,7 @@ async fn paid_replay_hands_the_original_receipt_to_the_handler_uncharged() {
 #[tokio::test]
 async fn same_signature_is_accepted_after_a_503_from_the_facilitator() {
     let h = Harness::new();
-    let offer = h.quote().await.accepts[0].clone();
+    let offer = h.first_offer().await;
     let header = Payer::dev(0).header(&offer, NOW, 1);
     h.facilitator
         .unavailable_verifies
@@ -604,7 +610,7 @@ async fn same_signature_is_accepted_after_a_503_from_the_facilitator() {
 #[tokio::test]
 async fn error_answers_are_never_settled_and_release_the_claim() {
     let h = Harness::new();
-    let offer = h.quote().await.accepts[0].clone();
+    let offer = h.first_offer().await;
     let payer = Payer::dev(0);
     let header = payer.header(&offer, NOW, 1);
     let before = h.balance(&payer.address());
@@ -629,14 +635,9 @@ async fn error_answers_are_never_settled_and_release_the_claim() {
 #[tokio::test]
 async fn dropped_request_is_never_settled() {
     let h = Harness::new();
-    let offer = h.quote().await.accepts[0].clone();
+    let offer = h.first_offer().await;
     let header = Payer::dev(0).header(&offer, NOW, 1);
-    let task = tokio::spawn(
-        h.service
-            .clone()
-            .oneshot(chat_with(Some(&header), &[("x-test-wait", "1")])),
-    );
-    h.entered.notified().await;
+    let task = h.start_and_hold(&header).await;
     task.abort();
     assert!(task.await.unwrap_err().is_cancelled());
     assert_eq!(h.facilitator.settle_calls.load(Ordering::SeqCst), 0);
@@ -649,7 +650,7 @@ async fn dropped_request_is_never_settled() {
 #[tokio::test]
 async fn failed_settlement_releases_no_body() {
     let h = Harness::new();
-    let offer = h.quote().await.accepts[0].clone();
+    let offer = h.first_offer().await;
     let payer = Payer::dev(0);
     let header = payer.header(&offer, NOW, 1);
     let before = h.balance(&payer.address());
@@ -692,7 +693,7 @@ async fn rejections_use_the_routes_envelope() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_parallel_requests_settle_each_authorization_once() {
     let h = Harness::new();
-    let offer = h.quote().await.accepts[0].clone();
+    let offer = h.first_offer().await;
     let payers: Vec<Payer> = (0..4).map(Payer::dev).collect();
     let before: Vec<u128> = payers.iter().map(|p| h.balance(&p.address())).collect();
     let payee_before = h.balance(PAY_TO);

@@ -52,42 +52,23 @@ sol! {
 
 /// Parses `0x` + 40 hex digits, any case.
 pub(crate) fn parse_evm_address(text: &str) -> Option<Address> {
-    let hex = text
-        .strip_prefix("0x")
-        .or_else(|| text.strip_prefix("0X"))?;
-    if hex.len() != 40 {
-        return None;
-    }
-    let mut bytes = [0u8; 20];
-    decode_hex(hex, &mut bytes)?;
-    Some(Address::from(bytes))
+    prefixed_hex::<20>(text).map(Address::from)
 }
 
 /// Parses `0x` + 64 hex digits.
 fn parse_b256(text: &str) -> Option<B256> {
-    let hex = text.strip_prefix("0x")?;
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut bytes = [0u8; 32];
-    decode_hex(hex, &mut bytes)?;
-    Some(B256::from(bytes))
+    prefixed_hex::<32>(text).map(B256::from)
 }
 
 /// Parses a 65-byte `0x` signature (r, s, v with v in 0, 1, 27 or 28).
 fn parse_signature(text: &str) -> Option<Signature> {
-    let hex = text.strip_prefix("0x")?;
-    if hex.len() != 130 {
-        return None;
-    }
-    let mut bytes = [0u8; 65];
-    decode_hex(hex, &mut bytes)?;
-    Signature::from_raw_array(&bytes).ok()
+    Signature::from_raw_array(&prefixed_hex::<65>(text)?).ok()
 }
 
-fn decode_hex(hex: &str, out: &mut [u8]) -> Option<()> {
-    let digits = hex.as_bytes();
-    if digits.len() != out.len() * 2 {
+/// Exactly `N` bytes of `0x`-prefixed hex, either case.
+fn prefixed_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    let digits = text.strip_prefix("0x")?.as_bytes();
+    if digits.len() != N * 2 {
         return None;
     }
     let nibble = |d: u8| match d {
@@ -96,10 +77,11 @@ fn decode_hex(hex: &str, out: &mut [u8]) -> Option<()> {
         b'A'..=b'F' => Some(d - b'A' + 10),
         _ => None,
     };
+    let mut out = [0u8; N];
     for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
         *byte = (nibble(pair[0])? << 4) | nibble(pair[1])?;
     }
-    Some(())
+    Some(out)
 }
 
 /// An EIP-3009 token: its chain and contract.

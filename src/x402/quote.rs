@@ -74,15 +74,7 @@ impl PaymentOption {
         let mut extra = Map::new();
         extra.insert("name".into(), Value::from(eip712_name));
         extra.insert("version".into(), Value::from(eip712_version));
-        Ok(Self {
-            network,
-            asset: asset.to_owned(),
-            pay_to: pay_to.to_owned(),
-            max_timeout_secs: DEFAULT_MAX_TIMEOUT_SECS,
-            decimals: 6,
-            currency: "USDC".to_owned(),
-            extra,
-        })
+        Ok(Self::other(network, asset, pay_to, extra))
     }
 
     /// An option of another scheme family (e.g. Solana), with its `extra` as given.
