@@ -28,6 +28,14 @@
 //!    inner body. A 4xx/5xx answer is returned unsettled; a dropped request is
 //!    never settled. In every unsettled case the claim is released.
 //!
+//! # Facilitators
+//!
+//! [`LocalEvmFacilitator`] verifies exact-EVM payments in-process and settles
+//! them through a [`Ledger`]; [`DevLedger`] pre-funds the public development
+//! accounts on Base Sepolia, so the official clients can pay a local server.
+//! With the `http-facilitator` feature, `HttpFacilitator` calls a standard
+//! facilitator over HTTP. Any other backend implements [`Facilitator`].
+//!
 //! # Replay
 //!
 //! A settled authorization stays spent until its `validBefore` (at least two
