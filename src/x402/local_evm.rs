@@ -133,33 +133,64 @@ impl ExactEvmDomain {
         let mut preimage = [0u8; 66];
         preimage[..2].copy_from_slice(&[0x19, 0x01]);
         preimage[2..34].copy_from_slice(self.separator.as_slice());
-        preimage[34..].copy_from_slice(transfer.eip712_hash_struct().as_slice());
+        preimage[34..].copy_from_slice(hash_transfer(transfer).as_slice());
         keccak256(preimage)
     }
+}
+
+/// `keccak256("TransferWithAuthorization(address from,address to,uint256 value,uint256 validAfter,uint256 validBefore,bytes32 nonce)")`,
+/// the EIP-3009 constant; a test pins it to what `sol!` derives.
+const TRANSFER_WITH_AUTHORIZATION_TYPEHASH: B256 = B256::new([
+    0x7c, 0x7c, 0x6c, 0xdb, 0x67, 0xa1, 0x87, 0x43, 0xf4, 0x9e, 0xc6, 0xfa, 0x9b, 0x35, 0xf5, 0x0d,
+    0x52, 0xed, 0x05, 0xcb, 0xed, 0x4c, 0xc5, 0x92, 0xe1, 0x3b, 0x44, 0x50, 0x1c, 0x1a, 0x22, 0x67,
+]);
+
+/// EIP-712 `hashStruct` of a transfer, with the type hash precomputed
+/// (`eip712_hash_struct` rebuilds and hashes the type string on every call).
+fn hash_transfer(transfer: &TransferWithAuthorization) -> B256 {
+    let mut preimage = Vec::with_capacity(7 * 32);
+    preimage.extend_from_slice(TRANSFER_WITH_AUTHORIZATION_TYPEHASH.as_slice());
+    preimage.extend_from_slice(&transfer.eip712_encode_data());
+    keccak256(preimage)
 }
 
 /// Domains seen recently, so the separator's four hashes are not redone per payment.
 #[derive(Default)]
 struct DomainCache {
-    domains: Mutex<HashMap<(String, String, u64, Address), ExactEvmDomain>>,
+    domains: Mutex<Vec<CachedDomain>>,
+}
+
+struct CachedDomain {
+    name: String,
+    version: String,
+    token: TokenId,
+    domain: ExactEvmDomain,
 }
 
 /// Distinct domains kept; a server quotes a handful of tokens.
 const DOMAIN_CACHE_LEN: usize = 64;
 
 impl DomainCache {
-    fn get(&self, name: &str, version: &str, chain_id: u64, asset: Address) -> ExactEvmDomain {
-        let key = (name.to_owned(), version.to_owned(), chain_id, asset);
+    fn get(&self, name: &str, version: &str, token: TokenId) -> ExactEvmDomain {
         let mut domains = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(domain) = domains.get(&key) {
-            return domain.clone();
+        // A linear scan over a handful of entries, comparing borrowed strings: no allocation.
+        let hit = domains.iter().find(|cached| {
+            cached.token == token && cached.name == name && cached.version == version
+        });
+        if let Some(cached) = hit {
+            return cached.domain.clone();
         }
-        let domain = ExactEvmDomain::new(name, version, chain_id, asset);
+        let domain = ExactEvmDomain::new(name, version, token.chain_id, token.asset);
         // Names come from the server's own offers; the bound only guards misuse.
         if domains.len() >= DOMAIN_CACHE_LEN {
             domains.clear();
         }
-        domains.insert(key, domain.clone());
+        domains.push(CachedDomain {
+            name: name.to_owned(),
+            version: version.to_owned(),
+            token,
+            domain: domain.clone(),
+        });
         domain
     }
 }
@@ -448,7 +479,7 @@ impl LocalEvmFacilitator {
         let nonce = parse_b256(&nonce).ok_or(refuse(reason::INVALID_PAYLOAD, payer))?;
         let signature = parse_signature(&signature).ok_or(refuse(reason::SIGNATURE, payer))?;
 
-        let domain = self.domains.get(name, version, chain_id, asset);
+        let domain = self.domains.get(name, version, TokenId { chain_id, asset });
         let digest = domain.signing_hash(&TransferWithAuthorization {
             from,
             to,
@@ -593,10 +624,16 @@ mod tests {
 
     #[test]
     fn typehash_is_the_eip3009_constant() {
+        let transfer = vector_b_transfer();
         assert_eq!(
-            vector_b_transfer().eip712_type_hash(),
+            transfer.eip712_type_hash(),
             hex32("0x7c7c6cdb67a18743f49ec6fa9b35f50d52ed05cbed4cc592e13b44501c1a2267")
         );
+        assert_eq!(
+            TRANSFER_WITH_AUTHORIZATION_TYPEHASH,
+            transfer.eip712_type_hash()
+        );
+        assert_eq!(hash_transfer(&transfer), transfer.eip712_hash_struct());
     }
 
     #[test]
