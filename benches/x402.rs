@@ -5,7 +5,6 @@
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 
 use criterion::{BatchSize, Criterion, criterion_main};
 use http::Request;
@@ -21,6 +20,7 @@ use walletgate::x402::{
 #[path = "../tests/x402_support/mod.rs"]
 mod x402_support;
 
+use x402_support::poll::ready;
 use x402_support::{PAY_TO, Payer, answering, chat_layer, domain_of};
 
 const NOW: u64 = 1_750_000_000;
@@ -107,19 +107,6 @@ fn bench_x402(c: &mut Criterion) {
         )
     });
     group.finish();
-}
-
-/// Polls a future that completes without waiting (in-memory ledger and store,
-/// a ready inner service), so no executor cost is measured.
-fn ready<F: Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    match future
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("the benchmarked future waited"),
-    }
 }
 
 /// Criterion's generated entry points carry no docs.

@@ -9,9 +9,8 @@
 #![no_main]
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -25,6 +24,11 @@ use walletgate::x402::{
     DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator, PaymentOption, PaymentPayload,
     PaymentRequirements, PriceTable, UsdAmount, X402, X402Layer, codec, matching_offer,
 };
+
+/// The same no-executor poll the benchmark uses.
+#[path = "../../tests/x402_support/poll.rs"]
+mod poll;
+use poll::ready;
 
 /// The time the seed corpus was signed for.
 const NOW: u64 = 1_750_000_000;
@@ -79,18 +83,6 @@ fn harness() -> &'static Harness {
             offers,
         }
     })
-}
-
-/// Everything here is in memory: one poll must finish the future.
-fn ready<F: Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    match future
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("the payment flow waited on an in-memory verifier"),
-    }
 }
 
 fn through_layer(header: &[u8]) {

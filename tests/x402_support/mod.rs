@@ -2,6 +2,8 @@
 //! authorizations with the public development keys.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod poll;
+
 use alloy_primitives::{Address, B256, U256};
 use secp256k1::{Message, PublicKey, SECP256K1, SecretKey};
 use walletgate::x402::{
