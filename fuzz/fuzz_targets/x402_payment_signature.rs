@@ -1,0 +1,131 @@
+//! Arbitrary bytes as `PAYMENT-SIGNATURE`, through decode, match and verify.
+//!
+//! Each input is tried three ways: as the raw header value through the whole
+//! `X402` layer; base64-encoded (so the bytes reach the JSON parser) through
+//! the layer; and through `codec::decode`, `matching_offer` and
+//! `LocalEvmFacilitator::verify` directly. The layer must answer 402 (or 200
+//! for a genuinely valid payment, with a settlement receipt), never panic,
+//! never wait.
+#![no_main]
+
+use std::convert::Infallible;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response};
+use http_body_util::Full;
+use libfuzzer_sys::fuzz_target;
+use tower_service::Service;
+use walletgate::clock::FakeClock;
+use walletgate::x402::{
+    DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator, PaymentOption, PaymentPayload,
+    PaymentRequirements, PriceTable, UsdAmount, X402, X402Layer, codec, matching_offer,
+};
+
+/// The same no-executor poll the benchmark uses.
+#[path = "../../tests/x402_support/poll.rs"]
+mod poll;
+use poll::ready;
+
+/// The time the seed corpus was signed for.
+const NOW: u64 = 1_750_000_000;
+const PAY_TO: &str = DevLedger::DEV_ACCOUNTS[9];
+const CHAT: &str = "/v1/chat/completions";
+
+/// The paid handler: always ready, answers at once.
+#[derive(Clone)]
+struct Answer;
+
+impl Service<Request<Full<Bytes>>> for Answer {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _request: Request<Full<Bytes>>) -> Self::Future {
+        std::future::ready(Ok(Response::new(Full::new(Bytes::from_static(b"paid")))))
+    }
+}
+
+struct Harness {
+    service: X402<Answer>,
+    facilitator: LocalEvmFacilitator,
+    offers: Vec<PaymentRequirements>,
+}
+
+fn harness() -> &'static Harness {
+    static HARNESS: OnceLock<Harness> = OnceLock::new();
+    HARNESS.get_or_init(|| {
+        let clock = Arc::new(FakeClock::at_unix_secs(NOW));
+        let facilitator = LocalEvmFacilitator::new(Arc::new(DevLedger::new()), clock.clone());
+        let option = PaymentOption::base_sepolia_usdc(PAY_TO).unwrap();
+        let offers = vec![option.requirements(UsdAmount::from_micros(3000)).unwrap()];
+        let layer = X402Layer::builder()
+            .payment_option(option)
+            .pricing(
+                PriceTable::by_route()
+                    .with_usd(format!("POST {CHAT}"), "0.002")
+                    .unwrap(),
+            )
+            .facilitator(facilitator.clone())
+            .clock(clock)
+            .build()
+            .unwrap();
+        Harness {
+            service: X402::layer(Answer, &layer),
+            facilitator,
+            offers,
+        }
+    })
+}
+
+fn through_layer(header: &[u8]) {
+    let Ok(value) = HeaderValue::from_bytes(header) else {
+        return;
+    };
+    let request = Request::post(CHAT)
+        .header("payment-signature", value)
+        .body(Full::default())
+        .unwrap();
+    let mut service = harness().service.clone();
+    let response = ready(service.call(request)).unwrap();
+    match response.status().as_u16() {
+        200 => assert!(response.headers().contains_key("payment-response")),
+        402 => assert!(response.body().is_rejection()),
+        other => panic!("unexpected status {other} for a payment header"),
+    }
+}
+
+fn decode_match_verify(header: &[u8]) {
+    let Ok(payment) = codec::decode::<PaymentPayload>(header) else {
+        return;
+    };
+    let harness = harness();
+    let Some(offer) = matching_offer(&harness.offers, &payment.accepted).cloned() else {
+        return;
+    };
+    let request = FacilitatorRequest {
+        x402_version: payment.x402_version,
+        payment_payload: payment,
+        payment_requirements: offer,
+    };
+    let verdict = ready(harness.facilitator.verify(&request)).unwrap();
+    assert_eq!(verdict.is_valid, verdict.invalid_reason.is_none());
+    if verdict.is_valid {
+        assert!(verdict.payer.is_some());
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    through_layer(data);
+    decode_match_verify(data);
+    let encoded = STANDARD.encode(data);
+    through_layer(encoded.as_bytes());
+    decode_match_verify(encoded.as_bytes());
+});
