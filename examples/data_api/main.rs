@@ -20,6 +20,7 @@
 mod app;
 mod auth;
 mod favorites;
+mod openapi;
 mod relationships;
 mod rest;
 #[cfg(test)]
