@@ -128,15 +128,6 @@ pub(crate) fn build_with_clock(
 pub(crate) fn operations() -> Vec<Operation> {
     let wallet = |scope: Scope| Access::Wallet(RequireScopesLayer::new(scope));
     let address = || schema_ref("Address");
-    let counterparty_query = [
-        required_query_parameter("counterparty_address", "The other side's wallet", address()),
-        required_query_parameter(
-            "caller_role",
-            "The side the caller speaks for",
-            schema_ref("CallerRole"),
-        ),
-    ];
-    let [counterparty_address, caller_role] = counterparty_query;
     vec![
         // Discovery: public.
         Operation::get("/api/v2/openapi.json", "getOpenApi", openapi::openapi_json)
@@ -247,8 +238,8 @@ pub(crate) fn operations() -> Vec<Operation> {
         Operation::delete("/api/v2/accounts/agent-relationships", "removeRelationship", rest::remove)
             .access(wallet(Scope::WriteWallets))
             .doc("agents", "Remove a relationship in any state")
-            .parameter(counterparty_address)
-            .parameter(caller_role)
+            .parameter(required_query_parameter("counterparty_address", "The other side's wallet", address()))
+            .parameter(required_query_parameter("caller_role", "The side the caller speaks for", schema_ref("CallerRole")))
             .response(200, "`removed` is false when none existed", schema_ref("Removed"))
             .error(400, "A query parameter is missing or malformed"),
         Operation::get("/api/v2/accounts/{address}/agent-relationships", "listPublicRelationships", rest::public_relationships)
