@@ -19,6 +19,7 @@ use crate::Config;
 use crate::app::{build_with_clock, rfc3339};
 
 mod described;
+mod newcomer;
 
 /// Public Hardhat/Anvil development keys #0 and #1 (never real funds).
 const DEV_KEY_0: &str = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
@@ -41,12 +42,17 @@ struct Reply {
 }
 
 async fn start() -> Server {
+    start_at(START).await
+}
+
+/// A server whose fake clock reads `unix_secs`.
+async fn start_at(unix_secs: u64) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address: SocketAddr = listener.local_addr().unwrap();
     let origin = format!("http://{address}");
     let mut config = Config::for_origin(address, &origin).unwrap();
     config.api_key = Some(API_KEY.to_owned());
-    let clock = FakeClock::at_unix_secs(START);
+    let clock = FakeClock::at_unix_secs(unix_secs);
     let (router, dev) = build_with_clock(&config, Arc::new(clock.clone())).unwrap();
     assert!(dev.generated_api_key.is_none());
     tokio::spawn(async move { axum::serve(listener, router).await });
