@@ -78,13 +78,7 @@ impl Server {
             request = request.header(*name, *value);
         }
         let body = body.map_or_else(Bytes::new, |body| Bytes::from(body.to_string()));
-        let response = tokio::time::timeout(
-            Duration::from_secs(10),
-            self.client.request(request.body(Full::new(body)).unwrap()),
-        )
-        .await
-        .expect("server answers within 10 s")
-        .unwrap();
+        let response = self.send(request, body).await;
         let status = response.status();
         let headers = response.headers().clone();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
@@ -98,6 +92,21 @@ impl Server {
             headers,
             body,
         }
+    }
+
+    /// Sends `request` with `body`, waiting at most 10 s for the head.
+    async fn send(
+        &self,
+        request: http::request::Builder,
+        body: Bytes,
+    ) -> http::Response<hyper::body::Incoming> {
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            self.client.request(request.body(Full::new(body)).unwrap()),
+        )
+        .await
+        .expect("server answers within 10 s")
+        .unwrap()
     }
 
     async fn keyed(

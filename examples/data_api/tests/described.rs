@@ -12,7 +12,7 @@ use crate::app::operations;
 use crate::openapi::Access;
 use axum::body::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode, header};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 
 const DOCUMENT_PATH: &str = "/api/v2/openapi.json";
 const GRANTABLE: [&str; 3] = ["read:favorites", "read:wallets", "write:wallets"];
@@ -44,13 +44,7 @@ impl Server {
             request = request.header(header::CONTENT_TYPE, "application/json");
         }
         let body = body.map_or_else(Bytes::new, |body| Bytes::from(body.to_string()));
-        let response = tokio::time::timeout(
-            std::time::Duration::from_secs(10),
-            self.client.request(request.body(Full::new(body)).unwrap()),
-        )
-        .await
-        .expect("server answers within 10 s")
-        .unwrap();
+        let response = self.send(request, body).await;
         let status = response.status();
         let headers = response.headers().clone();
         let is_json = headers
