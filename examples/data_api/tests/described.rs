@@ -194,14 +194,16 @@ fn concrete(path: &str) -> String {
 }
 
 /// A request body for operations whose handlers read one; `pat` is a live
-/// personal access token of wallet 0.
+/// personal access token of wallet 0. The document lists paths in order, so
+/// `PUT /api/v2/accounts/agent` has declared wallet 0 an agent by the time
+/// it proposes, and the proposal answers a relationship to check.
 fn sample_body(operation_id: &str, pat: &str) -> Option<Value> {
     match operation_id {
         "createToken" => {
             Some(json!({"label": "probe", "scopes": ["read:wallets"], "expiresInDays": 1}))
         }
         "proposeRelationship" | "confirmRelationship" => {
-            Some(json!({"counterparty_address": DEV_WALLET_1, "caller_role": "OWNER"}))
+            Some(json!({"counterparty_address": DEV_WALLET_1, "caller_role": "AGENT"}))
         }
         "exchangeToken" => Some(json!({"subjectToken": pat, "subjectTokenType": "ACCESS_TOKEN"})),
         _ => None,
@@ -462,6 +464,7 @@ async fn every_documented_operation_is_mounted_behind_its_documented_gates() {
         .insert(GRANTABLE.map(str::to_owned).to_vec(), jwt);
     let mut not_mounted_here = Vec::new();
     let mut wallet_probes = 0;
+    let mut answered = BTreeMap::new();
 
     for (path, method, operation) in documented(&document) {
         let label = format!("{method} {path}");
@@ -606,6 +609,24 @@ async fn every_documented_operation_is_mounted_behind_its_documented_gates() {
             reply.status
         );
         assert_documented_reply(&document, &label, &operation, &reply);
+        answered.insert(
+            operation["operationId"].as_str().unwrap().to_owned(),
+            reply.status.as_u16(),
+        );
+    }
+    // The success bodies these answered were checked against their schemas.
+    for (id, status) in [
+        ("getFavorites", 200),
+        ("declareAgent", 200),
+        ("proposeRelationship", 200),
+        ("listOwnRelationships", 200),
+        ("createToken", 201),
+        ("listTokens", 200),
+        ("exchangeToken", 200),
+        ("createSiweNonce", 200),
+        ("refreshSession", 200),
+    ] {
+        assert_eq!(answered.get(id), Some(&status), "{id}");
     }
     assert_eq!(
         wallet_probes, 7,
