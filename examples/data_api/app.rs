@@ -1,4 +1,5 @@
-//! State and composition: which layers guard which routes.
+//! State, the route table (every operation with its gate and description)
+//! and the composition that mounts it.
 
 use std::sync::Arc;
 
@@ -254,14 +255,20 @@ pub(crate) fn operations() -> Vec<Operation> {
     ]
 }
 
+/// The relationship handshake, for the operations that step through it.
 const RELATIONSHIP_STATES: &str = "The handshake: one side proposes (state `PENDING`, awaiting the other side), the other side confirms (`CONFIRMED`); either side removes it in any state. Proposing needs the agent side to be a declared agent; proposing again changes nothing; only the awaited side can confirm. Undeclaring an agent removes its relationships. The public listing shows confirmed ones only.";
 
+/// What `/mcp` promises; examples/data_api/mcp.rs keeps the promise.
+const MCP_DESCRIPTION: &str = "Model Context Protocol over streamable HTTP. `X-API-KEY` on every request (401 with a JSON-RPC error body otherwise). Public-data tools need only the key; wallet-scoped tools (favorites, own agent relationships, declare agent, propose / confirm / remove relationship) take the wallet from the bearer JWT, never from arguments: an invalid or expired JWT gets 401 with `WWW-Authenticate: Bearer error=\"invalid_token\"`, a missing scope a tool error naming it.";
+
+/// One method of the MCP endpoint, which mcp.rs mounts as a whole service.
 fn mcp_operation(method: Method, id: &'static str, summary: &'static str) -> Operation {
-    let operation = Operation::mounted_elsewhere(method.clone(), "/mcp", id, "examples/data_api/mcp.rs")
-        .access(Access::ApiKeyOptionalWallet)
-        .doc("mcp", summary)
-        .description("Model Context Protocol over streamable HTTP. `X-API-KEY` on every request (401 with a JSON-RPC error body otherwise). Public-data tools need only the key; wallet-scoped tools (favorites, own agent relationships, declare agent, propose / confirm / remove relationship) take the wallet from the bearer JWT, never from arguments: an invalid or expired JWT gets 401 with `WWW-Authenticate: Bearer error=\"invalid_token\"`, a missing scope a tool error naming it.")
-        .extension("x-protocol", json!("mcp-streamable-http"));
+    let operation =
+        Operation::mounted_elsewhere(method.clone(), "/mcp", id, "examples/data_api/mcp.rs")
+            .access(Access::ApiKeyOptionalWallet)
+            .doc("mcp", summary)
+            .description(MCP_DESCRIPTION)
+            .extension("x-protocol", json!("mcp-streamable-http"));
     if method == Method::POST {
         operation.json_body(schema_ref("JsonRpcMessage")).response(
             200,
@@ -307,13 +314,15 @@ fn router(
     let token_management =
         token_management.route_layer(WalletJwtLayer::new(verifier).optional_bearer());
 
+    let api_keys = ApiKeyLayer::new(key_store).with_clock(clock);
     let keyed = keyed
         .merge(wallet_scoped)
         .merge(token_management)
-        // ---- MCP: `/mcp` is nested here, inside the API-key-protected
-        // router (described in the table by `mcp_operation`). ----
-        .layer(ApiKeyLayer::new(key_store).with_clock(clock));
+        .layer(api_keys);
 
+    // ---- MCP: `/mcp` is nested here as one service that applies the same
+    // `ApiKeyLayer` (`api_keys`) itself; the table describes it through
+    // `mcp_operation`, and the described tests probe it. ----
     public.merge(keyed).with_state(state)
 }
 
