@@ -22,6 +22,7 @@ mod access_log;
 mod app;
 mod auth;
 mod favorites;
+mod openapi;
 mod relationships;
 mod rest;
 #[cfg(test)]

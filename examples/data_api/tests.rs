@@ -18,6 +18,9 @@ use walletgate::FakeClock;
 use crate::Config;
 use crate::app::{build_with_clock, rfc3339};
 
+mod described;
+mod newcomer;
+
 /// Public Hardhat/Anvil development keys #0 and #1 (never real funds).
 const DEV_KEY_0: &str = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 const DEV_WALLET_0: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
@@ -39,12 +42,17 @@ struct Reply {
 }
 
 async fn start() -> Server {
+    start_at(START).await
+}
+
+/// A server whose fake clock reads `unix_secs`.
+async fn start_at(unix_secs: u64) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address: SocketAddr = listener.local_addr().unwrap();
     let origin = format!("http://{address}");
     let mut config = Config::for_origin(address, &origin).unwrap();
     config.api_key = Some(API_KEY.to_owned());
-    let clock = FakeClock::at_unix_secs(START);
+    let clock = FakeClock::at_unix_secs(unix_secs);
     let (router, dev) = build_with_clock(&config, Arc::new(clock.clone())).unwrap();
     assert!(dev.generated_api_key.is_none());
     tokio::spawn(async move { axum::serve(listener, router).await });
@@ -70,13 +78,7 @@ impl Server {
             request = request.header(*name, *value);
         }
         let body = body.map_or_else(Bytes::new, |body| Bytes::from(body.to_string()));
-        let response = tokio::time::timeout(
-            Duration::from_secs(10),
-            self.client.request(request.body(Full::new(body)).unwrap()),
-        )
-        .await
-        .expect("server answers within 10 s")
-        .unwrap();
+        let response = self.send(request, body).await;
         let status = response.status();
         let headers = response.headers().clone();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
@@ -90,6 +92,21 @@ impl Server {
             headers,
             body,
         }
+    }
+
+    /// Sends `request` with `body`, waiting at most 10 s for the head.
+    async fn send(
+        &self,
+        request: http::request::Builder,
+        body: Bytes,
+    ) -> http::Response<hyper::body::Incoming> {
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            self.client.request(request.body(Full::new(body)).unwrap()),
+        )
+        .await
+        .expect("server answers within 10 s")
+        .unwrap()
     }
 
     async fn keyed(

@@ -77,6 +77,27 @@ impl RequireScopesLayer {
         self
     }
 
+    /// The scopes this layer requires, e.g. to publish them in an API
+    /// description generated from the same value that guards the route.
+    ///
+    /// ```
+    /// use walletgate::wallet_jwt::{RequireScopesLayer, Scope};
+    ///
+    /// let guard = RequireScopesLayer::new(Scope::ReadFavorites).wallet_in_path_after("account");
+    /// let names: Vec<&str> = guard.scopes().iter().map(Scope::as_str).collect();
+    /// assert_eq!(names, ["read:favorites"]);
+    /// assert_eq!(guard.wallet_path_segment(), Some("account"));
+    /// ```
+    pub fn scopes(&self) -> &ScopeSet {
+        &self.scopes
+    }
+
+    /// The segment set by [`wallet_in_path_after`](Self::wallet_in_path_after):
+    /// the path segment after it must be the token's wallet.
+    pub fn wallet_path_segment(&self) -> Option<&str> {
+        self.wallet_after_segment.as_deref()
+    }
+
     fn check<B>(&self, request: &Request<B>) -> Result<(), DataApiError> {
         let extensions = request.extensions();
         let Some(claims) = extensions.get::<WalletClaims>() else {

@@ -1,0 +1,767 @@
+//! The live API description: `GET /api/v2/openapi.json`, an OpenAPI 3.1
+//! document generated from the route table in `app.rs`.
+//!
+//! Each [`Operation`] of that table carries its handler, its [`Access`] (for
+//! wallet-scoped routes, the very `RequireScopesLayer` that guards it) and its
+//! description. `app.rs` mounts the handlers from the table and this module
+//! renders the same table, so a route cannot exist without its description
+//! and a description cannot claim scopes its guard does not enforce. The
+//! schemas are written by hand next to each route; the tests check every
+//! response the server gives against them.
+//!
+//! The document is public (like the JWKS document): clients read paths and
+//! scopes from it before they hold a key, and it describes nothing secret.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::State;
+use axum::handler::Handler;
+use axum::routing::MethodRouter;
+use http::Method;
+use serde_json::{Map, Value, json};
+use walletgate::wallet_jwt::RequireScopesLayer;
+
+use crate::app::SharedState;
+
+/// The security scheme of the `X-API-KEY` header.
+pub(crate) const API_KEY_AUTH: &str = "ApiKeyAuth";
+/// The security scheme of the wallet JWT bearer.
+pub(crate) const WALLET_AUTH: &str = "WalletAuth";
+/// The security scheme of the SIWE session cookie.
+pub(crate) const SIWE_SESSION: &str = "SiweSession";
+/// The security scheme of the session's refresh cookie.
+pub(crate) const SIWE_REFRESH: &str = "SiweRefresh";
+
+/// What a caller must present to reach an operation.
+#[derive(Clone, Debug)]
+pub(crate) enum Access {
+    /// Nothing: discovery documents.
+    Public,
+    /// `X-API-KEY` only.
+    ApiKey,
+    /// `X-API-KEY` and the SIWE session cookie; a bearer JWT, if sent, is
+    /// verified but never stands in for the session.
+    Session,
+    /// `X-API-KEY` and the session's refresh cookie.
+    RefreshCookie,
+    /// `X-API-KEY` and a wallet JWT with the scopes this guard requires.
+    Wallet(RequireScopesLayer),
+    /// `X-API-KEY`; a wallet JWT is optional and checked per call (the MCP
+    /// endpoint: its wallet-scoped tools need one).
+    ApiKeyOptionalWallet,
+}
+
+impl Access {
+    /// The OpenAPI `security` array: alternatives, each a set of schemes.
+    fn security(&self) -> Value {
+        match self {
+            Self::Public => json!([]),
+            Self::ApiKey => json!([{ API_KEY_AUTH: [] }]),
+            Self::Session => json!([{ API_KEY_AUTH: [], SIWE_SESSION: [] }]),
+            Self::RefreshCookie => json!([{ API_KEY_AUTH: [], SIWE_REFRESH: [] }]),
+            Self::Wallet(guard) => {
+                let scopes: Vec<&str> = guard.scopes().iter().map(|scope| scope.as_str()).collect();
+                json!([{ API_KEY_AUTH: [], WALLET_AUTH: scopes }])
+            }
+            Self::ApiKeyOptionalWallet => {
+                json!([{ API_KEY_AUTH: [], WALLET_AUTH: [] }, { API_KEY_AUTH: [] }])
+            }
+        }
+    }
+
+    /// The rejections the gates in front of the handler can answer.
+    fn gate_responses(&self) -> Vec<(u16, &'static str)> {
+        let keyed = [
+            (401, "`X-API-KEY` missing or unknown"),
+            (
+                429,
+                "the API key's quota is spent; `Retry-After` says when to retry",
+            ),
+        ];
+        match self {
+            Self::Public => Vec::new(),
+            Self::ApiKey | Self::ApiKeyOptionalWallet => keyed.to_vec(),
+            Self::Session => vec![
+                (
+                    401,
+                    "`X-API-KEY` missing or unknown, or no valid SIWE session cookie",
+                ),
+                keyed[1],
+            ],
+            Self::RefreshCookie => vec![
+                (
+                    401,
+                    "`X-API-KEY` missing or unknown, or no valid refresh cookie",
+                ),
+                keyed[1],
+            ],
+            Self::Wallet(guard) => {
+                let forbidden = if guard.wallet_path_segment().is_some() {
+                    "the JWT lacks a required scope (`WWW-Authenticate: Bearer error=\"insufficient_scope\"`), or the path names another wallet"
+                } else {
+                    "the JWT lacks a required scope (`WWW-Authenticate: Bearer error=\"insufficient_scope\"`)"
+                };
+                vec![
+                    (
+                        401,
+                        "`X-API-KEY` missing or unknown, or the wallet JWT is missing, invalid or expired (`WWW-Authenticate: Bearer error=\"invalid_token\"`)",
+                    ),
+                    (403, forbidden),
+                    keyed[1],
+                ]
+            }
+        }
+    }
+}
+
+/// One method on one path: what mounts it and what describes it.
+pub(crate) struct Operation {
+    method: Method,
+    path: &'static str,
+    access: Access,
+    operation_id: &'static str,
+    tag: &'static str,
+    summary: &'static str,
+    description: Option<&'static str>,
+    parameters: Vec<Value>,
+    request_body: Option<Value>,
+    responses: BTreeMap<u16, (String, Option<Value>)>,
+    extensions: Map<String, Value>,
+    /// `None` for an operation another module mounts (see [`Operation::mounted_elsewhere`]).
+    handler: Option<MethodRouter<SharedState>>,
+}
+
+impl Operation {
+    fn with_handler(
+        method: Method,
+        path: &'static str,
+        operation_id: &'static str,
+        handler: Option<MethodRouter<SharedState>>,
+    ) -> Self {
+        Self {
+            method,
+            path,
+            access: Access::ApiKey,
+            operation_id,
+            tag: "",
+            summary: "",
+            description: None,
+            parameters: Vec::new(),
+            request_body: None,
+            responses: BTreeMap::new(),
+            extensions: Map::new(),
+            handler,
+        }
+    }
+
+    /// `GET path`, served by `handler`.
+    pub(crate) fn get<H, T>(path: &'static str, id: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, SharedState>,
+        T: 'static,
+    {
+        Self::with_handler(Method::GET, path, id, Some(axum::routing::get(handler)))
+    }
+
+    /// `POST path`, served by `handler`.
+    pub(crate) fn post<H, T>(path: &'static str, id: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, SharedState>,
+        T: 'static,
+    {
+        Self::with_handler(Method::POST, path, id, Some(axum::routing::post(handler)))
+    }
+
+    /// `PUT path`, served by `handler`.
+    pub(crate) fn put<H, T>(path: &'static str, id: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, SharedState>,
+        T: 'static,
+    {
+        Self::with_handler(Method::PUT, path, id, Some(axum::routing::put(handler)))
+    }
+
+    /// `DELETE path`, served by `handler`.
+    pub(crate) fn delete<H, T>(path: &'static str, id: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, SharedState>,
+        T: 'static,
+    {
+        Self::with_handler(
+            Method::DELETE,
+            path,
+            id,
+            Some(axum::routing::delete(handler)),
+        )
+    }
+
+    /// An operation described here but mounted by another module as a whole
+    /// service (the MCP endpoint), named in `x-mounted-by`.
+    pub(crate) fn mounted_elsewhere(
+        method: Method,
+        path: &'static str,
+        id: &'static str,
+        module: &'static str,
+    ) -> Self {
+        let mut operation = Self::with_handler(method, path, id, None);
+        operation
+            .extensions
+            .insert("x-mounted-by".to_owned(), Value::from(module));
+        operation
+    }
+
+    /// Who may call it (default: API key only).
+    pub(crate) fn access(mut self, access: Access) -> Self {
+        self.access = access;
+        self
+    }
+
+    /// The tag and one-line summary.
+    pub(crate) fn doc(mut self, tag: &'static str, summary: &'static str) -> Self {
+        self.tag = tag;
+        self.summary = summary;
+        self
+    }
+
+    /// Longer prose (CommonMark).
+    pub(crate) fn description(mut self, text: &'static str) -> Self {
+        self.description = Some(text);
+        self
+    }
+
+    /// A parameter object (`in`: path, query, header or cookie).
+    pub(crate) fn parameter(mut self, parameter: Value) -> Self {
+        self.parameters.push(parameter);
+        self
+    }
+
+    /// A JSON request body with `schema`, required.
+    pub(crate) fn json_body(mut self, schema: Value) -> Self {
+        self.request_body = Some(json!({
+            "required": true,
+            "content": { "application/json": { "schema": schema } }
+        }));
+        self
+    }
+
+    /// A response with a JSON body of `schema`.
+    pub(crate) fn response(mut self, status: u16, description: &str, schema: Value) -> Self {
+        self.responses
+            .insert(status, (description.to_owned(), Some(schema)));
+        self
+    }
+
+    /// An error response (the `Error` envelope).
+    pub(crate) fn error(mut self, status: u16, description: &str) -> Self {
+        self.responses
+            .insert(status, (description.to_owned(), Some(schema_ref("Error"))));
+        self
+    }
+
+    /// Another `x-` member of the operation object.
+    pub(crate) fn extension(mut self, name: &str, value: Value) -> Self {
+        self.extensions.insert(name.to_owned(), value);
+        self
+    }
+
+    /// The HTTP method.
+    #[cfg(test)]
+    pub(crate) fn method(&self) -> &Method {
+        &self.method
+    }
+
+    /// The path template, in axum's and OpenAPI's shared `{name}` syntax.
+    #[cfg(test)]
+    pub(crate) fn path(&self) -> &'static str {
+        self.path
+    }
+
+    /// Who may call it.
+    #[cfg(test)]
+    pub(crate) fn access_rule(&self) -> &Access {
+        &self.access
+    }
+
+    /// What to mount: path, access and handler; `None` when mounted elsewhere.
+    pub(crate) fn into_route(self) -> Option<(&'static str, Access, MethodRouter<SharedState>)> {
+        let handler = self.handler?;
+        Some((self.path, self.access, handler))
+    }
+
+    fn render(&self) -> Value {
+        let mut responses = Map::new();
+        // Gate rejections first, so an operation's own text for the same
+        // status (a 401 with a sharper reason, say) wins.
+        for (status, text) in self.access.gate_responses() {
+            responses.insert(status.to_string(), error_response(text));
+        }
+        for (status, (text, schema)) in &self.responses {
+            let response = match schema {
+                Some(schema) => json!({
+                    "description": text,
+                    "content": { "application/json": { "schema": schema } }
+                }),
+                None => json!({ "description": text }),
+            };
+            responses.insert(status.to_string(), response);
+        }
+        if let Some(too_many) = responses.get_mut("429") {
+            too_many["headers"] = json!({
+                "Retry-After": {
+                    "description": "Seconds to wait before retrying",
+                    "schema": { "type": "integer", "minimum": 1 }
+                }
+            });
+        }
+        responses.insert(
+            "default".to_owned(),
+            error_response("Server fault (5xx): the store or the signing key is unavailable"),
+        );
+
+        let mut operation = Map::new();
+        operation.insert("operationId".to_owned(), self.operation_id.into());
+        operation.insert("tags".to_owned(), json!([self.tag]));
+        operation.insert("summary".to_owned(), self.summary.into());
+        let mut description = self.description.unwrap_or_default().to_owned();
+        if let Access::Wallet(guard) = &self.access {
+            let scopes: Vec<String> = guard
+                .scopes()
+                .iter()
+                .map(|scope| format!("`{scope}`"))
+                .collect();
+            let mut needs = format!("Needs a wallet JWT with scope {}.", scopes.join(", "));
+            if let Some(segment) = guard.wallet_path_segment() {
+                needs.push_str(&format!(
+                    " The path segment after `{segment}` must be the JWT's wallet."
+                ));
+            }
+            description = if description.is_empty() {
+                needs
+            } else {
+                format!("{description}\n\n{needs}")
+            };
+        }
+        if !description.is_empty() {
+            operation.insert("description".to_owned(), description.into());
+        }
+        if !self.parameters.is_empty() {
+            operation.insert("parameters".to_owned(), self.parameters.clone().into());
+        }
+        if let Some(body) = &self.request_body {
+            operation.insert("requestBody".to_owned(), body.clone());
+        }
+        operation.insert("security".to_owned(), self.access.security());
+        operation.insert("responses".to_owned(), responses.into());
+        operation.extend(self.extensions.clone());
+        operation.into()
+    }
+}
+
+fn error_response(description: &str) -> Value {
+    json!({
+        "description": description,
+        "content": { "application/json": { "schema": schema_ref("Error") } }
+    })
+}
+
+/// `{"$ref": "#/components/schemas/<name>"}`.
+pub(crate) fn schema_ref(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/schemas/{name}") })
+}
+
+/// A required path parameter.
+pub(crate) fn path_parameter(name: &str, description: &str, schema: Value) -> Value {
+    json!({ "name": name, "in": "path", "required": true, "description": description, "schema": schema })
+}
+
+/// An optional query parameter.
+pub(crate) fn query_parameter(name: &str, description: &str, schema: Value) -> Value {
+    json!({ "name": name, "in": "query", "required": false, "description": description, "schema": schema })
+}
+
+/// A required query parameter.
+pub(crate) fn required_query_parameter(name: &str, description: &str, schema: Value) -> Value {
+    json!({ "name": name, "in": "query", "required": true, "description": description, "schema": schema })
+}
+
+/// The whole document for a server at `origin`.
+pub(crate) fn document(operations: &[Operation], origin: &str) -> Value {
+    let mut paths = Map::new();
+    for operation in operations {
+        let item = paths
+            .entry(operation.path.to_owned())
+            .or_insert_with(|| json!({}));
+        item[operation.method.as_str().to_ascii_lowercase()] = operation.render();
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "walletgate data API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "The Area A reference server: REST under `/api/v2` and MCP at `/mcp`, acting for a wallet only through a verified wallet JWT. Every operation but the discovery documents needs `X-API-KEY`; wallet-scoped operations list the scopes their JWT needs in their security requirement. Sign in with SIWE (nonce, verify), create a personal access token with the session cookie, exchange it for a short-lived wallet JWT.",
+            "license": { "name": "MIT OR Apache-2.0", "identifier": "MIT OR Apache-2.0" }
+        },
+        "servers": [{ "url": origin }],
+        "tags": [
+            { "name": "discovery", "description": "Public documents" },
+            { "name": "auth", "description": "SIWE sign-in, sessions, personal access tokens and the JWT exchange" },
+            { "name": "favorites", "description": "A wallet's favorite NFTs" },
+            { "name": "agents", "description": "Agent declarations and the agent-relationship handshake" },
+            { "name": "mcp", "description": "Model Context Protocol, streamable HTTP" }
+        ],
+        "paths": paths,
+        "components": {
+            "securitySchemes": security_schemes(),
+            "schemas": schemas()
+        }
+    })
+}
+
+fn security_schemes() -> Value {
+    json!({
+        API_KEY_AUTH: {
+            "type": "apiKey", "in": "header", "name": "X-API-KEY",
+            "description": "The API key; every operation but the discovery documents needs it."
+        },
+        WALLET_AUTH: {
+            "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+            "description": "A wallet JWT (RFC 9068 `at+jwt`, EdDSA) from `POST /api/v2/auth/tokens/exchange`; verify it with `/.well-known/jwks.json`. A security requirement lists the scopes the operation needs."
+        },
+        SIWE_SESSION: {
+            "type": "apiKey", "in": "cookie", "name": "access_token",
+            "description": "The session cookie `POST /api/v2/auth/siwe/verify` sets; only token management accepts it."
+        },
+        SIWE_REFRESH: {
+            "type": "apiKey", "in": "cookie", "name": "refresh_token",
+            "description": "The refresh cookie `POST /api/v2/auth/siwe/verify` sets; it buys a new session once."
+        }
+    })
+}
+
+fn schemas() -> Value {
+    let address = json!({ "type": "string", "pattern": "^0x[0-9a-fA-F]{40}$" });
+    let time = json!({ "type": "string", "format": "date-time" });
+    let schemas: [(&str, Value); 28] = [
+        (
+            "Error",
+            json!({
+                "type": "object",
+                "required": ["error"],
+                "properties": { "error": {
+                    "type": "object",
+                    "required": ["message", "status", "code"],
+                    "properties": {
+                        "message": { "type": "string" },
+                        "status": { "type": "integer", "description": "The HTTP status" },
+                        "code": { "type": "integer", "description": "The gRPC canonical code" }
+                    }
+                }}
+            }),
+        ),
+        ("Address", address),
+        (
+            "Trait",
+            json!({
+                "type": "object",
+                "required": ["trait_type", "value"],
+                "properties": { "trait_type": { "type": "string" }, "value": { "type": "string" } }
+            }),
+        ),
+        (
+            "Nft",
+            json!({
+                "type": "object",
+                "required": ["identifier", "collection", "contract", "token_standard", "name",
+                    "opensea_url", "updated_at", "is_disabled", "is_nsfw", "traits"],
+                "properties": {
+                    "identifier": { "type": "string" },
+                    "collection": { "type": "string" },
+                    "contract": schema_ref("Address"),
+                    "token_standard": { "type": "string", "enum": ["erc721", "erc1155"] },
+                    "name": { "type": "string" },
+                    "opensea_url": { "type": "string", "format": "uri" },
+                    "updated_at": time,
+                    "is_disabled": { "type": "boolean" },
+                    "is_nsfw": { "type": "boolean" },
+                    "traits": { "type": "array", "items": schema_ref("Trait") }
+                }
+            }),
+        ),
+        (
+            "FavoritesPage",
+            json!({
+                "type": "object",
+                "required": ["nfts"],
+                "properties": {
+                    "nfts": { "type": "array", "items": schema_ref("Nft") },
+                    "next": { "type": "string", "description": "Cursor for the next page (pass as `after`); absent on the last page" }
+                }
+            }),
+        ),
+        (
+            "CallerRole",
+            json!({ "type": "string", "enum": ["AGENT", "OWNER"] }),
+        ),
+        (
+            "RelationshipStatus",
+            json!({ "type": "string", "enum": ["PENDING", "CONFIRMED"] }),
+        ),
+        (
+            "Relationship",
+            json!({
+                "type": "object",
+                "required": ["agent_account_id", "owner_account_id", "status", "created_at"],
+                "properties": {
+                    "agent_account_id": schema_ref("Address"),
+                    "owner_account_id": schema_ref("Address"),
+                    "status": schema_ref("RelationshipStatus"),
+                    "awaiting_confirmation_from": schema_ref("Address"),
+                    "created_at": time,
+                    "confirmed_at": time
+                }
+            }),
+        ),
+        (
+            "Relationships",
+            json!({
+                "type": "object",
+                "required": ["relationships"],
+                "properties": { "relationships": { "type": "array", "items": schema_ref("Relationship") } }
+            }),
+        ),
+        (
+            "Counterparty",
+            json!({
+                "type": "object",
+                "required": ["counterparty_address", "caller_role"],
+                "properties": {
+                    "counterparty_address": schema_ref("Address"),
+                    "caller_role": schema_ref("CallerRole")
+                }
+            }),
+        ),
+        (
+            "RelationshipChange",
+            json!({
+                "type": "object",
+                "required": ["relation", "created"],
+                "properties": {
+                    "relation": schema_ref("Relationship"),
+                    "created": { "type": "boolean", "description": "Whether this call created the relationship" }
+                }
+            }),
+        ),
+        (
+            "Removed",
+            json!({
+                "type": "object",
+                "required": ["removed"],
+                "properties": { "removed": { "type": "boolean" } }
+            }),
+        ),
+        (
+            "AgentDeclaration",
+            json!({
+                "type": "object",
+                "required": ["is_agent", "changed"],
+                "properties": { "is_agent": { "type": "boolean" }, "changed": { "type": "boolean" } }
+            }),
+        ),
+        (
+            "Nonce",
+            json!({
+                "type": "object",
+                "required": ["nonce"],
+                "properties": { "nonce": { "type": "string", "minLength": 8 } }
+            }),
+        ),
+        (
+            "SiweMessageFields",
+            json!({
+                "type": "object",
+                "description": "The EIP-4361 message's fields; the server rebuilds the exact signed text from them. Unknown members (the SDK's `accountType`) are ignored.",
+                "required": ["domain", "address", "uri", "version", "chainId", "nonce", "issuedAt"],
+                "properties": {
+                    "scheme": { "type": "string" },
+                    "domain": { "type": "string" },
+                    "address": schema_ref("Address"),
+                    "statement": { "type": "string" },
+                    "uri": { "type": "string" },
+                    "version": { "type": "string", "const": "1" },
+                    "chainId": { "type": ["integer", "string"] },
+                    "nonce": { "type": "string" },
+                    "issuedAt": time,
+                    "expirationTime": time,
+                    "notBefore": time,
+                    "requestId": { "type": "string" },
+                    "resources": { "type": "array", "items": { "type": "string" } }
+                }
+            }),
+        ),
+        (
+            "SiweVerify",
+            json!({
+                "type": "object",
+                "required": ["message", "signature"],
+                "properties": {
+                    "message": schema_ref("SiweMessageFields"),
+                    "signature": { "type": "string", "description": "EIP-191 signature, `0x` + 130 hex digits" },
+                    "chainArch": { "type": "string", "const": "EVM" }
+                }
+            }),
+        ),
+        (
+            "SignedIn",
+            json!({
+                "type": "object",
+                "required": ["address"],
+                "properties": { "address": schema_ref("Address") }
+            }),
+        ),
+        (
+            "Scopes",
+            json!({
+                "type": "array",
+                "items": { "type": "string", "enum": ["read:favorites", "read:wallets", "write:wallets"] }
+            }),
+        ),
+        (
+            "CreateToken",
+            json!({
+                "type": "object",
+                "required": ["scopes"],
+                "properties": {
+                    "label": { "type": "string" },
+                    "scopes": schema_ref("Scopes"),
+                    "expiresInDays": { "type": "integer", "minimum": 1, "maximum": 90 }
+                }
+            }),
+        ),
+        (
+            "CreatedToken",
+            json!({
+                "type": "object",
+                "description": "The personal access token, shown once. It is never a bearer: exchange it for a wallet JWT.",
+                "required": ["id", "token", "label", "scopes", "expiresAt"],
+                "properties": {
+                    "id": { "type": "string" },
+                    "token": { "type": "string" },
+                    "label": { "type": "string" },
+                    "scopes": schema_ref("Scopes"),
+                    "expiresAt": time
+                }
+            }),
+        ),
+        (
+            "TokenSummary",
+            json!({
+                "type": "object",
+                "required": ["id", "label", "scopes", "createdAt", "expiresAt", "revoked"],
+                "properties": {
+                    "id": { "type": "string" },
+                    "label": { "type": "string" },
+                    "scopes": schema_ref("Scopes"),
+                    "createdAt": time,
+                    "expiresAt": time,
+                    "lastUsedAt": time,
+                    "revoked": { "type": "boolean" }
+                }
+            }),
+        ),
+        (
+            "TokenList",
+            json!({ "type": "array", "items": schema_ref("TokenSummary") }),
+        ),
+        (
+            "Revoked",
+            json!({
+                "type": "object",
+                "required": ["id", "revoked"],
+                "properties": { "id": { "type": "string" }, "revoked": { "type": "boolean", "const": true } }
+            }),
+        ),
+        (
+            "Exchange",
+            json!({
+                "type": "object",
+                "required": ["subjectToken", "subjectTokenType"],
+                "properties": {
+                    "subjectToken": { "type": "string", "description": "The personal access token" },
+                    "subjectTokenType": {
+                        "type": "string",
+                        "enum": ["ACCESS_TOKEN", "urn:ietf:params:oauth:token-type:access_token"]
+                    }
+                }
+            }),
+        ),
+        (
+            "WalletJwt",
+            json!({
+                "type": "object",
+                "required": ["accessToken", "tokenType", "expiresIn", "scope", "tokenScopes"],
+                "properties": {
+                    "accessToken": { "type": "string", "description": "The wallet JWT" },
+                    "tokenType": { "type": "string", "const": "Bearer" },
+                    "expiresIn": { "type": "integer", "description": "Seconds until it expires" },
+                    "scope": { "type": "string", "description": "Space-separated scopes" },
+                    "tokenScopes": schema_ref("Scopes")
+                }
+            }),
+        ),
+        (
+            "Jwks",
+            json!({
+                "type": "object",
+                "required": ["keys"],
+                "properties": { "keys": { "type": "array", "items": {
+                    "type": "object",
+                    "required": ["kty", "kid"],
+                    "properties": {
+                        "kty": { "type": "string" },
+                        "kid": { "type": "string" },
+                        "crv": { "type": "string" },
+                        "x": { "type": "string" },
+                        "alg": { "type": "string" },
+                        "use": { "type": "string" }
+                    }
+                }}}
+            }),
+        ),
+        (
+            "OpenApi",
+            json!({
+                "type": "object",
+                "required": ["openapi", "info", "paths", "components"],
+                "properties": {
+                    "openapi": { "type": "string", "const": "3.1.0" },
+                    "info": { "type": "object" },
+                    "servers": { "type": "array" },
+                    "tags": { "type": "array" },
+                    "paths": { "type": "object" },
+                    "components": { "type": "object" }
+                }
+            }),
+        ),
+        (
+            "JsonRpcMessage",
+            json!({
+                "type": "object",
+                "description": "A JSON-RPC 2.0 request, notification or response (MCP).",
+                "required": ["jsonrpc"],
+                "properties": { "jsonrpc": { "type": "string", "const": "2.0" } }
+            }),
+        ),
+    ];
+    Value::Object(
+        schemas
+            .into_iter()
+            .map(|(name, schema)| (name.to_owned(), schema))
+            .collect(),
+    )
+}
+
+/// `GET /api/v2/openapi.json`.
+pub(crate) async fn openapi_json(State(state): State<SharedState>) -> Json<Value> {
+    Json(state.openapi.clone())
+}
