@@ -33,6 +33,7 @@ pub mod envelope;
 pub mod free_tier;
 #[cfg(feature = "siwe")]
 pub mod siwe;
+pub mod store;
 #[cfg(feature = "tokens")]
 pub mod tokens;
 #[cfg(feature = "wallet-jwt")]

@@ -15,8 +15,9 @@ use tower::{ServiceBuilder, ServiceExt, service_fn};
 use walletgate::FakeClock;
 use walletgate::api_key::{
     ApiKeyError, ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, KeyDigest, KeyQuota,
-    KeyStore, KeyStoreError,
+    KeyStore,
 };
+use walletgate::store::StoreError;
 
 fn store() -> InMemoryKeyStore {
     let store = InMemoryKeyStore::new();
@@ -147,10 +148,10 @@ async fn a_keys_own_quota_overrides_the_default() {
 struct DownStore;
 
 impl KeyStore for DownStore {
-    type Lookup = Ready<Result<Option<ApiKeyRecord>, KeyStoreError>>;
+    type Lookup = Ready<Result<Option<ApiKeyRecord>, StoreError>>;
 
     fn lookup(&self, _digest: &KeyDigest) -> Self::Lookup {
-        ready(Err(KeyStoreError::new("connection refused")))
+        ready(Err(StoreError::new("connection refused")))
     }
 }
 

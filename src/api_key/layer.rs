@@ -13,12 +13,13 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::quota::QuotaBook;
-use super::store::{ApiKeyRecord, InMemoryKeyStore, KeyDigest, KeyStore, KeyStoreError};
+use super::store::{ApiKeyRecord, InMemoryKeyStore, KeyDigest, KeyStore};
 use super::{ApiKeyId, KeyQuota};
 use crate::body::{ResponseBody, rejection};
 use crate::clock::{SharedClock, SystemClock};
 use crate::envelope::DataApiError;
 use crate::envelope::header::X_API_KEY;
+use crate::store::StoreError;
 
 /// Why [`ApiKeyLayer`] refused a request. It rides in the rejection's
 /// response extensions, next to the rendered [`DataApiError`].
@@ -96,7 +97,7 @@ impl<K> Clone for Gate<K> {
 impl<K: KeyStore> Gate<K> {
     fn admit(
         &self,
-        looked_up: Result<Option<ApiKeyRecord>, KeyStoreError>,
+        looked_up: Result<Option<ApiKeyRecord>, StoreError>,
     ) -> Result<ApiKeyId, ApiKeyError> {
         let record = looked_up
             .map_err(|_| ApiKeyError::StoreUnavailable)?

@@ -69,7 +69,7 @@ mod store;
 pub use id::{ApiKeyId, MissingApiKeyId};
 pub use layer::{ApiKey, ApiKeyError, ApiKeyLayer, ResponseFuture};
 pub use quota::KeyQuota;
-pub use store::{ApiKeyRecord, InMemoryKeyStore, KeyDigest, KeyStore, KeyStoreError};
+pub use store::{ApiKeyRecord, InMemoryKeyStore, KeyDigest, KeyStore};
 
 /// A refused API key configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]

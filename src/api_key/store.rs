@@ -1,5 +1,6 @@
 //! Where API keys live: the [`KeyStore`] seam and its in-memory default.
 
+use crate::store::StoreError;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::{Future, Ready, ready};
@@ -84,34 +85,6 @@ impl ApiKeyRecord {
     }
 }
 
-/// A store that could not answer (network, database): the layer answers 503.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct KeyStoreError {
-    source: Box<dyn std::error::Error + Send + Sync>,
-}
-
-impl KeyStoreError {
-    /// Wraps the backend's error. It must not contain the key.
-    pub fn new(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
-        Self {
-            source: source.into(),
-        }
-    }
-}
-
-impl fmt::Display for KeyStoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("API key store unavailable")
-    }
-}
-
-impl std::error::Error for KeyStoreError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.source)
-    }
-}
-
 /// Looks keys up by digest.
 ///
 /// Asynchronous so a networked store (Redis, SQL) can implement it; the
@@ -119,7 +92,7 @@ impl std::error::Error for KeyStoreError {
 /// A revoked key is simply not found.
 pub trait KeyStore: Send + Sync + 'static {
     /// The lookup's future.
-    type Lookup: Future<Output = Result<Option<ApiKeyRecord>, KeyStoreError>> + Send + 'static;
+    type Lookup: Future<Output = Result<Option<ApiKeyRecord>, StoreError>> + Send + 'static;
 
     /// The record of the key whose digest is `digest`, if it is valid.
     fn lookup(&self, digest: &KeyDigest) -> Self::Lookup;
@@ -247,7 +220,7 @@ impl fmt::Debug for InMemoryKeyStore {
 }
 
 impl KeyStore for InMemoryKeyStore {
-    type Lookup = Ready<Result<Option<ApiKeyRecord>, KeyStoreError>>;
+    type Lookup = Ready<Result<Option<ApiKeyRecord>, StoreError>>;
 
     fn lookup(&self, digest: &KeyDigest) -> Self::Lookup {
         ready(Ok(self.find(digest)))

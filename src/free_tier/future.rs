@@ -10,9 +10,10 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::client_ip::ClientIpError;
-use super::limiter::{StoreError, Verdict};
+use super::limiter::Verdict;
 use crate::body::{ResponseBody, rejection};
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RateLimitInfo};
+use crate::store::StoreError;
 
 pin_project! {
     /// The response future of [`FreeTierLimit`](super::FreeTierLimit).

@@ -1,5 +1,6 @@
 //! The two-quota decision and its storage seam.
 
+use crate::store::StoreError;
 use std::collections::HashMap;
 use std::collections::hash_map::{Entry, RandomState};
 use std::fmt;
@@ -76,43 +77,6 @@ pub enum Verdict {
     /// Refused because the store tracks as many clients as it may and this
     /// one is new; nothing was spent.
     AtCapacity,
-}
-
-/// A limiter backend failed (e.g. a network store was unreachable).
-#[derive(Debug)]
-pub struct StoreError {
-    message: String,
-    source: Option<Box<dyn std::error::Error + Send + Sync>>,
-}
-
-impl StoreError {
-    /// A failure described by `message`.
-    pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// Attaches the underlying error.
-    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.source = Some(Box::new(source));
-        self
-    }
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for StoreError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_deref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
-    }
 }
 
 /// The storage seam: decides one request of one client.

@@ -120,7 +120,7 @@ pub use governor::clock::{FakeRelativeClock, MonotonicClock};
 pub use key::{ClientKey, KeyPrefixes};
 pub use layer::{FreeTierLimit, FreeTierLimitLayer, IsFreeRequest};
 pub use limiter::{
-    FreeTierQuotas, FreeTierStore, InMemoryLimiter, QuotaUsage, StoreError, SweepReport, Verdict,
+    FreeTierQuotas, FreeTierStore, InMemoryLimiter, QuotaUsage, SweepReport, Verdict,
 };
 
 /// A free-tier setting was invalid.

@@ -5,6 +5,7 @@
 //! one process: the caller passes "now", and consuming is one atomic call that
 //! both checks and spends the nonce.
 
+use crate::store::StoreError;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -54,7 +55,7 @@ pub enum NonceStoreError {
     /// The nonce is already stored (a collision; generate another).
     Duplicate,
     /// The backend failed (connection, protocol...).
-    Backend(Box<dyn std::error::Error + Send + Sync>),
+    Backend(StoreError),
 }
 
 impl fmt::Display for NonceStoreError {
@@ -70,7 +71,7 @@ impl fmt::Display for NonceStoreError {
 impl std::error::Error for NonceStoreError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Backend(source) => Some(source.as_ref()),
+            Self::Backend(source) => Some(source),
             _ => None,
         }
     }

@@ -58,6 +58,7 @@ use std::fmt;
 use http::StatusCode;
 
 use crate::envelope::DataApiError;
+use crate::store::StoreError;
 use crate::wallet_jwt::Scope;
 
 mod issuer;
@@ -72,7 +73,7 @@ pub use keys::SigningKeys;
 pub use pat::{PatSecret, SecretDigest, is_well_formed};
 pub use store::{
     InMemoryPatStore, InMemorySessionStore, PatRecord, PatStore, Revocation, RotateOutcome,
-    SessionRecord, SessionSecrets, SessionStore, StoreError,
+    SessionRecord, SessionSecrets, SessionStore,
 };
 
 /// Why an issuance step was refused.

@@ -6,41 +6,14 @@
 //! one process.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::future::{Future, ready};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use alloy_primitives::Address;
 
 use super::pat::SecretDigest;
+use crate::store::StoreError;
 use crate::wallet_jwt::ScopeSet;
-
-/// A storage failure (network, serialisation); the request answers 503.
-#[derive(Debug)]
-pub struct StoreError {
-    source: Box<dyn std::error::Error + Send + Sync>,
-}
-
-impl StoreError {
-    /// Wraps a backend's error.
-    pub fn new(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
-        Self {
-            source: source.into(),
-        }
-    }
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("token store unavailable")
-    }
-}
-
-impl std::error::Error for StoreError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.source)
-    }
-}
 
 /// Why a PAT stopped working.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

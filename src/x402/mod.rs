@@ -113,9 +113,7 @@ pub use quote::{
     matching_offer,
 };
 pub use receipt::{MissingPaymentReceipt, PaymentReceipt};
-pub use replay::{
-    AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, NonceStoreError, SpentAuthorization,
-};
+pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
 pub use service::X402;
 pub use types::{
     AtomicAmount, Eip3009Authorization, ExactEvmPayload, Network, PaymentPayload, PaymentRequired,

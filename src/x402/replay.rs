@@ -22,13 +22,14 @@
 //! assert!(matches!(store.claim(&key, 1600).await?, Claim::InFlight));
 //! store.release(&key);
 //! assert!(matches!(store.claim(&key, 1600).await?, Claim::Claimed));
-//! # Ok::<(), walletgate::x402::NonceStoreError>(())
+//! # Ok::<(), walletgate::store::StoreError>(())
 //! # }).unwrap();
 //! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
 //! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
 //! # }
 //! ```
 
+use crate::store::StoreError;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
@@ -76,18 +77,6 @@ pub enum Claim {
     Spent(SpentAuthorization),
 }
 
-/// The store could not answer; nothing was claimed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NonceStoreError(pub String);
-
-impl fmt::Display for NonceStoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "nonce store unavailable: {}", self.0)
-    }
-}
-
-impl std::error::Error for NonceStoreError {}
-
 /// Where claims and spent authorizations live.
 ///
 /// `claim` must be atomic: of two concurrent claims of one key, one gets
@@ -98,7 +87,7 @@ pub trait NonceStore: Send + Sync + 'static {
         &'a self,
         key: &'a AuthorizationKey,
         hold_until_unix_secs: u64,
-    ) -> BoxFuture<'a, Result<Claim, NonceStoreError>>;
+    ) -> BoxFuture<'a, Result<Claim, StoreError>>;
 
     /// Gives a claim back (nothing was settled). Called from `Drop`, so it
     /// must not block: a networked store sends it in the background.
@@ -110,7 +99,7 @@ pub trait NonceStore: Send + Sync + 'static {
         key: &'a AuthorizationKey,
         spent: SpentAuthorization,
         keep_until_unix_secs: u64,
-    ) -> BoxFuture<'a, Result<(), NonceStoreError>>;
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
 #[derive(Debug)]
@@ -208,7 +197,7 @@ impl NonceStore for InMemoryNonceStore {
         &'a self,
         key: &'a AuthorizationKey,
         hold_until_unix_secs: u64,
-    ) -> BoxFuture<'a, Result<Claim, NonceStoreError>> {
+    ) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(std::future::ready(Ok(
             self.claim_now(key, hold_until_unix_secs)
         )))
@@ -232,7 +221,7 @@ impl NonceStore for InMemoryNonceStore {
         key: &'a AuthorizationKey,
         spent: SpentAuthorization,
         keep_until_unix_secs: u64,
-    ) -> BoxFuture<'a, Result<(), NonceStoreError>> {
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.lock().entries.insert(
             key.clone(),
             Entry {
