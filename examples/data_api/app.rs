@@ -47,9 +47,6 @@ const SEEDED_WALLETS: [&str; 3] = [
     "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
 ];
 
-/// Requests per minute of the development key.
-const DEV_KEY_PER_MINUTE: u32 = 600;
-
 pub(crate) fn build(config: &Config) -> Result<(Router, DevInfo), Box<dyn std::error::Error>> {
     build_with_clock(config, Arc::new(SystemClock))
 }
@@ -96,10 +93,10 @@ pub(crate) fn build_with_clock(
         }
     };
     let key_store = InMemoryKeyStore::new();
-    let per_minute = std::num::NonZeroU32::new(DEV_KEY_PER_MINUTE).ok_or("zero quota")?;
     key_store.insert(
         &api_key,
-        ApiKeyRecord::new(ApiKeyId::new("dev")?).with_quota(KeyQuota::per_minute(per_minute)),
+        ApiKeyRecord::new(ApiKeyId::new("dev")?)
+            .with_quota(KeyQuota::per_minute(config.key_per_minute)),
     )?;
 
     let operations = operations();

@@ -15,6 +15,7 @@
 //! | `DATA_API_SIWE_URI` | the origin | SIWE `URI` to accept |
 //! | `DATA_API_SIWE_CHAIN_ID` | `1` | SIWE `Chain ID` to accept |
 //! | `DATA_API_JWT_LIFETIME_SECS` | `900` | wallet JWT lifetime |
+//! | `DATA_API_KEY_PER_MINUTE` | `600` | requests per minute of the API key |
 //! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed |
 //! | `DATA_API_ACCESS_LOG` | standard error | file for the access log |
 
@@ -42,6 +43,7 @@ pub(crate) struct Config {
     pub(crate) siwe_uri: String,
     pub(crate) siwe_chain_id: u64,
     pub(crate) jwt_lifetime_secs: u64,
+    pub(crate) key_per_minute: std::num::NonZeroU32,
     pub(crate) signing_key_file: Option<std::path::PathBuf>,
     pub(crate) access_log: Option<std::path::PathBuf>,
 }
@@ -72,6 +74,11 @@ impl Config {
                 .parse()
                 .map_err(|_| "DATA_API_JWT_LIFETIME_SECS must be an integer")?;
         }
+        if let Some(per_minute) = var("DATA_API_KEY_PER_MINUTE") {
+            config.key_per_minute = per_minute
+                .parse()
+                .map_err(|_| "DATA_API_KEY_PER_MINUTE must be a positive integer")?;
+        }
         config.signing_key_file = var("DATA_API_SIGNING_KEY_FILE").map(Into::into);
         config.access_log = var("DATA_API_ACCESS_LOG").map(Into::into);
         Ok(config)
@@ -92,6 +99,7 @@ impl Config {
             siwe_uri: origin.trim_end_matches('/').to_owned(),
             siwe_chain_id: 1,
             jwt_lifetime_secs: walletgate::tokens::IssuerConfig::DEFAULT_JWT_LIFETIME_SECS,
+            key_per_minute: std::num::NonZeroU32::new(600).ok_or("zero quota")?,
             signing_key_file: None,
             access_log: None,
         })

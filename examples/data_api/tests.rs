@@ -47,11 +47,17 @@ async fn start() -> Server {
 
 /// A server whose fake clock reads `unix_secs`.
 async fn start_at(unix_secs: u64) -> Server {
+    start_configured(unix_secs, |_| {}).await
+}
+
+/// A server whose fake clock reads `unix_secs`, with `configure` applied.
+async fn start_configured(unix_secs: u64, configure: impl FnOnce(&mut Config)) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address: SocketAddr = listener.local_addr().unwrap();
     let origin = format!("http://{address}");
     let mut config = Config::for_origin(address, &origin).unwrap();
     config.api_key = Some(API_KEY.to_owned());
+    configure(&mut config);
     let clock = FakeClock::at_unix_secs(unix_secs);
     let (router, dev) = build_with_clock(&config, Arc::new(clock.clone())).unwrap();
     assert!(dev.generated_api_key.is_none());
@@ -784,5 +790,30 @@ async fn reading_relationships_needs_read_wallets_and_writing_needs_write_wallet
             .to_str()
             .unwrap()
             .contains("write:wallets")
+    );
+}
+
+#[tokio::test]
+async fn api_key_quota_answers_429_with_retry_after() {
+    let server = start_configured(START, |config| {
+        config.key_per_minute = std::num::NonZeroU32::new(2).unwrap();
+    })
+    .await;
+    let path = format!("/api/v2/accounts/{DEV_WALLET_0}/agent-relationships");
+    for _ in 0..2 {
+        assert_eq!(
+            server.keyed(Method::GET, &path, &[], None).await.status,
+            StatusCode::OK
+        );
+    }
+    let limited = server.keyed(Method::GET, &path, &[], None).await;
+    assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
+    // Two a minute: the next cell arrives 30 s later.
+    assert_eq!(limited.headers[header::RETRY_AFTER], "30");
+    assert_eq!(limited.body["error"]["status"], 429);
+    server.clock.advance(Duration::from_secs(30));
+    assert_eq!(
+        server.keyed(Method::GET, &path, &[], None).await.status,
+        StatusCode::OK
     );
 }
