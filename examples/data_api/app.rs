@@ -13,7 +13,7 @@ use walletgate::wallet_jwt::{JwtVerifier, KeySet, RequireScopesLayer, Scope, Wal
 use crate::Config;
 use crate::favorites::Favorites;
 use crate::relationships::Relationships;
-use crate::{auth, rest};
+use crate::{auth, mcp, rest};
 
 /// Everything the handlers share.
 pub(crate) struct AppState {
@@ -103,7 +103,7 @@ pub(crate) fn build_with_clock(
         secure_cookies: config.origin.starts_with("https://"),
         clock: clock.clone(),
     });
-    let router = router(state, key_store, verifier, clock);
+    let router = router(state, key_store, verifier, clock, &config.origin);
     let dev = DevInfo {
         generated_api_key,
         seeded_wallets: SEEDED_WALLETS
@@ -126,7 +126,9 @@ fn router(
     key_store: InMemoryKeyStore,
     verifier: JwtVerifier,
     clock: SharedClock,
+    origin: &str,
 ) -> Router {
+    let api_keys = ApiKeyLayer::new(key_store).with_clock(clock);
     let wallet_scoped = Router::new()
         .route(
             "/api/v2/account/{wallet}/favorites",
@@ -167,7 +169,7 @@ fn router(
             "/api/v2/auth/tokens/{id}",
             axum::routing::delete(auth::revoke_token),
         )
-        .route_layer(WalletJwtLayer::new(verifier).optional_bearer());
+        .route_layer(WalletJwtLayer::new(verifier.clone()).optional_bearer());
 
     let keyed = Router::new()
         .merge(wallet_scoped)
@@ -180,10 +182,15 @@ fn router(
             "/api/v2/accounts/{address}/agent-relationships",
             get(rest::public_relationships),
         )
-        .layer(ApiKeyLayer::new(key_store).with_clock(clock));
+        .layer(api_keys.clone());
 
     Router::new()
         .route("/.well-known/jwks.json", get(auth::jwks))
+        // MCP: its own X-API-KEY check (same layer, same quotas), optional JWT.
+        .nest_service(
+            "/mcp",
+            mcp::service(state.clone(), api_keys, verifier, origin),
+        )
         .merge(keyed)
         .with_state(state)
 }

@@ -20,6 +20,7 @@
 mod app;
 mod auth;
 mod favorites;
+mod mcp;
 mod relationships;
 mod rest;
 #[cfg(test)]
