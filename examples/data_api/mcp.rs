@@ -63,6 +63,13 @@ const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC "Invalid Request".
 const INVALID_REQUEST: i64 = -32600;
 
+/// The `/mcp` service stack, outermost first (see the module docs).
+pub(crate) type McpService = JsonRpcRejections<
+    walletgate::api_key::ApiKey<walletgate::wallet_jwt::WalletJwt<JsonRpcParse<RmcpService>>>,
+>;
+
+type RmcpService = StreamableHttpService<DataApiTools, LocalSessionManager>;
+
 /// The `/mcp` service, ready for `Router::nest_service`.
 ///
 /// `api_keys` should be the layer the REST routes use: clones share the
@@ -72,13 +79,7 @@ pub(crate) fn service(
     api_keys: ApiKeyLayer,
     verifier: JwtVerifier,
     origin: &str,
-) -> JsonRpcRejections<
-    walletgate::api_key::ApiKey<
-        walletgate::wallet_jwt::WalletJwt<
-            JsonRpcParse<StreamableHttpService<DataApiTools, LocalSessionManager>>,
-        >,
-    >,
-> {
+) -> McpService {
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(allowed_hosts(origin))
         .with_allowed_origins(allowed_origins(origin));

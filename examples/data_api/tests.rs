@@ -18,6 +18,10 @@ use walletgate::FakeClock;
 use crate::Config;
 use crate::app::{build_with_clock, rfc3339};
 
+/// `/mcp`, here so it shares this harness.
+#[path = "tests_mcp.rs"]
+mod mcp;
+
 /// Public Hardhat/Anvil development keys #0 and #1 (never real funds).
 const DEV_KEY_0: &str = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 const DEV_WALLET_0: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
