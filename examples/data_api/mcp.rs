@@ -559,3 +559,76 @@ impl DataApiTools {
     instructions = "NFT favorites and agent relationships. Every request needs X-API-KEY; wallet tools also need Authorization: Bearer <wallet JWT> and act for that JWT's wallet only."
 )]
 impl ServerHandler for DataApiTools {}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    async fn body_json<B>(response: Response<B>) -> Value
+    where
+        B: http_body::Body,
+        B::Error: fmt::Debug,
+    {
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn gate_rejections_keep_status_and_headers_with_a_jsonrpc_body() {
+        let gate = tower::service_fn(|_: Request<()>| async {
+            let rejection = DataApiError::invalid_token("Wallet JWT expired: refresh it");
+            Ok::<_, Infallible>(rejection.into_response().map(Full::new))
+        });
+        let response = JsonRpcRejectionsLayer
+            .layer(gate)
+            .oneshot(Request::new(()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            response.headers()[header::WWW_AUTHENTICATE],
+            "Bearer error=\"invalid_token\""
+        );
+        assert_eq!(
+            body_json(response).await,
+            json!({"jsonrpc": "2.0", "id": null,
+                   "error": {"code": -32001, "message": "Wallet JWT expired: refresh it"}})
+        );
+    }
+
+    #[tokio::test]
+    async fn other_responses_pass_unchanged() {
+        let tools = tower::service_fn(|_: Request<()>| async {
+            let answer = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(answer.to_string()))))
+        });
+        let response = JsonRpcRejectionsLayer
+            .layer(tools)
+            .oneshot(Request::new(()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(body_json(response).await["id"], 1);
+    }
+
+    #[tokio::test]
+    async fn unparsable_json_never_reaches_rmcp() {
+        let reached = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = reached.clone();
+        let rmcp = tower::service_fn(move |_: Request<Full<Bytes>>| {
+            seen.store(true, std::sync::atomic::Ordering::SeqCst);
+            async { Ok::<McpResponse, Infallible>(Response::new(Full::new(Bytes::new()).boxed())) }
+        });
+        let request = Request::post("/mcp")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from_static(b"{\"jsonrpc\":")))
+            .unwrap();
+        let response = JsonRpcParse { inner: rmcp }.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(body_json(response).await["error"]["code"], PARSE_ERROR);
+        assert!(!reached.load(std::sync::atomic::Ordering::SeqCst));
+    }
+}

@@ -130,15 +130,7 @@ pub(crate) async fn propose(
     claims: WalletClaims,
     body: Bytes,
 ) -> Result<Json<Value>, DataApiError> {
-    let body: Counterparty = json_body(&body)?;
-    let step = HandshakeStep::Propose;
-    Ok(Json(handshake_for(
-        &state,
-        claims.wallet(),
-        step,
-        &body.counterparty_address,
-        body.caller_role,
-    )?))
+    handshake_body(&state, &claims, &body, HandshakeStep::Propose)
 }
 
 /// `POST /api/v2/accounts/agent-relationships/confirm` (`write:wallets`).
@@ -147,14 +139,24 @@ pub(crate) async fn confirm(
     claims: WalletClaims,
     body: Bytes,
 ) -> Result<Json<Value>, DataApiError> {
-    let body: Counterparty = json_body(&body)?;
-    let step = HandshakeStep::Confirm;
+    handshake_body(&state, &claims, &body, HandshakeStep::Confirm)
+}
+
+/// A handshake step whose counterparty and role come in a JSON body.
+fn handshake_body(
+    state: &AppState,
+    claims: &WalletClaims,
+    body: &Bytes,
+    step: HandshakeStep,
+) -> Result<Json<Value>, DataApiError> {
+    let body: Counterparty = json_body(body)?;
+    let (wallet, role) = (claims.wallet(), body.caller_role);
     Ok(Json(handshake_for(
-        &state,
-        claims.wallet(),
+        state,
+        wallet,
         step,
         &body.counterparty_address,
-        body.caller_role,
+        role,
     )?))
 }
 
