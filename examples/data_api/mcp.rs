@@ -112,9 +112,21 @@ pub(crate) fn allowed_hosts(origin: &str) -> Vec<String> {
 
 /// Browsers may call from the server's own origin or from loopback (local
 /// tools such as the MCP inspector); any other present `Origin` gets 403.
-fn allowed_origins(origin: &str) -> Vec<String> {
+pub(crate) fn allowed_origins(origin: &str) -> Vec<String> {
+    let origin = origin.trim_end_matches('/');
+    // rmcp matches a port-less entry on any port (deprecated), so name the
+    // scheme's default port when the origin omits it.
+    let has_port = origin
+        .split_once("://")
+        .and_then(|(_, authority)| http::uri::Authority::try_from(authority).ok())
+        .is_some_and(|authority| authority.port().is_some());
+    let own = match (has_port, origin.starts_with("https://")) {
+        (true, _) => origin.to_owned(),
+        (false, true) => format!("{origin}:443"),
+        (false, false) => format!("{origin}:80"),
+    };
     vec![
-        origin.trim_end_matches('/').to_owned(),
+        own,
         "http://localhost:*".to_owned(),
         "http://127.0.0.1:*".to_owned(),
         "http://[::1]:*".to_owned(),

@@ -184,10 +184,21 @@ async fn hosts_outside_the_origin_and_loopback_are_refused() {
         server.mcp(&localhost, INITIALIZE).await.status,
         StatusCode::OK
     );
+    let foreign_page = [
+        ("x-api-key", API_KEY),
+        ("origin", "https://attacker.example"),
+    ];
+    let refused = server.mcp(&foreign_page, INITIALIZE).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.text);
+    let own_page = [("x-api-key", API_KEY), ("origin", server.base.as_str())];
+    assert_eq!(
+        server.mcp(&own_page, INITIALIZE).await.status,
+        StatusCode::OK
+    );
 }
 
 #[test]
-fn allowed_hosts_come_from_the_origin_plus_loopback() {
+fn allowed_hosts_and_origins_come_from_the_origin_plus_loopback() {
     let hosts = crate::mcp::allowed_hosts("https://api.example.com");
     assert_eq!(
         hosts,
@@ -195,6 +206,10 @@ fn allowed_hosts_come_from_the_origin_plus_loopback() {
     );
     let hosts = crate::mcp::allowed_hosts("http://data.example:8443/");
     assert_eq!(hosts.last().unwrap(), "data.example:8443");
+    let origins = crate::mcp::allowed_origins("https://api.example.com");
+    assert_eq!(origins[0], "https://api.example.com:443");
+    let origins = crate::mcp::allowed_origins("http://127.0.0.1:8080/");
+    assert_eq!(origins[0], "http://127.0.0.1:8080");
 }
 
 #[tokio::test]
