@@ -15,6 +15,14 @@ for dir in tests/interop/*/; do
   npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
 done
 
+# The MCP interop test drives the official Python client from its own venv.
+for dir in tests/interop/*/; do
+  [ -f "$dir/requirements.txt" ] || continue
+  step "python venv in $dir"
+  [ -x "$dir/.venv/bin/python" ] || python3 -m venv "$dir/.venv"
+  "$dir/.venv/bin/pip" install --quiet --disable-pip-version-check -r "$dir/requirements.txt"
+done
+
 step "cargo fmt --check"
 cargo fmt --all --check
 

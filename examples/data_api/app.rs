@@ -18,7 +18,7 @@ use crate::openapi::{
     Access, Operation, path_parameter, query_parameter, required_query_parameter, schema_ref,
 };
 use crate::relationships::Relationships;
-use crate::{auth, openapi, rest};
+use crate::{auth, mcp, openapi, rest};
 
 /// Everything the handlers share.
 pub(crate) struct AppState {
@@ -109,7 +109,14 @@ pub(crate) fn build_with_clock(
         clock: clock.clone(),
         openapi: openapi::document(&operations, &config.origin),
     });
-    let router = router(state, operations, key_store, verifier, clock);
+    let router = router(
+        state,
+        operations,
+        key_store,
+        verifier,
+        clock,
+        &config.origin,
+    );
     let dev = DevInfo {
         generated_api_key,
         seeded_wallets: SEEDED_WALLETS
@@ -287,6 +294,7 @@ fn router(
     key_store: InMemoryKeyStore,
     verifier: JwtVerifier,
     clock: SharedClock,
+    origin: &str,
 ) -> Router {
     let mut public = Router::new();
     let mut keyed = Router::new();
@@ -309,18 +317,24 @@ fn router(
     // Token management reads the session cookie; a bearer, if sent, is
     // verified so revocation can insist it names the same wallet.
     let token_management =
-        token_management.route_layer(WalletJwtLayer::new(verifier).optional_bearer());
+        token_management.route_layer(WalletJwtLayer::new(verifier.clone()).optional_bearer());
 
     let api_keys = ApiKeyLayer::new(key_store).with_clock(clock);
     let keyed = keyed
         .merge(wallet_scoped)
         .merge(token_management)
-        .layer(api_keys);
+        .layer(api_keys.clone());
 
-    // ---- MCP: `/mcp` is nested here as one service that applies the same
-    // `ApiKeyLayer` (`api_keys`) itself; the table describes it through
-    // `mcp_operation`, and the described tests probe it. ----
-    public.merge(keyed).with_state(state)
+    // MCP: one service that applies the same `ApiKeyLayer` (same quotas) itself,
+    // inside its JSON-RPC rejection rewriter; the table describes it through
+    // `mcp_operation`, and the described tests probe it.
+    public
+        .nest_service(
+            "/mcp",
+            mcp::service(state.clone(), api_keys, verifier, origin),
+        )
+        .merge(keyed)
+        .with_state(state)
 }
 
 /// Unix seconds as RFC 3339 UTC, e.g. `2026-11-21T12:00:00.000Z`.

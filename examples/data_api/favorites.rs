@@ -50,6 +50,15 @@ pub(crate) struct Trait {
     pub(crate) value: String,
 }
 
+/// A collection: its slug and contract.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub(crate) struct Collection {
+    /// Collection slug.
+    pub(crate) collection: String,
+    /// Contract address.
+    pub(crate) contract: String,
+}
+
 /// One page of favorites.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Page {
@@ -135,6 +144,23 @@ impl Favorites {
         Ok(Page { nfts, next })
     }
 
+    /// Every collection some wallet favors: slug and contract, sorted by slug.
+    /// Collections are public on-chain facts; whose favorites they are is not shown.
+    pub(crate) fn collections(&self) -> Vec<Collection> {
+        let mut seen: Vec<Collection> = self
+            .by_wallet
+            .values()
+            .flatten()
+            .map(|nft| Collection {
+                collection: nft.collection.clone(),
+                contract: nft.contract.clone(),
+            })
+            .collect();
+        seen.sort();
+        seen.dedup();
+        seen
+    }
+
     /// Development data: `count` favorites for `wallet`.
     pub(crate) fn seed(&mut self, wallet: Address, count: u32) {
         const COLLECTIONS: [&str; 3] = ["pudgy-penguins", "azuki", "art-blocks-curated"];
@@ -209,6 +235,19 @@ mod tests {
             Err(PageError::LimitOutOfRange(101))
         );
         assert_eq!(checked_limit(Some(-5)), Err(PageError::LimitOutOfRange(-5)));
+    }
+
+    #[test]
+    fn collections_are_listed_once_each() {
+        let mut favorites = Favorites::default();
+        favorites.seed(WALLET, 7);
+        favorites.seed(address!("0x70997970C51812dc3A010C7d01b50e0d17dc79C8"), 2);
+        let slugs: Vec<String> = favorites
+            .collections()
+            .into_iter()
+            .map(|collection| collection.collection)
+            .collect();
+        assert_eq!(slugs, ["art-blocks-curated", "azuki", "pudgy-penguins"]);
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! The Area A reference server: a wallet-authenticated data API.
 //!
-//! `cargo run --example data_api --features tokens,siwe` listens on
+//! `cargo run --example data_api --features tokens,siwe,mcp` listens on
 //! `DATA_API_LISTEN` (default `127.0.0.1:8080`) with embedded defaults:
 //! in-memory stores, one development API key (`DATA_API_KEY`, else generated
 //! and printed once), a few wallets with favorites, and an Ed25519 signing key
 //! generated at start (or read from `DATA_API_SIGNING_KEY_FILE`, 32 raw bytes).
+//! MCP clients connect to `/mcp` (streamable HTTP) with the same `X-API-KEY`
+//! and, for wallet tools, `Authorization: Bearer <wallet JWT>`.
 //!
 //! | variable | default | meaning |
 //! |---|---|---|
@@ -23,6 +25,7 @@ mod access_log;
 mod app;
 mod auth;
 mod favorites;
+mod mcp;
 mod openapi;
 mod relationships;
 mod rest;
@@ -138,6 +141,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("wallets with favorites: {}", dev.seeded_wallets.join(", "));
     println!("OpenAPI description: http://{address}/api/v2/openapi.json");
+    println!("MCP (streamable HTTP): http://{address}/mcp");
     axum::serve(listener, router).await?;
     Ok(())
 }

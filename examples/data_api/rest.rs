@@ -1,7 +1,9 @@
 //! The wallet-scoped REST operations: favorites and agent relationships.
 //!
 //! Every handler takes the wallet from the verified JWT ([`WalletClaims`]),
-//! never from the request body.
+//! never from the request body. Each handler only unpacks HTTP and calls one
+//! operation below (`*_of` / `*_for`); the MCP tools call the same operations,
+//! so both surfaces give the same answers.
 
 use std::collections::HashMap;
 
@@ -14,7 +16,7 @@ use serde_json::{Value, json};
 use walletgate::envelope::DataApiError;
 use walletgate::wallet_jwt::WalletClaims;
 
-use crate::app::{SharedState, rfc3339};
+use crate::app::{AppState, SharedState, rfc3339};
 use crate::auth::json_body;
 use crate::favorites::{MAX_LIMIT, MIN_LIMIT, Page, PageError, checked_limit};
 use crate::relationships::{CallerRole, HandshakeError};
@@ -59,13 +61,22 @@ pub(crate) async fn favorites(
             })
         })
         .transpose()?;
-    let limit = checked_limit(limit)?;
-    let page = state.favorites.page(
+    Ok(Json(favorites_of(
+        &state,
         claims.wallet(),
         limit,
         query.get("after").map(String::as_str),
-    )?;
-    Ok(Json(page))
+    )?))
+}
+
+/// One page of `wallet`'s favorites (`limit` checked, default applied).
+pub(crate) fn favorites_of(
+    state: &AppState,
+    wallet: Address,
+    limit: Option<i64>,
+    after: Option<&str>,
+) -> Result<Page, DataApiError> {
+    Ok(state.favorites.page(wallet, checked_limit(limit)?, after)?)
 }
 
 /// `PUT /api/v2/accounts/agent` (`write:wallets`): declares the wallet an agent.
@@ -73,8 +84,7 @@ pub(crate) async fn declare_agent(
     State(state): State<SharedState>,
     claims: WalletClaims,
 ) -> Json<Value> {
-    let changed = state.relationships.declare_agent(claims.wallet());
-    Json(json!({ "is_agent": true, "changed": changed }))
+    Json(set_agent_for(&state, claims.wallet(), true))
 }
 
 /// `DELETE /api/v2/accounts/agent` (`write:wallets`): undeclares it.
@@ -82,8 +92,17 @@ pub(crate) async fn undeclare_agent(
     State(state): State<SharedState>,
     claims: WalletClaims,
 ) -> Json<Value> {
-    let changed = state.relationships.undeclare_agent(claims.wallet());
-    Json(json!({ "is_agent": false, "changed": changed }))
+    Json(set_agent_for(&state, claims.wallet(), false))
+}
+
+/// Declares (`is_agent`) or undeclares `wallet` an agent.
+pub(crate) fn set_agent_for(state: &AppState, wallet: Address, is_agent: bool) -> Value {
+    let changed = if is_agent {
+        state.relationships.declare_agent(wallet)
+    } else {
+        state.relationships.undeclare_agent(wallet)
+    };
+    json!({ "is_agent": is_agent, "changed": changed })
 }
 
 #[derive(Deserialize)]
@@ -92,36 +111,17 @@ pub(crate) struct Counterparty {
     caller_role: CallerRole,
 }
 
-fn now(state: &SharedState) -> String {
+fn now(state: &AppState) -> String {
     rfc3339(state.clock.now_unix_secs())
 }
 
-/// One handshake step as `Relationships` defines it.
-type HandshakeStep = fn(
-    &crate::relationships::Relationships,
-    Address,
-    Address,
-    CallerRole,
-    &str,
-) -> Result<(crate::relationships::Relationship, bool), HandshakeError>;
-
-/// Runs `step` for the JWT's wallet with the body's counterparty and role.
-fn handshake(
-    state: &SharedState,
-    claims: &WalletClaims,
-    body: &Bytes,
-    step: HandshakeStep,
-) -> Result<Json<Value>, DataApiError> {
-    let body: Counterparty = json_body(body)?;
-    let counterparty = parse_address(&body.counterparty_address, "counterparty_address")?;
-    let (relation, created) = step(
-        &state.relationships,
-        claims.wallet(),
-        counterparty,
-        body.caller_role,
-        &now(state),
-    )?;
-    Ok(Json(json!({ "relation": relation, "created": created })))
+/// A handshake step `wallet` takes toward a counterparty.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum HandshakeStep {
+    /// Propose a relationship.
+    Propose,
+    /// Confirm one that awaits `wallet`.
+    Confirm,
 }
 
 /// `POST /api/v2/accounts/agent-relationships` (`write:wallets`): proposes.
@@ -130,12 +130,7 @@ pub(crate) async fn propose(
     claims: WalletClaims,
     body: Bytes,
 ) -> Result<Json<Value>, DataApiError> {
-    handshake(
-        &state,
-        &claims,
-        &body,
-        crate::relationships::Relationships::propose,
-    )
+    handshake_body(&state, &claims, &body, HandshakeStep::Propose)
 }
 
 /// `POST /api/v2/accounts/agent-relationships/confirm` (`write:wallets`).
@@ -144,12 +139,42 @@ pub(crate) async fn confirm(
     claims: WalletClaims,
     body: Bytes,
 ) -> Result<Json<Value>, DataApiError> {
-    handshake(
-        &state,
-        &claims,
-        &body,
-        crate::relationships::Relationships::confirm,
-    )
+    handshake_body(&state, &claims, &body, HandshakeStep::Confirm)
+}
+
+/// A handshake step whose counterparty and role come in a JSON body.
+fn handshake_body(
+    state: &AppState,
+    claims: &WalletClaims,
+    body: &Bytes,
+    step: HandshakeStep,
+) -> Result<Json<Value>, DataApiError> {
+    let body: Counterparty = json_body(body)?;
+    let (wallet, role) = (claims.wallet(), body.caller_role);
+    Ok(Json(handshake_for(
+        state,
+        wallet,
+        step,
+        &body.counterparty_address,
+        role,
+    )?))
+}
+
+/// `wallet` takes `step` toward `counterparty` (hex), speaking as `role`.
+pub(crate) fn handshake_for(
+    state: &AppState,
+    wallet: Address,
+    step: HandshakeStep,
+    counterparty: &str,
+    role: CallerRole,
+) -> Result<Value, DataApiError> {
+    let counterparty = parse_address(counterparty, "counterparty_address")?;
+    let relationships = &state.relationships;
+    let (relation, created) = match step {
+        HandshakeStep::Propose => relationships.propose(wallet, counterparty, role, &now(state)),
+        HandshakeStep::Confirm => relationships.confirm(wallet, counterparty, role, &now(state)),
+    }?;
+    Ok(json!({ "relation": relation, "created": created }))
 }
 
 /// `DELETE /api/v2/accounts/agent-relationships?caller_role=&counterparty_address=` (`write:wallets`).
@@ -161,15 +186,28 @@ pub(crate) async fn remove(
     let counterparty = query
         .get("counterparty_address")
         .ok_or_else(|| DataApiError::bad_request("counterparty_address is required"))?;
-    let counterparty = parse_address(counterparty, "counterparty_address")?;
     let role: CallerRole = query
         .get("caller_role")
         .and_then(|role| serde_json::from_value(Value::String(role.clone())).ok())
         .ok_or_else(|| DataApiError::bad_request("caller_role must be AGENT or OWNER"))?;
-    let removed = state
-        .relationships
-        .remove(claims.wallet(), counterparty, role);
-    Ok(Json(json!({ "removed": removed })))
+    Ok(Json(remove_for(
+        &state,
+        claims.wallet(),
+        counterparty,
+        role,
+    )?))
+}
+
+/// Removes the relationship between `wallet` (as `role`) and `counterparty` (hex).
+pub(crate) fn remove_for(
+    state: &AppState,
+    wallet: Address,
+    counterparty: &str,
+    role: CallerRole,
+) -> Result<Value, DataApiError> {
+    let counterparty = parse_address(counterparty, "counterparty_address")?;
+    let removed = state.relationships.remove(wallet, counterparty, role);
+    Ok(json!({ "removed": removed }))
 }
 
 /// `GET /api/v2/accounts/agent-relationships` (`read:wallets`): the wallet's own, any state.
@@ -177,7 +215,12 @@ pub(crate) async fn own_relationships(
     State(state): State<SharedState>,
     claims: WalletClaims,
 ) -> Json<Value> {
-    Json(json!({ "relationships": state.relationships.own(claims.wallet()) }))
+    Json(own_relationships_of(&state, claims.wallet()))
+}
+
+/// Every relationship `wallet` is part of, in any state.
+pub(crate) fn own_relationships_of(state: &AppState, wallet: Address) -> Value {
+    json!({ "relationships": state.relationships.own(wallet) })
 }
 
 /// `GET /api/v2/accounts/{address}/agent-relationships` (API key only): confirmed ones.
@@ -185,8 +228,14 @@ pub(crate) async fn public_relationships(
     State(state): State<SharedState>,
     Path(address): Path<String>,
 ) -> Result<Json<Value>, DataApiError> {
-    let wallet = parse_address(&address, "address")?;
-    Ok(Json(
-        json!({ "relationships": state.relationships.public(wallet) }),
-    ))
+    Ok(Json(public_relationships_of(&state, &address)?))
+}
+
+/// The confirmed relationships of `address` (hex), for anyone to read.
+pub(crate) fn public_relationships_of(
+    state: &AppState,
+    address: &str,
+) -> Result<Value, DataApiError> {
+    let wallet = parse_address(address, "address")?;
+    Ok(json!({ "relationships": state.relationships.public(wallet) }))
 }

@@ -19,6 +19,9 @@ use crate::Config;
 use crate::app::{build_with_clock, rfc3339};
 
 mod described;
+/// `/mcp`, here so it shares this harness.
+#[path = "tests_mcp.rs"]
+mod mcp;
 mod newcomer;
 
 /// Public Hardhat/Anvil development keys #0 and #1 (never real funds).

@@ -1,0 +1,646 @@
+//! The MCP endpoint at `/mcp`: the same data as the REST routes, as tools,
+//! over MCP streamable HTTP (rmcp, revision 2025-11-25 with sessions; rmcp
+//! also answers `server/discover` for 2026-07-28 clients).
+//!
+//! What wraps the rmcp service, outermost first:
+//!
+//! | layer | answers |
+//! |---|---|
+//! | [`JsonRpcRejectionsLayer`] | rewrites the gates' Area A rejections into JSON-RPC error bodies, keeping status and headers (`WWW-Authenticate`, `Retry-After`) |
+//! | `ApiKeyLayer` (the REST routes' own, so quotas are shared) | 401 without a valid `X-API-KEY`, 429 over quota |
+//! | `WalletJwtLayer::optional_bearer` | 401 `invalid_token` for a present but invalid or expired JWT; no JWT passes |
+//! | [`JsonRpcParse`] | 400 `-32700` for a JSON body that does not parse (rmcp says a bare 415) |
+//!
+//! Public tools need only the API key. Wallet tools act for the wallet of the
+//! verified JWT of *their own request* (rmcp hands each tool its request's
+//! `http::request::Parts`), never for a wallet named in arguments and never
+//! for one remembered from `initialize`. Without a JWT, or without the scope
+//! a tool needs, the call is a tool error (`isError: true`) naming what is
+//! missing, so a model can tell its user; a JWT that expires mid-session gets
+//! the 401 above and the client reconnects with a fresh one.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use alloy_primitives::Address;
+use axum::body::Bytes;
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use pin_project_lite::pin_project;
+use rmcp::handler::server::tool::Extension;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::schemars::{self, JsonSchema};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tower::Layer;
+use tower::Service;
+use walletgate::api_key::ApiKeyLayer;
+use walletgate::body::{ResponseBody, rejection};
+use walletgate::envelope::DataApiError;
+use walletgate::wallet_jwt::{JwtVerifier, Scope, WalletClaims, WalletJwtLayer};
+
+use crate::app::SharedState;
+use crate::relationships::CallerRole;
+use crate::rest::{self, HandshakeStep};
+
+/// Largest request body read, as rmcp's own default (4 MiB).
+const MAX_REQUEST_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// JSON-RPC code of a gate's refusal (the server-defined range): the HTTP
+/// status and headers say which one.
+const GATE_REFUSED: i64 = -32001;
+/// JSON-RPC "Parse error".
+const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC "Invalid Request".
+const INVALID_REQUEST: i64 = -32600;
+
+/// The `/mcp` service stack, outermost first (see the module docs).
+pub(crate) type McpService = JsonRpcRejections<
+    walletgate::api_key::ApiKey<walletgate::wallet_jwt::WalletJwt<JsonRpcParse<RmcpService>>>,
+>;
+
+type RmcpService = StreamableHttpService<DataApiTools, LocalSessionManager>;
+
+/// The `/mcp` service, ready for `Router::nest_service`.
+///
+/// `api_keys` should be the layer the REST routes use: clones share the
+/// per-key quota, so MCP calls and REST calls spend one budget.
+pub(crate) fn service(
+    state: SharedState,
+    api_keys: ApiKeyLayer,
+    verifier: JwtVerifier,
+    origin: &str,
+) -> McpService {
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(allowed_hosts(origin))
+        .with_allowed_origins(allowed_origins(origin));
+    let tools = StreamableHttpService::new(
+        move || Ok(DataApiTools::new(state.clone())),
+        LocalSessionManager::default().into(),
+        config,
+    );
+    let tools = JsonRpcParse { inner: tools };
+    let tools = WalletJwtLayer::new(verifier).optional_bearer().layer(tools);
+    JsonRpcRejectionsLayer.layer(api_keys.layer(tools))
+}
+
+/// The authority of `origin` plus loopback: rmcp refuses every other `Host`
+/// (DNS-rebinding defence), and its default is loopback only, which would
+/// refuse a public deployment.
+pub(crate) fn allowed_hosts(origin: &str) -> Vec<String> {
+    let mut hosts = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+    ];
+    if let Some(authority) = origin.split_once("://").map(|(_, rest)| rest) {
+        // `https://api.example.com` arrives as `Host: api.example.com`;
+        // rmcp matches a port-less entry on any port.
+        hosts.push(authority.trim_end_matches('/').to_owned());
+    }
+    hosts
+}
+
+/// Browsers may call from the server's own origin or from loopback (local
+/// tools such as the MCP inspector); any other present `Origin` gets 403.
+pub(crate) fn allowed_origins(origin: &str) -> Vec<String> {
+    let origin = origin.trim_end_matches('/');
+    // rmcp matches a port-less entry on any port (deprecated), so name the
+    // scheme's default port when the origin omits it.
+    let has_port = origin
+        .split_once("://")
+        .and_then(|(_, authority)| http::uri::Authority::try_from(authority).ok())
+        .is_some_and(|authority| authority.port().is_some());
+    let own = match (has_port, origin.starts_with("https://")) {
+        (true, _) => origin.to_owned(),
+        (false, true) => format!("{origin}:443"),
+        (false, false) => format!("{origin}:80"),
+    };
+    vec![
+        own,
+        "http://localhost:*".to_owned(),
+        "http://127.0.0.1:*".to_owned(),
+        "http://[::1]:*".to_owned(),
+    ]
+}
+
+/// A JSON-RPC error response without an id (the request was not read).
+fn jsonrpc_error(status: StatusCode, code: i64, message: &str) -> Response<Bytes> {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": { "code": code, "message": message },
+    });
+    let mut response = Response::new(Bytes::from(body.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+// ---------------------------------------------------------------------------
+// Rejections as JSON-RPC errors
+
+/// Gives the gates' rejections a JSON-RPC error body.
+///
+/// MCP clients read a failed POST's body as JSON-RPC: Python `mcp` 2.x
+/// reports only "Server returned an error response" for anything else. The
+/// gates put their [`DataApiError`] in the rejection's extensions; this layer
+/// keeps the status and headers and swaps the Area A body for
+/// `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":…}}`.
+#[derive(Clone, Copy, Debug, Default)]
+#[must_use]
+pub(crate) struct JsonRpcRejectionsLayer;
+
+impl<S> Layer<S> for JsonRpcRejectionsLayer {
+    type Service = JsonRpcRejections<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        JsonRpcRejections { inner }
+    }
+}
+
+/// The service of [`JsonRpcRejectionsLayer`].
+#[derive(Clone, Debug)]
+pub(crate) struct JsonRpcRejections<S> {
+    inner: S,
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for JsonRpcRejections<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = RejectionsFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        RejectionsFuture {
+            inner: self.inner.call(request),
+        }
+    }
+}
+
+pin_project! {
+    /// The future of [`JsonRpcRejections`].
+    pub(crate) struct RejectionsFuture<F> {
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F, ResBody, E> Future for RejectionsFuture<F>
+where
+    F: Future<Output = Result<Response<ResBody>, E>>,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let response = ready!(self.project().inner.poll(cx))?;
+        let Some(message) = response
+            .extensions()
+            .get::<DataApiError>()
+            .map(|error| error.message().to_owned())
+        else {
+            return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+        };
+        let (mut parts, _area_a_body) = response.into_parts();
+        let replacement = jsonrpc_error(parts.status, GATE_REFUSED, &message);
+        parts.headers.remove(header::CONTENT_LENGTH);
+        parts.headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let response = Response::from_parts(parts, replacement.into_body());
+        Poll::Ready(Ok(rejection(response)))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Parse errors as JSON-RPC errors
+
+/// Reads the request body (bounded) and answers JSON that does not parse
+/// with a JSON-RPC parse error; rmcp would answer a bare 415.
+///
+/// It also turns rmcp's 415 for parseable JSON that is no JSON-RPC message
+/// into 400 `-32600` with a JSON-RPC body. Always ready, like rmcp's service.
+#[derive(Clone, Debug)]
+pub(crate) struct JsonRpcParse<S> {
+    inner: S,
+}
+
+type McpResponse = Response<BoxBody<Bytes, Infallible>>;
+
+impl<S, ReqBody> Service<Request<ReqBody>> for JsonRpcParse<S>
+where
+    S: Service<Request<Full<Bytes>>, Response = McpResponse, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    ReqBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ReqBody::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Response = McpResponse;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<McpResponse, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // Call the instance that was polled ready; leave a fresh clone behind.
+        let fresh = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let bytes = match Limited::new(body, MAX_REQUEST_BODY_BYTES).collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+                    let message = format!("request body exceeds {MAX_REQUEST_BODY_BYTES} bytes");
+                    return Ok(boxed(jsonrpc_error(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        INVALID_REQUEST,
+                        &message,
+                    )));
+                }
+                Err(_) => {
+                    return Ok(boxed(jsonrpc_error(
+                        StatusCode::BAD_REQUEST,
+                        INVALID_REQUEST,
+                        "could not read the request body",
+                    )));
+                }
+            };
+            let json_body = is_json(&parts.headers);
+            if json_body && serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_err() {
+                return Ok(boxed(jsonrpc_error(
+                    StatusCode::BAD_REQUEST,
+                    PARSE_ERROR,
+                    "Parse error: the body is not valid JSON",
+                )));
+            }
+            let response = inner
+                .call(Request::from_parts(parts, Full::new(bytes)))
+                .await?;
+            if json_body && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+                // Valid JSON that rmcp could not read as a JSON-RPC message.
+                return Ok(boxed(jsonrpc_error(
+                    StatusCode::BAD_REQUEST,
+                    INVALID_REQUEST,
+                    "Invalid Request: the body is not a JSON-RPC 2.0 request, notification or response",
+                )));
+            }
+            Ok(response)
+        })
+    }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+}
+
+fn boxed(response: Response<Bytes>) -> McpResponse {
+    response.map(|bytes| Full::new(bytes).boxed())
+}
+
+// ---------------------------------------------------------------------------
+// The tools
+
+/// The data API's MCP tools; each session gets a clone.
+#[derive(Clone)]
+pub(crate) struct DataApiTools {
+    state: SharedState,
+}
+
+impl fmt::Debug for DataApiTools {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DataApiTools").finish_non_exhaustive()
+    }
+}
+
+/// Arguments naming a wallet to read public data of.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(crate) struct AddressArgs {
+    /// The wallet: `0x` and 40 hex digits.
+    address: String,
+}
+
+/// Arguments of a favorites page.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(crate) struct FavoritesArgs {
+    /// Items per page, 1 to 100 (default 50).
+    #[serde(default)]
+    limit: Option<i64>,
+    /// The `next` cursor of the previous page.
+    #[serde(default)]
+    after: Option<String>,
+}
+
+/// Arguments of a relationship step.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(crate) struct CounterpartyArgs {
+    /// The other side's wallet: `0x` and 40 hex digits.
+    counterparty_address: String,
+    /// Which side the caller's own wallet (the JWT's) speaks for.
+    #[schemars(schema_with = "caller_role_schema")]
+    caller_role: CallerRole,
+}
+
+fn caller_role_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": ["AGENT", "OWNER"],
+        "description": "AGENT if the caller's wallet is the agent, OWNER if it is the owner"
+    })
+}
+
+/// A tool's answer: the REST body as structured content, or a tool error.
+fn answer(result: Result<Value, DataApiError>) -> CallToolResult {
+    match result {
+        Ok(value) => CallToolResult::structured(value),
+        Err(error) => tool_error(error.message()),
+    }
+}
+
+fn tool_error(message: &str) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+/// The wallet of the request's verified JWT, if it grants `scope`.
+fn wallet_with(parts: &Parts, scope: Option<Scope>) -> Result<(Address, &WalletClaims), String> {
+    let claims = parts.extensions.get::<WalletClaims>().ok_or_else(|| {
+        "this tool acts for a wallet and needs a wallet JWT: send `Authorization: Bearer <JWT>` \
+         (sign in with SIWE, create a PAT, exchange it at /api/v2/auth/tokens/exchange)"
+            .to_owned()
+    })?;
+    if let Some(scope) = scope {
+        // "insufficient_scope: JWT lacks scope read:favorites"
+        claims
+            .require(scope)
+            .map_err(|missing| format!("insufficient_scope: {missing}"))?;
+    }
+    Ok((claims.wallet(), claims))
+}
+
+/// Runs `operation` for the JWT's wallet when it grants `scope`.
+fn for_wallet(
+    parts: &Parts,
+    scope: Scope,
+    operation: impl FnOnce(Address) -> Result<Value, DataApiError>,
+) -> CallToolResult {
+    match wallet_with(parts, Some(scope)) {
+        Ok((wallet, _)) => answer(operation(wallet)),
+        Err(message) => tool_error(&message),
+    }
+}
+
+#[tool_router]
+impl DataApiTools {
+    fn new(state: SharedState) -> Self {
+        Self { state }
+    }
+
+    #[tool(
+        description = "Confirmed agent relationships of any wallet (public data; pending ones are not shown).",
+        annotations(read_only_hint = true)
+    )]
+    async fn get_agent_relationships(
+        &self,
+        Parameters(args): Parameters<AddressArgs>,
+    ) -> CallToolResult {
+        answer(rest::public_relationships_of(&self.state, &args.address))
+    }
+
+    #[tool(
+        description = "NFT collections known to this server: slug and contract (public data).",
+        annotations(read_only_hint = true)
+    )]
+    async fn list_collections(&self) -> CallToolResult {
+        CallToolResult::structured(json!({ "collections": self.state.favorites.collections() }))
+    }
+
+    #[tool(
+        description = "The wallet, scopes and expiry of the wallet JWT sent with this call (needs a JWT, no scope).",
+        annotations(read_only_hint = true)
+    )]
+    async fn whoami(&self, Extension(parts): Extension<Parts>) -> CallToolResult {
+        match wallet_with(&parts, None) {
+            Ok((wallet, claims)) => CallToolResult::structured(json!({
+                "wallet": wallet.to_checksum(None),
+                "scopes": claims.scopes().to_string(),
+                "expires_at_unix_secs": claims.expires_at_unix_secs(),
+            })),
+            Err(message) => tool_error(&message),
+        }
+    }
+
+    #[tool(
+        description = "Favorite NFTs of the JWT's wallet, one page at a time (needs read:favorites). Pass `next` back as `after`.",
+        annotations(read_only_hint = true)
+    )]
+    async fn get_favorites(
+        &self,
+        Extension(parts): Extension<Parts>,
+        Parameters(args): Parameters<FavoritesArgs>,
+    ) -> CallToolResult {
+        for_wallet(&parts, Scope::ReadFavorites, |wallet| {
+            let page = rest::favorites_of(&self.state, wallet, args.limit, args.after.as_deref())?;
+            serde_json::to_value(page).map_err(|_| DataApiError::internal("page not serializable"))
+        })
+    }
+
+    #[tool(
+        description = "Every agent relationship of the JWT's wallet, pending or confirmed (needs read:wallets).",
+        annotations(read_only_hint = true)
+    )]
+    async fn get_own_agent_relationships(
+        &self,
+        Extension(parts): Extension<Parts>,
+    ) -> CallToolResult {
+        for_wallet(&parts, Scope::ReadWallets, |wallet| {
+            Ok(rest::own_relationships_of(&self.state, wallet))
+        })
+    }
+
+    #[tool(
+        description = "Declare the JWT's wallet an agent, so owners can relate to it (needs write:wallets).",
+        annotations(idempotent_hint = true, destructive_hint = false)
+    )]
+    async fn declare_agent(&self, Extension(parts): Extension<Parts>) -> CallToolResult {
+        for_wallet(&parts, Scope::WriteWallets, |wallet| {
+            Ok(rest::set_agent_for(&self.state, wallet, true))
+        })
+    }
+
+    #[tool(
+        description = "Undeclare the JWT's wallet as an agent; drops its agent relationships (needs write:wallets).",
+        annotations(idempotent_hint = true, destructive_hint = true)
+    )]
+    async fn undeclare_agent(&self, Extension(parts): Extension<Parts>) -> CallToolResult {
+        for_wallet(&parts, Scope::WriteWallets, |wallet| {
+            Ok(rest::set_agent_for(&self.state, wallet, false))
+        })
+    }
+
+    #[tool(
+        description = "Propose an agent relationship between the JWT's wallet and a counterparty; the other side must confirm (needs write:wallets).",
+        annotations(idempotent_hint = true, destructive_hint = false)
+    )]
+    async fn propose_agent_relationship(
+        &self,
+        Extension(parts): Extension<Parts>,
+        Parameters(args): Parameters<CounterpartyArgs>,
+    ) -> CallToolResult {
+        self.handshake(&parts, HandshakeStep::Propose, &args)
+    }
+
+    #[tool(
+        description = "Confirm a pending agent relationship that awaits the JWT's wallet (needs write:wallets).",
+        annotations(idempotent_hint = true, destructive_hint = false)
+    )]
+    async fn confirm_agent_relationship(
+        &self,
+        Extension(parts): Extension<Parts>,
+        Parameters(args): Parameters<CounterpartyArgs>,
+    ) -> CallToolResult {
+        self.handshake(&parts, HandshakeStep::Confirm, &args)
+    }
+
+    #[tool(
+        description = "Remove an agent relationship of the JWT's wallet, pending or confirmed (needs write:wallets).",
+        annotations(idempotent_hint = true, destructive_hint = true)
+    )]
+    async fn remove_agent_relationship(
+        &self,
+        Extension(parts): Extension<Parts>,
+        Parameters(args): Parameters<CounterpartyArgs>,
+    ) -> CallToolResult {
+        for_wallet(&parts, Scope::WriteWallets, |wallet| {
+            rest::remove_for(
+                &self.state,
+                wallet,
+                &args.counterparty_address,
+                args.caller_role,
+            )
+        })
+    }
+}
+
+impl DataApiTools {
+    fn handshake(
+        &self,
+        parts: &Parts,
+        step: HandshakeStep,
+        args: &CounterpartyArgs,
+    ) -> CallToolResult {
+        for_wallet(parts, Scope::WriteWallets, |wallet| {
+            rest::handshake_for(
+                &self.state,
+                wallet,
+                step,
+                &args.counterparty_address,
+                args.caller_role,
+            )
+        })
+    }
+}
+
+#[tool_handler(
+    name = "walletgate-data-api",
+    instructions = "NFT favorites and agent relationships. Every request needs X-API-KEY; wallet tools also need Authorization: Bearer <wallet JWT> and act for that JWT's wallet only."
+)]
+impl ServerHandler for DataApiTools {}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    async fn body_json<B>(response: Response<B>) -> Value
+    where
+        B: http_body::Body,
+        B::Error: fmt::Debug,
+    {
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn gate_rejections_keep_status_and_headers_with_a_jsonrpc_body() {
+        let gate = tower::service_fn(|_: Request<()>| async {
+            let rejection = DataApiError::invalid_token("Wallet JWT expired: refresh it");
+            Ok::<_, Infallible>(rejection.into_response().map(Full::new))
+        });
+        let response = JsonRpcRejectionsLayer
+            .layer(gate)
+            .oneshot(Request::new(()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            response.headers()[header::WWW_AUTHENTICATE],
+            "Bearer error=\"invalid_token\""
+        );
+        assert_eq!(
+            body_json(response).await,
+            json!({"jsonrpc": "2.0", "id": null,
+                   "error": {"code": -32001, "message": "Wallet JWT expired: refresh it"}})
+        );
+    }
+
+    #[tokio::test]
+    async fn other_responses_pass_unchanged() {
+        let tools = tower::service_fn(|_: Request<()>| async {
+            let answer = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(answer.to_string()))))
+        });
+        let response = JsonRpcRejectionsLayer
+            .layer(tools)
+            .oneshot(Request::new(()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(body_json(response).await["id"], 1);
+    }
+
+    #[tokio::test]
+    async fn unparsable_json_never_reaches_rmcp() {
+        let reached = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = reached.clone();
+        let rmcp = tower::service_fn(move |_: Request<Full<Bytes>>| {
+            seen.store(true, std::sync::atomic::Ordering::SeqCst);
+            async { Ok::<McpResponse, Infallible>(Response::new(Full::new(Bytes::new()).boxed())) }
+        });
+        let request = Request::post("/mcp")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from_static(b"{\"jsonrpc\":")))
+            .unwrap();
+        let response = JsonRpcParse { inner: rmcp }.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(body_json(response).await["error"]["code"], PARSE_ERROR);
+        assert!(!reached.load(std::sync::atomic::Ordering::SeqCst));
+    }
+}
