@@ -37,6 +37,8 @@ pub mod siwe;
 pub mod tokens;
 #[cfg(feature = "wallet-jwt")]
 pub mod wallet_jwt;
+#[cfg(feature = "x402")]
+pub mod x402;
 
 pub use body::ResponseBody;
 pub use clock::{Clock, FakeClock, SharedClock, SystemClock};

@@ -1,0 +1,130 @@
+//! x402 costs against their floor, one bare secp256k1 signer recovery,
+//! measured in the same run.
+//!
+//! `cargo bench --bench x402 -- --measurement-time 3`
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use criterion::{BatchSize, Criterion, criterion_main};
+use http::Request;
+use http_body_util::Full;
+use tower::ServiceExt;
+use walletgate::clock::FakeClock;
+use walletgate::x402::{
+    DevLedger, ExactEvmPayload, Facilitator, FacilitatorRequest, LocalEvmFacilitator,
+    PaymentOption, PaymentPayload, PaymentRequirements, TransferWithAuthorization, UsdAmount,
+    codec, matching_offer,
+};
+
+#[path = "../tests/x402_support/mod.rs"]
+mod x402_support;
+
+use x402_support::{PAY_TO, Payer, answering, chat_layer, domain_of};
+
+const NOW: u64 = 1_750_000_000;
+
+fn offer() -> PaymentRequirements {
+    PaymentOption::base_sepolia_usdc(PAY_TO)
+        .unwrap()
+        .requirements(UsdAmount::from_micros(3000))
+        .unwrap()
+}
+
+fn bench_x402(c: &mut Criterion) {
+    let clock = Arc::new(FakeClock::at_unix_secs(NOW));
+    let ledger = Arc::new(DevLedger::new());
+    let facilitator = LocalEvmFacilitator::new(ledger.clone(), clock.clone());
+    let offers = vec![offer()];
+    let payer = Payer::dev(0);
+    let header = payer.header(&offers[0], NOW, 1);
+
+    // The floor: one recovery of the same signature over the same digest.
+    let payment: PaymentPayload = codec::decode(header.as_bytes()).unwrap();
+    let evm: ExactEvmPayload = payment.exact_evm().unwrap();
+    let transfer = TransferWithAuthorization {
+        from: evm.authorization.from.parse().unwrap(),
+        to: evm.authorization.to.parse().unwrap(),
+        value: alloy_primitives::U256::from(evm.authorization.value.units()),
+        validAfter: alloy_primitives::U256::from(evm.authorization.valid_after),
+        validBefore: alloy_primitives::U256::from(evm.authorization.valid_before),
+        nonce: evm.authorization.nonce.parse().unwrap(),
+    };
+    let digest = domain_of(&offers[0]).signing_hash(&transfer);
+    let signature: alloy_primitives::Signature = evm.signature.parse().unwrap();
+    assert_eq!(
+        signature.recover_address_from_prehash(&digest).unwrap(),
+        transfer.from
+    );
+
+    let mut group = c.benchmark_group("x402");
+    group.bench_function("bare_secp256k1_recovery", |b| {
+        b.iter(|| black_box(&signature).recover_address_from_prehash(black_box(&digest)))
+    });
+
+    group.bench_function("decode_match_verify", |b| {
+        b.iter(|| {
+            let payment: PaymentPayload = codec::decode(black_box(header.as_bytes())).unwrap();
+            let offer = matching_offer(&offers, &payment.accepted).unwrap().clone();
+            let request = FacilitatorRequest {
+                x402_version: payment.x402_version,
+                payment_payload: payment,
+                payment_requirements: offer,
+            };
+            let verdict = ready(facilitator.verify(&request)).unwrap();
+            assert!(verdict.is_valid);
+        })
+    });
+
+    let service = answering(&chat_layer(facilitator.clone(), clock.clone()));
+    group.bench_function("quote_402", |b| {
+        b.iter(|| {
+            let request = Request::post("/v1/chat/completions")
+                .body(Full::default())
+                .unwrap();
+            let response = ready(service.clone().oneshot(request)).unwrap();
+            assert_eq!(response.status(), 402);
+        })
+    });
+
+    let mut nonce = 1_000u64;
+    group.bench_function("paid_request_verify_call_settle", |b| {
+        b.iter_batched(
+            || {
+                nonce += 1;
+                let header = payer.header(&offers[0], NOW, nonce);
+                Request::post("/v1/chat/completions")
+                    .header("payment-signature", header)
+                    .body(Full::default())
+                    .unwrap()
+            },
+            |request| {
+                let response = ready(service.clone().oneshot(request)).unwrap();
+                assert_eq!(response.status(), 200);
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+/// Polls a future that completes without waiting (in-memory ledger and store,
+/// a ready inner service), so no executor cost is measured.
+fn ready<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(output) => output,
+        Poll::Pending => panic!("the benchmarked future waited"),
+    }
+}
+
+/// Criterion's generated entry points carry no docs.
+#[allow(missing_docs)]
+mod group {
+    criterion::criterion_group!(benches, super::bench_x402);
+}
+criterion_main!(group::benches);

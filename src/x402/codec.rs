@@ -1,0 +1,216 @@
+//! The header codec: standard padded base64 of compact JSON.
+//!
+//! Encoding is exact (what the official TypeScript client's strict decoder
+//! accepts). Decoding is lenient about form (surrounding whitespace, missing
+//! padding, the URL-safe alphabet) and strict about size: the header length
+//! and the JSON nesting depth are capped before anything is parsed.
+//!
+//! ```
+//! use walletgate::x402::codec;
+//! use walletgate::x402::SettleResponse;
+//!
+//! let value = codec::encode(&serde_json::json!({"success": true}));
+//! assert_eq!(value, "eyJzdWNjZXNzIjp0cnVlfQ==");
+//! let back: serde_json::Value = codec::decode(b"  eyJzdWNjZXNzIjp0cnVlfQ  ")?;
+//! assert_eq!(back["success"], true);
+//! # Ok::<(), walletgate::x402::DecodeError>(())
+//! ```
+
+use std::fmt;
+
+use base64::Engine;
+use base64::alphabet;
+use base64::engine::DecodePaddingMode;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Longest header value decoded, in bytes. A real payment is about 1.5 KiB.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// Deepest JSON nesting decoded. A payment is 4 levels deep; extensions add a few.
+pub const MAX_JSON_DEPTH: usize = 24;
+
+const LENIENT: GeneralPurposeConfig =
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+const STANDARD_LENIENT: GeneralPurpose = GeneralPurpose::new(&alphabet::STANDARD, LENIENT);
+const URL_SAFE_LENIENT: GeneralPurpose = GeneralPurpose::new(&alphabet::URL_SAFE, LENIENT);
+
+/// Why a header value could not be decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// Longer than [`MAX_HEADER_BYTES`].
+    TooLong {
+        /// The value's length in bytes.
+        len: usize,
+    },
+    /// Not base64 in either alphabet.
+    NotBase64,
+    /// Nested deeper than [`MAX_JSON_DEPTH`].
+    TooDeep,
+    /// Not the expected JSON shape.
+    Json(String),
+}
+
+impl DecodeError {
+    /// A short machine-readable reason, as facilitators word theirs.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::TooLong { .. } => "payment_header_too_long",
+            Self::NotBase64 => "payment_header_not_base64",
+            Self::TooDeep => "payment_header_too_deep",
+            Self::Json(_) => "invalid_payload",
+        }
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooLong { len } => {
+                write!(
+                    f,
+                    "header is {len} bytes, over the {MAX_HEADER_BYTES}-byte limit"
+                )
+            }
+            Self::NotBase64 => f.write_str("header is not base64"),
+            Self::TooDeep => write!(f, "JSON nested deeper than {MAX_JSON_DEPTH}"),
+            Self::Json(detail) => write!(f, "invalid payload JSON: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Encodes `value` as standard padded base64 of its compact JSON.
+pub fn encode<T: Serialize + ?Sized>(value: &T) -> String {
+    // The x402 types are strings, numbers and maps with string keys, which
+    // always serialise; an empty object stands in for the impossible failure.
+    let json = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
+    STANDARD.encode(json)
+}
+
+/// Decodes a header value into `T`.
+pub fn decode<T: DeserializeOwned>(raw: &[u8]) -> Result<T, DecodeError> {
+    if raw.len() > MAX_HEADER_BYTES {
+        return Err(DecodeError::TooLong { len: raw.len() });
+    }
+    let trimmed = raw.trim_ascii();
+    let json = STANDARD_LENIENT
+        .decode(trimmed)
+        .or_else(|_| URL_SAFE_LENIENT.decode(trimmed))
+        .map_err(|_| DecodeError::NotBase64)?;
+    if !depth_within(&json, MAX_JSON_DEPTH) {
+        return Err(DecodeError::TooDeep);
+    }
+    serde_json::from_slice(&json).map_err(|error| DecodeError::Json(error.to_string()))
+}
+
+/// Whether the JSON text nests at most `max` arrays/objects deep; a scan, no parse.
+fn depth_within(json: &[u8], max: usize) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &byte in json {
+        if in_string {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > max {
+                    return false;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::x402::types::{PaymentPayload, PaymentRequired};
+
+    /// The specification's `PAYMENT-SIGNATURE` example payload, encoded as the TS client does.
+    const SPEC_PAYMENT: &str = r#"{"x402Version":2,"resource":{"url":"https://api.example.com/premium-data","description":"Access to premium market data","mimeType":"application/json"},"accepted":{"scheme":"exact","network":"eip155:84532","amount":"10000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":60,"extra":{"name":"USDC","version":"2"}},"payload":{"signature":"0x2d6a7588d6acca505cbf0d9a4a227e0c52c6c34008c8e8986a1283259764173608a2ce6496642e377d6da8dbbf5836e9bd15092f9ecab05ded3d6293af148b571c","authorization":{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66","to":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","value":"10000","validAfter":"1740672089","validBefore":"1740672154","nonce":"0xf3746613c2d920b5fdabc0856f2aeb2d4f88ee6037b8cc5d04a71a4462f13480"}}}"#;
+
+    #[test]
+    fn encoding_is_standard_padded_base64_of_compact_json() {
+        let payload: PaymentPayload = serde_json::from_str(SPEC_PAYMENT).unwrap();
+        let encoded = encode(&payload);
+        assert!(
+            encoded
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b))
+        );
+        assert_eq!(encoded.len() % 4, 0);
+        let json: serde_json::Value =
+            serde_json::from_slice(&STANDARD.decode(&encoded).unwrap()).unwrap();
+        assert_eq!(
+            json,
+            serde_json::from_str::<serde_json::Value>(SPEC_PAYMENT).unwrap()
+        );
+    }
+
+    #[test]
+    fn decoding_tolerates_whitespace_missing_padding_and_url_safe() {
+        let encoded = STANDARD.encode(SPEC_PAYMENT);
+        let unpadded = encoded.trim_end_matches('=').to_owned();
+        let url_safe = encoded.replace('+', "-").replace('/', "_");
+        for form in [format!("  {encoded}\t"), unpadded, url_safe] {
+            let payload: PaymentPayload = decode(form.as_bytes()).unwrap();
+            assert_eq!(payload.accepted.amount.units(), 10_000);
+        }
+    }
+
+    #[test]
+    fn decoding_is_strict_on_size_and_depth() {
+        let long = vec![b'A'; MAX_HEADER_BYTES + 1];
+        assert_eq!(
+            decode::<serde_json::Value>(&long),
+            Err(DecodeError::TooLong {
+                len: MAX_HEADER_BYTES + 1
+            })
+        );
+        let deep = format!(
+            "{}{}",
+            "[".repeat(MAX_JSON_DEPTH + 1),
+            "]".repeat(MAX_JSON_DEPTH + 1)
+        );
+        assert_eq!(
+            decode::<serde_json::Value>(STANDARD.encode(deep).as_bytes()),
+            Err(DecodeError::TooDeep)
+        );
+        // Brackets inside strings do not count.
+        let quoted = format!("[\"{}\"]", "[".repeat(100));
+        assert!(decode::<serde_json::Value>(STANDARD.encode(quoted).as_bytes()).is_ok());
+        assert_eq!(
+            decode::<serde_json::Value>(b"***"),
+            Err(DecodeError::NotBase64)
+        );
+        assert!(matches!(
+            decode::<PaymentRequired>(STANDARD.encode("{}").as_bytes()),
+            Err(DecodeError::Json(_))
+        ));
+    }
+
+    #[test]
+    fn the_spec_quote_decodes() {
+        let quote = r#"{"x402Version":2,"error":"Payment required","resource":{"url":"https://api.example.com/premium-data","description":"...","mimeType":"application/json"},"accepts":[{"scheme":"exact","network":"eip155:84532","amount":"10000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":60,"extra":{"name":"USDC","version":"2"}}],"extensions":{}}"#;
+        let decoded: PaymentRequired = decode(STANDARD.encode(quote).as_bytes()).unwrap();
+        assert_eq!(decoded.accepts[0].max_timeout_seconds, 60);
+        assert_eq!(decoded.accepts[0].extra_str("name"), Some("USDC"));
+        assert_eq!(STANDARD.decode(encode(&decoded)).unwrap(), quote.as_bytes());
+    }
+}

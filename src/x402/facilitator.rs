@@ -1,0 +1,252 @@
+//! The verify/settle hooks: a [`Facilitator`] checks a payment before the
+//! inner service runs and settles it after a 2xx answer.
+//!
+//! Implementations: [`LocalEvmFacilitator`](super::LocalEvmFacilitator)
+//! (in-process, against a [`Ledger`](super::Ledger)) and, with the
+//! `http-facilitator` feature, `HttpFacilitator` (the standard HTTP API).
+//! Reasons are free-form strings that differ per SDK; [`code_for_reason`]
+//! maps any of them to the specification's codes.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::{Deserialize, Serialize};
+
+use super::types::{
+    PaymentPayload, PaymentRequirements, SettleResponse, SupportedResponse, VerifyResponse,
+};
+use crate::envelope::ErrorCode;
+
+/// A boxed, sendable future, as the object-safe hook traits return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The body of `POST /verify` and `POST /settle`.
+///
+/// `payment_requirements` is the server's own matching offer, not the
+/// client's echo.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FacilitatorRequest {
+    /// The payload's version.
+    #[serde(rename = "x402Version")]
+    pub x402_version: u8,
+    /// The client's payment.
+    #[serde(rename = "paymentPayload")]
+    pub payment_payload: PaymentPayload,
+    /// The offer it matched.
+    #[serde(rename = "paymentRequirements")]
+    pub payment_requirements: PaymentRequirements,
+}
+
+/// Verifies and settles payments.
+pub trait Facilitator: Send + Sync + 'static {
+    /// Checks the payment without moving funds.
+    fn verify<'a>(
+        &'a self,
+        request: &'a FacilitatorRequest,
+    ) -> BoxFuture<'a, Result<VerifyResponse, FacilitatorError>>;
+
+    /// Moves the funds. Anything but `success: true` is a failure.
+    fn settle<'a>(
+        &'a self,
+        request: &'a FacilitatorRequest,
+    ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>>;
+
+    /// The payment kinds handled.
+    fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, FacilitatorError>>;
+}
+
+/// What went wrong asking a facilitator (not a verdict on the payment).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FacilitatorErrorKind {
+    /// Unreachable, timed out, or answered 5xx: nothing was consumed, the same payment may be resent.
+    Unavailable,
+    /// Answered something that is not the protocol.
+    Protocol,
+}
+
+/// A failure to get a verdict from a facilitator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FacilitatorError {
+    kind: FacilitatorErrorKind,
+    detail: String,
+}
+
+impl FacilitatorError {
+    /// The facilitator could not be asked.
+    pub fn unavailable(detail: impl Into<String>) -> Self {
+        Self {
+            kind: FacilitatorErrorKind::Unavailable,
+            detail: detail.into(),
+        }
+    }
+
+    /// The facilitator answered outside the protocol.
+    pub fn protocol(detail: impl Into<String>) -> Self {
+        Self {
+            kind: FacilitatorErrorKind::Protocol,
+            detail: detail.into(),
+        }
+    }
+
+    /// Which kind of failure.
+    pub fn kind(&self) -> &FacilitatorErrorKind {
+        &self.kind
+    }
+
+    /// What happened (no secrets: never the payment itself).
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+impl fmt::Display for FacilitatorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            FacilitatorErrorKind::Unavailable => {
+                write!(f, "facilitator unavailable: {}", self.detail)
+            }
+            FacilitatorErrorKind::Protocol => {
+                write!(f, "facilitator protocol error: {}", self.detail)
+            }
+        }
+    }
+}
+
+impl std::error::Error for FacilitatorError {}
+
+/// Reason strings the local verifier emits (the specification's spellings).
+pub mod reason {
+    /// The payer's balance is below the amount.
+    pub const INSUFFICIENT_FUNDS: &str = "insufficient_funds";
+    /// `validAfter` is in the future.
+    pub const VALID_AFTER: &str = "invalid_exact_evm_payload_authorization_valid_after";
+    /// `validBefore` is past, or closer than the safety margin.
+    pub const VALID_BEFORE: &str = "invalid_exact_evm_payload_authorization_valid_before";
+    /// `value` differs from the amount.
+    pub const VALUE_MISMATCH: &str = "invalid_exact_evm_payload_authorization_value_mismatch";
+    /// The signature does not recover to `from`.
+    pub const SIGNATURE: &str = "invalid_exact_evm_payload_signature";
+    /// `to` differs from `payTo`.
+    pub const RECIPIENT_MISMATCH: &str = "invalid_exact_evm_payload_recipient_mismatch";
+    /// The authorization nonce was used on chain already.
+    pub const NONCE_ALREADY_USED: &str = "invalid_exact_evm_nonce_already_used";
+    /// `extra.name`/`extra.version` missing.
+    pub const MISSING_EIP712_DOMAIN: &str = "invalid_exact_evm_missing_eip712_domain";
+    /// Network unknown or different from the offer's.
+    pub const INVALID_NETWORK: &str = "invalid_network";
+    /// The payload is malformed.
+    pub const INVALID_PAYLOAD: &str = "invalid_payload";
+    /// The requirements are malformed.
+    pub const INVALID_PAYMENT_REQUIREMENTS: &str = "invalid_payment_requirements";
+    /// Not the exact scheme.
+    pub const UNSUPPORTED_SCHEME: &str = "unsupported_scheme";
+    /// Not x402 version 2.
+    pub const INVALID_X402_VERSION: &str = "invalid_x402_version";
+    /// The payment matches none of the offers.
+    pub const NO_MATCHING_REQUIREMENTS: &str = "no_matching_payment_requirements";
+    /// Settlement failed for a reason the ledger did not name.
+    pub const UNEXPECTED_SETTLE_ERROR: &str = "unexpected_settle_error";
+}
+
+/// The specification's code for a facilitator's reason string.
+///
+/// The SDKs word reasons differently (`insufficient_funds`,
+/// `invalid_exact_evm_insufficient_balance`, …); the mapping looks at what
+/// the reason is about: funds or the validity window (`PAYMENT_UNFUNDED`,
+/// since both make the transfer revert), a used nonce (`PAYMENT_REPLAY`), a
+/// stale Solana blockhash (`PAYMENT_BLOCKHASH_STALE`), anything else
+/// (`PAYMENT_INVALID`).
+///
+/// ```
+/// use walletgate::envelope::ErrorCode;
+/// use walletgate::x402::code_for_reason;
+///
+/// assert_eq!(code_for_reason("insufficient_funds"), ErrorCode::PaymentUnfunded);
+/// assert_eq!(code_for_reason("invalid_exact_evm_payload_signature"), ErrorCode::PaymentInvalid);
+/// ```
+pub fn code_for_reason(reason: &str) -> ErrorCode {
+    let reason = reason.to_ascii_lowercase();
+    let about = |words: &[&str]| words.iter().any(|word| reason.contains(word));
+    if about(&["blockhash", "block_height_exceeded", "expired_signature"]) {
+        ErrorCode::PaymentBlockhashStale
+    } else if about(&[
+        "nonce_already_used",
+        "duplicate_settlement",
+        "already_used",
+        "replay",
+    ]) {
+        ErrorCode::PaymentReplay
+    } else if about(&[
+        "insufficient",
+        "valid_after",
+        "valid_before",
+        "simulation_failed",
+        "expired",
+    ]) {
+        ErrorCode::PaymentUnfunded
+    } else {
+        ErrorCode::PaymentInvalid
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_known_reason_maps_to_its_code() {
+        let cases = [
+            (reason::INSUFFICIENT_FUNDS, ErrorCode::PaymentUnfunded),
+            (
+                "invalid_exact_evm_insufficient_balance",
+                ErrorCode::PaymentUnfunded,
+            ),
+            (reason::VALID_AFTER, ErrorCode::PaymentUnfunded),
+            (reason::VALID_BEFORE, ErrorCode::PaymentUnfunded),
+            (
+                "invalid_exact_evm_transaction_simulation_failed",
+                ErrorCode::PaymentUnfunded,
+            ),
+            (reason::NONCE_ALREADY_USED, ErrorCode::PaymentReplay),
+            ("duplicate_settlement", ErrorCode::PaymentReplay),
+            (
+                "invalid_exact_svm_blockhash_not_found",
+                ErrorCode::PaymentBlockhashStale,
+            ),
+            ("expired_signature", ErrorCode::PaymentBlockhashStale),
+            (reason::SIGNATURE, ErrorCode::PaymentInvalid),
+            ("invalid_exact_evm_signature", ErrorCode::PaymentInvalid),
+            (reason::RECIPIENT_MISMATCH, ErrorCode::PaymentInvalid),
+            (reason::VALUE_MISMATCH, ErrorCode::PaymentInvalid),
+            (reason::INVALID_NETWORK, ErrorCode::PaymentInvalid),
+            (
+                "invalid_exact_evm_network_mismatch",
+                ErrorCode::PaymentInvalid,
+            ),
+            (reason::MISSING_EIP712_DOMAIN, ErrorCode::PaymentInvalid),
+            (
+                "invalid_exact_evm_token_name_mismatch",
+                ErrorCode::PaymentInvalid,
+            ),
+            (reason::INVALID_PAYLOAD, ErrorCode::PaymentInvalid),
+            (reason::UNSUPPORTED_SCHEME, ErrorCode::PaymentInvalid),
+            (reason::INVALID_X402_VERSION, ErrorCode::PaymentInvalid),
+            ("unexpected_verify_error", ErrorCode::PaymentInvalid),
+            ("", ErrorCode::PaymentInvalid),
+        ];
+        for (reason, code) in cases {
+            assert_eq!(code_for_reason(reason), code, "{reason}");
+        }
+    }
+
+    #[test]
+    fn stale_blockhash_body_still_says_verification_failed() {
+        let response = crate::envelope::GatewayError::new(code_for_reason("blockhash_not_found"))
+            .into_response(crate::envelope::EnvelopeStyle::Chat);
+        let body: serde_json::Value = serde_json::from_slice(response.body()).unwrap();
+        assert_eq!(body["code"], "PAYMENT_BLOCKHASH_STALE");
+        assert_eq!(body["error"], "Payment verification failed");
+    }
+}

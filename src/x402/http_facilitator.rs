@@ -1,0 +1,286 @@
+//! [`HttpFacilitator`]: a client of the standard facilitator HTTP API.
+//!
+//! `POST {base}/verify` and `POST {base}/settle` with
+//! `{x402Version, paymentPayload, paymentRequirements}`, `GET {base}/supported`.
+//! Every call is bounded by a timeout. An unreachable facilitator, a timeout,
+//! a 5xx, or an answer outside the protocol is a [`FacilitatorError`], which
+//! the layer answers with `PAYMENT_VERIFICATION_UNAVAILABLE` (503,
+//! `Retry-After`) and nothing consumed, so the client may resend the same
+//! payment. A non-2xx answer that still carries a verdict (`isValid` or
+//! `success`) counts as that verdict, as the official clients read it.
+//!
+//! The built-in connector speaks plain HTTP (a facilitator on the same host
+//! or behind a TLS-terminating proxy); for HTTPS pass a TLS connector to
+//! [`HttpFacilitator::with_connector`].
+//!
+//! ```
+//! use std::time::Duration;
+//! use walletgate::x402::HttpFacilitator;
+//!
+//! let facilitator = HttpFacilitator::new("http://127.0.0.1:4020/facilitator")?
+//!     .with_timeout(Duration::from_secs(10))
+//!     .with_header("authorization", "Bearer facilitator-token")?;
+//! # let _ = facilitator;
+//! # Ok::<(), walletgate::x402::ConfigError>(())
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::{Connect, HttpConnector};
+use hyper_util::rt::TokioExecutor;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::error::ConfigError;
+use super::facilitator::{BoxFuture, Facilitator, FacilitatorError, FacilitatorRequest};
+use super::types::{SettleResponse, SupportedResponse, VerifyResponse};
+
+/// Default bound on one facilitator call, connection included.
+pub const DEFAULT_FACILITATOR_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Largest facilitator answer read, in bytes.
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// A facilitator reached over HTTP.
+#[derive(Clone)]
+pub struct HttpFacilitator<C = HttpConnector> {
+    client: Client<C, Full<Bytes>>,
+    base_url: String,
+    timeout: Duration,
+    headers: HeaderMap,
+}
+
+impl HttpFacilitator<HttpConnector> {
+    /// A client of the facilitator at `base_url` (`http://host[:port][/path]`).
+    pub fn new(base_url: &str) -> Result<Self, ConfigError> {
+        if !base_url.starts_with("http://") {
+            return Err(ConfigError::InvalidFacilitatorUrl(format!(
+                "{base_url} (the built-in connector speaks plain http; use with_connector for https)"
+            )));
+        }
+        Self::with_connector(base_url, HttpConnector::new())
+    }
+}
+
+impl<C> HttpFacilitator<C>
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    /// A client of the facilitator at `base_url` through `connector` (e.g. a TLS connector).
+    pub fn with_connector(base_url: &str, connector: C) -> Result<Self, ConfigError> {
+        let base_url = base_url.trim_end_matches('/').to_owned();
+        let probe = format!("{base_url}/verify");
+        match probe.parse::<Uri>() {
+            Ok(uri) if uri.scheme().is_some() && uri.authority().is_some() => {}
+            _ => return Err(ConfigError::InvalidFacilitatorUrl(base_url)),
+        }
+        Ok(Self {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            base_url,
+            timeout: DEFAULT_FACILITATOR_TIMEOUT,
+            headers: HeaderMap::new(),
+        })
+    }
+
+    /// Bounds each call (default 30 s).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sends `name: value` on every call (e.g. the facilitator's API key).
+    pub fn with_header(mut self, name: &str, value: &str) -> Result<Self, ConfigError> {
+        let name =
+            HeaderName::try_from(name).map_err(|_| ConfigError::InvalidHeader(name.to_owned()))?;
+        let mut value = HeaderValue::try_from(value)
+            .map_err(|_| ConfigError::InvalidHeader(name.to_string()))?;
+        value.set_sensitive(true);
+        self.headers.insert(name, value);
+        Ok(self)
+    }
+
+    /// One call: the status and body, bounded by the timeout.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Bytes), FacilitatorError> {
+        let uri = format!("{}{path}", self.base_url);
+        let mut builder = Request::builder().method(method).uri(&uri);
+        for (name, value) in &self.headers {
+            builder = builder.header(name, value);
+        }
+        if body.is_some() {
+            builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        let request = builder
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|error| FacilitatorError::protocol(format!("request to {path}: {error}")))?;
+        let exchange = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|error| FacilitatorError::unavailable(format!("{path}: {error}")))?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+                .collect()
+                .await
+                .map_err(|error| FacilitatorError::unavailable(format!("{path} answer: {error}")))?
+                .to_bytes();
+            Ok((status, body))
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| {
+                FacilitatorError::unavailable(format!(
+                    "{path}: no answer within {:?}",
+                    self.timeout
+                ))
+            })?
+    }
+
+    /// POSTs `request` and reads a verdict that carries `verdict_field`.
+    async fn post_for<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        request: &impl Serialize,
+        verdict_field: &str,
+    ) -> Result<T, FacilitatorError> {
+        let body = serde_json::to_vec(request)
+            .map_err(|error| FacilitatorError::protocol(format!("encoding {path}: {error}")))?;
+        let (status, answer) = self.call(Method::POST, path, Some(body)).await?;
+        read_verdict(path, status, &answer, verdict_field)
+    }
+}
+
+/// A 2xx answer must parse; a non-2xx one counts only if it carries a verdict.
+fn read_verdict<T: DeserializeOwned>(
+    path: &str,
+    status: StatusCode,
+    answer: &[u8],
+    verdict_field: &str,
+) -> Result<T, FacilitatorError> {
+    let parsed: Option<serde_json::Value> = serde_json::from_slice(answer).ok();
+    let has_verdict = parsed
+        .as_ref()
+        .is_some_and(|value| value.get(verdict_field).is_some());
+    if !status.is_success() && !has_verdict {
+        return Err(FacilitatorError::unavailable(format!(
+            "{path} answered {status}"
+        )));
+    }
+    let value = parsed.ok_or_else(|| {
+        FacilitatorError::protocol(format!("{path} answered {status} without JSON"))
+    })?;
+    serde_json::from_value(value).map_err(|error| {
+        FacilitatorError::protocol(format!(
+            "{path} answered {status} outside the protocol: {error}"
+        ))
+    })
+}
+
+impl<C> Facilitator for HttpFacilitator<C>
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    fn verify<'a>(
+        &'a self,
+        request: &'a FacilitatorRequest,
+    ) -> BoxFuture<'a, Result<VerifyResponse, FacilitatorError>> {
+        Box::pin(self.post_for("/verify", request, "isValid"))
+    }
+
+    fn settle<'a>(
+        &'a self,
+        request: &'a FacilitatorRequest,
+    ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
+        Box::pin(self.post_for("/settle", request, "success"))
+    }
+
+    fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, FacilitatorError>> {
+        Box::pin(async move {
+            let (status, answer) = self.call(Method::GET, "/supported", None).await?;
+            read_verdict("/supported", status, &answer, "kinds")
+        })
+    }
+}
+
+impl<C> fmt::Debug for HttpFacilitator<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Header values may be credentials: list names only.
+        f.debug_struct("HttpFacilitator")
+            .field("base_url", &self.base_url)
+            .field("timeout", &self.timeout)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_checked_at_construction() {
+        assert!(HttpFacilitator::new("http://127.0.0.1:4020/").is_ok());
+        assert!(matches!(
+            HttpFacilitator::new("https://x402.example/facilitator"),
+            Err(ConfigError::InvalidFacilitatorUrl(_))
+        ));
+        assert!(HttpFacilitator::new("http://").is_err());
+        assert!(HttpFacilitator::new("127.0.0.1:4020").is_err());
+    }
+
+    #[test]
+    fn debug_hides_header_values() {
+        let facilitator = HttpFacilitator::new("http://127.0.0.1:1")
+            .unwrap()
+            .with_header("x-api-key", "secret-value")
+            .unwrap();
+        let text = format!("{facilitator:?}");
+        assert!(text.contains("x-api-key"));
+        assert!(!text.contains("secret-value"));
+    }
+
+    #[test]
+    fn verdicts_are_read_from_any_status_that_carries_one() {
+        let invalid = br#"{"isValid":false,"invalidReason":"insufficient_funds","payer":"0xabc"}"#;
+        let verdict: VerifyResponse =
+            read_verdict("/verify", StatusCode::BAD_REQUEST, invalid, "isValid").unwrap();
+        assert_eq!(
+            verdict.invalid_reason.as_deref(),
+            Some("insufficient_funds")
+        );
+        let outage = read_verdict::<VerifyResponse>(
+            "/verify",
+            StatusCode::BAD_GATEWAY,
+            b"<html>",
+            "isValid",
+        );
+        assert_eq!(
+            outage.unwrap_err().kind(),
+            &super::super::FacilitatorErrorKind::Unavailable
+        );
+        let garbage = read_verdict::<VerifyResponse>("/verify", StatusCode::OK, b"{}", "isValid");
+        assert_eq!(
+            garbage.unwrap_err().kind(),
+            &super::super::FacilitatorErrorKind::Protocol
+        );
+        let settled: SettleResponse = read_verdict(
+            "/settle",
+            StatusCode::OK,
+            br#"{"success":true,"transaction":"0x1","network":"eip155:84532"}"#,
+            "success",
+        )
+        .unwrap();
+        assert!(settled.success);
+    }
+}

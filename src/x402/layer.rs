@@ -1,0 +1,209 @@
+//! [`X402Layer`] and its builder.
+
+use std::fmt;
+use std::sync::Arc;
+
+use tower_layer::Layer;
+
+use super::error::ConfigError;
+use super::facilitator::Facilitator;
+use super::pricing::Pricing;
+use super::quote::PaymentOption;
+use super::replay::{InMemoryNonceStore, NonceStore};
+use super::service::X402;
+use super::types::UsdAmount;
+use crate::clock::{SharedClock, SystemClock};
+
+/// Applies x402 payment to a service: quote, verify before, settle after.
+///
+/// See the [module docs](super) for the flow and an example.
+#[derive(Clone)]
+#[must_use]
+pub struct X402Layer {
+    pub(crate) config: Arc<Config>,
+}
+
+/// Everything the service needs, shared by all its clones.
+pub(crate) struct Config {
+    pub(crate) pricing: Arc<dyn Pricing>,
+    pub(crate) facilitator: Arc<dyn Facilitator>,
+    pub(crate) nonce_store: Arc<dyn NonceStore>,
+    pub(crate) clock: SharedClock,
+    pub(crate) options: Vec<PaymentOption>,
+    pub(crate) flat_fee: UsdAmount,
+    pub(crate) paid_replay: bool,
+    pub(crate) public_base_url: Option<String>,
+    pub(crate) description: String,
+    pub(crate) mime_type: String,
+}
+
+impl X402Layer {
+    /// Starts a configuration.
+    pub fn builder() -> X402LayerBuilder {
+        X402LayerBuilder::default()
+    }
+}
+
+impl<S> Layer<S> for X402Layer {
+    type Service = X402<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        X402::from_config(inner, self.config.clone())
+    }
+}
+
+impl fmt::Debug for X402Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.config.fmt(f)
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("X402Layer")
+            .field("options", &self.options)
+            .field("flat_fee", &self.flat_fee)
+            .field("paid_replay", &self.paid_replay)
+            .field("public_base_url", &self.public_base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds an [`X402Layer`]; [`build`](Self::build) validates once.
+#[must_use]
+pub struct X402LayerBuilder {
+    pricing: Option<Arc<dyn Pricing>>,
+    facilitator: Option<Arc<dyn Facilitator>>,
+    nonce_store: Option<Arc<dyn NonceStore>>,
+    clock: Option<SharedClock>,
+    options: Vec<PaymentOption>,
+    flat_fee: UsdAmount,
+    paid_replay: bool,
+    public_base_url: Option<String>,
+    description: String,
+    mime_type: String,
+}
+
+impl Default for X402LayerBuilder {
+    fn default() -> Self {
+        Self {
+            pricing: None,
+            facilitator: None,
+            nonce_store: None,
+            clock: None,
+            options: Vec::new(),
+            flat_fee: UsdAmount::FLAT_FEE,
+            paid_replay: false,
+            public_base_url: None,
+            description: String::new(),
+            mime_type: String::new(),
+        }
+    }
+}
+
+impl X402LayerBuilder {
+    /// What each request costs (required).
+    pub fn pricing(mut self, pricing: impl Pricing) -> Self {
+        self.pricing = Some(Arc::new(pricing));
+        self
+    }
+
+    /// Who verifies and settles (required).
+    pub fn facilitator(mut self, facilitator: impl Facilitator) -> Self {
+        self.facilitator = Some(Arc::new(facilitator));
+        self
+    }
+
+    /// A facilitator shared with other layers.
+    pub fn shared_facilitator(mut self, facilitator: Arc<dyn Facilitator>) -> Self {
+        self.facilitator = Some(facilitator);
+        self
+    }
+
+    /// Where claims live (default: an [`InMemoryNonceStore`] on the layer's clock).
+    /// Share one store between layers that take the same payments.
+    pub fn nonce_store(mut self, store: Arc<dyn NonceStore>) -> Self {
+        self.nonce_store = Some(store);
+        self
+    }
+
+    /// The time source (default: the system clock).
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Adds a way to pay; offers are listed in the order added, and clients sign the first.
+    pub fn payment_option(mut self, option: PaymentOption) -> Self {
+        self.options.push(option);
+        self
+    }
+
+    /// The fee added to every price (default 0.001 USD).
+    pub fn flat_fee(mut self, fee: UsdAmount) -> Self {
+        self.flat_fee = fee;
+        self
+    }
+
+    /// Lets a duplicate of a settled authorization reach the inner service
+    /// with the original receipt, uncharged (default off: `PAYMENT_REPLAY`).
+    pub fn paid_replay(mut self, enabled: bool) -> Self {
+        self.paid_replay = enabled;
+        self
+    }
+
+    /// The public `scheme://host[:port]` used in `resource.url` (default:
+    /// `http://` and the request's `Host`).
+    pub fn public_base_url(mut self, base_url: &str) -> Result<Self, ConfigError> {
+        let trimmed = base_url.trim_end_matches('/');
+        let host = trimmed
+            .strip_prefix("https://")
+            .or_else(|| trimmed.strip_prefix("http://"));
+        match host {
+            Some(host) if !host.is_empty() && !host.contains(['/', ' ', '?', '#']) => {
+                self.public_base_url = Some(trimmed.to_owned());
+                Ok(self)
+            }
+            _ => Err(ConfigError::InvalidBaseUrl(base_url.to_owned())),
+        }
+    }
+
+    /// `resource.description` of quotes.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// `resource.mimeType` of quotes.
+    pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
+        self.mime_type = mime_type.into();
+        self
+    }
+
+    /// Validates and builds the layer.
+    pub fn build(self) -> Result<X402Layer, ConfigError> {
+        let pricing = self.pricing.ok_or(ConfigError::MissingPricing)?;
+        let facilitator = self.facilitator.ok_or(ConfigError::MissingFacilitator)?;
+        if self.options.is_empty() {
+            return Err(ConfigError::NoPaymentOptions);
+        }
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let nonce_store = self
+            .nonce_store
+            .unwrap_or_else(|| Arc::new(InMemoryNonceStore::new(clock.clone())));
+        Ok(X402Layer {
+            config: Arc::new(Config {
+                pricing,
+                facilitator,
+                nonce_store,
+                clock,
+                options: self.options,
+                flat_fee: self.flat_fee,
+                paid_replay: self.paid_replay,
+                public_base_url: self.public_base_url,
+                description: self.description,
+                mime_type: self.mime_type,
+            }),
+        })
+    }
+}

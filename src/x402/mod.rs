@@ -1,0 +1,116 @@
+//! x402 v2 payments: HTTP 402 quotes, verify before, settle after.
+//!
+//! [`X402Layer`] puts a price on requests. For each request it asks its
+//! [`Pricing`]; a free request passes through untouched. A paid one goes:
+//!
+//! 1. **quote** — no `PAYMENT-SIGNATURE`: 402 with the offers in
+//!    `PAYMENT-REQUIRED`, `X-Payment-Required` and
+//!    `WWW-Authenticate: X402 requirements="…"` (one value, standard base64 of
+//!    compact JSON), `Cache-Control: no-store`, and a JSON body whose
+//!    `x402Version` and `accepts` equal the decoded header. Every amount
+//!    includes the flat fee (0.001 USD by default).
+//! 2. **decode and match** — the offers are rebuilt for the retried request
+//!    and the payment's `accepted` must equal one on every core field
+//!    (`PAYMENT_INVALID` otherwise).
+//! 3. **claim** — the authorization (network, payer, nonce) is claimed in a
+//!    [`NonceStore`]; a duplicate in flight or already settled gets
+//!    `PAYMENT_REPLAY` (see [`replay`](self#replay)).
+//! 4. **verify** — the [`Facilitator`] checks signature, recipient, amount,
+//!    window and funds; its reason becomes `PAYMENT_INVALID`,
+//!    `PAYMENT_UNFUNDED`, `PAYMENT_REPLAY` or `PAYMENT_BLOCKHASH_STALE`
+//!    ([`code_for_reason`]). An unreachable facilitator is
+//!    `PAYMENT_VERIFICATION_UNAVAILABLE` (503, `Retry-After`); nothing is
+//!    consumed, so the same payment can be resent.
+//! 5. **inner service** — with a [`PaymentReceipt`] in the extensions.
+//! 6. **settle** — only on a 2xx answer, while the answer's head is held and
+//!    its body unread. Success adds `PAYMENT-RESPONSE`; failure answers 402
+//!    `SETTLEMENT_FAILED` with `PAYMENT-RESPONSE{success:false}` and drops the
+//!    inner body. A 4xx/5xx answer is returned unsettled; a dropped request is
+//!    never settled. In every unsettled case the claim is released.
+//!
+//! # Replay
+//!
+//! A settled authorization stays spent until its `validBefore` (at least two
+//! minutes). With [`paid_replay`](X402LayerBuilder::paid_replay) a route lets
+//! the very same payment through again with the original receipt
+//! ([`PaymentReceipt::is_replay`]) and no charge: clients poll paid jobs
+//! with the signature they paid with.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use bytes::Bytes;
+//! use http::{Request, Response};
+//! use http_body_util::Full;
+//! use tower::{ServiceBuilder, ServiceExt, service_fn};
+//! use walletgate::clock::SystemClock;
+//! use walletgate::x402::{codec, DevLedger, LocalEvmFacilitator, PaymentOption, PaymentRequired, PriceTable, X402Layer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let layer = X402Layer::builder()
+//!     .payment_option(PaymentOption::base_sepolia_usdc("0x70997970C51812dc3A010C7d01b50e0d17dc79C8")?)
+//!     .pricing(PriceTable::by_route().with_usd("POST /v1/chat/completions", "0.002")?)
+//!     .facilitator(LocalEvmFacilitator::new(Arc::new(DevLedger::new()), Arc::new(SystemClock)))
+//!     .build()?;
+//! let service = ServiceBuilder::new().layer(layer).service(service_fn(|_req: Request<Full<Bytes>>| async {
+//!     Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(b"answer"))))
+//! }));
+//!
+//! let request = Request::post("/v1/chat/completions").body(Full::default())?;
+//! let response = service.clone().oneshot(request).await?;
+//! assert_eq!(response.status(), 402);
+//! let quote: PaymentRequired = codec::decode(response.headers()["payment-required"].as_bytes())?;
+//! assert_eq!(quote.accepts[0].amount.units(), 3000); // 0.002 USD + 0.001 USD fee, in USDC units
+//!
+//! let free = Request::get("/v1/models").body(Full::default())?;
+//! assert_eq!(service.oneshot(free).await?.status(), 200);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod codec;
+mod error;
+mod facilitator;
+mod future;
+#[cfg(feature = "http-facilitator")]
+mod http_facilitator;
+mod layer;
+mod local_evm;
+mod pricing;
+mod quote;
+mod receipt;
+pub mod replay;
+mod service;
+mod types;
+
+pub use codec::DecodeError;
+pub use error::ConfigError;
+pub use facilitator::{
+    BoxFuture, Facilitator, FacilitatorError, FacilitatorErrorKind, FacilitatorRequest,
+    code_for_reason, reason,
+};
+pub use future::ResponseFuture;
+#[cfg(feature = "http-facilitator")]
+pub use http_facilitator::{DEFAULT_FACILITATOR_TIMEOUT, HttpFacilitator};
+pub use layer::{X402Layer, X402LayerBuilder};
+pub use local_evm::{
+    DevLedger, ExactEvmDomain, Ledger, LedgerError, LocalEvmFacilitator,
+    MIN_REMAINING_VALIDITY_SECS, TokenId, Transfer, TransferWithAuthorization,
+};
+pub use pricing::{Price, PriceTable, Pricing};
+pub use quote::{
+    BASE_SEPOLIA_USDC, DEFAULT_MAX_TIMEOUT_SECS, PaymentOption, QUOTE_ERROR, QUOTE_MESSAGE,
+    matching_offer,
+};
+pub use receipt::{MissingPaymentReceipt, PaymentReceipt};
+pub use replay::{
+    AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, NonceStoreError, SpentAuthorization,
+};
+pub use service::X402;
+pub use types::{
+    AtomicAmount, Eip3009Authorization, ExactEvmPayload, Network, PaymentPayload, PaymentRequired,
+    PaymentRequirements, ResourceInfo, SCHEME_EXACT, SettleResponse, SupportedKind,
+    SupportedResponse, UsdAmount, ValueError, VerifyResponse, X402_VERSION,
+};

@@ -1,0 +1,200 @@
+//! What a request costs.
+//!
+//! [`X402Layer`](super::X402Layer) asks a [`Pricing`] for every request. It
+//! sees the request head, including what earlier layers put in the extensions
+//! (a parsed model, for instance), and answers [`Price::Free`] or a USD price.
+//! The layer then adds the flat fee and turns the sum into each offer's atomic
+//! amount. The quote and the paid retry are priced by the same call, so the
+//! price must depend only on the request, never on time or load.
+//!
+//! ```
+//! use walletgate::x402::{Price, PriceTable, Pricing};
+//!
+//! /// What an earlier parse layer put in the extensions.
+//! #[derive(Clone)]
+//! struct Model(String);
+//! impl AsRef<str> for Model {
+//!     fn as_ref(&self) -> &str { &self.0 }
+//! }
+//!
+//! let table = PriceTable::by_extension::<Model>()
+//!     .with_usd("openai/gpt-4o", "0.002")?
+//!     .with_price("nvidia/free-model", Price::Free);
+//!
+//! let mut request = http::Request::new(());
+//! request.extensions_mut().insert(Model("openai/gpt-4o".into()));
+//! let (parts, ()) = request.into_parts();
+//! assert_eq!(table.price(&parts), Price::usd("0.002")?);
+//! # Ok::<(), walletgate::x402::ValueError>(())
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use http::request::Parts;
+
+use super::types::{UsdAmount, ValueError};
+
+/// The price of one request, before the flat fee.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Price {
+    /// No payment: the request passes through untouched.
+    Free,
+    /// A USD price; the flat fee is added on top.
+    Usd(UsdAmount),
+}
+
+impl Price {
+    /// A USD price parsed exactly from a decimal such as `"0.002"`.
+    pub fn usd(decimal: &str) -> Result<Self, ValueError> {
+        decimal.parse().map(Self::Usd)
+    }
+}
+
+/// Decides what a request costs.
+///
+/// Closures `Fn(&Parts) -> Price` implement it.
+pub trait Pricing: Send + Sync + 'static {
+    /// The price of the request whose head is `request`.
+    fn price(&self, request: &Parts) -> Price;
+}
+
+impl<F> Pricing for F
+where
+    F: Fn(&Parts) -> Price + Send + Sync + 'static,
+{
+    fn price(&self, request: &Parts) -> Price {
+        self(request)
+    }
+}
+
+type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+
+/// A fixed table of prices, keyed by route or by a value in the extensions.
+///
+/// A key that is missing from the table, or a request that has no key, gets
+/// the fallback price ([`otherwise`](Self::otherwise)), which is
+/// [`Price::Free`] unless set: list every paid key, or set a paid fallback.
+#[derive(Clone)]
+pub struct PriceTable {
+    prices: HashMap<String, Price>,
+    key: KeyFn,
+    fallback: Price,
+}
+
+impl PriceTable {
+    /// Keys are `"METHOD /path"`, e.g. `"POST /v1/chat/completions"`.
+    pub fn by_route() -> Self {
+        Self::by_key(|parts| Some(format!("{} {}", parts.method, parts.uri.path())))
+    }
+
+    /// Keys are the string form of a `T` an earlier layer put in the extensions.
+    pub fn by_extension<T>() -> Self
+    where
+        T: AsRef<str> + Send + Sync + 'static,
+    {
+        Self::by_key(|parts| {
+            parts
+                .extensions
+                .get::<T>()
+                .map(|value| value.as_ref().to_owned())
+        })
+    }
+
+    /// Keys come from `key`; `None` means the fallback price.
+    pub fn by_key<F>(key: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        Self {
+            prices: HashMap::new(),
+            key: Arc::new(key),
+            fallback: Price::Free,
+        }
+    }
+
+    /// Sets the price for `key`.
+    #[must_use]
+    pub fn with_price(mut self, key: impl Into<String>, price: Price) -> Self {
+        self.prices.insert(key.into(), price);
+        self
+    }
+
+    /// Sets a USD price for `key`, parsed exactly.
+    pub fn with_usd(self, key: impl Into<String>, usd: &str) -> Result<Self, ValueError> {
+        Ok(self.with_price(key, Price::usd(usd)?))
+    }
+
+    /// The price of unlisted or keyless requests.
+    #[must_use]
+    pub fn otherwise(mut self, price: Price) -> Self {
+        self.fallback = price;
+        self
+    }
+}
+
+impl Pricing for PriceTable {
+    fn price(&self, request: &Parts) -> Price {
+        (self.key)(request)
+            .and_then(|key| self.prices.get(&key).copied())
+            .unwrap_or(self.fallback)
+    }
+}
+
+impl fmt::Debug for PriceTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PriceTable")
+            .field("prices", &self.prices)
+            .field("fallback", &self.fallback)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(method: &str, path: &str) -> Parts {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .body(())
+            .unwrap();
+        request.into_parts().0
+    }
+
+    #[test]
+    fn route_table_prices_listed_routes_and_frees_the_rest() {
+        let table = PriceTable::by_route()
+            .with_usd("POST /v1/chat/completions", "0.01")
+            .unwrap();
+        assert_eq!(
+            table.price(&parts("POST", "/v1/chat/completions")),
+            Price::Usd(UsdAmount::from_micros(10_000))
+        );
+        assert_eq!(table.price(&parts("GET", "/v1/models")), Price::Free);
+        let strict = table.otherwise(Price::usd("1").unwrap());
+        assert_eq!(
+            strict.price(&parts("GET", "/v1/models")),
+            Price::usd("1").unwrap()
+        );
+    }
+
+    #[test]
+    fn closures_are_pricings() {
+        let pricing = |parts: &Parts| {
+            if parts.uri.path().starts_with("/paid") {
+                Price::Usd(UsdAmount::from_micros(5))
+            } else {
+                Price::Free
+            }
+        };
+        assert_eq!(
+            Pricing::price(&pricing, &parts("GET", "/paid/x")),
+            Price::Usd(UsdAmount::from_micros(5))
+        );
+        assert_eq!(Pricing::price(&pricing, &parts("GET", "/x")), Price::Free);
+    }
+}

@@ -1,0 +1,348 @@
+//! Offers, the 402 quote, and matching a payment against the offers.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use serde_json::{Map, Value};
+
+use super::codec;
+use super::error::ConfigError;
+use super::local_evm::parse_evm_address;
+use super::types::{
+    AtomicAmount, Network, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
+    UsdAmount, ValueError, X402_VERSION,
+};
+use crate::envelope::{PaymentInfo, QuoteBody, QuotePrice, header};
+
+/// Base Sepolia USDC, the embedded default asset.
+pub const BASE_SEPOLIA_USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
+
+/// The quote body's `error`.
+pub const QUOTE_ERROR: &str = "Payment required";
+
+/// The quote body's `message`.
+pub const QUOTE_MESSAGE: &str = "This endpoint requires payment; sign the first offer in PAYMENT-REQUIRED and resend with PAYMENT-SIGNATURE";
+
+/// Default `maxTimeoutSeconds` of an offer (the TypeScript server's default).
+pub const DEFAULT_MAX_TIMEOUT_SECS: u64 = 300;
+
+/// One way to pay: network, asset, recipient and scheme data.
+///
+/// The layer turns each option into one `accepts[]` entry per request, in the
+/// order given; clients sign the first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PaymentOption {
+    network: Network,
+    asset: String,
+    pay_to: String,
+    max_timeout_secs: u64,
+    decimals: u8,
+    currency: String,
+    extra: Map<String, Value>,
+}
+
+impl PaymentOption {
+    /// USDC on Base Sepolia, EIP-712 domain `{name: "USDC", version: "2"}`, paid to `pay_to`.
+    pub fn base_sepolia_usdc(pay_to: &str) -> Result<Self, ConfigError> {
+        Self::evm(
+            Network::base_sepolia(),
+            BASE_SEPOLIA_USDC,
+            pay_to,
+            "USDC",
+            "2",
+        )
+    }
+
+    /// An exact-EVM option for an EIP-3009 token (6 decimals, `USDC`).
+    ///
+    /// `eip712_name` and `eip712_version` are the token's EIP-712 domain; they
+    /// go into `extra`, where clients and verifiers read them.
+    pub fn evm(
+        network: Network,
+        asset: &str,
+        pay_to: &str,
+        eip712_name: &str,
+        eip712_version: &str,
+    ) -> Result<Self, ConfigError> {
+        if network.eip155_chain_id().is_none() {
+            return Err(ConfigError::NotEvmNetwork(network.as_str().to_owned()));
+        }
+        for address in [asset, pay_to] {
+            if parse_evm_address(address).is_none() {
+                return Err(ValueError::Address(address.to_owned()).into());
+            }
+        }
+        let mut extra = Map::new();
+        extra.insert("name".into(), Value::from(eip712_name));
+        extra.insert("version".into(), Value::from(eip712_version));
+        Ok(Self::other(network, asset, pay_to, extra))
+    }
+
+    /// An option of another scheme family (e.g. Solana), with its `extra` as given.
+    ///
+    /// Only a facilitator that knows the network can verify it.
+    pub fn other(network: Network, asset: &str, pay_to: &str, extra: Map<String, Value>) -> Self {
+        Self {
+            network,
+            asset: asset.to_owned(),
+            pay_to: pay_to.to_owned(),
+            max_timeout_secs: DEFAULT_MAX_TIMEOUT_SECS,
+            decimals: 6,
+            currency: "USDC".to_owned(),
+            extra,
+        }
+    }
+
+    /// Sets `maxTimeoutSeconds` (default 300).
+    pub fn with_max_timeout_secs(mut self, secs: u64) -> Result<Self, ConfigError> {
+        if secs == 0 {
+            return Err(ConfigError::ZeroTimeout);
+        }
+        self.max_timeout_secs = secs;
+        Ok(self)
+    }
+
+    /// Sets the asset's decimals and currency label (default 6, `USDC`).
+    #[must_use]
+    pub fn with_asset_units(mut self, decimals: u8, currency: impl Into<String>) -> Self {
+        self.decimals = decimals;
+        self.currency = currency.into();
+        self
+    }
+
+    /// The network.
+    pub fn network(&self) -> &Network {
+        &self.network
+    }
+
+    /// `maxTimeoutSeconds`.
+    pub fn max_timeout_secs(&self) -> u64 {
+        self.max_timeout_secs
+    }
+
+    /// The asset's decimals.
+    pub fn decimals(&self) -> u8 {
+        self.decimals
+    }
+
+    /// The `accepts[]` entry for a total price; `None` if it is not a whole
+    /// number of the asset's units.
+    pub fn requirements(&self, total: UsdAmount) -> Option<PaymentRequirements> {
+        Some(self.requirements_for_amount(total.to_atomic(self.decimals)?))
+    }
+
+    /// The `accepts[]` entry for `amount` atomic units.
+    pub fn requirements_for_amount(&self, amount: AtomicAmount) -> PaymentRequirements {
+        PaymentRequirements {
+            scheme: SCHEME_EXACT.to_owned(),
+            network: self.network.clone(),
+            amount,
+            asset: self.asset.clone(),
+            pay_to: self.pay_to.clone(),
+            max_timeout_seconds: self.max_timeout_secs,
+            extra: self.extra.clone(),
+        }
+    }
+
+    /// The quote body's `price` for `amount` atomic units.
+    pub(crate) fn quote_price(&self, amount: AtomicAmount) -> QuotePrice {
+        QuotePrice {
+            amount: amount.to_decimal_string(self.decimals),
+            currency: self.currency.clone(),
+        }
+    }
+}
+
+/// Writes the quote into the three headers: `PAYMENT-REQUIRED`,
+/// `X-Payment-Required` and `WWW-Authenticate: X402 requirements="…"`.
+pub(crate) fn write_quote_headers(headers: &mut HeaderMap, required: &PaymentRequired) {
+    let encoded = codec::encode(required);
+    // Base64 is always a valid header value.
+    if let Ok(value) = HeaderValue::from_str(&encoded) {
+        headers.insert(header::PAYMENT_REQUIRED, value.clone());
+        headers.insert(header::X_PAYMENT_REQUIRED, value);
+    }
+    if let Ok(value) = HeaderValue::from_str(&format!("X402 requirements=\"{encoded}\"")) {
+        headers.insert(http::header::WWW_AUTHENTICATE, value);
+    }
+}
+
+/// The 402 quote: the three headers, `Cache-Control: no-store`, and the JSON
+/// body whose `x402Version` and `accepts` equal the decoded header.
+pub(crate) fn quote_response(required: &PaymentRequired, first: &PaymentOption) -> Response<Bytes> {
+    let first_offer = required.accepts.first();
+    let amount = first_offer.map_or(AtomicAmount::default(), |offer| offer.amount);
+    let body = QuoteBody {
+        x402_version: X402_VERSION,
+        accepts: required.accepts.clone(),
+        error: QUOTE_ERROR.to_owned(),
+        message: QUOTE_MESSAGE.to_owned(),
+        price: first.quote_price(amount),
+        payment_info: PaymentInfo {
+            network: first.network.as_str().to_owned(),
+            asset: first.asset.clone(),
+            x402_version: X402_VERSION,
+        },
+        resource: required.resource.clone(),
+    };
+    let mut response = crate::envelope::json_response(StatusCode::PAYMENT_REQUIRED, &body);
+    write_quote_headers(response.headers_mut(), required);
+    response
+}
+
+/// Builds the quote for `resource` from the offers.
+pub(crate) fn payment_required(
+    resource: ResourceInfo,
+    accepts: Vec<PaymentRequirements>,
+    error: &str,
+) -> PaymentRequired {
+    PaymentRequired {
+        x402_version: X402_VERSION,
+        error: Some(error.to_owned()),
+        resource,
+        accepts,
+        extensions: None,
+    }
+}
+
+/// The offer a payment's `accepted` echo matches, if any.
+///
+/// Every core field must be equal: scheme, network, amount and
+/// `maxTimeoutSeconds` exactly, asset and `payTo` case-insensitively (clients
+/// differ in checksum casing). The echo's `extra` may hold more than the
+/// offer's, never less or different.
+pub fn matching_offer<'a>(
+    offers: &'a [PaymentRequirements],
+    accepted: &PaymentRequirements,
+) -> Option<&'a PaymentRequirements> {
+    offers.iter().find(|offer| offer_matches(offer, accepted))
+}
+
+fn offer_matches(offer: &PaymentRequirements, accepted: &PaymentRequirements) -> bool {
+    offer.scheme == accepted.scheme
+        && offer.network == accepted.network
+        && offer.amount == accepted.amount
+        && offer.max_timeout_seconds == accepted.max_timeout_seconds
+        && offer.asset.eq_ignore_ascii_case(&accepted.asset)
+        && offer.pay_to.eq_ignore_ascii_case(&accepted.pay_to)
+        && offer
+            .extra
+            .iter()
+            .all(|(key, value)| accepted.extra.get(key) == Some(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::x402::types::PaymentRequired;
+
+    const PAY_TO: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+
+    fn offer() -> PaymentRequirements {
+        PaymentOption::base_sepolia_usdc(PAY_TO)
+            .unwrap()
+            .requirements(UsdAmount::from_micros(11_000))
+            .unwrap()
+    }
+
+    #[test]
+    fn base_sepolia_offer_has_the_wire_shape() {
+        let json = serde_json::to_string(&offer()).unwrap();
+        assert_eq!(
+            json,
+            r#"{"scheme":"exact","network":"eip155:84532","amount":"11000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","maxTimeoutSeconds":300,"extra":{"name":"USDC","version":"2"}}"#
+        );
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        assert!(matches!(
+            PaymentOption::base_sepolia_usdc("0x1234"),
+            Err(ConfigError::Value(ValueError::Address(_)))
+        ));
+        let solana = Network::parse("solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp").unwrap();
+        assert!(matches!(
+            PaymentOption::evm(solana, BASE_SEPOLIA_USDC, PAY_TO, "USDC", "2"),
+            Err(ConfigError::NotEvmNetwork(_))
+        ));
+        assert_eq!(
+            PaymentOption::base_sepolia_usdc(PAY_TO)
+                .unwrap()
+                .with_max_timeout_secs(0),
+            Err(ConfigError::ZeroTimeout)
+        );
+    }
+
+    #[test]
+    fn matching_compares_core_fields_and_addresses_case_insensitively() {
+        let offers = [offer()];
+        let mut echo = offer();
+        echo.pay_to = echo.pay_to.to_lowercase();
+        echo.asset = echo.asset.to_uppercase().replace("0X", "0x");
+        echo.extra
+            .insert("assetTransferMethod".into(), "eip3009".into());
+        assert!(matching_offer(&offers, &echo).is_some());
+
+        let mut off_by_one = offer();
+        off_by_one.amount = AtomicAmount::new(10_999);
+        let mut wrong_network = offer();
+        wrong_network.network = Network::parse("eip155:8453").unwrap();
+        let mut wrong_timeout = offer();
+        wrong_timeout.max_timeout_seconds = 60;
+        let mut wrong_domain = offer();
+        wrong_domain.extra.insert("name".into(), "USD Coin".into());
+        let mut no_extra = offer();
+        no_extra.extra.clear();
+        let mut wrong_pay_to = offer();
+        wrong_pay_to.pay_to = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC".into();
+        for echo in [
+            off_by_one,
+            wrong_network,
+            wrong_timeout,
+            wrong_domain,
+            no_extra,
+            wrong_pay_to,
+        ] {
+            assert!(matching_offer(&offers, &echo).is_none(), "{echo:?}");
+        }
+    }
+
+    #[test]
+    fn quote_response_mirrors_the_header_in_the_body() {
+        let option = PaymentOption::base_sepolia_usdc(PAY_TO).unwrap();
+        let resource = ResourceInfo {
+            url: "http://localhost/v1/chat/completions".into(),
+            ..ResourceInfo::default()
+        };
+        let required = payment_required(resource, vec![offer()], QUOTE_ERROR);
+        let response = quote_response(&required, &option);
+        assert_eq!(response.status(), 402);
+        let headers = response.headers();
+        assert_eq!(headers["cache-control"], "no-store");
+        let encoded = headers["payment-required"].to_str().unwrap();
+        assert_eq!(headers["x-payment-required"], encoded);
+        assert_eq!(
+            headers["www-authenticate"],
+            format!("X402 requirements=\"{encoded}\"").as_str()
+        );
+        let decoded: PaymentRequired = codec::decode(encoded.as_bytes()).unwrap();
+        let body: Value = serde_json::from_slice(response.body()).unwrap();
+        assert_eq!(body["x402Version"], 2);
+        assert_eq!(
+            body["accepts"],
+            serde_json::to_value(&decoded.accepts).unwrap()
+        );
+        assert_eq!(
+            body["price"],
+            serde_json::json!({"amount": "0.011", "currency": "USDC"})
+        );
+        assert_eq!(
+            body["paymentInfo"],
+            serde_json::json!({"network": "eip155:84532", "asset": BASE_SEPOLIA_USDC, "x402Version": 2})
+        );
+        assert_eq!(
+            body["resource"]["url"],
+            "http://localhost/v1/chat/completions"
+        );
+        assert_eq!(body["error"], QUOTE_ERROR);
+    }
+}

@@ -1,0 +1,200 @@
+//! [`PaymentReceipt`]: what a paid handler knows about its payment.
+
+use std::convert::Infallible;
+use std::fmt;
+
+use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
+use axum_core::response::{IntoResponse, Response};
+use http::StatusCode;
+use http::request::Parts;
+
+use super::types::{AtomicAmount, Network};
+
+/// A verified payment, in the request extensions of every paid request that
+/// reaches the inner service.
+///
+/// On a fresh payment [`transaction`](Self::transaction) is `None`: the
+/// layer settles after the handler answered 2xx. On a paid replay (a route
+/// opted into it and the same authorization was settled before) it carries
+/// the original settlement and [`is_replay`](Self::is_replay) is true; use
+/// [`authorization_id`](Self::authorization_id) to find the work already paid for.
+///
+/// As an axum extractor it answers 500 when missing (the route is not behind
+/// `X402Layer`, or it was free); extract `Option<PaymentReceipt>` on routes
+/// that may be free.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PaymentReceipt {
+    payer: String,
+    amount: AtomicAmount,
+    network: Network,
+    transaction: Option<String>,
+    authorization_id: String,
+    replayed: bool,
+}
+
+impl PaymentReceipt {
+    /// A receipt for a verified, not yet settled payment.
+    pub fn new(
+        payer: String,
+        amount: AtomicAmount,
+        network: Network,
+        authorization_id: String,
+    ) -> Self {
+        Self {
+            payer,
+            amount,
+            network,
+            transaction: None,
+            authorization_id,
+            replayed: false,
+        }
+    }
+
+    /// The same receipt, settled in `transaction`.
+    #[must_use]
+    pub fn settled(mut self, transaction: String) -> Self {
+        self.transaction = Some(transaction);
+        self
+    }
+
+    /// The same receipt, marked as a replay of a settled payment.
+    #[must_use]
+    pub fn replayed(mut self) -> Self {
+        self.replayed = true;
+        self
+    }
+
+    /// The paying address.
+    pub fn payer(&self) -> &str {
+        &self.payer
+    }
+
+    /// Atomic units paid (flat fee included).
+    pub fn amount(&self) -> AtomicAmount {
+        self.amount
+    }
+
+    /// The network paid on.
+    pub fn network(&self) -> &Network {
+        &self.network
+    }
+
+    /// The settlement transaction, once settled.
+    pub fn transaction(&self) -> Option<&str> {
+        self.transaction.as_deref()
+    }
+
+    /// A stable id of the authorization (network, payer and nonce): the same
+    /// on a replay of the same signed payment.
+    pub fn authorization_id(&self) -> &str {
+        &self.authorization_id
+    }
+
+    /// Whether this request replays an authorization settled earlier (not charged again).
+    pub fn is_replay(&self) -> bool {
+        self.replayed
+    }
+}
+
+impl fmt::Debug for PaymentReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PaymentReceipt")
+            .field("payer", &self.payer)
+            .field("amount", &self.amount)
+            .field("network", &self.network)
+            .field("transaction", &self.transaction)
+            .field("replayed", &self.replayed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The extractor's rejection: no receipt in the extensions, a wiring fault (500).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MissingPaymentReceipt;
+
+impl fmt::Display for MissingPaymentReceipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "missing request extension walletgate::x402::PaymentReceipt: \
+             is this route behind X402Layer with a paid price?",
+        )
+    }
+}
+
+impl std::error::Error for MissingPaymentReceipt {}
+
+impl IntoResponse for MissingPaymentReceipt {
+    fn into_response(self) -> Response {
+        (StatusCode::INTERNAL_SERVER_ERROR, self.to_string()).into_response()
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for PaymentReceipt {
+    type Rejection = MissingPaymentReceipt;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<Self>()
+            .cloned()
+            .ok_or(MissingPaymentReceipt)
+    }
+}
+
+impl<S: Send + Sync> OptionalFromRequestParts<S> for PaymentReceipt {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _state: &S,
+    ) -> Result<Option<Self>, Self::Rejection> {
+        Ok(parts.extensions.get::<Self>().cloned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receipt() -> PaymentReceipt {
+        PaymentReceipt::new(
+            "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into(),
+            AtomicAmount::new(2000),
+            Network::base_sepolia(),
+            "id".into(),
+        )
+    }
+
+    #[tokio::test]
+    async fn extracts_from_extensions() {
+        let mut request = http::Request::new(());
+        request
+            .extensions_mut()
+            .insert(receipt().settled("0xabc".into()).replayed());
+        let (mut parts, ()) = request.into_parts();
+        let got = <PaymentReceipt as FromRequestParts<()>>::from_request_parts(&mut parts, &())
+            .await
+            .unwrap();
+        assert_eq!(got.transaction(), Some("0xabc"));
+        assert!(got.is_replay());
+        assert_eq!(got.amount(), AtomicAmount::new(2000));
+    }
+
+    #[tokio::test]
+    async fn missing_receipt_is_a_500_naming_the_wiring_fault() {
+        let (mut parts, ()) = http::Request::new(()).into_parts();
+        let rejection =
+            <PaymentReceipt as FromRequestParts<()>>::from_request_parts(&mut parts, &())
+                .await
+                .unwrap_err();
+        let response = rejection.into_response();
+        assert_eq!(response.status(), 500);
+        assert!(rejection.to_string().contains("X402Layer"));
+        let optional =
+            <PaymentReceipt as OptionalFromRequestParts<()>>::from_request_parts(&mut parts, &())
+                .await
+                .unwrap();
+        assert_eq!(optional, None);
+    }
+}

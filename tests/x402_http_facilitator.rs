@@ -1,0 +1,247 @@
+//! `HttpFacilitator` against a scripted facilitator on loopback: an axum app
+//! that answers the standard API with the local verifier, or fails on cue.
+#![cfg(feature = "http-facilitator")]
+
+mod x402_support;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes as AxumBytes;
+use axum::extract::State;
+use axum::http::StatusCode as AxumStatus;
+use axum::routing::{get, post};
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use serde_json::Value;
+use tower::ServiceExt;
+use walletgate::clock::FakeClock;
+use walletgate::x402::{
+    DevLedger, Facilitator, FacilitatorErrorKind, FacilitatorRequest, HttpFacilitator,
+    LocalEvmFacilitator, PaymentRequired, X402, codec,
+};
+use x402_support::{Answering, CHAT, Payer, answering, chat_layer};
+
+const NOW: u64 = 1_750_000_000;
+
+const NORMAL: u8 = 0;
+const FAIL_500: u8 = 1;
+const SILENT: u8 = 2;
+
+#[derive(Clone)]
+struct Scripted {
+    local: Arc<LocalEvmFacilitator>,
+    mode: Arc<AtomicU8>,
+    received: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+async fn answer(state: &Scripted, path: &str, body: &[u8]) -> (AxumStatus, String) {
+    match state.mode.load(Ordering::SeqCst) {
+        FAIL_500 => return (AxumStatus::INTERNAL_SERVER_ERROR, "unexpected_error".into()),
+        SILENT => std::future::pending::<()>().await,
+        _ => {}
+    }
+    state
+        .received
+        .lock()
+        .unwrap()
+        .push((path.into(), serde_json::from_slice(body).unwrap()));
+    let Ok(request) = serde_json::from_slice::<FacilitatorRequest>(body) else {
+        return (
+            AxumStatus::BAD_REQUEST,
+            r#"{"error":"invalid_json"}"#.into(),
+        );
+    };
+    let json = if path == "verify" {
+        serde_json::to_string(&state.local.verify(&request).await.unwrap())
+    } else {
+        serde_json::to_string(&state.local.settle(&request).await.unwrap())
+    };
+    (AxumStatus::OK, json.unwrap())
+}
+
+struct Fixture {
+    address: SocketAddr,
+    ledger: Arc<DevLedger>,
+    scripted: Scripted,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn facilitator_server() -> Fixture {
+    let clock = FakeClock::at_unix_secs(NOW);
+    let ledger = Arc::new(DevLedger::new());
+    let scripted = Scripted {
+        local: Arc::new(LocalEvmFacilitator::new(ledger.clone(), Arc::new(clock))),
+        mode: Arc::new(AtomicU8::new(NORMAL)),
+        received: Arc::default(),
+    };
+    let app = axum::Router::new()
+        .route(
+            "/facilitator/verify",
+            post(|State(s): State<Scripted>, body: AxumBytes| async move {
+                answer(&s, "verify", &body).await
+            }),
+        )
+        .route(
+            "/facilitator/settle",
+            post(|State(s): State<Scripted>, body: AxumBytes| async move {
+                answer(&s, "settle", &body).await
+            }),
+        )
+        .route(
+            "/facilitator/supported",
+            get(|State(s): State<Scripted>| async move {
+                serde_json::to_string(&s.local.supported().await.unwrap()).unwrap()
+            }),
+        )
+        .with_state(scripted.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Fixture {
+        address,
+        ledger,
+        scripted,
+        server,
+    }
+}
+
+fn client(address: SocketAddr) -> HttpFacilitator {
+    HttpFacilitator::new(&format!("http://{address}/facilitator/"))
+        .unwrap()
+        .with_timeout(Duration::from_secs(5))
+}
+
+fn gateway(facilitator: HttpFacilitator) -> X402<Answering> {
+    answering(&chat_layer(
+        facilitator,
+        Arc::new(FakeClock::at_unix_secs(NOW)),
+    ))
+}
+
+fn chat(payment: Option<&str>) -> Request<Full<Bytes>> {
+    let mut builder = Request::post(CHAT);
+    if let Some(payment) = payment {
+        builder = builder.header("payment-signature", payment);
+    }
+    builder.body(Full::default()).unwrap()
+}
+
+async fn offer_of(service: &X402<Answering>) -> walletgate::x402::PaymentRequirements {
+    let quote = service.clone().oneshot(chat(None)).await.unwrap();
+    let quote: PaymentRequired =
+        codec::decode(quote.headers()["payment-required"].as_bytes()).unwrap();
+    quote.accepts[0].clone()
+}
+
+async fn code_of<B: http_body::Body>(response: Response<B>) -> String
+where
+    B::Error: std::fmt::Debug,
+{
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice::<Value>(&bytes).unwrap()["code"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn layer_pays_through_the_http_facilitator() {
+    let fixture = facilitator_server().await;
+    let service = gateway(client(fixture.address));
+    let offer = offer_of(&service).await;
+    let payer = Payer::dev(0);
+    let response = service
+        .clone()
+        .oneshot(chat(Some(&payer.header(&offer, NOW, 1))))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().contains_key("payment-response"));
+    assert_eq!(fixture.ledger.settlements(), 1);
+
+    let received = fixture.scripted.received.lock().unwrap().clone();
+    let paths: Vec<&str> = received.iter().map(|(path, _)| path.as_str()).collect();
+    assert_eq!(paths, ["verify", "settle"]);
+    let body = &received[0].1;
+    assert_eq!(body["x402Version"], 2);
+    assert_eq!(
+        body["paymentRequirements"],
+        serde_json::to_value(&offer).unwrap()
+    );
+    assert_eq!(
+        body["paymentPayload"]["accepted"],
+        serde_json::to_value(&offer).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn facilitator_5xx_is_a_503_and_the_same_payment_succeeds_later() {
+    let fixture = facilitator_server().await;
+    let service = gateway(client(fixture.address));
+    let offer = offer_of(&service).await;
+    let header = Payer::dev(0).header(&offer, NOW, 1);
+    fixture.scripted.mode.store(FAIL_500, Ordering::SeqCst);
+    let response = service.clone().oneshot(chat(Some(&header))).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "5");
+    assert_eq!(code_of(response).await, "PAYMENT_VERIFICATION_UNAVAILABLE");
+    assert_eq!(fixture.ledger.settlements(), 0);
+
+    fixture.scripted.mode.store(NORMAL, Ordering::SeqCst);
+    let response = service.clone().oneshot(chat(Some(&header))).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(fixture.ledger.settlements(), 1);
+}
+
+#[tokio::test]
+async fn verdicts_and_supported_kinds_come_through() {
+    let fixture = facilitator_server().await;
+    let facilitator = client(fixture.address);
+    let supported = facilitator.supported().await.unwrap();
+    assert_eq!(supported.kinds[0].network.as_str(), "eip155:84532");
+
+    let service = gateway(facilitator);
+    let offer = offer_of(&service).await;
+    let unfunded = Payer::from_key([0x42; 32]);
+    let response = service
+        .oneshot(chat(Some(&unfunded.header(&offer, NOW, 1))))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 402);
+    assert_eq!(code_of(response).await, "PAYMENT_UNFUNDED");
+}
+
+#[tokio::test]
+async fn unreachable_or_silent_facilitators_are_unavailable() {
+    // A port that was just free: nothing listens on it.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let error = client(closed).supported().await.unwrap_err();
+    assert_eq!(error.kind(), &FacilitatorErrorKind::Unavailable);
+
+    let fixture = facilitator_server().await;
+    fixture.scripted.mode.store(SILENT, Ordering::SeqCst);
+    let impatient = client(fixture.address).with_timeout(Duration::from_millis(200));
+    let service = gateway(impatient);
+    let offer = offer_of(&service).await;
+    let response = service
+        .oneshot(chat(Some(&Payer::dev(0).header(&offer, NOW, 1))))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(code_of(response).await, "PAYMENT_VERIFICATION_UNAVAILABLE");
+}
