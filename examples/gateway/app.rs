@@ -12,7 +12,8 @@ use http::{HeaderValue, StatusCode, header};
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::gateway::{AppState, Gateway};
+use crate::gateway::{AppState, Gates, Gateway};
+use crate::payment::{PaymentSettings, free_tier};
 use crate::pipeline::{ParsedRequest, ResolvedModel, reject, with_pipeline};
 use crate::render::{AnswerHead, SseBody, answer, style_of};
 use crate::request::Endpoint;
@@ -21,19 +22,25 @@ use crate::upstream::{EchoUpstream, FaultInjecting, ProviderRouter, SharedUpstre
 /// Inference paths; each is also served under `/api`.
 const INFERENCE_PATHS: &[&str] = &["/v1/chat/completions", "/v1/messages", "/v1/responses"];
 
-/// The whole gateway for `config`.
-pub(crate) fn app(config: Config) -> Router {
+/// The whole gateway for `config`; fails only on an unusable payment setting.
+pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigError> {
     let mut router = ProviderRouter::new(Arc::new(EchoUpstream));
     for (provider, upstream) in config.providers {
         router = router.with_provider(provider, upstream);
     }
     let upstream: SharedUpstream = Arc::new(FaultInjecting::new(Arc::new(router), config.faults));
+    let payments = PaymentSettings::local_evm(&config.pay_to, config.ledger, config.clock.clone())?;
+    let gates = Gates {
+        free_tier: free_tier(config.free_tier),
+        inference_payment: payments.inference_layer()?,
+    };
     let state: AppState = Arc::new(Gateway::new(
         config.catalogue,
         upstream,
         config.upstream_timeout,
         config.body_limit_bytes,
         config.clock,
+        gates,
     ));
 
     let mut inference = Router::new();
@@ -42,11 +49,11 @@ pub(crate) fn app(config: Config) -> Router {
             .route(path, post(infer))
             .route(&format!("/api{path}"), post(infer));
     }
-    Router::new()
+    Ok(Router::new()
         .route("/v1/models", get(models))
         .route("/api/v1/models", get(models))
         .merge(with_pipeline(inference, &state))
-        .with_state(state)
+        .with_state(state))
 }
 
 fn json(status: StatusCode, value: &Value) -> Response {

@@ -9,22 +9,35 @@
 //! each also under `/api/v1/…`. Answers come from the embedded echo family
 //! unless a provider's OpenAI-compatible upstream is configured; see
 //! `config.rs` for every variable.
+//!
+//! Paid models answer 402 with an x402 quote in Base Sepolia USDC; a retry
+//! with a `PAYMENT-SIGNATURE` signed by one of the printed development
+//! accounts is verified and settled in-process. Free models are limited per
+//! client IP.
 
 mod app;
 mod catalogue;
 mod config;
 mod gateway;
+mod payment;
 mod pipeline;
 mod render;
 mod request;
 mod upstream;
 
 #[cfg(test)]
+mod payment_tests;
+#[cfg(test)]
 mod tests;
+// The x402 tests' payer: signs EIP-3009 authorizations with the public dev keys.
+#[cfg(test)]
+#[path = "../../tests/x402_support/mod.rs"]
+mod x402_support;
 
 use std::net::SocketAddr;
 
 use config::Config;
+use walletgate::x402::DevLedger;
 
 #[tokio::main]
 async fn main() {
@@ -38,14 +51,26 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let config = Config::from_env()?;
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
-    println!("gateway listening on http://{address}");
+    println!("gateway listening on http://{address} (clients: api_url http://{address}/api)");
+    println!(
+        "payments: Base Sepolia USDC, settled on the in-process development ledger, payTo {}",
+        config.pay_to
+    );
+    println!("development payer accounts (public Hardhat/Anvil mnemonic, 10,000 USDC each):");
+    for account in DevLedger::DEV_ACCOUNTS {
+        println!("  {account}");
+    }
     println!("models:  curl http://{address}/v1/models");
     println!(
-        "chat:    curl http://{address}/v1/chat/completions -H 'content-type: application/json' \
+        "free:    curl http://{address}/v1/chat/completions -H 'content-type: application/json' \
          -d '{{\"model\":\"nvidia/nemotron-super\",\"messages\":[{{\"role\":\"user\",\"content\":\"hello\"}}]}}'"
     );
+    println!(
+        "quote:   curl -i http://{address}/v1/chat/completions -H 'content-type: application/json' \
+         -d '{{\"model\":\"openai/gpt-5-mini\",\"max_tokens\":64,\"messages\":[{{\"role\":\"user\",\"content\":\"hello\"}}]}}'"
+    );
     // Connection addresses ride along for the per-IP free-tier limit.
-    let service = app::app(config).into_make_service_with_connect_info::<SocketAddr>();
+    let service = app::app(config)?.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, service).await?;
     Ok(())
 }

@@ -10,11 +10,13 @@
 //! 4. [`require_conversation`] → `EMPTY_CONVERSATION`.
 //! 5. [`resolve_model`] → unknown model (400, close ids suggested). Inserts [`ResolvedModel`].
 //! 6. [`check_stream_support`] → `STREAM_UNSUPPORTED`.
+//! 7. `FreeTierLimitLayer`, free models only → `FREE_TIER_RATE_LIMITED`.
+//! 8. `X402Layer`, paid models only, priced by [`request_price`] → 402 quote,
+//!    payment codes; settles after a 2xx answer only.
 //!
-//! Later steps, the free-tier limit and the payment layer included, read
-//! [`ParsedRequest`] and [`ResolvedModel`] from the request extensions; nothing
-//! re-reads or re-parses the body. [`with_pipeline`] is the single place the
-//! stack is assembled.
+//! Steps 7 and 8 read [`ParsedRequest`] and [`ResolvedModel`] from the request
+//! extensions; nothing re-reads or re-parses the body. [`with_pipeline`] is
+//! the single place the stack is assembled.
 
 use std::sync::Arc;
 
@@ -57,9 +59,10 @@ impl AsRef<str> for ParsedRequest {
 ///
 /// This is the one composition point. The free-tier limit (free models only)
 /// and the payment layer (paid models, priced by
-/// [`Model::price`](crate::catalogue::Model::price) of the request) go after
-/// the last step here, in that order, so both see [`ParsedRequest`] and
-/// [`ResolvedModel`] and neither runs for a request already rejected.
+/// [`Model::price`](crate::catalogue::Model::price) of the request) come
+/// after validation, in that order, so both see [`ParsedRequest`] and
+/// [`ResolvedModel`] and neither runs for a request already rejected: an
+/// invalid request is never quoted, let alone charged.
 pub(crate) fn with_pipeline(routes: Router<AppState>, state: &AppState) -> Router<AppState> {
     routes.route_layer(
         ServiceBuilder::new()
@@ -68,7 +71,9 @@ pub(crate) fn with_pipeline(routes: Router<AppState>, state: &AppState) -> Route
             .layer(from_fn(validate_body))
             .layer(from_fn(require_conversation))
             .layer(from_fn_with_state(state.clone(), resolve_model))
-            .layer(from_fn(check_stream_support)), // ← FreeTierLimitLayer, then X402Layer, go here.
+            .layer(from_fn(check_stream_support))
+            .layer(state.gates.free_tier.clone())
+            .layer(state.gates.inference_payment.clone()),
     )
 }
 
@@ -76,10 +81,6 @@ pub(crate) fn with_pipeline(routes: Router<AppState>, state: &AppState) -> Route
 ///
 /// Reads what the pipeline inserted, so it must run inside it; `None` (a
 /// wiring fault) is for the hook to refuse, never to serve free.
-#[allow(
-    dead_code,
-    reason = "called by the x402 pricing hook once X402Layer is wired in"
-)]
 pub(crate) fn request_price(parts: &Parts) -> Option<RequestPrice> {
     let ParsedRequest(request) = parts.extensions.get::<ParsedRequest>()?;
     let ResolvedModel(model) = parts.extensions.get::<ResolvedModel>()?;
