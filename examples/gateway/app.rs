@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::images::{ImageJobs, create_image, poll_image};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -14,7 +15,9 @@ use serde_json::Value;
 use crate::config::Config;
 use crate::gateway::{AppState, Gates, Gateway};
 use crate::payment::{PaymentSettings, free_tier};
-use crate::pipeline::{ParsedRequest, ResolvedModel, reject, with_pipeline};
+use crate::pipeline::{
+    ParsedRequest, ResolvedModel, reject, with_image_pipeline, with_pipeline, with_poll_pipeline,
+};
 use crate::render::{AnswerHead, SseBody, answer, style_of};
 use crate::request::Endpoint;
 use crate::upstream::{EchoUpstream, FaultInjecting, ProviderRouter, SharedUpstream};
@@ -33,7 +36,9 @@ pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigErro
     let gates = Gates {
         free_tier: free_tier(config.free_tier),
         inference_payment: payments.inference_layer()?,
+        image_payment: payments.image_layer()?,
     };
+    let images = ImageJobs::new(config.clock.clone(), config.image_job);
     let state: AppState = Arc::new(Gateway::new(
         config.catalogue,
         upstream,
@@ -41,6 +46,7 @@ pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigErro
         config.body_limit_bytes,
         config.clock,
         gates,
+        images,
     ));
 
     let mut inference = Router::new();
@@ -49,10 +55,21 @@ pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigErro
             .route(path, post(infer))
             .route(&format!("/api{path}"), post(infer));
     }
+    let mut image_jobs = Router::new();
+    let mut image_polls = Router::new();
+    for base in ["", "/api"] {
+        image_jobs = image_jobs.route(&format!("{base}/v1/images/generations"), post(create_image));
+        image_polls = image_polls.route(
+            &format!("{base}/v1/images/generations/{{id}}"),
+            get(poll_image),
+        );
+    }
     Ok(Router::new()
         .route("/v1/models", get(models))
         .route("/api/v1/models", get(models))
         .merge(with_pipeline(inference, &state))
+        .merge(with_image_pipeline(image_jobs, &state))
+        .merge(with_poll_pipeline(image_polls, &state))
         .with_state(state))
 }
 

@@ -9,6 +9,7 @@ use walletgate::envelope::{ErrorCode, GatewayError, classify_upstream};
 use walletgate::x402::X402Layer;
 
 use crate::catalogue::{Catalogue, Model};
+use crate::images::ImageJobs;
 use crate::payment::FreeTier;
 use crate::request::ChatRequest;
 use crate::upstream::{Completion, EventStream, SharedUpstream, UpstreamFault};
@@ -22,6 +23,8 @@ pub(crate) struct Gateway {
     pub(crate) clock: SharedClock,
     /// The free-tier limit and the payment layers the pipelines compose.
     pub(crate) gates: Gates,
+    /// Accepted image jobs.
+    pub(crate) images: ImageJobs,
     next_id: AtomicU64,
 }
 
@@ -31,6 +34,8 @@ pub(crate) struct Gates {
     pub(crate) free_tier: FreeTier,
     /// Paid inference: priced by model and request.
     pub(crate) inference_payment: X402Layer,
+    /// Paid image jobs, in paid-replay mode: polls reuse the paying signature.
+    pub(crate) image_payment: X402Layer,
 }
 
 pub(crate) type AppState = Arc<Gateway>;
@@ -43,6 +48,7 @@ impl Gateway {
         body_limit_bytes: usize,
         clock: SharedClock,
         gates: Gates,
+        images: ImageJobs,
     ) -> Self {
         Self {
             catalogue,
@@ -51,6 +57,7 @@ impl Gateway {
             body_limit_bytes,
             clock,
             gates,
+            images,
             next_id: AtomicU64::new(1),
         }
     }

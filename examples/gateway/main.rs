@@ -5,8 +5,9 @@
 //! ```
 //!
 //! Listens on `GATEWAY_LISTEN` (default `127.0.0.1:8402`) and serves
-//! `/v1/chat/completions`, `/v1/messages`, `/v1/responses` and `/v1/models`,
-//! each also under `/api/v1/…`. Answers come from the embedded echo family
+//! `/v1/chat/completions`, `/v1/messages`, `/v1/responses`, `/v1/models` and
+//! `/v1/images/generations` (paid jobs, polled; see `images.rs`), each also
+//! under `/api/v1/…`. Answers come from the embedded echo family
 //! unless a provider's OpenAI-compatible upstream is configured; see
 //! `config.rs` for every variable.
 //!
@@ -19,6 +20,7 @@ mod app;
 mod catalogue;
 mod config;
 mod gateway;
+mod images;
 mod payment;
 mod pipeline;
 mod render;

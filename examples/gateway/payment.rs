@@ -111,6 +111,11 @@ impl PaymentSettings {
         builder.build()
     }
 
+    /// The layer of the image routes: priced per image, polls by their job.
+    pub(crate) fn image_layer(&self) -> Result<X402Layer, ConfigError> {
+        self.layer(crate::images::image_price, true, "Image generation")
+    }
+
     /// The layer of the inference routes: priced by model and request.
     pub(crate) fn inference_layer(&self) -> Result<X402Layer, ConfigError> {
         self.layer(

@@ -3,6 +3,7 @@
 //! ledger after each (a refused or failed request never moves funds).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -12,6 +13,7 @@ use walletgate::x402::{
     AtomicAmount, BASE_SEPOLIA_USDC, DevLedger, ExactEvmDomain, PaymentPayload, SettleResponse,
     codec,
 };
+use walletgate::{Clock, FakeClock};
 
 use crate::catalogue::{Catalogue, Model, Pricing};
 use crate::config::Config;
@@ -508,4 +510,191 @@ async fn free_models_are_limited_per_client_and_never_quoted() {
     let invalid = server.post_once("/v1/chat/completions", "{}", None).await;
     assert_envelope(Endpoint::Chat, &invalid, ErrorCode::InvalidRequestBody);
     server.assert_nothing_settled();
+}
+
+/// A GET with `payment` as `PAYMENT-SIGNATURE`, if given.
+async fn poll(server: &Server, path: &str, payment: Option<&str>) -> Reply {
+    let mut request = http::Request::get(server.url(path));
+    if let Some(payment) = payment {
+        request = request.header("payment-signature", payment);
+    }
+    server
+        .send(request.body(http_body_util::Full::default()).unwrap())
+        .await
+}
+
+#[tokio::test]
+async fn an_image_job_is_paid_once_polled_with_its_signature_and_recovered_uncharged() {
+    let clock = Arc::new(FakeClock::at_unix_secs(now_secs()));
+    let server = Server::start(Config {
+        clock: clock.clone(),
+        image_job: Duration::from_secs(2),
+        ..Config::default()
+    })
+    .await;
+    let payer = server.payer.address();
+    let request =
+        json!({"model": "openai/dall-e-3", "prompt": "a red fox", "size": "512x512", "n": 2})
+            .to_string();
+    let url = "/api/v1/images/generations";
+    let quote = server.post_once(url, request.clone(), None).await;
+    assert_eq!(quote.status, 402, "{}", quote.text());
+    let amount = quote.quote().accepts[0].amount.units();
+    assert_eq!(
+        amount,
+        2 * 40_000 + 1_000,
+        "two images at $0.04 plus the fee"
+    );
+    let offer = quote.quote().accepts[0].clone();
+    let payment = server
+        .payer
+        .header(&offer, clock.now_unix_secs(), fresh_nonce());
+
+    let accepted = server.post_once(url, request.clone(), Some(&payment)).await;
+    assert_eq!(accepted.status, 202, "{}", accepted.text());
+    assert!(
+        accepted.header("payment-response").is_some(),
+        "accepting the job settles it"
+    );
+    let job = accepted.json();
+    assert_eq!(job["status"], "queued");
+    let id = job["id"].as_str().unwrap().to_owned();
+    let poll_url = job["poll_url"].as_str().unwrap().to_owned();
+    assert_eq!(poll_url, format!("/api/v1/images/generations/{id}"));
+    let charged = DevLedger::DEV_ACCOUNT_FUNDS - amount;
+    assert_eq!(server.balance(&payer), charged);
+
+    clock.advance(Duration::from_secs(1));
+    let running = poll(&server, &poll_url, Some(&payment)).await;
+    assert_eq!(running.status, 202, "{}", running.text());
+    assert_eq!(running.json()["status"], "in_progress");
+    assert_eq!(running.json()["progress"], 50);
+    // Polling is not paying: no signature, a quote; the job's own signature, no charge.
+    assert_eq!(poll(&server, &poll_url, None).await.status, 402);
+    // The answer to the paid POST was lost: the same signed POST finds the same job.
+    let recovered = server.post_once(url, request.clone(), Some(&payment)).await;
+    assert_eq!(recovered.status, 202, "{}", recovered.text());
+    assert_eq!(recovered.json()["id"], id.as_str());
+    assert!(
+        recovered
+            .header("x-payment-receipt")
+            .unwrap()
+            .starts_with("0x")
+    );
+    // Another payer's payment of the same price does not open this job, and is not charged.
+    let stranger = Payer::dev(2);
+    let stranger_payment = stranger.header(&offer, clock.now_unix_secs(), fresh_nonce());
+    let refused = poll(&server, &poll_url, Some(&stranger_payment)).await;
+    assert_eq!(refused.status, 404, "{}", refused.text());
+    assert_eq!(
+        server.balance(&stranger.address()),
+        DevLedger::DEV_ACCOUNT_FUNDS
+    );
+
+    clock.advance(Duration::from_secs(1));
+    let done = poll(&server, &poll_url, Some(&payment)).await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    let done_body = done.json();
+    assert_eq!(done_body["status"], "completed");
+    assert!(done_body["created"].as_u64().unwrap() >= now_secs());
+    let images = done_body["data"].as_array().unwrap();
+    assert_eq!(images.len(), 2);
+    assert!(
+        images[0]["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("data:image/svg+xml;base64,")
+    );
+    let receipt: SettleResponse =
+        codec::decode(done.header("payment-response").unwrap().as_bytes()).unwrap();
+    assert!(receipt.success);
+    // One settlement for the whole job, whatever the polls and replays.
+    assert_eq!(server.ledger.settlements(), 1);
+    assert_eq!(server.balance(&payer), charged);
+    assert_eq!(
+        poll(
+            &server,
+            "/v1/images/generations/imgjob_unknown",
+            Some(&payment)
+        )
+        .await
+        .status,
+        404
+    );
+}
+
+#[tokio::test]
+async fn image_requests_are_validated_before_any_quote() {
+    let server = Server::start(Config {
+        image_job: Duration::ZERO,
+        ..Config::default()
+    })
+    .await;
+    let url = "/v1/images/generations";
+    let invalid = server
+        .post_once(
+            url,
+            json!({"model": "openai/dall-e-3", "prompt": "", "n": 9, "size": "big"}).to_string(),
+            None,
+        )
+        .await;
+    assert_envelope(Endpoint::Chat, &invalid, ErrorCode::InvalidRequestBody);
+    let paths: Vec<Value> = invalid.json()["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|detail| detail["path"].clone())
+        .collect();
+    assert_eq!(paths, [json!(["prompt"]), json!(["size"]), json!(["n"])]);
+    // A chat model is no image model, and the reverse.
+    let chat_model = server
+        .post_once(
+            url,
+            json!({"model": "openai/gpt-5-mini", "prompt": "a fox"}).to_string(),
+            None,
+        )
+        .await;
+    assert_eq!(chat_model.status, 400);
+    assert!(
+        chat_model.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("Unknown model"),
+        "{}",
+        chat_model.text()
+    );
+    let image_model = server
+        .post_once(
+            "/v1/chat/completions",
+            body(Endpoint::Chat, "openai/dall-e-3", "hi", false).to_string(),
+            None,
+        )
+        .await;
+    assert_eq!(image_model.status, 400, "{}", image_model.text());
+    // A job done at once answers 200 with the images, paid as quoted.
+    let done = server
+        .post(
+            url,
+            &json!({"model": "google/nano-banana", "prompt": "a fox"}),
+        )
+        .await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    assert_eq!(done.json()["data"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        server.balance(&server.payer.address()),
+        DevLedger::DEV_ACCOUNT_FUNDS - 39_000 - 1_000
+    );
+    // The listing shows the image models as the SDKs look for them.
+    let listing = server.get("/api/v1/models").await.json();
+    let image_rows: Vec<&Value> = listing["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|row| row["categories"] == json!(["image"]))
+        .collect();
+    assert_eq!(image_rows.len(), 2);
+    for row in image_rows {
+        assert_eq!(row["billing_mode"], "per_image");
+        assert!(row["pricing"]["per_image"].as_f64().unwrap() > 0.0);
+    }
 }

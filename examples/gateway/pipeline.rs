@@ -34,11 +34,12 @@ use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, UnknownModelB
 
 use crate::catalogue::{Model, RequestPrice};
 use crate::gateway::AppState;
+use crate::images::{find_job, validate_image};
 use crate::request::{ChatRequest, Endpoint};
 
 /// The request body as parsed JSON, between parsing and validation.
 #[derive(Clone, Debug)]
-struct JsonBody(Value);
+pub(crate) struct JsonBody(pub(crate) Value);
 
 /// The validated request, mapped to chat form. Read it with the extractor.
 #[derive(Clone, Debug)]
@@ -74,6 +75,29 @@ pub(crate) fn with_pipeline(routes: Router<AppState>, state: &AppState) -> Route
             .layer(from_fn(check_stream_support))
             .layer(state.gates.free_tier.clone())
             .layer(state.gates.inference_payment.clone()),
+    )
+}
+
+/// Wraps the image job route: body limit, JSON parse, the image request's
+/// validation and price ([`validate_image`]), then payment in paid-replay
+/// mode, so a lost answer is recovered with the same signature, uncharged.
+pub(crate) fn with_image_pipeline(routes: Router<AppState>, state: &AppState) -> Router<AppState> {
+    routes.route_layer(
+        ServiceBuilder::new()
+            .layer(from_fn_with_state(state.clone(), limit_body))
+            .layer(from_fn(parse_json))
+            .layer(from_fn_with_state(state.clone(), validate_image))
+            .layer(state.gates.image_payment.clone()),
+    )
+}
+
+/// Wraps the image poll route: the job is looked up and the poll priced as
+/// it ([`find_job`]), then the payment that bought it is replayed, uncharged.
+pub(crate) fn with_poll_pipeline(routes: Router<AppState>, state: &AppState) -> Router<AppState> {
+    routes.route_layer(
+        ServiceBuilder::new()
+            .layer(from_fn_with_state(state.clone(), find_job))
+            .layer(state.gates.image_payment.clone()),
     )
 }
 
@@ -228,8 +252,8 @@ async fn resolve_model(
     let Some(ParsedRequest(parsed)) = request.extensions().get::<ParsedRequest>() else {
         return wiring_fault("ParsedRequest", style);
     };
-    let Some(model) = gateway.catalogue.get(&parsed.model).cloned() else {
-        let suggestions = gateway.catalogue.close_matches(&parsed.model);
+    let Some(model) = gateway.catalogue.chat_model(&parsed.model).cloned() else {
+        let suggestions = gateway.catalogue.close_matches(&parsed.model, false);
         return UnknownModelBody::new(&parsed.model, suggestions)
             .into_response()
             .map(Body::from);

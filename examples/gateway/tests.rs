@@ -703,6 +703,10 @@ async fn model_listing_has_the_documented_fields() {
                 ),
                 "flat" => assert!(pricing["flat"].as_f64().unwrap() > 0.0),
                 "free" => assert_eq!(pricing, &json!({"input": 0, "output": 0})),
+                "per_image" => {
+                    assert!(pricing["per_image"].as_f64().unwrap() > 0.0);
+                    assert_eq!(row["categories"], json!(["image"]));
+                }
                 other => panic!("billing_mode {other}"),
             }
         }
