@@ -15,6 +15,14 @@ for dir in tests/interop/*/; do
   npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
 done
 
+# The gateway's Python interop test drives the real BlockRun SDK from a venv.
+py_dir=tests/interop/blockrun-python
+step "Python venv in $py_dir"
+if [ ! -x "$py_dir/.venv/bin/python" ]; then
+  python3 -m venv "$py_dir/.venv"
+fi
+"$py_dir/.venv/bin/pip" install --quiet --disable-pip-version-check -r "$py_dir/requirements.txt"
+
 step "cargo fmt --check"
 cargo fmt --all --check
 

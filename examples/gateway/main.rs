@@ -30,6 +30,8 @@ mod upstream;
 #[cfg(test)]
 mod payment_tests;
 #[cfg(test)]
+mod sdk_tests;
+#[cfg(test)]
 mod tests;
 // The x402 tests' payer: signs EIP-3009 authorizations with the public dev keys.
 #[cfg(test)]
