@@ -112,3 +112,39 @@ async fn the_blockrun_python_sdk_pays_streams_lists_and_polls_images() {
     );
     assert!(results["paid_cost_usd"].as_f64().unwrap() > 0.001);
 }
+
+#[tokio::test]
+async fn the_official_x402_fetch_client_pays_chat_completions() {
+    let folder = interop_dir("x402");
+    assert!(
+        folder.join("node_modules/@x402/fetch").is_dir(),
+        "the official x402 client is not installed; run `npm ci --prefix tests/interop/x402` \
+         (or `bash scripts/test.sh`)"
+    );
+    let server = Server::start(Config::default()).await;
+    let payer = DevLedger::DEV_ACCOUNTS[3];
+    let pay_to = DevLedger::DEV_ACCOUNTS[9];
+    for base in ["", "/api"] {
+        let before = (server.balance(payer), server.balance(pay_to));
+        let mut command = tokio::process::Command::new("node");
+        command
+            .arg("pay_gateway.mjs")
+            .arg(server.url(base))
+            .arg("3")
+            .arg("openai/gpt-5-mini")
+            .arg("hello from x402 fetch")
+            .current_dir(&folder);
+        let stdout = run_client(command, "node pay_gateway.mjs").await;
+        let result: Value = serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|_| panic!("one JSON line expected: {stdout}"));
+        assert_eq!(result["status"], 200, "{result}");
+        assert_eq!(result["payer"], payer);
+        assert_eq!(result["answer"], "echo: hello from x402 fetch");
+        assert_eq!(result["settlement"]["success"], true, "{result}");
+        assert_eq!(result["settlement"]["network"], "eip155:84532");
+        let quoted: u128 = result["quotedAmount"].as_str().unwrap().parse().unwrap();
+        assert_eq!(server.balance(payer), before.0 - quoted);
+        assert_eq!(server.balance(pay_to), before.1 + quoted);
+    }
+    assert_eq!(server.ledger.settlements(), 2);
+}
