@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::Value;
 
-use crate::config::Config;
+use crate::config::{Config, PaymentNetwork};
 use crate::gateway::{AppState, Gates, Gateway};
 use crate::payment::{PaymentSettings, free_tier};
 use crate::pipeline::{
@@ -32,7 +32,22 @@ pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigErro
         router = router.with_provider(provider, upstream);
     }
     let upstream: SharedUpstream = Arc::new(FaultInjecting::new(Arc::new(router), config.faults));
-    let payments = PaymentSettings::local_evm(&config.pay_to, config.ledger, config.clock.clone())?;
+    let payments = match &config.network {
+        PaymentNetwork::LocalEvm => {
+            PaymentSettings::local_evm(&config.pay_to, config.ledger, config.clock.clone())?
+        }
+        PaymentNetwork::Solana(settings) => {
+            let Some(fee_payer) = settings.fee_payer.as_deref() else {
+                return Err(walletgate::x402::ConfigError::InvalidFacilitatorUrl(
+                    format!(
+                        "{}: no fee payer (set GATEWAY_SOLANA_FEE_PAYER or serve it in /supported)",
+                        settings.facilitator_url
+                    ),
+                ));
+            };
+            PaymentSettings::solana(settings, fee_payer, config.clock.clone())?
+        }
+    };
     let gates = Gates {
         free_tier: free_tier(config.free_tier),
         inference_payment: payments.inference_layer()?,

@@ -12,6 +12,10 @@
 //! | `GATEWAY_FREE_PER_MINUTE` | `30` | free-model requests per client IP per minute |
 //! | `GATEWAY_FREE_PER_HOUR` | `300` | free-model requests per client IP per hour |
 //! | `GATEWAY_IMAGE_JOB_MILLIS` | `2000` | how long an image job runs (`0`: answered at once) |
+//! | `GATEWAY_NETWORK` | `base-sepolia` | `solana` (or `--network solana`): quote Solana USDC, settle through a facilitator |
+//! | `GATEWAY_FACILITATOR_URL` | none | Solana: the x402 facilitator (`http://host:port[/path]`) |
+//! | `GATEWAY_SOLANA_PAY_TO` | none | Solana: the wallet paid (its USDC account receives) |
+//! | `GATEWAY_SOLANA_FEE_PAYER` | from the facilitator | Solana: `extra.feePayer`; else read from `GET /supported` at start |
 //!
 //! Providers without an upstream are answered by the embedded echo family.
 //! Payments are quoted in Base Sepolia USDC and settled in-process on a
@@ -77,6 +81,31 @@ pub(crate) struct Config {
     pub(crate) free_tier: FreeTierQuotas,
     /// How long an image job takes before its result is ready.
     pub(crate) image_job: Duration,
+    /// Where payments are quoted and settled.
+    pub(crate) network: PaymentNetwork,
+}
+
+/// Solana mainnet, as the specification's Solana gateway quotes it.
+pub(crate) const SOLANA_MAINNET: &str = "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp";
+/// USDC's mint on Solana mainnet.
+pub(crate) const SOLANA_USDC_MINT: &str = "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v";
+
+/// Which rail the gateway quotes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PaymentNetwork {
+    /// Base Sepolia USDC, verified and settled in-process on [`Config::ledger`].
+    LocalEvm,
+    /// Solana USDC, verified and settled by an x402 facilitator over HTTP.
+    Solana(SolanaSettings),
+}
+
+/// The Solana variant's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SolanaSettings {
+    pub(crate) facilitator_url: String,
+    pub(crate) pay_to: String,
+    /// `extra.feePayer`; `None` until read from the facilitator's `/supported`.
+    pub(crate) fee_payer: Option<String>,
 }
 
 impl Default for Config {
@@ -93,14 +122,30 @@ impl Default for Config {
             ledger: Arc::new(DevLedger::new()),
             free_tier: FreeTierQuotas::default(),
             image_job: Duration::from_millis(DEFAULT_IMAGE_JOB_MILLIS),
+            network: PaymentNetwork::LocalEvm,
         }
     }
 }
 
 impl Config {
-    /// The defaults, overridden by the `GATEWAY_*` environment variables.
+    /// The defaults, overridden by the `GATEWAY_*` environment variables and
+    /// the command line (`--network solana`).
     pub(crate) fn from_env() -> Result<Self, ConfigError> {
-        Self::from_vars(|name| std::env::var(name).ok())
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let network_arg = match args.as_slice() {
+            [] => None,
+            [flag, network] if flag == "--network" => Some(network.clone()),
+            _ => {
+                return Err(invalid(
+                    "arguments",
+                    "expected nothing or `--network solana`",
+                ));
+            }
+        };
+        Self::from_vars(|name| match (name, &network_arg) {
+            ("GATEWAY_NETWORK", Some(network)) => Some(network.clone()),
+            _ => std::env::var(name).ok(),
+        })
     }
 
     /// The defaults, overridden by whatever `var` returns for each variable name.
@@ -156,6 +201,26 @@ impl Config {
                 )
             })?;
             config.image_job = Duration::from_millis(millis);
+        }
+        match var("GATEWAY_NETWORK").as_deref() {
+            None | Some("base-sepolia") => {}
+            Some("solana") => {
+                let required = |variable: &str| {
+                    var(variable)
+                        .ok_or_else(|| invalid(variable, "is required with the solana network"))
+                };
+                config.network = PaymentNetwork::Solana(SolanaSettings {
+                    facilitator_url: required("GATEWAY_FACILITATOR_URL")?,
+                    pay_to: required("GATEWAY_SOLANA_PAY_TO")?,
+                    fee_payer: var("GATEWAY_SOLANA_FEE_PAYER"),
+                });
+            }
+            Some(other) => {
+                return Err(invalid(
+                    "GATEWAY_NETWORK",
+                    format!("unknown network {other:?}; known: base-sepolia, solana"),
+                ));
+            }
         }
         for (provider, base_url) in pairs(var("GATEWAY_UPSTREAMS"), "GATEWAY_UPSTREAMS")? {
             let key_variable = format!(
@@ -285,6 +350,23 @@ mod tests {
         assert_eq!(config.free_tier.per_minute(), 1000);
         assert_eq!(config.free_tier.per_hour(), 300);
         assert_eq!(config.image_job, Duration::ZERO);
+        assert_eq!(config.network, PaymentNetwork::LocalEvm);
+        let solana = Config::from_vars(vars(&[
+            ("GATEWAY_NETWORK", "solana"),
+            ("GATEWAY_FACILITATOR_URL", "http://127.0.0.1:4020"),
+            (
+                "GATEWAY_SOLANA_PAY_TO",
+                "PayTo1111111111111111111111111111111111111",
+            ),
+        ]))
+        .unwrap();
+        assert!(matches!(
+            solana.network,
+            PaymentNetwork::Solana(SolanaSettings {
+                fee_payer: None,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -299,6 +381,8 @@ mod tests {
             ("GATEWAY_PAY_TO", "0x1234"),
             ("GATEWAY_FREE_PER_HOUR", "0"),
             ("GATEWAY_IMAGE_JOB_MILLIS", "soon"),
+            ("GATEWAY_NETWORK", "dogecoin"),
+            ("GATEWAY_NETWORK", "solana"),
         ] {
             let list: &'static [(&'static str, &'static str)] =
                 Box::leak(vec![(name, value)].into_boxed_slice());

@@ -1,8 +1,11 @@
 //! The paid model gateway's reference server (specification, Area B).
 //!
 //! ```sh
-//! cargo run --example gateway
+//! cargo run --example gateway --features axum,http-facilitator
+//! cargo run --example gateway --features axum,http-facilitator -- --network solana
 //! ```
+//!
+//! (`scripts/serve.sh` starts it with the right features.)
 //!
 //! Listens on `GATEWAY_LISTEN` (default `127.0.0.1:8402`) and serves
 //! `/v1/chat/completions`, `/v1/messages`, `/v1/responses`, `/v1/models` and
@@ -14,7 +17,8 @@
 //! Paid models answer 402 with an x402 quote in Base Sepolia USDC; a retry
 //! with a `PAYMENT-SIGNATURE` signed by one of the printed development
 //! accounts is verified and settled in-process. Free models are limited per
-//! client IP.
+//! client IP. `--network solana` quotes Solana USDC instead, verified and
+//! settled by the x402 facilitator at `GATEWAY_FACILITATOR_URL`.
 
 mod app;
 mod catalogue;
@@ -32,6 +36,8 @@ mod payment_tests;
 #[cfg(test)]
 mod sdk_tests;
 #[cfg(test)]
+mod solana_tests;
+#[cfg(test)]
 mod tests;
 // The x402 tests' payer: signs EIP-3009 authorizations with the public dev keys.
 #[cfg(test)]
@@ -40,7 +46,8 @@ mod x402_support;
 
 use std::net::SocketAddr;
 
-use config::Config;
+use config::{Config, PaymentNetwork};
+use payment::PaymentSettings;
 use walletgate::x402::DevLedger;
 
 #[tokio::main]
@@ -52,17 +59,33 @@ async fn main() {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let config = Config::from_env()?;
+    let mut config = Config::from_env()?;
+    if let PaymentNetwork::Solana(settings) = &mut config.network
+        && settings.fee_payer.is_none()
+    {
+        settings.fee_payer =
+            Some(PaymentSettings::solana_fee_payer(&settings.facilitator_url).await?);
+    }
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
     println!("gateway listening on http://{address} (clients: api_url http://{address}/api)");
-    println!(
-        "payments: Base Sepolia USDC, settled on the in-process development ledger, payTo {}",
-        config.pay_to
-    );
-    println!("development payer accounts (public Hardhat/Anvil mnemonic, 10,000 USDC each):");
-    for account in DevLedger::DEV_ACCOUNTS {
-        println!("  {account}");
+    match &config.network {
+        PaymentNetwork::LocalEvm => {
+            println!(
+                "payments: Base Sepolia USDC, settled on the in-process development ledger, payTo {}",
+                config.pay_to
+            );
+            println!(
+                "development payer accounts (public Hardhat/Anvil mnemonic, 10,000 USDC each):"
+            );
+            for account in DevLedger::DEV_ACCOUNTS {
+                println!("  {account}");
+            }
+        }
+        PaymentNetwork::Solana(settings) => println!(
+            "payments: Solana USDC to {}, verified and settled by the facilitator at {}",
+            settings.pay_to, settings.facilitator_url
+        ),
     }
     println!("models:  curl http://{address}/v1/models");
     println!(

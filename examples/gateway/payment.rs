@@ -15,14 +15,16 @@ use std::sync::Arc;
 
 use axum::extract::Request;
 use http::request::Parts;
+use serde_json::{Map, Value};
 use walletgate::SharedClock;
 use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter};
 use walletgate::x402::{
-    ConfigError, DevLedger, Facilitator, InMemoryNonceStore, LocalEvmFacilitator, NonceStore,
-    PaymentOption, Price, UsdAmount, X402Layer,
+    ConfigError, DevLedger, Facilitator, HttpFacilitator, InMemoryNonceStore, LocalEvmFacilitator,
+    Network, NonceStore, PaymentOption, Price, UsdAmount, X402Layer,
 };
 
 use crate::catalogue::RequestPrice;
+use crate::config::{SOLANA_MAINNET, SOLANA_USDC_MINT, SolanaSettings};
 use crate::pipeline::{ResolvedModel, request_price};
 
 /// The free-tier predicate: the resolved model is free.
@@ -84,6 +86,60 @@ impl PaymentSettings {
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
             clock,
         })
+    }
+
+    /// Solana USDC paid to `settings.pay_to`, verified and settled by the
+    /// facilitator at `settings.facilitator_url`; quotes carry `extra.feePayer`.
+    ///
+    /// An unreachable or failing facilitator is `PAYMENT_VERIFICATION_UNAVAILABLE`
+    /// (503, nothing consumed); a stale blockhash it reports is
+    /// `PAYMENT_BLOCKHASH_STALE`.
+    pub(crate) fn solana(
+        settings: &SolanaSettings,
+        fee_payer: &str,
+        clock: SharedClock,
+    ) -> Result<Self, ConfigError> {
+        let mut extra = Map::new();
+        extra.insert("feePayer".into(), Value::from(fee_payer));
+        let option = PaymentOption::other(
+            Network::parse(SOLANA_MAINNET)?,
+            SOLANA_USDC_MINT,
+            &settings.pay_to,
+            extra,
+        );
+        let facilitator = HttpFacilitator::new(&settings.facilitator_url)?
+            .with_timeout(std::time::Duration::from_secs(10));
+        Ok(Self {
+            options: vec![option],
+            facilitator: Arc::new(facilitator),
+            nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
+            clock,
+        })
+    }
+
+    /// The facilitator's Solana fee payer, from its `GET /supported`, as the
+    /// official servers read it at start.
+    pub(crate) async fn solana_fee_payer(facilitator_url: &str) -> Result<String, String> {
+        let facilitator =
+            HttpFacilitator::new(facilitator_url).map_err(|error| error.to_string())?;
+        let supported = facilitator
+            .supported()
+            .await
+            .map_err(|error| error.to_string())?;
+        supported
+            .kinds
+            .iter()
+            .filter(|kind| kind.network.as_str() == SOLANA_MAINNET)
+            .find_map(|kind| {
+                kind.extra
+                    .as_ref()?
+                    .get("feePayer")?
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .ok_or_else(|| {
+                format!("{facilitator_url}/supported lists no feePayer for {SOLANA_MAINNET}")
+            })
     }
 
     /// An x402 layer over these settings, pricing requests with `pricing`.
