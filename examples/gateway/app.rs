@@ -99,7 +99,12 @@ fn json(status: StatusCode, value: &Value) -> Response {
 }
 
 async fn models(State(gateway): State<AppState>) -> Response {
-    json(StatusCode::OK, &gateway.catalogue.listing())
+    let mut response = Response::new(Body::from(gateway.listing.clone()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 fn id_prefix(endpoint: Endpoint) -> &'static str {

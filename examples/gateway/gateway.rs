@@ -25,6 +25,8 @@ pub(crate) struct Gateway {
     pub(crate) gates: Gates,
     /// Accepted image jobs.
     pub(crate) images: ImageJobs,
+    /// The `GET /v1/models` body, rendered once: the catalogue never changes.
+    pub(crate) listing: bytes::Bytes,
     next_id: AtomicU64,
 }
 
@@ -51,13 +53,14 @@ impl Gateway {
         images: ImageJobs,
     ) -> Self {
         Self {
-            catalogue,
             upstream,
             upstream_timeout,
             body_limit_bytes,
             clock,
             gates,
             images,
+            listing: bytes::Bytes::from(catalogue.listing().to_string()),
+            catalogue,
             next_id: AtomicU64::new(1),
         }
     }

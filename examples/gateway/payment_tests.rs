@@ -18,7 +18,10 @@ use walletgate::{Clock, FakeClock};
 use crate::catalogue::{Catalogue, Model, Pricing};
 use crate::config::Config;
 use crate::request::{ChatRequest, Endpoint};
-use crate::tests::{ENDPOINTS, Reply, Server, assert_envelope, body, fresh_nonce, now_secs, path};
+use crate::tests::{
+    ENDPOINTS, Reply, Server, assert_envelope, assert_status_and_headers, body, fresh_nonce,
+    now_secs, path,
+};
 use crate::upstream::{BoxFuture, Completion, EchoUpstream, EventStream, Upstream, UpstreamFault};
 use crate::x402_support::Payer;
 
@@ -40,19 +43,7 @@ fn expected_units(endpoint: Endpoint, model: &str) -> u128 {
 
 /// A payment refusal: status, envelope per endpoint, and on 402 the quote again.
 fn assert_payment_rejection(endpoint: Endpoint, reply: &Reply, code: ErrorCode) {
-    let context = format!("{code} on {}: {}", path(endpoint), reply.text());
-    assert_eq!(reply.status, code.status(), "{context}");
-    assert_eq!(
-        reply.header("content-type"),
-        Some("application/json"),
-        "{context}"
-    );
-    let expected_retry = code.retry_after_secs().map(|secs| secs.to_string());
-    assert_eq!(
-        reply.header("retry-after").map(str::to_owned),
-        expected_retry,
-        "{context}"
-    );
+    let context = assert_status_and_headers(endpoint, reply, code);
     let body = reply.json();
     match endpoint {
         // The gateway's documented payment body, with the top-level mirrors JS reads.

@@ -271,8 +271,13 @@ fn fault_config() -> Config {
     config
 }
 
-/// Status, envelope shape and `Retry-After` of an error reply, per endpoint style.
-pub(crate) fn assert_envelope(endpoint: Endpoint, reply: &Reply, code: ErrorCode) {
+/// Status, JSON content type and `Retry-After` of an error reply; returns
+/// the context for further assertions.
+pub(crate) fn assert_status_and_headers(
+    endpoint: Endpoint,
+    reply: &Reply,
+    code: ErrorCode,
+) -> String {
     let context = format!("{code} on {}: {}", path(endpoint), reply.text());
     assert_eq!(reply.status, code.status(), "{context}");
     assert_eq!(
@@ -286,6 +291,12 @@ pub(crate) fn assert_envelope(endpoint: Endpoint, reply: &Reply, code: ErrorCode
         expected_retry,
         "{context}"
     );
+    context
+}
+
+/// Status, envelope shape and `Retry-After` of an error reply, per endpoint style.
+pub(crate) fn assert_envelope(endpoint: Endpoint, reply: &Reply, code: ErrorCode) {
+    let context = assert_status_and_headers(endpoint, reply, code);
     let body = reply.json();
     let error_type = code.error_type().as_str();
     match endpoint {
