@@ -42,7 +42,7 @@ fn expected_units(endpoint: Endpoint, model: &str) -> u128 {
 }
 
 /// A payment refusal: status, envelope per endpoint, and on 402 the quote again.
-fn assert_payment_rejection(endpoint: Endpoint, reply: &Reply, code: ErrorCode) {
+pub(crate) fn assert_payment_rejection(endpoint: Endpoint, reply: &Reply, code: ErrorCode) {
     let context = assert_status_and_headers(endpoint, reply, code);
     let body = reply.json();
     match endpoint {
