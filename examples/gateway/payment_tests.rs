@@ -689,3 +689,34 @@ async fn image_requests_are_validated_before_any_quote() {
         assert!(row["pricing"]["per_image"].as_f64().unwrap() > 0.0);
     }
 }
+
+#[tokio::test]
+async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
+    use tower::ServiceExt;
+    let settings = crate::payment::PaymentSettings::local_evm(
+        DevLedger::DEV_ACCOUNTS[9],
+        Arc::new(DevLedger::new()),
+        Arc::new(walletgate::SystemClock),
+    )
+    .unwrap();
+    for layer in [
+        settings.inference_layer().unwrap(),
+        settings.image_layer().unwrap(),
+    ] {
+        let service = tower::ServiceBuilder::new()
+            .layer(layer)
+            .service(tower::service_fn(
+                |_request: http::Request<http_body_util::Full<bytes::Bytes>>| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(
+                        http_body_util::Full::new(bytes::Bytes::from_static(b"served")),
+                    ))
+                },
+            ));
+        // No ParsedRequest, ResolvedModel or ImagePrice: a wiring fault.
+        let request = http::Request::post("/v1/chat/completions")
+            .body(http_body_util::Full::default())
+            .unwrap();
+        let response = service.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 500);
+    }
+}
