@@ -15,7 +15,7 @@ for dir in tests/interop/*/; do
   npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
 done
 
-# The MCP interop test drives the official Python client from its own venv.
+# Python interop tests (MCP client, BlockRun SDK) each run from their own venv.
 for dir in tests/interop/*/; do
   [ -f "$dir/requirements.txt" ] || continue
   step "python venv in $dir"

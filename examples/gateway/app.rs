@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::images::{ImageJobs, create_image, poll_image};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -11,9 +12,12 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::Value;
 
-use crate::config::Config;
-use crate::gateway::{AppState, Gateway};
-use crate::pipeline::{ParsedRequest, ResolvedModel, reject, with_pipeline};
+use crate::config::{Config, PaymentNetwork};
+use crate::gateway::{AppState, Gates, Gateway};
+use crate::payment::{PaymentSettings, free_tier};
+use crate::pipeline::{
+    ParsedRequest, ResolvedModel, reject, with_image_pipeline, with_pipeline, with_poll_pipeline,
+};
 use crate::render::{AnswerHead, SseBody, answer, style_of};
 use crate::request::Endpoint;
 use crate::upstream::{EchoUpstream, FaultInjecting, ProviderRouter, SharedUpstream};
@@ -21,19 +25,43 @@ use crate::upstream::{EchoUpstream, FaultInjecting, ProviderRouter, SharedUpstre
 /// Inference paths; each is also served under `/api`.
 const INFERENCE_PATHS: &[&str] = &["/v1/chat/completions", "/v1/messages", "/v1/responses"];
 
-/// The whole gateway for `config`.
-pub(crate) fn app(config: Config) -> Router {
+/// The whole gateway for `config`; fails only on an unusable payment setting.
+pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigError> {
     let mut router = ProviderRouter::new(Arc::new(EchoUpstream));
     for (provider, upstream) in config.providers {
         router = router.with_provider(provider, upstream);
     }
     let upstream: SharedUpstream = Arc::new(FaultInjecting::new(Arc::new(router), config.faults));
+    let payments = match &config.network {
+        PaymentNetwork::LocalEvm => {
+            PaymentSettings::local_evm(&config.pay_to, config.ledger, config.clock.clone())?
+        }
+        PaymentNetwork::Solana(settings) => {
+            let Some(fee_payer) = settings.fee_payer.as_deref() else {
+                return Err(walletgate::x402::ConfigError::InvalidFacilitatorUrl(
+                    format!(
+                        "{}: no fee payer (set GATEWAY_SOLANA_FEE_PAYER or serve it in /supported)",
+                        settings.facilitator_url
+                    ),
+                ));
+            };
+            PaymentSettings::solana(settings, fee_payer, config.clock.clone())?
+        }
+    };
+    let gates = Gates {
+        free_tier: free_tier(config.free_tier),
+        inference_payment: payments.inference_layer()?,
+        image_payment: payments.image_layer()?,
+    };
+    let images = ImageJobs::new(config.clock.clone(), config.image_job);
     let state: AppState = Arc::new(Gateway::new(
         config.catalogue,
         upstream,
         config.upstream_timeout,
         config.body_limit_bytes,
         config.clock,
+        gates,
+        images,
     ));
 
     let mut inference = Router::new();
@@ -42,11 +70,22 @@ pub(crate) fn app(config: Config) -> Router {
             .route(path, post(infer))
             .route(&format!("/api{path}"), post(infer));
     }
-    Router::new()
+    let mut image_jobs = Router::new();
+    let mut image_polls = Router::new();
+    for base in ["", "/api"] {
+        image_jobs = image_jobs.route(&format!("{base}/v1/images/generations"), post(create_image));
+        image_polls = image_polls.route(
+            &format!("{base}/v1/images/generations/{{id}}"),
+            get(poll_image),
+        );
+    }
+    Ok(Router::new()
         .route("/v1/models", get(models))
         .route("/api/v1/models", get(models))
         .merge(with_pipeline(inference, &state))
-        .with_state(state)
+        .merge(with_image_pipeline(image_jobs, &state))
+        .merge(with_poll_pipeline(image_polls, &state))
+        .with_state(state))
 }
 
 fn json(status: StatusCode, value: &Value) -> Response {
@@ -60,7 +99,12 @@ fn json(status: StatusCode, value: &Value) -> Response {
 }
 
 async fn models(State(gateway): State<AppState>) -> Response {
-    json(StatusCode::OK, &gateway.catalogue.listing())
+    let mut response = Response::new(Body::from(gateway.listing.clone()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 fn id_prefix(endpoint: Endpoint) -> &'static str {

@@ -26,6 +26,8 @@ pub(crate) enum Pricing {
     },
     /// One price per request, in micro-dollars, flat fee included (as listed).
     Flat { micros: u64 },
+    /// Image models: micro-dollars per generated image; the flat fee comes on top.
+    PerImage { micros: u64 },
     /// No payment; limited per client IP instead.
     Free,
 }
@@ -36,6 +38,7 @@ impl Pricing {
         match self {
             Self::PerToken { .. } => "paid",
             Self::Flat { .. } => "flat",
+            Self::PerImage { .. } => "per_image",
             Self::Free => "free",
         }
     }
@@ -51,6 +54,7 @@ impl Pricing {
                 "output": usd(output_micros_per_million),
             }),
             Self::Flat { micros } => json!({ "flat": usd(micros) }),
+            Self::PerImage { micros } => json!({ "per_image": usd(micros) }),
             Self::Free => json!({ "input": 0, "output": 0 }),
         }
     }
@@ -106,6 +110,21 @@ impl Model {
         self.pricing == Pricing::Free
     }
 
+    /// Whether the model makes images (`/v1/images/generations`), not chat.
+    pub(crate) fn is_image(&self) -> bool {
+        self.categories.contains(&"image")
+    }
+
+    /// The price of `count` images, before the flat fee; `None` for a chat model.
+    pub(crate) fn image_price(&self, count: u64) -> Option<RequestPrice> {
+        match self.pricing {
+            Pricing::PerImage { micros } => {
+                Some(RequestPrice::UsdMicros(micros.saturating_mul(count)))
+            }
+            _ => None,
+        }
+    }
+
     /// The price of `request` on this model, before the flat fee.
     ///
     /// Per-token models: estimated prompt tokens times the input price plus
@@ -119,6 +138,8 @@ impl Model {
             Pricing::Flat { micros } => {
                 RequestPrice::UsdMicros(micros.saturating_sub(FLAT_FEE_MICROS))
             }
+            // Image models never reach chat; priced as one image should they.
+            Pricing::PerImage { micros } => RequestPrice::UsdMicros(micros),
             Pricing::PerToken {
                 input_micros_per_million,
                 output_micros_per_million,
@@ -287,6 +308,26 @@ impl Catalogue {
                 Pricing::Free,
                 true,
             ),
+            model(
+                "openai/dall-e-3",
+                "DALL-E 3",
+                "Image generation; slow jobs answer 202 and are polled",
+                4_000,
+                1,
+                &["image"],
+                Pricing::PerImage { micros: 40_000 },
+                false,
+            ),
+            model(
+                "google/nano-banana",
+                "Nano Banana",
+                "Image generation and editing",
+                32_768,
+                1,
+                &["image"],
+                Pricing::PerImage { micros: 39_000 },
+                false,
+            ),
         ]
     }
 
@@ -298,19 +339,31 @@ impl Catalogue {
         self.models.iter().find(|model| model.id == id)
     }
 
+    /// A chat model (`/v1/chat/completions`, `/v1/messages`, `/v1/responses`).
+    pub(crate) fn chat_model(&self, id: &str) -> Option<&Arc<Model>> {
+        self.get(id).filter(|model| !model.is_image())
+    }
+
+    /// An image model (`/v1/images/generations`).
+    pub(crate) fn image_model(&self, id: &str) -> Option<&Arc<Model>> {
+        self.get(id).filter(|model| model.is_image())
+    }
+
     #[cfg(test)]
     pub(crate) fn models(&self) -> &[Arc<Model>] {
         &self.models
     }
 
     /// Up to three ids close to `requested` by edit distance, best first;
-    /// a bare model name matches its `<provider>/<name>` id.
-    pub(crate) fn close_matches(&self, requested: &str) -> Vec<&'static str> {
+    /// a bare model name matches its `<provider>/<name>` id. Only models of
+    /// the same kind (image or chat) as `image` says are suggested.
+    pub(crate) fn close_matches(&self, requested: &str, image: bool) -> Vec<&'static str> {
         let wanted = requested.trim().to_ascii_lowercase();
         let wanted_name = wanted.rsplit('/').next().unwrap_or(&wanted);
         let mut scored: Vec<(usize, &'static str)> = self
             .models
             .iter()
+            .filter(|model| model.is_image() == image)
             .map(|model| {
                 let whole = edit_distance(&wanted, &model.id.to_ascii_lowercase());
                 let name = edit_distance(wanted_name, &model.upstream_name().to_ascii_lowercase());
@@ -454,17 +507,26 @@ mod tests {
     fn close_matches_suggest_by_name_and_id() {
         let catalogue = Catalogue::embedded();
         assert_eq!(
-            catalogue.close_matches("gpt-5-mini")[0],
+            catalogue.close_matches("gpt-5-mini", false)[0],
             "openai/gpt-5-mini"
         );
         assert_eq!(
-            catalogue.close_matches("anthropic/claude-sonet-4.6")[0],
+            catalogue.close_matches("anthropic/claude-sonet-4.6", false)[0],
             "anthropic/claude-sonnet-4.6"
         );
         assert!(
             catalogue
-                .close_matches("completely-unrelated-thing")
+                .close_matches("completely-unrelated-thing", false)
                 .is_empty()
+        );
+        assert_eq!(
+            catalogue.close_matches("dall-e-3", true),
+            ["openai/dall-e-3"]
+        );
+        assert!(
+            !catalogue
+                .close_matches("dall-e-3", false)
+                .contains(&"openai/dall-e-3")
         );
     }
 

@@ -8,8 +8,18 @@
 //! | `GATEWAY_UPSTREAMS` | none | `provider=http://host:port/v1,…`: OpenAI-compatible upstreams |
 //! | `GATEWAY_UPSTREAM_KEY_<PROVIDER>` | none | that provider's API key (never printed) |
 //! | `GATEWAY_FAULTS` | none | `model_id=preset,…`: inject upstream faults (see `upstream::Fault::preset`) |
+//! | `GATEWAY_PAY_TO` | development account 9 | the address paid (`payTo` of every quote) |
+//! | `GATEWAY_FREE_PER_MINUTE` | `30` | free-model requests per client IP per minute |
+//! | `GATEWAY_FREE_PER_HOUR` | `300` | free-model requests per client IP per hour |
+//! | `GATEWAY_IMAGE_JOB_MILLIS` | `2000` | how long an image job runs (`0`: answered at once) |
+//! | `GATEWAY_NETWORK` | `base-sepolia` | `solana` (or `--network solana`): quote Solana USDC, settle through a facilitator |
+//! | `GATEWAY_FACILITATOR_URL` | none | Solana: the x402 facilitator (`http://host:port[/path]`) |
+//! | `GATEWAY_SOLANA_PAY_TO` | none | Solana: the wallet paid (its USDC account receives) |
+//! | `GATEWAY_SOLANA_FEE_PAYER` | from the facilitator | Solana: `extra.feePayer`; else read from `GET /supported` at start |
 //!
 //! Providers without an upstream are answered by the embedded echo family.
+//! Payments are quoted in Base Sepolia USDC and settled in-process on a
+//! development ledger that pre-funds the ten public development accounts.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -17,6 +27,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use walletgate::free_tier::FreeTierQuotas;
+use walletgate::x402::DevLedger;
 use walletgate::{SharedClock, SystemClock};
 
 use crate::catalogue::Catalogue;
@@ -24,6 +36,7 @@ use crate::upstream::{ApiKey, Fault, OpenAiUpstream, SharedUpstream};
 
 pub(crate) const DEFAULT_BODY_LIMIT_BYTES: usize = 4 * 1024 * 1024;
 pub(crate) const DEFAULT_UPSTREAM_TIMEOUT_SECS: u64 = 120;
+pub(crate) const DEFAULT_IMAGE_JOB_MILLIS: u64 = 2_000;
 
 /// A configuration value that cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +73,39 @@ pub(crate) struct Config {
     /// Faults injected by model id.
     pub(crate) faults: HashMap<String, Fault>,
     pub(crate) clock: SharedClock,
+    /// The address every quote asks to be paid (`payTo`).
+    pub(crate) pay_to: String,
+    /// The in-process USDC ledger payments settle on.
+    pub(crate) ledger: Arc<DevLedger>,
+    /// Free-model quotas per client IP.
+    pub(crate) free_tier: FreeTierQuotas,
+    /// How long an image job takes before its result is ready.
+    pub(crate) image_job: Duration,
+    /// Where payments are quoted and settled.
+    pub(crate) network: PaymentNetwork,
+}
+
+/// Solana mainnet, as the specification's Solana gateway quotes it.
+pub(crate) const SOLANA_MAINNET: &str = "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp";
+/// USDC's mint on Solana mainnet.
+pub(crate) const SOLANA_USDC_MINT: &str = "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v";
+
+/// Which rail the gateway quotes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PaymentNetwork {
+    /// Base Sepolia USDC, verified and settled in-process on [`Config::ledger`].
+    LocalEvm,
+    /// Solana USDC, verified and settled by an x402 facilitator over HTTP.
+    Solana(SolanaSettings),
+}
+
+/// The Solana variant's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SolanaSettings {
+    pub(crate) facilitator_url: String,
+    pub(crate) pay_to: String,
+    /// `extra.feePayer`; `None` until read from the facilitator's `/supported`.
+    pub(crate) fee_payer: Option<String>,
 }
 
 impl Default for Config {
@@ -72,14 +118,34 @@ impl Default for Config {
             providers: Vec::new(),
             faults: HashMap::new(),
             clock: Arc::new(SystemClock),
+            pay_to: DevLedger::DEV_ACCOUNTS[9].to_owned(),
+            ledger: Arc::new(DevLedger::new()),
+            free_tier: FreeTierQuotas::default(),
+            image_job: Duration::from_millis(DEFAULT_IMAGE_JOB_MILLIS),
+            network: PaymentNetwork::LocalEvm,
         }
     }
 }
 
 impl Config {
-    /// The defaults, overridden by the `GATEWAY_*` environment variables.
+    /// The defaults, overridden by the `GATEWAY_*` environment variables and
+    /// the command line (`--network solana`).
     pub(crate) fn from_env() -> Result<Self, ConfigError> {
-        Self::from_vars(|name| std::env::var(name).ok())
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let network_arg = match args.as_slice() {
+            [] => None,
+            [flag, network] if flag == "--network" => Some(network.clone()),
+            _ => {
+                return Err(invalid(
+                    "arguments",
+                    "expected nothing or `--network solana`",
+                ));
+            }
+        };
+        Self::from_vars(|name| match (name, &network_arg) {
+            ("GATEWAY_NETWORK", Some(network)) => Some(network.clone()),
+            _ => std::env::var(name).ok(),
+        })
     }
 
     /// The defaults, overridden by whatever `var` returns for each variable name.
@@ -111,6 +177,50 @@ impl Config {
                 )
             })?;
             config.upstream_timeout = Duration::from_secs(secs);
+        }
+        if let Some(pay_to) = var("GATEWAY_PAY_TO") {
+            walletgate::x402::PaymentOption::base_sepolia_usdc(&pay_to)
+                .map_err(|error| invalid("GATEWAY_PAY_TO", error.to_string()))?;
+            config.pay_to = pay_to;
+        }
+        let per_minute = positive(&var, "GATEWAY_FREE_PER_MINUTE")?;
+        let per_hour = positive(&var, "GATEWAY_FREE_PER_HOUR")?;
+        if per_minute.is_some() || per_hour.is_some() {
+            let defaults = FreeTierQuotas::default();
+            config.free_tier = FreeTierQuotas::new(
+                per_minute.unwrap_or(defaults.per_minute()),
+                per_hour.unwrap_or(defaults.per_hour()),
+            )
+            .map_err(|error| invalid("GATEWAY_FREE_PER_MINUTE", error.to_string()))?;
+        }
+        if let Some(millis) = var("GATEWAY_IMAGE_JOB_MILLIS") {
+            let millis: u64 = millis.parse().map_err(|_| {
+                invalid(
+                    "GATEWAY_IMAGE_JOB_MILLIS",
+                    "expected a number of milliseconds",
+                )
+            })?;
+            config.image_job = Duration::from_millis(millis);
+        }
+        match var("GATEWAY_NETWORK").as_deref() {
+            None | Some("base-sepolia") => {}
+            Some("solana") => {
+                let required = |variable: &str| {
+                    var(variable)
+                        .ok_or_else(|| invalid(variable, "is required with the solana network"))
+                };
+                config.network = PaymentNetwork::Solana(SolanaSettings {
+                    facilitator_url: required("GATEWAY_FACILITATOR_URL")?,
+                    pay_to: required("GATEWAY_SOLANA_PAY_TO")?,
+                    fee_payer: var("GATEWAY_SOLANA_FEE_PAYER"),
+                });
+            }
+            Some(other) => {
+                return Err(invalid(
+                    "GATEWAY_NETWORK",
+                    format!("unknown network {other:?}; known: base-sepolia, solana"),
+                ));
+            }
         }
         for (provider, base_url) in pairs(var("GATEWAY_UPSTREAMS"), "GATEWAY_UPSTREAMS")? {
             let key_variable = format!(
@@ -161,6 +271,22 @@ impl Config {
     }
 }
 
+/// A positive count from `variable`, if set.
+fn positive(
+    var: &impl Fn(&str) -> Option<String>,
+    variable: &str,
+) -> Result<Option<u32>, ConfigError> {
+    var(variable)
+        .map(|value| {
+            value
+                .parse::<u32>()
+                .ok()
+                .filter(|count| *count > 0)
+                .ok_or_else(|| invalid(variable, "expected a positive number"))
+        })
+        .transpose()
+}
+
 /// `a=b,c=d` into pairs.
 fn pairs(value: Option<String>, variable: &str) -> Result<Vec<(String, String)>, ConfigError> {
     let Some(value) = value else {
@@ -207,6 +333,12 @@ mod tests {
             ("GATEWAY_UPSTREAMS", "openai=http://127.0.0.1:9/v1"),
             ("GATEWAY_UPSTREAM_KEY_OPENAI", "test-key-not-real"),
             ("GATEWAY_FAULTS", "anthropic/claude-sonnet-4.6=rate_limited"),
+            (
+                "GATEWAY_PAY_TO",
+                "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
+            ),
+            ("GATEWAY_FREE_PER_MINUTE", "1000"),
+            ("GATEWAY_IMAGE_JOB_MILLIS", "0"),
         ]))
         .unwrap();
         assert_eq!(config.listen.port(), 9999);
@@ -214,6 +346,27 @@ mod tests {
         assert_eq!(config.upstream_timeout, Duration::from_secs(5));
         assert_eq!(config.providers.len(), 1);
         assert!(config.faults.contains_key("anthropic/claude-sonnet-4.6"));
+        assert_eq!(config.pay_to, "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC");
+        assert_eq!(config.free_tier.per_minute(), 1000);
+        assert_eq!(config.free_tier.per_hour(), 300);
+        assert_eq!(config.image_job, Duration::ZERO);
+        assert_eq!(config.network, PaymentNetwork::LocalEvm);
+        let solana = Config::from_vars(vars(&[
+            ("GATEWAY_NETWORK", "solana"),
+            ("GATEWAY_FACILITATOR_URL", "http://127.0.0.1:4020"),
+            (
+                "GATEWAY_SOLANA_PAY_TO",
+                "PayTo1111111111111111111111111111111111111",
+            ),
+        ]))
+        .unwrap();
+        assert!(matches!(
+            solana.network,
+            PaymentNetwork::Solana(SolanaSettings {
+                fee_payer: None,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -225,6 +378,11 @@ mod tests {
             ("GATEWAY_FAULTS", "openai/gpt-5-mini=no_such_fault"),
             ("GATEWAY_FAULTS", "no/such-model=rate_limited"),
             ("GATEWAY_UPSTREAMS", "openai=http://127.0.0.1:9/v1"),
+            ("GATEWAY_PAY_TO", "0x1234"),
+            ("GATEWAY_FREE_PER_HOUR", "0"),
+            ("GATEWAY_IMAGE_JOB_MILLIS", "soon"),
+            ("GATEWAY_NETWORK", "dogecoin"),
+            ("GATEWAY_NETWORK", "solana"),
         ] {
             let list: &'static [(&'static str, &'static str)] =
                 Box::leak(vec![(name, value)].into_boxed_slice());

@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use walletgate::SharedClock;
 use walletgate::envelope::{ErrorCode, GatewayError, classify_upstream};
+use walletgate::x402::X402Layer;
 
 use crate::catalogue::{Catalogue, Model};
+use crate::images::ImageJobs;
+use crate::payment::FreeTier;
 use crate::request::ChatRequest;
 use crate::upstream::{Completion, EventStream, SharedUpstream, UpstreamFault};
 
@@ -18,7 +21,23 @@ pub(crate) struct Gateway {
     pub(crate) upstream_timeout: Duration,
     pub(crate) body_limit_bytes: usize,
     pub(crate) clock: SharedClock,
+    /// The free-tier limit and the payment layers the pipelines compose.
+    pub(crate) gates: Gates,
+    /// Accepted image jobs.
+    pub(crate) images: ImageJobs,
+    /// The `GET /v1/models` body, rendered once: the catalogue never changes.
+    pub(crate) listing: bytes::Bytes,
     next_id: AtomicU64,
+}
+
+/// The layers after validation, built once from the configuration.
+pub(crate) struct Gates {
+    /// Free models: per-client-IP limit.
+    pub(crate) free_tier: FreeTier,
+    /// Paid inference: priced by model and request.
+    pub(crate) inference_payment: X402Layer,
+    /// Paid image jobs, in paid-replay mode: polls reuse the paying signature.
+    pub(crate) image_payment: X402Layer,
 }
 
 pub(crate) type AppState = Arc<Gateway>;
@@ -30,13 +49,18 @@ impl Gateway {
         upstream_timeout: Duration,
         body_limit_bytes: usize,
         clock: SharedClock,
+        gates: Gates,
+        images: ImageJobs,
     ) -> Self {
         Self {
-            catalogue,
             upstream,
             upstream_timeout,
             body_limit_bytes,
             clock,
+            gates,
+            images,
+            listing: bytes::Bytes::from(catalogue.listing().to_string()),
+            catalogue,
             next_id: AtomicU64::new(1),
         }
     }

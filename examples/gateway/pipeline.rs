@@ -10,11 +10,13 @@
 //! 4. [`require_conversation`] → `EMPTY_CONVERSATION`.
 //! 5. [`resolve_model`] → unknown model (400, close ids suggested). Inserts [`ResolvedModel`].
 //! 6. [`check_stream_support`] → `STREAM_UNSUPPORTED`.
+//! 7. `FreeTierLimitLayer`, free models only → `FREE_TIER_RATE_LIMITED`.
+//! 8. `X402Layer`, paid models only, priced by [`request_price`] → 402 quote,
+//!    payment codes; settles after a 2xx answer only.
 //!
-//! Later steps, the free-tier limit and the payment layer included, read
-//! [`ParsedRequest`] and [`ResolvedModel`] from the request extensions; nothing
-//! re-reads or re-parses the body. [`with_pipeline`] is the single place the
-//! stack is assembled.
+//! Steps 7 and 8 read [`ParsedRequest`] and [`ResolvedModel`] from the request
+//! extensions; nothing re-reads or re-parses the body. [`with_pipeline`] is
+//! the single place the stack is assembled.
 
 use std::sync::Arc;
 
@@ -32,11 +34,12 @@ use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, UnknownModelB
 
 use crate::catalogue::{Model, RequestPrice};
 use crate::gateway::AppState;
+use crate::images::{find_job, validate_image};
 use crate::request::{ChatRequest, Endpoint};
 
 /// The request body as parsed JSON, between parsing and validation.
 #[derive(Clone, Debug)]
-struct JsonBody(Value);
+pub(crate) struct JsonBody(pub(crate) Value);
 
 /// The validated request, mapped to chat form. Read it with the extractor.
 #[derive(Clone, Debug)]
@@ -57,9 +60,10 @@ impl AsRef<str> for ParsedRequest {
 ///
 /// This is the one composition point. The free-tier limit (free models only)
 /// and the payment layer (paid models, priced by
-/// [`Model::price`](crate::catalogue::Model::price) of the request) go after
-/// the last step here, in that order, so both see [`ParsedRequest`] and
-/// [`ResolvedModel`] and neither runs for a request already rejected.
+/// [`Model::price`](crate::catalogue::Model::price) of the request) come
+/// after validation, in that order, so both see [`ParsedRequest`] and
+/// [`ResolvedModel`] and neither runs for a request already rejected: an
+/// invalid request is never quoted, let alone charged.
 pub(crate) fn with_pipeline(routes: Router<AppState>, state: &AppState) -> Router<AppState> {
     routes.route_layer(
         ServiceBuilder::new()
@@ -68,7 +72,32 @@ pub(crate) fn with_pipeline(routes: Router<AppState>, state: &AppState) -> Route
             .layer(from_fn(validate_body))
             .layer(from_fn(require_conversation))
             .layer(from_fn_with_state(state.clone(), resolve_model))
-            .layer(from_fn(check_stream_support)), // ← FreeTierLimitLayer, then X402Layer, go here.
+            .layer(from_fn(check_stream_support))
+            .layer(state.gates.free_tier.clone())
+            .layer(state.gates.inference_payment.clone()),
+    )
+}
+
+/// Wraps the image job route: body limit, JSON parse, the image request's
+/// validation and price ([`validate_image`]), then payment in paid-replay
+/// mode, so a lost answer is recovered with the same signature, uncharged.
+pub(crate) fn with_image_pipeline(routes: Router<AppState>, state: &AppState) -> Router<AppState> {
+    routes.route_layer(
+        ServiceBuilder::new()
+            .layer(from_fn_with_state(state.clone(), limit_body))
+            .layer(from_fn(parse_json))
+            .layer(from_fn_with_state(state.clone(), validate_image))
+            .layer(state.gates.image_payment.clone()),
+    )
+}
+
+/// Wraps the image poll route: the job is looked up and the poll priced as
+/// it ([`find_job`]), then the payment that bought it is replayed, uncharged.
+pub(crate) fn with_poll_pipeline(routes: Router<AppState>, state: &AppState) -> Router<AppState> {
+    routes.route_layer(
+        ServiceBuilder::new()
+            .layer(from_fn_with_state(state.clone(), find_job))
+            .layer(state.gates.image_payment.clone()),
     )
 }
 
@@ -76,10 +105,6 @@ pub(crate) fn with_pipeline(routes: Router<AppState>, state: &AppState) -> Route
 ///
 /// Reads what the pipeline inserted, so it must run inside it; `None` (a
 /// wiring fault) is for the hook to refuse, never to serve free.
-#[allow(
-    dead_code,
-    reason = "called by the x402 pricing hook once X402Layer is wired in"
-)]
 pub(crate) fn request_price(parts: &Parts) -> Option<RequestPrice> {
     let ParsedRequest(request) = parts.extensions.get::<ParsedRequest>()?;
     let ResolvedModel(model) = parts.extensions.get::<ResolvedModel>()?;
@@ -227,8 +252,8 @@ async fn resolve_model(
     let Some(ParsedRequest(parsed)) = request.extensions().get::<ParsedRequest>() else {
         return wiring_fault("ParsedRequest", style);
     };
-    let Some(model) = gateway.catalogue.get(&parsed.model).cloned() else {
-        let suggestions = gateway.catalogue.close_matches(&parsed.model);
+    let Some(model) = gateway.catalogue.chat_model(&parsed.model).cloned() else {
+        let suggestions = gateway.catalogue.close_matches(&parsed.model, false);
         return UnknownModelBody::new(&parsed.model, suggestions)
             .into_response()
             .map(Body::from);

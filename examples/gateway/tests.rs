@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use walletgate::envelope::ErrorCode;
+use walletgate::x402::{DevLedger, PaymentRequired, TokenId, codec};
 
 use crate::app::app;
 use crate::catalogue::{Catalogue, Model, Pricing, RequestPrice};
@@ -27,10 +29,12 @@ use crate::config::Config;
 use crate::pipeline::{ParsedRequest, ResolvedModel, request_price};
 use crate::request::{ChatRequest, Endpoint};
 use crate::upstream::{ApiKey, Fault};
+use crate::x402_support::Payer;
 
-const ENDPOINTS: [Endpoint; 3] = [Endpoint::Chat, Endpoint::Messages, Endpoint::Responses];
+pub(crate) const ENDPOINTS: [Endpoint; 3] =
+    [Endpoint::Chat, Endpoint::Messages, Endpoint::Responses];
 
-fn path(endpoint: Endpoint) -> &'static str {
+pub(crate) fn path(endpoint: Endpoint) -> &'static str {
     match endpoint {
         Endpoint::Chat => "/v1/chat/completions",
         Endpoint::Messages => "/v1/messages",
@@ -39,7 +43,7 @@ fn path(endpoint: Endpoint) -> &'static str {
 }
 
 /// A one-turn request body in `endpoint`'s schema.
-fn body(endpoint: Endpoint, model: &str, text: &str, stream: bool) -> Value {
+pub(crate) fn body(endpoint: Endpoint, model: &str, text: &str, stream: bool) -> Value {
     match endpoint {
         Endpoint::Chat => json!({"model": model, "stream": stream, "messages": [
             {"role": "system", "content": "be brief"},
@@ -67,34 +71,61 @@ fn system_only(endpoint: Endpoint) -> Value {
     }
 }
 
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
 }
 
 impl Reply {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&self.body)))
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+
+    /// The decoded `PAYMENT-REQUIRED` quote of a 402.
+    pub(crate) fn quote(&self) -> PaymentRequired {
+        let header = self
+            .header("payment-required")
+            .unwrap_or_else(|| panic!("no PAYMENT-REQUIRED: {}", self.text()));
+        codec::decode(header.as_bytes()).unwrap()
     }
 }
 
-struct Server {
-    address: SocketAddr,
+/// Unix seconds now, as the server's system clock reads it.
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Distinct EIP-3009 nonces for every payment a test signs.
+static NEXT_NONCE: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) fn fresh_nonce() -> u64 {
+    NEXT_NONCE.fetch_add(1, Ordering::Relaxed)
+}
+
+pub(crate) struct Server {
+    pub(crate) address: SocketAddr,
     client: Client<HttpConnector, Full<Bytes>>,
+    /// The ledger the server settles on.
+    pub(crate) ledger: Arc<DevLedger>,
+    /// Who pays when [`post`](Self::post) meets a quote: development account 1.
+    pub(crate) payer: Payer,
 }
 
 /// Serves `router` on a fresh loopback port, as `main` does (with the peer address).
-async fn serve(router: Router) -> SocketAddr {
+pub(crate) async fn serve(router: Router) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let service = router.into_make_service_with_connect_info::<SocketAddr>();
@@ -103,14 +134,21 @@ async fn serve(router: Router) -> SocketAddr {
 }
 
 impl Server {
-    async fn start(config: Config) -> Self {
+    pub(crate) async fn start(config: Config) -> Self {
+        let ledger = config.ledger.clone();
         Self {
-            address: serve(app(config)).await,
+            address: serve(app(config).unwrap()).await,
             client: Client::builder(TokioExecutor::new()).build_http(),
+            ledger,
+            payer: Payer::dev(1),
         }
     }
 
-    async fn send(&self, request: Request<Full<Bytes>>) -> Reply {
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+
+    pub(crate) async fn send(&self, request: Request<Full<Bytes>>) -> Reply {
         let response = self.client.request(request).await.unwrap();
         let (parts, body) = response.into_parts();
         Reply {
@@ -120,19 +158,63 @@ impl Server {
         }
     }
 
-    async fn post_bytes(&self, path: &str, body: impl Into<Bytes>) -> Reply {
-        let request = Request::post(format!("http://{}{path}", self.address))
-            .header("content-type", "application/json")
-            .body(Full::new(body.into()))
-            .unwrap();
-        self.send(request).await
+    /// POSTs `body` once, with `payment` as `PAYMENT-SIGNATURE` if given.
+    pub(crate) async fn post_once(
+        &self,
+        path: &str,
+        body: impl Into<Bytes>,
+        payment: Option<&str>,
+    ) -> Reply {
+        let mut request = Request::post(self.url(path)).header("content-type", "application/json");
+        if let Some(payment) = payment {
+            request = request.header("payment-signature", payment);
+        }
+        self.send(request.body(Full::new(body.into())).unwrap())
+            .await
     }
 
-    async fn post(&self, path: &str, body: &Value) -> Reply {
+    /// POSTs `body`; a 402 quote is paid by [`payer`](Self::payer) and the
+    /// request sent again with the payment, as the client SDKs do.
+    pub(crate) async fn post_bytes(&self, path: &str, body: impl Into<Bytes>) -> Reply {
+        let body = body.into();
+        let first = self.post_once(path, body.clone(), None).await;
+        if first.status != StatusCode::PAYMENT_REQUIRED {
+            return first;
+        }
+        let payment = self.sign(&first, &self.payer);
+        self.post_once(path, body, Some(&payment)).await
+    }
+
+    /// A `PAYMENT-SIGNATURE` by `payer` for the first offer of `quote`.
+    pub(crate) fn sign(&self, quote: &Reply, payer: &Payer) -> String {
+        let offer = quote.quote().accepts[0].clone();
+        payer.header(&offer, now_secs(), fresh_nonce())
+    }
+
+    pub(crate) async fn post(&self, path: &str, body: &Value) -> Reply {
         self.post_bytes(path, body.to_string()).await
     }
 
-    async fn get(&self, path: &str) -> Reply {
+    /// `address`'s Base Sepolia USDC balance on the server's ledger.
+    pub(crate) fn balance(&self, address: &str) -> u128 {
+        self.ledger
+            .balance_of(&DevLedger::base_sepolia_usdc(), address.parse().unwrap())
+    }
+
+    /// Nothing was ever settled: no transfer, every development account untouched.
+    pub(crate) fn assert_nothing_settled(&self) {
+        assert_eq!(self.ledger.settlements(), 0);
+        let token: TokenId = DevLedger::base_sepolia_usdc();
+        for account in DevLedger::DEV_ACCOUNTS {
+            assert_eq!(
+                self.ledger.balance_of(&token, account.parse().unwrap()),
+                DevLedger::DEV_ACCOUNT_FUNDS,
+                "{account}"
+            );
+        }
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> Reply {
         let request = Request::get(format!("http://{}{path}", self.address))
             .body(Full::new(Bytes::new()))
             .unwrap();
@@ -189,8 +271,13 @@ fn fault_config() -> Config {
     config
 }
 
-/// Status, envelope shape and `Retry-After` of an error reply, per endpoint style.
-fn assert_envelope(endpoint: Endpoint, reply: &Reply, code: ErrorCode) {
+/// Status, JSON content type and `Retry-After` of an error reply; returns
+/// the context for further assertions.
+pub(crate) fn assert_status_and_headers(
+    endpoint: Endpoint,
+    reply: &Reply,
+    code: ErrorCode,
+) -> String {
     let context = format!("{code} on {}: {}", path(endpoint), reply.text());
     assert_eq!(reply.status, code.status(), "{context}");
     assert_eq!(
@@ -204,6 +291,12 @@ fn assert_envelope(endpoint: Endpoint, reply: &Reply, code: ErrorCode) {
         expected_retry,
         "{context}"
     );
+    context
+}
+
+/// Status, envelope shape and `Retry-After` of an error reply, per endpoint style.
+pub(crate) fn assert_envelope(endpoint: Endpoint, reply: &Reply, code: ErrorCode) {
+    let context = assert_status_and_headers(endpoint, reply, code);
     let body = reply.json();
     let error_type = code.error_type().as_str();
     match endpoint {
@@ -400,6 +493,8 @@ async fn every_non_payment_code_with_its_status_envelope_and_headers() {
         .filter(|code| !produced.contains(*code))
         .collect();
     assert!(missing.is_empty(), "never produced: {missing:?}");
+    // Each paid one was paid for, and not one was charged.
+    server.assert_nothing_settled();
 }
 
 #[tokio::test]
@@ -619,6 +714,10 @@ async fn model_listing_has_the_documented_fields() {
                 ),
                 "flat" => assert!(pricing["flat"].as_f64().unwrap() > 0.0),
                 "free" => assert_eq!(pricing, &json!({"input": 0, "output": 0})),
+                "per_image" => {
+                    assert!(pricing["per_image"].as_f64().unwrap() > 0.0);
+                    assert_eq!(row["categories"], json!(["image"]));
+                }
                 other => panic!("billing_mode {other}"),
             }
         }

@@ -1,0 +1,470 @@
+//! Paid image jobs: `POST /v1/images/generations` and polling.
+//!
+//! A request `{model, prompt, size?, n?}` is validated, priced at the
+//! model's per-image price times `n` (plus the flat fee), and paid through an
+//! x402 layer in paid-replay mode. The job is keyed by the payment's
+//! authorization:
+//!
+//! * a job that takes time answers **202** `{id, status, poll_url}`; the
+//!   payment settles then, since the job is accepted;
+//! * `GET poll_url` with the **same** `PAYMENT-SIGNATURE` is a paid replay
+//!   (uncharged): 202 with `status` and `progress` until done, then 200
+//!   `{created, data:[{url}], status:"completed"}`;
+//! * the same signed POST sent again (its answer was lost) returns the job
+//!   already paid for, uncharged, never a second job.
+//!
+//! Jobs are made by the embedded image family: a deterministic SVG of the
+//! prompt as a `data:` URL, ready after the configured duration. Progress
+//! is computed from the clock when asked, so nothing runs in the background.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use base64::Engine;
+use http::request::Parts;
+use http::{HeaderValue, StatusCode, header};
+use serde_json::{Map, Value, json};
+use walletgate::SharedClock;
+use walletgate::envelope::{
+    DetailPathSegment, EnvelopeStyle, ErrorCode, GatewayError, UnknownModelBody, ValidationDetail,
+};
+use walletgate::x402::{PaymentReceipt, Price};
+
+use crate::catalogue::{Model, RequestPrice};
+use crate::gateway::AppState;
+use crate::payment::x402_price;
+use crate::pipeline::{JsonBody, reject};
+
+/// Most images one request may ask for.
+pub(crate) const MAX_IMAGES: u64 = 4;
+
+/// Jobs kept; the oldest are forgotten beyond this (memory stays bounded).
+const MAX_JOBS: usize = 10_000;
+
+/// A validated image request.
+#[derive(Clone, Debug)]
+pub(crate) struct ImageRequest {
+    pub(crate) model: Arc<Model>,
+    pub(crate) prompt: String,
+    pub(crate) size: String,
+    pub(crate) count: u64,
+}
+
+/// What an image request or poll costs, for the payment layer's pricing.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ImagePrice(pub(crate) RequestPrice);
+
+/// The payment layer's pricing hook for the image routes.
+pub(crate) fn image_price(parts: &Parts) -> Price {
+    x402_price(parts.extensions.get::<ImagePrice>().map(|price| price.0))
+}
+
+/// One accepted job.
+#[derive(Clone, Debug)]
+struct Job {
+    id: String,
+    request: ImageRequest,
+    price: RequestPrice,
+    /// The paying authorization: only its replays see the job.
+    authorization_id: String,
+    accepted_unix_millis: u64,
+}
+
+/// Accepted jobs, by id and by paying authorization.
+pub(crate) struct ImageJobs {
+    clock: SharedClock,
+    duration: Duration,
+    state: Mutex<JobsState>,
+}
+
+#[derive(Default)]
+struct JobsState {
+    by_id: HashMap<String, Job>,
+    by_authorization: HashMap<String, String>,
+    order: VecDeque<String>,
+    next: u64,
+}
+
+/// Where a job stands when asked.
+enum Progress {
+    Running { percent: u64 },
+    Done,
+}
+
+impl ImageJobs {
+    /// Jobs that take `duration` each, timed by `clock`.
+    pub(crate) fn new(clock: SharedClock, duration: Duration) -> Self {
+        Self {
+            clock,
+            duration,
+            state: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, JobsState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The job paid by `authorization_id`, or a new one for `request`.
+    fn accept(&self, request: ImageRequest, price: RequestPrice, authorization_id: &str) -> Job {
+        let mut state = self.lock();
+        if let Some(job) = state
+            .by_authorization
+            .get(authorization_id)
+            .and_then(|id| state.by_id.get(id))
+        {
+            return job.clone();
+        }
+        state.next += 1;
+        let id = format!(
+            "imgjob_{:016x}{:08x}",
+            self.clock.now_unix_millis(),
+            state.next
+        );
+        let job = Job {
+            id: id.clone(),
+            request,
+            price,
+            authorization_id: authorization_id.to_owned(),
+            accepted_unix_millis: self.clock.now_unix_millis(),
+        };
+        if state.order.len() >= MAX_JOBS
+            && let Some(oldest) = state.order.pop_front()
+            && let Some(old) = state.by_id.remove(&oldest)
+        {
+            state.by_authorization.remove(&old.authorization_id);
+        }
+        state.order.push_back(id.clone());
+        state
+            .by_authorization
+            .insert(authorization_id.to_owned(), id.clone());
+        state.by_id.insert(id, job.clone());
+        job
+    }
+
+    fn get(&self, id: &str) -> Option<Job> {
+        self.lock().by_id.get(id).cloned()
+    }
+
+    fn by_authorization(&self, authorization_id: &str) -> Option<Job> {
+        let state = self.lock();
+        let id = state.by_authorization.get(authorization_id)?;
+        state.by_id.get(id).cloned()
+    }
+
+    fn progress(&self, job: &Job) -> Progress {
+        let elapsed = self
+            .clock
+            .now_unix_millis()
+            .saturating_sub(job.accepted_unix_millis);
+        let total = u64::try_from(self.duration.as_millis()).unwrap_or(u64::MAX);
+        if elapsed >= total {
+            Progress::Done
+        } else {
+            Progress::Running {
+                percent: elapsed.saturating_mul(100) / total.max(1),
+            }
+        }
+    }
+
+    fn ready_unix_secs(&self, job: &Job) -> u64 {
+        let total = u64::try_from(self.duration.as_millis()).unwrap_or(u64::MAX);
+        job.accepted_unix_millis.saturating_add(total) / 1000
+    }
+}
+
+/// Validates an image request (the JSON the parse step left) and prices it.
+pub(crate) async fn validate_image(
+    State(gateway): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let style = EnvelopeStyle::Chat;
+    let Some(JsonBody(value)) = request.extensions_mut().remove::<JsonBody>() else {
+        return reject(
+            GatewayError::new(ErrorCode::InternalError)
+                .with_message("Internal error: the parsed JSON body missing (pipeline wiring)"),
+            style,
+        );
+    };
+    let object = match value {
+        Value::Object(object) => object,
+        _ => return invalid(vec![detail(&[], "the body must be a JSON object")]),
+    };
+    let (fields, mut details) = image_fields(&object);
+    let model = match fields.model {
+        Some(id) => match gateway.catalogue.image_model(id) {
+            Some(model) => Some(model.clone()),
+            None if details.is_empty() => {
+                let suggestions = gateway.catalogue.close_matches(id, true);
+                return UnknownModelBody::new(id, suggestions)
+                    .into_response()
+                    .map(Body::from);
+            }
+            None => None,
+        },
+        None => None,
+    };
+    let (Some(model), Some(prompt), true) = (model, fields.prompt, details.is_empty()) else {
+        if details.is_empty() {
+            details.push(detail(&["model"], "required"));
+        }
+        return invalid(details);
+    };
+    let Some(price) = model.image_price(fields.count) else {
+        return invalid(vec![detail(&["model"], "not an image model")]);
+    };
+    request.extensions_mut().insert(ImagePrice(price));
+    request.extensions_mut().insert(ImageRequest {
+        model,
+        prompt: prompt.to_owned(),
+        size: fields.size.to_owned(),
+        count: fields.count,
+    });
+    next.run(request).await
+}
+
+struct ImageFields<'a> {
+    model: Option<&'a str>,
+    prompt: Option<&'a str>,
+    size: &'a str,
+    count: u64,
+}
+
+fn detail(path: &[&str], message: &str) -> ValidationDetail {
+    ValidationDetail::new(
+        path.iter()
+            .map(|key| DetailPathSegment::Key((*key).to_owned()))
+            .collect(),
+        message,
+    )
+}
+
+fn invalid(details: Vec<ValidationDetail>) -> Response {
+    reject(
+        GatewayError::new(ErrorCode::InvalidRequestBody).with_details(details),
+        EnvelopeStyle::Chat,
+    )
+}
+
+/// The fields of an image request, and every problem with them.
+fn image_fields(object: &Map<String, Value>) -> (ImageFields<'_>, Vec<ValidationDetail>) {
+    let mut details = Vec::new();
+    let model = match object.get("model") {
+        Some(Value::String(model)) if !model.is_empty() => Some(model.as_str()),
+        Some(_) => {
+            details.push(detail(&["model"], "must be a non-empty string"));
+            None
+        }
+        None => {
+            details.push(detail(&["model"], "required"));
+            None
+        }
+    };
+    let prompt = match object.get("prompt") {
+        Some(Value::String(prompt)) if !prompt.trim().is_empty() => Some(prompt.as_str()),
+        _ => {
+            details.push(detail(&["prompt"], "must be a non-empty string"));
+            None
+        }
+    };
+    let size = match object.get("size") {
+        None => "1024x1024",
+        Some(Value::String(size)) if is_size(size) => size.as_str(),
+        Some(_) => {
+            details.push(detail(&["size"], "must be WIDTHxHEIGHT, e.g. 1024x1024"));
+            "1024x1024"
+        }
+    };
+    let count = match object.get("n") {
+        None => 1,
+        Some(n) => match n.as_u64().filter(|n| (1..=MAX_IMAGES).contains(n)) {
+            Some(n) => n,
+            None => {
+                details.push(detail(
+                    &["n"],
+                    &format!("must be an integer from 1 to {MAX_IMAGES}"),
+                ));
+                1
+            }
+        },
+    };
+    (
+        ImageFields {
+            model,
+            prompt,
+            size,
+            count,
+        },
+        details,
+    )
+}
+
+fn is_size(text: &str) -> bool {
+    text.split_once('x').is_some_and(|(width, height)| {
+        [width, height].iter().all(|side| {
+            side.parse::<u32>()
+                .is_ok_and(|pixels| (64..=4096).contains(&pixels))
+        })
+    })
+}
+
+/// Looks the polled job up and prices the poll as its job, so the same
+/// signature matches; an unknown job is 404 before any payment step.
+pub(crate) async fn find_job(
+    State(gateway): State<AppState>,
+    Path(id): Path<String>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    match gateway.images.get(&id) {
+        Some(job) => {
+            request.extensions_mut().insert(ImagePrice(job.price));
+            next.run(request).await
+        }
+        None => job_not_found(),
+    }
+}
+
+fn job_not_found() -> Response {
+    json(StatusCode::NOT_FOUND, &json!({"error": "Job not found"}))
+}
+
+fn json(status: StatusCode, value: &Value) -> Response {
+    let mut response = Response::new(Body::from(value.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// `POST /v1/images/generations`: accept the paid job (or find the one this
+/// payment already bought) and answer its state.
+pub(crate) async fn create_image(
+    State(gateway): State<AppState>,
+    receipt: PaymentReceipt,
+    parts: Parts,
+) -> Response {
+    let api_prefix = parts.uri.path().starts_with("/api/");
+    let job = if receipt.is_replay() {
+        match gateway.images.by_authorization(receipt.authorization_id()) {
+            Some(job) => job,
+            None => return job_not_found(),
+        }
+    } else {
+        let Some(request) = parts.extensions.get::<ImageRequest>().cloned() else {
+            return reject(
+                GatewayError::new(ErrorCode::InternalError)
+                    .with_message("Internal error: ImageRequest missing (pipeline wiring)"),
+                EnvelopeStyle::Chat,
+            );
+        };
+        let Some(price) = parts.extensions.get::<ImagePrice>().map(|price| price.0) else {
+            return reject(
+                GatewayError::new(ErrorCode::InternalError)
+                    .with_message("Internal error: ImagePrice missing (pipeline wiring)"),
+                EnvelopeStyle::Chat,
+            );
+        };
+        gateway
+            .images
+            .accept(request, price, receipt.authorization_id())
+    };
+    job_state(&gateway, &job, api_prefix, &receipt)
+}
+
+/// `GET /v1/images/generations/{id}`: the state of a job, for the payment
+/// that bought it only.
+pub(crate) async fn poll_image(
+    State(gateway): State<AppState>,
+    Path(id): Path<String>,
+    receipt: PaymentReceipt,
+    parts: Parts,
+) -> Response {
+    match gateway.images.get(&id) {
+        Some(job) if job.authorization_id == receipt.authorization_id() => job_state(
+            &gateway,
+            &job,
+            parts.uri.path().starts_with("/api/"),
+            &receipt,
+        ),
+        // Another payer's job looks like no job at all.
+        _ => job_not_found(),
+    }
+}
+
+fn job_state(
+    gateway: &AppState,
+    job: &Job,
+    api_prefix: bool,
+    receipt: &PaymentReceipt,
+) -> Response {
+    let prefix = if api_prefix { "/api" } else { "" };
+    let mut response = match gateway.images.progress(job) {
+        Progress::Running { percent } => json(
+            StatusCode::ACCEPTED,
+            &json!({
+                "id": job.id,
+                "object": "image.generation.job",
+                "status": if percent == 0 { "queued" } else { "in_progress" },
+                "progress": percent,
+                "model": job.request.model.id,
+                "poll_url": format!("{prefix}/v1/images/generations/{}", job.id),
+            }),
+        ),
+        Progress::Done => json(
+            StatusCode::OK,
+            &json!({
+                "id": job.id,
+                "status": "completed",
+                "created": gateway.images.ready_unix_secs(job),
+                "model": job.request.model.id,
+                "data": (0..job.request.count)
+                    .map(|index| json!({
+                        "url": rendered_image(&job.request, index),
+                        "revised_prompt": job.request.prompt,
+                    }))
+                    .collect::<Vec<_>>(),
+            }),
+        ),
+    };
+    // Media answers name the settlement transaction, once there is one.
+    if let Some(transaction) = receipt.transaction()
+        && let Ok(value) = HeaderValue::from_str(transaction)
+    {
+        response.headers_mut().insert("x-payment-receipt", value);
+    }
+    response
+}
+
+/// The embedded image family's picture: an SVG card of the prompt, as a `data:` URL.
+fn rendered_image(request: &ImageRequest, index: u64) -> String {
+    let (width, height) = request.size.split_once('x').unwrap_or(("1024", "1024"));
+    let escaped: String = request
+        .prompt
+        .chars()
+        .take(200)
+        .map(|c| match c {
+            '<' => "&lt;".to_owned(),
+            '>' => "&gt;".to_owned(),
+            '&' => "&amp;".to_owned(),
+            '"' => "&quot;".to_owned(),
+            c => c.to_string(),
+        })
+        .collect();
+    let svg = format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}"><rect width="100%" height="100%" fill="#223"/><text x="50%" y="50%" fill="#eee" font-size="32" text-anchor="middle">{escaped} #{}</text></svg>"##,
+        index + 1
+    );
+    format!(
+        "data:image/svg+xml;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(svg)
+    )
+}

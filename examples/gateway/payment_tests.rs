@@ -1,0 +1,722 @@
+//! Payment and free-tier tests over real TCP: quotes, paid requests signed
+//! here with the public development keys, every payment error code, and the
+//! ledger after each (a refused or failed request never moves funds).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use walletgate::envelope::ErrorCode;
+use walletgate::free_tier::FreeTierQuotas;
+use walletgate::x402::{
+    AtomicAmount, BASE_SEPOLIA_USDC, DevLedger, ExactEvmDomain, PaymentPayload, SettleResponse,
+    codec,
+};
+use walletgate::{Clock, FakeClock};
+
+use crate::catalogue::{Catalogue, Model, Pricing};
+use crate::config::Config;
+use crate::request::{ChatRequest, Endpoint};
+use crate::tests::{
+    ENDPOINTS, Reply, Server, assert_envelope, assert_status_and_headers, body, fresh_nonce,
+    now_secs, path,
+};
+use crate::upstream::{BoxFuture, Completion, EchoUpstream, EventStream, Upstream, UpstreamFault};
+use crate::x402_support::Payer;
+
+const PAID_MODEL: &str = "anthropic/claude-sonnet-4.6";
+const FREE_MODEL: &str = "nvidia/nemotron-super";
+
+/// The quoted amount of `model` for `endpoint`'s standard test body, in USDC
+/// units: the catalogue's price plus the 0.001 USD flat fee.
+fn expected_units(endpoint: Endpoint, model: &str) -> u128 {
+    let catalogue = Catalogue::embedded();
+    let model = catalogue.get(model).unwrap();
+    let request =
+        ChatRequest::from_json(endpoint, body(endpoint, model.id, "hello", false)).unwrap();
+    match model.price(&request) {
+        crate::catalogue::RequestPrice::UsdMicros(micros) => u128::from(micros) + 1_000,
+        crate::catalogue::RequestPrice::Free => panic!("{} is free", model.id),
+    }
+}
+
+/// A payment refusal: status, envelope per endpoint, and on 402 the quote again.
+pub(crate) fn assert_payment_rejection(endpoint: Endpoint, reply: &Reply, code: ErrorCode) {
+    let context = assert_status_and_headers(endpoint, reply, code);
+    let body = reply.json();
+    match endpoint {
+        // The gateway's documented payment body, with the top-level mirrors JS reads.
+        Endpoint::Chat => {
+            assert!(
+                body["error"].as_str().unwrap().starts_with("Payment "),
+                "{context}"
+            );
+            assert_eq!(body["code"], code.as_str(), "{context}");
+            assert!(body["message"].is_string(), "{context}");
+            assert!(body["debug"].is_string(), "{context}");
+        }
+        Endpoint::Messages => {
+            assert_eq!(body["type"], "error", "{context}");
+            assert_eq!(
+                body["error"]["type"],
+                code.error_type().as_str(),
+                "{context}"
+            );
+            assert!(body.get("code").is_none(), "{context}");
+        }
+        Endpoint::Responses => {
+            assert_eq!(body["error"]["code"], code.as_str(), "{context}");
+            assert_eq!(
+                body["error"]["type"],
+                code.error_type().as_str(),
+                "{context}"
+            );
+        }
+    }
+    if reply.status == 402 && code != ErrorCode::SettlementFailed {
+        // A client may sign afresh from the quote that comes back.
+        let quote = reply.quote();
+        assert_eq!(quote.accepts.len(), 1, "{context}");
+        assert!(quote.error.is_some(), "{context}");
+    }
+}
+
+#[tokio::test]
+async fn quotes_have_the_x402_shape_on_every_endpoint() {
+    let server = Server::start(Config::default()).await;
+    for endpoint in ENDPOINTS {
+        for base in ["", "/api"] {
+            let url = format!("{base}{}", path(endpoint));
+            let request = body(endpoint, PAID_MODEL, "hello", false).to_string();
+            let reply = server.post_once(&url, request.clone(), None).await;
+            assert_eq!(reply.status, 402, "{url}: {}", reply.text());
+            assert_eq!(reply.header("cache-control"), Some("no-store"));
+            assert_eq!(reply.header("content-type"), Some("application/json"));
+            let quote = reply.quote();
+            assert_eq!(quote.x402_version, 2);
+            assert_eq!(quote.resource.url, server.url(&url));
+            let offer = &quote.accepts[0];
+            assert_eq!(offer.scheme, "exact");
+            assert_eq!(offer.network.as_str(), "eip155:84532");
+            assert_eq!(offer.asset, BASE_SEPOLIA_USDC);
+            assert_eq!(offer.pay_to, DevLedger::DEV_ACCOUNTS[9]);
+            assert_eq!(offer.max_timeout_seconds, 300);
+            assert_eq!(
+                offer.extra,
+                json!({"name": "USDC", "version": "2"})
+                    .as_object()
+                    .unwrap()
+                    .clone()
+            );
+            assert_eq!(
+                offer.amount,
+                AtomicAmount::new(expected_units(endpoint, PAID_MODEL))
+            );
+            // The body mirrors the header for clients that read it.
+            let body = reply.json();
+            assert_eq!(body["x402Version"], 2);
+            assert_eq!(
+                body["accepts"],
+                serde_json::to_value(&quote.accepts).unwrap()
+            );
+            // The same request is priced the same: the retry matches its quote.
+            let again = server.post_once(&url, request, None).await.quote();
+            assert_eq!(again.accepts, quote.accepts);
+        }
+    }
+    // max_tokens moves the price: 100 more output tokens at $15/M is 1500 micro-dollars more.
+    let mut larger = body(Endpoint::Chat, PAID_MODEL, "hello", false);
+    larger["max_tokens"] = json!(100);
+    let small = server
+        .post_once("/v1/chat/completions", larger.to_string(), None)
+        .await
+        .quote();
+    larger["max_tokens"] = json!(200);
+    let large = server
+        .post_once("/v1/chat/completions", larger.to_string(), None)
+        .await
+        .quote();
+    assert_eq!(
+        large.accepts[0].amount.units() - small.accepts[0].amount.units(),
+        1_500
+    );
+    server.assert_nothing_settled();
+}
+
+#[tokio::test]
+async fn a_signed_payment_is_served_and_settles_exactly_the_quote() {
+    let server = Server::start(Config::default()).await;
+    let payer = server.payer.address();
+    let pay_to = DevLedger::DEV_ACCOUNTS[9];
+    let mut paid_total = 0;
+    for endpoint in ENDPOINTS {
+        for stream in [false, true] {
+            let request = body(endpoint, PAID_MODEL, "hello", stream).to_string();
+            let quote = server
+                .post_once(path(endpoint), request.clone(), None)
+                .await;
+            let amount = quote.quote().accepts[0].amount.units();
+            let before = (server.balance(&payer), server.balance(pay_to));
+            let payment = server.sign(&quote, &server.payer);
+            let reply = server
+                .post_once(path(endpoint), request, Some(&payment))
+                .await;
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            assert!(reply.text().contains("hello"), "{}", reply.text());
+            let receipt: SettleResponse =
+                codec::decode(reply.header("payment-response").unwrap().as_bytes()).unwrap();
+            assert!(receipt.success);
+            assert_eq!(receipt.network.as_str(), "eip155:84532");
+            assert_eq!(receipt.payer.as_deref(), Some(payer.as_str()));
+            assert!(receipt.transaction.starts_with("0x"));
+            assert!(reply.header("cache-control").unwrap().contains("private"));
+            assert_eq!(server.balance(&payer), before.0 - amount);
+            assert_eq!(server.balance(pay_to), before.1 + amount);
+            paid_total += amount;
+        }
+    }
+    assert_eq!(server.ledger.settlements(), 6);
+    assert_eq!(
+        server.balance(&payer),
+        DevLedger::DEV_ACCOUNT_FUNDS - paid_total
+    );
+}
+
+/// An upstream that holds each answer until released, so a test can act
+/// between a payment's verification and its settlement.
+struct Gated {
+    entered: Notify,
+    release: Notify,
+}
+
+impl Upstream for Gated {
+    fn complete<'a>(
+        &'a self,
+        model: &'a Model,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<Completion, UpstreamFault>> {
+        Box::pin(async move {
+            self.entered.notify_one();
+            self.release.notified().await;
+            EchoUpstream::answer(model, request)
+        })
+    }
+
+    fn stream<'a>(
+        &'a self,
+        model: &'a Model,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<EventStream, UpstreamFault>> {
+        EchoUpstream.stream(model, request)
+    }
+}
+
+/// The embedded catalogue plus `gated/slow`, a paid model behind [`Gated`].
+fn gated_config(gate: Arc<Gated>) -> Config {
+    let mut models = Catalogue::embedded_models();
+    models.push(Arc::new(Model {
+        id: "gated/slow",
+        name: "gated",
+        description: "answers when the test says so",
+        context_window: 100_000,
+        max_output: 4_096,
+        categories: &["chat"],
+        pricing: Pricing::PerToken {
+            input_micros_per_million: 1_000_000,
+            output_micros_per_million: 1_000_000,
+        },
+        streaming: false,
+        created: 0,
+    }));
+    Config {
+        catalogue: Catalogue::new(models),
+        providers: vec![("gated".into(), gate)],
+        ..Config::default()
+    }
+}
+
+/// A payer no account funds: a throwaway key, not a development account.
+fn unfunded_payer() -> Payer {
+    Payer::from_key([0x42; 32])
+}
+
+#[tokio::test]
+async fn every_payment_code_with_its_status_envelope_and_headers_settles_nothing() {
+    let server = Server::start(Config::default()).await;
+    let pay_to = DevLedger::DEV_ACCOUNTS[9];
+    for endpoint in ENDPOINTS {
+        for base in ["", "/api"] {
+            let url = format!("{base}{}", path(endpoint));
+            let request = body(endpoint, PAID_MODEL, "hello", false).to_string();
+            let quote = server.post_once(&url, request.clone(), None).await;
+            let offer = quote.quote().accepts[0].clone();
+            let dev = &server.payer;
+            let encode = |payment: &PaymentPayload| codec::encode(payment);
+
+            let mut cheaper = offer.clone();
+            cheaper.amount = AtomicAmount::new(offer.amount.units() - 1);
+            let wrong_domain =
+                ExactEvmDomain::new("USD Coin", "2", 84532, offer.asset.parse().unwrap());
+            let mut expiring = dev.authorization(&offer, now_secs(), fresh_nonce());
+            expiring.valid_before = now_secs() + 2;
+            let mut not_yet = dev.authorization(&offer, now_secs(), fresh_nonce());
+            not_yet.valid_after = now_secs() + 600;
+            let mut overpaid = dev.authorization(&offer, now_secs(), fresh_nonce());
+            overpaid.value = AtomicAmount::new(offer.amount.units() + 1);
+            let mut elsewhere = dev.authorization(&offer, now_secs(), fresh_nonce());
+            elsewhere.to = DevLedger::DEV_ACCOUNTS[3].into();
+
+            let cases: Vec<(ErrorCode, &str, String)> = vec![
+                (
+                    ErrorCode::PaymentInvalid,
+                    "not base64",
+                    "%%% not base64 %%%".into(),
+                ),
+                (ErrorCode::PaymentInvalid, "not JSON", "bm90IGpzb24=".into()),
+                (
+                    ErrorCode::PaymentInvalid,
+                    "a price other than the quote",
+                    encode(&dev.pay(
+                        &cheaper,
+                        dev.authorization(&cheaper, now_secs(), fresh_nonce()),
+                    )),
+                ),
+                (
+                    ErrorCode::PaymentInvalid,
+                    "signed under another token's domain",
+                    encode(&dev.pay_with_domain(
+                        &offer,
+                        dev.authorization(&offer, now_secs(), fresh_nonce()),
+                        &wrong_domain,
+                    )),
+                ),
+                (
+                    ErrorCode::PaymentInvalid,
+                    "value above the quote",
+                    encode(&dev.pay(&offer, overpaid)),
+                ),
+                (
+                    ErrorCode::PaymentInvalid,
+                    "another recipient",
+                    encode(&dev.pay(&offer, elsewhere)),
+                ),
+                (
+                    ErrorCode::PaymentUnfunded,
+                    "no funds",
+                    unfunded_payer().header(&offer, now_secs(), fresh_nonce()),
+                ),
+                (
+                    ErrorCode::PaymentUnfunded,
+                    "expiring authorization",
+                    encode(&dev.pay(&offer, expiring)),
+                ),
+                (
+                    ErrorCode::PaymentUnfunded,
+                    "not yet valid",
+                    encode(&dev.pay(&offer, not_yet)),
+                ),
+            ];
+            for (code, case, payment) in cases {
+                let reply = server
+                    .post_once(&url, request.clone(), Some(&payment))
+                    .await;
+                assert_payment_rejection(endpoint, &reply, code);
+                assert!(reply.header("payment-response").is_none(), "{case}");
+                server.assert_nothing_settled();
+            }
+        }
+    }
+    // A replay: the first use settles once, the second is refused and charges nothing.
+    let request = body(Endpoint::Chat, PAID_MODEL, "hello", false).to_string();
+    let quote = server
+        .post_once("/v1/chat/completions", request.clone(), None)
+        .await;
+    let amount = quote.quote().accepts[0].amount.units();
+    let payment = server.sign(&quote, &server.payer);
+    let first = server
+        .post_once("/v1/chat/completions", request.clone(), Some(&payment))
+        .await;
+    assert_eq!(first.status, 200);
+    for endpoint in ENDPOINTS {
+        let replay = server
+            .post_once(
+                path(endpoint),
+                body(endpoint, PAID_MODEL, "hello", false).to_string(),
+                Some(&payment),
+            )
+            .await;
+        // On another endpoint the price differs, so the offer may not match; on its own
+        // route it is the replay itself.
+        let code = if endpoint == Endpoint::Chat {
+            ErrorCode::PaymentReplay
+        } else {
+            replay_or_mismatch(&replay)
+        };
+        assert_payment_rejection(endpoint, &replay, code);
+    }
+    let replay = server
+        .post_once("/v1/chat/completions", request, Some(&payment))
+        .await;
+    assert_payment_rejection(Endpoint::Chat, &replay, ErrorCode::PaymentReplay);
+    assert_eq!(replay.json()["error"], "Payment authorization already used");
+    assert_eq!(server.ledger.settlements(), 1);
+    assert_eq!(
+        server.balance(pay_to),
+        DevLedger::DEV_ACCOUNT_FUNDS + amount
+    );
+}
+
+/// The code a paid body sent to another endpoint gets: the same authorization
+/// at a different price matches no offer.
+fn replay_or_mismatch(reply: &Reply) -> ErrorCode {
+    let body: Value = reply.json();
+    let code = body["error"]["code"].as_str().or(body["code"].as_str());
+    match code {
+        Some("PAYMENT_REPLAY") => ErrorCode::PaymentReplay,
+        _ => ErrorCode::PaymentInvalid,
+    }
+}
+
+#[tokio::test]
+async fn a_settlement_that_fails_withholds_the_answer_and_charges_nothing() {
+    let gate = Arc::new(Gated {
+        entered: Notify::new(),
+        release: Notify::new(),
+    });
+    let server = Arc::new(Server::start(gated_config(gate.clone())).await);
+    let payer = unfunded_payer();
+    let pay_to = DevLedger::DEV_ACCOUNTS[9];
+    let slow = body(Endpoint::Chat, "gated/slow", "hello", false).to_string();
+    let fast = body(Endpoint::Chat, "xai/grok-code-fast", "hello", false).to_string();
+    let slow_quote = server
+        .post_once("/v1/chat/completions", slow.clone(), None)
+        .await;
+    let fast_quote = server
+        .post_once("/v1/chat/completions", fast.clone(), None)
+        .await;
+    let slow_units = slow_quote.quote().accepts[0].amount.units();
+    let fast_units = fast_quote.quote().accepts[0].amount.units();
+    // Funds for either request, not both.
+    server.ledger.fund(
+        &DevLedger::base_sepolia_usdc(),
+        payer.address().parse().unwrap(),
+        slow_units + fast_units - 1,
+    );
+    let slow_payment = server.sign(&slow_quote, &payer);
+    let fast_payment = server.sign(&fast_quote, &payer);
+
+    let in_flight = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            server
+                .post_once("/v1/chat/completions", slow, Some(&slow_payment))
+                .await
+        })
+    };
+    // The slow payment is verified (funds suffice) and its answer is being made…
+    gate.entered.notified().await;
+    // …when the same payer spends most of it elsewhere.
+    let spent = server
+        .post_once("/v1/chat/completions", fast, Some(&fast_payment))
+        .await;
+    assert_eq!(spent.status, 200, "{}", spent.text());
+    gate.release.notify_one();
+
+    let failed = in_flight.await.unwrap();
+    assert_payment_rejection(Endpoint::Chat, &failed, ErrorCode::SettlementFailed);
+    assert!(!failed.text().contains("echo:"), "the answer is withheld");
+    let receipt: SettleResponse =
+        codec::decode(failed.header("payment-response").unwrap().as_bytes()).unwrap();
+    assert!(!receipt.success);
+    assert_eq!(receipt.transaction, "");
+    assert_eq!(server.ledger.settlements(), 1);
+    assert_eq!(server.balance(&payer.address()), slow_units - 1);
+    assert_eq!(
+        server.balance(pay_to),
+        DevLedger::DEV_ACCOUNT_FUNDS + fast_units
+    );
+}
+
+#[tokio::test]
+async fn free_models_are_limited_per_client_and_never_quoted() {
+    let server = Server::start(Config {
+        free_tier: FreeTierQuotas::new(2, 300).unwrap(),
+        ..Config::default()
+    })
+    .await;
+    for remaining in [1, 0] {
+        let reply = server
+            .post_once(
+                "/v1/chat/completions",
+                body(Endpoint::Chat, FREE_MODEL, "hi", false).to_string(),
+                None,
+            )
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.header("x-ratelimit-limit"), Some("2"));
+        assert_eq!(
+            reply.header("x-ratelimit-remaining"),
+            Some(remaining.to_string().as_str())
+        );
+        assert!(reply.header("payment-response").is_none());
+    }
+    for endpoint in ENDPOINTS {
+        let reply = server
+            .post_once(
+                path(endpoint),
+                body(endpoint, FREE_MODEL, "hi", false).to_string(),
+                None,
+            )
+            .await;
+        let code = ErrorCode::FreeTierRateLimited;
+        assert_eq!(reply.status, code.status(), "{}", reply.text());
+        let retry: u64 = reply.header("retry-after").unwrap().parse().unwrap();
+        assert!(retry >= 1);
+        assert_eq!(reply.header("x-ratelimit-limit"), Some("2"));
+        assert_eq!(reply.header("x-ratelimit-remaining"), Some("0"));
+        let reset_millis: u64 = reply.header("x-ratelimit-reset").unwrap().parse().unwrap();
+        assert!(
+            reset_millis > now_secs() * 1000,
+            "X-RateLimit-Reset is in milliseconds"
+        );
+        let body = reply.json();
+        match endpoint {
+            Endpoint::Chat => assert_eq!(body["code"], code.as_str()),
+            Endpoint::Messages => assert_eq!(body["error"]["type"], "rate_limit_error"),
+            Endpoint::Responses => assert_eq!(body["error"]["code"], code.as_str()),
+        }
+    }
+    // Paid models are not counted against the free tier: they are quoted.
+    let paid = server
+        .post_once(
+            "/v1/chat/completions",
+            body(Endpoint::Chat, PAID_MODEL, "hi", false).to_string(),
+            None,
+        )
+        .await;
+    assert_eq!(paid.status, 402);
+    assert!(paid.header("x-ratelimit-limit").is_none());
+    // And a rejected request is neither counted nor quoted.
+    let invalid = server.post_once("/v1/chat/completions", "{}", None).await;
+    assert_envelope(Endpoint::Chat, &invalid, ErrorCode::InvalidRequestBody);
+    server.assert_nothing_settled();
+}
+
+/// A GET with `payment` as `PAYMENT-SIGNATURE`, if given.
+async fn poll(server: &Server, path: &str, payment: Option<&str>) -> Reply {
+    let mut request = http::Request::get(server.url(path));
+    if let Some(payment) = payment {
+        request = request.header("payment-signature", payment);
+    }
+    server
+        .send(request.body(http_body_util::Full::default()).unwrap())
+        .await
+}
+
+#[tokio::test]
+async fn an_image_job_is_paid_once_polled_with_its_signature_and_recovered_uncharged() {
+    let clock = Arc::new(FakeClock::at_unix_secs(now_secs()));
+    let server = Server::start(Config {
+        clock: clock.clone(),
+        image_job: Duration::from_secs(2),
+        ..Config::default()
+    })
+    .await;
+    let payer = server.payer.address();
+    let request =
+        json!({"model": "openai/dall-e-3", "prompt": "a red fox", "size": "512x512", "n": 2})
+            .to_string();
+    let url = "/api/v1/images/generations";
+    let quote = server.post_once(url, request.clone(), None).await;
+    assert_eq!(quote.status, 402, "{}", quote.text());
+    let amount = quote.quote().accepts[0].amount.units();
+    assert_eq!(
+        amount,
+        2 * 40_000 + 1_000,
+        "two images at $0.04 plus the fee"
+    );
+    let offer = quote.quote().accepts[0].clone();
+    let payment = server
+        .payer
+        .header(&offer, clock.now_unix_secs(), fresh_nonce());
+
+    let accepted = server.post_once(url, request.clone(), Some(&payment)).await;
+    assert_eq!(accepted.status, 202, "{}", accepted.text());
+    assert!(
+        accepted.header("payment-response").is_some(),
+        "accepting the job settles it"
+    );
+    let job = accepted.json();
+    assert_eq!(job["status"], "queued");
+    let id = job["id"].as_str().unwrap().to_owned();
+    let poll_url = job["poll_url"].as_str().unwrap().to_owned();
+    assert_eq!(poll_url, format!("/api/v1/images/generations/{id}"));
+    let charged = DevLedger::DEV_ACCOUNT_FUNDS - amount;
+    assert_eq!(server.balance(&payer), charged);
+
+    clock.advance(Duration::from_secs(1));
+    let running = poll(&server, &poll_url, Some(&payment)).await;
+    assert_eq!(running.status, 202, "{}", running.text());
+    assert_eq!(running.json()["status"], "in_progress");
+    assert_eq!(running.json()["progress"], 50);
+    // Polling is not paying: no signature, a quote; the job's own signature, no charge.
+    assert_eq!(poll(&server, &poll_url, None).await.status, 402);
+    // The answer to the paid POST was lost: the same signed POST finds the same job.
+    let recovered = server.post_once(url, request.clone(), Some(&payment)).await;
+    assert_eq!(recovered.status, 202, "{}", recovered.text());
+    assert_eq!(recovered.json()["id"], id.as_str());
+    assert!(
+        recovered
+            .header("x-payment-receipt")
+            .unwrap()
+            .starts_with("0x")
+    );
+    // Another payer's payment of the same price does not open this job, and is not charged.
+    let stranger = Payer::dev(2);
+    let stranger_payment = stranger.header(&offer, clock.now_unix_secs(), fresh_nonce());
+    let refused = poll(&server, &poll_url, Some(&stranger_payment)).await;
+    assert_eq!(refused.status, 404, "{}", refused.text());
+    assert_eq!(
+        server.balance(&stranger.address()),
+        DevLedger::DEV_ACCOUNT_FUNDS
+    );
+
+    clock.advance(Duration::from_secs(1));
+    let done = poll(&server, &poll_url, Some(&payment)).await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    let done_body = done.json();
+    assert_eq!(done_body["status"], "completed");
+    assert!(done_body["created"].as_u64().unwrap() >= now_secs());
+    let images = done_body["data"].as_array().unwrap();
+    assert_eq!(images.len(), 2);
+    assert!(
+        images[0]["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("data:image/svg+xml;base64,")
+    );
+    let receipt: SettleResponse =
+        codec::decode(done.header("payment-response").unwrap().as_bytes()).unwrap();
+    assert!(receipt.success);
+    // One settlement for the whole job, whatever the polls and replays.
+    assert_eq!(server.ledger.settlements(), 1);
+    assert_eq!(server.balance(&payer), charged);
+    assert_eq!(
+        poll(
+            &server,
+            "/v1/images/generations/imgjob_unknown",
+            Some(&payment)
+        )
+        .await
+        .status,
+        404
+    );
+}
+
+#[tokio::test]
+async fn image_requests_are_validated_before_any_quote() {
+    let server = Server::start(Config {
+        image_job: Duration::ZERO,
+        ..Config::default()
+    })
+    .await;
+    let url = "/v1/images/generations";
+    let invalid = server
+        .post_once(
+            url,
+            json!({"model": "openai/dall-e-3", "prompt": "", "n": 9, "size": "big"}).to_string(),
+            None,
+        )
+        .await;
+    assert_envelope(Endpoint::Chat, &invalid, ErrorCode::InvalidRequestBody);
+    let paths: Vec<Value> = invalid.json()["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|detail| detail["path"].clone())
+        .collect();
+    assert_eq!(paths, [json!(["prompt"]), json!(["size"]), json!(["n"])]);
+    // A chat model is no image model, and the reverse.
+    let chat_model = server
+        .post_once(
+            url,
+            json!({"model": "openai/gpt-5-mini", "prompt": "a fox"}).to_string(),
+            None,
+        )
+        .await;
+    assert_eq!(chat_model.status, 400);
+    assert!(
+        chat_model.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("Unknown model"),
+        "{}",
+        chat_model.text()
+    );
+    let image_model = server
+        .post_once(
+            "/v1/chat/completions",
+            body(Endpoint::Chat, "openai/dall-e-3", "hi", false).to_string(),
+            None,
+        )
+        .await;
+    assert_eq!(image_model.status, 400, "{}", image_model.text());
+    // A job done at once answers 200 with the images, paid as quoted.
+    let done = server
+        .post(
+            url,
+            &json!({"model": "google/nano-banana", "prompt": "a fox"}),
+        )
+        .await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    assert_eq!(done.json()["data"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        server.balance(&server.payer.address()),
+        DevLedger::DEV_ACCOUNT_FUNDS - 39_000 - 1_000
+    );
+    // The listing shows the image models as the SDKs look for them.
+    let listing = server.get("/api/v1/models").await.json();
+    let image_rows: Vec<&Value> = listing["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|row| row["categories"] == json!(["image"]))
+        .collect();
+    assert_eq!(image_rows.len(), 2);
+    for row in image_rows {
+        assert_eq!(row["billing_mode"], "per_image");
+        assert!(row["pricing"]["per_image"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[tokio::test]
+async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
+    use tower::ServiceExt;
+    let settings = crate::payment::PaymentSettings::local_evm(
+        DevLedger::DEV_ACCOUNTS[9],
+        Arc::new(DevLedger::new()),
+        Arc::new(walletgate::SystemClock),
+    )
+    .unwrap();
+    for layer in [
+        settings.inference_layer().unwrap(),
+        settings.image_layer().unwrap(),
+    ] {
+        let service = tower::ServiceBuilder::new()
+            .layer(layer)
+            .service(tower::service_fn(
+                |_request: http::Request<http_body_util::Full<bytes::Bytes>>| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(
+                        http_body_util::Full::new(bytes::Bytes::from_static(b"served")),
+                    ))
+                },
+            ));
+        // No ParsedRequest, ResolvedModel or ImagePrice: a wiring fault.
+        let request = http::Request::post("/v1/chat/completions")
+            .body(http_body_util::Full::default())
+            .unwrap();
+        let response = service.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 500);
+    }
+}

@@ -1,0 +1,62 @@
+//! Pre-signs x402 payments for the gateway load test (`scripts/load.sh`).
+//!
+//! ```sh
+//! cargo run --release --example gateway_presign -- <PAYMENT-REQUIRED value> <count> <out file>
+//! ```
+//!
+//! Reads a quote (the base64 `PAYMENT-REQUIRED` header of a 402), signs
+//! `count` EIP-3009 authorizations of its first offer, each with a fresh
+//! nonce, round-robin over the four public development accounts, valid for
+//! the offer's `maxTimeoutSeconds` from now, and writes one
+//! `PAYMENT-SIGNATURE` value per line. Nothing secret is written: the keys
+//! are the public Hardhat/Anvil ones, and the signatures pay a development
+//! ledger. Signing happens here so the load measures the server, not the
+//! client.
+
+#[path = "../tests/x402_support/mod.rs"]
+mod x402_support;
+
+use std::io::Write;
+
+use walletgate::x402::{PaymentRequired, codec};
+use x402_support::{PUBLIC_DEV_KEYS, Payer};
+
+/// At most this many authorizations per run (the load runs are bounded).
+const MAX_COUNT: u64 = 1_000_000;
+
+fn main() {
+    if let Err(error) = run() {
+        eprintln!("gateway_presign: {error}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [quote, count, out] = args.as_slice() else {
+        return Err("usage: gateway_presign <PAYMENT-REQUIRED value> <count> <out file>".into());
+    };
+    let quote: PaymentRequired = codec::decode(quote.trim().as_bytes())?;
+    let offer = quote.accepts.first().ok_or("the quote has no offer")?;
+    let count: u64 = count.parse()?;
+    if count == 0 || count > MAX_COUNT {
+        return Err(format!("count must be 1..={MAX_COUNT}").into());
+    }
+    let payers: Vec<Payer> = (0..PUBLIC_DEV_KEYS.len()).map(Payer::dev).collect();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    // Nonces unique per run: the run's start time in the high bits.
+    let base = now << 24;
+    let mut file = std::io::BufWriter::new(std::fs::File::create(out)?);
+    for index in 0..count {
+        let payer = &payers[usize::try_from(index)? % payers.len()];
+        writeln!(file, "{}", payer.header(offer, now, base + index))?;
+    }
+    file.flush()?;
+    eprintln!(
+        "gateway_presign: {count} payments of {} units written to {out}",
+        offer.amount.units()
+    );
+    Ok(())
+}

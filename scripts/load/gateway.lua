@@ -1,0 +1,74 @@
+-- wrk script for scripts/load.sh: one kind of gateway request, repeated.
+--
+-- Environment (set by load.sh):
+--   LOAD_METHOD    GET or POST
+--   LOAD_BODY      the JSON body of a POST
+--   LOAD_EXPECT    the status every answer must have (others are counted)
+--   LOAD_PAYMENTS  optional: a file of pre-signed PAYMENT-SIGNATURE values,
+--                  one per line; each is sent once, split between threads
+--   LOAD_THREADS   wrk's thread count (to split the payments)
+
+local threads = {}
+local next_index = 0
+
+function setup(thread)
+  thread:set("index", next_index)
+  next_index = next_index + 1
+  table.insert(threads, thread)
+end
+
+function init(args)
+  wrk.method = os.getenv("LOAD_METHOD") or "GET"
+  wrk.body = os.getenv("LOAD_BODY")
+  wrk.headers["Content-Type"] = "application/json"
+  expect = tonumber(os.getenv("LOAD_EXPECT") or "200")
+  unexpected = 0
+  exhausted = 0
+  payments = nil
+  local file = os.getenv("LOAD_PAYMENTS")
+  if file and file ~= "" then
+    local count = tonumber(os.getenv("LOAD_THREADS") or "1")
+    payments = {}
+    local line_number = 0
+    for line in io.lines(file) do
+      if line_number % count == index then
+        payments[#payments + 1] = line
+      end
+      line_number = line_number + 1
+    end
+    next_payment = 1
+  end
+end
+
+function request()
+  if payments == nil then
+    return wrk.request()
+  end
+  local payment = payments[next_payment]
+  if payment == nil then
+    -- Out of fresh payments: stop rather than send replays.
+    exhausted = 1
+    wrk.thread:stop()
+    payment = payments[#payments]
+  end
+  next_payment = next_payment + 1
+  local headers = { ["Content-Type"] = "application/json", ["PAYMENT-SIGNATURE"] = payment }
+  return wrk.format(nil, nil, headers, nil)
+end
+
+function response(status, headers, body)
+  if status ~= expect then
+    unexpected = unexpected + 1
+  end
+end
+
+function done(summary, latency, requests)
+  local bad, ran_out = 0, 0
+  for _, thread in ipairs(threads) do
+    bad = bad + (thread:get("unexpected") or 0)
+    ran_out = ran_out + (thread:get("exhausted") or 0)
+  end
+  io.write(string.format("LOAD_RESULT requests=%d seconds=%.3f rps=%.0f unexpected=%d p50_ms=%.2f p99_ms=%.2f exhausted=%d\n",
+    summary.requests, summary.duration / 1e6, summary.requests / (summary.duration / 1e6), bad,
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000, ran_out))
+end
