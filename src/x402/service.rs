@@ -47,20 +47,7 @@ impl<S> X402<S> {
         Self::from_config(inner, layer.config.clone())
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!();
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for X402<S>
