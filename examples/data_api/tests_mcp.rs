@@ -412,7 +412,7 @@ fn python_client() -> PathBuf {
         python.exists(),
         "the Python MCP client is not installed; run: python3 -m venv tests/interop/mcp-python/.venv \
          && tests/interop/mcp-python/.venv/bin/pip install -r tests/interop/mcp-python/requirements.txt \
-         (scripts/test.sh does this)"
+         (.ci/run does this)"
     );
     python
 }
@@ -453,7 +453,7 @@ async fn official_typescript_client() {
     assert!(
         dir.join("node_modules/@modelcontextprotocol/sdk").exists(),
         "the TypeScript MCP client is not installed; run: npm ci --prefix tests/interop/mcp-node \
-         (scripts/test.sh does this)"
+         (.ci/run does this)"
     );
     let script = dir.join("check_mcp.mjs");
     let output = drive_client(Path::new("node"), &[&script], &[]).await;

@@ -27,7 +27,7 @@ async fn opensea_sdk_signs_in_refreshes_and_revokes() {
     let dir = interop_dir();
     assert!(
         dir.join("node_modules/@opensea/sdk").exists(),
-        "the SDK is not installed: run `npm ci --prefix tests/interop/opensea` (scripts/test.sh does)"
+        "the SDK is not installed: run `npm ci --prefix tests/interop/opensea` (.ci/run does)"
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();

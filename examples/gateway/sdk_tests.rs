@@ -1,6 +1,6 @@
 //! The real client SDKs against the gateway on loopback: the BlockRun Python
-//! SDK (`blockrun-llm`, in the venv `scripts/test.sh` makes) and the official
-//! `@x402/fetch` client (in the npm folder `scripts/test.sh` installs).
+//! SDK (`blockrun-llm`, in the venv `.ci/run` makes) and the official
+//! `@x402/fetch` client (in the npm folder `.ci/run` installs).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -65,7 +65,7 @@ async fn the_blockrun_python_sdk_pays_streams_lists_and_polls_images() {
     let python = folder.join(".venv/bin/python");
     assert!(
         python.exists(),
-        "the BlockRun SDK venv is missing; create it with `bash scripts/test.sh`, or:\n  \
+        "the BlockRun SDK venv is missing; create it with `bash .ci/run`, or:\n  \
          python3 -m venv tests/interop/blockrun-python/.venv && \
          tests/interop/blockrun-python/.venv/bin/pip install -r tests/interop/blockrun-python/requirements.txt"
     );
@@ -119,7 +119,7 @@ async fn the_official_x402_fetch_client_pays_chat_completions() {
     assert!(
         folder.join("node_modules/@x402/fetch").is_dir(),
         "the official x402 client is not installed; run `npm ci --prefix tests/interop/x402` \
-         (or `bash scripts/test.sh`)"
+         (or `bash .ci/run`)"
     );
     let server = Server::start(Config::default()).await;
     let payer = DevLedger::DEV_ACCOUNTS[3];

@@ -1026,7 +1026,8 @@ struct Seen {
     max_tokens: Vec<Value>,
 }
 
-const UPSTREAM_KEY: &str = "sk-proj-TestOnlyNotARealKey0123456789";
+// Shaped like a provider key (the redactor must catch it), short of a real one.
+const UPSTREAM_KEY: &str = "sk-test-upstream-001";
 
 /// An OpenAI-compatible upstream: answers `"upstream says hi"`, streams it in
 /// two chunks, or fails like OpenAI when the prompt is `"too long"`.

@@ -77,7 +77,7 @@ const PRESETS: &[(&str, u16, &str)] = &[
     (
         "provider_config",
         401,
-        "Error code: 401 - {'error': {'message': 'Incorrect API key provided: sk-proj-Q7fZ2mN8pL4xR9tW1vB6cD3eH5jK0aYs.', 'code': 'invalid_api_key'}}",
+        "Error code: 401 - {'error': {'message': 'Incorrect API key provided: sk-proj-demoFault0001.', 'code': 'invalid_api_key'}}",
     ),
     (
         "rate_limited",
