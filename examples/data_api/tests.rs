@@ -130,6 +130,12 @@ impl Server {
         self.call(method, path, &headers, body).await
     }
 
+    /// A keyed request with no body whose only other header is `authorization`.
+    async fn with_bearer(&self, method: Method, path: &str, authorization: &str) -> Reply {
+        self.keyed(method, path, &[("authorization", authorization)], None)
+            .await
+    }
+
     /// SIWE sign-in as the SDK does it; the session's cookie header.
     async fn sign_in(&self, key: &str, wallet: &str) -> String {
         let nonce = self
@@ -367,12 +373,7 @@ async fn scope_wallet_and_limit_rules() {
         .await;
     let auth = bearer(&jwt);
     let missing = server
-        .keyed(
-            Method::GET,
-            &favorites_path(DEV_WALLET_0),
-            &[("authorization", &auth)],
-            None,
-        )
+        .with_bearer(Method::GET, &favorites_path(DEV_WALLET_0), &auth)
         .await;
     assert_eq!(missing.status, StatusCode::FORBIDDEN);
     assert!(
@@ -387,12 +388,7 @@ async fn scope_wallet_and_limit_rules() {
         .await;
     let auth = bearer(&jwt);
     let other = server
-        .keyed(
-            Method::GET,
-            &favorites_path(DEV_WALLET_1),
-            &[("authorization", &auth)],
-            None,
-        )
+        .with_bearer(Method::GET, &favorites_path(DEV_WALLET_1), &auth)
         .await;
     assert_eq!(other.status, StatusCode::FORBIDDEN);
     for limit in ["0", "101", "-1", "ten"] {
@@ -431,12 +427,7 @@ async fn a_jwt_never_manages_tokens() {
         .await;
     let auth = bearer(&jwt);
     let listed = server
-        .keyed(
-            Method::GET,
-            "/api/v2/auth/tokens",
-            &[("authorization", &auth)],
-            None,
-        )
+        .with_bearer(Method::GET, "/api/v2/auth/tokens", &auth)
         .await;
     assert_eq!(listed.status, StatusCode::UNAUTHORIZED);
     assert!(
@@ -455,12 +446,7 @@ async fn a_pat_is_refused_as_a_bearer() {
         .await;
     let auth = bearer(&pat);
     let reply = server
-        .keyed(
-            Method::GET,
-            &favorites_path(DEV_WALLET_0),
-            &[("authorization", &auth)],
-            None,
-        )
+        .with_bearer(Method::GET, &favorites_path(DEV_WALLET_0), &auth)
         .await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     let text = reply.body.to_string();
@@ -638,23 +624,13 @@ async fn expired_jwt_is_refused_then_reminted() {
     server.clock.advance(Duration::from_secs(15 * 60 + 31));
     let auth = bearer(&jwt);
     let expired = server
-        .keyed(
-            Method::GET,
-            &favorites_path(DEV_WALLET_0),
-            &[("authorization", &auth)],
-            None,
-        )
+        .with_bearer(Method::GET, &favorites_path(DEV_WALLET_0), &auth)
         .await;
     assert_eq!(expired.status, StatusCode::UNAUTHORIZED);
     let fresh = server.exchange(&pat).await;
     let auth = bearer(fresh.body["accessToken"].as_str().unwrap());
     let ok = server
-        .keyed(
-            Method::GET,
-            &favorites_path(DEV_WALLET_0),
-            &[("authorization", &auth)],
-            None,
-        )
+        .with_bearer(Method::GET, &favorites_path(DEV_WALLET_0), &auth)
         .await;
     assert_eq!(ok.status, StatusCode::OK);
 }
@@ -686,12 +662,7 @@ async fn relationship_handshake_through_every_state() {
     assert_eq!(refused.status, StatusCode::CONFLICT);
 
     let declared = server
-        .keyed(
-            Method::PUT,
-            "/api/v2/accounts/agent",
-            &[("authorization", &agent)],
-            None,
-        )
+        .with_bearer(Method::PUT, "/api/v2/accounts/agent", &agent)
         .await;
     assert_eq!(declared.body, json!({"is_agent": true, "changed": true}));
 
@@ -717,14 +688,7 @@ async fn relationship_handshake_through_every_state() {
         json!([]),
         "pending is not public"
     );
-    let own = server
-        .keyed(
-            Method::GET,
-            relationships,
-            &[("authorization", &owner)],
-            None,
-        )
-        .await;
+    let own = server.with_bearer(Method::GET, relationships, &owner).await;
     assert_eq!(own.body["relationships"].as_array().unwrap().len(), 1);
 
     let self_confirm = server
@@ -751,11 +715,10 @@ async fn relationship_handshake_through_every_state() {
     assert_eq!(after.body["relationships"].as_array().unwrap().len(), 1);
 
     let removed = server
-        .keyed(
+        .with_bearer(
             Method::DELETE,
             &format!("{relationships}?caller_role=OWNER&counterparty_address={DEV_WALLET_1}"),
-            &[("authorization", &owner)],
-            None,
+            &owner,
         )
         .await;
     assert_eq!(removed.body, json!({"removed": true}));
@@ -771,21 +734,11 @@ async fn reading_relationships_needs_read_wallets_and_writing_needs_write_wallet
         .await;
     let auth = bearer(&read_only);
     let read = server
-        .keyed(
-            Method::GET,
-            "/api/v2/accounts/agent-relationships",
-            &[("authorization", &auth)],
-            None,
-        )
+        .with_bearer(Method::GET, "/api/v2/accounts/agent-relationships", &auth)
         .await;
     assert_eq!(read.status, StatusCode::OK);
     let write = server
-        .keyed(
-            Method::PUT,
-            "/api/v2/accounts/agent",
-            &[("authorization", &auth)],
-            None,
-        )
+        .with_bearer(Method::PUT, "/api/v2/accounts/agent", &auth)
         .await;
     assert_eq!(write.status, StatusCode::FORBIDDEN);
     assert!(

@@ -72,12 +72,7 @@ async fn login_script_gets_a_jwt_that_reads_favorites() {
     let auth = bearer(jwt.trim());
     // Wallet 0 has five seeded favorites: one default-sized page holds them all.
     let page = server
-        .keyed(
-            Method::GET,
-            &favorites_path(DEV_WALLET_0),
-            &[("authorization", &auth)],
-            None,
-        )
+        .with_bearer(Method::GET, &favorites_path(DEV_WALLET_0), &auth)
         .await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body["error"]);
     assert_eq!(page.body["nfts"].as_array().unwrap().len(), 5);
