@@ -31,6 +31,8 @@ pub mod clock;
 pub mod envelope;
 #[cfg(feature = "free-tier")]
 pub mod free_tier;
+#[cfg(any(feature = "siwe", feature = "tokens"))]
+mod random;
 #[cfg(feature = "siwe")]
 pub mod siwe;
 pub mod store;

@@ -12,19 +12,17 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use rand::Rng;
-use rand::distr::Alphanumeric;
-
 /// Length of generated nonces: 17 alphanumerics (about 101 bits), as siwe-rs.
 pub const NONCE_LEN: usize = 17;
 
 /// A fresh random nonce of [`NONCE_LEN`] ASCII letters and digits.
-pub fn generate_nonce() -> String {
-    rand::rng()
-        .sample_iter(Alphanumeric)
-        .take(NONCE_LEN)
-        .map(char::from)
-        .collect()
+///
+/// # Errors
+/// [`NonceStoreError::Backend`] if the operating system gives no randomness.
+pub fn generate_nonce() -> Result<String, NonceStoreError> {
+    crate::random::base62(NONCE_LEN).map_err(|_| {
+        NonceStoreError::Backend(StoreError::new("the operating system gave no randomness"))
+    })
 }
 
 /// The boxed future a [`NonceStore`] returns (boxed so the trait stays
@@ -107,7 +105,7 @@ pub trait NonceStore: Send + Sync + 'static {
         Box::pin(async move {
             let mut attempts_left = 3;
             loop {
-                let nonce = generate_nonce();
+                let nonce = generate_nonce()?;
                 match self
                     .insert(&nonce, now_unix_millis, expires_at_unix_millis)
                     .await
@@ -286,8 +284,8 @@ mod tests {
 
     #[test]
     fn generated_nonces_are_long_alphanumeric_and_distinct() {
-        let a = generate_nonce();
-        let b = generate_nonce();
+        let a = generate_nonce().unwrap();
+        let b = generate_nonce().unwrap();
         assert_eq!(a.len(), NONCE_LEN);
         assert!(a.bytes().all(|c| c.is_ascii_alphanumeric()));
         assert_ne!(a, b);

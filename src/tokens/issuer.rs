@@ -8,12 +8,13 @@ use serde::Serialize;
 
 use super::TokenError;
 use super::keys::SigningKeys;
-use super::pat::{PatSecret, SecretDigest, is_well_formed, random_base62};
+use super::pat::{PatSecret, SecretDigest, is_well_formed};
 use super::store::{
     InMemoryPatStore, InMemorySessionStore, PatRecord, PatStore, Revocation, RotateOutcome,
     SessionRecord, SessionSecrets, SessionStore,
 };
 use crate::clock::{SharedClock, SystemClock};
+use crate::random;
 use crate::wallet_jwt::jwt::{AccessTokenClaims, Audience};
 use crate::wallet_jwt::{Scope, ScopeSet};
 
@@ -272,7 +273,7 @@ impl TokenIssuer {
 }
 
 fn random_id(len: usize) -> Result<String, TokenError> {
-    random_base62(len).map_err(|_| TokenError::Randomness)
+    random::base62(len).map_err(|_| TokenError::Randomness)
 }
 
 fn numeric_id() -> Result<String, TokenError> {

@@ -7,9 +7,9 @@ use std::fmt;
 
 use sha2::{Digest as _, Sha256};
 
+use crate::random::{BASE62, base62};
 use crate::wallet_jwt::PAT_PREFIX;
 
-const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 /// Random base62 characters after the prefix (about 178 bits).
 const RANDOM_LEN: usize = 30;
 /// Base62 characters of the CRC32 (62^6 > 2^32).
@@ -25,7 +25,7 @@ impl PatSecret {
     /// A fresh random token.
     pub(crate) fn generate() -> Result<Self, getrandom::Error> {
         let mut token = String::from(PAT_PREFIX);
-        token.push_str(&random_base62(RANDOM_LEN)?);
+        token.push_str(&base62(RANDOM_LEN)?);
         token.push_str(&checksum(&token));
         Ok(Self(token))
     }
@@ -70,30 +70,12 @@ impl fmt::Debug for SecretDigest {
     }
 }
 
-/// `len` uniformly random base62 characters from the operating system.
-pub(crate) fn random_base62(len: usize) -> Result<String, getrandom::Error> {
-    let mut out = String::with_capacity(len);
-    let mut buffer = [0u8; 64];
-    while out.len() < len {
-        getrandom::fill(&mut buffer)?;
-        // Bytes of 248 (= 4 * 62) and above are dropped: they would bias the
-        // first characters of the alphabet.
-        for byte in buffer.into_iter().filter(|&byte| byte < 248) {
-            if out.len() == len {
-                break;
-            }
-            out.push(char::from(ALPHABET[usize::from(byte % 62)]));
-        }
-    }
-    Ok(out)
-}
-
 /// Base62 CRC32 of `text`, left-padded with `0` to six characters.
 fn checksum(text: &str) -> String {
     let mut value = crc32fast::hash(text.as_bytes());
     let mut digits = [b'0'; CHECKSUM_LEN];
     for slot in digits.iter_mut().rev() {
-        *slot = ALPHABET[(value % 62) as usize];
+        *slot = BASE62[(value % 62) as usize];
         value /= 62;
     }
     digits.iter().map(|&byte| char::from(byte)).collect()
