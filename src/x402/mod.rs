@@ -79,12 +79,14 @@
 //! ```
 
 pub mod codec;
+mod eip712;
 mod error;
 mod facilitator;
 mod future;
 #[cfg(feature = "http-facilitator")]
 mod http_facilitator;
 mod layer;
+mod ledger;
 mod local_evm;
 mod pricing;
 mod quote;
@@ -94,6 +96,7 @@ mod service;
 mod types;
 
 pub use codec::DecodeError;
+pub use eip712::{ExactEvmDomain, TokenId, TransferWithAuthorization};
 pub use error::ConfigError;
 pub use facilitator::{
     BoxFuture, Facilitator, FacilitatorError, FacilitatorErrorKind, FacilitatorRequest,
@@ -103,10 +106,8 @@ pub use future::ResponseFuture;
 #[cfg(feature = "http-facilitator")]
 pub use http_facilitator::{DEFAULT_FACILITATOR_TIMEOUT, HttpFacilitator};
 pub use layer::{X402Layer, X402LayerBuilder};
-pub use local_evm::{
-    DevLedger, ExactEvmDomain, Ledger, LedgerError, LocalEvmFacilitator,
-    MIN_REMAINING_VALIDITY_SECS, TokenId, Transfer, TransferWithAuthorization,
-};
+pub use ledger::{DevLedger, Ledger, LedgerError, Transfer};
+pub use local_evm::{LocalEvmFacilitator, MIN_REMAINING_VALIDITY_SECS};
 pub use pricing::{Price, PriceTable, Pricing};
 pub use quote::{
     BASE_SEPOLIA_USDC, DEFAULT_MAX_TIMEOUT_SECS, PaymentOption, QUOTE_ERROR, QUOTE_MESSAGE,

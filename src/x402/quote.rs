@@ -5,8 +5,8 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{Map, Value};
 
 use super::codec;
+use super::eip712::parse_evm_address;
 use super::error::ConfigError;
-use super::local_evm::parse_evm_address;
 use super::types::{
     AtomicAmount, Network, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
     UsdAmount, ValueError, X402_VERSION,
