@@ -8,6 +8,13 @@
 //! the [`Ledger`]: nonce unused and balance sufficient. Settlement re-runs the
 //! checks and moves the funds through the same ledger.
 //!
+//! A paid request recovers its signer once: `verify` remembers the signer of
+//! the digest and signature it checked (a bounded memo), and `settle` takes
+//! that entry instead of recovering again. Settle still rebuilds the digest
+//! from the payment it is given, so a changed amount, recipient, window or
+//! nonce misses the memo and is recovered (and refused) afresh; the window,
+//! the amount and the ledger (nonce unused, funds) are checked again.
+//!
 //! [`DevLedger`](super::DevLedger) is an in-memory USDC ledger that
 //! pre-funds the ten public Hardhat/Anvil development accounts on Base
 //! Sepolia, so the official clients can pay a local server with a
@@ -24,10 +31,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use alloy_primitives::{Address, U256};
+use alloy_primitives::{Address, B256, Signature, U256};
 
 use super::eip712::{
     DomainCache, TokenId, TransferWithAuthorization, parse_b256, parse_evm_address, parse_signature,
@@ -50,6 +58,59 @@ pub struct LocalEvmFacilitator {
     ledger: Arc<dyn Ledger>,
     clock: SharedClock,
     domains: Arc<DomainCache>,
+    recovered: Arc<RecoveryMemo>,
+}
+
+/// Signers recovered by `verify`, keyed by EIP-712 digest, each taken once by `settle`.
+#[derive(Default)]
+struct RecoveryMemo {
+    state: Mutex<MemoState>,
+}
+
+#[derive(Default)]
+struct MemoState {
+    signers: HashMap<B256, (Signature, Address)>,
+    /// Insertion order, for eviction; may name digests already taken.
+    order: VecDeque<B256>,
+}
+
+/// Verified payments remembered for settlement: more than the requests a
+/// server has between verify and settle at once. An evicted entry only costs
+/// a second recovery.
+const RECOVERY_MEMO_LEN: usize = 4096;
+
+impl RecoveryMemo {
+    fn remember(&self, digest: B256, signature: Signature, signer: Address) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.order.len() >= RECOVERY_MEMO_LEN
+            && let Some(oldest) = state.order.pop_front()
+        {
+            state.signers.remove(&oldest);
+        }
+        if state.signers.insert(digest, (signature, signer)).is_none() {
+            state.order.push_back(digest);
+        }
+    }
+
+    /// The signer `verify` recovered for exactly this digest and signature, once.
+    fn take(&self, digest: &B256, signature: &Signature) -> Option<Address> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match state.signers.get(digest) {
+            Some((remembered, signer)) if remembered == signature => {
+                let signer = *signer;
+                state.signers.remove(digest);
+                Some(signer)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Whether a check remembers its recovery for settlement or takes one remembered.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Verify,
+    Settle,
 }
 
 impl fmt::Debug for LocalEvmFacilitator {
@@ -76,10 +137,25 @@ impl LocalEvmFacilitator {
             ledger,
             clock,
             domains: Arc::default(),
+            recovered: Arc::default(),
         }
     }
 
-    fn check_offline(&self, request: &FacilitatorRequest) -> Result<Transfer, Refusal> {
+    /// The signer of `digest`: remembered from `verify` at settlement, else recovered.
+    fn signer(&self, stage: Stage, digest: &B256, signature: &Signature) -> Option<Address> {
+        if stage == Stage::Settle
+            && let Some(signer) = self.recovered.take(digest, signature)
+        {
+            return Some(signer);
+        }
+        signature.recover_address_from_prehash(digest).ok()
+    }
+
+    fn check_offline(
+        &self,
+        request: &FacilitatorRequest,
+        stage: Stage,
+    ) -> Result<Transfer, Refusal> {
         let offer = &request.payment_requirements;
         let payment = &request.payment_payload;
         if payment.x402_version != X402_VERSION {
@@ -132,9 +208,8 @@ impl LocalEvmFacilitator {
             validBefore: U256::from(valid_before),
             nonce,
         });
-        match signature.recover_address_from_prehash(&digest) {
-            Ok(signer) if signer == from => {}
-            _ => return Err(refuse(reason::SIGNATURE, payer)),
+        if self.signer(stage, &digest, &signature) != Some(from) {
+            return Err(refuse(reason::SIGNATURE, payer));
         }
         if to != pay_to {
             return Err(refuse(reason::RECIPIENT_MISMATCH, payer));
@@ -148,6 +223,9 @@ impl LocalEvmFacilitator {
         }
         if value != offer.amount {
             return Err(refuse(reason::VALUE_MISMATCH, payer));
+        }
+        if stage == Stage::Verify {
+            self.recovered.remember(digest, signature, from);
         }
         Ok(Transfer {
             token: TokenId { chain_id, asset },
@@ -175,7 +253,7 @@ impl Facilitator for LocalEvmFacilitator {
         request: &'a FacilitatorRequest,
     ) -> BoxFuture<'a, Result<VerifyResponse, FacilitatorError>> {
         Box::pin(async move {
-            let transfer = match self.check_offline(request) {
+            let transfer = match self.check_offline(request, Stage::Verify) {
                 Ok(transfer) => transfer,
                 Err(refusal) => {
                     let payer = refusal.payer.map(|a| a.to_checksum(None));
@@ -199,7 +277,7 @@ impl Facilitator for LocalEvmFacilitator {
     ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
         Box::pin(async move {
             let network = request.payment_requirements.network.clone();
-            let transfer = match self.check_offline(request) {
+            let transfer = match self.check_offline(request, Stage::Settle) {
                 Ok(transfer) => transfer,
                 Err(refusal) => {
                     let payer = refusal.payer.map(|a| a.to_checksum(None));
@@ -403,5 +481,103 @@ mod tests {
             LocalEvmFacilitator::new(ledger, Arc::new(FakeClock::at_unix_secs(1_750_000_000)));
         let reason = verdict(&facilitator, &vector_b3_request(|_, _| {})).await;
         assert_eq!(reason.as_deref(), Some(reason::INSUFFICIENT_FUNDS));
+    }
+
+    fn memo_len(facilitator: &LocalEvmFacilitator) -> usize {
+        facilitator.recovered.state.lock().unwrap().signers.len()
+    }
+
+    #[tokio::test]
+    async fn settle_takes_the_signer_verify_recovered_once() {
+        let (facilitator, ledger) = facilitator_at(1_750_000_000);
+        let request = vector_b3_request(|_, _| {});
+        assert_eq!(verdict(&facilitator, &request).await, None);
+        assert_eq!(memo_len(&facilitator), 1);
+        assert!(facilitator.settle(&request).await.unwrap().success);
+        assert_eq!(memo_len(&facilitator), 0);
+        assert_eq!(ledger.settlements(), 1);
+    }
+
+    #[tokio::test]
+    async fn nonce_spent_between_verify_and_settle_is_refused_at_settle() {
+        let (facilitator, ledger) = facilitator_at(1_750_000_000);
+        let request = vector_b3_request(|_, _| {});
+        assert_eq!(verdict(&facilitator, &request).await, None);
+        // Another settlement of the same authorization lands first.
+        let transfer = facilitator
+            .check_offline(&request, Stage::Settle)
+            .ok()
+            .unwrap();
+        ledger.transfer_with_authorization(&transfer).await.unwrap();
+        let settled = facilitator.settle(&request).await.unwrap();
+        assert!(!settled.success);
+        assert_eq!(
+            settled.error_reason.as_deref(),
+            Some(reason::NONCE_ALREADY_USED)
+        );
+        assert_eq!(ledger.settlements(), 1);
+    }
+
+    #[tokio::test]
+    async fn payment_tampered_after_verify_is_refused_at_settle() {
+        type Tamper = fn(&mut PaymentRequirements, &mut serde_json::Value);
+        let cases: [(Tamper, &str); 4] = [
+            // The signed value raised with the offer: the digest changes, the signer does not recover.
+            (
+                |o, p| {
+                    o.amount = AtomicAmount::new(10_001);
+                    p["authorization"]["value"] = "10001".into();
+                },
+                reason::SIGNATURE,
+            ),
+            // Only the offer's amount changes.
+            (
+                |o, _| o.amount = AtomicAmount::new(10_001),
+                reason::VALUE_MISMATCH,
+            ),
+            // Same digest, another signature (s changed).
+            (
+                |_, p| {
+                    let signature = p["signature"].as_str().unwrap().to_owned();
+                    p["signature"] = signature.replacen("5a820f16", "5a820f17", 1).into();
+                },
+                reason::SIGNATURE,
+            ),
+            // The recipient changes.
+            (
+                |o, p| {
+                    o.pay_to = DevLedger::DEV_ACCOUNTS[2].into();
+                    p["authorization"]["to"] = DevLedger::DEV_ACCOUNTS[2].into();
+                },
+                reason::SIGNATURE,
+            ),
+        ];
+        for (tamper, expected) in cases {
+            let (facilitator, ledger) = facilitator_at(1_750_000_000);
+            assert_eq!(
+                verdict(&facilitator, &vector_b3_request(|_, _| {})).await,
+                None
+            );
+            let settled = facilitator
+                .settle(&vector_b3_request(tamper))
+                .await
+                .unwrap();
+            assert!(!settled.success, "{expected}");
+            assert_eq!(settled.error_reason.as_deref(), Some(expected));
+            assert_eq!(ledger.settlements(), 0);
+        }
+    }
+
+    #[test]
+    fn recovery_memo_is_bounded() {
+        let memo = RecoveryMemo::default();
+        let signature = parse_signature("0xde455c78879fd9219b2b89a4b1e80bc039788cfb436f8550cad4cae17e35220a5a820f16fef5223f1e8b1cd8784f40707ec8e18283e8a1b357680fe6a9fa7abc1c").unwrap();
+        for n in 0..RECOVERY_MEMO_LEN as u64 + 10 {
+            memo.remember(B256::from(U256::from(n)), signature, Address::ZERO);
+        }
+        let state = memo.state.lock().unwrap();
+        assert_eq!(state.signers.len(), RECOVERY_MEMO_LEN);
+        assert_eq!(state.order.len(), RECOVERY_MEMO_LEN);
+        assert!(!state.signers.contains_key(&B256::from(U256::from(0u64))));
     }
 }
