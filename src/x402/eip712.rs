@@ -37,9 +37,21 @@ pub(crate) fn parse_b256(text: &str) -> Option<B256> {
     prefixed_hex::<32>(text).map(B256::from)
 }
 
-/// Parses a 65-byte `0x` signature (r, s, v with v in 0, 1, 27 or 28).
+/// Parses a 65-byte `0x` signature (r, s, v) as USDC's
+/// `transferWithAuthorization` accepts it on chain: `v` is 27 or 28 and `s`
+/// is in the lower half of the curve order (EIP-2).
+///
+/// `v` = 0/1 is refused, not normalised: the chain refuses those bytes, and a
+/// remote settler forwards the bytes the client signed. A high-`s` copy
+/// (`s -> n - s`, `v` flipped) recovers the same signer, which is exactly why
+/// it must not pass as a second, distinct payment.
 pub(crate) fn parse_signature(text: &str) -> Option<Signature> {
-    Signature::from_raw_array(&prefixed_hex::<65>(text)?).ok()
+    let raw = prefixed_hex::<65>(text)?;
+    if !matches!(raw[64], 27 | 28) {
+        return None;
+    }
+    let signature = Signature::from_raw_array(&raw).ok()?;
+    signature.normalize_s().is_none().then_some(signature)
 }
 
 /// Exactly `N` bytes of `0x`-prefixed hex, either case.
@@ -303,6 +315,16 @@ mod tests {
         );
     }
 
+    /// The order `n` of secp256k1's group.
+    fn secp256k1_order() -> U256 {
+        U256::from_be_bytes(
+            prefixed_hex::<32>(
+                "0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141",
+            )
+            .unwrap(),
+        )
+    }
+
     #[test]
     fn hex_parsers_are_strict() {
         assert!(parse_evm_address("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266").is_some());
@@ -314,6 +336,27 @@ mod tests {
             assert!(parse_evm_address(bad).is_none(), "{bad}");
         }
         assert!(parse_signature("0x00").is_none());
+        let canonical = SPEC_SIGNATURE;
+        assert!(parse_signature(canonical).is_some());
+        // v = 0/1 and v = 29 are refused (the chain only takes 27/28).
+        for v in ["00", "01", "1d"] {
+            let other_v = format!("{}{v}", &canonical[..canonical.len() - 2]);
+            assert!(parse_signature(&other_v).is_none(), "{v}");
+        }
+        // The malleated twin: s -> n - s, v flipped. It recovers the same signer, and is refused.
+        let signature = Signature::from_raw_array(&prefixed_hex::<65>(canonical).unwrap()).unwrap();
+        let high_s = Signature::new(
+            signature.r(),
+            secp256k1_order() - signature.s(),
+            !signature.v(),
+        );
+        let digest = ExactEvmDomain::base_sepolia_usdc().signing_hash(&spec_transfer());
+        assert_eq!(
+            high_s.recover_address_from_prehash(&digest).unwrap(),
+            spec_transfer().from
+        );
+        let malleated = format!("0x{}", alloy_primitives::hex::encode(high_s.as_bytes()));
+        assert!(parse_signature(&malleated).is_none());
         assert!(parse_b256("0x11").is_none());
     }
 }

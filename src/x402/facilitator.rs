@@ -128,6 +128,10 @@ pub mod reason {
     pub const VALUE_MISMATCH: &str = "invalid_exact_evm_payload_authorization_value_mismatch";
     /// The signature does not recover to `from`.
     pub const SIGNATURE: &str = "invalid_exact_evm_payload_signature";
+    /// The signature is not one the chain takes: `v` other than 27/28, or high `s`.
+    pub const SIGNATURE_NOT_CANONICAL: &str = "invalid_exact_evm_payload_signature_not_canonical";
+    /// The authorization stays valid longer than the offer's `maxTimeoutSeconds` (plus skew) from now.
+    pub const AUTHORIZATION_TOO_LONG: &str = "authorization_lifetime_exceeds_max_timeout_seconds";
     /// `to` differs from `payTo`.
     pub const RECIPIENT_MISMATCH: &str = "invalid_exact_evm_payload_recipient_mismatch";
     /// The authorization nonce was used on chain already.
@@ -217,6 +221,8 @@ mod tests {
             ),
             ("expired_signature", ErrorCode::PaymentBlockhashStale),
             (reason::SIGNATURE, ErrorCode::PaymentInvalid),
+            (reason::SIGNATURE_NOT_CANONICAL, ErrorCode::PaymentInvalid),
+            (reason::AUTHORIZATION_TOO_LONG, ErrorCode::PaymentInvalid),
             ("invalid_exact_evm_signature", ErrorCode::PaymentInvalid),
             (reason::RECIPIENT_MISMATCH, ErrorCode::PaymentInvalid),
             (reason::VALUE_MISMATCH, ErrorCode::PaymentInvalid),

@@ -110,8 +110,8 @@ pub use ledger::{DevLedger, Ledger, LedgerError, Transfer};
 pub use local_evm::{LocalEvmFacilitator, MIN_REMAINING_VALIDITY_SECS};
 pub use pricing::{Price, PriceTable, Pricing};
 pub use quote::{
-    BASE_SEPOLIA_USDC, DEFAULT_MAX_TIMEOUT_SECS, PaymentOption, QUOTE_ERROR, QUOTE_MESSAGE,
-    matching_offer,
+    AUTHORIZATION_CLOCK_SKEW_SECS, BASE_SEPOLIA_USDC, DEFAULT_MAX_TIMEOUT_SECS, PaymentOption,
+    QUOTE_ERROR, QUOTE_MESSAGE, matching_offer,
 };
 pub use receipt::{MissingPaymentReceipt, PaymentReceipt};
 pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};

@@ -5,11 +5,12 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{Map, Value};
 
 use super::codec;
-use super::eip712::parse_evm_address;
+use super::eip712::{parse_evm_address, parse_signature};
 use super::error::ConfigError;
+use super::facilitator::reason;
 use super::types::{
-    AtomicAmount, Network, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
-    UsdAmount, ValueError, X402_VERSION,
+    AtomicAmount, ExactEvmPayload, Network, PaymentRequired, PaymentRequirements, ResourceInfo,
+    SCHEME_EXACT, UsdAmount, ValueError, X402_VERSION,
 };
 use crate::envelope::{PaymentInfo, QuoteBody, QuotePrice, header};
 
@@ -24,6 +25,10 @@ pub const QUOTE_MESSAGE: &str = "This endpoint requires payment; sign the first 
 
 /// Default `maxTimeoutSeconds` of an offer (the TypeScript server's default).
 pub const DEFAULT_MAX_TIMEOUT_SECS: u64 = 300;
+
+/// Seconds a payer's clock may run ahead of the server's: an authorization's
+/// `validBefore` may reach now + `maxTimeoutSeconds` + this, no further.
+pub const AUTHORIZATION_CLOCK_SKEW_SECS: u64 = 60;
 
 /// One way to pay: network, asset, recipient and scheme data.
 ///
@@ -217,6 +222,33 @@ pub fn matching_offer<'a>(
     offers.iter().find(|offer| offer_matches(offer, accepted))
 }
 
+/// What is refused once a payment matched `offer`, before any facilitator
+/// sees it (`PAYMENT_INVALID`): an exact-EVM authorization valid beyond now +
+/// `maxTimeoutSeconds` + [`AUTHORIZATION_CLOCK_SKEW_SECS`] (so the replay
+/// store remembers a nonce for at most that long), and a signature the chain
+/// refuses (`v` other than 27/28, or high `s`). The rest of the window (a
+/// future `validAfter`, an expired `validBefore`) is the facilitator's:
+/// those answer `PAYMENT_UNFUNDED`.
+pub(crate) fn check_authorization(
+    offer: &PaymentRequirements,
+    evm: Option<&ExactEvmPayload>,
+    now_unix_secs: u64,
+) -> Result<(), &'static str> {
+    let Some(evm) = evm.filter(|_| offer.network.eip155_chain_id().is_some()) else {
+        return Ok(());
+    };
+    let latest = now_unix_secs
+        .saturating_add(offer.max_timeout_seconds)
+        .saturating_add(AUTHORIZATION_CLOCK_SKEW_SECS);
+    if evm.authorization.valid_before > latest {
+        return Err(reason::AUTHORIZATION_TOO_LONG);
+    }
+    if parse_signature(&evm.signature).is_none() {
+        return Err(reason::SIGNATURE_NOT_CANONICAL);
+    }
+    Ok(())
+}
+
 fn offer_matches(offer: &PaymentRequirements, accepted: &PaymentRequirements) -> bool {
     offer.scheme == accepted.scheme
         && offer.network == accepted.network
@@ -304,6 +336,56 @@ mod tests {
         ] {
             assert!(matching_offer(&offers, &echo).is_none(), "{echo:?}");
         }
+    }
+
+    #[test]
+    fn authorizations_are_bounded_by_the_offer_timeout_and_canonical() {
+        let now = 1_750_000_000;
+        let signature = "0xde455c78879fd9219b2b89a4b1e80bc039788cfb436f8550cad4cae17e35220a5a820f16fef5223f1e8b1cd8784f40707ec8e18283e8a1b357680fe6a9fa7abc1c";
+        let evm = |valid_before: u64, signature: &str| ExactEvmPayload {
+            signature: signature.to_owned(),
+            authorization: crate::x402::Eip3009Authorization {
+                from: PAY_TO.into(),
+                to: PAY_TO.into(),
+                value: AtomicAmount::new(11_000),
+                valid_after: 0,
+                valid_before,
+                nonce: format!("0x{}", "11".repeat(32)),
+            },
+        };
+        let limit = now + 300 + AUTHORIZATION_CLOCK_SKEW_SECS;
+        assert_eq!(
+            check_authorization(&offer(), Some(&evm(limit, signature)), now),
+            Ok(())
+        );
+        assert_eq!(
+            check_authorization(&offer(), Some(&evm(limit + 1, signature)), now),
+            Err(reason::AUTHORIZATION_TOO_LONG)
+        );
+        // Three years out: refused.
+        assert_eq!(
+            check_authorization(&offer(), Some(&evm(now + 3 * 365 * 86_400, signature)), now),
+            Err(reason::AUTHORIZATION_TOO_LONG)
+        );
+        // An expired one is the facilitator's to refuse (PAYMENT_UNFUNDED).
+        assert_eq!(
+            check_authorization(&offer(), Some(&evm(now - 1, signature)), now),
+            Ok(())
+        );
+        let v_one = format!("{}01", &signature[..signature.len() - 2]);
+        assert_eq!(
+            check_authorization(&offer(), Some(&evm(limit, &v_one)), now),
+            Err(reason::SIGNATURE_NOT_CANONICAL)
+        );
+        assert_eq!(check_authorization(&offer(), None, now), Ok(()));
+        assert_eq!(
+            crate::x402::code_for_reason(reason::AUTHORIZATION_TOO_LONG),
+            crate::envelope::ErrorCode::PaymentInvalid
+        );
+        assert_eq!(
+            crate::x402::code_for_reason(reason::SIGNATURE_NOT_CANONICAL),
+            crate::envelope::ErrorCode::PaymentInvalid
+        );
     }
 
     #[test]

@@ -14,7 +14,8 @@ use super::future::ResponseFuture;
 use super::layer::{Config, X402Layer};
 use super::pricing::Price;
 use super::quote::{
-    QUOTE_ERROR, matching_offer, payment_required, quote_response, write_quote_headers,
+    QUOTE_ERROR, check_authorization, matching_offer, payment_required, quote_response,
+    write_quote_headers,
 };
 use super::receipt::PaymentReceipt;
 use super::replay::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
@@ -140,6 +141,9 @@ fn prepare<B>(
     let Some(offer) = matching_offer(&quote.accepts, &payload.accepted).cloned() else {
         return Err(invalid(reason::NO_MATCHING_REQUIREMENTS, payer.as_deref()));
     };
+    if let Err(why) = check_authorization(&offer, evm.as_ref(), config.clock.now_unix_secs()) {
+        return Err(invalid(why, payer.as_deref()));
+    }
     let fingerprint = keccak256(serde_json::to_vec(&payload.payload).unwrap_or_default()).0;
     let key = match &evm {
         Some(evm) => AuthorizationKey::new(
