@@ -6,24 +6,65 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
 use criterion::{BatchSize, Criterion, criterion_main};
-use http::Request;
+use http::{Request, Response};
 use http_body_util::Full;
 use tower::ServiceExt;
 use walletgate::clock::FakeClock;
+use walletgate::x402::payer::sequential_nonce;
 use walletgate::x402::{
-    DevLedger, ExactEvmPayload, Facilitator, FacilitatorRequest, LocalEvmFacilitator,
-    PaymentOption, PaymentPayload, PaymentRequirements, TransferWithAuthorization, UsdAmount,
-    codec, matching_offer,
+    DevLedger, ExactEvmDomain, ExactEvmPayload, Facilitator, FacilitatorRequest,
+    LocalEvmFacilitator, Payer, PaymentOption, PaymentPayload, PaymentRequirements, PriceTable,
+    TransferWithAuthorization, UsdAmount, X402Layer, codec, matching_offer,
 };
 
-#[path = "../tests/x402_support/mod.rs"]
-mod x402_support;
-
-use x402_support::poll::ready;
-use x402_support::{PAY_TO, Payer, answering, chat_layer, domain_of};
-
 const NOW: u64 = 1_750_000_000;
+const PAY_TO: &str = DevLedger::DEV_ACCOUNTS[9];
+
+/// Polls `future` once; it must be ready (nothing in memory waits).
+fn ready<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(output) => output,
+        Poll::Pending => panic!("an in-memory payment flow waited"),
+    }
+}
+
+/// `POST /v1/chat/completions` at 0.002 USD over a handler that answers at once.
+fn paid_chat(
+    facilitator: LocalEvmFacilitator,
+    clock: walletgate::SharedClock,
+) -> impl tower::Service<
+    Request<Full<Bytes>>,
+    Response = Response<walletgate::ResponseBody<Full<Bytes>>>,
+    Error = Infallible,
+    Future: Send,
+> + Clone {
+    let layer = X402Layer::builder()
+        .payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+        .pricing(
+            PriceTable::by_route()
+                .with_usd("POST /v1/chat/completions", "0.002")
+                .unwrap(),
+        )
+        .facilitator(facilitator)
+        .clock(clock)
+        .build()
+        .unwrap();
+    tower::ServiceBuilder::new()
+        .layer(layer)
+        .service(tower::service_fn(|_request: Request<Full<Bytes>>| async {
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"answer"))))
+        }))
+}
 
 fn offer() -> PaymentRequirements {
     PaymentOption::base_sepolia_usdc(PAY_TO)
@@ -38,7 +79,9 @@ fn bench_x402(c: &mut Criterion) {
     let facilitator = LocalEvmFacilitator::new(ledger.clone(), clock.clone());
     let offers = vec![offer()];
     let payer = Payer::dev(0);
-    let header = payer.header(&offers[0], NOW, 1);
+    let header = payer
+        .header_with_nonce(&offers[0], NOW, sequential_nonce(1))
+        .unwrap();
 
     // The floor: one recovery of the same signature over the same digest.
     let payment: PaymentPayload = codec::decode(header.as_bytes()).unwrap();
@@ -51,7 +94,9 @@ fn bench_x402(c: &mut Criterion) {
         validBefore: alloy_primitives::U256::from(evm.authorization.valid_before),
         nonce: evm.authorization.nonce.parse().unwrap(),
     };
-    let digest = domain_of(&offers[0]).signing_hash(&transfer);
+    let digest = ExactEvmDomain::for_offer(&offers[0])
+        .unwrap()
+        .signing_hash(&transfer);
     let signature: alloy_primitives::Signature = evm.signature.parse().unwrap();
     assert_eq!(
         signature.recover_address_from_prehash(&digest).unwrap(),
@@ -77,7 +122,7 @@ fn bench_x402(c: &mut Criterion) {
         })
     });
 
-    let service = answering(&chat_layer(facilitator.clone(), clock.clone()));
+    let service = paid_chat(facilitator.clone(), clock.clone());
     group.bench_function("quote_402", |b| {
         b.iter(|| {
             let request = Request::post("/v1/chat/completions")
@@ -93,7 +138,9 @@ fn bench_x402(c: &mut Criterion) {
         b.iter_batched(
             || {
                 nonce += 1;
-                let header = payer.header(&offers[0], NOW, nonce);
+                let header = payer
+                    .header_with_nonce(&offers[0], NOW, sequential_nonce(nonce))
+                    .unwrap();
                 Request::post("/v1/chat/completions")
                     .header("payment-signature", header)
                     .body(Full::default())

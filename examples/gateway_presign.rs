@@ -13,13 +13,10 @@
 //! ledger. Signing happens here so the load measures the server, not the
 //! client.
 
-#[path = "../tests/x402_support/mod.rs"]
-mod x402_support;
-
 use std::io::Write;
 
-use walletgate::x402::{PaymentRequired, codec};
-use x402_support::{PUBLIC_DEV_KEYS, Payer};
+use walletgate::x402::payer::sequential_nonce;
+use walletgate::x402::{Payer, PaymentRequired, codec};
 
 /// At most this many authorizations per run (the load runs are bounded).
 const MAX_COUNT: u64 = 1_000_000;
@@ -42,7 +39,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     if count == 0 || count > MAX_COUNT {
         return Err(format!("count must be 1..={MAX_COUNT}").into());
     }
-    let payers: Vec<Payer> = (0..PUBLIC_DEV_KEYS.len()).map(Payer::dev).collect();
+    // The four accounts the load script's ledger watches.
+    let payers: Vec<Payer> = (0..4).map(Payer::dev).collect();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_secs();
@@ -51,7 +49,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut file = std::io::BufWriter::new(std::fs::File::create(out)?);
     for index in 0..count {
         let payer = &payers[usize::try_from(index)? % payers.len()];
-        writeln!(file, "{}", payer.header(offer, now, base + index))?;
+        writeln!(
+            file,
+            "{}",
+            payer.header_with_nonce(offer, now, sequential_nonce(base + index))?
+        )?;
     }
     file.flush()?;
     eprintln!(

@@ -2,7 +2,7 @@
 //! that answers the standard API with the local verifier, or fails on cue.
 #![cfg(feature = "http-facilitator")]
 
-mod x402_support;
+mod x402_fixtures;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -19,11 +19,13 @@ use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use tower::ServiceExt;
 use walletgate::clock::FakeClock;
+use walletgate::x402::Payer;
+use walletgate::x402::payer::sequential_nonce;
 use walletgate::x402::{
     DevLedger, Facilitator, FacilitatorErrorKind, FacilitatorRequest, HttpFacilitator,
     LocalEvmFacilitator, PaymentRequired, X402, codec,
 };
-use x402_support::{Answering, CHAT, Payer, answering, chat_layer};
+use x402_fixtures::{Answering, CHAT, answering, chat_layer};
 
 const NOW: u64 = 1_750_000_000;
 
@@ -164,7 +166,11 @@ async fn layer_pays_through_the_http_facilitator() {
     let payer = Payer::dev(0);
     let response = service
         .clone()
-        .oneshot(chat(Some(&payer.header(&offer, NOW, 1))))
+        .oneshot(chat(Some(
+            &payer
+                .header_with_nonce(&offer, NOW, sequential_nonce(1))
+                .unwrap(),
+        )))
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
@@ -191,7 +197,9 @@ async fn facilitator_5xx_is_a_503_and_the_same_payment_succeeds_later() {
     let fixture = facilitator_server().await;
     let service = gateway(client(fixture.address));
     let offer = offer_of(&service).await;
-    let header = Payer::dev(0).header(&offer, NOW, 1);
+    let header = Payer::dev(0)
+        .header_with_nonce(&offer, NOW, sequential_nonce(1))
+        .unwrap();
     fixture.scripted.mode.store(FAIL_500, Ordering::SeqCst);
     let response = service.clone().oneshot(chat(Some(&header))).await.unwrap();
     assert_eq!(response.status(), 503);
@@ -214,9 +222,13 @@ async fn verdicts_and_supported_kinds_come_through() {
 
     let service = gateway(facilitator);
     let offer = offer_of(&service).await;
-    let unfunded = Payer::from_key([0x42; 32]);
+    let unfunded = Payer::from_key([0x42; 32]).unwrap();
     let response = service
-        .oneshot(chat(Some(&unfunded.header(&offer, NOW, 1))))
+        .oneshot(chat(Some(
+            &unfunded
+                .header_with_nonce(&offer, NOW, sequential_nonce(1))
+                .unwrap(),
+        )))
         .await
         .unwrap();
     assert_eq!(response.status(), 402);
@@ -239,7 +251,11 @@ async fn unreachable_or_silent_facilitators_are_unavailable() {
     let service = gateway(impatient);
     let offer = offer_of(&service).await;
     let response = service
-        .oneshot(chat(Some(&Payer::dev(0).header(&offer, NOW, 1))))
+        .oneshot(chat(Some(
+            &Payer::dev(0)
+                .header_with_nonce(&offer, NOW, sequential_nonce(1))
+                .unwrap(),
+        )))
         .await
         .unwrap();
     assert_eq!(response.status(), 503);

@@ -5,7 +5,7 @@
 //! Needs Node.js and the client packages: `npm ci --prefix tests/interop/x402`.
 #![cfg(feature = "x402")]
 
-mod x402_support;
+mod x402_fixtures;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use axum::routing::post;
 use serde_json::Value;
 use walletgate::clock::SystemClock;
 use walletgate::x402::{DevLedger, LocalEvmFacilitator, PaymentReceipt};
-use x402_support::{CHAT, PAY_TO, QUOTED_UNITS, chat_layer};
+use x402_fixtures::{CHAT, PAY_TO, QUOTED_UNITS, chat_layer};
 
 /// The payer: account 0, as the script signs.
 const PAYER: &str = DevLedger::DEV_ACCOUNTS[0];

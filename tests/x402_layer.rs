@@ -2,7 +2,7 @@
 //! the local EVM verifier and the development ledger; no sockets, no sleeps.
 #![cfg(feature = "x402")]
 
-mod x402_support;
+mod x402_fixtures;
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -20,12 +20,14 @@ use tower::util::BoxCloneService;
 use tower::{Service, ServiceExt};
 use walletgate::ResponseBody;
 use walletgate::clock::FakeClock;
+use walletgate::x402::payer::sequential_nonce;
+use walletgate::x402::{AtomicAmount, ExactEvmDomain, Payer};
 use walletgate::x402::{
     BoxFuture, DevLedger, Facilitator, FacilitatorError, FacilitatorRequest, LocalEvmFacilitator,
     Network, PaymentOption, PaymentReceipt, PaymentRequired, PaymentRequirements, PriceTable,
     SettleResponse, SupportedResponse, TokenId, VerifyResponse, X402, X402Layer, codec,
 };
-use x402_support::{CHAT, PAY_TO, Payer, QUOTED_UNITS, domain_of};
+use x402_fixtures::{CHAT, PAY_TO, QUOTED_UNITS};
 
 const NOW: u64 = 1_750_000_000;
 const PAID_CONTENT: &[u8] = b"paid content";
@@ -347,7 +349,11 @@ async fn first_offer_signed_is_verified_served_and_settled_once() {
     let payer = Payer::dev(0);
     let before = (h.balance(&payer.address()), h.balance(PAY_TO));
     let response = h
-        .send(chat(Some(&payer.header(&quote.accepts[0], NOW, 1))))
+        .send(chat(Some(
+            &payer
+                .header_with_nonce(&quote.accepts[0], NOW, sequential_nonce(1))
+                .unwrap(),
+        )))
         .await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["cache-control"], "private");
@@ -393,7 +399,11 @@ async fn second_offer_is_accepted_too() {
     h.ledger
         .fund(&token, payer.address().parse().unwrap(), 1_000_000);
     let response = h
-        .send(chat(Some(&payer.header(&quote.accepts[1], NOW, 1))))
+        .send(chat(Some(
+            &payer
+                .header_with_nonce(&quote.accepts[1], NOW, sequential_nonce(1))
+                .unwrap(),
+        )))
         .await;
     assert_eq!(response.status(), 200);
     assert_eq!(
@@ -414,9 +424,13 @@ async fn amount_off_by_one_unit_is_refused() {
     let mut offer = h.first_offer().await;
     let payer = Payer::dev(0);
     for units in [QUOTED_UNITS - 1, QUOTED_UNITS + 1] {
-        offer.amount = x402_support::units(units);
+        offer.amount = AtomicAmount::new(units);
         let response = h
-            .send(chat(Some(&payer.header(&offer, NOW, units as u64))))
+            .send(chat(Some(
+                &payer
+                    .header_with_nonce(&offer, NOW, sequential_nonce(units as u64))
+                    .unwrap(),
+            )))
             .await;
         let body = assert_rejected(response, 402, "PAYMENT_INVALID").await;
         assert_eq!(body["error"], "Payment verification failed");
@@ -424,9 +438,9 @@ async fn amount_off_by_one_unit_is_refused() {
     }
     // Matching echo, but the signed value is off by one.
     let offer = h.first_offer().await;
-    let mut authorization = payer.authorization(&offer, NOW, 7);
-    authorization.value = x402_support::units(QUOTED_UNITS - 1);
-    let header = codec::encode(&payer.pay(&offer, authorization));
+    let mut authorization = payer.authorization(&offer, NOW, sequential_nonce(7));
+    authorization.value = AtomicAmount::new(QUOTED_UNITS - 1);
+    let header = codec::encode(&payer.sign(&offer, authorization).unwrap());
     assert_rejected(h.send(chat(Some(&header))).await, 402, "PAYMENT_INVALID").await;
     assert_eq!(h.calls.load(Ordering::SeqCst), 0);
     assert_eq!(h.settlements(), 0);
@@ -447,13 +461,15 @@ async fn wrong_pay_to_network_or_asset_is_refused() {
         .iter()
         .enumerate()
     {
-        let header = payer.header(echo, NOW, nonce as u64);
+        let header = payer
+            .header_with_nonce(echo, NOW, sequential_nonce(nonce as u64))
+            .unwrap();
         assert_rejected(h.send(chat(Some(&header))).await, 402, "PAYMENT_INVALID").await;
     }
     // The echo matches, but the signed authorization pays someone else.
-    let mut authorization = payer.authorization(&offer, NOW, 9);
+    let mut authorization = payer.authorization(&offer, NOW, sequential_nonce(9));
     authorization.to = DevLedger::DEV_ACCOUNTS[3].into();
-    let header = codec::encode(&payer.pay(&offer, authorization));
+    let header = codec::encode(&payer.sign(&offer, authorization).unwrap());
     let body = assert_rejected(h.send(chat(Some(&header))).await, 402, "PAYMENT_INVALID").await;
     assert_eq!(
         body["debug"],
@@ -462,11 +478,13 @@ async fn wrong_pay_to_network_or_asset_is_refused() {
     // Signed under another token's domain name.
     let mut other_domain = offer.clone();
     other_domain.extra.insert("name".into(), "USD Coin".into());
-    let signed = payer.pay_with_domain(
-        &offer,
-        payer.authorization(&offer, NOW, 10),
-        &domain_of(&other_domain),
-    );
+    let signed = payer
+        .sign_with_domain(
+            &offer,
+            payer.authorization(&offer, NOW, sequential_nonce(10)),
+            &ExactEvmDomain::for_offer(&other_domain).unwrap(),
+        )
+        .unwrap();
     let body = assert_rejected(
         h.send(chat(Some(&codec::encode(&signed)))).await,
         402,
@@ -492,21 +510,21 @@ async fn window_too_short_or_not_yet_valid_is_unfunded_and_a_past_valid_after_is
     let h = Harness::new();
     let offer = h.first_offer().await;
     let payer = Payer::dev(0);
-    let mut short = payer.authorization(&offer, NOW, 1);
+    let mut short = payer.authorization(&offer, NOW, sequential_nonce(1));
     short.valid_before = NOW + 5;
-    let header = codec::encode(&payer.pay(&offer, short));
+    let header = codec::encode(&payer.sign(&offer, short).unwrap());
     let body = assert_rejected(h.send(chat(Some(&header))).await, 402, "PAYMENT_UNFUNDED").await;
     assert_eq!(body["error"], "Payment verification failed");
 
-    let mut early = payer.authorization(&offer, NOW, 2);
+    let mut early = payer.authorization(&offer, NOW, sequential_nonce(2));
     early.valid_after = NOW + 60;
-    let header = codec::encode(&payer.pay(&offer, early));
+    let header = codec::encode(&payer.sign(&offer, early).unwrap());
     assert_rejected(h.send(chat(Some(&header))).await, 402, "PAYMENT_UNFUNDED").await;
 
     // The BlockRun SDKs sign validAfter = now - 600.
-    let mut blockrun = payer.authorization(&offer, NOW, 3);
+    let mut blockrun = payer.authorization(&offer, NOW, sequential_nonce(3));
     blockrun.valid_after = NOW - 600;
-    let header = codec::encode(&payer.pay(&offer, blockrun));
+    let header = codec::encode(&payer.sign(&offer, blockrun).unwrap());
     assert_eq!(h.send(chat(Some(&header))).await.status(), 200);
     assert_eq!(h.settlements(), 1);
 }
@@ -515,9 +533,14 @@ async fn window_too_short_or_not_yet_valid_is_unfunded_and_a_past_valid_after_is
 async fn unfunded_payer_is_refused_with_its_address() {
     let h = Harness::new();
     let offer = h.first_offer().await;
-    let payer = Payer::from_key([0x42; 32]);
+    let payer = Payer::from_key([0x42; 32]).unwrap();
     let body = assert_rejected(
-        h.send(chat(Some(&payer.header(&offer, NOW, 1)))).await,
+        h.send(chat(Some(
+            &payer
+                .header_with_nonce(&offer, NOW, sequential_nonce(1))
+                .unwrap(),
+        )))
+        .await,
         402,
         "PAYMENT_UNFUNDED",
     )
@@ -530,7 +553,9 @@ async fn unfunded_payer_is_refused_with_its_address() {
 async fn duplicate_while_in_flight_is_a_replay() {
     let h = Harness::new();
     let offer = h.first_offer().await;
-    let header = Payer::dev(0).header(&offer, NOW, 1);
+    let header = Payer::dev(0)
+        .header_with_nonce(&offer, NOW, sequential_nonce(1))
+        .unwrap();
     let first = h.start_and_hold(&header).await;
     let duplicate = h.send(chat(Some(&header))).await;
     let body = assert_rejected(duplicate, 402, "PAYMENT_REPLAY").await;
@@ -545,7 +570,9 @@ async fn duplicate_while_in_flight_is_a_replay() {
 async fn duplicate_after_settlement_is_a_replay() {
     let h = Harness::new();
     let offer = h.first_offer().await;
-    let header = Payer::dev(0).header(&offer, NOW, 1);
+    let header = Payer::dev(0)
+        .header_with_nonce(&offer, NOW, sequential_nonce(1))
+        .unwrap();
     assert_eq!(h.send(chat(Some(&header))).await.status(), 200);
     assert_rejected(h.send(chat(Some(&header))).await, 402, "PAYMENT_REPLAY").await;
     h.clock.set_unix_secs(NOW + 250);
@@ -559,7 +586,9 @@ async fn paid_replay_hands_the_original_receipt_to_the_handler_uncharged() {
     let h = Harness::with(true);
     let offer = h.first_offer().await;
     let payer = Payer::dev(0);
-    let header = payer.header(&offer, NOW, 1);
+    let header = payer
+        .header_with_nonce(&offer, NOW, sequential_nonce(1))
+        .unwrap();
     let first = h.send(chat(Some(&header))).await;
     assert_eq!(first.status(), 200);
     let settled: SettleResponse =
@@ -586,9 +615,9 @@ async fn paid_replay_hands_the_original_receipt_to_the_handler_uncharged() {
     assert_eq!(h.settlements(), 1);
 
     // Another signature over the same (payer, nonce) does not get the receipt.
-    let mut forged = payer.authorization(&offer, NOW, 1);
+    let mut forged = payer.authorization(&offer, NOW, sequential_nonce(1));
     forged.valid_before -= 1;
-    let header = codec::encode(&payer.pay(&offer, forged));
+    let header = codec::encode(&payer.sign(&offer, forged).unwrap());
     assert_rejected(h.send(chat(Some(&header))).await, 402, "PAYMENT_REPLAY").await;
 }
 
@@ -596,7 +625,9 @@ async fn paid_replay_hands_the_original_receipt_to_the_handler_uncharged() {
 async fn same_signature_is_accepted_after_a_503_from_the_facilitator() {
     let h = Harness::new();
     let offer = h.first_offer().await;
-    let header = Payer::dev(0).header(&offer, NOW, 1);
+    let header = Payer::dev(0)
+        .header_with_nonce(&offer, NOW, sequential_nonce(1))
+        .unwrap();
     h.facilitator
         .unavailable_verifies
         .store(1, Ordering::SeqCst);
@@ -612,7 +643,9 @@ async fn error_answers_are_never_settled_and_release_the_claim() {
     let h = Harness::new();
     let offer = h.first_offer().await;
     let payer = Payer::dev(0);
-    let header = payer.header(&offer, NOW, 1);
+    let header = payer
+        .header_with_nonce(&offer, NOW, sequential_nonce(1))
+        .unwrap();
     let before = h.balance(&payer.address());
     for status in ["500", "503", "504", "400", "404", "429"] {
         let response = h
@@ -636,7 +669,9 @@ async fn error_answers_are_never_settled_and_release_the_claim() {
 async fn dropped_request_is_never_settled() {
     let h = Harness::new();
     let offer = h.first_offer().await;
-    let header = Payer::dev(0).header(&offer, NOW, 1);
+    let header = Payer::dev(0)
+        .header_with_nonce(&offer, NOW, sequential_nonce(1))
+        .unwrap();
     let task = h.start_and_hold(&header).await;
     task.abort();
     assert!(task.await.unwrap_err().is_cancelled());
@@ -652,7 +687,9 @@ async fn failed_settlement_releases_no_body() {
     let h = Harness::new();
     let offer = h.first_offer().await;
     let payer = Payer::dev(0);
-    let header = payer.header(&offer, NOW, 1);
+    let header = payer
+        .header_with_nonce(&offer, NOW, sequential_nonce(1))
+        .unwrap();
     let before = h.balance(&payer.address());
     h.facilitator.fail_settlements.store(true, Ordering::SeqCst);
     let response = h.send(chat(Some(&header))).await;
@@ -698,7 +735,11 @@ async fn a_thousand_parallel_requests_settle_each_authorization_once() {
     let before: Vec<u128> = payers.iter().map(|p| h.balance(&p.address())).collect();
     let payee_before = h.balance(PAY_TO);
     let headers: Vec<String> = (0..100u64)
-        .map(|n| payers[n as usize % 4].header(&offer, NOW, n))
+        .map(|n| {
+            payers[n as usize % 4]
+                .header_with_nonce(&offer, NOW, sequential_nonce(n))
+                .unwrap()
+        })
         .collect();
     let mut tasks = Vec::with_capacity(1000);
     for round in 0..10 {

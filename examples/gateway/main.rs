@@ -39,10 +39,6 @@ mod sdk_tests;
 mod solana_tests;
 #[cfg(test)]
 mod tests;
-// The x402 tests' payer: signs EIP-3009 authorizations with the public dev keys.
-#[cfg(test)]
-#[path = "../../tests/x402_support/mod.rs"]
-mod x402_support;
 
 use std::net::SocketAddr;
 

@@ -23,7 +23,8 @@ use crate::tests::{
     now_secs, path,
 };
 use crate::upstream::{BoxFuture, Completion, EchoUpstream, EventStream, Upstream, UpstreamFault};
-use crate::x402_support::Payer;
+use walletgate::x402::Payer;
+use walletgate::x402::payer::sequential_nonce;
 
 const PAID_MODEL: &str = "anthropic/claude-sonnet-4.6";
 const FREE_MODEL: &str = "nvidia/nemotron-super";
@@ -238,7 +239,7 @@ fn gated_config(gate: Arc<Gated>) -> Config {
 
 /// A payer no account funds: a throwaway key, not a development account.
 fn unfunded_payer() -> Payer {
-    Payer::from_key([0x42; 32])
+    Payer::from_key([0x42; 32]).unwrap()
 }
 
 #[tokio::test]
@@ -258,13 +259,17 @@ async fn every_payment_code_with_its_status_envelope_and_headers_settles_nothing
             cheaper.amount = AtomicAmount::new(offer.amount.units() - 1);
             let wrong_domain =
                 ExactEvmDomain::new("USD Coin", "2", 84532, offer.asset.parse().unwrap());
-            let mut expiring = dev.authorization(&offer, now_secs(), fresh_nonce());
+            let mut expiring =
+                dev.authorization(&offer, now_secs(), sequential_nonce(fresh_nonce()));
             expiring.valid_before = now_secs() + 2;
-            let mut not_yet = dev.authorization(&offer, now_secs(), fresh_nonce());
+            let mut not_yet =
+                dev.authorization(&offer, now_secs(), sequential_nonce(fresh_nonce()));
             not_yet.valid_after = now_secs() + 600;
-            let mut overpaid = dev.authorization(&offer, now_secs(), fresh_nonce());
+            let mut overpaid =
+                dev.authorization(&offer, now_secs(), sequential_nonce(fresh_nonce()));
             overpaid.value = AtomicAmount::new(offer.amount.units() + 1);
-            let mut elsewhere = dev.authorization(&offer, now_secs(), fresh_nonce());
+            let mut elsewhere =
+                dev.authorization(&offer, now_secs(), sequential_nonce(fresh_nonce()));
             elsewhere.to = DevLedger::DEV_ACCOUNTS[3].into();
 
             let cases: Vec<(ErrorCode, &str, String)> = vec![
@@ -277,44 +282,56 @@ async fn every_payment_code_with_its_status_envelope_and_headers_settles_nothing
                 (
                     ErrorCode::PaymentInvalid,
                     "a price other than the quote",
-                    encode(&dev.pay(
-                        &cheaper,
-                        dev.authorization(&cheaper, now_secs(), fresh_nonce()),
-                    )),
+                    encode(
+                        &dev.sign(
+                            &cheaper,
+                            dev.authorization(
+                                &cheaper,
+                                now_secs(),
+                                sequential_nonce(fresh_nonce()),
+                            ),
+                        )
+                        .unwrap(),
+                    ),
                 ),
                 (
                     ErrorCode::PaymentInvalid,
                     "signed under another token's domain",
-                    encode(&dev.pay_with_domain(
-                        &offer,
-                        dev.authorization(&offer, now_secs(), fresh_nonce()),
-                        &wrong_domain,
-                    )),
+                    encode(
+                        &dev.sign_with_domain(
+                            &offer,
+                            dev.authorization(&offer, now_secs(), sequential_nonce(fresh_nonce())),
+                            &wrong_domain,
+                        )
+                        .unwrap(),
+                    ),
                 ),
                 (
                     ErrorCode::PaymentInvalid,
                     "value above the quote",
-                    encode(&dev.pay(&offer, overpaid)),
+                    encode(&dev.sign(&offer, overpaid).unwrap()),
                 ),
                 (
                     ErrorCode::PaymentInvalid,
                     "another recipient",
-                    encode(&dev.pay(&offer, elsewhere)),
+                    encode(&dev.sign(&offer, elsewhere).unwrap()),
                 ),
                 (
                     ErrorCode::PaymentUnfunded,
                     "no funds",
-                    unfunded_payer().header(&offer, now_secs(), fresh_nonce()),
+                    unfunded_payer()
+                        .header_with_nonce(&offer, now_secs(), sequential_nonce(fresh_nonce()))
+                        .unwrap(),
                 ),
                 (
                     ErrorCode::PaymentUnfunded,
                     "expiring authorization",
-                    encode(&dev.pay(&offer, expiring)),
+                    encode(&dev.sign(&offer, expiring).unwrap()),
                 ),
                 (
                     ErrorCode::PaymentUnfunded,
                     "not yet valid",
-                    encode(&dev.pay(&offer, not_yet)),
+                    encode(&dev.sign(&offer, not_yet).unwrap()),
                 ),
             ];
             for (code, case, payment) in cases {
@@ -539,7 +556,12 @@ async fn an_image_job_is_paid_once_polled_with_its_signature_and_recovered_uncha
     let offer = quote.quote().accepts[0].clone();
     let payment = server
         .payer
-        .header(&offer, clock.now_unix_secs(), fresh_nonce());
+        .header_with_nonce(
+            &offer,
+            clock.now_unix_secs(),
+            sequential_nonce(fresh_nonce()),
+        )
+        .unwrap();
 
     let accepted = server.post_once(url, request.clone(), Some(&payment)).await;
     assert_eq!(accepted.status, 202, "{}", accepted.text());
@@ -574,7 +596,13 @@ async fn an_image_job_is_paid_once_polled_with_its_signature_and_recovered_uncha
     );
     // Another payer's payment of the same price does not open this job, and is not charged.
     let stranger = Payer::dev(2);
-    let stranger_payment = stranger.header(&offer, clock.now_unix_secs(), fresh_nonce());
+    let stranger_payment = stranger
+        .header_with_nonce(
+            &offer,
+            clock.now_unix_secs(),
+            sequential_nonce(fresh_nonce()),
+        )
+        .unwrap();
     let refused = poll(&server, &poll_url, Some(&stranger_payment)).await;
     assert_eq!(refused.status, 404, "{}", refused.text());
     assert_eq!(

@@ -11,7 +11,8 @@ use walletgate::x402::DevLedger;
 
 use crate::config::Config;
 use crate::tests::Server;
-use crate::x402_support::{PUBLIC_DEV_KEYS, Payer};
+use walletgate::x402::Payer;
+use walletgate::x402::payer::DEV_KEYS as PUBLIC_DEV_KEYS;
 
 /// Longest a client run may take (the image job alone waits one 5 s poll).
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(180);

@@ -29,7 +29,8 @@ use crate::config::Config;
 use crate::pipeline::{ParsedRequest, ResolvedModel, request_price};
 use crate::request::{ChatRequest, Endpoint};
 use crate::upstream::{ApiKey, Fault};
-use crate::x402_support::Payer;
+use walletgate::x402::Payer;
+use walletgate::x402::payer::sequential_nonce;
 
 pub(crate) const ENDPOINTS: [Endpoint; 3] =
     [Endpoint::Chat, Endpoint::Messages, Endpoint::Responses];
@@ -188,7 +189,9 @@ impl Server {
     /// A `PAYMENT-SIGNATURE` by `payer` for the first offer of `quote`.
     pub(crate) fn sign(&self, quote: &Reply, payer: &Payer) -> String {
         let offer = quote.quote().accepts[0].clone();
-        payer.header(&offer, now_secs(), fresh_nonce())
+        payer
+            .header_with_nonce(&offer, now_secs(), sequential_nonce(fresh_nonce()))
+            .unwrap()
     }
 
     pub(crate) async fn post(&self, path: &str, body: &Value) -> Reply {

@@ -14,6 +14,8 @@ use std::sync::{Mutex, PoisonError};
 use alloy_primitives::{Address, B256, Signature, U256, keccak256};
 use alloy_sol_types::{Eip712Domain, SolStruct, sol};
 
+use super::types::{PaymentRequirements, SCHEME_EXACT};
+
 sol! {
     /// EIP-3009 `TransferWithAuthorization`, the struct an exact-EVM payment signs.
     #[derive(Debug, PartialEq, Eq)]
@@ -55,7 +57,7 @@ pub(crate) fn parse_signature(text: &str) -> Option<Signature> {
 }
 
 /// Exactly `N` bytes of `0x`-prefixed hex, either case.
-fn prefixed_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+pub(crate) fn prefixed_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     let digits = text.strip_prefix("0x")?.as_bytes();
     if digits.len() != N * 2 {
         return None;
@@ -122,6 +124,21 @@ impl ExactEvmDomain {
     pub fn base_sepolia_usdc() -> Self {
         let token = TokenId::base_sepolia_usdc();
         Self::new("USDC", "2", token.chain_id, token.asset)
+    }
+
+    /// The domain an exact-EVM offer names: `extra.name`/`extra.version`,
+    /// its chain and asset. `None` if the offer is not exact on an `eip155:`
+    /// network or lacks any of them.
+    pub fn for_offer(offer: &PaymentRequirements) -> Option<Self> {
+        if offer.scheme != SCHEME_EXACT {
+            return None;
+        }
+        Some(Self::new(
+            offer.extra_str("name")?,
+            offer.extra_str("version")?,
+            offer.network.eip155_chain_id()?,
+            parse_evm_address(&offer.asset)?,
+        ))
     }
 
     /// The domain separator.

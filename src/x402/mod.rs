@@ -88,6 +88,7 @@ mod http_facilitator;
 mod layer;
 mod ledger;
 mod local_evm;
+pub mod payer;
 mod pricing;
 mod quote;
 mod receipt;
@@ -108,6 +109,7 @@ pub use http_facilitator::{DEFAULT_FACILITATOR_TIMEOUT, HttpFacilitator};
 pub use layer::{X402Layer, X402LayerBuilder};
 pub use ledger::{DevLedger, Ledger, LedgerError, Transfer};
 pub use local_evm::{LocalEvmFacilitator, MIN_REMAINING_VALIDITY_SECS};
+pub use payer::{Payer, PayerError};
 pub use pricing::{Price, PriceTable, Pricing};
 pub use quote::{
     AUTHORIZATION_CLOCK_SKEW_SECS, BASE_SEPOLIA_USDC, DEFAULT_MAX_TIMEOUT_SECS, PaymentOption,
