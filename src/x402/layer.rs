@@ -8,7 +8,7 @@ use tower_layer::Layer;
 use super::error::ConfigError;
 use super::facilitator::Facilitator;
 use super::pricing::Pricing;
-use super::quote::PaymentOption;
+use super::quote::{PaymentOption, QuoteCache};
 use super::replay::{InMemoryNonceStore, NonceStore};
 use super::service::X402;
 use super::types::UsdAmount;
@@ -35,6 +35,7 @@ pub(crate) struct Config {
     pub(crate) public_base_url: Option<String>,
     pub(crate) description: String,
     pub(crate) mime_type: String,
+    pub(crate) quotes: QuoteCache,
 }
 
 impl X402Layer {
@@ -203,6 +204,7 @@ impl X402LayerBuilder {
                 public_base_url: self.public_base_url,
                 description: self.description,
                 mime_type: self.mime_type,
+                quotes: QuoteCache::default(),
             }),
         })
     }

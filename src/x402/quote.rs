@@ -1,5 +1,8 @@
 //! Offers, the 402 quote, and matching a payment against the offers.
 
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{Map, Value};
@@ -194,6 +197,87 @@ pub(crate) fn quote_response(required: &PaymentRequired, first: &PaymentOption) 
     response
 }
 
+/// A quote built once: the offers, and the 402's body and headers as bytes.
+#[derive(Debug)]
+pub(crate) struct Quote {
+    required: PaymentRequired,
+    body: Bytes,
+    headers: HeaderMap,
+}
+
+impl Quote {
+    /// The quote of `options` at `total` for `resource`; `None` if no option
+    /// can express `total` in whole units of its asset.
+    fn build(options: &[PaymentOption], total: UsdAmount, resource: ResourceInfo) -> Option<Self> {
+        let offers: Vec<_> = options
+            .iter()
+            .filter_map(|option| option.requirements(total))
+            .collect();
+        let first = options.first().filter(|_| !offers.is_empty())?;
+        let required = payment_required(resource, offers, QUOTE_ERROR);
+        let (parts, body) = quote_response(&required, first).into_parts();
+        Some(Self {
+            required,
+            body,
+            headers: parts.headers,
+        })
+    }
+
+    /// `PAYMENT-REQUIRED` decoded.
+    pub(crate) fn required(&self) -> &PaymentRequired {
+        &self.required
+    }
+
+    /// The 402 quote, from the bytes built once.
+    pub(crate) fn response(&self) -> Response<Bytes> {
+        let mut response = Response::new(self.body.clone());
+        *response.status_mut() = StatusCode::PAYMENT_REQUIRED;
+        *response.headers_mut() = self.headers.clone();
+        response
+    }
+}
+
+/// Quotes by resource URL, each for the price it was built at: a request for
+/// the same resource at the same price gets the same bytes; a new price
+/// rebuilds the entry. The offers are the layer's own and never change.
+#[derive(Debug, Default)]
+pub(crate) struct QuoteCache {
+    quotes: RwLock<HashMap<String, (UsdAmount, Arc<Quote>)>>,
+}
+
+/// Resources quoted at most; past it the cache starts afresh (URLs carry the
+/// query and the `Host`, which clients choose).
+const QUOTE_CACHE_LEN: usize = 1024;
+
+impl QuoteCache {
+    /// The quote of `options` at `total` for `resource`, built on first use.
+    pub(crate) fn quote(
+        &self,
+        options: &[PaymentOption],
+        total: UsdAmount,
+        resource: ResourceInfo,
+    ) -> Option<Arc<Quote>> {
+        let cached = self
+            .quotes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&resource.url)
+            .filter(|(price, _)| *price == total)
+            .map(|(_, quote)| quote.clone());
+        if cached.is_some() {
+            return cached;
+        }
+        let url = resource.url.clone();
+        let quote = Arc::new(Quote::build(options, total, resource)?);
+        let mut quotes = self.quotes.write().unwrap_or_else(PoisonError::into_inner);
+        if quotes.len() >= QUOTE_CACHE_LEN && !quotes.contains_key(&url) {
+            quotes.clear();
+        }
+        quotes.insert(url, (total, quote.clone()));
+        Some(quote)
+    }
+}
+
 /// Builds the quote for `resource` from the offers.
 pub(crate) fn payment_required(
     resource: ResourceInfo,
@@ -386,6 +470,69 @@ mod tests {
             crate::x402::code_for_reason(reason::SIGNATURE_NOT_CANONICAL),
             crate::envelope::ErrorCode::PaymentInvalid
         );
+    }
+
+    #[test]
+    fn quotes_are_built_once_per_resource_and_price() {
+        let cache = QuoteCache::default();
+        let options = [PaymentOption::base_sepolia_usdc(PAY_TO).unwrap()];
+        let resource = |url: &str| ResourceInfo {
+            url: url.into(),
+            ..ResourceInfo::default()
+        };
+        let price = UsdAmount::from_micros(11_000);
+        let first = cache
+            .quote(&options, price, resource("http://a/x"))
+            .unwrap();
+        let again = cache
+            .quote(&options, price, resource("http://a/x"))
+            .unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        // Same bytes as building afresh.
+        let fresh = quote_response(first.required(), &options[0]);
+        let cached = again.response();
+        assert_eq!(cached.status(), fresh.status());
+        assert_eq!(cached.headers(), fresh.headers());
+        assert_eq!(cached.body(), fresh.body());
+        // The body and header bytes are shared, not copied.
+        assert_eq!(cached.body().as_ptr(), again.response().body().as_ptr());
+
+        // A new price rebuilds; another resource has its own entry.
+        let dearer = cache
+            .quote(
+                &options,
+                UsdAmount::from_micros(12_000),
+                resource("http://a/x"),
+            )
+            .unwrap();
+        assert_eq!(dearer.required().accepts[0].amount.units(), 12_000);
+        let other = cache
+            .quote(&options, price, resource("http://a/y"))
+            .unwrap();
+        assert_eq!(other.required().resource.url, "http://a/y");
+        assert!(!Arc::ptr_eq(&other, &first));
+        // A price no option can express in whole units gives no quote.
+        let cents = [options[0].clone().with_asset_units(2, "USD")];
+        assert!(
+            cache
+                .quote(&cents, UsdAmount::from_micros(1), resource("http://a/z"))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_quote_cache_is_bounded() {
+        let cache = QuoteCache::default();
+        let options = [PaymentOption::base_sepolia_usdc(PAY_TO).unwrap()];
+        let price = UsdAmount::from_micros(11_000);
+        for n in 0..QUOTE_CACHE_LEN + 5 {
+            let resource = ResourceInfo {
+                url: format!("http://a/{n}"),
+                ..ResourceInfo::default()
+            };
+            cache.quote(&options, price, resource).unwrap();
+        }
+        assert!(cache.quotes.read().unwrap().len() <= QUOTE_CACHE_LEN);
     }
 
     #[test]

@@ -13,10 +13,7 @@ use super::facilitator::{FacilitatorRequest, code_for_reason, reason};
 use super::future::ResponseFuture;
 use super::layer::{Config, X402Layer};
 use super::pricing::Price;
-use super::quote::{
-    QUOTE_ERROR, check_authorization, matching_offer, payment_required, quote_response,
-    write_quote_headers,
-};
+use super::quote::{Quote, check_authorization, matching_offer, write_quote_headers};
 use super::receipt::PaymentReceipt;
 use super::replay::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
 use super::types::{PaymentPayload, PaymentRequired, ResourceInfo, SettleResponse};
@@ -90,7 +87,7 @@ where
 /// A payment that decoded and matched an offer, ready to claim and verify.
 struct Payment {
     request: FacilitatorRequest,
-    quote: PaymentRequired,
+    quote: Arc<Quote>,
     key: AuthorizationKey,
     fingerprint: [u8; 32],
     payer: Option<String>,
@@ -112,22 +109,23 @@ fn prepare<B>(
             .with_debug("price overflow")
             .into_response(style));
     };
-    let offers: Vec<_> = config
-        .options
-        .iter()
-        .filter_map(|option| option.requirements(total))
-        .collect();
-    let (Some(first_option), false) = (config.options.first(), offers.is_empty()) else {
+    let resource = resource_of(config, request);
+    let Some(quote) = config.quotes.quote(&config.options, total, resource) else {
         return Err(GatewayError::new(ErrorCode::InternalError)
             .with_debug("price is not a whole number of the asset's units")
             .into_response(style));
     };
-    let quote = payment_required(resource_of(config, request), offers, QUOTE_ERROR);
     let Some(header_value) = request.headers().get(header::PAYMENT_SIGNATURE) else {
-        return Err(quote_response(&quote, first_option));
+        return Err(quote.response());
     };
     let invalid = |why: &str, payer: Option<&str>| {
-        payment_rejection(ErrorCode::PaymentInvalid, why, payer, style, &quote)
+        payment_rejection(
+            ErrorCode::PaymentInvalid,
+            why,
+            payer,
+            style,
+            quote.required(),
+        )
     };
     let payload: PaymentPayload = match codec::decode(header_value.as_bytes()) {
         Ok(payload) => payload,
@@ -138,7 +136,7 @@ fn prepare<B>(
     if payload.x402_version != super::X402_VERSION {
         return Err(invalid(reason::INVALID_X402_VERSION, payer.as_deref()));
     }
-    let Some(offer) = matching_offer(&quote.accepts, &payload.accepted).cloned() else {
+    let Some(offer) = matching_offer(&quote.required().accepts, &payload.accepted).cloned() else {
         return Err(invalid(reason::NO_MATCHING_REQUIREMENTS, payer.as_deref()));
     };
     if let Err(why) = check_authorization(&offer, evm.as_ref(), config.clock.now_unix_secs()) {
@@ -258,7 +256,11 @@ where
     } = payment;
     let reject = |code: ErrorCode, why: &str, payer: Option<&str>| {
         Ok(rejection(payment_rejection(
-            code, why, payer, style, &quote,
+            code,
+            why,
+            payer,
+            style,
+            quote.required(),
         )))
     };
     let offer = &facilitation.payment_requirements;
