@@ -30,7 +30,7 @@
 //! ```
 
 use crate::store::StoreError;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
 
@@ -112,21 +112,70 @@ enum State {
 struct Entry {
     state: State,
     expires_at_unix_secs: u64,
+    /// Its place in the shard's expiry index.
+    seq: u64,
 }
 
-/// Smallest map size at which expired entries are swept.
-const SWEEP_MIN_LEN: usize = 1024;
+/// Expired entries removed per store operation at most: more than an
+/// operation adds (one), so the backlog drains while no call pays for all of it.
+const SWEEP_STEP: usize = 8;
 
-/// An in-process [`NonceStore`] with expiry; entries past their time are
-/// swept whenever the map doubles, so memory follows the live set.
+/// Independent maps, each behind its own lock: contention and every map's
+/// growth are a sixteenth of the whole.
+const SHARDS: usize = 16;
+
+/// An in-process [`NonceStore`] with expiry, without pauses: every operation
+/// removes a few expired entries (oldest first, from a time-ordered index), so
+/// memory follows the live set and no call sweeps the whole map.
 pub struct InMemoryNonceStore {
     clock: SharedClock,
-    state: Mutex<Inner>,
+    shards: Box<[Mutex<Shard>]>,
 }
 
-struct Inner {
+#[derive(Default)]
+struct Shard {
     entries: HashMap<AuthorizationKey, Entry>,
-    sweep_at_len: usize,
+    /// Each entry's key under (expiry, sequence number): one index item per
+    /// entry, removed with it, so the index is as large as the map.
+    expiries: BTreeMap<(u64, u64), AuthorizationKey>,
+    next_seq: u64,
+}
+
+impl Shard {
+    fn insert(&mut self, key: &AuthorizationKey, state: State, expires_at_unix_secs: u64) {
+        self.remove(key);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.expiries
+            .insert((expires_at_unix_secs, seq), key.clone());
+        self.entries.insert(
+            key.clone(),
+            Entry {
+                state,
+                expires_at_unix_secs,
+                seq,
+            },
+        );
+    }
+
+    fn remove(&mut self, key: &AuthorizationKey) {
+        if let Some(old) = self.entries.remove(key) {
+            self.expiries.remove(&(old.expires_at_unix_secs, old.seq));
+        }
+    }
+
+    /// Removes up to [`SWEEP_STEP`] entries expired at `now`, oldest first.
+    fn sweep(&mut self, now: u64) {
+        for _ in 0..SWEEP_STEP {
+            match self.expiries.first_entry() {
+                Some(due) if due.key().0 <= now => {
+                    let key = due.remove();
+                    self.entries.remove(&key);
+                }
+                _ => return,
+            }
+        }
+    }
 }
 
 impl InMemoryNonceStore {
@@ -134,16 +183,22 @@ impl InMemoryNonceStore {
     pub fn new(clock: SharedClock) -> Self {
         Self {
             clock,
-            state: Mutex::new(Inner {
-                entries: HashMap::new(),
-                sweep_at_len: SWEEP_MIN_LEN,
-            }),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
         }
     }
 
     /// Entries held, live or not yet swept.
     pub fn len(&self) -> usize {
-        self.lock().entries.len()
+        self.shards
+            .iter()
+            .map(|shard| {
+                shard
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entries
+                    .len()
+            })
+            .sum()
     }
 
     /// Whether no entry is held.
@@ -151,21 +206,25 @@ impl InMemoryNonceStore {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // Every update is a single map operation: a poisoned lock holds consistent data.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The shard of `key` (FNV-1a of its text: the same shard in every run).
+    fn shard(&self, key: &AuthorizationKey) -> std::sync::MutexGuard<'_, Shard> {
+        let hash = key
+            .as_str()
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+                (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+            });
+        // Every update keeps the shard consistent: a poisoned lock holds consistent data.
+        self.shards[(hash % SHARDS as u64) as usize]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn claim_now(&self, key: &AuthorizationKey, hold_until_unix_secs: u64) -> Claim {
         let now = self.clock.now_unix_secs();
-        let mut inner = self.lock();
-        if inner.entries.len() >= inner.sweep_at_len {
-            inner
-                .entries
-                .retain(|_, entry| entry.expires_at_unix_secs > now);
-            inner.sweep_at_len = (inner.entries.len() * 2).max(SWEEP_MIN_LEN);
-        }
-        if let Some(entry) = inner.entries.get(key)
+        let mut shard = self.shard(key);
+        shard.sweep(now);
+        if let Some(entry) = shard.entries.get(key)
             && entry.expires_at_unix_secs > now
         {
             return match &entry.state {
@@ -173,13 +232,7 @@ impl InMemoryNonceStore {
                 State::Spent(spent) => Claim::Spent(spent.clone()),
             };
         }
-        inner.entries.insert(
-            key.clone(),
-            Entry {
-                state: State::InFlight,
-                expires_at_unix_secs: hold_until_unix_secs,
-            },
-        );
+        shard.insert(key, State::InFlight, hold_until_unix_secs);
         Claim::Claimed
     }
 }
@@ -204,15 +257,15 @@ impl NonceStore for InMemoryNonceStore {
     }
 
     fn release(&self, key: &AuthorizationKey) {
-        let mut inner = self.lock();
+        let mut shard = self.shard(key);
         if matches!(
-            inner.entries.get(key),
+            shard.entries.get(key),
             Some(Entry {
                 state: State::InFlight,
                 ..
             })
         ) {
-            inner.entries.remove(key);
+            shard.remove(key);
         }
     }
 
@@ -222,13 +275,11 @@ impl NonceStore for InMemoryNonceStore {
         spent: SpentAuthorization,
         keep_until_unix_secs: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.lock().entries.insert(
-            key.clone(),
-            Entry {
-                state: State::Spent(spent),
-                expires_at_unix_secs: keep_until_unix_secs,
-            },
-        );
+        let now = self.clock.now_unix_secs();
+        let mut shard = self.shard(key);
+        shard.sweep(now);
+        shard.insert(key, State::Spent(spent), keep_until_unix_secs);
+        drop(shard);
         Box::pin(std::future::ready(Ok(())))
     }
 }
@@ -282,16 +333,65 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn expired_entries_are_swept_as_the_map_grows() {
+    async fn expired_entries_are_swept_a_few_per_operation() {
         let clock = FakeClock::at_unix_secs(0);
         let store = InMemoryNonceStore::new(Arc::new(clock.clone()));
-        for n in 0..SWEEP_MIN_LEN {
+        let old = 1024;
+        for n in 0..old {
             let key = AuthorizationKey::new(&Network::base_sepolia(), "0xa", &n.to_string());
             store.claim(&key, 10).await.unwrap();
         }
         clock.advance(Duration::from_secs(11));
-        let key = AuthorizationKey::new(&Network::base_sepolia(), "0xb", "0x1");
+        // One operation removes a few, never the whole backlog at once.
+        let key = AuthorizationKey::new(&Network::base_sepolia(), "0xb", "0x0");
         store.claim(&key, 100).await.unwrap();
-        assert_eq!(store.len(), 1);
+        assert!(store.len() >= old + 1 - SWEEP_STEP);
+        // Enough operations drain it: memory follows the live set.
+        let fresh = 1024;
+        for n in 1..fresh {
+            let key = AuthorizationKey::new(&Network::base_sepolia(), "0xb", &n.to_string());
+            store.claim(&key, 100).await.unwrap();
+        }
+        assert_eq!(store.len(), fresh);
+        // The expiry index holds one item per entry.
+        let shards_indexed: usize = store
+            .shards
+            .iter()
+            .map(|shard| shard.lock().unwrap().expiries.len())
+            .sum();
+        assert_eq!(shards_indexed, fresh);
+    }
+
+    #[tokio::test]
+    async fn released_claims_leave_nothing_behind() {
+        let store = InMemoryNonceStore::new(Arc::new(FakeClock::at_unix_secs(0)));
+        for n in 0..100 {
+            let key = AuthorizationKey::new(&Network::base_sepolia(), "0xc", &n.to_string());
+            store.claim(&key, 600).await.unwrap();
+            store.release(&key);
+        }
+        assert!(store.is_empty());
+        let indexed: usize = store
+            .shards
+            .iter()
+            .map(|shard| shard.lock().unwrap().expiries.len())
+            .sum();
+        assert_eq!(indexed, 0);
+    }
+
+    #[tokio::test]
+    async fn an_entry_re_marked_later_outlives_its_first_index_time() {
+        let clock = FakeClock::at_unix_secs(0);
+        let store = InMemoryNonceStore::new(Arc::new(clock.clone()));
+        let key = AuthorizationKey::new(&Network::base_sepolia(), "0xA", "0x1");
+        assert_eq!(store.claim(&key, 10).await.unwrap(), Claim::Claimed);
+        store.mark_spent(&key, spent(), 500).await.unwrap();
+        clock.advance(Duration::from_secs(20));
+        // The claim's time (10) has passed; the spent entry (500) stays.
+        for n in 0..64 {
+            let other = AuthorizationKey::new(&Network::base_sepolia(), "0xA", &format!("0x1{n}"));
+            store.claim(&other, 30).await.unwrap();
+        }
+        assert_eq!(store.claim(&key, 600).await.unwrap(), Claim::Spent(spent()));
     }
 }
