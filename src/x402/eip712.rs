@@ -12,7 +12,7 @@
 use std::sync::{Mutex, PoisonError};
 
 use alloy_primitives::{Address, B256, Signature, U256, keccak256};
-use alloy_sol_types::{Eip712Domain, SolStruct, sol};
+use alloy_sol_types::{Eip712Domain, sol};
 
 use super::types::{PaymentRequirements, SCHEME_EXACT};
 
@@ -165,11 +165,22 @@ const TRANSFER_WITH_AUTHORIZATION_TYPEHASH: B256 = B256::new([
 ]);
 
 /// EIP-712 `hashStruct` of a transfer, with the type hash precomputed
-/// (`eip712_hash_struct` rebuilds and hashes the type string on every call).
+/// (`eip712_hash_struct` rebuilds and hashes the type string on every call)
+/// and the seven words laid out on the stack: no allocation.
 fn hash_transfer(transfer: &TransferWithAuthorization) -> B256 {
-    let mut preimage = Vec::with_capacity(7 * 32);
-    preimage.extend_from_slice(TRANSFER_WITH_AUTHORIZATION_TYPEHASH.as_slice());
-    preimage.extend_from_slice(&transfer.eip712_encode_data());
+    let mut preimage = [0u8; 7 * 32];
+    let words = [
+        TRANSFER_WITH_AUTHORIZATION_TYPEHASH,
+        transfer.from.into_word(),
+        transfer.to.into_word(),
+        B256::from(transfer.value),
+        B256::from(transfer.validAfter),
+        B256::from(transfer.validBefore),
+        transfer.nonce,
+    ];
+    for (slot, word) in preimage.chunks_exact_mut(32).zip(words) {
+        slot.copy_from_slice(word.as_slice());
+    }
     keccak256(preimage)
 }
 
@@ -216,6 +227,8 @@ impl DomainCache {
 
 #[cfg(test)]
 mod tests {
+    use alloy_sol_types::SolStruct;
+
     use super::*;
 
     fn hex32(text: &str) -> B256 {
