@@ -43,8 +43,8 @@ use super::eip712::{
 use super::facilitator::{BoxFuture, Facilitator, FacilitatorError, FacilitatorRequest, reason};
 use super::ledger::{Ledger, LedgerError, Transfer};
 use super::types::{
-    Eip3009Authorization, ExactEvmPayload, Network, SCHEME_EXACT, SettleResponse, SupportedKind,
-    SupportedResponse, VerifyResponse, X402_VERSION,
+    Eip3009AuthorizationRef, ExactEvmPayloadRef, Network, SCHEME_EXACT, SettleResponse,
+    SupportedKind, SupportedResponse, VerifyResponse, X402_VERSION,
 };
 use crate::clock::SharedClock;
 
@@ -179,13 +179,13 @@ impl LocalEvmFacilitator {
             .ok_or(refuse(reason::INVALID_PAYMENT_REQUIREMENTS, None))?;
         let pay_to = parse_evm_address(&offer.pay_to)
             .ok_or(refuse(reason::INVALID_PAYMENT_REQUIREMENTS, None))?;
-        let ExactEvmPayload {
+        let ExactEvmPayloadRef {
             signature,
             authorization,
         } = payment
-            .exact_evm()
+            .exact_evm_ref()
             .ok_or(refuse(reason::INVALID_PAYLOAD, None))?;
-        let Eip3009Authorization {
+        let Eip3009AuthorizationRef {
             from,
             to,
             value,
@@ -193,11 +193,11 @@ impl LocalEvmFacilitator {
             valid_before,
             nonce,
         } = authorization;
-        let from = parse_evm_address(&from).ok_or(refuse(reason::INVALID_PAYLOAD, None))?;
+        let from = parse_evm_address(from).ok_or(refuse(reason::INVALID_PAYLOAD, None))?;
         let payer = Some(from);
-        let to = parse_evm_address(&to).ok_or(refuse(reason::INVALID_PAYLOAD, payer))?;
-        let nonce = parse_b256(&nonce).ok_or(refuse(reason::INVALID_PAYLOAD, payer))?;
-        let signature = parse_signature(&signature).ok_or(refuse(reason::SIGNATURE, payer))?;
+        let to = parse_evm_address(to).ok_or(refuse(reason::INVALID_PAYLOAD, payer))?;
+        let nonce = parse_b256(nonce).ok_or(refuse(reason::INVALID_PAYLOAD, payer))?;
+        let signature = parse_signature(signature).ok_or(refuse(reason::SIGNATURE, payer))?;
 
         let domain = self.domains.get(name, version, TokenId { chain_id, asset });
         let digest = domain.signing_hash(&TransferWithAuthorization {

@@ -353,6 +353,32 @@ impl PaymentPayload {
     pub fn exact_evm(&self) -> Option<ExactEvmPayload> {
         ExactEvmPayload::deserialize(&self.payload).ok()
     }
+
+    /// [`exact_evm`](Self::exact_evm) borrowing its strings from the payload: no copies.
+    pub(crate) fn exact_evm_ref(&self) -> Option<ExactEvmPayloadRef<'_>> {
+        ExactEvmPayloadRef::deserialize(&self.payload).ok()
+    }
+}
+
+/// [`ExactEvmPayload`] read in place: the same fields, parsed the same way.
+#[derive(Deserialize)]
+pub(crate) struct ExactEvmPayloadRef<'a> {
+    pub(crate) signature: &'a str,
+    #[serde(borrow)]
+    pub(crate) authorization: Eip3009AuthorizationRef<'a>,
+}
+
+/// [`Eip3009Authorization`] read in place.
+#[derive(Deserialize)]
+pub(crate) struct Eip3009AuthorizationRef<'a> {
+    pub(crate) from: &'a str,
+    pub(crate) to: &'a str,
+    pub(crate) value: AtomicAmount,
+    #[serde(rename = "validAfter", with = "decimal_u64")]
+    pub(crate) valid_after: u64,
+    #[serde(rename = "validBefore", with = "decimal_u64")]
+    pub(crate) valid_before: u64,
+    pub(crate) nonce: &'a str,
 }
 
 /// The exact-EVM payload: an EIP-3009 authorization and its signature.
@@ -623,5 +649,28 @@ mod tests {
         // `payload` is raw JSON: same members, key order not kept.
         let back: Value = serde_json::to_value(&payload).unwrap();
         assert_eq!(back, serde_json::from_str::<Value>(json).unwrap());
+
+        // The borrowed reading sees the same fields and refuses the same shapes.
+        let view = payload.exact_evm_ref().unwrap();
+        let a = &evm.authorization;
+        let b = &view.authorization;
+        assert_eq!(view.signature, evm.signature);
+        assert_eq!((b.from, b.to, b.nonce), (&*a.from, &*a.to, &*a.nonce));
+        assert_eq!(
+            (b.value, b.valid_after, b.valid_before),
+            (a.value, a.valid_after, a.valid_before)
+        );
+        for (field, bad) in [
+            ("value", Value::from(10_000)),
+            ("validBefore", Value::from("1e9")),
+            ("from", Value::Null),
+        ] {
+            let mut odd = payload.clone();
+            odd.payload["authorization"][field] = bad;
+            assert!(
+                odd.exact_evm().is_none() && odd.exact_evm_ref().is_none(),
+                "{field}"
+            );
+        }
     }
 }
