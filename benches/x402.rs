@@ -107,6 +107,17 @@ fn bench_x402(c: &mut Criterion) {
     group.bench_function("bare_secp256k1_recovery", |b| {
         b.iter(|| black_box(&signature).recover_address_from_prehash(black_box(&digest)))
     });
+    let domain = ExactEvmDomain::for_offer(&offers[0]).unwrap();
+    group.bench_function("eip712_digest", |b| {
+        b.iter(|| black_box(&domain).signing_hash(black_box(&transfer)))
+    });
+    // The floor of decode + match + verify: the digest and one recovery.
+    group.bench_function("bare_digest_and_recovery", |b| {
+        b.iter(|| {
+            let digest = black_box(&domain).signing_hash(black_box(&transfer));
+            black_box(&signature).recover_address_from_prehash(&digest)
+        })
+    });
 
     group.bench_function("decode_match_verify", |b| {
         b.iter(|| {
