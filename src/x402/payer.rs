@@ -34,8 +34,8 @@ use secp256k1::{Message, PublicKey, SECP256K1, SecretKey};
 use super::codec;
 use super::eip712::{ExactEvmDomain, TransferWithAuthorization, parse_evm_address, prefixed_hex};
 use super::types::{
-    Eip3009Authorization, ExactEvmPayload, PaymentPayload, PaymentRequirements, SCHEME_EXACT,
-    X402_VERSION,
+    Eip3009Authorization, ExactEvmPayload, PaymentPayload, PaymentRequired, PaymentRequirements,
+    SCHEME_EXACT, X402_VERSION,
 };
 
 /// Why a payment could not be signed.
@@ -52,6 +52,8 @@ pub enum PayerError {
     InvalidField(&'static str),
     /// The system's random source failed.
     Randomness,
+    /// The quote has no exact-EVM offer.
+    NoExactEvmOffer,
 }
 
 impl fmt::Display for PayerError {
@@ -62,6 +64,7 @@ impl fmt::Display for PayerError {
             Self::MissingDomain => f.write_str("the offer names no EIP-712 domain"),
             Self::InvalidField(field) => write!(f, "`{field}` is not valid hex"),
             Self::Randomness => f.write_str("the random source failed"),
+            Self::NoExactEvmOffer => f.write_str("the quote has no exact-EVM offer"),
         }
     }
 }
@@ -228,6 +231,23 @@ impl Payer {
         )
     }
 
+    /// The payment for a quote: its first exact-EVM offer (clients sign the
+    /// first they can), a fresh random nonce, and the quote's `resource`.
+    pub fn pay_quote(
+        &self,
+        quote: &PaymentRequired,
+        now_unix_secs: u64,
+    ) -> Result<PaymentPayload, PayerError> {
+        let offer = quote
+            .accepts
+            .iter()
+            .find(|offer| offer.scheme == SCHEME_EXACT && offer.network.eip155_chain_id().is_some())
+            .ok_or(PayerError::NoExactEvmOffer)?;
+        let mut payment = self.pay(offer, now_unix_secs)?;
+        payment.resource = Some(quote.resource.clone());
+        Ok(payment)
+    }
+
     /// The `PAYMENT-SIGNATURE` value paying `offer` at `now_unix_secs`, with a fresh random nonce.
     pub fn payment_header(
         &self,
@@ -343,6 +363,30 @@ mod tests {
                 .unwrap()
         );
         assert!(nonce(fixed).ends_with("0000000000000007"));
+    }
+
+    #[test]
+    fn a_quote_is_paid_with_its_first_evm_offer_and_resource() {
+        let mut solana = offer();
+        solana.network = Network::parse("solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp").unwrap();
+        let mut quote = PaymentRequired {
+            x402_version: 2,
+            error: None,
+            resource: crate::x402::ResourceInfo {
+                url: "http://localhost/v1/chat/completions".into(),
+                ..Default::default()
+            },
+            accepts: vec![solana.clone(), offer()],
+            extensions: None,
+        };
+        let payment = Payer::dev(0).pay_quote(&quote, NOW).unwrap();
+        assert_eq!(payment.accepted, offer());
+        assert_eq!(payment.resource.as_ref(), Some(&quote.resource));
+        quote.accepts = vec![solana];
+        assert_eq!(
+            Payer::dev(0).pay_quote(&quote, NOW).unwrap_err(),
+            PayerError::NoExactEvmOffer
+        );
     }
 
     #[test]
