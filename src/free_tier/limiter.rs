@@ -40,8 +40,9 @@ impl Default for FreeTierQuotas {
 }
 
 impl FreeTierQuotas {
-    /// The largest quota: a client's state counts in `u16`.
-    pub const MAX_REQUESTS: u32 = u16::MAX as u32;
+    /// The largest quota, 4 194 303: what a client's state can count (see
+    /// [`ClientWindows`]).
+    pub const MAX_REQUESTS: u32 = super::window::MAX_REQUESTS;
 
     /// `per_minute` and `per_hour` requests; both must be from 1 to
     /// [`MAX_REQUESTS`](Self::MAX_REQUESTS).
@@ -393,13 +394,13 @@ mod tests {
     fn quotas_are_bounded_to_what_the_state_can_count() {
         assert_eq!(FreeTierQuotas::new(0, 10), Err(ConfigError::ZeroQuota));
         assert_eq!(
-            FreeTierQuotas::new(30, 65_536),
+            FreeTierQuotas::new(30, 4_194_304),
             Err(ConfigError::QuotaTooLarge {
-                requests: 65_536,
-                max_requests: 65_535
+                requests: 4_194_304,
+                max_requests: 4_194_303
             })
         );
-        assert!(FreeTierQuotas::new(65_535, 65_535).is_ok());
+        assert!(FreeTierQuotas::new(4_194_303, 4_194_303).is_ok());
     }
 
     #[test]

@@ -24,13 +24,14 @@
 //!   sub-window before the window, so a refusal at `t` means `limit` requests
 //!   were admitted in `(t - length - sub-window, t]`: the minute quota refuses
 //!   only after 30 requests within the last 70 s, the hour quota only after 300
-//!   within the last 65 min (and 5 ms of rounding, below). Requests that all fall in the same sub-window (a
+//!   within the last 65 min (plus the rounding below). Requests that all fall in the same sub-window (a
 //!   burst) leave the window exactly `length` after the burst's last request.
 //! * **Small.** The state is the client's last admitted time (8 bytes) plus
-//!   two `u16` per slot: [`ClientWindows::SIZE_BYTES`] = 88 bytes. Hence the
-//!   limit of 65 535 requests per quota. Times inside a slot are stored in
-//!   units of 1 ms (minute) and 5 ms (hour), rounded up, which can only keep a
-//!   request counted a few milliseconds longer.
+//!   one `u32` per slot (count and last time packed):
+//!   [`ClientWindows::SIZE_BYTES`] = 88 bytes. The last time inside a slot is
+//!   kept in units of 10 ms (minute) and 1 s (hour), rounded up, which can
+//!   only keep a request counted that much longer; the count gets the other
+//!   22 (minute) and 23 (hour) bits, hence the largest quota of 4 194 303.
 //! * **Time.** Wall-clock milliseconds from the crate's [`Clock`](crate::Clock).
 //!   A clock that steps back is read as standing still at the last admitted
 //!   time, so a step back never frees quota.
@@ -55,28 +56,38 @@ const HOUR_SLOTS: usize = 13;
 struct Geometry {
     window_millis: u64,
     slot_millis: u64,
-    /// Resolution of a slot's last-request time (so it fits a `u16`).
+    /// Resolution of a slot's last-request time.
     unit_millis: u64,
+    /// Low bits of a slot's word holding that time in units; the high bits
+    /// hold the count.
+    offset_bits: u32,
 }
 
 const MINUTE: Geometry = Geometry {
     window_millis: 60_000,
     slot_millis: 10_000,
-    unit_millis: 1,
+    // 1000 units of 10 ms: 10 bits, so 22 bits of count.
+    unit_millis: 10,
+    offset_bits: 10,
 };
 
 const HOUR: Geometry = Geometry {
     window_millis: 3_600_000,
     slot_millis: 300_000,
-    unit_millis: 5,
+    // 300 units of 1 s: 9 bits, so 23 bits of count.
+    unit_millis: 1000,
+    offset_bits: 9,
 };
 
-/// One quota's ring of slots.
+/// The largest quota both rings count: 2^22 - 1 (the minute ring's count bits).
+pub(super) const MAX_REQUESTS: u32 = u32::MAX >> MINUTE.offset_bits;
+
+/// One quota's ring of slots: per slot, one word with the count of admitted
+/// requests (high bits) and the time of the last one, in `unit_millis` after
+/// the slot's start (low `offset_bits`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Ring<const N: usize> {
-    counts: [u16; N],
-    /// Last admitted request of each slot, in `unit_millis` after the slot's start.
-    lasts: [u16; N],
+    words: [u32; N],
 }
 
 /// One quota at one instant.
@@ -91,21 +102,22 @@ struct Assessment {
 }
 
 impl<const N: usize> Ring<N> {
-    const EMPTY: Self = Self {
-        counts: [0; N],
-        lasts: [0; N],
-    };
+    const EMPTY: Self = Self { words: [0; N] };
 
     /// `(last request time, count)` of every occupied slot, given the
     /// client's last admitted time `anchor` (which fixes each slot's period).
-    fn slots(&self, geometry: Geometry, anchor: u64) -> [(u64, u16); N] {
+    fn slots(&self, geometry: Geometry, anchor: u64) -> [(u64, u32); N] {
         let newest = anchor / geometry.slot_millis;
         let n = N as u64;
         std::array::from_fn(|i| {
             let age = (newest % n + n - i as u64) % n;
             let start = (newest - age.min(newest)) * geometry.slot_millis;
-            let last = start + u64::from(self.lasts[i]) * geometry.unit_millis;
-            (last, self.counts[i])
+            let word = self.words[i];
+            let offset = u64::from(word & ((1 << geometry.offset_bits) - 1));
+            (
+                start + offset * geometry.unit_millis,
+                word >> geometry.offset_bits,
+            )
         })
     }
 
@@ -118,7 +130,7 @@ impl<const N: usize> Ring<N> {
             }
         }
         counted.sort_unstable();
-        let used: u32 = counted.iter().map(|&(_, count)| u32::from(count)).sum();
+        let used: u32 = counted.iter().map(|&(_, count)| count).sum();
         let leaves = |last: u64| last + geometry.window_millis + 1;
         let full_at = counted
             .iter()
@@ -133,7 +145,7 @@ impl<const N: usize> Ring<N> {
             if left < limit {
                 break;
             }
-            left -= u32::from(count);
+            left -= count;
             admits_at = leaves(last);
         }
         Assessment {
@@ -149,13 +161,15 @@ impl<const N: usize> Ring<N> {
         // Slots of periods that ended a whole ring ago are reused: empty them.
         for period in (old + 1..=new).take(N) {
             let i = (period % N as u64) as usize;
-            self.counts[i] = 0;
-            self.lasts[i] = 0;
+            self.words[i] = 0;
         }
         let i = (new % N as u64) as usize;
+        // At most `slot_millis / unit_millis`, which fits `offset_bits`.
         let offset = (now - new * geometry.slot_millis).div_ceil(geometry.unit_millis);
-        self.counts[i] = self.counts[i].saturating_add(1);
-        self.lasts[i] = u16::try_from(offset).unwrap_or(u16::MAX);
+        let offset = u32::try_from(offset).unwrap_or(u32::MAX) & ((1 << geometry.offset_bits) - 1);
+        // The count never passes the quota, which fits the high bits.
+        let count = (self.words[i] >> geometry.offset_bits).saturating_add(1);
+        self.words[i] = count << geometry.offset_bits | offset;
     }
 }
 
@@ -254,14 +268,8 @@ impl ClientWindows {
     pub fn to_bytes(&self) -> [u8; Self::SIZE_BYTES] {
         let mut bytes = [0; Self::SIZE_BYTES];
         bytes[..8].copy_from_slice(&self.last_admitted_unix_millis.to_le_bytes());
-        let words = self
-            .minute
-            .counts
-            .iter()
-            .chain(&self.minute.lasts)
-            .chain(&self.hour.counts)
-            .chain(&self.hour.lasts);
-        for (chunk, word) in bytes[8..].chunks_exact_mut(2).zip(words) {
+        let words = self.minute.words.iter().chain(&self.hour.words);
+        for (chunk, word) in bytes[8..].chunks_exact_mut(4).zip(words) {
             chunk.copy_from_slice(&word.to_le_bytes());
         }
         bytes
@@ -272,15 +280,13 @@ impl ClientWindows {
         let mut millis = [0; 8];
         millis.copy_from_slice(&bytes[..8]);
         let mut words = bytes[8..]
-            .chunks_exact(2)
-            .map(|chunk| u16::from_le_bytes([chunk[0], chunk[1]]));
+            .chunks_exact(4)
+            .map(|chunk| u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]));
         let mut next = || words.next().unwrap_or(0);
         let mut windows = Self::EMPTY;
         windows.last_admitted_unix_millis = u64::from_le_bytes(millis);
-        windows.minute.counts = std::array::from_fn(|_| next());
-        windows.minute.lasts = std::array::from_fn(|_| next());
-        windows.hour.counts = std::array::from_fn(|_| next());
-        windows.hour.lasts = std::array::from_fn(|_| next());
+        windows.minute.words = std::array::from_fn(|_| next());
+        windows.hour.words = std::array::from_fn(|_| next());
         windows
     }
 
@@ -409,6 +415,20 @@ mod tests {
         };
         assert_eq!((rate_limit.limit, rate_limit.remaining), (300, 299));
         assert_eq!(rate_limit.reset_unix_millis, T0 + 3600 * SEC + 1);
+    }
+
+    #[test]
+    fn counts_beyond_sixteen_bits_in_one_slot() {
+        let q = quotas(70_000, FreeTierQuotas::MAX_REQUESTS);
+        let mut w = ClientWindows::EMPTY;
+        for i in 0..70_000 {
+            assert!(allowed(&w.decide(q, T0 + i / 8)), "request {i}");
+        }
+        assert!(!allowed(&w.decide(q, T0 + 9_999)));
+        assert_eq!(
+            w.usage(q, T0 + 9_999).remaining_per_hour,
+            FreeTierQuotas::MAX_REQUESTS - 70_000
+        );
     }
 
     #[test]
