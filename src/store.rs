@@ -7,7 +7,7 @@
 //! | trait | holds | in memory |
 //! |---|---|---|
 //! | `api_key::KeyStore` | API key digests and quotas | `InMemoryKeyStore` |
-//! | `free_tier::FreeTierStore` | per-client GCRA state | `InMemoryLimiter` |
+//! | `free_tier::FreeTierStore` | per-client sliding-window counts | `InMemoryLimiter` |
 //! | `siwe::NonceStore` | issued sign-in nonces | `siwe::InMemoryNonceStore` |
 //! | `tokens::PatStore`, `tokens::SessionStore` | PAT and session digests | `InMemoryPatStore`, `InMemorySessionStore` |
 //! | `x402::NonceStore` | claimed and spent payment authorizations | `x402::InMemoryNonceStore` |

@@ -7,7 +7,6 @@ use support::{Body, echo_client_ip, json, text};
 
 use std::sync::Arc;
 
-use governor::clock::FakeRelativeClock;
 use http::{Request, Response, StatusCode};
 use tower::{Layer, ServiceExt, service_fn};
 use walletgate::ResponseBody;
@@ -24,17 +23,14 @@ fn every_request_is_free(_: &Request<Body>) -> bool {
     true
 }
 
-fn limiter() -> InMemoryLimiter<FakeRelativeClock> {
-    InMemoryLimiter::with_clocks(
+fn limiter() -> InMemoryLimiter {
+    InMemoryLimiter::with_clock(
         FreeTierQuotas::default(),
-        FakeRelativeClock::default(),
         Arc::new(FakeClock::at_unix_secs(1_800_000_000)),
     )
 }
 
-fn layer(
-    resolver: ClientIpResolver,
-) -> FreeTierLimitLayer<Predicate, InMemoryLimiter<FakeRelativeClock>> {
+fn layer(resolver: ClientIpResolver) -> FreeTierLimitLayer<Predicate, InMemoryLimiter> {
     FreeTierLimitLayer::new(every_request_is_free as Predicate)
         .with_store(limiter())
         .with_client_ip(resolver)
@@ -51,7 +47,7 @@ fn request(peer: Option<&str>, headers: &[(&str, &str)]) -> Request<Body> {
 }
 
 async fn send(
-    layer: &FreeTierLimitLayer<Predicate, InMemoryLimiter<FakeRelativeClock>>,
+    layer: &FreeTierLimitLayer<Predicate, InMemoryLimiter>,
     request: Request<Body>,
 ) -> Response<ResponseBody<Body>> {
     layer

@@ -1,4 +1,4 @@
-//! FreeTierLimitLayer end to end with fake clocks: quotas, refill, headers.
+//! FreeTierLimitLayer end to end with a fake clock: sliding windows, headers.
 #![cfg(feature = "free-tier")]
 
 mod free_tier_support;
@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use governor::clock::FakeRelativeClock;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -21,49 +20,24 @@ const WALL_START_SECS: u64 = 1_800_000_000;
 const WALL_START_MILLIS: u64 = WALL_START_SECS * 1000;
 
 type Predicate = fn(&Request<Body>) -> bool;
-type TestLayer = FreeTierLimitLayer<Predicate, InMemoryLimiter<FakeRelativeClock>>;
-
-/// Both clocks move together, as real time would.
-struct Clocks {
-    monotonic: FakeRelativeClock,
-    wall: FakeClock,
-}
-
-impl Clocks {
-    fn advance(&self, by: Duration) {
-        self.monotonic.advance(by);
-        self.wall.advance(by);
-    }
-
-    fn elapsed_millis(&self) -> u64 {
-        use walletgate::Clock;
-        self.wall.now_unix_millis() - WALL_START_MILLIS
-    }
-}
+type TestLayer = FreeTierLimitLayer<Predicate, InMemoryLimiter>;
 
 fn is_free(request: &Request<Body>) -> bool {
     request.uri().path().ends_with("/free")
 }
 
 struct Harness {
-    clocks: Clocks,
-    limiter: InMemoryLimiter<FakeRelativeClock>,
+    clock: FakeClock,
+    limiter: InMemoryLimiter,
     layer: TestLayer,
 }
 
 fn harness(quotas: FreeTierQuotas) -> Harness {
-    let clocks = Clocks {
-        monotonic: FakeRelativeClock::default(),
-        wall: FakeClock::at_unix_secs(WALL_START_SECS),
-    };
-    let limiter = InMemoryLimiter::with_clocks(
-        quotas,
-        clocks.monotonic.clone(),
-        Arc::new(clocks.wall.clone()),
-    );
+    let clock = FakeClock::at_unix_secs(WALL_START_SECS);
+    let limiter = InMemoryLimiter::with_clock(quotas, Arc::new(clock.clone()));
     let layer = FreeTierLimitLayer::new(is_free as Predicate).with_store(limiter.clone());
     Harness {
-        clocks,
+        clock,
         limiter,
         layer,
     }
@@ -104,7 +78,7 @@ const CLIENT: &str = "198.51.100.7:50000";
 async fn thirty_admitted_then_refused_within_the_minute() {
     let h = harness(FreeTierQuotas::default());
     assert_eq!(h.admitted_until_refused(CLIENT, 100).await, 30);
-    h.clocks.advance(Duration::from_millis(1500));
+    h.clock.advance(Duration::from_millis(1500));
     assert_eq!(
         h.send("/v1/free", CLIENT).await.status(),
         StatusCode::TOO_MANY_REQUESTS
@@ -112,32 +86,44 @@ async fn thirty_admitted_then_refused_within_the_minute() {
 }
 
 #[tokio::test]
-async fn quota_refills_one_cell_per_interval_and_fully_after_a_minute() {
+async fn a_burst_of_thirty_waits_a_whole_minute() {
     let h = harness(FreeTierQuotas::default());
     assert_eq!(h.admitted_until_refused(CLIENT, 100).await, 30);
-    h.clocks.advance(Duration::from_secs(2));
-    assert_eq!(h.admitted_until_refused(CLIENT, 100).await, 1);
-    h.clocks.advance(Duration::from_secs(10));
-    assert_eq!(h.admitted_until_refused(CLIENT, 100).await, 5);
-    h.clocks.advance(Duration::from_secs(60));
+    // Not 15 more at 30 s, as a bucket refilling one every 2 s would allow.
+    h.clock.advance(Duration::from_secs(30));
+    assert_eq!(h.admitted_until_refused(CLIENT, 100).await, 0);
+    h.clock.advance(Duration::from_secs(30));
+    assert_eq!(h.admitted_until_refused(CLIENT, 100).await, 0);
+    h.clock.advance(Duration::from_millis(1));
     assert_eq!(h.admitted_until_refused(CLIENT, 100).await, 30);
+}
+
+#[tokio::test]
+async fn three_hundred_over_fifty_minutes_then_refused_before_the_hour_ends() {
+    let h = harness(FreeTierQuotas::default());
+    for _ in 0..300 {
+        assert_eq!(h.send("/v1/free", CLIENT).await.status(), StatusCode::OK);
+        h.clock.advance(Duration::from_secs(10));
+    }
+    // 50 minutes have passed; nine more go by.
+    h.clock.advance(Duration::from_secs(9 * 60));
+    let refused = h.send("/v1/free", CLIENT).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&refused, "x-ratelimit-limit"), "300");
 }
 
 #[tokio::test]
 async fn hour_quota_is_reached_across_minutes() {
     let h = harness(FreeTierQuotas::default());
     let mut admitted = 0;
-    // 30 a minute for ten minutes reaches 300 (plus the hour's refill of one
-    // cell per 12 s: 5 a minute, which the minute bucket also admits).
+    // 30 a minute for ten minutes reaches 300; nothing more within the hour.
     for minute in 0..20 {
         if minute > 0 {
-            h.clocks.advance(Duration::from_secs(60));
+            h.clock.advance(Duration::from_secs(61));
         }
         admitted += h.admitted_until_refused(CLIENT, 100).await;
     }
-    // At minute 19: the burst of 300 plus one cell per 12 s for 19 minutes.
-    let refill_per_minute = 5;
-    assert_eq!(admitted, 300 + 19 * refill_per_minute);
+    assert_eq!(admitted, 300);
     let refused = h.send("/v1/free", CLIENT).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     // The hour quota refuses now: it describes itself.
@@ -164,9 +150,8 @@ async fn hour_refusals_do_not_spend_the_minute_quota() {
     let h = harness(FreeTierQuotas::new(30, 40).unwrap());
     let client = KeyPrefixes::default().key("198.51.100.7".parse().unwrap());
     assert_eq!(h.admitted_until_refused(CLIENT, 100).await, 30);
-    h.clocks.advance(Duration::from_secs(60));
-    // 10 left in the hour (one cell per 90 s; 60 s refilled two thirds of
-    // one); then the hour quota refuses while the minute has 20.
+    h.clock.advance(Duration::from_secs(61));
+    // 10 left in the hour; then the hour quota refuses while the minute has 20.
     assert_eq!(h.admitted_until_refused(CLIENT, 100).await, 10);
     for _ in 0..50 {
         let response = h.send("/v1/free", CLIENT).await;
@@ -182,10 +167,11 @@ async fn admitted_headers_describe_the_tighter_quota_exactly() {
     assert_eq!(first.status(), StatusCode::OK);
     assert_eq!(header(&first, "x-ratelimit-limit"), "30");
     assert_eq!(header(&first, "x-ratelimit-remaining"), "29");
-    // Full again one emission interval (2 s) from now, in epoch milliseconds.
+    // Full again when this request leaves the closed 60 s window, in epoch
+    // milliseconds.
     assert_eq!(
         header(&first, "x-ratelimit-reset"),
-        (WALL_START_MILLIS + 2000).to_string()
+        (WALL_START_MILLIS + 60_001).to_string()
     );
     assert!(first.headers().get("retry-after").is_none());
     assert_eq!(text(first).await, "198.51.100.7");
@@ -195,16 +181,16 @@ async fn admitted_headers_describe_the_tighter_quota_exactly() {
 async fn refusal_headers_and_body_are_exact() {
     let h = harness(FreeTierQuotas::default());
     assert_eq!(h.admitted_until_refused(CLIENT, 30).await, 30);
-    h.clocks.advance(Duration::from_millis(500));
+    h.clock.advance(Duration::from_millis(500));
     let refused = h.send("/v1/chat/completions/free", CLIENT).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    // 1.5 s to wait rounds up to 2.
-    assert_eq!(header(&refused, "retry-after"), "2");
+    // 59.501 s to wait rounds up to 60.
+    assert_eq!(header(&refused, "retry-after"), "60");
     assert_eq!(header(&refused, "x-ratelimit-limit"), "30");
     assert_eq!(header(&refused, "x-ratelimit-remaining"), "0");
     assert_eq!(
         header(&refused, "x-ratelimit-reset"),
-        (WALL_START_MILLIS + 60_000).to_string()
+        (WALL_START_MILLIS + 60_001).to_string()
     );
     assert_eq!(header(&refused, "content-type"), "application/json");
     let body = json(refused).await;
@@ -221,22 +207,21 @@ async fn refusal_headers_and_body_are_exact() {
 async fn sub_second_waits_round_up_to_one_second() {
     let h = harness(FreeTierQuotas::default());
     assert_eq!(h.admitted_until_refused(CLIENT, 30).await, 30);
-    h.clocks.advance(Duration::from_millis(1999));
+    h.clock.advance(Duration::from_millis(59_999));
     let refused = h.send("/v1/free", CLIENT).await;
     assert_eq!(header(&refused, "retry-after"), "1");
-    h.clocks.advance(Duration::from_millis(1));
+    h.clock.advance(Duration::from_millis(2));
     assert_eq!(h.send("/v1/free", CLIENT).await.status(), StatusCode::OK);
 }
 
 #[tokio::test]
 async fn reset_moves_with_the_wall_clock() {
     let h = harness(FreeTierQuotas::default());
-    h.clocks.advance(Duration::from_secs(10));
+    h.clock.advance(Duration::from_secs(10));
     let response = h.send("/v1/free", CLIENT).await;
-    assert_eq!(h.clocks.elapsed_millis(), 10_000);
     assert_eq!(
         header(&response, "x-ratelimit-reset"),
-        (WALL_START_MILLIS + 12_000).to_string()
+        (WALL_START_MILLIS + 70_001).to_string()
     );
 }
 
@@ -258,7 +243,7 @@ async fn messages_route_refuses_in_its_own_envelope() {
     );
     let refused = service.oneshot(request(path, CLIENT)).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(header(&refused, "retry-after"), "60");
+    assert_eq!(header(&refused, "retry-after"), "61");
     let body = json(refused).await;
     assert_eq!(body["type"], "error");
     assert_eq!(body["error"]["type"], "rate_limit_error");
@@ -301,9 +286,9 @@ async fn sweep_forgets_idle_clients_and_len_reports_it() {
         h.send("/v1/free", &format!("203.0.113.{i}:1")).await;
     }
     assert_eq!(h.limiter.len(), 50);
-    h.clocks.advance(Duration::from_secs(11));
+    h.clock.advance(Duration::from_secs(3600));
     assert_eq!(h.limiter.sweep().removed, 0);
-    h.clocks.advance(Duration::from_secs(1));
+    h.clock.advance(Duration::from_millis(1));
     let report = h.limiter.sweep();
     assert_eq!((report.removed, report.remaining), (50, 0));
     assert!(h.limiter.is_empty());

@@ -41,8 +41,12 @@ pin_project! {
         // Admitted: the inner answer gets the X-RateLimit-* headers.
         Admitted { #[pin] future: F, rate_limit: RateLimitInfo },
         Rejected { response: Option<Response<Bytes>> },
+        // The output was returned.
+        Done,
     }
 }
+
+const POLLED_AFTER_COMPLETION: &str = "`FreeTierLimit`'s ResponseFuture polled after completion";
 
 impl<S, ReqBody, CheckFuture> ResponseFuture<S, ReqBody, CheckFuture>
 where
@@ -103,56 +107,112 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut kind = self.project().kind;
         loop {
-            let next = match kind.as_mut().project() {
+            let (next, output) = match kind.as_mut().project() {
                 KindProj::PassThrough { future } => {
-                    let response = ready!(future.poll(cx))?;
-                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                    let response = ready!(future.poll(cx));
+                    (Kind::Done, response.map(|r| r.map(ResponseBody::inner)))
                 }
                 KindProj::Admitted { future, rate_limit } => {
-                    let mut response = ready!(future.poll(cx))?;
-                    rate_limit.write_headers(response.headers_mut());
-                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                    let rate_limit = *rate_limit;
+                    let response = ready!(future.poll(cx)).map(|mut response| {
+                        rate_limit.write_headers(response.headers_mut());
+                        response.map(ResponseBody::inner)
+                    });
+                    (Kind::Done, response)
                 }
                 KindProj::Rejected { response } => {
-                    let response = response.take().unwrap_or_else(|| {
-                        GatewayError::new(ErrorCode::InternalError)
-                            .with_message("free-tier response polled after completion")
-                            .into_response(EnvelopeStyle::Chat)
-                    });
-                    return Poll::Ready(Ok(rejection(response)));
+                    let response = response.take().expect(POLLED_AFTER_COMPLETION);
+                    (Kind::Done, Ok(rejection(response)))
                 }
+                KindProj::Done => panic!("{POLLED_AFTER_COMPLETION}"),
                 KindProj::Checking { check, call, style } => {
                     let verdict = ready!(check.poll(cx));
                     let style = *style;
-                    match (verdict, call.take()) {
-                        (Ok(Verdict::Allowed { rate_limit }), Some((mut service, request))) => {
+                    let next = match verdict {
+                        Ok(Verdict::Allowed { rate_limit }) => {
+                            let (mut service, request) =
+                                call.take().expect(POLLED_AFTER_COMPLETION);
                             Kind::Admitted {
                                 future: service.call(request),
                                 rate_limit,
                             }
                         }
-                        (
-                            Ok(Verdict::Refused {
-                                retry_after,
-                                rate_limit,
-                            }),
-                            _,
-                        ) => Kind::Rejected {
+                        Ok(Verdict::Refused {
+                            retry_after,
+                            rate_limit,
+                        }) => Kind::Rejected {
                             response: Some(refusal(retry_after, rate_limit).into_response(style)),
                         },
-                        (Ok(Verdict::AtCapacity), _) => Kind::Rejected {
+                        Ok(Verdict::AtCapacity) => Kind::Rejected {
                             response: Some(
                                 GatewayError::new(ErrorCode::FreeModelFailed).into_response(style),
                             ),
                         },
-                        (Err(error), _) => Kind::Rejected {
+                        Err(error) => Kind::Rejected {
                             response: Some(store_failure(&error).into_response(style)),
                         },
-                        (Ok(Verdict::Allowed { .. }), None) => Kind::Rejected { response: None },
-                    }
+                    };
+                    kind.set(next);
+                    continue;
                 }
             };
             kind.set(next);
+            return Poll::Ready(output);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::future::{Ready, ready};
+    use std::task::Waker;
+
+    use super::*;
+
+    type Body = http_body_util::Full<Bytes>;
+    type Inner =
+        tower::util::ServiceFn<fn(Request<Body>) -> Ready<Result<Response<Body>, Infallible>>>;
+    type Check = Ready<Result<Verdict, StoreError>>;
+
+    fn ok(_request: Request<Body>) -> Ready<Result<Response<Body>, Infallible>> {
+        ready(Ok(Response::new(Body::default())))
+    }
+
+    fn poll_twice(future: ResponseFuture<Inner, Body, Check>) {
+        let mut future = std::pin::pin!(future);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(future.as_mut().poll(&mut cx).is_ready());
+        let _ = future.as_mut().poll(&mut cx);
+    }
+
+    #[test]
+    #[should_panic(expected = "`FreeTierLimit`'s ResponseFuture polled after completion")]
+    fn an_admitted_future_polled_again_panics_with_a_clear_message() {
+        let check = ready(Ok(Verdict::Allowed {
+            rate_limit: RateLimitInfo {
+                limit: 30,
+                remaining: 29,
+                reset_unix_millis: 1,
+            },
+        }));
+        let inner: Inner = tower::service_fn(ok);
+        let request = Request::new(Body::default());
+        poll_twice(ResponseFuture::checking(
+            check,
+            inner,
+            request,
+            EnvelopeStyle::Chat,
+        ));
+    }
+
+    #[test]
+    #[should_panic(expected = "`FreeTierLimit`'s ResponseFuture polled after completion")]
+    fn a_rejected_future_polled_again_panics_with_a_clear_message() {
+        let response = Response::new(Bytes::new());
+        poll_twice(ResponseFuture::rejected(
+            response,
+            ClientIpError::MissingPeerAddr,
+        ));
     }
 }

@@ -120,6 +120,13 @@ pub struct FreeTierLimit<S, P, L = InMemoryLimiter> {
     layer: FreeTierLimitLayer<P, L>,
 }
 
+impl<S, P> FreeTierLimit<S, P> {
+    /// The layer: [`FreeTierLimitLayer::new`].
+    pub fn layer(predicate: P) -> FreeTierLimitLayer<P> {
+        FreeTierLimitLayer::new(predicate)
+    }
+}
+
 impl<S, P, L> FreeTierLimit<S, P, L> {
     /// Wraps `inner` with `layer`'s configuration.
     pub fn new(inner: S, layer: FreeTierLimitLayer<P, L>) -> Self {

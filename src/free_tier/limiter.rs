@@ -2,7 +2,7 @@
 
 use crate::store::StoreError;
 use std::collections::HashMap;
-use std::collections::hash_map::{Entry, RandomState};
+use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::future::{Future, Ready, ready};
 use std::hash::BuildHasher;
@@ -11,17 +11,18 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use governor::clock::{Clock as MonotonicTime, MonotonicClock, Reference};
-
 use super::ConfigError;
 use super::key::ClientKey;
+use super::window::ClientWindows;
 use crate::clock::{SharedClock, SystemClock};
 use crate::envelope::RateLimitInfo;
 
 /// The free tier's two quotas: requests per minute and per hour.
 ///
-/// Each is a GCRA bucket, not a fixed window: 30 per minute means a burst of
-/// 30, then one more every 2 s.
+/// Sliding windows: 30 per minute means at most 30 admitted requests in any
+/// 60 s, whenever they come (a burst of 30 waits a whole minute). The
+/// algorithm and its small early-refusal margin are described in
+/// [`ClientWindows`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FreeTierQuotas {
     per_minute: NonZeroU32,
@@ -39,11 +40,25 @@ impl Default for FreeTierQuotas {
 }
 
 impl FreeTierQuotas {
-    /// `per_minute` and `per_hour` requests; both must be at least 1.
+    /// The largest quota, 4 194 303: what a client's state can count (see
+    /// [`ClientWindows`]).
+    pub const MAX_REQUESTS: u32 = super::window::MAX_REQUESTS;
+
+    /// `per_minute` and `per_hour` requests; both must be from 1 to
+    /// [`MAX_REQUESTS`](Self::MAX_REQUESTS).
     pub fn new(per_minute: u32, per_hour: u32) -> Result<Self, ConfigError> {
+        let valid = |requests: u32| {
+            if requests > Self::MAX_REQUESTS {
+                return Err(ConfigError::QuotaTooLarge {
+                    requests,
+                    max_requests: Self::MAX_REQUESTS,
+                });
+            }
+            NonZeroU32::new(requests).ok_or(ConfigError::ZeroQuota)
+        };
         Ok(Self {
-            per_minute: NonZeroU32::new(per_minute).ok_or(ConfigError::ZeroQuota)?,
-            per_hour: NonZeroU32::new(per_hour).ok_or(ConfigError::ZeroQuota)?,
+            per_minute: valid(per_minute)?,
+            per_hour: valid(per_hour)?,
         })
     }
 
@@ -82,9 +97,9 @@ pub enum Verdict {
 /// The storage seam: decides one request of one client.
 ///
 /// [`InMemoryLimiter`] is the in-process implementation. A shared store (say
-/// Redis, for several gateway replicas) implements the same trait, running the
-/// same two-bucket GCRA atomically on the server (one script over both
-/// arrival times), and plugs into
+/// Redis, for several gateway replicas) implements the same trait, applying
+/// the same rule ([`ClientWindows::decide`] over the client's 88 bytes)
+/// atomically on the server, and plugs into
 /// [`FreeTierLimitLayer::with_store`](super::FreeTierLimitLayer::with_store)
 /// without any change to the layer. Implementations are cheap to clone
 /// (handles to shared state).
@@ -115,81 +130,22 @@ pub struct SweepReport {
     pub remaining: usize,
 }
 
-/// One quota as GCRA parameters, in nanoseconds.
-#[derive(Clone, Copy, Debug)]
-struct Gcra {
-    limit: u32,
-    /// The emission interval: one cell comes back every `interval_nanos`.
-    interval_nanos: u64,
-    /// `limit * interval_nanos`: how far ahead of now the arrival time may run.
-    capacity_nanos: u64,
-}
-
-/// One quota's answer at time `now`.
-#[derive(Clone, Copy, Debug)]
-enum Step {
-    Allowed { next_arrival: u64, remaining: u32 },
-    Refused { wait_nanos: u64, full_at: u64 },
-}
-
-impl Gcra {
-    fn new(limit: NonZeroU32, period: Duration) -> Self {
-        let period_nanos = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX);
-        let interval_nanos = (period_nanos / u64::from(limit.get())).max(1);
-        Self {
-            limit: limit.get(),
-            interval_nanos,
-            capacity_nanos: interval_nanos.saturating_mul(u64::from(limit.get())),
-        }
-    }
-
-    /// The theoretical arrival time `tat` (nanoseconds since the limiter's
-    /// start; at or before `now` means the bucket is full) meets a request.
-    fn step(&self, tat: u64, now: u64) -> Step {
-        let base = tat.max(now);
-        let next_arrival = base.saturating_add(self.interval_nanos);
-        let horizon = now.saturating_add(self.capacity_nanos);
-        if next_arrival <= horizon {
-            let remaining = (horizon - next_arrival) / self.interval_nanos;
-            Step::Allowed {
-                next_arrival,
-                remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
-            }
-        } else {
-            Step::Refused {
-                wait_nanos: next_arrival - horizon,
-                full_at: base,
-            }
-        }
-    }
-
-    fn remaining(&self, tat: u64, now: u64) -> u32 {
-        let used = tat.saturating_sub(now);
-        let left = self.capacity_nanos.saturating_sub(used) / self.interval_nanos;
-        u32::try_from(left).unwrap_or(u32::MAX)
-    }
-}
-
-/// Both quotas' arrival times of one client: `[minute, hour]`.
-type Arrivals = [u64; 2];
-
 struct Shard {
-    entries: HashMap<ClientKey, Arrivals>,
-    last_sweep_nanos: u64,
+    entries: HashMap<ClientKey, ClientWindows>,
+    last_sweep_millis: u64,
 }
 
 impl Shard {
-    /// Drops entries whose buckets are all full at `now`, and gives memory
+    /// Drops entries with nothing counted at `now`, and gives memory
     /// back once the table is at most a quarter full (so a busy shard does not
     /// shrink and regrow every interval).
     fn sweep(&mut self, now: u64) -> usize {
         let before = self.entries.len();
-        self.entries
-            .retain(|_, arrivals| arrivals.iter().any(|&tat| tat > now));
+        self.entries.retain(|_, windows| !windows.is_idle(now));
         if self.entries.len().saturating_mul(4) <= self.entries.capacity() {
             self.entries.shrink_to_fit();
         }
-        self.last_sweep_nanos = now;
+        self.last_sweep_millis = now;
         before - self.entries.len()
     }
 }
@@ -198,75 +154,55 @@ impl Shard {
 /// empty shards cost nothing worth measuring.
 const SHARD_COUNT: usize = 64;
 
-struct Shared<C: MonotonicTime> {
+struct Shared {
     quotas: FreeTierQuotas,
-    gcra: [Gcra; 2],
-    clock: C,
-    start: C::Instant,
-    wall_clock: SharedClock,
+    clock: SharedClock,
     /// 0 disables automatic sweeping.
-    auto_sweep_nanos: AtomicU64,
+    auto_sweep_millis: AtomicU64,
     /// The key cap divided among the shards; `usize::MAX` for none.
     max_keys_per_shard: AtomicUsize,
     hasher: RandomState,
     shards: Box<[Mutex<Shard>]>,
 }
 
-/// The in-process free-tier limiter: two GCRA quotas per client, decided
-/// together. See the [module docs](super) for the whole layer.
+/// The in-process free-tier limiter: both sliding-window quotas per client,
+/// decided together. See the [module docs](super) for the whole layer and
+/// [`ClientWindows`] for the rule.
 ///
 /// Cloning is cheap and shares the state, so keep a clone to call
 /// [`sweep`](Self::sweep) or read [`len`](Self::len) from a maintenance task.
 ///
-/// # Why not two governor keyed limiters
+/// # One decision for two quotas
 ///
-/// governor's `check_key` spends a cell as soon as it allows and has no peek
-/// (governor #15). With two independent keyed limiters one of the two orders
-/// always leaks: checking the minute first means a request the hour quota
-/// refuses has already spent a minute cell, and the other order the reverse.
-/// [`InMemoryLimiter`] therefore keeps both quotas' state of a client in one
-/// map entry and runs the algorithm governor uses (GCRA, virtual scheduling)
-/// for both under the entry's lock: the request is admitted and both cells are spent, or
-/// it is refused and nothing changes. Time comes from a governor
-/// [`Clock`](governor::clock::Clock) (monotonic in production,
-/// `FakeRelativeClock` in tests), so wall-clock steps cannot refill or drain a
-/// bucket; the wall clock only dates `X-RateLimit-Reset`.
+/// Both quotas' state of a client lives in one map entry ([`ClientWindows`],
+/// 88 bytes) and [`ClientWindows::decide`] runs under the entry's shard lock:
+/// the request is counted in both quotas, or refused and nothing changes. (Two
+/// independent limiters, governor's keyed ones say, always leak in one order:
+/// checking the minute first spends a minute cell on a request the hour
+/// refuses.) Time comes from the crate's [`Clock`](crate::Clock): the system
+/// clock in production, [`FakeClock`](crate::clock::FakeClock) in tests.
 ///
 /// # Memory
 ///
-/// An entry is a 16-byte [`ClientKey`] plus two 8-byte arrival times (32 bytes)
-/// in a `HashMap`; with its control byte and load factor that is 37 to 75
-/// bytes of table per tracked key. Measured with one million distinct clients
-/// (`cargo bench --bench free_tier`): 69 bytes of heap per key, and the heap
-/// back to its starting size after a sweep. An entry whose two buckets are
-/// full again carries no information and is dropped by [`InMemoryLimiter::sweep`]; each shard also sweeps itself on
-/// its first request after [`auto_sweep_interval`](InMemoryLimiter::set_auto_sweep_interval)
+/// An entry is a 16-byte [`ClientKey`] plus the 88-byte [`ClientWindows`] in
+/// a `HashMap`; with its control byte and load factor that is 105 to 240
+/// bytes of table per tracked key (measure with `cargo bench --bench
+/// free_tier`, one million distinct clients). An entry with nothing left in
+/// either window carries no information and is dropped by
+/// [`InMemoryLimiter::sweep`]; each shard also sweeps itself on its first
+/// request after [`auto_sweep_interval`](InMemoryLimiter::set_auto_sweep_interval)
 /// (60 s by default). So the table holds at most the clients seen in the last
-/// hour plus one sweep interval.
-pub struct InMemoryLimiter<C: MonotonicTime = MonotonicClock> {
-    shared: Arc<Shared<C>>,
+/// hour (and one sub-window) plus one sweep interval.
+#[derive(Clone)]
+pub struct InMemoryLimiter {
+    shared: Arc<Shared>,
 }
 
-impl<C: MonotonicTime> Clone for InMemoryLimiter<C> {
-    fn clone(&self) -> Self {
-        Self {
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
-
-impl<C: MonotonicTime> fmt::Debug for InMemoryLimiter<C> {
+impl fmt::Debug for InMemoryLimiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InMemoryLimiter")
             .field("quotas", &self.shared.quotas)
             .finish_non_exhaustive()
-    }
-}
-
-impl InMemoryLimiter {
-    /// A limiter with `quotas`, the monotonic clock and the system wall clock.
-    pub fn new(quotas: FreeTierQuotas) -> Self {
-        Self::with_clocks(quotas, MonotonicClock, Arc::new(SystemClock))
     }
 }
 
@@ -276,31 +212,28 @@ impl Default for InMemoryLimiter {
     }
 }
 
-impl<C: MonotonicTime> InMemoryLimiter<C> {
-    /// A limiter reading buckets' time from `clock` (governor's
-    /// `FakeRelativeClock` in tests) and dating `X-RateLimit-Reset` with
-    /// `wall_clock`.
-    pub fn with_clocks(quotas: FreeTierQuotas, clock: C, wall_clock: SharedClock) -> Self {
-        let start = clock.now();
+impl InMemoryLimiter {
+    /// A limiter with `quotas` on the system clock.
+    pub fn new(quotas: FreeTierQuotas) -> Self {
+        Self::with_clock(quotas, Arc::new(SystemClock))
+    }
+
+    /// A limiter with `quotas` reading time from `clock` (a
+    /// [`FakeClock`](crate::clock::FakeClock) in tests).
+    pub fn with_clock(quotas: FreeTierQuotas, clock: SharedClock) -> Self {
         let shards = (0..SHARD_COUNT)
             .map(|_| {
                 Mutex::new(Shard {
                     entries: HashMap::new(),
-                    last_sweep_nanos: 0,
+                    last_sweep_millis: 0,
                 })
             })
             .collect();
         Self {
             shared: Arc::new(Shared {
                 quotas,
-                gcra: [
-                    Gcra::new(quotas.per_minute, Duration::from_secs(60)),
-                    Gcra::new(quotas.per_hour, Duration::from_secs(3600)),
-                ],
                 clock,
-                start,
-                wall_clock,
-                auto_sweep_nanos: AtomicU64::new(60_000_000_000),
+                auto_sweep_millis: AtomicU64::new(60_000),
                 max_keys_per_shard: AtomicUsize::new(usize::MAX),
                 hasher: RandomState::new(),
                 shards,
@@ -317,8 +250,10 @@ impl<C: MonotonicTime> InMemoryLimiter<C> {
     /// interval; `None` leaves sweeping to explicit [`sweep`](Self::sweep)
     /// calls.
     pub fn set_auto_sweep_interval(&self, every: Option<Duration>) {
-        let nanos = every.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-        self.shared.auto_sweep_nanos.store(nanos, Ordering::Relaxed);
+        let millis = every.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.shared
+            .auto_sweep_millis
+            .store(millis, Ordering::Relaxed);
     }
 
     /// Caps the tracked clients at about `max` (`None`: no cap, the default).
@@ -338,11 +273,10 @@ impl<C: MonotonicTime> InMemoryLimiter<C> {
     /// Decides a request from `key` now.
     pub fn check_now(&self, key: ClientKey) -> Verdict {
         let shared = &*self.shared;
-        let now = self.now_nanos();
-        let [minute, hour] = shared.gcra;
+        let now = shared.clock.now_unix_millis();
         let mut shard = self.shard(&key);
-        let auto_sweep = shared.auto_sweep_nanos.load(Ordering::Relaxed);
-        if auto_sweep != 0 && now.saturating_sub(shard.last_sweep_nanos) >= auto_sweep {
+        let auto_sweep = shared.auto_sweep_millis.load(Ordering::Relaxed);
+        if auto_sweep != 0 && now.saturating_sub(shard.last_sweep_millis) >= auto_sweep {
             shard.sweep(now);
         }
         let max_keys = shared.max_keys_per_shard.load(Ordering::Relaxed);
@@ -352,78 +286,36 @@ impl<C: MonotonicTime> InMemoryLimiter<C> {
                 return Verdict::AtCapacity;
             }
         }
-        let entry = shard.entries.entry(key);
-        let arrivals = match &entry {
-            Entry::Occupied(found) => *found.get(),
-            Entry::Vacant(_) => [now, now],
-        };
-        match (minute.step(arrivals[0], now), hour.step(arrivals[1], now)) {
-            (
-                Step::Allowed {
-                    next_arrival: minute_next,
-                    remaining: minute_left,
-                },
-                Step::Allowed {
-                    next_arrival: hour_next,
-                    remaining: hour_left,
-                },
-            ) => {
-                entry.insert_entry([minute_next, hour_next]);
-                drop(shard);
-                // The tighter quota: fewer left; on a tie, the one full later.
-                let (gcra, remaining, full_at) =
-                    if (minute_left, hour_next) <= (hour_left, minute_next) {
-                        (minute, minute_left, minute_next)
-                    } else {
-                        (hour, hour_left, hour_next)
-                    };
-                Verdict::Allowed {
-                    rate_limit: self.info(gcra, remaining, full_at, now),
+        match shard.entries.get_mut(&key) {
+            Some(windows) => windows.decide(shared.quotas, now),
+            None => {
+                // A new client is only stored once it is admitted.
+                let mut windows = ClientWindows::EMPTY;
+                let verdict = windows.decide(shared.quotas, now);
+                if matches!(verdict, Verdict::Allowed { .. }) {
+                    shard.entries.insert(key, windows);
                 }
-            }
-            (minute_step, hour_step) => {
-                drop(shard);
-                // Wait for the slowest refusing quota; describe that one.
-                let refusals = [(minute, minute_step), (hour, hour_step)];
-                let (gcra, wait_nanos, full_at) = refusals
-                    .iter()
-                    .filter_map(|(gcra, step)| match *step {
-                        Step::Refused {
-                            wait_nanos,
-                            full_at,
-                        } => Some((*gcra, wait_nanos, full_at)),
-                        Step::Allowed { .. } => None,
-                    })
-                    .max_by_key(|(_, wait, _)| *wait)
-                    .unwrap_or((minute, 1, now));
-                Verdict::Refused {
-                    retry_after: Duration::from_nanos(wait_nanos),
-                    rate_limit: self.info(gcra, 0, full_at, now),
-                }
+                verdict
             }
         }
     }
 
     /// What `key` has left, without spending anything.
     pub fn peek(&self, key: ClientKey) -> QuotaUsage {
-        let now = self.now_nanos();
-        let [minute, hour] = self.shared.gcra;
-        let arrivals = self
+        let now = self.shared.clock.now_unix_millis();
+        let windows = self
             .shard(&key)
             .entries
             .get(&key)
             .copied()
-            .unwrap_or([now, now]);
-        QuotaUsage {
-            remaining_per_minute: minute.remaining(arrivals[0], now),
-            remaining_per_hour: hour.remaining(arrivals[1], now),
-        }
+            .unwrap_or_default();
+        windows.usage(self.shared.quotas, now)
     }
 
-    /// Drops every idle key (both buckets full again) and releases table
-    /// memory; returns what it did.
+    /// Drops every idle key (nothing counted in either window) and releases
+    /// table memory; returns what it did.
     pub fn sweep(&self) -> SweepReport {
-        let now = self.now_nanos();
+        let now = self.shared.clock.now_unix_millis();
         let mut report = SweepReport {
             removed: 0,
             remaining: 0,
@@ -450,45 +342,23 @@ impl<C: MonotonicTime> InMemoryLimiter<C> {
         self.len() == 0
     }
 
-    fn now_nanos(&self) -> u64 {
-        let shared = &*self.shared;
-        shared.clock.now().duration_since(shared.start).as_u64()
-    }
-
     fn shard(&self, key: &ClientKey) -> MutexGuard<'_, Shard> {
         let hash = self.shared.hasher.hash_one(key);
         // The high bits: the low ones also pick the bucket inside the shard's map.
         let index = usize::try_from(hash >> 58).unwrap_or(0) % SHARD_COUNT;
         lock(&self.shared.shards[index])
     }
-
-    fn info(&self, gcra: Gcra, remaining: u32, full_at: u64, now: u64) -> RateLimitInfo {
-        // Rounded up so a client waiting until the reset never arrives early.
-        let until_full_millis = full_at.saturating_sub(now).div_ceil(1_000_000);
-        RateLimitInfo {
-            limit: gcra.limit,
-            remaining,
-            reset_unix_millis: self
-                .shared
-                .wall_clock
-                .now_unix_millis()
-                .saturating_add(until_full_millis),
-        }
-    }
 }
 
 /// A poisoned shard only means another request panicked mid-update; the
-/// arrival times in it are still valid numbers, so keep serving.
+/// windows in it are still valid numbers, so keep serving.
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     shard
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl<C> FreeTierStore for InMemoryLimiter<C>
-where
-    C: MonotonicTime + Send + Sync + 'static,
-{
+impl FreeTierStore for InMemoryLimiter {
     type Future = Ready<Result<Verdict, StoreError>>;
 
     fn check(&self, key: ClientKey) -> Self::Future {
@@ -501,15 +371,13 @@ mod tests {
     use super::*;
     use crate::clock::FakeClock;
     use crate::free_tier::KeyPrefixes;
-    use governor::clock::FakeRelativeClock;
 
     const WALL_START_SECS: u64 = 1_800_000_000;
 
-    fn limiter(quotas: FreeTierQuotas) -> (InMemoryLimiter<FakeRelativeClock>, FakeRelativeClock) {
-        let clock = FakeRelativeClock::default();
-        let wall = FakeClock::at_unix_secs(WALL_START_SECS);
+    fn limiter(quotas: FreeTierQuotas) -> (InMemoryLimiter, FakeClock) {
+        let clock = FakeClock::at_unix_secs(WALL_START_SECS);
         (
-            InMemoryLimiter::with_clocks(quotas, clock.clone(), Arc::new(wall)),
+            InMemoryLimiter::with_clock(quotas, Arc::new(clock.clone())),
             clock,
         )
     }
@@ -523,33 +391,16 @@ mod tests {
     }
 
     #[test]
-    fn gcra_burst_then_one_per_interval() {
-        let gcra = Gcra::new(NonZeroU32::new(30).unwrap(), Duration::from_secs(60));
-        assert_eq!(gcra.interval_nanos, 2_000_000_000);
-        let mut tat = 0;
-        for expected_left in (0..30).rev() {
-            match gcra.step(tat, 0) {
-                Step::Allowed {
-                    next_arrival,
-                    remaining,
-                } => {
-                    assert_eq!(remaining, expected_left);
-                    tat = next_arrival;
-                }
-                Step::Refused { .. } => panic!("refused within the burst"),
-            }
-        }
-        assert!(matches!(
-            gcra.step(tat, 0),
-            Step::Refused {
-                wait_nanos: 2_000_000_000,
-                full_at: 60_000_000_000
-            }
-        ));
-        assert!(matches!(
-            gcra.step(tat, 2_000_000_000),
-            Step::Allowed { .. }
-        ));
+    fn quotas_are_bounded_to_what_the_state_can_count() {
+        assert_eq!(FreeTierQuotas::new(0, 10), Err(ConfigError::ZeroQuota));
+        assert_eq!(
+            FreeTierQuotas::new(30, 4_194_304),
+            Err(ConfigError::QuotaTooLarge {
+                requests: 4_194_304,
+                max_requests: 4_194_303
+            })
+        );
+        assert!(FreeTierQuotas::new(4_194_303, 4_194_303).is_ok());
     }
 
     #[test]
@@ -562,8 +413,9 @@ mod tests {
         for _ in 0..50 {
             assert!(!allowed(&limiter.check_now(client)));
         }
-        clock.advance(Duration::from_secs(60));
+        clock.advance(Duration::from_secs(61));
         assert_eq!(limiter.peek(client).remaining_per_minute, 30);
+        assert_eq!(limiter.peek(client).remaining_per_hour, 0);
     }
 
     #[test]
@@ -574,10 +426,11 @@ mod tests {
             limiter.check_now(key(&std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string()));
         }
         assert_eq!(limiter.len(), 1000);
-        // Hour bucket of each key is full again 12 s after its one request.
-        clock.advance(Duration::from_secs(11));
+        // Each key's one request leaves the hour window 3600 s + 1 ms later.
+        clock.advance(Duration::from_secs(3599));
         limiter.check_now(key("192.0.2.1"));
-        clock.advance(Duration::from_secs(2));
+        assert_eq!(limiter.sweep().removed, 0);
+        clock.advance(Duration::from_millis(1001));
         let report = limiter.sweep();
         assert_eq!(
             report,
@@ -587,7 +440,7 @@ mod tests {
             }
         );
         assert_eq!(limiter.len(), 1);
-        clock.advance(Duration::from_secs(12));
+        clock.advance(Duration::from_secs(3600));
         limiter.sweep();
         assert!(limiter.is_empty());
         assert!(
@@ -606,7 +459,7 @@ mod tests {
         for i in 0..2000u32 {
             limiter.check_now(key(&std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string()));
         }
-        clock.advance(Duration::from_secs(61));
+        clock.advance(Duration::from_secs(3601));
         // Every shard is touched again by some fresh client.
         for i in 0..2000u32 {
             limiter.check_now(key(&std::net::Ipv4Addr::from(0x0b00_0000 + i).to_string()));
@@ -636,7 +489,7 @@ mod tests {
         let refused_new = refused_new.unwrap_or(keys[0]);
         assert_eq!(limiter.check_now(refused_new), Verdict::AtCapacity);
         // Once tracked clients go idle, their places are free again.
-        clock.advance(Duration::from_secs(3600));
+        clock.advance(Duration::from_secs(3601));
         assert!(allowed(&limiter.check_now(refused_new)));
         limiter.set_max_tracked_keys(None);
         assert!(keys.iter().all(|&k| allowed(&limiter.check_now(k))));

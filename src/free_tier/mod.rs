@@ -5,20 +5,27 @@
 //! per hour (specification, sections 1 and 8). Every other request passes
 //! untouched, never resolved, counted or limited.
 //!
-//! * **Two quotas, one decision.** A request spends a cell of both quotas or
-//!   of neither: one refused by the minute quota leaves the hour quota alone,
-//!   and the reverse ([`InMemoryLimiter`] explains why this is not two
-//!   governor keyed limiters). The buckets are GCRA, not fixed windows: a
-//!   burst of 30, then one request every 2 s (hour: one every 12 s).
+//! * **Sliding windows.** "30 per minute, 300 per hour" means at most 30
+//!   admitted requests in any 60 s and at most 300 in any hour, exactly; a
+//!   burst of 30 waits a full minute for the next. The algorithm may refuse
+//!   early by at most one sub-window (10 s of the minute, 5 min of the hour),
+//!   never late: [`ClientWindows`] documents the rule and its proof, as a pure
+//!   function over 88 bytes per client that a shared store can run too.
+//! * **Two quotas, one decision.** A request is counted in both quotas or in
+//!   neither: one refused by the minute quota leaves the hour quota alone,
+//!   and the reverse.
 //! * **Refusal.** 429 `FREE_TIER_RATE_LIMITED` in the route's envelope
 //!   ([`EnvelopeStyle::of_request`](crate::envelope::EnvelopeStyle::of_request)),
-//!   with `Retry-After` in whole seconds (rounded up, at least 1) and the
+//!   with `Retry-After` in whole seconds (rounded up, at least 1: waiting that
+//!   long is enough, unless other requests come in between) and the
 //!   refusing quota's `X-RateLimit-Limit`, `X-RateLimit-Remaining: 0` and
 //!   `X-RateLimit-Reset`.
 //! * **Admitted free responses** carry the same three headers describing the
 //!   tighter quota (fewer requests left). `X-RateLimit-Reset` is the **Unix
-//!   epoch time in milliseconds** at which that quota is full again, as the
-//!   specified gateway documents it.
+//!   epoch time in milliseconds** at which that quota is full again (no
+//!   counted request left in its window), as the specified gateway documents it.
+//! * **Time** comes from the crate's [`Clock`](crate::Clock), so tests use
+//!   [`FakeClock`](crate::clock::FakeClock) ([`InMemoryLimiter::with_clock`]).
 //! * **Client address.** [`ClientIpResolver`]: the socket peer, unless it is a
 //!   [trusted proxy](TrustedProxies), then the right-most untrusted hop of the
 //!   configured [`ForwardedHeader`]. The resolved [`ClientIp`] goes into the
@@ -27,15 +34,15 @@
 //!   naming the wiring fault (usually: the server was not started with
 //!   `into_make_service_with_connect_info::<SocketAddr>()`), never a shared
 //!   bucket.
-//! * **Bounded memory.** [`InMemoryLimiter`] drops keys whose buckets are full
-//!   again ([`sweep`](InMemoryLimiter::sweep), and each shard on its own every
+//! * **Bounded memory.** [`InMemoryLimiter`] drops keys with nothing left in
+//!   either window ([`sweep`](InMemoryLimiter::sweep), and each shard on its own every
 //!   60 s) and reports [`len`](InMemoryLimiter::len); an optional
 //!   [cap](InMemoryLimiter::set_max_tracked_keys) bounds it against more
 //!   distinct clients per hour than memory allows (new clients then get 429
 //!   `FREE_MODEL_FAILED`, `Retry-After: 30`; tracked ones keep their quotas). Measured with one
-//!   million distinct clients (`cargo bench --bench free_tier`): about 70
-//!   bytes of heap per tracked key, and the heap back to its starting size
-//!   after a sweep.
+//!   million distinct clients (`cargo bench --bench free_tier`): 237
+//!   bytes of heap per tracked key (target: at most 256), and the heap back to
+//!   its starting size after a sweep.
 //! * **Storage seam.** [`FreeTierStore`] is what the layer asks; a store shared
 //!   by several replicas (Redis) can replace [`InMemoryLimiter`] through
 //!   [`FreeTierLimitLayer::with_store`].
@@ -80,7 +87,8 @@
 //! }
 //! let refused = app.clone().oneshot(request()).await?;
 //! assert_eq!(refused.status(), 429);
-//! assert_eq!(refused.headers()["retry-after"], "2");
+//! // The burst leaves the window a minute (and a millisecond) later.
+//! assert_eq!(refused.headers()["retry-after"], "61");
 //! assert_eq!(refused.headers()["x-ratelimit-limit"], "30");
 //! assert_eq!(limiter.len(), 1);
 //! # Ok(())
@@ -107,6 +115,7 @@ mod future;
 mod key;
 mod layer;
 mod limiter;
+mod window;
 
 use std::fmt;
 
@@ -115,13 +124,12 @@ pub use client_ip::{
     TrustedProxies,
 };
 pub use future::ResponseFuture;
-/// The limiter's time sources: monotonic in production, fake in tests.
-pub use governor::clock::{FakeRelativeClock, MonotonicClock};
 pub use key::{ClientKey, KeyPrefixes};
 pub use layer::{FreeTierLimit, FreeTierLimitLayer, IsFreeRequest};
 pub use limiter::{
     FreeTierQuotas, FreeTierStore, InMemoryLimiter, QuotaUsage, SweepReport, Verdict,
 };
+pub use window::ClientWindows;
 
 /// A free-tier setting was invalid.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,6 +146,13 @@ pub enum ConfigError {
     },
     /// A quota of zero requests.
     ZeroQuota,
+    /// A quota above what a client's state counts.
+    QuotaTooLarge {
+        /// The quota given.
+        requests: u32,
+        /// The largest allowed.
+        max_requests: u32,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -152,6 +167,13 @@ impl fmt::Display for ConfigError {
                 "prefix length {prefix_len} is invalid (at most {max_prefix_len}; a client key needs at least 1)"
             ),
             Self::ZeroQuota => f.write_str("a free-tier quota must allow at least one request"),
+            Self::QuotaTooLarge {
+                requests,
+                max_requests,
+            } => write!(
+                f,
+                "a free-tier quota of {requests} requests is too large (at most {max_requests})"
+            ),
         }
     }
 }
