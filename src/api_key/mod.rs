@@ -66,7 +66,7 @@ mod layer;
 mod quota;
 mod store;
 
-pub use id::{ApiKeyId, MissingApiKeyId};
+pub use id::ApiKeyId;
 pub use layer::{ApiKey, ApiKeyError, ApiKeyLayer, ResponseFuture};
 pub use quota::KeyQuota;
 pub use store::{ApiKeyRecord, InMemoryKeyStore, KeyDigest, KeyStore};

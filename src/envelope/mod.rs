@@ -34,6 +34,7 @@ mod classify;
 mod codes;
 mod data_api;
 mod gateway;
+mod missing;
 pub mod redact;
 pub mod shapes;
 
@@ -41,6 +42,7 @@ pub use classify::{classify_upstream, status_in_text};
 pub use codes::{ErrorCode, ErrorType};
 pub use data_api::DataApiError;
 pub use gateway::{EnvelopeStyle, GatewayError, RateLimitInfo};
+pub use missing::MissingExtension;
 pub use redact::redact;
 pub use shapes::{
     ChatErrorBody, ChatErrorDetail, DetailPathSegment, MessagesErrorBody, PaymentInfo,

@@ -111,8 +111,7 @@ mod limiter;
 use std::fmt;
 
 pub use client_ip::{
-    ClientIp, ClientIpError, ClientIpResolver, ForwardedHeader, IpCidr, MissingClientIp,
-    TrustedProxies,
+    ClientIp, ClientIpError, ClientIpResolver, ForwardedHeader, IpCidr, TrustedProxies,
 };
 pub use future::ResponseFuture;
 /// The limiter's time sources: monotonic in production, fake in tests.

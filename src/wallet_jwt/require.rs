@@ -104,7 +104,7 @@ impl RequireScopesLayer {
             let rejection = if extensions.get::<NoBearer>().is_some() {
                 WalletClaimsRejection::MissingToken
             } else {
-                WalletClaimsRejection::MissingLayer
+                WalletClaimsRejection::missing_layer()
             };
             return Err(rejection.into_data_api_error());
         };
