@@ -2,102 +2,25 @@
 //!
 //! SIWE verify answers with two cookies, `access_token` (the session) and
 //! `refresh_token` (rotates it). PAT management (`/api/v2/auth/tokens…`)
-//! needs the session cookie; a bearer JWT never authorises it. The exchange
-//! takes a PAT and answers a wallet JWT.
+//! takes the library's `SessionWallet`, which owns the rule that a bearer JWT
+//! never authorises it. The exchange takes a PAT and answers a wallet JWT.
 
-use alloy_primitives::Address;
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{FromRequestParts, Path, State};
-use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use walletgate::envelope::DataApiError;
 use walletgate::siwe::SiweMessageFields;
-use walletgate::tokens::{AccessToken, NewPat, PatRecord, SessionCookies};
+use walletgate::tokens::{
+    AccessToken, NewPat, PatRecord, REFRESH_COOKIE, SessionCookies, SessionWallet, request_cookie,
+};
 use walletgate::wallet_jwt::{ScopeSet, WalletClaims};
 
-use crate::app::{SharedState, rfc3339};
-
-const ACCESS_COOKIE: &str = "access_token";
-const REFRESH_COOKIE: &str = "refresh_token";
-
-/// Parses a JSON body, answering 400 in the Area A envelope.
-pub(crate) fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, DataApiError> {
-    serde_json::from_slice(body)
-        .map_err(|error| DataApiError::bad_request(format!("invalid JSON body: {error}")))
-}
-
-/// The value of cookie `name` in the request, if any.
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(key, _)| *key == name)
-        .map(|(_, value)| value)
-}
-
-fn set_cookie(name: &str, value: &str, max_age_secs: u64, secure: bool) -> HeaderValue {
-    let secure = if secure { "; Secure" } else { "" };
-    let text =
-        format!("{name}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age_secs}{secure}");
-    // Cookie values are base62, so the header is always valid.
-    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-fn session_headers(state: &SharedState, cookies: &SessionCookies) -> HeaderMap {
-    let config = state.issuer.config();
-    let mut headers = HeaderMap::new();
-    headers.append(
-        header::SET_COOKIE,
-        set_cookie(
-            ACCESS_COOKIE,
-            &cookies.access,
-            config.session_lifetime_secs(),
-            state.secure_cookies,
-        ),
-    );
-    headers.append(
-        header::SET_COOKIE,
-        set_cookie(
-            REFRESH_COOKIE,
-            &cookies.refresh,
-            config.refresh_lifetime_secs(),
-            state.secure_cookies,
-        ),
-    );
-    headers
-}
-
-/// The wallet of the request's SIWE session (cookie `access_token`).
-///
-/// A verified bearer JWT, if the request carried one, never stands in for the
-/// session; it only sharpens the refusal.
-pub(crate) struct SessionWallet(pub(crate) Address);
-
-impl FromRequestParts<SharedState> for SessionWallet {
-    type Rejection = DataApiError;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &SharedState,
-    ) -> Result<Self, Self::Rejection> {
-        let Some(access) = cookie(&parts.headers, ACCESS_COOKIE) else {
-            let message = if parts.extensions.get::<WalletClaims>().is_some() {
-                "token management needs the SIWE session cookie; a bearer JWT cannot manage tokens"
-            } else {
-                "token management needs the SIWE session cookie (sign in with SIWE first)"
-            };
-            return Err(DataApiError::unauthorized(message));
-        };
-        Ok(Self(state.issuer.session_wallet(access).await?))
-    }
-}
+use crate::state::SharedState;
+use crate::wire::{json_body, rfc3339};
 
 /// `POST /api/v2/auth/siwe/nonce` -> `{nonce}`.
 pub(crate) async fn nonce(
@@ -135,11 +58,8 @@ pub(crate) async fn verify(
         })?;
     let cookies = state.issuer.start_session(signed_in.address).await?;
     let address = signed_in.address.to_checksum(None);
-    Ok((
-        session_headers(&state, &cookies),
-        Json(json!({ "address": address })),
-    )
-        .into_response())
+    let headers = cookies.set_cookie_headers(state.issuer.config());
+    Ok((headers, Json(json!({ "address": address }))).into_response())
 }
 
 /// `POST /api/v2/auth/session/refresh`: the refresh cookie buys new cookies once.
@@ -147,15 +67,12 @@ pub(crate) async fn refresh_session(
     State(state): State<SharedState>,
     headers: HeaderMap,
 ) -> Result<Response, DataApiError> {
-    let refresh = cookie(&headers, REFRESH_COOKIE)
+    let refresh = request_cookie(&headers, REFRESH_COOKIE)
         .ok_or_else(|| DataApiError::unauthorized("the refresh_token cookie is required"))?;
     let (wallet, cookies) = state.issuer.refresh_session(refresh).await?;
     let address = wallet.to_checksum(None);
-    Ok((
-        session_headers(&state, &cookies),
-        Json(json!({ "address": address })),
-    )
-        .into_response())
+    let headers = cookies.set_cookie_headers(state.issuer.config());
+    Ok((headers, Json(json!({ "address": address }))).into_response())
 }
 
 #[derive(Deserialize)]
@@ -264,13 +181,7 @@ pub(crate) async fn revoke_token(
         ));
     }
     state.issuer.revoke_pat(wallet, &id).await?;
-    let mut cleared = HeaderMap::new();
-    for name in [ACCESS_COOKIE, REFRESH_COOKIE] {
-        cleared.append(
-            header::SET_COOKIE,
-            set_cookie(name, "", 0, state.secure_cookies),
-        );
-    }
+    let cleared = SessionCookies::cleared_headers(state.issuer.config());
     Ok((cleared, Json(json!({ "id": id, "revoked": true }))).into_response())
 }
 

@@ -48,9 +48,9 @@ use walletgate::body::{ResponseBody, rejection};
 use walletgate::envelope::DataApiError;
 use walletgate::wallet_jwt::{JwtVerifier, Scope, WalletClaims, WalletJwtLayer};
 
-use crate::app::SharedState;
 use crate::relationships::CallerRole;
 use crate::rest::{self, HandshakeStep};
+use crate::state::SharedState;
 
 /// Largest request body read, as rmcp's own default (4 MiB).
 const MAX_REQUEST_BODY_BYTES: usize = 4 * 1024 * 1024;

@@ -1,9 +1,9 @@
 //! The live API description: `GET /api/v2/openapi.json`, an OpenAPI 3.1
-//! document generated from the route table in `app.rs`.
+//! document generated from the route table in `routes.rs`.
 //!
 //! Each [`Operation`] of that table carries its handler, its [`Access`] (for
 //! wallet-scoped routes, the very `RequireScopesLayer` that guards it) and its
-//! description. `app.rs` mounts the handlers from the table and this module
+//! description. `main.rs` mounts the handlers from the table and this module
 //! renders the same table, so a route cannot exist without its description
 //! and a description cannot claim scopes its guard does not enforce. The
 //! schemas are written by hand next to each route; the tests check every
@@ -14,15 +14,16 @@
 
 use std::collections::BTreeMap;
 
-use axum::Json;
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::handler::Handler;
+use axum::response::IntoResponse;
 use axum::routing::MethodRouter;
-use http::Method;
+use http::{HeaderValue, Method, header};
 use serde_json::{Map, Value, json};
 use walletgate::wallet_jwt::RequireScopesLayer;
 
-use crate::app::SharedState;
+use crate::state::SharedState;
 
 /// The security scheme of the `X-API-KEY` header.
 pub(crate) const API_KEY_AUTH: &str = "ApiKeyAuth";
@@ -761,7 +762,19 @@ fn schemas() -> Value {
     )
 }
 
-/// `GET /api/v2/openapi.json`.
-pub(crate) async fn openapi_json(State(state): State<SharedState>) -> Json<Value> {
-    Json(state.openapi.clone())
+/// The document as JSON bytes, serialised once at startup.
+pub(crate) fn serialised(operations: &[Operation], origin: &str) -> serde_json::Result<Bytes> {
+    serde_json::to_vec(&document(operations, origin)).map(Bytes::from)
+}
+
+/// `GET /api/v2/openapi.json`: the bytes serialised at startup, shared (a
+/// `Bytes` clone is a reference count, not a copy).
+pub(crate) async fn openapi_json(State(state): State<SharedState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        state.openapi.clone(),
+    )
 }

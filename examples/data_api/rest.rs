@@ -16,10 +16,10 @@ use serde_json::{Value, json};
 use walletgate::envelope::DataApiError;
 use walletgate::wallet_jwt::WalletClaims;
 
-use crate::app::{AppState, SharedState, rfc3339};
-use crate::auth::json_body;
 use crate::favorites::{MAX_LIMIT, MIN_LIMIT, Page, PageError, checked_limit};
 use crate::relationships::{CallerRole, HandshakeError};
+use crate::state::{AppState, SharedState};
+use crate::wire::{json_body, rfc3339};
 
 impl From<PageError> for DataApiError {
     fn from(error: PageError) -> Self {
