@@ -24,3 +24,63 @@ mod tests {
         assert_eq!(super::rfc3339(951_782_400), "2000-02-29T00:00:00.000Z");
     }
 }
+
+/// The JSON Schemas of the wire formats above, for fields whose Rust type is
+/// a plain `String` (or a library type) but whose text has a shape. Body
+/// types name them with `#[schemars(with = "…")]`, so the OpenAPI document is
+/// derived from the types (see `openapi.rs`).
+pub(crate) mod schema {
+    use std::borrow::Cow;
+
+    use rmcp::schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+    use walletgate::wallet_jwt::Scope;
+
+    /// A `0x`-prefixed 20-byte wallet or contract address: one shared component.
+    pub(crate) struct Address;
+
+    impl JsonSchema for Address {
+        fn schema_name() -> Cow<'static, str> {
+            "Address".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({ "type": "string", "pattern": "^0x[0-9a-fA-F]{40}$" })
+        }
+    }
+
+    /// An RFC 3339 date, as [`rfc3339`](super::rfc3339) writes it: inlined.
+    pub(crate) struct DateTime;
+
+    impl JsonSchema for DateTime {
+        fn inline_schema() -> bool {
+            true
+        }
+
+        fn schema_name() -> Cow<'static, str> {
+            "DateTime".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({ "type": "string", "format": "date-time" })
+        }
+    }
+
+    /// The scope names a personal access token can carry: one shared component.
+    pub(crate) struct Scopes;
+
+    impl JsonSchema for Scopes {
+        fn schema_name() -> Cow<'static, str> {
+            "Scopes".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            let names = [
+                Scope::ReadFavorites,
+                Scope::ReadWallets,
+                Scope::WriteWallets,
+            ]
+            .map(|scope| scope.as_str().to_owned());
+            json_schema!({ "type": "array", "items": { "type": "string", "enum": names } })
+        }
+    }
+}
