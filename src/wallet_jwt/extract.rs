@@ -7,7 +7,7 @@ use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum_core::response::{IntoResponse, Response};
 use http::request::Parts;
 
-use super::layer::NoBearer;
+use super::service::NoBearer;
 use super::{JwtError, WalletClaims};
 use crate::envelope::{DataApiError, MissingExtension};
 
