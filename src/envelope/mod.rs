@@ -15,6 +15,7 @@
 //! | payment rejection | [`PaymentRejectionBody`] | chat-style routes, 402 with a code |
 //! | 402 quote | [`QuoteBody`] | [`X402Layer`](crate) quotes |
 //! | data API | [`DataApiError`] | every Area A rejection (401, 403, 429, 400, …) |
+//! | missing extension | [`MissingExtension`] | every extractor whose layer is not in front of its route: 500 in the route's shape |
 //!
 //! A gateway layer describes a failure once, as a [`GatewayError`], and the
 //! route's [`EnvelopeStyle`] picks the shape:
