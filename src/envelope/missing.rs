@@ -23,7 +23,7 @@ use super::{DataApiError, EnvelopeStyle, ErrorCode, GatewayError};
 /// let missing = MissingExtension::data_api::<Session>("SessionLayer");
 /// assert_eq!(
 ///     missing.to_string(),
-///     "missing request extension Session: is SessionLayer in front of this route?"
+///     "Session is missing from the request extensions: is SessionLayer in front of this route?"
 /// );
 /// assert_eq!(missing.into_response().status(), 500);
 /// ```
@@ -95,7 +95,7 @@ impl fmt::Display for MissingExtension {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "missing request extension {}: is {} in front of this route?",
+            "{} is missing from the request extensions: is {} in front of this route?",
             self.type_name, self.layer
         )
     }
@@ -139,7 +139,7 @@ mod tests {
         assert_eq!(body["error"]["status"], 500);
         assert_eq!(
             body["error"]["message"],
-            "missing request extension Probe: is ProbeLayer in front of this route?"
+            "Probe is missing from the request extensions: is ProbeLayer in front of this route?"
         );
     }
 
