@@ -2,117 +2,94 @@
 //!
 //! SIWE verify answers with two cookies, `access_token` (the session) and
 //! `refresh_token` (rotates it). PAT management (`/api/v2/auth/tokens…`)
-//! needs the session cookie; a bearer JWT never authorises it. The exchange
-//! takes a PAT and answers a wallet JWT.
+//! takes the library's `SessionWallet`, which owns the rule that a bearer JWT
+//! never authorises it. The exchange takes a PAT and answers a wallet JWT.
 
-use alloy_primitives::Address;
+use std::borrow::Cow;
+
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{FromRequestParts, Path, State};
-use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use rmcp::schemars::{self, JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use walletgate::envelope::DataApiError;
 use walletgate::siwe::SiweMessageFields;
-use walletgate::tokens::{AccessToken, NewPat, PatRecord, SessionCookies};
+use walletgate::tokens::{
+    AccessToken, IssuerConfig, NewPat, PatRecord, REFRESH_COOKIE, SessionCookies, SessionWallet,
+    request_cookie,
+};
 use walletgate::wallet_jwt::{ScopeSet, WalletClaims};
 
-use crate::app::{SharedState, rfc3339};
+use crate::state::SharedState;
+use crate::wire::{json_body, rfc3339, schema};
 
-const ACCESS_COOKIE: &str = "access_token";
-const REFRESH_COOKIE: &str = "refresh_token";
-
-/// Parses a JSON body, answering 400 in the Area A envelope.
-pub(crate) fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, DataApiError> {
-    serde_json::from_slice(body)
-        .map_err(|error| DataApiError::bad_request(format!("invalid JSON body: {error}")))
-}
-
-/// The value of cookie `name` in the request, if any.
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(key, _)| *key == name)
-        .map(|(_, value)| value)
-}
-
-fn set_cookie(name: &str, value: &str, max_age_secs: u64, secure: bool) -> HeaderValue {
-    let secure = if secure { "; Secure" } else { "" };
-    let text =
-        format!("{name}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age_secs}{secure}");
-    // Cookie values are base62, so the header is always valid.
-    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-fn session_headers(state: &SharedState, cookies: &SessionCookies) -> HeaderMap {
-    let config = state.issuer.config();
-    let mut headers = HeaderMap::new();
-    headers.append(
-        header::SET_COOKIE,
-        set_cookie(
-            ACCESS_COOKIE,
-            &cookies.access,
-            config.session_lifetime_secs(),
-            state.secure_cookies,
-        ),
-    );
-    headers.append(
-        header::SET_COOKIE,
-        set_cookie(
-            REFRESH_COOKIE,
-            &cookies.refresh,
-            config.refresh_lifetime_secs(),
-            state.secure_cookies,
-        ),
-    );
-    headers
-}
-
-/// The wallet of the request's SIWE session (cookie `access_token`).
-///
-/// A verified bearer JWT, if the request carried one, never stands in for the
-/// session; it only sharpens the refusal.
-pub(crate) struct SessionWallet(pub(crate) Address);
-
-impl FromRequestParts<SharedState> for SessionWallet {
-    type Rejection = DataApiError;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &SharedState,
-    ) -> Result<Self, Self::Rejection> {
-        let Some(access) = cookie(&parts.headers, ACCESS_COOKIE) else {
-            let message = if parts.extensions.get::<WalletClaims>().is_some() {
-                "token management needs the SIWE session cookie; a bearer JWT cannot manage tokens"
-            } else {
-                "token management needs the SIWE session cookie (sign in with SIWE first)"
-            };
-            return Err(DataApiError::unauthorized(message));
-        };
-        Ok(Self(state.issuer.session_wallet(access).await?))
-    }
+/// A single-use SIWE nonce.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct Nonce {
+    #[schemars(length(min = 8))]
+    nonce: String,
 }
 
 /// `POST /api/v2/auth/siwe/nonce` -> `{nonce}`.
-pub(crate) async fn nonce(
-    State(state): State<SharedState>,
-) -> Result<Json<serde_json::Value>, DataApiError> {
+pub(crate) async fn nonce(State(state): State<SharedState>) -> Result<Json<Nonce>, DataApiError> {
     let nonce = state.siwe.issue_nonce().await.map_err(|_| {
         DataApiError::new(StatusCode::SERVICE_UNAVAILABLE, "nonce store unavailable")
     })?;
-    Ok(Json(json!({ "nonce": nonce })))
+    Ok(Json(Nonce { nonce }))
 }
 
-#[derive(Deserialize)]
-struct VerifyBody {
+/// The body of SIWE verify.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "SiweVerify")]
+pub(crate) struct VerifyBody {
+    #[schemars(with = "SiweFields")]
     message: SiweMessageFields,
+    /// EIP-191 signature, `0x` + 130 hex digits
     signature: String,
+}
+
+/// The schema of the library's `SiweMessageFields` (a library type, so
+/// written here by hand; the SIWE tests hold it to the parser).
+struct SiweFields;
+
+impl JsonSchema for SiweFields {
+    fn schema_name() -> Cow<'static, str> {
+        "SiweMessageFields".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let address = generator.subschema_for::<schema::Address>();
+        let time = generator.subschema_for::<schema::DateTime>();
+        json_schema!({
+            "type": "object",
+            "description": "The EIP-4361 message's fields; the server rebuilds the exact signed text from them. Unknown members (the SDK's `accountType`) are ignored.",
+            "required": ["domain", "address", "uri", "version", "chainId", "nonce", "issuedAt"],
+            "properties": {
+                "scheme": { "type": "string" },
+                "domain": { "type": "string" },
+                "address": address,
+                "statement": { "type": "string" },
+                "uri": { "type": "string" },
+                "version": { "type": "string", "const": "1" },
+                "chainId": { "type": ["integer", "string"] },
+                "nonce": { "type": "string" },
+                "issuedAt": time,
+                "expirationTime": time,
+                "notBefore": time,
+                "requestId": { "type": "string" },
+                "resources": { "type": "array", "items": { "type": "string" } }
+            }
+        })
+    }
+}
+
+/// The wallet a session was started (or refreshed) for.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct SignedIn {
+    #[schemars(with = "schema::Address")]
+    address: String,
 }
 
 /// `POST /api/v2/auth/siwe/verify`: the message's fields and signature; the
@@ -135,11 +112,8 @@ pub(crate) async fn verify(
         })?;
     let cookies = state.issuer.start_session(signed_in.address).await?;
     let address = signed_in.address.to_checksum(None);
-    Ok((
-        session_headers(&state, &cookies),
-        Json(json!({ "address": address })),
-    )
-        .into_response())
+    let headers = cookies.set_cookie_headers(state.issuer.config());
+    Ok((headers, Json(SignedIn { address })).into_response())
 }
 
 /// `POST /api/v2/auth/session/refresh`: the refresh cookie buys new cookies once.
@@ -147,37 +121,65 @@ pub(crate) async fn refresh_session(
     State(state): State<SharedState>,
     headers: HeaderMap,
 ) -> Result<Response, DataApiError> {
-    let refresh = cookie(&headers, REFRESH_COOKIE)
+    let refresh = request_cookie(&headers, REFRESH_COOKIE)
         .ok_or_else(|| DataApiError::unauthorized("the refresh_token cookie is required"))?;
     let (wallet, cookies) = state.issuer.refresh_session(refresh).await?;
     let address = wallet.to_checksum(None);
-    Ok((
-        session_headers(&state, &cookies),
-        Json(json!({ "address": address })),
-    )
-        .into_response())
+    let headers = cookies.set_cookie_headers(state.issuer.config());
+    Ok((headers, Json(SignedIn { address })).into_response())
 }
 
-#[derive(Deserialize)]
+/// The body of PAT creation.
+#[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-struct CreateTokenBody {
+#[schemars(rename = "CreateToken")]
+pub(crate) struct CreateTokenBody {
     #[serde(default)]
     label: String,
+    #[schemars(with = "schema::Scopes")]
     scopes: Vec<String>,
+    #[serde(default)]
+    #[schemars(with = "u32", range(min = 1, max = IssuerConfig::DEFAULT_PAT_MAX_DAYS))]
     expires_in_days: Option<u32>,
 }
 
 /// A PAT as listed: never its secret.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(rename = "TokenSummary")]
 pub(crate) struct TokenView {
     id: String,
     label: String,
+    #[schemars(with = "schema::Scopes")]
     scopes: Vec<String>,
+    #[schemars(with = "schema::DateTime")]
     created_at: String,
+    #[schemars(with = "schema::DateTime")]
     expires_at: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "schema::DateTime")]
     last_used_at: Option<String>,
+    revoked: bool,
+}
+
+/// The personal access token, shown once. It is never a bearer: exchange it for a wallet JWT.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CreatedToken<'a> {
+    id: &'a str,
+    token: &'a str,
+    label: &'a str,
+    #[schemars(with = "schema::Scopes")]
+    scopes: Vec<String>,
+    #[schemars(with = "schema::DateTime")]
+    expires_at: String,
+}
+
+/// A revoked PAT.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct Revoked {
+    id: String,
+    #[schemars(extend("const" = true))]
     revoked: bool,
 }
 
@@ -196,14 +198,13 @@ impl From<&PatRecord> for TokenView {
 }
 
 fn created(record: &PatRecord, token: &str) -> Response {
-    let scopes: Vec<String> = record.scopes.iter().map(ToString::to_string).collect();
-    let body = json!({
-        "id": record.id,
-        "token": token,
-        "label": record.label,
-        "scopes": scopes,
-        "expiresAt": rfc3339(record.expires_at),
-    });
+    let body = CreatedToken {
+        id: &record.id,
+        token,
+        label: &record.label,
+        scopes: record.scopes.iter().map(ToString::to_string).collect(),
+        expires_at: rfc3339(record.expires_at),
+    };
     (StatusCode::CREATED, Json(body)).into_response()
 }
 
@@ -264,20 +265,18 @@ pub(crate) async fn revoke_token(
         ));
     }
     state.issuer.revoke_pat(wallet, &id).await?;
-    let mut cleared = HeaderMap::new();
-    for name in [ACCESS_COOKIE, REFRESH_COOKIE] {
-        cleared.append(
-            header::SET_COOKIE,
-            set_cookie(name, "", 0, state.secure_cookies),
-        );
-    }
-    Ok((cleared, Json(json!({ "id": id, "revoked": true }))).into_response())
+    let cleared = SessionCookies::cleared_headers(state.issuer.config());
+    Ok((cleared, Json(Revoked { id, revoked: true })).into_response())
 }
 
-#[derive(Deserialize)]
+/// The body of the PAT -> JWT exchange.
+#[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-struct ExchangeBody {
+#[schemars(rename = "Exchange")]
+pub(crate) struct ExchangeBody {
+    /// The personal access token
     subject_token: String,
+    #[schemars(extend("enum" = SUBJECT_TOKEN_TYPES))]
     subject_token_type: String,
 }
 
@@ -287,12 +286,33 @@ const SUBJECT_TOKEN_TYPES: [&str; 2] = [
     "urn:ietf:params:oauth:token-type:access_token",
 ];
 
-#[derive(Serialize)]
+/// A short-lived wallet JWT, its lifetime and its scopes.
+#[derive(Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(rename = "WalletJwt")]
 pub(crate) struct ExchangeResponse {
-    #[serde(flatten)]
-    token: AccessToken,
+    /// The wallet JWT
+    access_token: String,
+    #[schemars(extend("const" = "Bearer"))]
+    token_type: &'static str,
+    /// Seconds until it expires
+    expires_in: u64,
+    /// Space-separated scopes
+    scope: String,
+    #[schemars(with = "schema::Scopes")]
     token_scopes: Vec<String>,
+}
+
+impl From<AccessToken> for ExchangeResponse {
+    fn from(token: AccessToken) -> Self {
+        Self {
+            token_scopes: token.scope.split(' ').map(str::to_owned).collect(),
+            access_token: token.access_token,
+            token_type: token.token_type,
+            expires_in: token.expires_in,
+            scope: token.scope,
+        }
+    }
 }
 
 /// `POST /api/v2/auth/tokens/exchange`: `{subjectToken, subjectTokenType}` ->
@@ -308,11 +328,7 @@ pub(crate) async fn exchange(
         ));
     }
     let token = state.issuer.exchange(&body.subject_token).await?;
-    let token_scopes = token.scope.split(' ').map(str::to_owned).collect();
-    Ok(Json(ExchangeResponse {
-        token,
-        token_scopes,
-    }))
+    Ok(Json(token.into()))
 }
 
 /// `GET /.well-known/jwks.json`: current and still-valid previous keys.

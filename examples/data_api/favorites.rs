@@ -7,7 +7,10 @@
 use std::collections::HashMap;
 
 use alloy_primitives::Address;
+use rmcp::schemars::{self, JsonSchema};
 use serde::Serialize;
+
+use crate::wire::schema;
 
 /// Smallest accepted `limit`.
 pub(crate) const MIN_LIMIT: u32 = 1;
@@ -17,21 +20,25 @@ pub(crate) const MAX_LIMIT: u32 = 100;
 pub(crate) const DEFAULT_LIMIT: u32 = 50;
 
 /// One favorite, in the shape of the public API's `Nft`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 pub(crate) struct Nft {
     /// Token id within the contract.
     pub(crate) identifier: String,
     /// Collection slug.
     pub(crate) collection: String,
     /// Contract address.
+    #[schemars(with = "schema::Address")]
     pub(crate) contract: String,
     /// `erc721` or `erc1155`.
+    #[schemars(extend("enum" = ["erc721", "erc1155"]))]
     pub(crate) token_standard: String,
     /// Display name.
     pub(crate) name: String,
     /// Link to the item.
+    #[schemars(extend("format" = "uri"))]
     pub(crate) opensea_url: String,
     /// Last change (RFC 3339).
+    #[schemars(with = "schema::DateTime")]
     pub(crate) updated_at: String,
     /// Whether trading is disabled.
     pub(crate) is_disabled: bool,
@@ -42,7 +49,7 @@ pub(crate) struct Nft {
 }
 
 /// One trait of an [`Nft`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 pub(crate) struct Trait {
     /// Trait name.
     pub(crate) trait_type: String,
@@ -60,12 +67,14 @@ pub(crate) struct Collection {
 }
 
 /// One page of favorites.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(rename = "FavoritesPage")]
 pub(crate) struct Page {
     /// The items.
     pub(crate) nfts: Vec<Nft>,
-    /// Cursor for the next page, absent on the last one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Cursor for the next page (pass as `after`); absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub(crate) next: Option<String>,
 }
 

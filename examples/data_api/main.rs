@@ -22,19 +22,34 @@
 //! | `DATA_API_ACCESS_LOG` | standard error | file for the access log |
 
 mod access_log;
-mod app;
 mod auth;
 mod favorites;
 mod mcp;
 mod openapi;
 mod relationships;
 mod rest;
+mod routes;
+mod state;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_sdk;
+mod wire;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, KeyQuota};
+use walletgate::clock::{SharedClock, SystemClock};
+use walletgate::siwe::{InMemoryNonceStore, SiweVerifier};
+use walletgate::tokens::{IssuerConfig, SigningKeys, TokenIssuer};
+use walletgate::wallet_jwt::{JwtVerifier, KeySet, WalletJwtLayer};
+
+use crate::favorites::Favorites;
+use crate::openapi::{Access, Operation};
+use crate::relationships::Relationships;
+use crate::state::{AppState, SharedState};
 
 /// Settings read from the environment.
 #[derive(Clone, Debug)]
@@ -109,6 +124,151 @@ impl Config {
     }
 }
 
+/// What a newcomer needs to know at start.
+pub(crate) struct DevInfo {
+    pub(crate) generated_api_key: Option<String>,
+    pub(crate) seeded_wallets: Vec<String>,
+}
+
+/// Wallets with development favorites: the first three Hardhat/Anvil accounts.
+const SEEDED_WALLETS: [&str; 3] = [
+    "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+    "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+    "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
+];
+
+pub(crate) fn build(config: &Config) -> Result<(Router, DevInfo), Box<dyn std::error::Error>> {
+    build_with_clock(config, Arc::new(SystemClock))
+}
+
+pub(crate) fn build_with_clock(
+    config: &Config,
+    clock: SharedClock,
+) -> Result<(Router, DevInfo), Box<dyn std::error::Error>> {
+    let published = KeySet::new();
+    let keys = match &config.signing_key_file {
+        Some(path) => {
+            let seed: [u8; 32] = std::fs::read(path)?
+                .try_into()
+                .map_err(|_| "DATA_API_SIGNING_KEY_FILE must hold exactly 32 bytes")?;
+            SigningKeys::from_seed(&seed, published.clone())
+        }
+        None => SigningKeys::generate(published.clone())?,
+    };
+    let issuer_config = IssuerConfig::new(&config.origin, &config.origin)?
+        .with_jwt_lifetime_secs(config.jwt_lifetime_secs)?;
+    let issuer = TokenIssuer::in_memory(issuer_config, keys).with_clock(clock.clone());
+    let verifier =
+        JwtVerifier::new(published, &config.origin, &config.origin)?.with_clock(clock.clone());
+    let siwe = SiweVerifier::builder()
+        .domain(&config.siwe_domain)
+        .uri(&config.siwe_uri)
+        .allow_chain_id(config.siwe_chain_id)
+        .clock(clock.clone())
+        .nonce_store(InMemoryNonceStore::new())
+        .build()?;
+
+    let mut favorites = Favorites::default();
+    for (index, wallet) in SEEDED_WALLETS.iter().enumerate() {
+        favorites.seed(wallet.parse()?, 5 + 40 * index as u32);
+    }
+
+    let (api_key, generated_api_key) = match &config.api_key {
+        Some(key) => (key.clone(), None),
+        None => {
+            let mut bytes = [0u8; 24];
+            getrandom::fill(&mut bytes)?;
+            let key = alloy_primitives::hex::encode(bytes);
+            (key.clone(), Some(key))
+        }
+    };
+    let key_store = InMemoryKeyStore::new();
+    key_store.insert(
+        &api_key,
+        ApiKeyRecord::new(ApiKeyId::new("dev")?)
+            .with_quota(KeyQuota::per_minute(config.key_per_minute)),
+    )?;
+
+    let operations = routes::operations();
+    let state = Arc::new(AppState {
+        issuer,
+        siwe,
+        favorites,
+        relationships: Relationships::default(),
+        clock: clock.clone(),
+        openapi: openapi::serialised(&operations, &config.origin)?,
+    });
+    let router = router(
+        state,
+        operations,
+        key_store,
+        verifier,
+        clock,
+        &config.origin,
+    );
+    let dev = DevInfo {
+        generated_api_key,
+        seeded_wallets: SEEDED_WALLETS
+            .iter()
+            .map(|wallet| (*wallet).to_owned())
+            .collect(),
+    };
+    Ok((router, dev))
+}
+
+/// The composition, from the route table: every route but the discovery
+/// documents needs `X-API-KEY`; wallet-scoped routes also need a wallet JWT
+/// with the scopes their guard names; token management needs the SIWE
+/// session cookie instead.
+fn router(
+    state: SharedState,
+    operations: Vec<Operation>,
+    key_store: InMemoryKeyStore,
+    verifier: JwtVerifier,
+    clock: SharedClock,
+    origin: &str,
+) -> Router {
+    let mut public = Router::new();
+    let mut keyed = Router::new();
+    let mut token_management = Router::new();
+    let mut wallet_scoped = Router::new();
+    for (path, access, handler) in operations.into_iter().filter_map(Operation::into_route) {
+        match access {
+            Access::Public => public = public.route(path, handler),
+            Access::ApiKey | Access::RefreshCookie | Access::ApiKeyOptionalWallet => {
+                keyed = keyed.route(path, handler);
+            }
+            Access::Session => token_management = token_management.route(path, handler),
+            Access::Wallet(guard) => {
+                wallet_scoped = wallet_scoped.route(path, handler.route_layer(guard));
+            }
+        }
+    }
+
+    let wallet_scoped = wallet_scoped.route_layer(WalletJwtLayer::new(verifier.clone()));
+    // Token management reads the session cookie; a bearer, if sent, is
+    // verified so revocation can insist it names the same wallet.
+    let token_management =
+        token_management.route_layer(WalletJwtLayer::new(verifier.clone()).optional_bearer());
+
+    let api_keys = ApiKeyLayer::new(key_store).with_clock(clock);
+    let keyed = keyed
+        .merge(wallet_scoped)
+        .merge(token_management)
+        .layer(api_keys.clone());
+
+    // MCP: one service that applies the same `ApiKeyLayer` (same quotas) itself,
+    // inside its JSON-RPC rejection rewriter; the table describes it through
+    // `mcp_operation`, and the described tests probe it.
+    public
+        .nest_service(
+            "/mcp",
+            mcp::service(state.clone(), api_keys, verifier, origin),
+        )
+        .merge(keyed)
+        .with_state(state)
+}
+
 #[tokio::main]
 async fn main() {
     if let Err(error) = run().await {
@@ -119,7 +279,7 @@ async fn main() {
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let config = Config::from_env()?;
-    let (router, dev) = app::build(&config)?;
+    let (router, dev) = build(&config)?;
     let log = match &config.access_log {
         Some(path) => access_log::AccessLog::to_file(path)?,
         None => access_log::AccessLog::stderr(),

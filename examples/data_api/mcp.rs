@@ -40,7 +40,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ServerHandler, tool, tool_handler, tool_router};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use tower::Layer;
 use tower::Service;
 use walletgate::api_key::ApiKeyLayer;
@@ -48,9 +48,9 @@ use walletgate::body::{ResponseBody, rejection};
 use walletgate::envelope::DataApiError;
 use walletgate::wallet_jwt::{JwtVerifier, Scope, WalletClaims, WalletJwtLayer};
 
-use crate::app::SharedState;
 use crate::relationships::CallerRole;
 use crate::rest::{self, HandshakeStep};
+use crate::state::SharedState;
 
 /// Largest request body read, as rmcp's own default (4 MiB).
 const MAX_REQUEST_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -376,8 +376,10 @@ fn caller_role_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 /// A tool's answer: the REST body as structured content, or a tool error.
-fn answer(result: Result<Value, DataApiError>) -> CallToolResult {
-    match result {
+fn answer<T: serde::Serialize>(result: Result<T, DataApiError>) -> CallToolResult {
+    match result.and_then(|value| {
+        serde_json::to_value(value).map_err(|_| DataApiError::internal("answer not serializable"))
+    }) {
         Ok(value) => CallToolResult::structured(value),
         Err(error) => tool_error(error.message()),
     }
@@ -404,10 +406,10 @@ fn wallet_with(parts: &Parts, scope: Option<Scope>) -> Result<(Address, &WalletC
 }
 
 /// Runs `operation` for the JWT's wallet when it grants `scope`.
-fn for_wallet(
+fn for_wallet<T: serde::Serialize>(
     parts: &Parts,
     scope: Scope,
-    operation: impl FnOnce(Address) -> Result<Value, DataApiError>,
+    operation: impl FnOnce(Address) -> Result<T, DataApiError>,
 ) -> CallToolResult {
     match wallet_with(parts, Some(scope)) {
         Ok((wallet, _)) => answer(operation(wallet)),
@@ -465,8 +467,7 @@ impl DataApiTools {
         Parameters(args): Parameters<FavoritesArgs>,
     ) -> CallToolResult {
         for_wallet(&parts, Scope::ReadFavorites, |wallet| {
-            let page = rest::favorites_of(&self.state, wallet, args.limit, args.after.as_deref())?;
-            serde_json::to_value(page).map_err(|_| DataApiError::internal("page not serializable"))
+            rest::favorites_of(&self.state, wallet, args.limit, args.after.as_deref())
         })
     }
 
@@ -579,7 +580,7 @@ mod tests {
 
     use super::*;
 
-    async fn body_json<B>(response: Response<B>) -> Value
+    async fn body_json<B>(response: Response<B>) -> serde_json::Value
     where
         B: http_body::Body,
         B::Error: fmt::Debug,

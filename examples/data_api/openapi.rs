@@ -1,28 +1,38 @@
 //! The live API description: `GET /api/v2/openapi.json`, an OpenAPI 3.1
-//! document generated from the route table in `app.rs`.
+//! document generated from the route table in `routes.rs`.
 //!
 //! Each [`Operation`] of that table carries its handler, its [`Access`] (for
 //! wallet-scoped routes, the very `RequireScopesLayer` that guards it) and its
-//! description. `app.rs` mounts the handlers from the table and this module
+//! description. `main.rs` mounts the handlers from the table and this module
 //! renders the same table, so a route cannot exist without its description
-//! and a description cannot claim scopes its guard does not enforce. The
-//! schemas are written by hand next to each route; the tests check every
-//! response the server gives against them.
+//! and a description cannot claim scopes its guard does not enforce. The body
+//! schemas are derived from the body types (`schemars`), so a schema cannot
+//! drift from the type it describes; the tests check every response the
+//! server gives against them.
 //!
 //! The document is public (like the JWKS document): clients read paths and
 //! scopes from it before they hold a key, and it describes nothing secret.
 
 use std::collections::BTreeMap;
 
-use axum::Json;
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::handler::Handler;
+use axum::response::IntoResponse;
 use axum::routing::MethodRouter;
-use http::Method;
+use http::{HeaderValue, Method, header};
+use rmcp::schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 use walletgate::wallet_jwt::RequireScopesLayer;
 
-use crate::app::SharedState;
+use crate::auth::{
+    CreateTokenBody, CreatedToken, ExchangeBody, ExchangeResponse, Nonce, Revoked, SignedIn,
+    TokenView, VerifyBody,
+};
+use crate::favorites::Page;
+use crate::relationships::CallerRole;
+use crate::rest::{AgentDeclaration, Counterparty, RelationshipChange, RelationshipList, Removed};
+use crate::state::SharedState;
 
 /// The security scheme of the `X-API-KEY` header.
 pub(crate) const API_KEY_AUTH: &str = "ApiKeyAuth";
@@ -439,10 +449,43 @@ fn security_schemes() -> Value {
     })
 }
 
+/// The body schemas, derived from the body types (each pulls in the
+/// components it refers to), and the few library types written by hand.
 fn schemas() -> Value {
-    let address = json!({ "type": "string", "pattern": "^0x[0-9a-fA-F]{40}$" });
-    let time = json!({ "type": "string", "format": "date-time" });
-    let schemas: [(&str, Value); 28] = [
+    let mut generator = SchemaSettings::draft2020_12()
+        .with(|settings| {
+            settings.definitions_path = "/components/schemas".into();
+            settings.meta_schema = None;
+        })
+        .into_generator();
+    // Every body type the route table names by its schema name.
+    generator.subschema_for::<Page>();
+    generator.subschema_for::<RelationshipList>();
+    generator.subschema_for::<CallerRole>();
+    generator.subschema_for::<Counterparty>();
+    generator.subschema_for::<RelationshipChange>();
+    generator.subschema_for::<Removed>();
+    generator.subschema_for::<AgentDeclaration>();
+    generator.subschema_for::<Nonce>();
+    generator.subschema_for::<VerifyBody>();
+    generator.subschema_for::<SignedIn>();
+    generator.subschema_for::<CreateTokenBody>();
+    generator.subschema_for::<CreatedToken<'static>>();
+    generator.subschema_for::<Revoked>();
+    generator.subschema_for::<ExchangeBody>();
+    generator.subschema_for::<ExchangeResponse>();
+    let token_list = generator.subschema_for::<Vec<TokenView>>();
+    let mut schemas = generator.take_definitions(true);
+    schemas.insert("TokenList".to_owned(), token_list.to_value());
+    for (name, schema) in library_schemas() {
+        schemas.insert(name.to_owned(), schema);
+    }
+    Value::Object(schemas)
+}
+
+/// Bodies whose type is the library's or a protocol's, not this server's.
+fn library_schemas() -> [(&'static str, Value); 4] {
+    [
         (
             "Error",
             json!({
@@ -457,256 +500,6 @@ fn schemas() -> Value {
                         "code": { "type": "integer", "description": "The gRPC canonical code" }
                     }
                 }}
-            }),
-        ),
-        ("Address", address),
-        (
-            "Trait",
-            json!({
-                "type": "object",
-                "required": ["trait_type", "value"],
-                "properties": { "trait_type": { "type": "string" }, "value": { "type": "string" } }
-            }),
-        ),
-        (
-            "Nft",
-            json!({
-                "type": "object",
-                "required": ["identifier", "collection", "contract", "token_standard", "name",
-                    "opensea_url", "updated_at", "is_disabled", "is_nsfw", "traits"],
-                "properties": {
-                    "identifier": { "type": "string" },
-                    "collection": { "type": "string" },
-                    "contract": schema_ref("Address"),
-                    "token_standard": { "type": "string", "enum": ["erc721", "erc1155"] },
-                    "name": { "type": "string" },
-                    "opensea_url": { "type": "string", "format": "uri" },
-                    "updated_at": time,
-                    "is_disabled": { "type": "boolean" },
-                    "is_nsfw": { "type": "boolean" },
-                    "traits": { "type": "array", "items": schema_ref("Trait") }
-                }
-            }),
-        ),
-        (
-            "FavoritesPage",
-            json!({
-                "type": "object",
-                "required": ["nfts"],
-                "properties": {
-                    "nfts": { "type": "array", "items": schema_ref("Nft") },
-                    "next": { "type": "string", "description": "Cursor for the next page (pass as `after`); absent on the last page" }
-                }
-            }),
-        ),
-        (
-            "CallerRole",
-            json!({ "type": "string", "enum": ["AGENT", "OWNER"] }),
-        ),
-        (
-            "RelationshipStatus",
-            json!({ "type": "string", "enum": ["PENDING", "CONFIRMED"] }),
-        ),
-        (
-            "Relationship",
-            json!({
-                "type": "object",
-                "required": ["agent_account_id", "owner_account_id", "status", "created_at"],
-                "properties": {
-                    "agent_account_id": schema_ref("Address"),
-                    "owner_account_id": schema_ref("Address"),
-                    "status": schema_ref("RelationshipStatus"),
-                    "awaiting_confirmation_from": schema_ref("Address"),
-                    "created_at": time,
-                    "confirmed_at": time
-                }
-            }),
-        ),
-        (
-            "Relationships",
-            json!({
-                "type": "object",
-                "required": ["relationships"],
-                "properties": { "relationships": { "type": "array", "items": schema_ref("Relationship") } }
-            }),
-        ),
-        (
-            "Counterparty",
-            json!({
-                "type": "object",
-                "required": ["counterparty_address", "caller_role"],
-                "properties": {
-                    "counterparty_address": schema_ref("Address"),
-                    "caller_role": schema_ref("CallerRole")
-                }
-            }),
-        ),
-        (
-            "RelationshipChange",
-            json!({
-                "type": "object",
-                "required": ["relation", "created"],
-                "properties": {
-                    "relation": schema_ref("Relationship"),
-                    "created": { "type": "boolean", "description": "Whether this call created the relationship" }
-                }
-            }),
-        ),
-        (
-            "Removed",
-            json!({
-                "type": "object",
-                "required": ["removed"],
-                "properties": { "removed": { "type": "boolean" } }
-            }),
-        ),
-        (
-            "AgentDeclaration",
-            json!({
-                "type": "object",
-                "required": ["is_agent", "changed"],
-                "properties": { "is_agent": { "type": "boolean" }, "changed": { "type": "boolean" } }
-            }),
-        ),
-        (
-            "Nonce",
-            json!({
-                "type": "object",
-                "required": ["nonce"],
-                "properties": { "nonce": { "type": "string", "minLength": 8 } }
-            }),
-        ),
-        (
-            "SiweMessageFields",
-            json!({
-                "type": "object",
-                "description": "The EIP-4361 message's fields; the server rebuilds the exact signed text from them. Unknown members (the SDK's `accountType`) are ignored.",
-                "required": ["domain", "address", "uri", "version", "chainId", "nonce", "issuedAt"],
-                "properties": {
-                    "scheme": { "type": "string" },
-                    "domain": { "type": "string" },
-                    "address": schema_ref("Address"),
-                    "statement": { "type": "string" },
-                    "uri": { "type": "string" },
-                    "version": { "type": "string", "const": "1" },
-                    "chainId": { "type": ["integer", "string"] },
-                    "nonce": { "type": "string" },
-                    "issuedAt": time,
-                    "expirationTime": time,
-                    "notBefore": time,
-                    "requestId": { "type": "string" },
-                    "resources": { "type": "array", "items": { "type": "string" } }
-                }
-            }),
-        ),
-        (
-            "SiweVerify",
-            json!({
-                "type": "object",
-                "required": ["message", "signature"],
-                "properties": {
-                    "message": schema_ref("SiweMessageFields"),
-                    "signature": { "type": "string", "description": "EIP-191 signature, `0x` + 130 hex digits" },
-                    "chainArch": { "type": "string", "const": "EVM" }
-                }
-            }),
-        ),
-        (
-            "SignedIn",
-            json!({
-                "type": "object",
-                "required": ["address"],
-                "properties": { "address": schema_ref("Address") }
-            }),
-        ),
-        (
-            "Scopes",
-            json!({
-                "type": "array",
-                "items": { "type": "string", "enum": ["read:favorites", "read:wallets", "write:wallets"] }
-            }),
-        ),
-        (
-            "CreateToken",
-            json!({
-                "type": "object",
-                "required": ["scopes"],
-                "properties": {
-                    "label": { "type": "string" },
-                    "scopes": schema_ref("Scopes"),
-                    "expiresInDays": { "type": "integer", "minimum": 1, "maximum": 90 }
-                }
-            }),
-        ),
-        (
-            "CreatedToken",
-            json!({
-                "type": "object",
-                "description": "The personal access token, shown once. It is never a bearer: exchange it for a wallet JWT.",
-                "required": ["id", "token", "label", "scopes", "expiresAt"],
-                "properties": {
-                    "id": { "type": "string" },
-                    "token": { "type": "string" },
-                    "label": { "type": "string" },
-                    "scopes": schema_ref("Scopes"),
-                    "expiresAt": time
-                }
-            }),
-        ),
-        (
-            "TokenSummary",
-            json!({
-                "type": "object",
-                "required": ["id", "label", "scopes", "createdAt", "expiresAt", "revoked"],
-                "properties": {
-                    "id": { "type": "string" },
-                    "label": { "type": "string" },
-                    "scopes": schema_ref("Scopes"),
-                    "createdAt": time,
-                    "expiresAt": time,
-                    "lastUsedAt": time,
-                    "revoked": { "type": "boolean" }
-                }
-            }),
-        ),
-        (
-            "TokenList",
-            json!({ "type": "array", "items": schema_ref("TokenSummary") }),
-        ),
-        (
-            "Revoked",
-            json!({
-                "type": "object",
-                "required": ["id", "revoked"],
-                "properties": { "id": { "type": "string" }, "revoked": { "type": "boolean", "const": true } }
-            }),
-        ),
-        (
-            "Exchange",
-            json!({
-                "type": "object",
-                "required": ["subjectToken", "subjectTokenType"],
-                "properties": {
-                    "subjectToken": { "type": "string", "description": "The personal access token" },
-                    "subjectTokenType": {
-                        "type": "string",
-                        "enum": ["ACCESS_TOKEN", "urn:ietf:params:oauth:token-type:access_token"]
-                    }
-                }
-            }),
-        ),
-        (
-            "WalletJwt",
-            json!({
-                "type": "object",
-                "required": ["accessToken", "tokenType", "expiresIn", "scope", "tokenScopes"],
-                "properties": {
-                    "accessToken": { "type": "string", "description": "The wallet JWT" },
-                    "tokenType": { "type": "string", "const": "Bearer" },
-                    "expiresIn": { "type": "integer", "description": "Seconds until it expires" },
-                    "scope": { "type": "string", "description": "Space-separated scopes" },
-                    "tokenScopes": schema_ref("Scopes")
-                }
             }),
         ),
         (
@@ -752,16 +545,22 @@ fn schemas() -> Value {
                 "properties": { "jsonrpc": { "type": "string", "const": "2.0" } }
             }),
         ),
-    ];
-    Value::Object(
-        schemas
-            .into_iter()
-            .map(|(name, schema)| (name.to_owned(), schema))
-            .collect(),
-    )
+    ]
 }
 
-/// `GET /api/v2/openapi.json`.
-pub(crate) async fn openapi_json(State(state): State<SharedState>) -> Json<Value> {
-    Json(state.openapi.clone())
+/// The document as JSON bytes, serialised once at startup.
+pub(crate) fn serialised(operations: &[Operation], origin: &str) -> serde_json::Result<Bytes> {
+    serde_json::to_vec(&document(operations, origin)).map(Bytes::from)
+}
+
+/// `GET /api/v2/openapi.json`: the bytes serialised at startup, shared (a
+/// `Bytes` clone is a reference count, not a copy).
+pub(crate) async fn openapi_json(State(state): State<SharedState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        state.openapi.clone(),
+    )
 }

@@ -22,10 +22,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use alloy_primitives::Address;
+use rmcp::schemars::{self, JsonSchema};
 use serde::{Deserialize, Serialize};
 
+use crate::wire::schema;
+
 /// Which side of a relationship the caller speaks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub(crate) enum CallerRole {
     /// The caller is the agent.
@@ -35,8 +38,9 @@ pub(crate) enum CallerRole {
 }
 
 /// The state of a relationship.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
+#[schemars(rename = "RelationshipStatus")]
 pub(crate) enum Status {
     /// Proposed, awaiting the other side.
     Pending,
@@ -45,21 +49,26 @@ pub(crate) enum Status {
 }
 
 /// One relationship as the API shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct Relationship {
     /// The agent's wallet.
+    #[schemars(with = "schema::Address")]
     pub(crate) agent_account_id: String,
     /// The owner's wallet.
+    #[schemars(with = "schema::Address")]
     pub(crate) owner_account_id: String,
     /// The state.
     pub(crate) status: Status,
     /// The wallet whose confirmation is awaited (pending only).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "schema::Address")]
     pub(crate) awaiting_confirmation_from: Option<String>,
     /// When it was proposed (RFC 3339).
+    #[schemars(with = "schema::DateTime")]
     pub(crate) created_at: String,
     /// When it was confirmed (RFC 3339).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "schema::DateTime")]
     pub(crate) confirmed_at: Option<String>,
 }
 

@@ -11,15 +11,16 @@ use alloy_primitives::Address;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use rmcp::schemars::{self, JsonSchema};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use walletgate::envelope::DataApiError;
 use walletgate::wallet_jwt::WalletClaims;
 
-use crate::app::{AppState, SharedState, rfc3339};
-use crate::auth::json_body;
 use crate::favorites::{MAX_LIMIT, MIN_LIMIT, Page, PageError, checked_limit};
-use crate::relationships::{CallerRole, HandshakeError};
+use crate::relationships::{CallerRole, HandshakeError, Relationship};
+use crate::state::{AppState, SharedState};
+use crate::wire::{json_body, rfc3339, schema};
 
 impl From<PageError> for DataApiError {
     fn from(error: PageError) -> Self {
@@ -83,7 +84,7 @@ pub(crate) fn favorites_of(
 pub(crate) async fn declare_agent(
     State(state): State<SharedState>,
     claims: WalletClaims,
-) -> Json<Value> {
+) -> Json<AgentDeclaration> {
     Json(set_agent_for(&state, claims.wallet(), true))
 }
 
@@ -91,24 +92,56 @@ pub(crate) async fn declare_agent(
 pub(crate) async fn undeclare_agent(
     State(state): State<SharedState>,
     claims: WalletClaims,
-) -> Json<Value> {
+) -> Json<AgentDeclaration> {
     Json(set_agent_for(&state, claims.wallet(), false))
 }
 
+/// The answer to declaring or undeclaring an agent.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct AgentDeclaration {
+    is_agent: bool,
+    /// False when the wallet already was (or was not) an agent.
+    changed: bool,
+}
+
 /// Declares (`is_agent`) or undeclares `wallet` an agent.
-pub(crate) fn set_agent_for(state: &AppState, wallet: Address, is_agent: bool) -> Value {
+pub(crate) fn set_agent_for(state: &AppState, wallet: Address, is_agent: bool) -> AgentDeclaration {
     let changed = if is_agent {
         state.relationships.declare_agent(wallet)
     } else {
         state.relationships.undeclare_agent(wallet)
     };
-    json!({ "is_agent": is_agent, "changed": changed })
+    AgentDeclaration { is_agent, changed }
 }
 
-#[derive(Deserialize)]
+/// The other side of a relationship, and the side the caller speaks for.
+#[derive(Deserialize, JsonSchema)]
 pub(crate) struct Counterparty {
+    #[schemars(with = "schema::Address")]
     counterparty_address: String,
     caller_role: CallerRole,
+}
+
+/// The answer to a handshake step.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct RelationshipChange {
+    relation: Relationship,
+    /// Whether this call created the relationship.
+    created: bool,
+}
+
+/// The answer to removing a relationship.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct Removed {
+    /// False when none existed.
+    removed: bool,
+}
+
+/// A list of relationships.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "Relationships")]
+pub(crate) struct RelationshipList {
+    relationships: Vec<Relationship>,
 }
 
 fn now(state: &AppState) -> String {
@@ -129,7 +162,7 @@ pub(crate) async fn propose(
     State(state): State<SharedState>,
     claims: WalletClaims,
     body: Bytes,
-) -> Result<Json<Value>, DataApiError> {
+) -> Result<Json<RelationshipChange>, DataApiError> {
     handshake_body(&state, &claims, &body, HandshakeStep::Propose)
 }
 
@@ -138,7 +171,7 @@ pub(crate) async fn confirm(
     State(state): State<SharedState>,
     claims: WalletClaims,
     body: Bytes,
-) -> Result<Json<Value>, DataApiError> {
+) -> Result<Json<RelationshipChange>, DataApiError> {
     handshake_body(&state, &claims, &body, HandshakeStep::Confirm)
 }
 
@@ -148,7 +181,7 @@ fn handshake_body(
     claims: &WalletClaims,
     body: &Bytes,
     step: HandshakeStep,
-) -> Result<Json<Value>, DataApiError> {
+) -> Result<Json<RelationshipChange>, DataApiError> {
     let body: Counterparty = json_body(body)?;
     let (wallet, role) = (claims.wallet(), body.caller_role);
     Ok(Json(handshake_for(
@@ -167,14 +200,14 @@ pub(crate) fn handshake_for(
     step: HandshakeStep,
     counterparty: &str,
     role: CallerRole,
-) -> Result<Value, DataApiError> {
+) -> Result<RelationshipChange, DataApiError> {
     let counterparty = parse_address(counterparty, "counterparty_address")?;
     let relationships = &state.relationships;
     let (relation, created) = match step {
         HandshakeStep::Propose => relationships.propose(wallet, counterparty, role, &now(state)),
         HandshakeStep::Confirm => relationships.confirm(wallet, counterparty, role, &now(state)),
     }?;
-    Ok(json!({ "relation": relation, "created": created }))
+    Ok(RelationshipChange { relation, created })
 }
 
 /// `DELETE /api/v2/accounts/agent-relationships?caller_role=&counterparty_address=` (`write:wallets`).
@@ -182,7 +215,7 @@ pub(crate) async fn remove(
     State(state): State<SharedState>,
     claims: WalletClaims,
     Query(query): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, DataApiError> {
+) -> Result<Json<Removed>, DataApiError> {
     let counterparty = query
         .get("counterparty_address")
         .ok_or_else(|| DataApiError::bad_request("counterparty_address is required"))?;
@@ -204,30 +237,32 @@ pub(crate) fn remove_for(
     wallet: Address,
     counterparty: &str,
     role: CallerRole,
-) -> Result<Value, DataApiError> {
+) -> Result<Removed, DataApiError> {
     let counterparty = parse_address(counterparty, "counterparty_address")?;
     let removed = state.relationships.remove(wallet, counterparty, role);
-    Ok(json!({ "removed": removed }))
+    Ok(Removed { removed })
 }
 
 /// `GET /api/v2/accounts/agent-relationships` (`read:wallets`): the wallet's own, any state.
 pub(crate) async fn own_relationships(
     State(state): State<SharedState>,
     claims: WalletClaims,
-) -> Json<Value> {
+) -> Json<RelationshipList> {
     Json(own_relationships_of(&state, claims.wallet()))
 }
 
 /// Every relationship `wallet` is part of, in any state.
-pub(crate) fn own_relationships_of(state: &AppState, wallet: Address) -> Value {
-    json!({ "relationships": state.relationships.own(wallet) })
+pub(crate) fn own_relationships_of(state: &AppState, wallet: Address) -> RelationshipList {
+    RelationshipList {
+        relationships: state.relationships.own(wallet),
+    }
 }
 
 /// `GET /api/v2/accounts/{address}/agent-relationships` (API key only): confirmed ones.
 pub(crate) async fn public_relationships(
     State(state): State<SharedState>,
     Path(address): Path<String>,
-) -> Result<Json<Value>, DataApiError> {
+) -> Result<Json<RelationshipList>, DataApiError> {
     Ok(Json(public_relationships_of(&state, &address)?))
 }
 
@@ -235,7 +270,9 @@ pub(crate) async fn public_relationships(
 pub(crate) fn public_relationships_of(
     state: &AppState,
     address: &str,
-) -> Result<Value, DataApiError> {
+) -> Result<RelationshipList, DataApiError> {
     let wallet = parse_address(address, "address")?;
-    Ok(json!({ "relationships": state.relationships.public(wallet) }))
+    Ok(RelationshipList {
+        relationships: state.relationships.public(wallet),
+    })
 }

@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 use walletgate::FakeClock;
 
 use crate::Config;
-use crate::app::{build_with_clock, rfc3339};
+use crate::build_with_clock;
+use crate::wire::rfc3339;
 
 mod described;
 /// `/mcp`, here so it shares this harness.

@@ -12,7 +12,7 @@ use walletgate::SystemClock;
 
 use crate::Config;
 use crate::access_log::AccessLog;
-use crate::app::build_with_clock;
+use crate::build_with_clock;
 
 /// Public Hardhat/Anvil development key #0 (wallet with seeded favorites).
 const DEV_KEY_0: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";

@@ -4,11 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use axum_core::extract::FromRequestParts;
-use axum_core::response::{IntoResponse, Response};
 use http::request::Parts;
 
 use super::ConfigError;
-use crate::envelope::DataApiError;
+use crate::envelope::MissingExtension;
 
 /// The application a valid API key belongs to: never the key itself.
 ///
@@ -60,44 +59,43 @@ impl fmt::Debug for ApiKeyId {
     }
 }
 
-/// The extractor found no [`ApiKeyId`]: `ApiKeyLayer` is not in front of
-/// this handler. A wiring fault, answered with 500.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct MissingApiKeyId;
-
-impl fmt::Display for MissingApiKeyId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(
-            "ApiKeyId missing from request extensions: is ApiKeyLayer in front of this route?",
-        )
-    }
-}
-
-impl std::error::Error for MissingApiKeyId {}
-
-impl From<MissingApiKeyId> for DataApiError {
-    fn from(missing: MissingApiKeyId) -> Self {
-        DataApiError::internal(missing.to_string())
-    }
-}
-
-impl IntoResponse for MissingApiKeyId {
-    fn into_response(self) -> Response {
-        DataApiError::from(self)
-            .into_response()
-            .map(axum_core::body::Body::from)
-    }
-}
-
 impl<S: Send + Sync> FromRequestParts<S> for ApiKeyId {
-    type Rejection = MissingApiKeyId;
+    type Rejection = MissingExtension;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         parts
             .extensions
             .get::<ApiKeyId>()
             .cloned()
-            .ok_or(MissingApiKeyId)
+            .ok_or_else(|| MissingExtension::data_api::<Self>("ApiKeyLayer"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn extracts_the_id_the_layer_put_there() {
+        let mut request = http::Request::new(());
+        request
+            .extensions_mut()
+            .insert(ApiKeyId::new("app").unwrap());
+        let (mut parts, ()) = request.into_parts();
+        let id = <ApiKeyId as FromRequestParts<()>>::from_request_parts(&mut parts, &())
+            .await
+            .unwrap();
+        assert_eq!(id.as_str(), "app");
+    }
+
+    #[tokio::test]
+    async fn missing_id_is_a_500_naming_the_layer() {
+        let (mut parts, ()) = http::Request::new(()).into_parts();
+        let missing = <ApiKeyId as FromRequestParts<()>>::from_request_parts(&mut parts, &())
+            .await
+            .unwrap_err();
+        assert_eq!(missing.type_name(), "ApiKeyId");
+        assert_eq!(missing.layer(), "ApiKeyLayer");
+        assert_eq!(missing.into_response().status(), 500);
     }
 }

@@ -61,14 +61,18 @@
 
 use std::fmt;
 
+mod future;
 mod id;
 mod layer;
 mod quota;
+mod service;
 mod store;
 
-pub use id::{ApiKeyId, MissingApiKeyId};
-pub use layer::{ApiKey, ApiKeyError, ApiKeyLayer, ResponseFuture};
+pub use future::ResponseFuture;
+pub use id::ApiKeyId;
+pub use layer::ApiKeyLayer;
 pub use quota::KeyQuota;
+pub use service::{ApiKey, ApiKeyError};
 pub use store::{ApiKeyRecord, InMemoryKeyStore, KeyDigest, KeyStore};
 
 /// A refused API key configuration.

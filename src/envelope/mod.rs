@@ -15,6 +15,7 @@
 //! | payment rejection | [`PaymentRejectionBody`] | chat-style routes, 402 with a code |
 //! | 402 quote | [`QuoteBody`] | [`X402Layer`](crate) quotes |
 //! | data API | [`DataApiError`] | every Area A rejection (401, 403, 429, 400, …) |
+//! | missing extension | [`MissingExtension`] | every extractor whose layer is not in front of its route: 500 in the route's shape |
 //!
 //! A gateway layer describes a failure once, as a [`GatewayError`], and the
 //! route's [`EnvelopeStyle`] picks the shape:
@@ -34,6 +35,7 @@ mod classify;
 mod codes;
 mod data_api;
 mod gateway;
+mod missing;
 pub mod redact;
 pub mod shapes;
 
@@ -41,6 +43,7 @@ pub use classify::{classify_upstream, status_in_text};
 pub use codes::{ErrorCode, ErrorType};
 pub use data_api::DataApiError;
 pub use gateway::{EnvelopeStyle, GatewayError, RateLimitInfo};
+pub use missing::MissingExtension;
 pub use redact::redact;
 pub use shapes::{
     ChatErrorBody, ChatErrorDetail, DetailPathSegment, MessagesErrorBody, PaymentInfo,

@@ -8,7 +8,7 @@ use http::header::{FORWARDED, HeaderName};
 use http::{Extensions, HeaderMap, Request, request::Parts};
 
 use super::ConfigError;
-use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError};
+use crate::envelope::MissingExtension;
 
 /// The resolved client address of a request, as a request extension.
 ///
@@ -374,48 +374,16 @@ fn split_unquoted(text: &str, separator: char) -> impl Iterator<Item = &str> {
     })
 }
 
-/// The rejection of the [`ClientIp`] extractor: the value is missing, which is
-/// a wiring fault answered with 500 in the route's envelope.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MissingClientIp {
-    style: EnvelopeStyle,
-}
-
-impl fmt::Display for MissingClientIp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(
-            "ClientIp is missing from the request extensions: put FreeTierLimitLayer \
-             in front of this route, or insert ClientIp from ClientIpResolver::resolve",
-        )
-    }
-}
-
-impl std::error::Error for MissingClientIp {}
-
-impl axum_core::response::IntoResponse for MissingClientIp {
-    fn into_response(self) -> axum_core::response::Response {
-        GatewayError::new(ErrorCode::InternalError)
-            .with_message(self.to_string())
-            .into_response(self.style)
-            .map(axum_core::body::Body::from)
-    }
-}
-
 impl<S: Send + Sync> axum_core::extract::FromRequestParts<S> for ClientIp {
-    type Rejection = MissingClientIp;
+    type Rejection = MissingExtension;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        parts
-            .extensions
-            .get::<ClientIp>()
-            .copied()
-            .ok_or_else(|| MissingClientIp {
-                style: parts
-                    .extensions
-                    .get::<EnvelopeStyle>()
-                    .copied()
-                    .unwrap_or_else(|| EnvelopeStyle::for_path(parts.uri.path())),
-            })
+        parts.extensions.get::<ClientIp>().copied().ok_or_else(|| {
+            MissingExtension::gateway::<Self>(
+                "FreeTierLimitLayer (or ClientIpResolver::resolve)",
+                parts,
+            )
+        })
     }
 }
 

@@ -120,8 +120,7 @@ mod window;
 use std::fmt;
 
 pub use client_ip::{
-    ClientIp, ClientIpError, ClientIpResolver, ForwardedHeader, IpCidr, MissingClientIp,
-    TrustedProxies,
+    ClientIp, ClientIpError, ClientIpResolver, ForwardedHeader, IpCidr, TrustedProxies,
 };
 pub use future::ResponseFuture;
 pub use key::{ClientKey, KeyPrefixes};

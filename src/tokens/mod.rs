@@ -4,8 +4,9 @@
 //! The credential lifecycle of the specification (Area A, sections 2, 3, 5):
 //!
 //! 1. A wallet signs in with SIWE (the `siwe` module checks the message); [`TokenIssuer::start_session`]
-//!    gives it two cookies, `access_token` and `refresh_token`. Only a session
-//!    authorises PAT management, never a JWT.
+//!    gives it two cookies, `access_token` and `refresh_token`
+//!    ([`SessionCookies::set_cookie_headers`]). Only a session authorises PAT
+//!    management, never a JWT: handlers take the [`SessionWallet`] extractor.
 //! 2. [`TokenIssuer::create_pat`] makes a scoped PAT (`wg_pat_…`, a base62
 //!    CRC32 at the end so leaks are recognisable offline); only its SHA-256
 //!    digest is stored, and it must expire.
@@ -64,6 +65,7 @@ use crate::wallet_jwt::Scope;
 mod issuer;
 mod keys;
 mod pat;
+mod session;
 mod store;
 
 pub use issuer::{
@@ -71,6 +73,7 @@ pub use issuer::{
 };
 pub use keys::SigningKeys;
 pub use pat::{PatSecret, SecretDigest, is_well_formed};
+pub use session::{ACCESS_COOKIE, HasTokenIssuer, REFRESH_COOKIE, SessionWallet, request_cookie};
 pub use store::{
     InMemoryPatStore, InMemorySessionStore, PatRecord, PatStore, Revocation, RotateOutcome,
     SessionRecord, SessionSecrets, SessionStore,

@@ -7,9 +7,9 @@ use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum_core::response::{IntoResponse, Response};
 use http::request::Parts;
 
-use super::layer::NoBearer;
+use super::service::NoBearer;
 use super::{JwtError, WalletClaims};
-use crate::envelope::DataApiError;
+use crate::envelope::{DataApiError, MissingExtension};
 
 /// Renders an Area A rejection as an axum response.
 pub(crate) fn axum_response(error: DataApiError) -> Response {
@@ -23,15 +23,20 @@ pub enum WalletClaimsRejection {
     /// An optional-bearer `WalletJwtLayer` saw no bearer: 401 `invalid_token`.
     MissingToken,
     /// No `WalletJwtLayer` ran in front of this route: a wiring fault, 500.
-    MissingLayer,
+    MissingLayer(MissingExtension),
 }
 
 impl WalletClaimsRejection {
+    /// The claims are missing because no `WalletJwtLayer` ran.
+    pub(crate) fn missing_layer() -> Self {
+        Self::MissingLayer(MissingExtension::data_api::<WalletClaims>("WalletJwtLayer"))
+    }
+
     /// The Area A rejection.
     pub fn into_data_api_error(self) -> DataApiError {
         match self {
             Self::MissingToken => JwtError::Missing.to_data_api_error(),
-            Self::MissingLayer => DataApiError::internal(self.to_string()),
+            Self::MissingLayer(missing) => missing.into(),
         }
     }
 }
@@ -40,9 +45,7 @@ impl fmt::Display for WalletClaimsRejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::MissingToken => f.write_str(JwtError::Missing.message()),
-            Self::MissingLayer => f.write_str(
-                "WalletClaims missing from request extensions: is WalletJwtLayer in front of this route?",
-            ),
+            Self::MissingLayer(missing) => missing.fmt(f),
         }
     }
 }
@@ -70,7 +73,7 @@ impl<S: Send + Sync> FromRequestParts<S> for WalletClaims {
             None if parts.extensions.get::<NoBearer>().is_some() => {
                 Err(WalletClaimsRejection::MissingToken)
             }
-            None => Err(WalletClaimsRejection::MissingLayer),
+            None => Err(WalletClaimsRejection::missing_layer()),
         }
     }
 }
@@ -87,7 +90,7 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for WalletClaims {
         match parts.extensions.get::<WalletClaims>() {
             Some(claims) => Ok(Some(claims.clone())),
             None if parts.extensions.get::<NoBearer>().is_some() => Ok(None),
-            None => Err(WalletClaimsRejection::MissingLayer),
+            None => Err(WalletClaimsRejection::missing_layer()),
         }
     }
 }
@@ -112,5 +115,43 @@ impl<S: Send + Sync> FromRequestParts<S> for Wallet {
         let claims =
             <WalletClaims as FromRequestParts<S>>::from_request_parts(parts, state).await?;
         Ok(Self(claims.wallet()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn no_layer_is_a_500_naming_wallet_jwt_layer() {
+        let (mut parts, ()) = http::Request::new(()).into_parts();
+        let rejection = <WalletClaims as FromRequestParts<()>>::from_request_parts(&mut parts, &())
+            .await
+            .unwrap_err();
+        assert!(rejection.to_string().contains("WalletJwtLayer"));
+        assert_eq!(rejection.into_data_api_error().status(), 500);
+        let optional =
+            <WalletClaims as OptionalFromRequestParts<()>>::from_request_parts(&mut parts, &())
+                .await;
+        assert!(matches!(
+            optional,
+            Err(WalletClaimsRejection::MissingLayer(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn optional_bearer_without_token_is_401_or_none() {
+        let mut request = http::Request::new(());
+        request.extensions_mut().insert(NoBearer);
+        let (mut parts, ()) = request.into_parts();
+        let rejection = <WalletClaims as FromRequestParts<()>>::from_request_parts(&mut parts, &())
+            .await
+            .unwrap_err();
+        assert_eq!(rejection.into_data_api_error().status(), 401);
+        let optional =
+            <WalletClaims as OptionalFromRequestParts<()>>::from_request_parts(&mut parts, &())
+                .await
+                .unwrap();
+        assert_eq!(optional, None);
     }
 }

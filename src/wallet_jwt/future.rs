@@ -9,7 +9,8 @@ use http::Response;
 use pin_project_lite::pin_project;
 
 use crate::body::{ResponseBody, rejection};
-use crate::envelope::DataApiError;
+
+const POLLED_AFTER_COMPLETION: &str = "wallet gate ResponseFuture polled after completion";
 
 pin_project! {
     /// Response future of [`WalletJwt`](super::WalletJwt) and
@@ -54,10 +55,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Rejected { response } => {
-                let response = response.take().unwrap_or_else(|| {
-                    DataApiError::internal("wallet gate response future polled after completion")
-                        .into_response()
-                });
+                let response = response.take().expect(POLLED_AFTER_COMPLETION);
                 Poll::Ready(Ok(rejection(response)))
             }
             KindProj::Inner { future } => {
@@ -65,5 +63,27 @@ where
                 Poll::Ready(Ok(response.map(ResponseBody::inner)))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::future::Ready;
+    use std::task::Waker;
+
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "wallet gate ResponseFuture polled after completion")]
+    fn polling_a_finished_future_panics() {
+        let mut future = Box::pin(
+            ResponseFuture::<Ready<Result<Response<()>, Infallible>>>::rejected(Response::new(
+                Bytes::new(),
+            )),
+        );
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(future.as_mut().poll(&mut cx).is_ready());
+        let _ = future.as_mut().poll(&mut cx);
     }
 }

@@ -123,15 +123,17 @@ mod keys;
 mod layer;
 mod require;
 mod scope;
+mod service;
 mod verifier;
 
 pub use claims::{WalletClaims, WalletMismatch};
 pub use extract::{Wallet, WalletClaimsRejection};
 pub use future::ResponseFuture;
 pub use keys::{KeySet, VerificationKey};
-pub use layer::{WalletJwt, WalletJwtLayer};
+pub use layer::WalletJwtLayer;
 pub use require::{RequireScopes, RequireScopesLayer};
 pub use scope::{CustomScope, InvalidScope, Scope, ScopeError, ScopeSet};
+pub use service::WalletJwt;
 pub use verifier::{Algorithm, JwtError, JwtVerifier};
 
 /// The prefix of every walletgate personal access token.

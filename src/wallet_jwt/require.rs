@@ -10,7 +10,7 @@ use tower_service::Service;
 
 use super::extract::WalletClaimsRejection;
 use super::future::ResponseFuture;
-use super::layer::NoBearer;
+use super::service::NoBearer;
 use super::{ScopeSet, WalletClaims};
 use crate::body::ResponseBody;
 use crate::envelope::DataApiError;
@@ -54,16 +54,24 @@ use crate::envelope::DataApiError;
 #[derive(Clone)]
 #[must_use]
 pub struct RequireScopesLayer {
+    config: Arc<Config>,
+}
+
+/// What the layer and each of its services share.
+#[derive(Clone, Debug)]
+struct Config {
     scopes: ScopeSet,
-    wallet_after_segment: Option<Arc<str>>,
+    wallet_after_segment: Option<Box<str>>,
 }
 
 impl RequireScopesLayer {
     /// Requires every scope of `scopes` (403 `insufficient_scope` otherwise).
     pub fn new(scopes: impl Into<ScopeSet>) -> Self {
         Self {
-            scopes: scopes.into(),
-            wallet_after_segment: None,
+            config: Arc::new(Config {
+                scopes: scopes.into(),
+                wallet_after_segment: None,
+            }),
         }
     }
 
@@ -73,7 +81,7 @@ impl RequireScopesLayer {
     /// segment pass. Matching by segment name keeps working under a nested
     /// router, which strips the prefix.
     pub fn wallet_in_path_after(mut self, segment: &str) -> Self {
-        self.wallet_after_segment = Some(segment.into());
+        Arc::make_mut(&mut self.config).wallet_after_segment = Some(segment.into());
         self
     }
 
@@ -89,22 +97,24 @@ impl RequireScopesLayer {
     /// assert_eq!(guard.wallet_path_segment(), Some("account"));
     /// ```
     pub fn scopes(&self) -> &ScopeSet {
-        &self.scopes
+        &self.config.scopes
     }
 
     /// The segment set by [`wallet_in_path_after`](Self::wallet_in_path_after):
     /// the path segment after it must be the token's wallet.
     pub fn wallet_path_segment(&self) -> Option<&str> {
-        self.wallet_after_segment.as_deref()
+        self.config.wallet_after_segment.as_deref()
     }
+}
 
+impl Config {
     fn check<B>(&self, request: &Request<B>) -> Result<(), DataApiError> {
         let extensions = request.extensions();
         let Some(claims) = extensions.get::<WalletClaims>() else {
             let rejection = if extensions.get::<NoBearer>().is_some() {
                 WalletClaimsRejection::MissingToken
             } else {
-                WalletClaimsRejection::MissingLayer
+                WalletClaimsRejection::missing_layer()
             };
             return Err(rejection.into_data_api_error());
         };
@@ -128,8 +138,7 @@ fn segment_after<'p>(path: &'p str, name: &str) -> Option<&'p str> {
 impl fmt::Debug for RequireScopesLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RequireScopesLayer")
-            .field("scopes", &self.scopes)
-            .field("wallet_after_segment", &self.wallet_after_segment)
+            .field("config", &self.config)
             .finish()
     }
 }
@@ -140,7 +149,7 @@ impl<S> Layer<S> for RequireScopesLayer {
     fn layer(&self, inner: S) -> Self::Service {
         RequireScopes {
             inner,
-            layer: self.clone(),
+            config: Arc::clone(&self.config),
         }
     }
 }
@@ -149,11 +158,11 @@ impl<S> Layer<S> for RequireScopesLayer {
 #[derive(Clone)]
 pub struct RequireScopes<S> {
     inner: S,
-    layer: RequireScopesLayer,
+    config: Arc<Config>,
 }
 
 impl<S> RequireScopes<S> {
-    /// Wraps `inner`; same as `RequireScopesLayer::new(scopes).layer(inner)`.
+    /// Wraps `inner`; same as `RequireScopes::layer(scopes).layer(inner)`.
     pub fn new(inner: S, scopes: impl Into<ScopeSet>) -> Self {
         RequireScopesLayer::new(scopes).layer(inner)
     }
@@ -161,11 +170,19 @@ impl<S> RequireScopes<S> {
     define_inner_service_accessors!();
 }
 
+impl RequireScopes<()> {
+    /// Makes the layer of this service (tower-http's `Foo::layer`): the same
+    /// as [`RequireScopesLayer::new`].
+    pub fn layer(scopes: impl Into<ScopeSet>) -> RequireScopesLayer {
+        RequireScopesLayer::new(scopes)
+    }
+}
+
 impl<S: fmt::Debug> fmt::Debug for RequireScopes<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RequireScopes")
             .field("inner", &self.inner)
-            .field("layer", &self.layer)
+            .field("config", &self.config)
             .finish()
     }
 }
@@ -183,7 +200,7 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        match self.layer.check(&request) {
+        match self.config.check(&request) {
             Ok(()) => ResponseFuture::inner(self.inner.call(request)),
             Err(error) => ResponseFuture::rejected(error.into_response()),
         }
@@ -192,7 +209,74 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::convert::Infallible;
+
+    use tower::{ServiceExt, service_fn};
+
     use super::*;
+    use crate::wallet_jwt::Scope;
+
+    const WALLET: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+    const OTHER: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+
+    fn claims(scope: &str) -> WalletClaims {
+        let wallet = WALLET.parse().unwrap();
+        WalletClaims::new(
+            wallet,
+            scope.parse().unwrap(),
+            "jti".into(),
+            "pat".into(),
+            1,
+            2,
+        )
+    }
+
+    /// The status `layer` answers for `path` with `extension` in the request.
+    async fn status(
+        layer: RequireScopesLayer,
+        path: &str,
+        extension: Option<impl Clone + Send + Sync + 'static>,
+    ) -> u16 {
+        let mut request = Request::get(path).body(()).unwrap();
+        if let Some(extension) = extension {
+            request.extensions_mut().insert(extension);
+        }
+        let inner = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(())) });
+        let service = tower_layer::Layer::layer(&layer, inner);
+        service.oneshot(request).await.unwrap().status().as_u16()
+    }
+
+    #[tokio::test]
+    async fn granted_scopes_pass_and_missing_ones_are_403() {
+        let guard = RequireScopes::layer(Scope::ReadFavorites);
+        assert_eq!(
+            status(guard.clone(), "/", Some(claims("read:favorites"))).await,
+            200
+        );
+        assert_eq!(status(guard, "/", Some(claims("read:wallets"))).await, 403);
+    }
+
+    #[tokio::test]
+    async fn the_path_wallet_must_be_the_tokens() {
+        let guard = RequireScopesLayer::new(Scope::ReadFavorites).wallet_in_path_after("account");
+        let mine = format!("/api/v2/account/{}/favorites", WALLET.to_lowercase());
+        let other = format!("/api/v2/account/{OTHER}/favorites");
+        assert_eq!(
+            status(guard.clone(), &mine, Some(claims("read:favorites"))).await,
+            200
+        );
+        assert_eq!(
+            status(guard, &other, Some(claims("read:favorites"))).await,
+            403
+        );
+    }
+
+    #[tokio::test]
+    async fn no_bearer_is_401_and_no_wallet_jwt_layer_is_500() {
+        let guard = RequireScopes::layer(Scope::ReadFavorites);
+        assert_eq!(status(guard.clone(), "/", Some(NoBearer)).await, 401);
+        assert_eq!(status(guard, "/", None::<NoBearer>).await, 500);
+    }
 
     #[test]
     fn segment_after_finds_the_wallet() {

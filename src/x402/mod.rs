@@ -115,7 +115,7 @@ pub use quote::{
     AUTHORIZATION_CLOCK_SKEW_SECS, BASE_SEPOLIA_USDC, DEFAULT_MAX_TIMEOUT_SECS, PaymentOption,
     QUOTE_ERROR, QUOTE_MESSAGE, matching_offer,
 };
-pub use receipt::{MissingPaymentReceipt, PaymentReceipt};
+pub use receipt::PaymentReceipt;
 pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
 pub use service::X402;
 pub use types::{

@@ -4,11 +4,10 @@ use std::convert::Infallible;
 use std::fmt;
 
 use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
-use axum_core::response::{IntoResponse, Response};
-use http::StatusCode;
 use http::request::Parts;
 
 use super::types::{AtomicAmount, Network};
+use crate::envelope::MissingExtension;
 
 /// A verified payment, in the request extensions of every paid request that
 /// reaches the inner service.
@@ -108,37 +107,15 @@ impl fmt::Debug for PaymentReceipt {
     }
 }
 
-/// The extractor's rejection: no receipt in the extensions, a wiring fault (500).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct MissingPaymentReceipt;
-
-impl fmt::Display for MissingPaymentReceipt {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(
-            "missing request extension walletgate::x402::PaymentReceipt: \
-             is this route behind X402Layer with a paid price?",
-        )
-    }
-}
-
-impl std::error::Error for MissingPaymentReceipt {}
-
-impl IntoResponse for MissingPaymentReceipt {
-    fn into_response(self) -> Response {
-        (StatusCode::INTERNAL_SERVER_ERROR, self.to_string()).into_response()
-    }
-}
-
 impl<S: Send + Sync> FromRequestParts<S> for PaymentReceipt {
-    type Rejection = MissingPaymentReceipt;
+    type Rejection = MissingExtension;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         parts
             .extensions
             .get::<Self>()
             .cloned()
-            .ok_or(MissingPaymentReceipt)
+            .ok_or_else(|| MissingExtension::gateway::<Self>("X402Layer with a paid price", parts))
     }
 }
 

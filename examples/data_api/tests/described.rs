@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Value, json};
 
 use super::{API_KEY, DEV_KEY_0, DEV_KEY_1, DEV_WALLET_0, DEV_WALLET_1, Server, bearer, start};
-use crate::app::operations;
 use crate::openapi::Access;
+use crate::routes::operations;
 use axum::body::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt;

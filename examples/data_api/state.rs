@@ -1,0 +1,34 @@
+//! What the handlers share: one [`AppState`] behind an `Arc`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use walletgate::clock::SharedClock;
+use walletgate::siwe::SiweVerifier;
+use walletgate::tokens::{HasTokenIssuer, InMemoryPatStore, InMemorySessionStore, TokenIssuer};
+
+use crate::favorites::Favorites;
+use crate::relationships::Relationships;
+
+/// Everything the handlers share.
+pub(crate) struct AppState {
+    pub(crate) issuer: TokenIssuer,
+    pub(crate) siwe: SiweVerifier,
+    pub(crate) favorites: Favorites,
+    pub(crate) relationships: Relationships,
+    pub(crate) clock: SharedClock,
+    /// The live description, rendered and serialised once from the route table.
+    pub(crate) openapi: Bytes,
+}
+
+pub(crate) type SharedState = Arc<AppState>;
+
+/// The sessions behind `SessionWallet`: the issuer that started them.
+impl HasTokenIssuer for AppState {
+    type Pats = InMemoryPatStore;
+    type Sessions = InMemorySessionStore;
+
+    fn token_issuer(&self) -> &TokenIssuer {
+        &self.issuer
+    }
+}

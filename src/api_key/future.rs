@@ -1,0 +1,139 @@
+//! The response future of [`ApiKey`](super::ApiKey): the key lookup, then
+//! the inner service.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::layer::Config;
+use super::store::KeyStore;
+use crate::body::{ResponseBody, rejection};
+
+const POLLED_AFTER_COMPLETION: &str = "ApiKey ResponseFuture polled after completion";
+
+pin_project! {
+    /// Response future of [`ApiKey`](super::ApiKey).
+    pub struct ResponseFuture<S, K, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+        K: KeyStore,
+    {
+        #[pin]
+        state: State<K::Lookup, S::Future>,
+        inner: Option<S>,
+        request: Option<Request<ReqBody>>,
+        config: Option<Arc<Config<K>>>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<L, F> {
+        Rejected { response: Option<Response<Bytes>> },
+        Lookup { #[pin] lookup: L },
+        Inner { #[pin] future: F },
+    }
+}
+
+impl<S, K, ReqBody> ResponseFuture<S, K, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+    K: KeyStore,
+{
+    pub(super) fn rejected(response: Response<Bytes>) -> Self {
+        Self {
+            state: State::Rejected {
+                response: Some(response),
+            },
+            inner: None,
+            request: None,
+            config: None,
+        }
+    }
+
+    pub(super) fn lookup(
+        lookup: K::Lookup,
+        inner: S,
+        request: Request<ReqBody>,
+        config: Arc<Config<K>>,
+    ) -> Self {
+        Self {
+            state: State::Lookup { lookup },
+            inner: Some(inner),
+            request: Some(request),
+            config: Some(config),
+        }
+    }
+}
+
+impl<S, K, ReqBody, ResBody> Future for ResponseFuture<S, K, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    K: KeyStore,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Rejected { response } => {
+                    let response = response.take().expect(POLLED_AFTER_COMPLETION);
+                    return Poll::Ready(Ok(rejection(response)));
+                }
+                StateProj::Lookup { lookup } => {
+                    let looked_up = ready!(lookup.poll(cx));
+                    let config = this.config.take().expect(POLLED_AFTER_COMPLETION);
+                    let next = match config.admit(looked_up) {
+                        Ok(id) => {
+                            let mut inner = this.inner.take().expect(POLLED_AFTER_COMPLETION);
+                            let mut request = this.request.take().expect(POLLED_AFTER_COMPLETION);
+                            request.extensions_mut().insert(id);
+                            State::Inner {
+                                future: inner.call(request),
+                            }
+                        }
+                        Err(error) => State::Rejected {
+                            response: Some(error.into_response()),
+                        },
+                    };
+                    this.state.set(next);
+                }
+                StateProj::Inner { future } => {
+                    let response = ready!(future.poll(cx))?;
+                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::future::Ready;
+    use std::task::Waker;
+
+    use tower::util::ServiceFn;
+
+    use super::*;
+    use crate::api_key::InMemoryKeyStore;
+
+    #[test]
+    #[should_panic(expected = "ApiKey ResponseFuture polled after completion")]
+    fn polling_a_finished_future_panics() {
+        type Inner = ServiceFn<fn(Request<()>) -> Ready<Result<Response<()>, Infallible>>>;
+        let mut future = Box::pin(ResponseFuture::<Inner, InMemoryKeyStore, ()>::rejected(
+            Response::new(Bytes::new()),
+        ));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(future.as_mut().poll(&mut cx).is_ready());
+        let _ = future.as_mut().poll(&mut cx);
+    }
+}

@@ -1,0 +1,271 @@
+//! `ApiKey`, the service [`ApiKeyLayer`] wraps around another, and why it
+//! refuses a request.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use tower_service::Service;
+
+use super::future::ResponseFuture;
+use super::layer::{ApiKeyLayer, Config};
+use super::store::{InMemoryKeyStore, KeyDigest, KeyStore};
+use crate::body::ResponseBody;
+use crate::envelope::DataApiError;
+use crate::envelope::header::X_API_KEY;
+
+/// Why [`ApiKeyLayer`] refused a request. It rides in the rejection's
+/// response extensions, next to the rendered [`DataApiError`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ApiKeyError {
+    /// No `X-API-KEY` header, or an empty one.
+    Missing,
+    /// Several `X-API-KEY` headers.
+    Ambiguous,
+    /// No valid key has this digest (unknown or revoked).
+    Unknown,
+    /// The key's quota is spent; retry after this many whole seconds.
+    QuotaExceeded {
+        /// `Retry-After`, rounded up, at least 1.
+        retry_after_secs: u64,
+    },
+    /// The key store could not answer.
+    StoreUnavailable,
+}
+
+impl ApiKeyError {
+    /// The HTTP status this error is answered with.
+    pub fn status(&self) -> StatusCode {
+        self.to_data_api_error().status()
+    }
+
+    /// The Area A rejection for this error.
+    pub fn to_data_api_error(&self) -> DataApiError {
+        match self {
+            Self::Missing => DataApiError::unauthorized("Missing X-API-KEY header"),
+            Self::Ambiguous => DataApiError::unauthorized("Send exactly one X-API-KEY header"),
+            Self::Unknown => DataApiError::unauthorized("Invalid or revoked API key"),
+            Self::QuotaExceeded { retry_after_secs } => {
+                DataApiError::too_many_requests(*retry_after_secs)
+            }
+            Self::StoreUnavailable => DataApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "API key store unavailable; retry later",
+            ),
+        }
+    }
+
+    pub(super) fn into_response(self) -> Response<Bytes> {
+        let mut response = self.to_data_api_error().into_response();
+        response.extensions_mut().insert(self);
+        response
+    }
+}
+
+impl fmt::Display for ApiKeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.to_data_api_error().message())
+    }
+}
+
+impl std::error::Error for ApiKeyError {}
+
+/// The service [`ApiKeyLayer`] wraps around `S`.
+pub struct ApiKey<S, K = InMemoryKeyStore> {
+    inner: S,
+    config: Arc<Config<K>>,
+}
+
+impl<S, K> ApiKey<S, K> {
+    pub(super) fn from_config(inner: S, config: Arc<Config<K>>) -> Self {
+        Self { inner, config }
+    }
+
+    define_inner_service_accessors!();
+}
+
+impl<S, K: KeyStore> ApiKey<S, K> {
+    /// Wraps `inner`; same as `ApiKey::layer(store).layer(inner)`.
+    pub fn new(inner: S, store: K) -> Self {
+        tower_layer::Layer::layer(&ApiKeyLayer::new(store), inner)
+    }
+}
+
+impl<K: KeyStore> ApiKey<(), K> {
+    /// Makes the layer of this service (tower-http's `Foo::layer`): the same
+    /// as [`ApiKeyLayer::new`].
+    pub fn layer(store: K) -> ApiKeyLayer<K> {
+        ApiKeyLayer::new(store)
+    }
+}
+
+impl<S: Clone, K> Clone for ApiKey<S, K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K> fmt::Debug for ApiKey<S, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("inner", &self.inner)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+/// The digest of the one `X-API-KEY` header. The header is not kept.
+fn presented_digest(headers: &HeaderMap) -> Result<KeyDigest, ApiKeyError> {
+    let mut values = headers.get_all(X_API_KEY).iter();
+    let value = values.next().ok_or(ApiKeyError::Missing)?;
+    if values.next().is_some() {
+        return Err(ApiKeyError::Ambiguous);
+    }
+    if value.is_empty() {
+        return Err(ApiKeyError::Missing);
+    }
+    Ok(KeyDigest::of(value.as_bytes()))
+}
+
+impl<S, K, ReqBody, ResBody> Service<Request<ReqBody>> for ApiKey<S, K>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    K: KeyStore,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, K, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        let digest = match presented_digest(request.headers()) {
+            Ok(digest) => digest,
+            Err(error) => return ResponseFuture::rejected(error.into_response()),
+        };
+        // The secret goes no further than this layer.
+        request.headers_mut().remove(X_API_KEY);
+        let lookup = self.config.store().lookup(&digest);
+        // Call the instance that was polled ready, leave the clone behind.
+        let clone = self.inner.clone();
+        let ready_inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::lookup(lookup, ready_inner, request, Arc::clone(&self.config))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::num::NonZeroU32;
+
+    use tower::{ServiceExt, service_fn};
+
+    use super::*;
+    use crate::FakeClock;
+    use crate::api_key::{ApiKeyId, ApiKeyRecord, KeyQuota};
+
+    const KEY: &str = "test-api-key-0123456789";
+
+    /// Answers 200 with the id the gate admitted, and whether the key header reached it.
+    async fn echo(request: Request<()>) -> Result<Response<String>, Infallible> {
+        let id = request
+            .extensions()
+            .get::<ApiKeyId>()
+            .map(ApiKeyId::to_string);
+        let leaked = request.headers().contains_key(X_API_KEY);
+        Ok(Response::new(format!("{id:?} {leaked}")))
+    }
+
+    fn store(quota: Option<KeyQuota>) -> InMemoryKeyStore {
+        let store = InMemoryKeyStore::new();
+        let mut record = ApiKeyRecord::new(ApiKeyId::new("app").unwrap());
+        if let Some(quota) = quota {
+            record = record.with_quota(quota);
+        }
+        store.insert(KEY, record).unwrap();
+        store
+    }
+
+    fn request(keys: &[&'static str]) -> Request<()> {
+        let mut builder = Request::builder();
+        for key in keys {
+            builder = builder.header(X_API_KEY, *key);
+        }
+        builder.body(()).unwrap()
+    }
+
+    async fn status_and_body(
+        service: ApiKey<
+            impl Service<Request<()>, Response = Response<String>, Error = Infallible> + Clone,
+            InMemoryKeyStore,
+        >,
+        request: Request<()>,
+    ) -> (StatusCode, String) {
+        use http_body_util::BodyExt;
+        let response = service.oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn a_valid_key_reaches_the_inner_service_as_its_id_never_as_the_secret() {
+        let service = ApiKey::new(service_fn(echo), store(None));
+        let (status, body) = status_and_body(service, request(&[KEY])).await;
+        assert_eq!(status, 200);
+        assert_eq!(body, "Some(\"app\") false");
+    }
+
+    #[tokio::test]
+    async fn a_missing_empty_doubled_or_unknown_key_is_401() {
+        for keys in [&[][..], &[""], &[KEY, KEY], &["unknown-key-0123456789"]] {
+            let service = ApiKey::new(service_fn(echo), store(None));
+            let (status, body) = status_and_body(service, request(keys)).await;
+            assert_eq!(status, 401, "{keys:?}");
+            assert!(body.contains("\"status\":401"), "Area A envelope: {body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_spent_quota_is_429_with_retry_after() {
+        let clock = Arc::new(FakeClock::at_unix_secs(1_800_000_000));
+        let quota = KeyQuota::per_minute(NonZeroU32::MIN);
+        let layer = ApiKey::layer(store(Some(quota))).with_clock(clock);
+        let service = tower_layer::Layer::layer(&layer, service_fn(echo));
+        let first = service.clone().oneshot(request(&[KEY])).await.unwrap();
+        assert_eq!(first.status(), 200);
+        let second = service.oneshot(request(&[KEY])).await.unwrap();
+        assert_eq!(second.status(), 429);
+        assert!(second.headers().contains_key(http::header::RETRY_AFTER));
+        assert!(matches!(
+            second.extensions().get::<ApiKeyError>(),
+            Some(ApiKeyError::QuotaExceeded { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_failing_store_is_503() {
+        struct Down;
+        impl KeyStore for Down {
+            type Lookup = std::future::Ready<
+                Result<Option<super::super::ApiKeyRecord>, crate::store::StoreError>,
+            >;
+            fn lookup(&self, _: &KeyDigest) -> Self::Lookup {
+                std::future::ready(Err(crate::store::StoreError::new("down")))
+            }
+        }
+        let response = ApiKey::new(service_fn(echo), Down)
+            .oneshot(request(&[KEY]))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 503);
+    }
+}
