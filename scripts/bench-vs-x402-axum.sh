@@ -68,9 +68,9 @@ trap cleanup EXIT
 paid_body='{"model":"openai/gpt-5-mini","max_tokens":64,"messages":[{"role":"user","content":"load test"}]}'
 chat=/v1/chat/completions
 
-free_port() { # a loopback port nothing listens on
+free_port() { # a loopback port nothing listens on, below the ephemeral range
   local port
-  for port in $(shuf -i 20000-60000 -n 50); do
+  for port in $(shuf -i 20000-32000 -n 50); do
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       echo "$port"
       return 0
@@ -138,7 +138,8 @@ cell() { # round server path-name base method path expect body [payments]
   local round=$1 name=$2 path_name=$3 base=$4 method=$5 path=$6 expect=$7 body=$8 payments=${9:-}
   local line
   line=$(LOAD_METHOD=$method LOAD_BODY=$body LOAD_EXPECT=$expect LOAD_PAYMENTS=$payments LOAD_THREADS=$threads \
-    wrk -t"$threads" -c"$connections" -d"$duration" -s scripts/load/gateway.lua "$base$path" | grep LOAD_RESULT)
+    wrk -t"$threads" -c"$connections" -d"$duration" -s scripts/load/gateway.lua "$base$path" | grep LOAD_RESULT) \
+    || { echo "wrk gave no result for $name $path_name" >&2; exit 1; }
   printf 'round %s  %-10s %-12s %s\n' "$round" "$name" "$path_name" "${line#LOAD_RESULT }"
   local field rps p50 p99 unexpected exhausted
   for field in ${line#LOAD_RESULT }; do
@@ -207,4 +208,5 @@ awk -F'\t' '
         median(p50[w]), median(p50[x]), median(p99[w]), median(p99[x]), note
     }
   }' "$results"
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (figures from a busy machine are noisy)"
 echo "quote: walletgate answers the 402 with three headers and a JSON body; x402-axum 2.0.2 with one header and an empty body"
