@@ -207,6 +207,8 @@ struct Verified {
 /// The in-process facilitator of the peer.
 pub struct PeerFacilitator {
     terms: Terms,
+    /// `terms` as the offer x402-axum passes on, built once.
+    requirements: v2::PaymentRequirements,
     separator: B256,
     clock: Clock,
     ledger: Mutex<Ledger>,
@@ -296,6 +298,7 @@ impl PeerFacilitator {
         };
         Self {
             separator: terms.domain_separator(),
+            requirements: terms.requirements(),
             terms,
             clock,
             ledger: Mutex::new(ledger),
@@ -325,8 +328,8 @@ impl PeerFacilitator {
         if wire.x402_version != 2 || wire.payment_payload.x402_version != 2 {
             return Err(reason::FORMAT);
         }
-        let ours = self.terms.requirements();
-        if wire.payment_requirements != ours || wire.payment_payload.accepted != ours {
+        let ours = &self.requirements;
+        if wire.payment_requirements != *ours || wire.payment_payload.accepted != *ours {
             return Err(reason::REQUIREMENTS);
         }
         let WireExact {
