@@ -100,7 +100,6 @@ json_field() { # decoded JSON, field name -> its string (without escapes) or num
   sed -n -e "s/.*\"$2\":\"\([^\"]*\)\".*/\1/p" -e "t" -e "s/.*\"$2\":\([0-9][0-9]*\).*/\1/p" <<<"$1" | head -n 1
 }
 
-# The peer quotes what the gateway quotes: read the gateway's terms once.
 start_gateway() { # port
   GATEWAY_LISTEN="127.0.0.1:$1" GATEWAY_FREE_PER_MINUTE=4000000000 GATEWAY_FREE_PER_HOUR=4000000000 \
     "$gateway_bin" >"$work/gateway.log" 2>&1 &
@@ -116,6 +115,7 @@ start_peer() { # port
   wait_ready "http://127.0.0.1:$1" "$work/peer.log"
 }
 
+# The peer quotes what the gateway quotes and lists what it lists: read them once.
 port=$(free_port)
 start_gateway "$port"
 curl -fs -o "$work/models.json" "http://127.0.0.1:$port/v1/models"
