@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# Side by side on loopback: walletgate's gateway example against a server built
+# on the published x402-axum crate (benches/peer), same quote terms, both
+# verifying and settling in-process (EIP-712 recovery, payTo, exact value, time
+# window, single-use nonce, balance on a ledger pre-funding the public dev
+# accounts).
+#
+# Per round, each server in turn (the order alternates between rounds): start it
+# on a free loopback port, run three wrk cells against it, stop it:
+#   1. GET /v1/models
+#   2. unpaid quote: POST /v1/chat/completions without payment (402)
+#   3. paid chat: the same POST with a fresh pre-signed PAYMENT-SIGNATURE per
+#      request (signed before the cell by examples/gateway_presign.rs from the
+#      server's own quote; never reused)
+# then prints per path: req/s of each, ratio walletgate / x402-axum, p50 and p99
+# (medians over the rounds).
+#
+# Both servers are built here in release mode with `nice`, the peer in its own
+# target dir (benches/peer/target). CI neither builds nor runs this. Needs wrk
+# (apt-get install -y wrk) and curl. Bounded: BENCH_ROUNDS x 2 servers x 3 cells
+# of BENCH_DURATION each, at most BENCH_PAID_COUNT payments per paid cell.
+#
+#   BENCH_ROUNDS       rounds (default 2, at least 1)
+#   BENCH_DURATION     wrk duration of one cell (default 8s)
+#   BENCH_THREADS      wrk threads (default 2)
+#   BENCH_CONNECTIONS  wrk connections (default 32)
+#   BENCH_PAID_COUNT   payments signed per paid cell (default 300000; a cell
+#                      that runs out says exhausted=1 and its figure is low)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=${BENCH_ROUNDS:-2}
+duration=${BENCH_DURATION:-8s}
+threads=${BENCH_THREADS:-2}
+connections=${BENCH_CONNECTIONS:-32}
+paid_count=${BENCH_PAID_COUNT:-300000}
+target=${CARGO_TARGET_DIR:-target}
+peer_target=benches/peer/target
+
+command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
+command -v curl >/dev/null || { echo "curl is missing" >&2; exit 1; }
+[ "$rounds" -ge 1 ] && [ "$rounds" -le 10 ] || { echo "BENCH_ROUNDS must be 1..10" >&2; exit 1; }
+
+echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "building (release, nice -n 15): walletgate gateway example, presigner, x402-axum peer"
+nice -n 15 cargo build --quiet --release --features axum,http-facilitator --example gateway --example gateway_presign
+CARGO_TARGET_DIR=$peer_target nice -n 15 cargo build --quiet --release --manifest-path benches/peer/Cargo.toml
+
+gateway_bin=$target/release/examples/gateway
+presign_bin=$target/release/examples/gateway_presign
+peer_bin=$peer_target/release/walletgate-peer
+
+work=$(mktemp -d)
+server=""
+stop_server() {
+  if [ -n "$server" ]; then
+    kill "$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
+    server=""
+  fi
+}
+cleanup() {
+  stop_server
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+paid_body='{"model":"openai/gpt-5-mini","max_tokens":64,"messages":[{"role":"user","content":"load test"}]}'
+chat=/v1/chat/completions
+
+free_port() { # a loopback port nothing listens on, below the ephemeral range
+  local port
+  for port in $(shuf -i 20000-32000 -n 50); do
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "$port"
+      return 0
+    fi
+  done
+  echo "no free loopback port found" >&2
+  return 1
+}
+
+wait_ready() { # base log
+  local _
+  for _ in $(seq 1 100); do
+    curl -fs -o /dev/null "$1/v1/models" && return 0
+    sleep 0.1
+  done
+  echo "the server did not start:" >&2
+  cat "$2" >&2
+  return 1
+}
+
+quote_of() { # base -> the PAYMENT-REQUIRED value of an unpaid chat
+  curl -s -o /dev/null -D - -H 'content-type: application/json' -d "$paid_body" "$1$chat" \
+    | tr -d '\r' | awk -F': ' 'tolower($1)=="payment-required" {print $2}'
+}
+
+json_field() { # decoded JSON, field name -> its string (without escapes) or number value
+  sed -n -e "s/.*\"$2\":\"\([^\"]*\)\".*/\1/p" -e "t" -e "s/.*\"$2\":\([0-9][0-9]*\).*/\1/p" <<<"$1" | head -n 1
+}
+
+start_gateway() { # port
+  GATEWAY_LISTEN="127.0.0.1:$1" GATEWAY_FREE_PER_MINUTE=4000000000 GATEWAY_FREE_PER_HOUR=4000000000 \
+    "$gateway_bin" >"$work/gateway.log" 2>&1 &
+  server=$!
+  wait_ready "http://127.0.0.1:$1" "$work/gateway.log"
+}
+start_peer() { # port
+  PEER_LISTEN="127.0.0.1:$1" PEER_PAY_TO="$pay_to" PEER_AMOUNT_UNITS="$amount" \
+    PEER_MAX_TIMEOUT_SECONDS="$max_timeout" PEER_DESCRIPTION="$description" \
+    PEER_MODELS_FILE="$work/models.json" \
+    "$peer_bin" >"$work/peer.log" 2>&1 &
+  server=$!
+  wait_ready "http://127.0.0.1:$1" "$work/peer.log"
+}
+
+# The peer quotes what the gateway quotes and lists what it lists: read them once.
+port=$(free_port)
+start_gateway "$port"
+curl -fs -o "$work/models.json" "http://127.0.0.1:$port/v1/models"
+gateway_quote=$(base64 -d <<<"$(quote_of "http://127.0.0.1:$port")")
+stop_server
+amount=$(json_field "$gateway_quote" amount)
+pay_to=$(json_field "$gateway_quote" payTo)
+max_timeout=$(json_field "$gateway_quote" maxTimeoutSeconds)
+description=$(json_field "$gateway_quote" description)
+network=$(json_field "$gateway_quote" network)
+asset=$(json_field "$gateway_quote" asset)
+echo "terms (from the gateway's quote): $amount units of $asset on $network to $pay_to, maxTimeoutSeconds $max_timeout"
+[ "$network" = "eip155:84532" ] && [ "$asset" = "0x036CbD53842c5426634e7929541eC2318f3dCF7e" ] \
+  || { echo "the gateway quotes other terms than the peer can: $gateway_quote" >&2; exit 1; }
+echo "wrk: $threads threads, $connections connections, $duration per cell, $rounds rounds, servers and wrk on the same machine"
+echo
+
+results=$work/results.tsv # round server path rps p50 p99 unexpected exhausted
+cell() { # round server path-name base method path expect body [payments]
+  local round=$1 name=$2 path_name=$3 base=$4 method=$5 path=$6 expect=$7 body=$8 payments=${9:-}
+  local line
+  line=$(LOAD_METHOD=$method LOAD_BODY=$body LOAD_EXPECT=$expect LOAD_PAYMENTS=$payments LOAD_THREADS=$threads \
+    wrk -t"$threads" -c"$connections" -d"$duration" -s scripts/load/gateway.lua "$base$path" | grep LOAD_RESULT) \
+    || { echo "wrk gave no result for $name $path_name" >&2; exit 1; }
+  printf 'round %s  %-10s %-12s %s\n' "$round" "$name" "$path_name" "${line#LOAD_RESULT }"
+  local field rps p50 p99 unexpected exhausted
+  for field in ${line#LOAD_RESULT }; do
+    case $field in
+      rps=*) rps=${field#rps=} ;;
+      p50_ms=*) p50=${field#p50_ms=} ;;
+      p99_ms=*) p99=${field#p99_ms=} ;;
+      unexpected=*) unexpected=${field#unexpected=} ;;
+      exhausted=*) exhausted=${field#exhausted=} ;;
+    esac
+  done
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$path_name" "$rps" "$p50" "$p99" "$unexpected" "$exhausted" >>"$results"
+}
+
+measure() { # round server-name
+  local round=$1 name=$2 base
+  port=$(free_port)
+  base="http://127.0.0.1:$port"
+  if [ "$name" = walletgate ]; then start_gateway "$port"; else start_peer "$port"; fi
+  cell "$round" "$name" models "$base" GET /v1/models 200 ""
+  cell "$round" "$name" quote "$base" POST "$chat" 402 "$paid_body"
+  # Fresh payments signed from this server's own quote, with this server idle.
+  "$presign_bin" "$(quote_of "$base")" "$((paid_count + 1))" "$work/signed.txt" 2>"$work/presign.log" \
+    || { cat "$work/presign.log" >&2; exit 1; }
+  head -n 1 "$work/signed.txt" >"$work/probe.txt"
+  tail -n +2 "$work/signed.txt" >"$work/payments.txt"
+  local probe
+  probe=$(curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' \
+    -H "PAYMENT-SIGNATURE: $(cat "$work/probe.txt")" -d "$paid_body" "$base$chat")
+  [ "$probe" = 200 ] || { echo "$name refused a fresh payment (HTTP $probe)" >&2; exit 1; }
+  cell "$round" "$name" paid "$base" POST "$chat" 200 "$paid_body" "$work/payments.txt"
+  rm -f "$work/signed.txt" "$work/payments.txt"
+  stop_server
+}
+
+for round in $(seq 1 "$rounds"); do
+  if [ $((round % 2)) -eq 1 ]; then order="walletgate x402-axum"; else order="x402-axum walletgate"; fi
+  for name in $order; do
+    measure "$round" "$name"
+  done
+done
+
+echo
+echo "medians over $rounds rounds (req/s; latency in ms)"
+awk -F'\t' '
+  function median(list,    n, parts, i, j, t) {
+    n = split(list, parts, " ")
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (parts[j] + 0 < parts[i] + 0) { t = parts[i]; parts[i] = parts[j]; parts[j] = t }
+    return n % 2 ? parts[(n + 1) / 2] : (parts[n / 2] + parts[n / 2 + 1]) / 2
+  }
+  {
+    key = $2 SUBSEP $3
+    rps[key] = rps[key] " " $4; p50[key] = p50[key] " " $5; p99[key] = p99[key] " " $6
+    bad[key] += $7; out[key] += $8
+  }
+  END {
+    printf "%-8s %12s %12s %7s %9s %9s %9s %9s %s\n", "path", "walletgate", "x402-axum", "ratio", "wg p50", "peer p50", "wg p99", "peer p99", "notes"
+    split("models quote paid", paths, " ")
+    for (i = 1; i <= 3; i++) {
+      w = "walletgate" SUBSEP paths[i]; x = "x402-axum" SUBSEP paths[i]
+      wr = median(rps[w]); xr = median(rps[x])
+      note = ""
+      if (bad[w] + bad[x] > 0) note = note sprintf("unexpected statuses: walletgate %d, x402-axum %d; ", bad[w], bad[x])
+      if (out[w] + out[x] > 0) note = note "ran out of payments (raise BENCH_PAID_COUNT); "
+      printf "%-8s %12.0f %12.0f %7.2f %9.2f %9.2f %9.2f %9.2f %s\n", paths[i], wr, xr, (xr > 0 ? wr / xr : 0), \
+        median(p50[w]), median(p50[x]), median(p99[w]), median(p99[x]), note
+    }
+  }' "$results"
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (figures from a busy machine are noisy)"
+echo "quote: walletgate answers the 402 with three headers and a JSON body; x402-axum 2.0.2 with one header and an empty body"
