@@ -91,6 +91,7 @@ mod quote;
 mod receipt;
 pub mod replay;
 mod service;
+mod stream;
 mod types;
 
 pub use codec::DecodeError;
@@ -112,9 +113,12 @@ pub use quote::{
     BASE_SEPOLIA_USDC, DEFAULT_MAX_TIMEOUT_SECS, PaymentOption, QUOTE_ERROR, QUOTE_MESSAGE,
     matching_offer,
 };
-pub use receipt::{MissingPaymentReceipt, PaymentReceipt};
+pub use receipt::{
+    MissingPaymentReceipt, PaymentReceipt, SettledPayment, SettlementHook, SettlementHookError,
+};
 pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
 pub use service::X402;
+pub use stream::{PAYMENT_RESPONSE_EVENT, X402Body};
 pub use types::{
     AtomicAmount, Eip3009Authorization, ExactEvmPayload, Network, PaymentPayload, PaymentRequired,
     PaymentRequirements, ResourceInfo, SCHEME_EXACT, SettleResponse, SupportedKind,
