@@ -32,7 +32,7 @@ const X_REQUEST_ID: &str = "x-request-id";
 /// Seconds an in-flight claim is held at least (the upstream may take 120 s).
 const MIN_CLAIM_HOLD_SECS: u64 = 600;
 
-/// The x402 payment middleware; built by [`X402Layer`].
+/// The x402 payment middleware; built by [`X402Layer`](super::X402Layer).
 ///
 /// See the [module docs](super) for the flow.
 #[derive(Clone, Debug)]
