@@ -36,6 +36,8 @@ mod payment_tests;
 #[cfg(test)]
 mod sdk_tests;
 #[cfg(test)]
+mod settlement_tests;
+#[cfg(test)]
 mod solana_tests;
 #[cfg(test)]
 mod tests;

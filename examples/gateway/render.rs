@@ -244,16 +244,16 @@ impl SseEncoder {
     }
 
     /// A fault after the 200 went out: the status cannot change, so the
-    /// error travels as the stream's last event, in the endpoint's error shape.
+    /// error travels as the stream's last event, in the endpoint's error
+    /// shape, and no terminal event follows (`[DONE]`, `message_stop`,
+    /// `response.completed`): the stream is recognisably broken, and the
+    /// payment layer leaves it unsettled.
     fn fail(&self, out: &mut String, error: &GatewayError) {
         match self.endpoint {
-            Endpoint::Chat => {
-                data(
-                    out,
-                    &serde_json::to_value(error.chat_body()).unwrap_or_default(),
-                );
-                out.push_str("data: [DONE]\n\n");
-            }
+            Endpoint::Chat => data(
+                out,
+                &serde_json::to_value(error.chat_body()).unwrap_or_default(),
+            ),
             Endpoint::Messages => event(
                 out,
                 "error",
