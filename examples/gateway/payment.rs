@@ -301,3 +301,27 @@ impl Facilitator for FaultyFacilitator {
         self.inner.supported()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use walletgate::x402::AtomicAmount;
+
+    #[tokio::test]
+    async fn the_settlement_log_keeps_a_running_total() {
+        let tally = Arc::new(SettlementTally::default());
+        let hook = tally.hook();
+        for units in [3_000, 1_500] {
+            let payment = SettledPayment::new(
+                DevLedger::DEV_ACCOUNTS[1],
+                AtomicAmount::new(units),
+                Network::base_sepolia(),
+                "0xabc",
+                "http://127.0.0.1/v1/chat/completions",
+                None,
+            );
+            hook(payment).await.unwrap();
+        }
+        assert_eq!(*tally.total.lock().unwrap(), (2, 4_500));
+    }
+}

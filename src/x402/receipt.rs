@@ -130,6 +130,27 @@ pub struct SettledPayment {
     pub request_id: Option<String>,
 }
 
+impl SettledPayment {
+    /// A settled payment (the layer makes these; hooks' own tests may too).
+    pub fn new(
+        payer: impl Into<String>,
+        amount: AtomicAmount,
+        network: Network,
+        transaction: impl Into<String>,
+        resource: impl Into<String>,
+        request_id: Option<String>,
+    ) -> Self {
+        Self {
+            payer: payer.into(),
+            amount,
+            network,
+            transaction: transaction.into(),
+            resource: resource.into(),
+            request_id,
+        }
+    }
+}
+
 /// Receives every payment the layer settles, exactly once, right after
 /// settlement: for a whole response before it is released, for a stream
 /// when the stream ends (see the [module docs](super#streams)).
