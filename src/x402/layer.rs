@@ -214,6 +214,15 @@ impl X402LayerBuilder {
 
     /// Receives every settled payment once, right after settlement (see
     /// [`SettlementHook`]); default none.
+    ///
+    /// ```
+    /// use walletgate::x402::{SettledPayment, SettlementHookError, X402Layer};
+    ///
+    /// let builder = X402Layer::builder().on_settlement(|payment: SettledPayment| async move {
+    ///     println!("{} units from {} in {}", payment.amount, payment.payer, payment.transaction);
+    ///     Ok::<_, SettlementHookError>(())
+    /// });
+    /// ```
     pub fn on_settlement(mut self, hook: impl SettlementHook) -> Self {
         self.settlement_hook = Some(Arc::new(hook));
         self

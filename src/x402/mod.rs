@@ -56,9 +56,11 @@
 //! before the terminal event (the body is dropped). An upstream that must
 //! report a failure mid-stream therefore sends an error event or simply
 //! ends the stream, never a terminal event after an error. A client that
-//! disconnects while the settlement itself is in flight leaves it to the
-//! facilitator: the ledger refuses the nonce a second time, so nothing is
-//! ever charged twice.
+//! disconnects while the settlement itself is in flight (after the terminal
+//! event) abandons it: the claim is released, and if the facilitator did
+//! settle, the ledger refuses the nonce a second time, so nothing is ever
+//! charged twice — but such a settlement reaches neither the client nor the
+//! hook. (A whole answer whose client leaves during settlement is the same.)
 //!
 //! # Facilitators
 //!
