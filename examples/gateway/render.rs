@@ -2,7 +2,10 @@
 //!
 //! Streams are Server-Sent Events: chat sends `data: {chunk}` lines and ends
 //! with `data: [DONE]` (the SDKs read nothing else); messages and responses
-//! send their vendors' named events (`event: …` then `data: {…}`).
+//! send their vendors' named events (`event: …` then `data: {…}`). A stream
+//! broken by an upstream fault ends with an error event and no terminal
+//! event, so the payment layer leaves it unsettled; a paid stream that
+//! completes gets its receipt from the layer as a last `event: payment-response`.
 
 use std::future::Future;
 use std::pin::Pin;
