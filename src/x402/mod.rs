@@ -45,10 +45,13 @@
 //! `event: response.completed` (responses) — with no error event before it
 //! (`event: error`, `event: response.failed`, or a `data:` JSON object with
 //! an `error` member, as chat completions streams report errors). Then the
-//! layer settles and sends one last event, `event: payment-response`, whose
-//! `data:` is the base64 settlement the `PAYMENT-RESPONSE` header would have
-//! carried (`success:false` if settlement failed); nothing of the inner body
-//! after the terminal event is sent.
+//! layer settles — holding back the frame that carried the terminal event
+//! until it has, so a client that stops reading at the terminal event cannot
+//! cut the settlement short — sends that frame, and ends with one more
+//! event, `event: payment-response`, whose `data:` is the base64 settlement
+//! the `PAYMENT-RESPONSE` header would have carried (`success:false` if
+//! settlement failed); nothing of the inner body after the terminal event
+//! is sent.
 //!
 //! Anything else is not settled and releases the claim: an error event, a
 //! body that ends without its terminal event (an upstream that broke or
@@ -56,8 +59,8 @@
 //! before the terminal event (the body is dropped). An upstream that must
 //! report a failure mid-stream therefore sends an error event or simply
 //! ends the stream, never a terminal event after an error. A client that
-//! disconnects while the settlement itself is in flight (after the terminal
-//! event) abandons it: the claim is released, and if the facilitator did
+//! disconnects while the settlement itself is in flight (before it saw the
+//! terminal event) abandons it: the claim is released, and if the facilitator did
 //! settle, the ledger refuses the nonce a second time, so nothing is ever
 //! charged twice — but such a settlement reaches neither the client nor the
 //! hook. (A whole answer whose client leaves during settlement is the same.)

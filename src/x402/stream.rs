@@ -45,8 +45,14 @@ enum Phase {
     Streaming {
         settle: Settle,
     },
-    /// The terminal event went out; settling, then the receipt event.
-    Settling(BoxFuture<'static, Bytes>),
+    /// The terminal event arrived: settling, with the frame that carried it
+    /// held back until then (`None` when the body ended on it).
+    Settling {
+        future: BoxFuture<'static, Bytes>,
+        held: Option<Frame<Bytes>>,
+    },
+    /// The held frame went out; the receipt event follows.
+    Receipt(Bytes),
     Done,
 }
 
@@ -57,7 +63,8 @@ impl<B> X402Body<B> {
     }
 
     /// A paid SSE stream: `settle` runs once its terminal event arrived with
-    /// no error event before it, and its output is sent as the last frame.
+    /// no error event before it (that event is held back until settled), and
+    /// its output is sent as the last frame.
     /// Dropping `settle` unrun (a failed, broken or abandoned stream) is how
     /// the claim is given back.
     pub(crate) fn settling(body: B, settle: Settle) -> Self {
@@ -92,45 +99,61 @@ where
             return this.body.poll_frame(cx);
         };
         loop {
-            match &mut meter.phase {
+            // Every arm puts the phase back, or leaves `Done` (which drops an
+            // unrun `settle`, releasing the claim).
+            match std::mem::replace(&mut meter.phase, Phase::Done) {
                 Phase::Done => return Poll::Ready(None),
-                Phase::Settling(future) => {
-                    let receipt = std::task::ready!(future.as_mut().poll(cx));
-                    meter.phase = Phase::Done;
-                    return Poll::Ready(Some(Ok(Frame::data(receipt))));
+                Phase::Receipt(receipt) => return Poll::Ready(Some(Ok(Frame::data(receipt)))),
+                Phase::Settling { mut future, held } => {
+                    let Poll::Ready(receipt) = future.as_mut().poll(cx) else {
+                        meter.phase = Phase::Settling { future, held };
+                        return Poll::Pending;
+                    };
+                    let Some(frame) = held else {
+                        // The body ended inside its terminal event: end that event first.
+                        let mut ended = b"\n\n".to_vec();
+                        ended.extend_from_slice(&receipt);
+                        return Poll::Ready(Some(Ok(Frame::data(Bytes::from(ended)))));
+                    };
+                    meter.phase = Phase::Receipt(receipt);
+                    return Poll::Ready(Some(Ok(frame)));
                 }
-                Phase::Streaming { .. } => {}
-            }
-            let next = std::task::ready!(this.body.as_mut().poll_frame(cx));
-            let frame = match next {
-                Some(Ok(frame)) => {
-                    if let Some(data) = frame.data_ref() {
-                        meter.watch.feed(data);
+                Phase::Streaming { settle } => {
+                    let Poll::Ready(next) = this.body.as_mut().poll_frame(cx) else {
+                        meter.phase = Phase::Streaming { settle };
+                        return Poll::Pending;
+                    };
+                    match next {
+                        Some(Ok(frame)) => {
+                            if let Some(data) = frame.data_ref() {
+                                meter.watch.feed(data);
+                            }
+                            if meter.watch.outcome() == Outcome::Completed {
+                                // Held back until settled, so a client that stops
+                                // reading at the terminal event cannot abort it.
+                                meter.phase = Phase::Settling {
+                                    future: settle(),
+                                    held: Some(frame),
+                                };
+                                continue;
+                            }
+                            meter.phase = Phase::Streaming { settle };
+                            return Poll::Ready(Some(Ok(frame)));
+                        }
+                        // A broken body: unsettled.
+                        Some(Err(error)) => return Poll::Ready(Some(Err(error))),
+                        None => {
+                            meter.watch.finish();
+                            if meter.watch.outcome() != Outcome::Completed {
+                                return Poll::Ready(None);
+                            }
+                            meter.phase = Phase::Settling {
+                                future: settle(),
+                                held: None,
+                            };
+                        }
                     }
-                    Some(frame)
                 }
-                Some(Err(error)) => {
-                    // A broken body: unsettled, the claim goes back with `settle`.
-                    meter.phase = Phase::Done;
-                    return Poll::Ready(Some(Err(error)));
-                }
-                None => {
-                    meter.watch.finish();
-                    None
-                }
-            };
-            if meter.watch.outcome() == Outcome::Completed {
-                let Phase::Streaming { settle } = std::mem::replace(&mut meter.phase, Phase::Done)
-                else {
-                    unreachable!("checked above");
-                };
-                meter.phase = Phase::Settling(settle());
-            } else if frame.is_none() {
-                meter.phase = Phase::Done;
-            }
-            match frame {
-                Some(frame) => return Poll::Ready(Some(Ok(frame))),
-                None => continue,
             }
         }
     }
@@ -421,10 +444,30 @@ mod tests {
             chunks(&[Ok("data: {\"a\":1}\n\n"), Ok("data: [DONE]\n\n")]),
             counting(&runs),
         );
+        let mut body = std::pin::pin!(body);
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&first[..], b"data: {\"a\":1}\n\n");
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        // The terminal event is released only once settled.
+        let terminal = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert_eq!(&terminal[..], b"data: [DONE]\n\n");
+        let rest = body.collect().await.unwrap().to_bytes();
+        assert_eq!(
+            &rest[..],
+            b"event: payment-response\ndata: cmVjZWlwdA==\n\n"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_body_ending_inside_its_terminal_event_still_settles_with_a_separate_receipt() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let body = X402Body::settling(chunks(&[Ok("data: {}\n\ndata: [DONE]")]), counting(&runs));
         let text = body.collect().await.unwrap().to_bytes();
         assert_eq!(
             &text[..],
-            b"data: {\"a\":1}\n\ndata: [DONE]\n\nevent: payment-response\ndata: cmVjZWlwdA==\n\n"
+            b"data: {}\n\ndata: [DONE]\n\nevent: payment-response\ndata: cmVjZWlwdA==\n\n"
         );
         assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
