@@ -44,7 +44,7 @@ fn paid_chat(
     clock: walletgate::SharedClock,
 ) -> impl tower::Service<
     Request<Full<Bytes>>,
-    Response = Response<walletgate::ResponseBody<Full<Bytes>>>,
+    Response = Response<walletgate::x402::X402Body<Full<Bytes>>>,
     Error = Infallible,
     Future: Send,
 > + Clone {

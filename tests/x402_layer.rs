@@ -18,14 +18,13 @@ use serde_json::Value;
 use tokio::sync::{Notify, Semaphore};
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceExt};
-use walletgate::ResponseBody;
 use walletgate::clock::FakeClock;
 use walletgate::x402::payer::sequential_nonce;
 use walletgate::x402::{AtomicAmount, ExactEvmDomain, Payer};
 use walletgate::x402::{
     BoxFuture, DevLedger, Facilitator, FacilitatorError, FacilitatorRequest, LocalEvmFacilitator,
     Network, PaymentOption, PaymentReceipt, PaymentRequired, PaymentRequirements, PriceTable,
-    SettleResponse, SupportedResponse, TokenId, VerifyResponse, X402, X402Layer, codec,
+    SettleResponse, SupportedResponse, TokenId, VerifyResponse, X402, X402Body, X402Layer, codec,
 };
 use x402_fixtures::{CHAT, PAY_TO, QUOTED_UNITS};
 
@@ -195,7 +194,7 @@ impl Harness {
             clock,
             ledger,
             facilitator,
-            service: X402::layer(BoxCloneService::new(inner), &layer),
+            service: tower::Layer::layer(&layer, BoxCloneService::new(inner)),
             calls,
             receipts,
             body_polled,
@@ -204,7 +203,7 @@ impl Harness {
         }
     }
 
-    async fn send(&self, request: Request<Full<Bytes>>) -> Response<ResponseBody<TrackedBody>> {
+    async fn send(&self, request: Request<Full<Bytes>>) -> Response<X402Body<TrackedBody>> {
         self.service.clone().oneshot(request).await.unwrap()
     }
 
@@ -212,7 +211,7 @@ impl Harness {
     async fn start_and_hold(
         &self,
         header: &str,
-    ) -> tokio::task::JoinHandle<Result<Response<ResponseBody<TrackedBody>>, Infallible>> {
+    ) -> tokio::task::JoinHandle<Result<Response<X402Body<TrackedBody>>, Infallible>> {
         let request = chat_with(Some(header), &[("x-test-wait", "1")]);
         let task = tokio::spawn(self.service.clone().oneshot(request));
         self.entered.notified().await;

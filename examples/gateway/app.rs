@@ -48,6 +48,7 @@ pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigErro
             PaymentSettings::solana(settings, fee_payer, config.clock.clone())?
         }
     };
+    let payments = payments.with_faults(config.payment_faults);
     let gates = Gates {
         free_tier: free_tier(config.free_tier),
         inference_payment: payments.inference_layer()?,

@@ -83,6 +83,8 @@ pub(crate) struct Config {
     pub(crate) image_job: Duration,
     /// Where payments are quoted and settled.
     pub(crate) network: PaymentNetwork,
+    /// The settle timeout, and payment faults for tests and demos.
+    pub(crate) payment_faults: Arc<crate::payment::PaymentFaults>,
 }
 
 /// Solana mainnet, as the specification's Solana gateway quotes it.
@@ -123,6 +125,7 @@ impl Default for Config {
             free_tier: FreeTierQuotas::default(),
             image_job: Duration::from_millis(DEFAULT_IMAGE_JOB_MILLIS),
             network: PaymentNetwork::LocalEvm,
+            payment_faults: Arc::default(),
         }
     }
 }

@@ -16,7 +16,9 @@
 //!
 //! Paid models answer 402 with an x402 quote in Base Sepolia USDC; a retry
 //! with a `PAYMENT-SIGNATURE` signed by one of the printed development
-//! accounts is verified and settled in-process. Free models are limited per
+//! accounts is verified and settled in-process (a paid stream once it
+//! completes; its receipt is the last `event: payment-response`), and each
+//! settlement prints one line with the running total. Free models are limited per
 //! client IP. `--network solana` quotes Solana USDC instead, verified and
 //! settled by the x402 facilitator at `GATEWAY_FACILITATOR_URL`.
 
@@ -35,6 +37,8 @@ mod upstream;
 mod payment_tests;
 #[cfg(test)]
 mod sdk_tests;
+#[cfg(test)]
+mod settlement_tests;
 #[cfg(test)]
 mod solana_tests;
 #[cfg(test)]

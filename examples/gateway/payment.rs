@@ -11,7 +11,9 @@
 //! in-process by [`LocalEvmFacilitator`] on a [`DevLedger`] that pre-funds
 //! the ten public development accounts.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::extract::Request;
 use http::request::Parts;
@@ -19,8 +21,10 @@ use serde_json::{Map, Value};
 use walletgate::SharedClock;
 use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter};
 use walletgate::x402::{
-    ConfigError, DevLedger, Facilitator, HttpFacilitator, InMemoryNonceStore, LocalEvmFacilitator,
-    Network, NonceStore, PaymentOption, Price, UsdAmount, X402Layer,
+    BoxFuture, ConfigError, DevLedger, Facilitator, FacilitatorError, FacilitatorRequest,
+    HttpFacilitator, InMemoryNonceStore, LocalEvmFacilitator, Network, NonceStore, PaymentOption,
+    Price, SettleResponse, SettledPayment, SettlementHookError, SupportedResponse, UsdAmount,
+    VerifyResponse, X402Layer,
 };
 
 use crate::catalogue::RequestPrice;
@@ -71,6 +75,8 @@ pub(crate) struct PaymentSettings {
     /// Claims and spent authorizations, shared by every paid route.
     pub(crate) nonce_store: Arc<dyn NonceStore>,
     pub(crate) clock: SharedClock,
+    /// Every settlement of every paid route, logged with a running total.
+    pub(crate) settled: Arc<SettlementTally>,
 }
 
 impl PaymentSettings {
@@ -85,6 +91,7 @@ impl PaymentSettings {
             facilitator: Arc::new(LocalEvmFacilitator::new(ledger, clock.clone())),
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
             clock,
+            settled: Arc::default(),
         })
     }
 
@@ -114,7 +121,17 @@ impl PaymentSettings {
             facilitator: Arc::new(facilitator),
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
             clock,
+            settled: Arc::default(),
         })
+    }
+
+    /// The same settings with the facilitator behind `faults` (and its settle timeout).
+    pub(crate) fn with_faults(mut self, faults: Arc<PaymentFaults>) -> Self {
+        self.facilitator = Arc::new(FaultyFacilitator {
+            inner: self.facilitator,
+            faults,
+        });
+        self
     }
 
     /// The facilitator's Solana fee payer, from its `GET /supported`, as the
@@ -160,7 +177,8 @@ impl PaymentSettings {
             .clock(self.clock.clone())
             .paid_replay(paid_replay)
             .description(description)
-            .mime_type("application/json");
+            .mime_type("application/json")
+            .on_settlement(self.settled.hook());
         for option in &self.options {
             builder = builder.payment_option(option.clone());
         }
@@ -179,5 +197,131 @@ impl PaymentSettings {
             false,
             "Model inference",
         )
+    }
+}
+
+/// Counts settlements and their amounts; logs one line per settlement.
+#[derive(Debug, Default)]
+pub(crate) struct SettlementTally {
+    /// Settlements and atomic units so far.
+    total: Mutex<(u64, u128)>,
+}
+
+impl SettlementTally {
+    /// The layers' settlement hook: adds to the total and logs the payment.
+    fn hook(
+        self: &Arc<Self>,
+    ) -> impl Fn(SettledPayment) -> std::future::Ready<Result<(), SettlementHookError>>
+    + Send
+    + Sync
+    + 'static {
+        let tally = self.clone();
+        move |payment: SettledPayment| {
+            let (count, units) = {
+                let mut total = tally.total.lock().unwrap_or_else(|p| p.into_inner());
+                total.0 += 1;
+                total.1 += payment.amount.units();
+                *total
+            };
+            println!(
+                "settled {} units from {} on {} in {} for {} (request {}); total {count} settlements, {units} units",
+                payment.amount,
+                payment.payer,
+                payment.network,
+                payment.transaction,
+                payment.resource,
+                payment.request_id.as_deref().unwrap_or("-"),
+            );
+            std::future::ready(Ok(()))
+        }
+    }
+}
+
+/// Payment-side faults for tests and demos, and the settle timeout.
+#[derive(Debug)]
+pub(crate) struct PaymentFaults {
+    /// A settlement not answered within this is abandoned as unavailable.
+    pub(crate) settle_timeout: Duration,
+    /// The facilitator never answers `settle`.
+    pub(crate) hang_settle: AtomicBool,
+    /// The facilitator answers `settle` with `success: false`.
+    pub(crate) refuse_settle: AtomicBool,
+}
+
+impl Default for PaymentFaults {
+    fn default() -> Self {
+        Self {
+            settle_timeout: Duration::from_secs(30),
+            hang_settle: AtomicBool::new(false),
+            refuse_settle: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A facilitator with [`PaymentFaults`] injected into its settlements.
+struct FaultyFacilitator {
+    inner: Arc<dyn Facilitator>,
+    faults: Arc<PaymentFaults>,
+}
+
+impl Facilitator for FaultyFacilitator {
+    fn verify<'a>(
+        &'a self,
+        request: &'a FacilitatorRequest,
+    ) -> BoxFuture<'a, Result<VerifyResponse, FacilitatorError>> {
+        self.inner.verify(request)
+    }
+
+    fn settle<'a>(
+        &'a self,
+        request: &'a FacilitatorRequest,
+    ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
+        Box::pin(async move {
+            if self.faults.refuse_settle.load(Ordering::SeqCst) {
+                let network = request.payment_requirements.network.clone();
+                return Ok(SettleResponse::failure(
+                    network,
+                    "invalid_exact_evm_transaction_failed",
+                    None,
+                ));
+            }
+            let settle = async {
+                if self.faults.hang_settle.load(Ordering::SeqCst) {
+                    std::future::pending::<()>().await;
+                }
+                self.inner.settle(request).await
+            };
+            tokio::time::timeout(self.faults.settle_timeout, settle)
+                .await
+                .unwrap_or_else(|_| Err(FacilitatorError::unavailable("settlement timed out")))
+        })
+    }
+
+    fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, FacilitatorError>> {
+        self.inner.supported()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use walletgate::x402::AtomicAmount;
+
+    #[tokio::test]
+    async fn the_settlement_log_keeps_a_running_total() {
+        let tally = Arc::new(SettlementTally::default());
+        let hook = tally.hook();
+        for units in [3_000, 1_500] {
+            let payment = SettledPayment::new(
+                DevLedger::DEV_ACCOUNTS[1],
+                AtomicAmount::new(units),
+                Network::base_sepolia(),
+                "0xabc",
+                "http://127.0.0.1/v1/chat/completions",
+                None,
+            );
+            hook(payment).await.unwrap();
+        }
+        assert_eq!(*tally.total.lock().unwrap(), (2, 4_500));
     }
 }

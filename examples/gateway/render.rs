@@ -2,7 +2,10 @@
 //!
 //! Streams are Server-Sent Events: chat sends `data: {chunk}` lines and ends
 //! with `data: [DONE]` (the SDKs read nothing else); messages and responses
-//! send their vendors' named events (`event: …` then `data: {…}`).
+//! send their vendors' named events (`event: …` then `data: {…}`). A stream
+//! broken by an upstream fault ends with an error event and no terminal
+//! event, so the payment layer leaves it unsettled; a paid stream that
+//! completes gets its receipt from the layer as a last `event: payment-response`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -244,16 +247,16 @@ impl SseEncoder {
     }
 
     /// A fault after the 200 went out: the status cannot change, so the
-    /// error travels as the stream's last event, in the endpoint's error shape.
+    /// error travels as the stream's last event, in the endpoint's error
+    /// shape, and no terminal event follows (`[DONE]`, `message_stop`,
+    /// `response.completed`): the stream is recognisably broken, and the
+    /// payment layer leaves it unsettled.
     fn fail(&self, out: &mut String, error: &GatewayError) {
         match self.endpoint {
-            Endpoint::Chat => {
-                data(
-                    out,
-                    &serde_json::to_value(error.chat_body()).unwrap_or_default(),
-                );
-                out.push_str("data: [DONE]\n\n");
-            }
+            Endpoint::Chat => data(
+                out,
+                &serde_json::to_value(error.chat_body()).unwrap_or_default(),
+            ),
             Endpoint::Messages => event(
                 out,
                 "error",

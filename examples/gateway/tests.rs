@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use walletgate::envelope::ErrorCode;
-use walletgate::x402::{DevLedger, PaymentRequired, TokenId, codec};
+use walletgate::x402::{DevLedger, PaymentRequired, SettleResponse, TokenId, codec};
 
 use crate::app::app;
 use crate::catalogue::{Catalogue, Model, Pricing, RequestPrice};
@@ -232,7 +232,7 @@ fn leak(text: String) -> &'static str {
 /// The embedded catalogue plus a paid (`faulty/<preset>`) and a free
 /// (`faultyfree/<preset>`) model per fault preset, and a model with an
 /// eight-token context window.
-fn fault_config() -> Config {
+pub(crate) fn fault_config() -> Config {
     let mut models: Vec<Arc<Model>> = Catalogue::embedded_models();
     let mut config = Config::default();
     let template = |id: &'static str, pricing| Model {
@@ -878,11 +878,18 @@ async fn messages_and_responses_streams_send_their_named_events() {
         .collect();
     assert_eq!(events.first(), Some(&"message_start"));
     assert!(events.contains(&"content_block_delta"));
+    // A paid stream: its receipt follows the terminal event.
     assert_eq!(
-        &events[events.len() - 3..],
-        ["content_block_stop", "message_delta", "message_stop"]
+        &events[events.len() - 4..],
+        [
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+            "payment-response"
+        ]
     );
-    let deltas: String = sse_data(&messages)
+    let payloads = sse_data(&messages);
+    let deltas: String = payloads[..payloads.len() - 1]
         .iter()
         .map(|payload| serde_json::from_str::<Value>(payload).unwrap())
         .filter(|event| event["type"] == "content_block_delta")
@@ -897,8 +904,10 @@ async fn messages_and_responses_streams_send_their_named_events() {
         )
         .await
         .text();
-    let last = sse_data(&responses).pop().unwrap();
-    let completed: Value = serde_json::from_str(&last).unwrap();
+    let mut payloads = sse_data(&responses);
+    let receipt: SettleResponse = codec::decode(payloads.pop().unwrap().as_bytes()).unwrap();
+    assert!(receipt.success);
+    let completed: Value = serde_json::from_str(&payloads.pop().unwrap()).unwrap();
     assert_eq!(completed["type"], "response.completed");
     assert_eq!(completed["response"]["output_text"], "echo: hi there");
 }
@@ -914,8 +923,9 @@ async fn a_fault_after_the_stream_started_ends_it_with_an_error_event() {
         .await;
     assert_eq!(reply.status, StatusCode::OK);
     let payloads = sse_data(&reply.text());
-    assert_eq!(payloads.last().map(String::as_str), Some("[DONE]"));
-    let error: Value = serde_json::from_str(&payloads[payloads.len() - 2]).unwrap();
+    // Broken: the error is the last event, no `[DONE]` follows (and no receipt: unsettled).
+    assert!(!payloads.iter().any(|payload| payload == "[DONE]"));
+    let error: Value = serde_json::from_str(payloads.last().unwrap()).unwrap();
     assert_eq!(error["error"]["code"], "MODEL_UNAVAILABLE");
 }
 
@@ -1123,7 +1133,15 @@ async fn openai_compatible_upstream_over_tcp() {
         )
         .await
         .text();
-    let text: String = sse_data(&streamed)
+    let payloads = sse_data(&streamed);
+    // Paid: the stream's receipt follows its events.
+    let (receipt, events) = payloads.split_last().unwrap();
+    assert!(
+        codec::decode::<SettleResponse>(receipt.as_bytes())
+            .unwrap()
+            .success
+    );
+    let text: String = events
         .iter()
         .map(|payload| serde_json::from_str::<Value>(payload).unwrap())
         .filter_map(|event| event["delta"]["text"].as_str().map(str::to_owned))

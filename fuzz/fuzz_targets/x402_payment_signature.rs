@@ -18,6 +18,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use libfuzzer_sys::fuzz_target;
+use tower_layer::Layer;
 use tower_service::Service;
 use walletgate::clock::FakeClock;
 use walletgate::x402::{
@@ -82,7 +83,7 @@ fn harness() -> &'static Harness {
             .build()
             .unwrap();
         Harness {
-            service: X402::layer(Answer, &layer),
+            service: layer.layer(Answer),
             facilitator,
             offers,
         }

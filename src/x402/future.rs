@@ -8,11 +8,16 @@ use http::Response;
 use pin_project_lite::pin_project;
 
 use super::facilitator::BoxFuture;
+use super::stream::X402Body;
 use crate::body::ResponseBody;
 
 pin_project! {
     /// The response future of [`X402`](super::X402): a free request's inner
     /// future, a ready rejection or quote, or the boxed payment flow.
+    ///
+    /// # Panics
+    ///
+    /// Polling it again after it completed panics, as tower-http's futures do.
     pub struct ResponseFuture<F, B, E> {
         #[pin]
         kind: Kind<F, B, E>,
@@ -23,8 +28,9 @@ pin_project! {
     #[project = KindProj]
     enum Kind<F, B, E> {
         Passthrough { #[pin] future: F },
-        Ready { response: Option<Response<ResponseBody<B>>> },
-        Paid { future: BoxFuture<'static, Result<Response<ResponseBody<B>>, E>> },
+        Ready { response: Option<Response<X402Body<B>>> },
+        Paid { future: BoxFuture<'static, Result<Response<X402Body<B>>, E>> },
+        Done,
     }
 }
 
@@ -35,7 +41,7 @@ impl<F, B, E> ResponseFuture<F, B, E> {
         }
     }
 
-    pub(crate) fn ready(response: Response<ResponseBody<B>>) -> Self {
+    pub(crate) fn ready(response: Response<X402Body<B>>) -> Self {
         Self {
             kind: Kind::Ready {
                 response: Some(response),
@@ -43,7 +49,7 @@ impl<F, B, E> ResponseFuture<F, B, E> {
         }
     }
 
-    pub(crate) fn paid(future: BoxFuture<'static, Result<Response<ResponseBody<B>>, E>>) -> Self {
+    pub(crate) fn paid(future: BoxFuture<'static, Result<Response<X402Body<B>>, E>>) -> Self {
         Self {
             kind: Kind::Paid { future },
         }
@@ -54,25 +60,67 @@ impl<F, B, E> Future for ResponseFuture<F, B, E>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
-    type Output = Result<Response<ResponseBody<B>>, E>;
+    type Output = Result<Response<X402Body<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            KindProj::Passthrough { future } => future
-                .poll(cx)
-                .map(|result| result.map(|response| response.map(ResponseBody::inner))),
-            KindProj::Ready { response } => match response.take() {
-                Some(response) => Poll::Ready(Ok(response)),
-                // Polled again after completion: a caller bug; stay pending rather than panic.
-                None => Poll::Pending,
-            },
-            KindProj::Paid { future } => future.as_mut().poll(cx),
-        }
+        let mut kind = self.project().kind;
+        let output = match kind.as_mut().project() {
+            KindProj::Passthrough { future } => std::task::ready!(future.poll(cx))
+                .map(|response| response.map(|body| X402Body::plain(ResponseBody::inner(body)))),
+            KindProj::Ready { response } => Ok(response
+                .take()
+                .expect("x402 ResponseFuture polled after completion")),
+            KindProj::Paid { future } => std::task::ready!(future.as_mut().poll(cx)),
+            KindProj::Done => panic!("x402 ResponseFuture polled after completion"),
+        };
+        kind.set(Kind::Done);
+        Poll::Ready(output)
     }
 }
 
 impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::convert::Infallible;
+
+    type Answer = Result<Response<()>, Infallible>;
+
+    fn poll_twice(
+        mut future: Pin<&mut ResponseFuture<std::future::Ready<Answer>, (), Infallible>>,
+    ) {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(future.as_mut().poll(&mut cx).is_ready());
+        let _ = future.as_mut().poll(&mut cx);
+    }
+
+    #[test]
+    #[should_panic(expected = "polled after completion")]
+    fn a_passthrough_polled_after_completion_panics() {
+        let future = ResponseFuture::passthrough(std::future::ready(Ok(Response::new(()))));
+        poll_twice(std::pin::pin!(future));
+    }
+
+    #[test]
+    #[should_panic(expected = "polled after completion")]
+    fn a_ready_answer_polled_after_completion_panics() {
+        let response = Response::new(X402Body::plain(ResponseBody::inner(())));
+        let future = ResponseFuture::<std::future::Ready<Answer>, (), Infallible>::ready(response);
+        poll_twice(std::pin::pin!(future));
+    }
+
+    #[test]
+    #[should_panic(expected = "polled after completion")]
+    fn a_paid_flow_polled_after_completion_panics() {
+        let future =
+            ResponseFuture::<std::future::Ready<Answer>, (), Infallible>::paid(Box::pin(async {
+                Ok(Response::new(X402Body::plain(ResponseBody::inner(()))))
+            }));
+        poll_twice(std::pin::pin!(future));
     }
 }

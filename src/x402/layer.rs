@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tower_layer::Layer;
 
@@ -9,6 +10,7 @@ use super::error::ConfigError;
 use super::facilitator::Facilitator;
 use super::pricing::Pricing;
 use super::quote::{PaymentOption, QuoteCache};
+use super::receipt::{SettledPayment, SettlementHook, SettlementHookError};
 use super::replay::{InMemoryNonceStore, NonceStore};
 use super::service::X402;
 use super::types::UsdAmount;
@@ -36,12 +38,39 @@ pub(crate) struct Config {
     pub(crate) description: String,
     pub(crate) mime_type: String,
     pub(crate) quotes: QuoteCache,
+    pub(crate) settlement_hook: Option<Arc<dyn SettlementHook>>,
+    /// Settlement hook calls that returned an error.
+    pub(crate) hook_failures: AtomicU64,
+}
+
+impl Config {
+    /// Hands a settled payment to the hook, if any. A failure is counted,
+    /// never retried: the payment stays settled once.
+    pub(crate) async fn report_settled(&self, payment: SettledPayment) {
+        let Some(hook) = &self.settlement_hook else {
+            return;
+        };
+        if let Err(error) = hook.settled(payment).await {
+            self.hook_failed(&error);
+        }
+    }
+
+    /// The one place a hook failure ends up (a tracing event belongs here).
+    fn hook_failed(&self, _error: &SettlementHookError) {
+        self.hook_failures.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl X402Layer {
     /// Starts a configuration.
     pub fn builder() -> X402LayerBuilder {
         X402LayerBuilder::default()
+    }
+
+    /// How many calls of the [settlement hook](X402LayerBuilder::on_settlement)
+    /// failed since the layer was built (shared by every service it made).
+    pub fn settlement_hook_failures(&self) -> u64 {
+        self.config.hook_failures.load(Ordering::Relaxed)
     }
 }
 
@@ -66,6 +95,7 @@ impl fmt::Debug for Config {
             .field("flat_fee", &self.flat_fee)
             .field("paid_replay", &self.paid_replay)
             .field("public_base_url", &self.public_base_url)
+            .field("settlement_hook", &self.settlement_hook.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -83,6 +113,7 @@ pub struct X402LayerBuilder {
     public_base_url: Option<String>,
     description: String,
     mime_type: String,
+    settlement_hook: Option<Arc<dyn SettlementHook>>,
 }
 
 impl Default for X402LayerBuilder {
@@ -98,6 +129,7 @@ impl Default for X402LayerBuilder {
             public_base_url: None,
             description: String::new(),
             mime_type: String::new(),
+            settlement_hook: None,
         }
     }
 }
@@ -181,6 +213,22 @@ impl X402LayerBuilder {
         self
     }
 
+    /// Receives every settled payment once, right after settlement (see
+    /// [`SettlementHook`]); default none.
+    ///
+    /// ```
+    /// use walletgate::x402::{SettledPayment, SettlementHookError, X402Layer};
+    ///
+    /// let builder = X402Layer::builder().on_settlement(|payment: SettledPayment| async move {
+    ///     println!("{} units from {} in {}", payment.amount, payment.payer, payment.transaction);
+    ///     Ok::<_, SettlementHookError>(())
+    /// });
+    /// ```
+    pub fn on_settlement(mut self, hook: impl SettlementHook) -> Self {
+        self.settlement_hook = Some(Arc::new(hook));
+        self
+    }
+
     /// Validates and builds the layer.
     pub fn build(self) -> Result<X402Layer, ConfigError> {
         let pricing = self.pricing.ok_or(ConfigError::MissingPricing)?;
@@ -205,6 +253,8 @@ impl X402LayerBuilder {
                 description: self.description,
                 mime_type: self.mime_type,
                 quotes: QuoteCache::default(),
+                settlement_hook: self.settlement_hook,
+                hook_failures: AtomicU64::new(0),
             }),
         })
     }

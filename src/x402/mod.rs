@@ -22,11 +22,48 @@
 //!    `PAYMENT_VERIFICATION_UNAVAILABLE` (503, `Retry-After`); nothing is
 //!    consumed, so the same payment can be resent.
 //! 5. **inner service** — with a [`PaymentReceipt`] in the extensions.
-//! 6. **settle** — only on a 2xx answer, while the answer's head is held and
-//!    its body unread. Success adds `PAYMENT-RESPONSE`; failure answers 402
-//!    `SETTLEMENT_FAILED` with `PAYMENT-RESPONSE{success:false}` and drops the
-//!    inner body. A 4xx/5xx answer is returned unsettled; a dropped request is
-//!    never settled. In every unsettled case the claim is released.
+//! 6. **settle** — only on a 2xx answer. A whole answer is settled while
+//!    its head is held and its body unread: success adds `PAYMENT-RESPONSE`;
+//!    failure answers 402 `SETTLEMENT_FAILED` with
+//!    `PAYMENT-RESPONSE{success:false}` and drops the inner body. A stream is
+//!    settled when it completes (see [Streams](self#streams)). A 4xx/5xx
+//!    answer is returned unsettled; a dropped request is never settled. In
+//!    every unsettled case the claim is released, so the same payment can be
+//!    sent again.
+//! 7. **hook** — each settled payment is handed once to the
+//!    [`SettlementHook`] set with
+//!    [`on_settlement`](X402LayerBuilder::on_settlement), before a whole
+//!    answer is released or when a stream ends.
+//!
+//! # Streams
+//!
+//! A 2xx answer whose `Content-Type` is `text/event-stream` is a stream. Its
+//! head goes out at once, without `PAYMENT-RESPONSE`, and the layer reads
+//! the Server-Sent Events as they pass ([`X402Body`]). The stream is paid
+//! for only if it **completes successfully**: its terminal event arrives —
+//! `data: [DONE]` (chat completions), `event: message_stop` (messages) or
+//! `event: response.completed` (responses) — with no error event before it
+//! (`event: error`, `event: response.failed`, or a `data:` JSON object with
+//! an `error` member, as chat completions streams report errors). Then the
+//! layer settles — holding back the frame that carried the terminal event
+//! until it has, so a client that stops reading at the terminal event cannot
+//! cut the settlement short — sends that frame, and ends with one more
+//! event, `event: payment-response`, whose `data:` is the base64 settlement
+//! the `PAYMENT-RESPONSE` header would have carried (`success:false` if
+//! settlement failed); nothing of the inner body after the terminal event
+//! is sent.
+//!
+//! Anything else is not settled and releases the claim: an error event, a
+//! body that ends without its terminal event (an upstream that broke or
+//! stalled past its timeout), a body error, or a client that disconnects
+//! before the terminal event (the body is dropped). An upstream that must
+//! report a failure mid-stream therefore sends an error event or simply
+//! ends the stream, never a terminal event after an error. A client that
+//! disconnects while the settlement itself is in flight (before it saw the
+//! terminal event) abandons it: the claim is released, and if the facilitator did
+//! settle, the ledger refuses the nonce a second time, so nothing is ever
+//! charged twice — but such a settlement reaches neither the client nor the
+//! hook. (A whole answer whose client leaves during settlement is the same.)
 //!
 //! # Facilitators
 //!
@@ -94,6 +131,7 @@ mod quote;
 mod receipt;
 pub mod replay;
 mod service;
+mod stream;
 mod types;
 
 pub use codec::DecodeError;
@@ -115,9 +153,10 @@ pub use quote::{
     AUTHORIZATION_CLOCK_SKEW_SECS, BASE_SEPOLIA_USDC, DEFAULT_MAX_TIMEOUT_SECS, PaymentOption,
     QUOTE_ERROR, QUOTE_MESSAGE, matching_offer,
 };
-pub use receipt::PaymentReceipt;
+pub use receipt::{PaymentReceipt, SettledPayment, SettlementHook, SettlementHookError};
 pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
 pub use service::X402;
+pub use stream::{PAYMENT_RESPONSE_EVENT, X402Body};
 pub use types::{
     AtomicAmount, Eip3009Authorization, ExactEvmPayload, Network, PaymentPayload, PaymentRequired,
     PaymentRequirements, ResourceInfo, SCHEME_EXACT, SettleResponse, SupportedKind,

@@ -2,10 +2,12 @@
 
 use std::convert::Infallible;
 use std::fmt;
+use std::future::Future;
 
 use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
 use http::request::Parts;
 
+use super::facilitator::BoxFuture;
 use super::types::{AtomicAmount, Network};
 use crate::envelope::MissingExtension;
 
@@ -106,6 +108,109 @@ impl fmt::Debug for PaymentReceipt {
             .finish_non_exhaustive()
     }
 }
+
+/// One settled payment, as a [`SettlementHook`] receives it.
+///
+/// Holds no secret: the payer is a public address, never the signature.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SettledPayment {
+    /// The paying address.
+    pub payer: String,
+    /// Atomic units settled (flat fee included).
+    pub amount: AtomicAmount,
+    /// The network settled on.
+    pub network: Network,
+    /// The settlement transaction.
+    pub transaction: String,
+    /// The paid resource's URL (the quote's `resource.url`).
+    pub resource: String,
+    /// The request's `x-request-id` header, when it had a readable one.
+    pub request_id: Option<String>,
+}
+
+impl SettledPayment {
+    /// A settled payment (the layer makes these; hooks' own tests may too).
+    pub fn new(
+        payer: impl Into<String>,
+        amount: AtomicAmount,
+        network: Network,
+        transaction: impl Into<String>,
+        resource: impl Into<String>,
+        request_id: Option<String>,
+    ) -> Self {
+        Self {
+            payer: payer.into(),
+            amount,
+            network,
+            transaction: transaction.into(),
+            resource: resource.into(),
+            request_id,
+        }
+    }
+}
+
+/// Receives every payment the layer settles, exactly once, right after
+/// settlement: for a whole response before it is released, for a stream
+/// when the stream ends (see the [module docs](super#streams)).
+///
+/// Never called for a refused, failed, unsettled or replayed payment. A hook
+/// error does not undo or repeat the settlement: the answer goes out as
+/// settled and the failure is counted
+/// ([`X402Layer::settlement_hook_failures`](super::X402Layer::settlement_hook_failures)).
+/// The answer waits for the hook, so keep it short (hand slow work to a queue).
+///
+/// Any `Fn(SettledPayment) -> impl Future<Output = Result<(), SettlementHookError>>`
+/// is a hook.
+pub trait SettlementHook: Send + Sync + 'static {
+    /// Records one settled payment.
+    fn settled(
+        &self,
+        payment: SettledPayment,
+    ) -> BoxFuture<'static, Result<(), SettlementHookError>>;
+}
+
+impl<F, Fut> SettlementHook for F
+where
+    F: Fn(SettledPayment) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), SettlementHookError>> + Send + 'static,
+{
+    fn settled(
+        &self,
+        payment: SettledPayment,
+    ) -> BoxFuture<'static, Result<(), SettlementHookError>> {
+        Box::pin(self(payment))
+    }
+}
+
+/// Why a [`SettlementHook`] could not record a payment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SettlementHookError {
+    detail: String,
+}
+
+impl SettlementHookError {
+    /// A failure described by `detail` (no secrets: it may be logged).
+    pub fn new(detail: impl Into<String>) -> Self {
+        Self {
+            detail: detail.into(),
+        }
+    }
+
+    /// What went wrong.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+impl fmt::Display for SettlementHookError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "settlement hook failed: {}", self.detail)
+    }
+}
+
+impl std::error::Error for SettlementHookError {}
 
 impl<S: Send + Sync> FromRequestParts<S> for PaymentReceipt {
     type Rejection = MissingExtension;

@@ -11,11 +11,12 @@ use tower_service::Service;
 use super::codec;
 use super::facilitator::{FacilitatorRequest, code_for_reason, reason};
 use super::future::ResponseFuture;
-use super::layer::{Config, X402Layer};
+use super::layer::Config;
 use super::pricing::Price;
 use super::quote::{Quote, check_authorization, matching_offer, write_quote_headers};
-use super::receipt::PaymentReceipt;
+use super::receipt::{PaymentReceipt, SettledPayment};
 use super::replay::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
+use super::stream::{X402Body, receipt_event};
 use super::types::{PaymentPayload, PaymentRequired, ResourceInfo, SettleResponse};
 use crate::body::{ResponseBody, rejection};
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, header};
@@ -23,10 +24,13 @@ use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, header};
 /// Seconds a spent authorization is remembered at least, whatever its `validBefore`.
 const MIN_SPENT_RETENTION_SECS: u64 = 120;
 
+/// The request id header handed to the settlement hook.
+const X_REQUEST_ID: &str = "x-request-id";
+
 /// Seconds an in-flight claim is held at least (the upstream may take 120 s).
 const MIN_CLAIM_HOLD_SECS: u64 = 600;
 
-/// The x402 payment middleware; built by [`X402Layer`].
+/// The x402 payment middleware; built by [`X402Layer`](super::X402Layer).
 ///
 /// See the [module docs](super) for the flow.
 #[derive(Clone, Debug)]
@@ -40,11 +44,6 @@ impl<S> X402<S> {
         Self { inner, config }
     }
 
-    /// Wraps `inner` with `layer`'s configuration.
-    pub fn layer(inner: S, layer: &X402Layer) -> Self {
-        Self::from_config(inner, layer.config.clone())
-    }
-
     define_inner_service_accessors!();
 }
 
@@ -56,7 +55,7 @@ where
     ReqBody: Send + 'static,
     ResBody: Send + 'static,
 {
-    type Response = Response<ResponseBody<ResBody>>;
+    type Response = Response<X402Body<ResBody>>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
@@ -72,7 +71,7 @@ where
             return ResponseFuture::passthrough(self.inner.call(request));
         };
         match prepare(&self.config, &request, usd) {
-            Err(answer) => ResponseFuture::ready(rejection(answer)),
+            Err(answer) => ResponseFuture::ready(rejection(answer).map(X402Body::plain)),
             Ok(payment) => {
                 // Move the service that was polled ready into the future; keep a fresh clone.
                 let clone = self.inner.clone();
@@ -93,6 +92,7 @@ struct Payment {
     payer: Option<String>,
     valid_before: Option<u64>,
     style: EnvelopeStyle,
+    request_id: Option<String>,
 }
 
 /// The synchronous part: price, quote, decode, match. `Err` is the answer.
@@ -167,6 +167,11 @@ fn prepare<B>(
         payer,
         valid_before: evm.map(|evm| evm.authorization.valid_before),
         style,
+        request_id: request
+            .headers()
+            .get(X_REQUEST_ID)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned),
     })
 }
 
@@ -235,15 +240,16 @@ impl Drop for ClaimGuard {
     }
 }
 
-/// The asynchronous part: claim, verify, call, settle on 2xx.
+/// The asynchronous part: claim, verify, call, settle on 2xx (a stream when it completes).
 async fn pay_and_call<S, ReqBody, ResBody>(
     config: Arc<Config>,
     mut inner: S,
     mut request: Request<ReqBody>,
     payment: Payment,
-) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+) -> Result<Response<X402Body<ResBody>>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: Send + 'static,
 {
     let Payment {
         request: facilitation,
@@ -253,6 +259,7 @@ where
         payer,
         valid_before,
         style,
+        request_id,
     } = payment;
     let reject = |code: ErrorCode, why: &str, payer: Option<&str>| {
         Ok(rejection(payment_rejection(
@@ -261,7 +268,8 @@ where
             payer,
             style,
             quote.required(),
-        )))
+        ))
+        .map(X402Body::plain))
     };
     let offer = &facilitation.payment_requirements;
     let now = config.clock.now_unix_secs();
@@ -285,7 +293,7 @@ where
                     .headers_mut()
                     .insert(header::PAYMENT_RESPONSE, value);
             }
-            return Ok(response.map(ResponseBody::inner));
+            return Ok(plain(response));
         }
         Ok(_) => {
             return reject(
@@ -336,53 +344,151 @@ where
     // Dropping `claim` on `?` or on an early return releases the authorization.
     let mut response = inner.call(request).await?;
     if !response.status().is_success() {
-        return Ok(response.map(ResponseBody::inner));
+        return Ok(plain(response));
+    }
+    let job = SettleJob {
+        config: config.clone(),
+        facilitation,
+        claim,
+        key,
+        fingerprint,
+        valid_before,
+        receipt,
+        resource: quote.required().resource.url.clone(),
+        request_id,
+    };
+    mark_private(response.headers_mut());
+
+    if is_event_stream(&response) {
+        // Settled when the stream completes; its receipt is the last event.
+        let (parts, body) = response.into_parts();
+        let settle = Box::new(move || -> super::BoxFuture<'static, Bytes> {
+            Box::pin(async move {
+                let settlement = match job.run().await {
+                    Ok((settlement, _)) | Err(settlement) => settlement,
+                };
+                receipt_event(&codec::encode(&settlement))
+            })
+        });
+        return Ok(Response::from_parts(
+            parts,
+            X402Body::settling(body, settle),
+        ));
     }
 
     // The response head is held and its body unpolled until settlement succeeds.
-    let settlement = match config.facilitator.settle(&facilitation).await {
-        Ok(settlement) => settlement,
-        Err(error) => {
-            SettleResponse::failure(offer.network.clone(), error.to_string(), payer.clone())
+    match job.run().await {
+        Ok((settlement, receipt)) => {
+            if let Some(value) = settle_header(&settlement) {
+                response
+                    .headers_mut()
+                    .insert(header::PAYMENT_RESPONSE, value);
+            }
+            response.extensions_mut().insert(receipt);
+            Ok(plain(response))
         }
-    };
-    if !settlement.success {
-        let why = settlement
-            .error_reason
-            .as_deref()
-            .unwrap_or(reason::UNEXPECTED_SETTLE_ERROR);
-        let mut error = GatewayError::new(ErrorCode::SettlementFailed).with_debug(why);
-        if let Some(payer) = payer.as_deref() {
-            error = error.with_payer(payer);
+        Err(settlement) => {
+            let why = settlement
+                .error_reason
+                .as_deref()
+                .unwrap_or(reason::UNEXPECTED_SETTLE_ERROR);
+            let mut error = GatewayError::new(ErrorCode::SettlementFailed).with_debug(why);
+            if let Some(payer) = payer.as_deref() {
+                error = error.with_payer(payer);
+            }
+            let mut failed = error.into_response(style);
+            if let Some(value) = settle_header(&settlement) {
+                failed.headers_mut().insert(header::PAYMENT_RESPONSE, value);
+            }
+            Ok(rejection(failed).map(X402Body::plain))
         }
-        let mut failed = error.into_response(style);
-        if let Some(value) = settle_header(&settlement) {
-            failed.headers_mut().insert(header::PAYMENT_RESPONSE, value);
-        }
-        return Ok(rejection(failed));
     }
+}
 
-    let receipt = receipt.settled(settlement.transaction.clone());
-    let now = config.clock.now_unix_secs();
-    let keep_until = valid_before
-        .unwrap_or(now)
-        .max(now.saturating_add(MIN_SPENT_RETENTION_SECS));
-    let spent = SpentAuthorization {
-        receipt: receipt.clone(),
-        fingerprint,
-    };
-    // Settled on the ledger either way: a store failure here only weakens paid replay,
-    // since the ledger itself refuses the used nonce.
-    let _ = config.nonce_store.mark_spent(&key, spent, keep_until).await;
-    claim.keep();
+/// The inner service's answer, passed on as it is.
+fn plain<B>(response: Response<B>) -> Response<X402Body<B>> {
+    response.map(|body| X402Body::plain(ResponseBody::inner(body)))
+}
 
-    let headers = response.headers_mut();
-    if let Some(value) = settle_header(&settlement) {
-        headers.insert(header::PAYMENT_RESPONSE, value);
+/// Whether an answer is a Server-Sent Events stream.
+fn is_event_stream<B>(response: &Response<B>) -> bool {
+    response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            value
+                .trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
+}
+
+/// Everything needed to settle a verified, served payment, once.
+struct SettleJob {
+    config: Arc<Config>,
+    facilitation: FacilitatorRequest,
+    claim: ClaimGuard,
+    key: AuthorizationKey,
+    fingerprint: [u8; 32],
+    valid_before: Option<u64>,
+    receipt: PaymentReceipt,
+    resource: String,
+    request_id: Option<String>,
+}
+
+impl SettleJob {
+    /// Settles; on success marks the authorization spent and tells the hook.
+    /// `Err` is the failed settlement, its claim released (dropped with `self`).
+    async fn run(self) -> Result<(SettleResponse, PaymentReceipt), SettleResponse> {
+        let Self {
+            config,
+            facilitation,
+            claim,
+            key,
+            fingerprint,
+            valid_before,
+            receipt,
+            resource,
+            request_id,
+        } = self;
+        let offer = &facilitation.payment_requirements;
+        let settlement = match config.facilitator.settle(&facilitation).await {
+            Ok(settlement) => settlement,
+            Err(error) => SettleResponse::failure(
+                offer.network.clone(),
+                error.to_string(),
+                Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty()),
+            ),
+        };
+        if !settlement.success {
+            return Err(settlement);
+        }
+        let receipt = receipt.settled(settlement.transaction.clone());
+        let now = config.clock.now_unix_secs();
+        let keep_until = valid_before
+            .unwrap_or(now)
+            .max(now.saturating_add(MIN_SPENT_RETENTION_SECS));
+        let spent = SpentAuthorization {
+            receipt: receipt.clone(),
+            fingerprint,
+        };
+        // Settled on the ledger either way: a store failure here only weakens paid replay,
+        // since the ledger itself refuses the used nonce.
+        let _ = config.nonce_store.mark_spent(&key, spent, keep_until).await;
+        claim.keep();
+        config
+            .report_settled(SettledPayment::new(
+                receipt.payer(),
+                receipt.amount(),
+                receipt.network().clone(),
+                settlement.transaction.clone(),
+                resource,
+                request_id,
+            ))
+            .await;
+        Ok((settlement, receipt))
     }
-    mark_private(headers);
-    response.extensions_mut().insert(receipt);
-    Ok(response.map(ResponseBody::inner))
 }
 
 /// The `PAYMENT-RESPONSE` value of a settlement.
@@ -415,5 +521,343 @@ fn mark_private(headers: &mut http::HeaderMap) {
     };
     if let Ok(value) = HeaderValue::from_str(&value) {
         headers.insert(http::header::CACHE_CONTROL, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use http_body_util::{BodyExt, Full};
+    use serde_json::json;
+    use tower::{Layer, ServiceExt, service_fn};
+
+    use super::*;
+    use crate::clock::FakeClock;
+    use crate::x402::facilitator::{BoxFuture, Facilitator, FacilitatorError};
+    use crate::x402::{
+        PaymentOption, PriceTable, SettlementHookError, SupportedResponse, VerifyResponse,
+        X402Layer,
+    };
+
+    const NOW: u64 = 1_750_000_000;
+    const PAYER: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+    const PAY_TO: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+
+    /// Accepts every payment; settles unless told to fail; counts settlements.
+    #[derive(Default)]
+    struct Facade {
+        refuse: AtomicBool,
+        fail_settle: AtomicBool,
+        settled: AtomicUsize,
+    }
+
+    impl Facilitator for Arc<Facade> {
+        fn verify<'a>(
+            &'a self,
+            _request: &'a FacilitatorRequest,
+        ) -> BoxFuture<'a, Result<crate::x402::VerifyResponse, FacilitatorError>> {
+            let verdict = if self.refuse.load(Ordering::SeqCst) {
+                VerifyResponse::invalid(reason::SIGNATURE, Some(PAYER.into()))
+            } else {
+                VerifyResponse::valid(PAYER)
+            };
+            Box::pin(async move { Ok(verdict) })
+        }
+
+        fn settle<'a>(
+            &'a self,
+            request: &'a FacilitatorRequest,
+        ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
+            let network = request.payment_requirements.network.clone();
+            let amount = request.payment_requirements.amount;
+            let answer = if self.fail_settle.load(Ordering::SeqCst) {
+                SettleResponse::failure(network, "invalid_exact_evm_transaction_failed", None)
+            } else {
+                let n = self.settled.fetch_add(1, Ordering::SeqCst);
+                SettleResponse {
+                    success: true,
+                    error_reason: None,
+                    error_message: None,
+                    payer: Some(PAYER.into()),
+                    transaction: format!("0x{n:064x}"),
+                    network,
+                    amount: Some(amount),
+                }
+            };
+            Box::pin(async move { Ok(answer) })
+        }
+
+        fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, FacilitatorError>> {
+            Box::pin(async { Err(FacilitatorError::unavailable("not needed")) })
+        }
+    }
+
+    struct Fixture {
+        facade: Arc<Facade>,
+        hooked: Arc<Mutex<Vec<SettledPayment>>>,
+        hook_fails: Arc<AtomicBool>,
+        layer: X402Layer,
+    }
+
+    fn fixture() -> Fixture {
+        let facade = Arc::new(Facade::default());
+        let hooked = Arc::new(Mutex::new(Vec::new()));
+        let hook_fails = Arc::new(AtomicBool::new(false));
+        let (seen, fails) = (hooked.clone(), hook_fails.clone());
+        let layer = X402Layer::builder()
+            .payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+            .pricing(
+                PriceTable::by_route()
+                    .with_usd("POST /v1/chat/completions", "0.002")
+                    .unwrap(),
+            )
+            .facilitator(facade.clone())
+            .clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+            .on_settlement(move |payment: SettledPayment| {
+                seen.lock().unwrap().push(payment);
+                let fails = fails.load(Ordering::SeqCst);
+                async move {
+                    match fails {
+                        true => Err(SettlementHookError::new("ledger offline")),
+                        false => Ok(()),
+                    }
+                }
+            })
+            .build()
+            .unwrap();
+        Fixture {
+            facade,
+            hooked,
+            hook_fails,
+            layer,
+        }
+    }
+
+    /// Answers `x-test-body` (default "answer") with `x-test-type` and `x-test-status`.
+    type Inner =
+        tower::util::BoxCloneService<Request<Full<Bytes>>, Response<Full<Bytes>>, Infallible>;
+
+    fn service(layer: &X402Layer) -> X402<Inner> {
+        layer.layer(Inner::new(service_fn(
+            |request: Request<Full<Bytes>>| async move {
+                let header = |name: &str, default: &str| {
+                    request.headers().get(name).map_or(default.to_owned(), |v| {
+                        v.to_str().unwrap().replace("\\n", "\n")
+                    })
+                };
+                let response = Response::builder()
+                    .status(header("x-test-status", "200").parse::<u16>().unwrap())
+                    .header("content-type", header("x-test-type", "application/json"))
+                    .body(Full::new(Bytes::from(header("x-test-body", "answer"))))
+                    .unwrap();
+                Ok::<_, Infallible>(response)
+            },
+        )))
+    }
+
+    /// A `PAYMENT-SIGNATURE` for the route's offer with authorization nonce `nonce`.
+    fn payment(nonce: u8) -> String {
+        let offer = PaymentOption::base_sepolia_usdc(PAY_TO)
+            .unwrap()
+            .requirements("0.003".parse().unwrap())
+            .unwrap();
+        let payload = PaymentPayload {
+            x402_version: 2,
+            resource: None,
+            accepted: offer.clone(),
+            payload: json!({
+                "signature": format!("0x{}", "11".repeat(65)),
+                "authorization": {
+                    "from": PAYER, "to": PAY_TO, "value": offer.amount.to_string(),
+                    "validAfter": "0", "validBefore": (NOW + 300).to_string(),
+                    "nonce": format!("0x{nonce:064x}"),
+                },
+            }),
+            extensions: None,
+        };
+        codec::encode(&payload)
+    }
+
+    fn paid(payment: &str, stream_body: Option<&str>) -> Request<Full<Bytes>> {
+        let mut request = Request::post("http://gw.test/v1/chat/completions")
+            .header(header::PAYMENT_SIGNATURE, payment)
+            .header("x-request-id", "req-7");
+        if let Some(body) = stream_body {
+            request = request
+                .header("x-test-type", "text/event-stream")
+                .header("x-test-body", body.replace('\n', "\\n"));
+        }
+        request.body(Full::default()).unwrap()
+    }
+
+    async fn text(response: Response<X402Body<Full<Bytes>>>) -> String {
+        String::from_utf8(
+            response
+                .into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .to_vec(),
+        )
+        .unwrap()
+    }
+
+    fn code_of(body: &str) -> String {
+        serde_json::from_str::<serde_json::Value>(body).unwrap()["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    #[tokio::test]
+    async fn a_whole_answer_is_settled_before_release_and_hooked_once() {
+        let f = fixture();
+        let response = service(&f.layer)
+            .oneshot(paid(&payment(1), None))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let settled: SettleResponse =
+            codec::decode(response.headers()[header::PAYMENT_RESPONSE].as_bytes()).unwrap();
+        assert!(settled.success);
+        // The hook ran before the answer was handed out.
+        let hooked = f.hooked.lock().unwrap().clone();
+        assert_eq!(hooked.len(), 1);
+        assert_eq!(hooked[0].transaction, settled.transaction);
+        assert_eq!(hooked[0].payer, PAYER);
+        assert_eq!(hooked[0].amount.units(), 3000);
+        assert_eq!(hooked[0].resource, "http://gw.test/v1/chat/completions");
+        assert_eq!(hooked[0].request_id.as_deref(), Some("req-7"));
+        assert_eq!(text(response).await, "answer");
+    }
+
+    #[tokio::test]
+    async fn the_hook_never_sees_refused_failed_unserved_or_replayed_payments() {
+        let f = fixture();
+        let svc = service(&f.layer);
+        // Settled once, then replayed.
+        assert_eq!(
+            svc.clone()
+                .oneshot(paid(&payment(1), None))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+        let replay = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(code_of(&text(replay).await), "PAYMENT_REPLAY");
+        // The inner service fails: unsettled.
+        let mut failing = paid(&payment(2), None);
+        failing
+            .headers_mut()
+            .insert("x-test-status", HeaderValue::from_static("503"));
+        assert_eq!(svc.clone().oneshot(failing).await.unwrap().status(), 503);
+        // Settlement fails.
+        f.facade.fail_settle.store(true, Ordering::SeqCst);
+        let failed = svc.clone().oneshot(paid(&payment(3), None)).await.unwrap();
+        assert_eq!(code_of(&text(failed).await), "SETTLEMENT_FAILED");
+        f.facade.fail_settle.store(false, Ordering::SeqCst);
+        // Refused by the facilitator.
+        f.facade.refuse.store(true, Ordering::SeqCst);
+        let refused = svc.clone().oneshot(paid(&payment(4), None)).await.unwrap();
+        assert_eq!(code_of(&text(refused).await), "PAYMENT_INVALID");
+        assert_eq!(f.hooked.lock().unwrap().len(), 1);
+        assert_eq!(f.facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failing_hook_is_counted_and_never_charges_twice() {
+        let f = fixture();
+        f.hook_fails.store(true, Ordering::SeqCst);
+        let svc = service(&f.layer);
+        let response = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert!(response.headers().contains_key(header::PAYMENT_RESPONSE));
+        assert_eq!(f.layer.settlement_hook_failures(), 1);
+        let again = svc.oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(code_of(&text(again).await), "PAYMENT_REPLAY");
+        assert_eq!(f.facade.settled.load(Ordering::SeqCst), 1);
+        assert_eq!(f.hooked.lock().unwrap().len(), 1);
+    }
+
+    const COMPLETE: &str = "data: {\"choices\":[]}\n\ndata: [DONE]\n\n";
+    const BROKEN: &str = "data: {\"choices\":[]}\n\ndata: {\"error\":{\"code\":\"TIMEOUT\"}}\n\n";
+
+    #[tokio::test]
+    async fn a_stream_is_settled_when_it_completes_and_ends_with_its_receipt() {
+        let f = fixture();
+        let response = service(&f.layer)
+            .oneshot(paid(&payment(1), Some(COMPLETE)))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert!(!response.headers().contains_key(header::PAYMENT_RESPONSE));
+        assert_eq!(response.headers()[http::header::CACHE_CONTROL], "private");
+        // Nothing is settled while the stream runs.
+        assert_eq!(f.facade.settled.load(Ordering::SeqCst), 0);
+        let body = text(response).await;
+        let (answer, receipt) = body.split_once("event: payment-response\ndata: ").unwrap();
+        assert_eq!(answer, COMPLETE);
+        let settled: SettleResponse = codec::decode(receipt.trim_end().as_bytes()).unwrap();
+        assert!(settled.success);
+        assert_eq!(f.facade.settled.load(Ordering::SeqCst), 1);
+        assert_eq!(f.hooked.lock().unwrap()[0].transaction, settled.transaction);
+    }
+
+    #[tokio::test]
+    async fn a_broken_or_abandoned_stream_is_unsettled_and_its_payment_can_be_retried() {
+        let f = fixture();
+        let svc = service(&f.layer);
+        let broken = svc
+            .clone()
+            .oneshot(paid(&payment(1), Some(BROKEN)))
+            .await
+            .unwrap();
+        assert_eq!(text(broken).await, BROKEN);
+        // Dropped by the client before its end.
+        let abandoned = svc
+            .clone()
+            .oneshot(paid(&payment(1), Some(COMPLETE)))
+            .await
+            .unwrap();
+        drop(abandoned);
+        assert_eq!(f.facade.settled.load(Ordering::SeqCst), 0);
+        assert!(f.hooked.lock().unwrap().is_empty());
+        // The same signature is still good.
+        let retried = svc
+            .oneshot(paid(&payment(1), Some(COMPLETE)))
+            .await
+            .unwrap();
+        assert!(text(retried).await.contains("event: payment-response"));
+        assert_eq!(f.facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_stream_whose_settlement_fails_ends_with_the_failed_receipt() {
+        let f = fixture();
+        f.facade.fail_settle.store(true, Ordering::SeqCst);
+        let svc = service(&f.layer);
+        let body = text(
+            svc.clone()
+                .oneshot(paid(&payment(1), Some(COMPLETE)))
+                .await
+                .unwrap(),
+        )
+        .await;
+        let receipt = body
+            .split_once("event: payment-response\ndata: ")
+            .unwrap()
+            .1;
+        let settled: SettleResponse = codec::decode(receipt.trim_end().as_bytes()).unwrap();
+        assert!(!settled.success);
+        assert!(f.hooked.lock().unwrap().is_empty());
+        // Unsettled, so the claim went back.
+        f.facade.fail_settle.store(false, Ordering::SeqCst);
+        let retried = svc.oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(retried.status(), 200);
     }
 }

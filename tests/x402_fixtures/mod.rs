@@ -44,5 +44,5 @@ pub fn answering(layer: &walletgate::x402::X402Layer) -> walletgate::x402::X402<
             )))
         },
     );
-    walletgate::x402::X402::layer(tower::util::BoxCloneService::new(inner), layer)
+    tower::Layer::layer(layer, tower::util::BoxCloneService::new(inner))
 }
