@@ -46,11 +46,11 @@ pub(crate) struct Config {
 impl Config {
     /// Hands a settled payment to the hook, if any. A failure is counted,
     /// never retried: the payment stays settled once.
-    pub(crate) async fn report_settled(&self, payment: SettledPayment) {
+    pub(crate) async fn report_settled(&self, payment: impl FnOnce() -> SettledPayment) {
         let Some(hook) = &self.settlement_hook else {
             return;
         };
-        if let Err(error) = hook.settled(payment).await {
+        if let Err(error) = hook.settled(payment()).await {
             self.hook_failed(&error);
         }
     }

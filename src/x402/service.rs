@@ -478,14 +478,16 @@ impl SettleJob {
         let _ = config.nonce_store.mark_spent(&key, spent, keep_until).await;
         claim.keep();
         config
-            .report_settled(SettledPayment::new(
-                receipt.payer(),
-                receipt.amount(),
-                receipt.network().clone(),
-                settlement.transaction.clone(),
-                resource,
-                request_id,
-            ))
+            .report_settled(|| {
+                SettledPayment::new(
+                    receipt.payer(),
+                    receipt.amount(),
+                    receipt.network().clone(),
+                    settlement.transaction.clone(),
+                    resource,
+                    request_id,
+                )
+            })
             .await;
         Ok((settlement, receipt))
     }
