@@ -34,6 +34,7 @@ mod state;
 mod tests;
 #[cfg(test)]
 mod tests_sdk;
+mod tools;
 mod wire;
 
 use std::net::SocketAddr;

@@ -27,24 +27,23 @@ use serde::{Deserialize, Serialize};
 
 use crate::wire::schema;
 
-/// Which side of a relationship the caller speaks for.
+/// Which side of a relationship the caller speaks for: `AGENT` or `OWNER`.
+// Variants without doc comments, so the schema is a plain `enum`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub(crate) enum CallerRole {
-    /// The caller is the agent.
     Agent,
-    /// The caller is the owner.
     Owner,
 }
 
-/// The state of a relationship.
+/// The state of a relationship: `PENDING` (proposed, awaiting the other
+/// side) or `CONFIRMED` (both sides agreed).
+// Variants without doc comments, so the schema is a plain `enum`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 #[schemars(rename = "RelationshipStatus")]
 pub(crate) enum Status {
-    /// Proposed, awaiting the other side.
     Pending,
-    /// Both sides agreed.
     Confirmed,
 }
 

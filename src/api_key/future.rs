@@ -11,7 +11,7 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::layer::Config;
+use super::gate::Config;
 use super::store::KeyStore;
 use crate::body::{ResponseBody, rejection};
 

@@ -1,64 +1,16 @@
-//! `ApiKeyLayer`: the configuration every [`ApiKey`] service shares.
+//! `ApiKeyLayer`: builds the configuration every [`ApiKey`] service shares.
 
 use std::fmt;
 use std::sync::Arc;
 
 use tower_layer::Layer;
 
+use super::KeyQuota;
+use super::gate::Config;
 use super::quota::QuotaBook;
 use super::service::ApiKey;
-use super::store::{ApiKeyRecord, InMemoryKeyStore, KeyStore};
-use super::{ApiKeyError, ApiKeyId, KeyQuota};
+use super::store::{InMemoryKeyStore, KeyStore};
 use crate::clock::{SharedClock, SystemClock};
-use crate::store::StoreError;
-
-/// What the layer and each of its services share: the store, the quota
-/// buckets and the default quota.
-pub(super) struct Config<K> {
-    store: Arc<K>,
-    quotas: Arc<QuotaBook>,
-    default_quota: Option<KeyQuota>,
-}
-
-impl<K> Clone for Config<K> {
-    fn clone(&self) -> Self {
-        Self {
-            store: Arc::clone(&self.store),
-            quotas: Arc::clone(&self.quotas),
-            default_quota: self.default_quota,
-        }
-    }
-}
-
-impl<K> fmt::Debug for Config<K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
-            .field("default_quota", &self.default_quota)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<K: KeyStore> Config<K> {
-    pub(super) fn store(&self) -> &K {
-        &self.store
-    }
-
-    /// The verdict on a looked-up key: its id, or why it is refused.
-    pub(super) fn admit(
-        &self,
-        looked_up: Result<Option<ApiKeyRecord>, StoreError>,
-    ) -> Result<ApiKeyId, ApiKeyError> {
-        let record = looked_up
-            .map_err(|_| ApiKeyError::StoreUnavailable)?
-            .ok_or(ApiKeyError::Unknown)?;
-        if let Some(quota) = record.quota.or(self.default_quota) {
-            self.quotas
-                .check(&record.id, quota)
-                .map_err(|retry_after_secs| ApiKeyError::QuotaExceeded { retry_after_secs })?;
-        }
-        Ok(record.id)
-    }
-}
 
 /// Requires a valid `X-API-KEY` on every request; see the [module docs](super).
 ///

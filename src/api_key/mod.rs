@@ -62,6 +62,7 @@
 use std::fmt;
 
 mod future;
+mod gate;
 mod id;
 mod layer;
 mod quota;
@@ -69,10 +70,11 @@ mod service;
 mod store;
 
 pub use future::ResponseFuture;
+pub use gate::ApiKeyError;
 pub use id::ApiKeyId;
 pub use layer::ApiKeyLayer;
 pub use quota::KeyQuota;
-pub use service::{ApiKey, ApiKeyError};
+pub use service::ApiKey;
 pub use store::{ApiKeyRecord, InMemoryKeyStore, KeyDigest, KeyStore};
 
 /// A refused API key configuration.

@@ -1,77 +1,18 @@
-//! `ApiKey`, the service [`ApiKeyLayer`] wraps around another, and why it
-//! refuses a request.
+//! `ApiKey`, the service [`ApiKeyLayer`] wraps around another.
 
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{HeaderMap, Request, Response};
 use tower_service::Service;
 
 use super::future::ResponseFuture;
-use super::layer::{ApiKeyLayer, Config};
+use super::gate::{ApiKeyError, Config};
+use super::layer::ApiKeyLayer;
 use super::store::{InMemoryKeyStore, KeyDigest, KeyStore};
 use crate::body::ResponseBody;
-use crate::envelope::DataApiError;
 use crate::envelope::header::X_API_KEY;
-
-/// Why [`ApiKeyLayer`] refused a request. It rides in the rejection's
-/// response extensions, next to the rendered [`DataApiError`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ApiKeyError {
-    /// No `X-API-KEY` header, or an empty one.
-    Missing,
-    /// Several `X-API-KEY` headers.
-    Ambiguous,
-    /// No valid key has this digest (unknown or revoked).
-    Unknown,
-    /// The key's quota is spent; retry after this many whole seconds.
-    QuotaExceeded {
-        /// `Retry-After`, rounded up, at least 1.
-        retry_after_secs: u64,
-    },
-    /// The key store could not answer.
-    StoreUnavailable,
-}
-
-impl ApiKeyError {
-    /// The HTTP status this error is answered with.
-    pub fn status(&self) -> StatusCode {
-        self.to_data_api_error().status()
-    }
-
-    /// The Area A rejection for this error.
-    pub fn to_data_api_error(&self) -> DataApiError {
-        match self {
-            Self::Missing => DataApiError::unauthorized("Missing X-API-KEY header"),
-            Self::Ambiguous => DataApiError::unauthorized("Send exactly one X-API-KEY header"),
-            Self::Unknown => DataApiError::unauthorized("Invalid or revoked API key"),
-            Self::QuotaExceeded { retry_after_secs } => {
-                DataApiError::too_many_requests(*retry_after_secs)
-            }
-            Self::StoreUnavailable => DataApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "API key store unavailable; retry later",
-            ),
-        }
-    }
-
-    pub(super) fn into_response(self) -> Response<Bytes> {
-        let mut response = self.to_data_api_error().into_response();
-        response.extensions_mut().insert(self);
-        response
-    }
-}
-
-impl fmt::Display for ApiKeyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.to_data_api_error().message())
-    }
-}
-
-impl std::error::Error for ApiKeyError {}
 
 /// The service [`ApiKeyLayer`] wraps around `S`.
 pub struct ApiKey<S, K = InMemoryKeyStore> {
@@ -166,6 +107,7 @@ mod tests {
     use std::convert::Infallible;
     use std::num::NonZeroU32;
 
+    use http::StatusCode;
     use tower::{ServiceExt, service_fn};
 
     use super::*;

@@ -1,0 +1,119 @@
+//! The verdict on a presented key: what the layer and its services share
+//! (store, quota buckets, default quota), and why a key is refused.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+
+use super::quota::QuotaBook;
+use super::store::{ApiKeyRecord, KeyStore};
+use super::{ApiKeyId, KeyQuota};
+use crate::envelope::DataApiError;
+use crate::store::StoreError;
+
+/// Why [`ApiKeyLayer`](super::ApiKeyLayer) refused a request. It rides in the rejection's
+/// response extensions, next to the rendered [`DataApiError`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ApiKeyError {
+    /// No `X-API-KEY` header, or an empty one.
+    Missing,
+    /// Several `X-API-KEY` headers.
+    Ambiguous,
+    /// No valid key has this digest (unknown or revoked).
+    Unknown,
+    /// The key's quota is spent; retry after this many whole seconds.
+    QuotaExceeded {
+        /// `Retry-After`, rounded up, at least 1.
+        retry_after_secs: u64,
+    },
+    /// The key store could not answer.
+    StoreUnavailable,
+}
+
+impl ApiKeyError {
+    /// The HTTP status this error is answered with.
+    pub fn status(&self) -> StatusCode {
+        self.to_data_api_error().status()
+    }
+
+    /// The Area A rejection for this error.
+    pub fn to_data_api_error(&self) -> DataApiError {
+        match self {
+            Self::Missing => DataApiError::unauthorized("Missing X-API-KEY header"),
+            Self::Ambiguous => DataApiError::unauthorized("Send exactly one X-API-KEY header"),
+            Self::Unknown => DataApiError::unauthorized("Invalid or revoked API key"),
+            Self::QuotaExceeded { retry_after_secs } => {
+                DataApiError::too_many_requests(*retry_after_secs)
+            }
+            Self::StoreUnavailable => DataApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "API key store unavailable; retry later",
+            ),
+        }
+    }
+
+    pub(super) fn into_response(self) -> Response<Bytes> {
+        let mut response = self.to_data_api_error().into_response();
+        response.extensions_mut().insert(self);
+        response
+    }
+}
+
+impl fmt::Display for ApiKeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.to_data_api_error().message())
+    }
+}
+
+impl std::error::Error for ApiKeyError {}
+
+/// What the layer and each of its services share: the store, the quota
+/// buckets and the default quota.
+pub(super) struct Config<K> {
+    pub(super) store: Arc<K>,
+    pub(super) quotas: Arc<QuotaBook>,
+    pub(super) default_quota: Option<KeyQuota>,
+}
+
+impl<K> Clone for Config<K> {
+    fn clone(&self) -> Self {
+        Self {
+            store: Arc::clone(&self.store),
+            quotas: Arc::clone(&self.quotas),
+            default_quota: self.default_quota,
+        }
+    }
+}
+
+impl<K> fmt::Debug for Config<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("default_quota", &self.default_quota)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: KeyStore> Config<K> {
+    pub(super) fn store(&self) -> &K {
+        &self.store
+    }
+
+    /// The verdict on a looked-up key: its id, or why it is refused.
+    pub(super) fn admit(
+        &self,
+        looked_up: Result<Option<ApiKeyRecord>, StoreError>,
+    ) -> Result<ApiKeyId, ApiKeyError> {
+        let record = looked_up
+            .map_err(|_| ApiKeyError::StoreUnavailable)?
+            .ok_or(ApiKeyError::Unknown)?;
+        if let Some(quota) = record.quota.or(self.default_quota) {
+            self.quotas
+                .check(&record.id, quota)
+                .map_err(|retry_after_secs| ApiKeyError::QuotaExceeded { retry_after_secs })?;
+        }
+        Ok(record.id)
+    }
+}
