@@ -38,6 +38,7 @@ pub mod siwe;
 pub mod store;
 #[cfg(feature = "tokens")]
 pub mod tokens;
+pub mod upstream;
 #[cfg(feature = "wallet-jwt")]
 pub mod wallet_jwt;
 #[cfg(feature = "x402")]

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use walletgate::SharedClock;
-use walletgate::envelope::{ErrorCode, GatewayError, classify_upstream};
+use walletgate::envelope::{ErrorCode, GatewayError};
+use walletgate::upstream::{classify_upstream, free_model_override, suggests_failover};
 use walletgate::x402::X402Layer;
 
 use crate::catalogue::{Catalogue, Model};
@@ -111,27 +112,14 @@ impl Gateway {
         fault: &UpstreamFault,
     ) -> GatewayError {
         let mut code = classify_upstream(fault.status, &fault.text);
-        // A free model out of capacity has its own codes: the client's answer
-        // is a paid model or a later retry, not another free provider's limit.
-        if model.is_free() && matches!(code, ErrorCode::RateLimited | ErrorCode::ModelUnavailable) {
-            code = if streaming {
-                ErrorCode::StreamFailed
-            } else {
-                ErrorCode::FreeModelFailed
-            };
+        if model.is_free() {
+            code = free_model_override(code, streaming);
         }
         let mut error = GatewayError::new(code).with_debug(&fault.text);
         if code == ErrorCode::RateLimited {
             error = error.with_source(model.provider());
         }
-        if matches!(
-            code,
-            ErrorCode::RateLimited
-                | ErrorCode::ModelUnavailable
-                | ErrorCode::ProviderConfigError
-                | ErrorCode::StreamFailed
-                | ErrorCode::FreeModelFailed
-        ) {
+        if suggests_failover(code) {
             let alternatives = self.catalogue.same_tier_alternatives(model);
             if !alternatives.is_empty() {
                 error = error.with_message(format!(

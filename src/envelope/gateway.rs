@@ -7,11 +7,12 @@ use http::{HeaderValue, Request, Response};
 
 use super::codes::ErrorCode;
 use super::header;
+use super::json_response;
 use super::shapes::{
     ChatErrorBody, ChatErrorDetail, MessagesErrorBody, MessagesErrorDetail, MessagesErrorTag,
     PaymentRejectionBody, ResponsesErrorBody, ValidationDetail,
 };
-use super::{json_response, redact};
+use crate::upstream::redact;
 
 /// Which error shape a gateway route answers with.
 ///
@@ -124,7 +125,7 @@ impl GatewayError {
         self
     }
 
-    /// Attaches upstream error text; it is [redacted](super::redact::redact) here, so raw text never
+    /// Attaches upstream error text; it is [redacted](crate::upstream::redact) here, so raw text never
     /// reaches a body.
     pub fn with_debug(mut self, upstream_text: &str) -> Self {
         self.debug = Some(redact(upstream_text));

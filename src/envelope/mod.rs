@@ -30,18 +30,14 @@
 //! assert_eq!(response.headers()["x-ratelimit-source"], "anthropic");
 //! ```
 
-mod classify;
 mod codes;
 mod data_api;
 mod gateway;
-pub mod redact;
 pub mod shapes;
 
-pub use classify::{classify_upstream, status_in_text};
 pub use codes::{ErrorCode, ErrorType};
 pub use data_api::DataApiError;
 pub use gateway::{EnvelopeStyle, GatewayError, RateLimitInfo};
-pub use redact::redact;
 pub use shapes::{
     ChatErrorBody, ChatErrorDetail, DetailPathSegment, MessagesErrorBody, PaymentInfo,
     PaymentRejectionBody, QuoteBody, QuotePrice, ResponsesErrorBody, UnknownModelBody,
