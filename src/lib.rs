@@ -31,6 +31,7 @@ pub mod clock;
 pub mod envelope;
 #[cfg(feature = "free-tier")]
 pub mod free_tier;
+pub mod gateway;
 #[cfg(any(feature = "siwe", feature = "tokens"))]
 mod random;
 #[cfg(feature = "siwe")]

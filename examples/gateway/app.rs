@@ -18,12 +18,16 @@ use crate::payment::{PaymentSettings, free_tier};
 use crate::pipeline::{
     ParsedRequest, ResolvedModel, reject, with_image_pipeline, with_pipeline, with_poll_pipeline,
 };
-use crate::render::{AnswerHead, SseBody, answer, style_of};
+use crate::render::{AnswerHead, SseBody, answer};
 use crate::request::Endpoint;
 use crate::upstream::{EchoUpstream, FaultInjecting, ProviderRouter, SharedUpstream};
 
-/// Inference paths; each is also served under `/api`.
-const INFERENCE_PATHS: &[&str] = &["/v1/chat/completions", "/v1/messages", "/v1/responses"];
+/// Inference paths and their endpoints; each is also served under `/api`.
+const INFERENCE_ROUTES: &[(&str, Endpoint)] = &[
+    ("/v1/chat/completions", Endpoint::Chat),
+    ("/v1/messages", Endpoint::Messages),
+    ("/v1/responses", Endpoint::Responses),
+];
 
 /// The whole gateway for `config`; fails only on an unusable payment setting.
 pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigError> {
@@ -64,11 +68,14 @@ pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigErro
         images,
     ));
 
-    let mut inference = Router::new();
-    for path in INFERENCE_PATHS {
-        inference = inference
+    let mut served = Router::new()
+        .route("/v1/models", get(models))
+        .route("/api/v1/models", get(models));
+    for &(path, endpoint) in INFERENCE_ROUTES {
+        let routes = Router::new()
             .route(path, post(infer))
             .route(&format!("/api{path}"), post(infer));
+        served = served.merge(with_pipeline(routes, &state, endpoint));
     }
     let mut image_jobs = Router::new();
     let mut image_polls = Router::new();
@@ -79,10 +86,7 @@ pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigErro
             get(poll_image),
         );
     }
-    Ok(Router::new()
-        .route("/v1/models", get(models))
-        .route("/api/v1/models", get(models))
-        .merge(with_pipeline(inference, &state))
+    Ok(served
         .merge(with_image_pipeline(image_jobs, &state))
         .merge(with_poll_pipeline(image_polls, &state))
         .with_state(state))
@@ -132,7 +136,7 @@ async fn infer(
     if !request.stream {
         return match gateway.complete(&model, &request).await {
             Ok(completion) => json(StatusCode::OK, &answer(endpoint, &head, &completion)),
-            Err(error) => reject(error, style_of(endpoint)),
+            Err(error) => reject(error, endpoint.style()),
         };
     }
     match gateway.stream(&model, &request).await {
@@ -151,6 +155,6 @@ async fn infer(
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
             response
         }
-        Err(error) => reject(error, style_of(endpoint)),
+        Err(error) => reject(error, endpoint.style()),
     }
 }

@@ -38,7 +38,8 @@ use walletgate::x402::{PaymentReceipt, Price};
 use crate::catalogue::{Model, RequestPrice};
 use crate::gateway::AppState;
 use crate::payment::x402_price;
-use crate::pipeline::{JsonBody, reject};
+use crate::pipeline::reject;
+use walletgate::gateway::ParsedJson;
 
 /// Most images one request may ask for.
 pub(crate) const MAX_IMAGES: u64 = 4;
@@ -185,7 +186,7 @@ pub(crate) async fn validate_image(
     next: Next,
 ) -> Response {
     let style = EnvelopeStyle::Chat;
-    let Some(JsonBody(value)) = request.extensions_mut().remove::<JsonBody>() else {
+    let Some(ParsedJson(value)) = request.extensions_mut().remove::<ParsedJson>() else {
         return reject(
             GatewayError::new(ErrorCode::InternalError)
                 .with_message("Internal error: the parsed JSON body missing (pipeline wiring)"),

@@ -3,8 +3,9 @@
 //!
 //! Outer to inner:
 //!
-//! 1. [`limit_body`] → `REQUEST_TOO_LARGE` over the configured size.
-//! 2. [`parse_json`] → reads the body once; `INVALID_JSON`.
+//! 0. `EnvelopeStyleLayer`: the endpoint's envelope, set once for every step.
+//! 1. `JsonBodyLayer` → `REQUEST_TOO_LARGE` over the configured size, reads
+//!    and parses the body once; `INVALID_JSON`.
 //! 3. [`validate_body`] → the endpoint's schema; `INVALID_REQUEST_BODY` with
 //!    `details[].path`. Inserts [`ParsedRequest`].
 //! 4. [`require_conversation`] → `EMPTY_CONVERSATION`.
@@ -25,21 +26,17 @@ use axum::body::Body;
 use axum::extract::{FromRequestParts, Request, State};
 use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::Response;
-use http::header::CONTENT_LENGTH;
 use http::request::Parts;
-use http_body_util::{LengthLimitError, Limited};
-use serde_json::Value;
 use tower::ServiceBuilder;
-use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, UnknownModelBody};
+use walletgate::envelope::{
+    EnvelopeStyle, EnvelopeStyleLayer, ErrorCode, GatewayError, UnknownModelBody,
+};
+use walletgate::gateway::{JsonBodyLayer, ParsedJson};
 
 use crate::catalogue::{Model, RequestPrice};
 use crate::gateway::AppState;
 use crate::images::{find_job, validate_image};
 use crate::request::{ChatRequest, Endpoint};
-
-/// The request body as parsed JSON, between parsing and validation.
-#[derive(Clone, Debug)]
-pub(crate) struct JsonBody(pub(crate) Value);
 
 /// The validated request, mapped to chat form. Read it with the extractor.
 #[derive(Clone, Debug)]
@@ -64,12 +61,16 @@ impl AsRef<str> for ParsedRequest {
 /// after validation, in that order, so both see [`ParsedRequest`] and
 /// [`ResolvedModel`] and neither runs for a request already rejected: an
 /// invalid request is never quoted, let alone charged.
-pub(crate) fn with_pipeline(routes: Router<AppState>, state: &AppState) -> Router<AppState> {
+pub(crate) fn with_pipeline(
+    routes: Router<AppState>,
+    state: &AppState,
+    endpoint: Endpoint,
+) -> Router<AppState> {
     routes.route_layer(
         ServiceBuilder::new()
-            .layer(from_fn_with_state(state.clone(), limit_body))
-            .layer(from_fn(parse_json))
-            .layer(from_fn(validate_body))
+            .layer(EnvelopeStyleLayer::new(endpoint.style()))
+            .layer(JsonBodyLayer::new(state.body_limit_bytes))
+            .layer(from_fn_with_state(endpoint, validate_body))
             .layer(from_fn(require_conversation))
             .layer(from_fn_with_state(state.clone(), resolve_model))
             .layer(from_fn(check_stream_support))
@@ -84,8 +85,7 @@ pub(crate) fn with_pipeline(routes: Router<AppState>, state: &AppState) -> Route
 pub(crate) fn with_image_pipeline(routes: Router<AppState>, state: &AppState) -> Router<AppState> {
     routes.route_layer(
         ServiceBuilder::new()
-            .layer(from_fn_with_state(state.clone(), limit_body))
-            .layer(from_fn(parse_json))
+            .layer(JsonBodyLayer::new(state.body_limit_bytes))
             .layer(from_fn_with_state(state.clone(), validate_image))
             .layer(state.gates.image_payment.clone()),
     )
@@ -125,92 +125,16 @@ fn wiring_fault(missing: &str, style: EnvelopeStyle) -> Response {
     )
 }
 
-/// Rejects bodies over the limit: at once by `Content-Length`, or when the
-/// parse step reads past it (chunked bodies).
-async fn limit_body(State(gateway): State<AppState>, request: Request, next: Next) -> Response {
-    let limit = gateway.body_limit_bytes;
-    let declared = request
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > u64::try_from(limit).unwrap_or(u64::MAX)) {
-        return too_large(limit, EnvelopeStyle::of_request(&request));
-    }
-    let (mut parts, body) = request.into_parts();
-    parts.extensions.insert(BodyLimit(limit));
-    next.run(Request::from_parts(
-        parts,
-        Body::new(Limited::new(body, limit)),
-    ))
-    .await
-}
-
-/// The limit [`limit_body`] applied, for the parse step's message.
-#[derive(Clone, Copy, Debug)]
-struct BodyLimit(usize);
-
-fn too_large(limit: usize, style: EnvelopeStyle) -> Response {
-    reject(
-        GatewayError::new(ErrorCode::RequestTooLarge).with_message(format!(
-            "Request body is over the size limit of {limit} bytes"
-        )),
-        style,
-    )
-}
-
-/// Reads the body once and parses it; the bytes stay the body for any
-/// inner service that wants them.
-async fn parse_json(request: Request, next: Next) -> Response {
-    let style = EnvelopeStyle::of_request(&request);
-    let (mut parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
-        Ok(bytes) => bytes,
-        Err(error) => {
-            if caused_by_limit(&error) {
-                return match parts.extensions.get::<BodyLimit>() {
-                    Some(BodyLimit(limit)) => too_large(*limit, style),
-                    None => reject(GatewayError::new(ErrorCode::RequestTooLarge), style),
-                };
-            }
-            return reject(
-                GatewayError::new(ErrorCode::InvalidJson)
-                    .with_message("Request body could not be read"),
-                style,
-            );
-        }
-    };
-    match serde_json::from_slice::<Value>(&bytes) {
-        Ok(value) => {
-            parts.extensions.insert(JsonBody(value));
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
-        }
-        Err(error) => reject(
-            GatewayError::new(ErrorCode::InvalidJson)
-                .with_message(format!("Request body is not valid JSON: {error}")),
-            style,
-        ),
-    }
-}
-
-fn caused_by_limit(error: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(cause) = source {
-        if cause.is::<LengthLimitError>() {
-            return true;
-        }
-        source = cause.source();
-    }
-    false
-}
-
-async fn validate_body(mut request: Request, next: Next) -> Response {
-    let style = EnvelopeStyle::of_request(&request);
-    let Some(JsonBody(value)) = request.extensions_mut().remove::<JsonBody>() else {
+async fn validate_body(
+    State(endpoint): State<Endpoint>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let style = endpoint.style();
+    let Some(ParsedJson(value)) = request.extensions_mut().remove::<ParsedJson>() else {
         return wiring_fault("the parsed JSON body", style);
     };
-    match ChatRequest::from_json(Endpoint::of_style(style), value) {
+    match ChatRequest::from_json(endpoint, value) {
         Ok(parsed) => {
             request
                 .extensions_mut()
@@ -290,12 +214,11 @@ fn extension<T: Clone + Send + Sync + 'static>(
     parts: &Parts,
     name: &str,
 ) -> Result<T, Box<Response>> {
-    parts.extensions.get::<T>().cloned().ok_or_else(|| {
-        Box::new(wiring_fault(
-            name,
-            EnvelopeStyle::for_path(parts.uri.path()),
-        ))
-    })
+    parts
+        .extensions
+        .get::<T>()
+        .cloned()
+        .ok_or_else(|| Box::new(wiring_fault(name, EnvelopeStyle::of_parts(parts))))
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for ParsedRequest {

@@ -34,15 +34,17 @@ mod codes;
 mod data_api;
 mod gateway;
 pub mod shapes;
+mod style;
 
 pub use codes::{ErrorCode, ErrorType};
 pub use data_api::DataApiError;
-pub use gateway::{EnvelopeStyle, GatewayError, RateLimitInfo};
+pub use gateway::{GatewayError, RateLimitInfo};
 pub use shapes::{
     ChatErrorBody, ChatErrorDetail, DetailPathSegment, MessagesErrorBody, PaymentInfo,
     PaymentRejectionBody, QuoteBody, QuotePrice, ResponsesErrorBody, UnknownModelBody,
     ValidationDetail,
 };
+pub use style::{EnvelopeStyle, EnvelopeStyleLayer, SetEnvelopeStyle};
 
 /// Header names the envelopes write, in their canonical lowercase form.
 pub mod header {

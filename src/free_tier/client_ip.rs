@@ -410,11 +410,7 @@ impl<S: Send + Sync> axum_core::extract::FromRequestParts<S> for ClientIp {
             .get::<ClientIp>()
             .copied()
             .ok_or_else(|| MissingClientIp {
-                style: parts
-                    .extensions
-                    .get::<EnvelopeStyle>()
-                    .copied()
-                    .unwrap_or_else(|| EnvelopeStyle::for_path(parts.uri.path())),
+                style: EnvelopeStyle::of_parts(parts),
             })
     }
 }

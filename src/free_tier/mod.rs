@@ -11,7 +11,7 @@
 //!   governor keyed limiters). The buckets are GCRA, not fixed windows: a
 //!   burst of 30, then one request every 2 s (hour: one every 12 s).
 //! * **Refusal.** 429 `FREE_TIER_RATE_LIMITED` in the route's envelope
-//!   ([`EnvelopeStyle::of_request`](crate::envelope::EnvelopeStyle::of_request)),
+//!   (the [`EnvelopeStyle`](crate::envelope::EnvelopeStyle) its router set),
 //!   with `Retry-After` in whole seconds (rounded up, at least 1) and the
 //!   refusing quota's `X-RateLimit-Limit`, `X-RateLimit-Remaining: 0` and
 //!   `X-RateLimit-Reset`.
