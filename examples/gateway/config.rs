@@ -85,11 +85,6 @@ pub(crate) struct Config {
     pub(crate) network: PaymentNetwork,
 }
 
-/// Solana mainnet, as the specification's Solana gateway quotes it.
-pub(crate) const SOLANA_MAINNET: &str = "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp";
-/// USDC's mint on Solana mainnet.
-pub(crate) const SOLANA_USDC_MINT: &str = "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v";
-
 /// Which rail the gateway quotes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum PaymentNetwork {

@@ -47,8 +47,7 @@ mod x402_support;
 use std::net::SocketAddr;
 
 use config::{Config, PaymentNetwork};
-use payment::PaymentSettings;
-use walletgate::x402::DevLedger;
+use walletgate::x402::{DevLedger, HttpFacilitator, Network};
 
 #[tokio::main]
 async fn main() {
@@ -63,8 +62,12 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     if let PaymentNetwork::Solana(settings) = &mut config.network
         && settings.fee_payer.is_none()
     {
-        settings.fee_payer =
-            Some(PaymentSettings::solana_fee_payer(&settings.facilitator_url).await?);
+        let facilitator = HttpFacilitator::new(&settings.facilitator_url)?;
+        let fee_payer = facilitator.fee_payer(&Network::solana_mainnet()).await;
+        settings.fee_payer = Some(
+            fee_payer
+                .map_err(|error| format!("{}: {}", settings.facilitator_url, error.detail()))?,
+        );
     }
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;

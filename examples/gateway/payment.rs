@@ -15,16 +15,15 @@ use std::sync::Arc;
 
 use axum::extract::Request;
 use http::request::Parts;
-use serde_json::{Map, Value};
 use walletgate::SharedClock;
 use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter};
 use walletgate::x402::{
     ConfigError, DevLedger, Facilitator, HttpFacilitator, InMemoryNonceStore, LocalEvmFacilitator,
-    Network, NonceStore, PaymentOption, Price, UsdAmount, X402Layer,
+    NonceStore, PaymentOption, Price, UsdAmount, X402Layer,
 };
 
 use crate::catalogue::RequestPrice;
-use crate::config::{SOLANA_MAINNET, SOLANA_USDC_MINT, SolanaSettings};
+use crate::config::SolanaSettings;
 use crate::pipeline::{ResolvedModel, request_price};
 
 /// The free-tier predicate: the resolved model is free.
@@ -99,47 +98,14 @@ impl PaymentSettings {
         fee_payer: &str,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
-        let mut extra = Map::new();
-        extra.insert("feePayer".into(), Value::from(fee_payer));
-        let option = PaymentOption::other(
-            Network::parse(SOLANA_MAINNET)?,
-            SOLANA_USDC_MINT,
-            &settings.pay_to,
-            extra,
-        );
         let facilitator = HttpFacilitator::new(&settings.facilitator_url)?
             .with_timeout(std::time::Duration::from_secs(10));
         Ok(Self {
-            options: vec![option],
+            options: vec![PaymentOption::solana_usdc(&settings.pay_to, fee_payer)],
             facilitator: Arc::new(facilitator),
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
             clock,
         })
-    }
-
-    /// The facilitator's Solana fee payer, from its `GET /supported`, as the
-    /// official servers read it at start.
-    pub(crate) async fn solana_fee_payer(facilitator_url: &str) -> Result<String, String> {
-        let facilitator =
-            HttpFacilitator::new(facilitator_url).map_err(|error| error.to_string())?;
-        let supported = facilitator
-            .supported()
-            .await
-            .map_err(|error| error.to_string())?;
-        supported
-            .kinds
-            .iter()
-            .filter(|kind| kind.network.as_str() == SOLANA_MAINNET)
-            .find_map(|kind| {
-                kind.extra
-                    .as_ref()?
-                    .get("feePayer")?
-                    .as_str()
-                    .map(str::to_owned)
-            })
-            .ok_or_else(|| {
-                format!("{facilitator_url}/supported lists no feePayer for {SOLANA_MAINNET}")
-            })
     }
 
     /// An x402 layer over these settings, pricing requests with `pricing`.

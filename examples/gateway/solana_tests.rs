@@ -16,11 +16,11 @@ use http::StatusCode;
 use serde_json::json;
 use walletgate::envelope::ErrorCode;
 use walletgate::x402::{
-    AtomicAmount, FacilitatorRequest, PaymentPayload, PaymentRequirements, SettleResponse, codec,
+    AtomicAmount, FacilitatorRequest, HttpFacilitator, Network, PaymentPayload,
+    PaymentRequirements, SOLANA_MAINNET, SOLANA_USDC_MINT, SettleResponse, codec,
 };
 
-use crate::config::{Config, PaymentNetwork, SOLANA_MAINNET, SOLANA_USDC_MINT, SolanaSettings};
-use crate::payment::PaymentSettings;
+use crate::config::{Config, PaymentNetwork, SolanaSettings};
 use crate::payment_tests::assert_payment_rejection;
 use crate::request::Endpoint;
 use crate::tests::{ENDPOINTS, Server, body, path, serve};
@@ -107,7 +107,9 @@ async fn facilitator() -> (SocketAddr, Shared) {
 
 /// The gateway in its Solana variant, its fee payer read from the facilitator.
 async fn solana_gateway(facilitator_url: String) -> Server {
-    let fee_payer = PaymentSettings::solana_fee_payer(&facilitator_url)
+    let fee_payer = HttpFacilitator::new(&facilitator_url)
+        .unwrap()
+        .fee_payer(&Network::solana_mainnet())
         .await
         .ok();
     Server::start(Config {

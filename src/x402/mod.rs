@@ -91,6 +91,7 @@ mod quote;
 mod receipt;
 pub mod replay;
 mod service;
+mod solana;
 mod types;
 
 pub use codec::DecodeError;
@@ -115,6 +116,7 @@ pub use quote::{
 pub use receipt::{MissingPaymentReceipt, PaymentReceipt};
 pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
 pub use service::X402;
+pub use solana::{SOLANA_MAINNET, SOLANA_USDC_MINT};
 pub use types::{
     AtomicAmount, Eip3009Authorization, ExactEvmPayload, Network, PaymentPayload, PaymentRequired,
     PaymentRequirements, ResourceInfo, SCHEME_EXACT, SettleResponse, SupportedKind,
