@@ -33,11 +33,10 @@ use walletgate::SharedClock;
 use walletgate::envelope::{
     DetailPathSegment, EnvelopeStyle, ErrorCode, GatewayError, UnknownModelBody, ValidationDetail,
 };
-use walletgate::x402::{PaymentReceipt, Price};
+use walletgate::x402::{PaymentReceipt, Price, PriceRefusal};
 
-use crate::catalogue::{Model, RequestPrice};
+use crate::catalogue::Model;
 use crate::gateway::AppState;
-use crate::payment::x402_price;
 use crate::pipeline::reject;
 use walletgate::gateway::ParsedJson;
 
@@ -58,11 +57,15 @@ pub(crate) struct ImageRequest {
 
 /// What an image request or poll costs, for the payment layer's pricing.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ImagePrice(pub(crate) RequestPrice);
+pub(crate) struct ImagePrice(pub(crate) Price);
 
 /// The payment layer's pricing hook for the image routes.
-pub(crate) fn image_price(parts: &Parts) -> Price {
-    x402_price(parts.extensions.get::<ImagePrice>().map(|price| price.0))
+pub(crate) fn image_price(parts: &Parts) -> Result<Price, PriceRefusal> {
+    parts
+        .extensions
+        .get::<ImagePrice>()
+        .map(|price| price.0)
+        .ok_or_else(|| PriceRefusal::missing("ImagePrice"))
 }
 
 /// One accepted job.
@@ -70,7 +73,7 @@ pub(crate) fn image_price(parts: &Parts) -> Price {
 struct Job {
     id: String,
     request: ImageRequest,
-    price: RequestPrice,
+    price: Price,
     /// The paying authorization: only its replays see the job.
     authorization_id: String,
     accepted_unix_millis: u64,
@@ -112,7 +115,7 @@ impl ImageJobs {
     }
 
     /// The job paid by `authorization_id`, or a new one for `request`.
-    fn accept(&self, request: ImageRequest, price: RequestPrice, authorization_id: &str) -> Job {
+    fn accept(&self, request: ImageRequest, price: Price, authorization_id: &str) -> Job {
         let mut state = self.lock();
         if let Some(job) = state
             .by_authorization

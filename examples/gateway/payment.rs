@@ -19,10 +19,9 @@ use walletgate::SharedClock;
 use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter};
 use walletgate::x402::{
     ConfigError, DevLedger, Facilitator, HttpFacilitator, InMemoryNonceStore, LocalEvmFacilitator,
-    NonceStore, PaymentOption, Price, UsdAmount, X402Layer,
+    NonceStore, PaymentOption, Price, PriceRefusal, X402Layer,
 };
 
-use crate::catalogue::RequestPrice;
 use crate::config::SolanaSettings;
 use crate::pipeline::{ResolvedModel, request_price};
 
@@ -43,21 +42,6 @@ fn is_free_model(request: &Request) -> bool {
 /// The free-tier limit for free models, keyed by the connection's peer.
 pub(crate) fn free_tier(quotas: FreeTierQuotas) -> FreeTier {
     FreeTierLimitLayer::with_quotas(is_free_model as IsFreeModel, quotas)
-}
-
-/// What a priced request costs, as the payment layer takes it.
-///
-/// `None` means the pipeline inserted nothing (a wiring fault): the price is
-/// then one no asset can express, which the layer answers with a 500, so a
-/// miswired route is refused rather than served free.
-pub(crate) fn x402_price(price: Option<RequestPrice>) -> Price {
-    match price {
-        Some(RequestPrice::Free) => Price::Free,
-        Some(RequestPrice::UsdMicros(micros)) => {
-            Price::Usd(UsdAmount::from_micros(u128::from(micros)))
-        }
-        None => Price::Usd(UsdAmount::from_micros(u128::MAX)),
-    }
 }
 
 /// Where payments go and who checks them.
@@ -115,7 +99,7 @@ impl PaymentSettings {
     /// recover a lost answer) with the signature they paid with.
     pub(crate) fn layer(
         &self,
-        pricing: impl Fn(&Parts) -> Price + Send + Sync + 'static,
+        pricing: impl Fn(&Parts) -> Result<Price, PriceRefusal> + Send + Sync + 'static,
         paid_replay: bool,
         description: &str,
     ) -> Result<X402Layer, ConfigError> {
@@ -140,10 +124,6 @@ impl PaymentSettings {
 
     /// The layer of the inference routes: priced by model and request.
     pub(crate) fn inference_layer(&self) -> Result<X402Layer, ConfigError> {
-        self.layer(
-            |parts: &Parts| x402_price(request_price(parts)),
-            false,
-            "Model inference",
-        )
+        self.layer(request_price, false, "Model inference")
     }
 }

@@ -10,8 +10,8 @@ use tokio::sync::Notify;
 use walletgate::envelope::ErrorCode;
 use walletgate::free_tier::FreeTierQuotas;
 use walletgate::x402::{
-    AtomicAmount, BASE_SEPOLIA_USDC, DevLedger, ExactEvmDomain, PaymentPayload, SettleResponse,
-    codec,
+    AtomicAmount, BASE_SEPOLIA_USDC, DevLedger, ExactEvmDomain, PaymentPayload, Price,
+    SettleResponse, UsdAmount, codec,
 };
 use walletgate::{Clock, FakeClock};
 
@@ -36,8 +36,8 @@ fn expected_units(endpoint: Endpoint, model: &str) -> u128 {
     let request =
         ChatRequest::from_json(endpoint, body(endpoint, model.id, "hello", false)).unwrap();
     match model.price(&request) {
-        crate::catalogue::RequestPrice::UsdMicros(micros) => u128::from(micros) + 1_000,
-        crate::catalogue::RequestPrice::Free => panic!("{} is free", model.id),
+        Price::Usd(usd) => usd.micros() + UsdAmount::FLAT_FEE.micros(),
+        _ => panic!("{} is free", model.id),
     }
 }
 

@@ -32,8 +32,9 @@ use walletgate::envelope::{
     EnvelopeStyle, EnvelopeStyleLayer, ErrorCode, GatewayError, UnknownModelBody,
 };
 use walletgate::gateway::{JsonBodyLayer, ParsedJson};
+use walletgate::x402::{Price, PriceRefusal};
 
-use crate::catalogue::{Model, RequestPrice};
+use crate::catalogue::Model;
 use crate::gateway::AppState;
 use crate::images::{find_job, validate_image};
 use crate::request::{ChatRequest, Endpoint};
@@ -103,12 +104,16 @@ pub(crate) fn with_poll_pipeline(routes: Router<AppState>, state: &AppState) -> 
 
 /// What a request costs before the flat fee: the payment layer's pricing hook.
 ///
-/// Reads what the pipeline inserted, so it must run inside it; `None` (a
-/// wiring fault) is for the hook to refuse, never to serve free.
-pub(crate) fn request_price(parts: &Parts) -> Option<RequestPrice> {
-    let ParsedRequest(request) = parts.extensions.get::<ParsedRequest>()?;
-    let ResolvedModel(model) = parts.extensions.get::<ResolvedModel>()?;
-    Some(model.price(request))
+/// Reads what the pipeline inserted, so it must run inside it; outside, it
+/// refuses (a wiring fault, 500), never serves free.
+pub(crate) fn request_price(parts: &Parts) -> Result<Price, PriceRefusal> {
+    let Some(ParsedRequest(request)) = parts.extensions.get::<ParsedRequest>() else {
+        return Err(PriceRefusal::missing("ParsedRequest"));
+    };
+    let Some(ResolvedModel(model)) = parts.extensions.get::<ResolvedModel>() else {
+        return Err(PriceRefusal::missing("ResolvedModel"));
+    };
+    Ok(model.price(request))
 }
 
 /// A gateway error as an axum response.

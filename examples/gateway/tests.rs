@@ -24,7 +24,7 @@ use walletgate::envelope::ErrorCode;
 use walletgate::x402::{DevLedger, PaymentRequired, TokenId, codec};
 
 use crate::app::app;
-use crate::catalogue::{Catalogue, Model, Pricing, RequestPrice};
+use crate::catalogue::{Catalogue, Model, Pricing, micro_usd};
 use crate::config::Config;
 use crate::pipeline::{ParsedRequest, ResolvedModel, request_price};
 use crate::request::{ChatRequest, Endpoint};
@@ -1009,13 +1009,14 @@ async fn price_hook_reads_what_the_pipeline_inserted() {
     )
     .unwrap();
     let mut http_request = Request::new(());
-    assert_eq!(request_price(&http_request.clone().into_parts().0), None);
+    let refusal = request_price(&http_request.clone().into_parts().0).unwrap_err();
+    assert_eq!(refusal.error().code(), ErrorCode::InternalError);
     http_request
         .extensions_mut()
         .insert(ParsedRequest(Arc::new(request)));
     http_request.extensions_mut().insert(ResolvedModel(model));
     let (parts, ()) = http_request.into_parts();
-    assert_eq!(request_price(&parts), Some(RequestPrice::UsdMicros(1_530)));
+    assert_eq!(request_price(&parts), Ok(micro_usd(1_530)));
 }
 
 /// What the scripted upstream saw.

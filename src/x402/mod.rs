@@ -108,7 +108,7 @@ pub use local_evm::{
     DevLedger, ExactEvmDomain, Ledger, LedgerError, LocalEvmFacilitator,
     MIN_REMAINING_VALIDITY_SECS, TokenId, Transfer, TransferWithAuthorization,
 };
-pub use pricing::{Price, PriceTable, Pricing};
+pub use pricing::{Price, PriceRefusal, PriceTable, Pricing};
 pub use quote::{
     BASE_SEPOLIA_USDC, DEFAULT_MAX_TIMEOUT_SECS, PaymentOption, QUOTE_ERROR, QUOTE_MESSAGE,
     matching_offer,

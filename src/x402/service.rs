@@ -68,11 +68,19 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        let price = self.config.pricing.price(&parts);
-        let request = Request::from_parts(parts, body);
-        let Price::Usd(usd) = price else {
-            return ResponseFuture::passthrough(self.inner.call(request));
+        let usd = match self.config.pricing.price(&parts) {
+            Ok(Price::Usd(usd)) => usd,
+            Ok(Price::Free) => {
+                let request = Request::from_parts(parts, body);
+                return ResponseFuture::passthrough(self.inner.call(request));
+            }
+            // Unpriceable (a wiring fault, usually): refused, never served free.
+            Err(refusal) => {
+                let style = EnvelopeStyle::of_parts(&parts);
+                return ResponseFuture::ready(rejection(refusal.into_error().into_response(style)));
+            }
         };
+        let request = Request::from_parts(parts, body);
         match prepare(&self.config, &request, usd) {
             Err(answer) => ResponseFuture::ready(rejection(answer)),
             Ok(payment) => {
