@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::images::{ImageJobs, create_image, poll_image};
+use crate::images::jobs::ImageJobs;
+use crate::images::{create_image, poll_image};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -13,13 +14,12 @@ use http::{HeaderValue, StatusCode, header};
 use serde_json::Value;
 
 use crate::config::{Config, PaymentNetwork};
-use crate::gateway::{AppState, Gates, Gateway};
-use crate::payment::{PaymentSettings, free_tier};
-use crate::pipeline::{
-    ParsedRequest, ResolvedModel, reject, with_image_pipeline, with_pipeline, with_poll_pipeline,
-};
+use crate::extensions::{ParsedRequest, ResolvedModel, reject};
+use crate::gates::{Gates, PaymentSettings, free_tier};
+use crate::pipeline::{with_image_pipeline, with_pipeline, with_poll_pipeline};
 use crate::render::{AnswerHead, SseBody, answer};
 use crate::request::Endpoint;
+use crate::state::{AppState, Gateway};
 use crate::upstream::{EchoUpstream, FaultInjecting, ProviderRouter, SharedUpstream};
 
 /// Inference paths and their endpoints; each is also served under `/api`.

@@ -23,12 +23,13 @@
 mod app;
 mod catalogue;
 mod config;
-mod gateway;
+mod extensions;
+mod gates;
 mod images;
-mod payment;
 mod pipeline;
 mod render;
 mod request;
+mod state;
 mod upstream;
 
 #[cfg(test)]

@@ -693,7 +693,7 @@ async fn image_requests_are_validated_before_any_quote() {
 #[tokio::test]
 async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
     use tower::ServiceExt;
-    let settings = crate::payment::PaymentSettings::local_evm(
+    let settings = crate::gates::PaymentSettings::local_evm(
         DevLedger::DEV_ACCOUNTS[9],
         Arc::new(DevLedger::new()),
         Arc::new(walletgate::SystemClock),

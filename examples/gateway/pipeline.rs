@@ -23,36 +23,19 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{Request, State};
 use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::Response;
-use http::request::Parts;
 use tower::ServiceBuilder;
 use walletgate::envelope::{
     EnvelopeStyle, EnvelopeStyleLayer, ErrorCode, GatewayError, UnknownModelBody,
 };
 use walletgate::gateway::{JsonBodyLayer, ParsedJson};
-use walletgate::x402::{Price, PriceRefusal};
 
-use crate::catalogue::Model;
-use crate::gateway::AppState;
+use crate::extensions::{ParsedRequest, ResolvedModel, reject, wiring_fault};
 use crate::images::{find_job, validate_image};
 use crate::request::{ChatRequest, Endpoint};
-
-/// The validated request, mapped to chat form. Read it with the extractor.
-#[derive(Clone, Debug)]
-pub(crate) struct ParsedRequest(pub(crate) Arc<ChatRequest>);
-
-/// The catalogue entry of the requested model. Read it with the extractor.
-#[derive(Clone, Debug)]
-pub(crate) struct ResolvedModel(pub(crate) Arc<Model>);
-
-impl AsRef<str> for ParsedRequest {
-    /// The requested model id, the key a price table looks up.
-    fn as_ref(&self) -> &str {
-        &self.0.model
-    }
-}
+use crate::state::AppState;
 
 /// Wraps the inference routes in the pipeline, outer to inner.
 ///
@@ -99,34 +82,6 @@ pub(crate) fn with_poll_pipeline(routes: Router<AppState>, state: &AppState) -> 
         ServiceBuilder::new()
             .layer(from_fn_with_state(state.clone(), find_job))
             .layer(state.gates.image_payment.clone()),
-    )
-}
-
-/// What a request costs before the flat fee: the payment layer's pricing hook.
-///
-/// Reads what the pipeline inserted, so it must run inside it; outside, it
-/// refuses (a wiring fault, 500), never serves free.
-pub(crate) fn request_price(parts: &Parts) -> Result<Price, PriceRefusal> {
-    let Some(ParsedRequest(request)) = parts.extensions.get::<ParsedRequest>() else {
-        return Err(PriceRefusal::missing("ParsedRequest"));
-    };
-    let Some(ResolvedModel(model)) = parts.extensions.get::<ResolvedModel>() else {
-        return Err(PriceRefusal::missing("ResolvedModel"));
-    };
-    Ok(model.price(request))
-}
-
-/// A gateway error as an axum response.
-pub(crate) fn reject(error: GatewayError, style: EnvelopeStyle) -> Response {
-    error.into_response(style).map(Body::from)
-}
-
-fn wiring_fault(missing: &str, style: EnvelopeStyle) -> Response {
-    reject(
-        GatewayError::new(ErrorCode::InternalError).with_message(format!(
-            "Internal error: {missing} missing (pipeline wiring)"
-        )),
-        style,
     )
 }
 
@@ -211,33 +166,4 @@ async fn check_stream_support(request: Request, next: Next) -> Response {
         );
     }
     next.run(request).await
-}
-
-/// Reads a pipeline value from the request extensions; a missing value is a
-/// wiring fault (500), never the client's.
-fn extension<T: Clone + Send + Sync + 'static>(
-    parts: &Parts,
-    name: &str,
-) -> Result<T, Box<Response>> {
-    parts
-        .extensions
-        .get::<T>()
-        .cloned()
-        .ok_or_else(|| Box::new(wiring_fault(name, EnvelopeStyle::of_parts(parts))))
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for ParsedRequest {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        extension(parts, "ParsedRequest").map_err(|response| *response)
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for ResolvedModel {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        extension(parts, "ResolvedModel").map_err(|response| *response)
-    }
 }

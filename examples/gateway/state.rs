@@ -1,4 +1,5 @@
-//! The gateway's state and its upstream call: timeout, classification, failover advice.
+//! The gateway's state, shared by every request, and its upstream call:
+//! timeout, classification, failover advice.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,11 +8,10 @@ use std::time::Duration;
 use walletgate::SharedClock;
 use walletgate::envelope::{ErrorCode, GatewayError};
 use walletgate::upstream::{classify_upstream, free_model_override, suggests_failover};
-use walletgate::x402::X402Layer;
 
 use crate::catalogue::{Catalogue, Model};
-use crate::images::ImageJobs;
-use crate::payment::FreeTier;
+use crate::gates::Gates;
+use crate::images::jobs::ImageJobs;
 use crate::request::ChatRequest;
 use crate::upstream::{Completion, EventStream, SharedUpstream, UpstreamFault};
 
@@ -29,16 +29,6 @@ pub(crate) struct Gateway {
     /// The `GET /v1/models` body, rendered once: the catalogue never changes.
     pub(crate) listing: bytes::Bytes,
     next_id: AtomicU64,
-}
-
-/// The layers after validation, built once from the configuration.
-pub(crate) struct Gates {
-    /// Free models: per-client-IP limit.
-    pub(crate) free_tier: FreeTier,
-    /// Paid inference: priced by model and request.
-    pub(crate) inference_payment: X402Layer,
-    /// Paid image jobs, in paid-replay mode: polls reuse the paying signature.
-    pub(crate) image_payment: X402Layer,
 }
 
 pub(crate) type AppState = Arc<Gateway>;

@@ -1,11 +1,10 @@
 //! The gateway's two gates after validation: the free-tier limit for free
-//! models and x402 payment for paid ones.
+//! models and x402 payment for paid ones, with their pricing hooks.
 //!
 //! Both read what the pipeline put into the request extensions
-//! ([`ResolvedModel`], [`ParsedRequest`](crate::pipeline::ParsedRequest)),
-//! so neither re-parses the body. Prices come from
-//! [`request_price`](crate::pipeline::request_price): the same request always
-//! gets the same price, so a client's signed retry matches its quote.
+//! ([`ResolvedModel`], [`ParsedRequest`]), so neither re-parses the body.
+//! Prices come from [`request_price`] and [`image_price`]: the same request
+//! always gets the same price, so a client's signed retry matches its quote.
 //!
 //! Embedded default: quotes in Base Sepolia USDC, verified and settled
 //! in-process by [`LocalEvmFacilitator`] on a [`DevLedger`] that pre-funds
@@ -23,7 +22,17 @@ use walletgate::x402::{
 };
 
 use crate::config::SolanaSettings;
-use crate::pipeline::{ResolvedModel, request_price};
+use crate::extensions::{ImagePrice, ParsedRequest, ResolvedModel};
+
+/// The layers after validation, built once from the configuration.
+pub(crate) struct Gates {
+    /// Free models: per-client-IP limit.
+    pub(crate) free_tier: FreeTier,
+    /// Paid inference: priced by model and request.
+    pub(crate) inference_payment: X402Layer,
+    /// Paid image jobs, in paid-replay mode: polls reuse the paying signature.
+    pub(crate) image_payment: X402Layer,
+}
 
 /// The free-tier predicate: the resolved model is free.
 pub(crate) type IsFreeModel = fn(&Request) -> bool;
@@ -119,11 +128,34 @@ impl PaymentSettings {
 
     /// The layer of the image routes: priced per image, polls by their job.
     pub(crate) fn image_layer(&self) -> Result<X402Layer, ConfigError> {
-        self.layer(crate::images::image_price, true, "Image generation")
+        self.layer(image_price, true, "Image generation")
     }
 
     /// The layer of the inference routes: priced by model and request.
     pub(crate) fn inference_layer(&self) -> Result<X402Layer, ConfigError> {
         self.layer(request_price, false, "Model inference")
     }
+}
+
+/// What a request costs before the flat fee: the payment layer's pricing hook.
+///
+/// Reads what the pipeline inserted, so it must run inside it; outside, it
+/// refuses (a wiring fault, 500), never serves free.
+pub(crate) fn request_price(parts: &Parts) -> Result<Price, PriceRefusal> {
+    let Some(ParsedRequest(request)) = parts.extensions.get::<ParsedRequest>() else {
+        return Err(PriceRefusal::missing("ParsedRequest"));
+    };
+    let Some(ResolvedModel(model)) = parts.extensions.get::<ResolvedModel>() else {
+        return Err(PriceRefusal::missing("ResolvedModel"));
+    };
+    Ok(model.price(request))
+}
+
+/// The payment layer's pricing hook for the image routes.
+pub(crate) fn image_price(parts: &Parts) -> Result<Price, PriceRefusal> {
+    parts
+        .extensions
+        .get::<ImagePrice>()
+        .map(|price| price.0)
+        .ok_or_else(|| PriceRefusal::missing("ImagePrice"))
 }

@@ -14,12 +14,10 @@
 //!   already paid for, uncharged, never a second job.
 //!
 //! Jobs are made by the embedded image family: a deterministic SVG of the
-//! prompt as a `data:` URL, ready after the configured duration. Progress
-//! is computed from the clock when asked, so nothing runs in the background.
+//! prompt as a `data:` URL, ready after the configured duration; [`jobs`]
+//! keeps them.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+pub(crate) mod jobs;
 
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
@@ -29,158 +27,18 @@ use base64::Engine;
 use http::request::Parts;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
-use walletgate::SharedClock;
 use walletgate::envelope::{
     DetailPathSegment, EnvelopeStyle, ErrorCode, GatewayError, UnknownModelBody, ValidationDetail,
 };
-use walletgate::x402::{PaymentReceipt, Price, PriceRefusal};
-
-use crate::catalogue::Model;
-use crate::gateway::AppState;
-use crate::pipeline::reject;
 use walletgate::gateway::ParsedJson;
+use walletgate::x402::PaymentReceipt;
+
+use self::jobs::{Job, Progress};
+use crate::extensions::{ImagePrice, ImageRequest, reject, wiring_fault};
+use crate::state::AppState;
 
 /// Most images one request may ask for.
 pub(crate) const MAX_IMAGES: u64 = 4;
-
-/// Jobs kept; the oldest are forgotten beyond this (memory stays bounded).
-const MAX_JOBS: usize = 10_000;
-
-/// A validated image request.
-#[derive(Clone, Debug)]
-pub(crate) struct ImageRequest {
-    pub(crate) model: Arc<Model>,
-    pub(crate) prompt: String,
-    pub(crate) size: String,
-    pub(crate) count: u64,
-}
-
-/// What an image request or poll costs, for the payment layer's pricing.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ImagePrice(pub(crate) Price);
-
-/// The payment layer's pricing hook for the image routes.
-pub(crate) fn image_price(parts: &Parts) -> Result<Price, PriceRefusal> {
-    parts
-        .extensions
-        .get::<ImagePrice>()
-        .map(|price| price.0)
-        .ok_or_else(|| PriceRefusal::missing("ImagePrice"))
-}
-
-/// One accepted job.
-#[derive(Clone, Debug)]
-struct Job {
-    id: String,
-    request: ImageRequest,
-    price: Price,
-    /// The paying authorization: only its replays see the job.
-    authorization_id: String,
-    accepted_unix_millis: u64,
-}
-
-/// Accepted jobs, by id and by paying authorization.
-pub(crate) struct ImageJobs {
-    clock: SharedClock,
-    duration: Duration,
-    state: Mutex<JobsState>,
-}
-
-#[derive(Default)]
-struct JobsState {
-    by_id: HashMap<String, Job>,
-    by_authorization: HashMap<String, String>,
-    order: VecDeque<String>,
-    next: u64,
-}
-
-/// Where a job stands when asked.
-enum Progress {
-    Running { percent: u64 },
-    Done,
-}
-
-impl ImageJobs {
-    /// Jobs that take `duration` each, timed by `clock`.
-    pub(crate) fn new(clock: SharedClock, duration: Duration) -> Self {
-        Self {
-            clock,
-            duration,
-            state: Mutex::default(),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, JobsState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The job paid by `authorization_id`, or a new one for `request`.
-    fn accept(&self, request: ImageRequest, price: Price, authorization_id: &str) -> Job {
-        let mut state = self.lock();
-        if let Some(job) = state
-            .by_authorization
-            .get(authorization_id)
-            .and_then(|id| state.by_id.get(id))
-        {
-            return job.clone();
-        }
-        state.next += 1;
-        let id = format!(
-            "imgjob_{:016x}{:08x}",
-            self.clock.now_unix_millis(),
-            state.next
-        );
-        let job = Job {
-            id: id.clone(),
-            request,
-            price,
-            authorization_id: authorization_id.to_owned(),
-            accepted_unix_millis: self.clock.now_unix_millis(),
-        };
-        if state.order.len() >= MAX_JOBS
-            && let Some(oldest) = state.order.pop_front()
-            && let Some(old) = state.by_id.remove(&oldest)
-        {
-            state.by_authorization.remove(&old.authorization_id);
-        }
-        state.order.push_back(id.clone());
-        state
-            .by_authorization
-            .insert(authorization_id.to_owned(), id.clone());
-        state.by_id.insert(id, job.clone());
-        job
-    }
-
-    fn get(&self, id: &str) -> Option<Job> {
-        self.lock().by_id.get(id).cloned()
-    }
-
-    fn by_authorization(&self, authorization_id: &str) -> Option<Job> {
-        let state = self.lock();
-        let id = state.by_authorization.get(authorization_id)?;
-        state.by_id.get(id).cloned()
-    }
-
-    fn progress(&self, job: &Job) -> Progress {
-        let elapsed = self
-            .clock
-            .now_unix_millis()
-            .saturating_sub(job.accepted_unix_millis);
-        let total = u64::try_from(self.duration.as_millis()).unwrap_or(u64::MAX);
-        if elapsed >= total {
-            Progress::Done
-        } else {
-            Progress::Running {
-                percent: elapsed.saturating_mul(100) / total.max(1),
-            }
-        }
-    }
-
-    fn ready_unix_secs(&self, job: &Job) -> u64 {
-        let total = u64::try_from(self.duration.as_millis()).unwrap_or(u64::MAX);
-        job.accepted_unix_millis.saturating_add(total) / 1000
-    }
-}
 
 /// Validates an image request (the JSON the parse step left) and prices it.
 pub(crate) async fn validate_image(
@@ -190,11 +48,7 @@ pub(crate) async fn validate_image(
 ) -> Response {
     let style = EnvelopeStyle::Chat;
     let Some(ParsedJson(value)) = request.extensions_mut().remove::<ParsedJson>() else {
-        return reject(
-            GatewayError::new(ErrorCode::InternalError)
-                .with_message("Internal error: the parsed JSON body missing (pipeline wiring)"),
-            style,
-        );
+        return wiring_fault("the parsed JSON body", style);
     };
     let object = match value {
         Value::Object(object) => object,
@@ -364,18 +218,10 @@ pub(crate) async fn create_image(
         }
     } else {
         let Some(request) = parts.extensions.get::<ImageRequest>().cloned() else {
-            return reject(
-                GatewayError::new(ErrorCode::InternalError)
-                    .with_message("Internal error: ImageRequest missing (pipeline wiring)"),
-                EnvelopeStyle::Chat,
-            );
+            return wiring_fault("ImageRequest", EnvelopeStyle::Chat);
         };
         let Some(price) = parts.extensions.get::<ImagePrice>().map(|price| price.0) else {
-            return reject(
-                GatewayError::new(ErrorCode::InternalError)
-                    .with_message("Internal error: ImagePrice missing (pipeline wiring)"),
-                EnvelopeStyle::Chat,
-            );
+            return wiring_fault("ImagePrice", EnvelopeStyle::Chat);
         };
         gateway
             .images
