@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::FromRequestParts;
 use axum::response::Response;
 use http::request::Parts;
@@ -16,6 +15,7 @@ use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError};
 use walletgate::x402::Price;
 
 use crate::catalogue::Model;
+use crate::reply::reject;
 use crate::request::ChatRequest;
 
 /// The validated request, mapped to chat form. Read it with the extractor.
@@ -45,11 +45,6 @@ pub(crate) struct ImageRequest {
 /// What an image request or poll costs, for the payment layer's pricing.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ImagePrice(pub(crate) Price);
-
-/// A gateway error as an axum response.
-pub(crate) fn reject(error: GatewayError, style: EnvelopeStyle) -> Response {
-    error.into_response(style).map(Body::from)
-}
 
 /// The answer to a value missing from the extensions: the pipeline was
 /// wired wrong (500), never the client's fault.

@@ -32,8 +32,9 @@ use walletgate::envelope::{
 };
 use walletgate::gateway::{JsonBodyLayer, ParsedJson};
 
-use crate::extensions::{ParsedRequest, ResolvedModel, reject, wiring_fault};
+use crate::extensions::{ParsedRequest, ResolvedModel, wiring_fault};
 use crate::images::{find_job, validate_image};
+use crate::reply::reject;
 use crate::request::{ChatRequest, Endpoint};
 use crate::state::AppState;
 

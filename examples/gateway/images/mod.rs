@@ -25,7 +25,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use base64::Engine;
 use http::request::Parts;
-use http::{HeaderValue, StatusCode, header};
+use http::{HeaderValue, StatusCode};
 use serde_json::{Map, Value, json};
 use walletgate::envelope::{
     DetailPathSegment, EnvelopeStyle, ErrorCode, GatewayError, UnknownModelBody, ValidationDetail,
@@ -34,7 +34,8 @@ use walletgate::gateway::ParsedJson;
 use walletgate::x402::PaymentReceipt;
 
 use self::jobs::{Job, Progress};
-use crate::extensions::{ImagePrice, ImageRequest, reject, wiring_fault};
+use crate::extensions::{ImagePrice, ImageRequest, wiring_fault};
+use crate::reply::{json, reject};
 use crate::state::AppState;
 
 /// Most images one request may ask for.
@@ -191,16 +192,6 @@ pub(crate) async fn find_job(
 
 fn job_not_found() -> Response {
     json(StatusCode::NOT_FOUND, &json!({"error": "Job not found"}))
-}
-
-fn json(status: StatusCode, value: &Value) -> Response {
-    let mut response = Response::new(Body::from(value.to_string()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
 }
 
 /// `POST /v1/images/generations`: accept the paid job (or find the one this

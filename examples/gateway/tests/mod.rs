@@ -30,7 +30,7 @@ use tokio::net::{TcpListener, TcpStream};
 use walletgate::envelope::ErrorCode;
 use walletgate::x402::{DevLedger, PaymentRequired, TokenId, codec};
 
-use crate::app::app;
+use crate::app;
 use crate::catalogue::{Catalogue, Model, Pricing, micro_usd};
 use crate::config::Config;
 use crate::extensions::{ParsedRequest, ResolvedModel};
