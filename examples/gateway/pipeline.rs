@@ -30,7 +30,7 @@ use tower::ServiceBuilder;
 use walletgate::envelope::{
     EnvelopeStyle, EnvelopeStyleLayer, ErrorCode, GatewayError, UnknownModelBody,
 };
-use walletgate::gateway::{JsonBodyLayer, ParsedJson};
+use walletgate::gateway::{JsonBodyLayer, ParsedJson, invalid_request_body};
 
 use crate::extensions::{ParsedRequest, ResolvedModel, wiring_fault};
 use crate::images::{find_job, validate_image};
@@ -102,10 +102,7 @@ async fn validate_body(
                 .insert(ParsedRequest(Arc::new(parsed)));
             next.run(request).await
         }
-        Err(details) => reject(
-            GatewayError::new(ErrorCode::InvalidRequestBody).with_details(details),
-            style,
-        ),
+        Err(details) => reject(invalid_request_body(details), style),
     }
 }
 

@@ -14,4 +14,4 @@ mod json_body;
 mod validate;
 
 pub use json_body::{JsonBody, JsonBodyLayer, ParsedJson, ResponseFuture};
-pub use validate::{BodyCheck, DetailPath, at};
+pub use validate::{BodyCheck, DetailPath, at, invalid_request_body};

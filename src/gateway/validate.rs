@@ -34,6 +34,12 @@ use crate::envelope::{DetailPathSegment, ErrorCode, GatewayError, ValidationDeta
 /// A path into the body, root first.
 pub type DetailPath = [DetailPathSegment];
 
+/// `INVALID_REQUEST_BODY` listing `details`: the one rejection of a body
+/// that parsed but does not fit its schema.
+pub fn invalid_request_body(details: impl IntoIterator<Item = ValidationDetail>) -> GatewayError {
+    GatewayError::new(ErrorCode::InvalidRequestBody).with_details(details)
+}
+
 /// `path` one step deeper.
 pub fn at(path: &DetailPath, segment: impl Into<DetailPathSegment>) -> Vec<DetailPathSegment> {
     let mut longer = path.to_vec();
@@ -76,7 +82,7 @@ impl BodyCheck {
         if self.details.is_empty() {
             Ok(value)
         } else {
-            Err(GatewayError::new(ErrorCode::InvalidRequestBody).with_details(self.details))
+            Err(invalid_request_body(self.details))
         }
     }
 

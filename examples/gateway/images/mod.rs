@@ -27,10 +27,8 @@ use base64::Engine;
 use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 use serde_json::{Map, Value, json};
-use walletgate::envelope::{
-    DetailPathSegment, EnvelopeStyle, ErrorCode, GatewayError, UnknownModelBody, ValidationDetail,
-};
-use walletgate::gateway::ParsedJson;
+use walletgate::envelope::{EnvelopeStyle, UnknownModelBody};
+use walletgate::gateway::{BodyCheck, ParsedJson, at, invalid_request_body};
 use walletgate::x402::PaymentReceipt;
 
 use self::jobs::{Job, Progress};
@@ -51,15 +49,16 @@ pub(crate) async fn validate_image(
     let Some(ParsedJson(value)) = request.extensions_mut().remove::<ParsedJson>() else {
         return wiring_fault("the parsed JSON body", style);
     };
-    let object = match value {
-        Value::Object(object) => object,
-        _ => return invalid(vec![detail(&[], "the body must be a JSON object")]),
+    let mut check = BodyCheck::default();
+    let Value::Object(object) = value else {
+        check.fail(&[], "the body must be a JSON object");
+        return invalid(check);
     };
-    let (fields, mut details) = image_fields(&object);
+    let fields = image_fields(&mut check, &object);
     let model = match fields.model {
         Some(id) => match gateway.catalogue.image_model(id) {
             Some(model) => Some(model.clone()),
-            None if details.is_empty() => {
+            None if check.is_ok() => {
                 let suggestions = gateway.catalogue.close_matches(id, true);
                 return UnknownModelBody::new(id, suggestions)
                     .into_response()
@@ -69,14 +68,15 @@ pub(crate) async fn validate_image(
         },
         None => None,
     };
-    let (Some(model), Some(prompt), true) = (model, fields.prompt, details.is_empty()) else {
-        if details.is_empty() {
-            details.push(detail(&["model"], "required"));
+    let (Some(model), Some(prompt), true) = (model, fields.prompt, check.is_ok()) else {
+        if check.is_ok() {
+            check.fail(&at(&[], "model"), "required");
         }
-        return invalid(details);
+        return invalid(check);
     };
     let Some(price) = model.image_price(fields.count) else {
-        return invalid(vec![detail(&["model"], "not an image model")]);
+        check.fail(&at(&[], "model"), "not an image model");
+        return invalid(check);
     };
     request.extensions_mut().insert(ImagePrice(price));
     request.extensions_mut().insert(ImageRequest {
@@ -95,40 +95,30 @@ struct ImageFields<'a> {
     count: u64,
 }
 
-fn detail(path: &[&str], message: &str) -> ValidationDetail {
-    ValidationDetail::new(
-        path.iter()
-            .map(|key| DetailPathSegment::Key((*key).to_owned()))
-            .collect(),
-        message,
-    )
-}
-
-fn invalid(details: Vec<ValidationDetail>) -> Response {
+fn invalid(check: BodyCheck) -> Response {
     reject(
-        GatewayError::new(ErrorCode::InvalidRequestBody).with_details(details),
+        invalid_request_body(check.into_details()),
         EnvelopeStyle::Chat,
     )
 }
 
-/// The fields of an image request, and every problem with them.
-fn image_fields(object: &Map<String, Value>) -> (ImageFields<'_>, Vec<ValidationDetail>) {
-    let mut details = Vec::new();
+/// The fields of an image request; every problem with them goes to `check`.
+fn image_fields<'a>(check: &mut BodyCheck, object: &'a Map<String, Value>) -> ImageFields<'a> {
     let model = match object.get("model") {
         Some(Value::String(model)) if !model.is_empty() => Some(model.as_str()),
         Some(_) => {
-            details.push(detail(&["model"], "must be a non-empty string"));
+            check.fail(&at(&[], "model"), "must be a non-empty string");
             None
         }
         None => {
-            details.push(detail(&["model"], "required"));
+            check.fail(&at(&[], "model"), "required");
             None
         }
     };
     let prompt = match object.get("prompt") {
         Some(Value::String(prompt)) if !prompt.trim().is_empty() => Some(prompt.as_str()),
         _ => {
-            details.push(detail(&["prompt"], "must be a non-empty string"));
+            check.fail(&at(&[], "prompt"), "must be a non-empty string");
             None
         }
     };
@@ -136,7 +126,7 @@ fn image_fields(object: &Map<String, Value>) -> (ImageFields<'_>, Vec<Validation
         None => "1024x1024",
         Some(Value::String(size)) if is_size(size) => size.as_str(),
         Some(_) => {
-            details.push(detail(&["size"], "must be WIDTHxHEIGHT, e.g. 1024x1024"));
+            check.fail(&at(&[], "size"), "must be WIDTHxHEIGHT, e.g. 1024x1024");
             "1024x1024"
         }
     };
@@ -145,23 +135,20 @@ fn image_fields(object: &Map<String, Value>) -> (ImageFields<'_>, Vec<Validation
         Some(n) => match n.as_u64().filter(|n| (1..=MAX_IMAGES).contains(n)) {
             Some(n) => n,
             None => {
-                details.push(detail(
-                    &["n"],
-                    &format!("must be an integer from 1 to {MAX_IMAGES}"),
-                ));
+                check.fail(
+                    &at(&[], "n"),
+                    format!("must be an integer from 1 to {MAX_IMAGES}"),
+                );
                 1
             }
         },
     };
-    (
-        ImageFields {
-            model,
-            prompt,
-            size,
-            count,
-        },
-        details,
-    )
+    ImageFields {
+        model,
+        prompt,
+        size,
+        count,
+    }
 }
 
 fn is_size(text: &str) -> bool {
