@@ -26,13 +26,6 @@ pub(crate) struct ParsedRequest(pub(crate) Arc<ChatRequest>);
 #[derive(Clone, Debug)]
 pub(crate) struct ResolvedModel(pub(crate) Arc<Model>);
 
-impl AsRef<str> for ParsedRequest {
-    /// The requested model id, the key a price table looks up.
-    fn as_ref(&self) -> &str {
-        &self.0.model
-    }
-}
-
 /// A validated image request.
 #[derive(Clone, Debug)]
 pub(crate) struct ImageRequest {
