@@ -341,3 +341,22 @@ async fn a_full_store_refuses_new_clients_as_free_capacity_exhausted() {
     let body = json(refused).await;
     assert_eq!(body["error"]["code"], "FREE_MODEL_FAILED");
 }
+
+#[tokio::test]
+async fn the_caller_owns_the_refusal_and_keeps_its_figures() {
+    let h = harness(FreeTierQuotas::new(1, 10).unwrap());
+    let layer = h.layer.clone().with_rejection(|error, _style| {
+        let mut response = Response::new(Bytes::from(error.code().as_str()));
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        let secs = error.retry_after_secs().unwrap_or_default();
+        response.headers_mut().insert("retry-after", secs.into());
+        response
+    });
+    let service = layer.layer(service_fn(echo_client_ip));
+    let admitted = service.clone().oneshot(request("/v1/free", CLIENT)).await;
+    assert_eq!(admitted.unwrap().status(), StatusCode::OK);
+    let refused = service.oneshot(request("/v1/free", CLIENT)).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(&refused, "retry-after"), "60");
+    assert_eq!(text(refused).await, "FREE_TIER_RATE_LIMITED");
+}

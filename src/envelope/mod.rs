@@ -44,7 +44,7 @@ pub use shapes::{
     PaymentRejectionBody, QuoteBody, QuotePrice, ResponsesErrorBody, UnknownModelBody,
     ValidationDetail,
 };
-pub use style::{EnvelopeStyle, EnvelopeStyleLayer, SetEnvelopeStyle};
+pub use style::{EnvelopeStyle, EnvelopeStyleLayer, RenderRejection, SetEnvelopeStyle};
 
 /// Header names the envelopes write, in their canonical lowercase form.
 pub mod header {

@@ -15,7 +15,6 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -29,20 +28,18 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::body::ResponseBody;
-use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError};
+use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection};
 
 /// The request body parsed as JSON, put into the extensions by [`JsonBody`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParsedJson(pub Value);
-
-type Rejecter = Arc<dyn Fn(GatewayError, EnvelopeStyle) -> Response<Bytes> + Send + Sync>;
 
 /// Limits a request body to `limit_bytes` and parses it as JSON, once.
 #[derive(Clone)]
 #[must_use]
 pub struct JsonBodyLayer {
     limit_bytes: usize,
-    reject: Rejecter,
+    reject: RenderRejection,
 }
 
 impl JsonBodyLayer {
@@ -50,7 +47,7 @@ impl JsonBodyLayer {
     pub fn new(limit_bytes: usize) -> Self {
         Self {
             limit_bytes,
-            reject: Arc::new(GatewayError::into_response),
+            reject: RenderRejection::default(),
         }
     }
 
@@ -60,7 +57,7 @@ impl JsonBodyLayer {
     where
         F: Fn(GatewayError, EnvelopeStyle) -> Response<Bytes> + Send + Sync + 'static,
     {
-        self.reject = Arc::new(reject);
+        self.reject = RenderRejection::new(reject);
         self
     }
 
@@ -70,7 +67,7 @@ impl JsonBodyLayer {
     }
 
     fn too_large(&self, style: EnvelopeStyle) -> Response<Bytes> {
-        (self.reject)(
+        self.reject.render(
             GatewayError::new(ErrorCode::RequestTooLarge).with_message(format!(
                 "Request body is over the size limit of {} bytes",
                 self.limit_bytes
@@ -172,7 +169,7 @@ where
         Err(_) => {
             let error = GatewayError::new(ErrorCode::InvalidJson)
                 .with_message("Request body could not be read");
-            return Ok(crate::body::rejection((layer.reject)(error, style)));
+            return Ok(crate::body::rejection(layer.reject.render(error, style)));
         }
     };
     match serde_json::from_slice::<Value>(&bytes) {
@@ -186,7 +183,7 @@ where
         Err(error) => {
             let error = GatewayError::new(ErrorCode::InvalidJson)
                 .with_message(format!("Request body is not valid JSON: {error}"));
-            Ok(crate::body::rejection((layer.reject)(error, style)))
+            Ok(crate::body::rejection(layer.reject.render(error, style)))
         }
     }
 }
