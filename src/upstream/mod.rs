@@ -14,7 +14,7 @@
 //! The wire shapes these codes travel in live in [`envelope`](crate::envelope).
 
 mod classify;
-pub mod redact;
+mod redact;
 
 pub use classify::{classify_upstream, free_model_override, status_in_text, suggests_failover};
 pub use redact::redact;
