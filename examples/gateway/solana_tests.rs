@@ -270,3 +270,21 @@ async fn an_unavailable_facilitator_is_a_503_and_the_same_payment_goes_through_l
         assert_eq!(reply.header("retry-after"), Some("5"));
     }
 }
+
+#[tokio::test]
+async fn the_fee_payer_is_read_from_supported_for_its_network_only() {
+    let (address, _state) = facilitator().await;
+    let facilitator = HttpFacilitator::new(&format!("http://{address}/facilitator")).unwrap();
+    let solana = facilitator.fee_payer(&Network::solana_mainnet()).await;
+    assert_eq!(solana.unwrap(), FEE_PAYER);
+    let evm = facilitator.fee_payer(&Network::base_sepolia()).await;
+    let error = evm.unwrap_err();
+    assert_eq!(
+        error.kind(),
+        &walletgate::x402::FacilitatorErrorKind::Protocol
+    );
+    assert!(
+        error.detail().contains("no feePayer for eip155:84532"),
+        "{error:?}"
+    );
+}
