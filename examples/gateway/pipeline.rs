@@ -3,8 +3,8 @@
 //!
 //! Outer to inner:
 //!
-//! 0. `EnvelopeStyleLayer`: the endpoint's envelope, set once for every step.
-//! 1. `JsonBodyLayer` → `REQUEST_TOO_LARGE` over the configured size, reads
+//! 1. `EnvelopeStyleLayer`: the endpoint's envelope, set once for every step.
+//! 2. `JsonBodyLayer` → `REQUEST_TOO_LARGE` over the configured size, reads
 //!    and parses the body once; `INVALID_JSON`.
 //! 3. [`validate_body`] → the endpoint's schema; `INVALID_REQUEST_BODY` with
 //!    `details[].path`. Inserts [`ParsedRequest`].
@@ -12,8 +12,9 @@
 //! 5. [`resolve_model`] → unknown model (400, close ids suggested). Inserts [`ResolvedModel`].
 //! 6. [`check_stream_support`] → `STREAM_UNSUPPORTED`.
 //! 7. `FreeTierLimitLayer`, free models only → `FREE_TIER_RATE_LIMITED`.
-//! 8. `X402Layer`, paid models only, priced by [`request_price`] → 402 quote,
-//!    payment codes; settles after a 2xx answer only.
+//! 8. `X402Layer`, paid models only, priced by
+//!    [`request_price`](crate::gates::request_price) → 402 quote, payment
+//!    codes; settles after a 2xx answer only.
 //!
 //! Steps 7 and 8 read [`ParsedRequest`] and [`ResolvedModel`] from the request
 //! extensions; nothing re-reads or re-parses the body. [`with_pipeline`] is
