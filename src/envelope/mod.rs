@@ -17,7 +17,10 @@
 //! | data API | [`DataApiError`] | every Area A rejection (401, 403, 429, 400, …) |
 //!
 //! A gateway layer describes a failure once, as a [`GatewayError`], and the
-//! route's [`EnvelopeStyle`] picks the shape:
+//! route's [`EnvelopeStyle`] picks the shape. The router sets the style once
+//! per route ([`EnvelopeStyleLayer`]); nothing guesses it from the path. A
+//! caller who wants other answers owns them with a [`RenderRejection`]
+//! (`with_rejection` on the layers):
 //!
 //! ```
 //! use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError};
