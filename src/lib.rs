@@ -31,6 +31,7 @@ pub mod clock;
 pub mod envelope;
 #[cfg(feature = "free-tier")]
 pub mod free_tier;
+pub mod gateway;
 #[cfg(any(feature = "siwe", feature = "tokens"))]
 mod random;
 #[cfg(feature = "siwe")]
@@ -38,6 +39,7 @@ pub mod siwe;
 pub mod store;
 #[cfg(feature = "tokens")]
 pub mod tokens;
+pub mod upstream;
 #[cfg(feature = "wallet-jwt")]
 pub mod wallet_jwt;
 #[cfg(feature = "x402")]

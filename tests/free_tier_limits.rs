@@ -14,6 +14,7 @@ use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt, service_fn};
 use walletgate::ResponseBody;
 use walletgate::clock::FakeClock;
+use walletgate::envelope::{EnvelopeStyle, EnvelopeStyleLayer};
 use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter, KeyPrefixes};
 
 const WALL_START_SECS: u64 = 1_800_000_000;
@@ -231,7 +232,9 @@ async fn messages_route_refuses_in_its_own_envelope() {
     let path = "/v1/messages";
     let is_messages: Predicate = |_| true;
     let layer = FreeTierLimitLayer::new(is_messages).with_store(h.limiter.clone());
-    let service = layer.layer(service_fn(echo_client_ip));
+    // The router sets the route's envelope once; the limit reads it.
+    let service = EnvelopeStyleLayer::new(EnvelopeStyle::Messages)
+        .layer(layer.layer(service_fn(echo_client_ip)));
     assert_eq!(
         service
             .clone()
@@ -322,4 +325,23 @@ async fn a_full_store_refuses_new_clients_as_free_capacity_exhausted() {
     assert_eq!(header(&refused, "retry-after"), "30");
     let body = json(refused).await;
     assert_eq!(body["error"]["code"], "FREE_MODEL_FAILED");
+}
+
+#[tokio::test]
+async fn the_caller_owns_the_refusal_and_keeps_its_figures() {
+    let h = harness(FreeTierQuotas::new(1, 10).unwrap());
+    let layer = h.layer.clone().with_rejection(|error, _style| {
+        let mut response = Response::new(Bytes::from(error.code().as_str()));
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        let secs = error.retry_after_secs().unwrap_or_default();
+        response.headers_mut().insert("retry-after", secs.into());
+        response
+    });
+    let service = layer.layer(service_fn(echo_client_ip));
+    let admitted = service.clone().oneshot(request("/v1/free", CLIENT)).await;
+    assert_eq!(admitted.unwrap().status(), StatusCode::OK);
+    let refused = service.oneshot(request("/v1/free", CLIENT)).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(&refused, "retry-after"), "60");
+    assert_eq!(text(refused).await, "FREE_TIER_RATE_LIMITED");
 }

@@ -7,11 +7,9 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use walletgate::x402::{Price, UsdAmount};
 
 use crate::request::ChatRequest;
-
-/// The gateway's flat fee per paid request, in micro-dollars (0.001 USD).
-pub(crate) const FLAT_FEE_MICROS: u64 = 1_000;
 
 /// Output tokens priced when a request names no `max_tokens`.
 pub(crate) const DEFAULT_MAX_TOKENS: u64 = 1_024;
@@ -67,13 +65,9 @@ fn usd(micros: u64) -> Value {
     json!(micros as f64 / 1e6)
 }
 
-/// What one request costs before the flat fee, as the x402 pricing hook asks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RequestPrice {
-    /// A free model: no payment.
-    Free,
-    /// A paid model: this many micro-dollars, to which the payment layer adds the flat fee.
-    UsdMicros(u64),
+/// A USD price of `micros` millionths of a dollar, before the flat fee.
+pub(crate) fn micro_usd(micros: u64) -> Price {
+    Price::Usd(UsdAmount::from_micros(u128::from(micros)))
 }
 
 /// One model of the catalogue.
@@ -116,11 +110,9 @@ impl Model {
     }
 
     /// The price of `count` images, before the flat fee; `None` for a chat model.
-    pub(crate) fn image_price(&self, count: u64) -> Option<RequestPrice> {
+    pub(crate) fn image_price(&self, count: u64) -> Option<Price> {
         match self.pricing {
-            Pricing::PerImage { micros } => {
-                Some(RequestPrice::UsdMicros(micros.saturating_mul(count)))
-            }
+            Pricing::PerImage { micros } => Some(micro_usd(micros.saturating_mul(count))),
             _ => None,
         }
     }
@@ -132,14 +124,14 @@ impl Model {
     /// model's `max_output`) times the output price, rounded up to a whole
     /// micro-dollar. Flat models: the listed price less the flat fee the
     /// payment layer adds back. Depends only on the request, never on time.
-    pub(crate) fn price(&self, request: &ChatRequest) -> RequestPrice {
+    pub(crate) fn price(&self, request: &ChatRequest) -> Price {
         match self.pricing {
-            Pricing::Free => RequestPrice::Free,
-            Pricing::Flat { micros } => {
-                RequestPrice::UsdMicros(micros.saturating_sub(FLAT_FEE_MICROS))
-            }
+            Pricing::Free => Price::Free,
+            Pricing::Flat { micros } => Price::Usd(UsdAmount::from_micros(
+                u128::from(micros).saturating_sub(UsdAmount::FLAT_FEE.micros()),
+            )),
             // Image models never reach chat; priced as one image should they.
-            Pricing::PerImage { micros } => RequestPrice::UsdMicros(micros),
+            Pricing::PerImage { micros } => micro_usd(micros),
             Pricing::PerToken {
                 input_micros_per_million,
                 output_micros_per_million,
@@ -153,8 +145,7 @@ impl Model {
                 );
                 let scaled = input_tokens * u128::from(input_micros_per_million)
                     + output_tokens * u128::from(output_micros_per_million);
-                let micros = scaled.div_ceil(1_000_000);
-                RequestPrice::UsdMicros(u64::try_from(micros).unwrap_or(u64::MAX))
+                Price::Usd(UsdAmount::from_micros(scaled.div_ceil(1_000_000)))
             }
         }
     }
@@ -443,18 +434,18 @@ mod tests {
         let text = "a".repeat(40);
         assert_eq!(
             model.price(&request(model.id, &text, Some(100))),
-            RequestPrice::UsdMicros(1_530)
+            micro_usd(1_530)
         );
         // One prompt token at $0.25/M is a quarter micro-dollar: rounded up to 1.
         let cheap = catalogue.get("openai/gpt-5-mini").unwrap();
         assert_eq!(
             cheap.price(&request(cheap.id, "abcd", Some(0))),
-            RequestPrice::UsdMicros(1)
+            micro_usd(1)
         );
         // No max_tokens: the default is priced.
         assert_eq!(
             model.price(&request(model.id, "", None)),
-            RequestPrice::UsdMicros(DEFAULT_MAX_TOKENS * 15)
+            micro_usd(DEFAULT_MAX_TOKENS * 15)
         );
     }
 
@@ -464,7 +455,7 @@ mod tests {
         let model = catalogue.get("openai/gpt-5-mini").unwrap();
         let capped = model.price(&request(model.id, "", Some(model.max_output)));
         assert_eq!(model.price(&request(model.id, "", Some(u64::MAX))), capped);
-        assert_eq!(capped, RequestPrice::UsdMicros(256_000));
+        assert_eq!(capped, micro_usd(256_000));
     }
 
     #[test]
@@ -473,10 +464,10 @@ mod tests {
         let flat = catalogue.get("perplexity/sonar").unwrap();
         assert_eq!(
             flat.price(&request(flat.id, "long text", Some(5))),
-            RequestPrice::UsdMicros(4_000)
+            micro_usd(4_000)
         );
         let free = catalogue.get("qwen/qwen3-coder").unwrap();
-        assert_eq!(free.price(&request(free.id, "x", None)), RequestPrice::Free);
+        assert_eq!(free.price(&request(free.id, "x", None)), Price::Free);
     }
 
     #[test]

@@ -84,13 +84,8 @@ pub(crate) struct Config {
     /// Where payments are quoted and settled.
     pub(crate) network: PaymentNetwork,
     /// The settle timeout, and payment faults for tests and demos.
-    pub(crate) payment_faults: Arc<crate::payment::PaymentFaults>,
+    pub(crate) payment_faults: Arc<crate::gates::PaymentFaults>,
 }
-
-/// Solana mainnet, as the specification's Solana gateway quotes it.
-pub(crate) const SOLANA_MAINNET: &str = "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp";
-/// USDC's mint on Solana mainnet.
-pub(crate) const SOLANA_USDC_MINT: &str = "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v";
 
 /// Which rail the gateway quotes.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 //!
 //! Listens on `GATEWAY_LISTEN` (default `127.0.0.1:8402`) and serves
 //! `/v1/chat/completions`, `/v1/messages`, `/v1/responses`, `/v1/models` and
-//! `/v1/images/generations` (paid jobs, polled; see `images.rs`), each also
+//! `/v1/images/generations` (paid jobs, polled; see `images/`), each also
 //! under `/api/v1/…`. Answers come from the embedded echo family
 //! unless a provider's OpenAI-compatible upstream is configured; see
 //! `config.rs` for every variable.
@@ -21,16 +21,26 @@
 //! settlement prints one line with the running total. Free models are limited per
 //! client IP. `--network solana` quotes Solana USDC instead, verified and
 //! settled by the x402 facilitator at `GATEWAY_FACILITATOR_URL`.
+//!
+//! Where things live: this file reads the configuration and wires the
+//! layers ([`app`]); `pipeline.rs` orders the steps of each route;
+//! `extensions.rs` holds what a step hands on to the next; `gates.rs` the
+//! free-tier limit and the payment layers with their pricing hooks;
+//! `state.rs` what every request shares, and the upstream call;
+//! `inference.rs` and `images/` the handlers; `request.rs`, `catalogue.rs`,
+//! `render.rs` and `upstream/` the requests, models, answers and providers.
 
-mod app;
 mod catalogue;
 mod config;
-mod gateway;
+mod extensions;
+mod gates;
 mod images;
-mod payment;
+mod inference;
 mod pipeline;
 mod render;
+mod reply;
 mod request;
+mod state;
 mod upstream;
 
 #[cfg(test)]
@@ -45,10 +55,21 @@ mod solana_tests;
 mod tests;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use config::{Config, PaymentNetwork};
-use payment::PaymentSettings;
-use walletgate::x402::DevLedger;
+use axum::Router;
+use axum::routing::{get, post};
+use walletgate::x402::{DevLedger, HttpFacilitator, Network};
+
+use crate::config::{Config, PaymentNetwork};
+use crate::gates::{Gates, PaymentSettings, free_tier};
+use crate::images::jobs::ImageJobs;
+use crate::images::{create_image, poll_image};
+use crate::inference::{infer, models};
+use crate::pipeline::{with_image_pipeline, with_pipeline, with_poll_pipeline};
+use crate::request::Endpoint;
+use crate::state::{AppState, Gateway};
+use crate::upstream::{EchoUpstream, FaultInjecting, ProviderRouter, SharedUpstream};
 
 #[tokio::main]
 async fn main() {
@@ -63,8 +84,12 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     if let PaymentNetwork::Solana(settings) = &mut config.network
         && settings.fee_payer.is_none()
     {
-        settings.fee_payer =
-            Some(PaymentSettings::solana_fee_payer(&settings.facilitator_url).await?);
+        let facilitator = HttpFacilitator::new(&settings.facilitator_url)?;
+        let fee_payer = facilitator.fee_payer(&Network::solana_mainnet()).await;
+        settings.fee_payer = Some(
+            fee_payer
+                .map_err(|error| format!("{}: {}", settings.facilitator_url, error.detail()))?,
+        );
     }
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
@@ -97,7 +122,78 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
          -d '{{\"model\":\"openai/gpt-5-mini\",\"max_tokens\":64,\"messages\":[{{\"role\":\"user\",\"content\":\"hello\"}}]}}'"
     );
     // Connection addresses ride along for the per-IP free-tier limit.
-    let service = app::app(config)?.into_make_service_with_connect_info::<SocketAddr>();
+    let service = app(config)?.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, service).await?;
     Ok(())
+}
+
+/// Inference paths and their endpoints; each is also served under `/api`.
+const INFERENCE_ROUTES: &[(&str, Endpoint)] = &[
+    ("/v1/chat/completions", Endpoint::Chat),
+    ("/v1/messages", Endpoint::Messages),
+    ("/v1/responses", Endpoint::Responses),
+];
+
+/// The whole gateway for `config`; fails only on an unusable payment setting.
+pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigError> {
+    let mut router = ProviderRouter::new(Arc::new(EchoUpstream));
+    for (provider, upstream) in config.providers {
+        router = router.with_provider(provider, upstream);
+    }
+    let upstream: SharedUpstream = Arc::new(FaultInjecting::new(Arc::new(router), config.faults));
+    let payments = match &config.network {
+        PaymentNetwork::LocalEvm => {
+            PaymentSettings::local_evm(&config.pay_to, config.ledger, config.clock.clone())?
+        }
+        PaymentNetwork::Solana(settings) => {
+            let Some(fee_payer) = settings.fee_payer.as_deref() else {
+                return Err(walletgate::x402::ConfigError::InvalidFacilitatorUrl(
+                    format!(
+                        "{}: no fee payer (set GATEWAY_SOLANA_FEE_PAYER or serve it in /supported)",
+                        settings.facilitator_url
+                    ),
+                ));
+            };
+            PaymentSettings::solana(settings, fee_payer, config.clock.clone())?
+        }
+    };
+    let payments = payments.with_faults(config.payment_faults);
+    let gates = Gates {
+        free_tier: free_tier(config.free_tier),
+        inference_payment: payments.inference_layer()?,
+        image_payment: payments.image_layer()?,
+    };
+    let images = ImageJobs::new(config.clock.clone(), config.image_job);
+    let state: AppState = Arc::new(Gateway::new(
+        config.catalogue,
+        upstream,
+        config.upstream_timeout,
+        config.body_limit_bytes,
+        config.clock,
+        gates,
+        images,
+    ));
+
+    let mut served = Router::new()
+        .route("/v1/models", get(models))
+        .route("/api/v1/models", get(models));
+    for &(path, endpoint) in INFERENCE_ROUTES {
+        let routes = Router::new()
+            .route(path, post(infer))
+            .route(&format!("/api{path}"), post(infer));
+        served = served.merge(with_pipeline(routes, &state, endpoint));
+    }
+    let mut image_jobs = Router::new();
+    let mut image_polls = Router::new();
+    for base in ["", "/api"] {
+        image_jobs = image_jobs.route(&format!("{base}/v1/images/generations"), post(create_image));
+        image_polls = image_polls.route(
+            &format!("{base}/v1/images/generations/{{id}}"),
+            get(poll_image),
+        );
+    }
+    Ok(served
+        .merge(with_image_pipeline(image_jobs, &state))
+        .merge(with_poll_pipeline(image_polls, &state))
+        .with_state(state))
 }

@@ -10,8 +10,8 @@ use tokio::sync::Notify;
 use walletgate::envelope::ErrorCode;
 use walletgate::free_tier::FreeTierQuotas;
 use walletgate::x402::{
-    AtomicAmount, BASE_SEPOLIA_USDC, DevLedger, ExactEvmDomain, PaymentPayload, SettleResponse,
-    codec,
+    AtomicAmount, BASE_SEPOLIA_USDC, DevLedger, ExactEvmDomain, PaymentPayload, Price,
+    SettleResponse, UsdAmount, codec,
 };
 use walletgate::{Clock, FakeClock};
 
@@ -37,8 +37,8 @@ fn expected_units(endpoint: Endpoint, model: &str) -> u128 {
     let request =
         ChatRequest::from_json(endpoint, body(endpoint, model.id, "hello", false)).unwrap();
     match model.price(&request) {
-        crate::catalogue::RequestPrice::UsdMicros(micros) => u128::from(micros) + 1_000,
-        crate::catalogue::RequestPrice::Free => panic!("{} is free", model.id),
+        Price::Usd(usd) => usd.micros() + UsdAmount::FLAT_FEE.micros(),
+        _ => panic!("{} is free", model.id),
     }
 }
 
@@ -731,7 +731,7 @@ async fn image_requests_are_validated_before_any_quote() {
 #[tokio::test]
 async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
     use tower::ServiceExt;
-    let settings = crate::payment::PaymentSettings::local_evm(
+    let settings = crate::gates::PaymentSettings::local_evm(
         DevLedger::DEV_ACCOUNTS[9],
         Arc::new(DevLedger::new()),
         Arc::new(walletgate::SystemClock),

@@ -3,16 +3,18 @@
 //!
 //! Outer to inner:
 //!
-//! 1. [`limit_body`] → `REQUEST_TOO_LARGE` over the configured size.
-//! 2. [`parse_json`] → reads the body once; `INVALID_JSON`.
+//! 1. `EnvelopeStyleLayer`: the endpoint's envelope, set once for every step.
+//! 2. `JsonBodyLayer` → `REQUEST_TOO_LARGE` over the configured size, reads
+//!    and parses the body once; `INVALID_JSON`.
 //! 3. [`validate_body`] → the endpoint's schema; `INVALID_REQUEST_BODY` with
 //!    `details[].path`. Inserts [`ParsedRequest`].
 //! 4. [`require_conversation`] → `EMPTY_CONVERSATION`.
 //! 5. [`resolve_model`] → unknown model (400, close ids suggested). Inserts [`ResolvedModel`].
 //! 6. [`check_stream_support`] → `STREAM_UNSUPPORTED`.
 //! 7. `FreeTierLimitLayer`, free models only → `FREE_TIER_RATE_LIMITED`.
-//! 8. `X402Layer`, paid models only, priced by [`request_price`] → 402 quote,
-//!    payment codes; settles after a 2xx answer only.
+//! 8. `X402Layer`, paid models only, priced by
+//!    [`request_price`](crate::gates::request_price) → 402 quote, payment
+//!    codes; settles after a 2xx answer only.
 //!
 //! Steps 7 and 8 read [`ParsedRequest`] and [`ResolvedModel`] from the request
 //! extensions; nothing re-reads or re-parses the body. [`with_pipeline`] is
@@ -22,39 +24,20 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{Request, State};
 use axum::middleware::{Next, from_fn, from_fn_with_state};
 use axum::response::Response;
-use http::header::CONTENT_LENGTH;
-use http::request::Parts;
-use http_body_util::{LengthLimitError, Limited};
-use serde_json::Value;
 use tower::ServiceBuilder;
-use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, UnknownModelBody};
+use walletgate::envelope::{
+    EnvelopeStyle, EnvelopeStyleLayer, ErrorCode, GatewayError, UnknownModelBody,
+};
+use walletgate::gateway::{JsonBodyLayer, ParsedJson, invalid_request_body};
 
-use crate::catalogue::{Model, RequestPrice};
-use crate::gateway::AppState;
+use crate::extensions::{ParsedRequest, ResolvedModel, wiring_fault};
 use crate::images::{find_job, validate_image};
+use crate::reply::reject;
 use crate::request::{ChatRequest, Endpoint};
-
-/// The request body as parsed JSON, between parsing and validation.
-#[derive(Clone, Debug)]
-pub(crate) struct JsonBody(pub(crate) Value);
-
-/// The validated request, mapped to chat form. Read it with the extractor.
-#[derive(Clone, Debug)]
-pub(crate) struct ParsedRequest(pub(crate) Arc<ChatRequest>);
-
-/// The catalogue entry of the requested model. Read it with the extractor.
-#[derive(Clone, Debug)]
-pub(crate) struct ResolvedModel(pub(crate) Arc<Model>);
-
-impl AsRef<str> for ParsedRequest {
-    /// The requested model id, the key a price table looks up.
-    fn as_ref(&self) -> &str {
-        &self.0.model
-    }
-}
+use crate::state::AppState;
 
 /// Wraps the inference routes in the pipeline, outer to inner.
 ///
@@ -64,12 +47,16 @@ impl AsRef<str> for ParsedRequest {
 /// after validation, in that order, so both see [`ParsedRequest`] and
 /// [`ResolvedModel`] and neither runs for a request already rejected: an
 /// invalid request is never quoted, let alone charged.
-pub(crate) fn with_pipeline(routes: Router<AppState>, state: &AppState) -> Router<AppState> {
+pub(crate) fn with_pipeline(
+    routes: Router<AppState>,
+    state: &AppState,
+    endpoint: Endpoint,
+) -> Router<AppState> {
     routes.route_layer(
         ServiceBuilder::new()
-            .layer(from_fn_with_state(state.clone(), limit_body))
-            .layer(from_fn(parse_json))
-            .layer(from_fn(validate_body))
+            .layer(EnvelopeStyleLayer::new(endpoint.style()))
+            .layer(JsonBodyLayer::new(state.body_limit_bytes))
+            .layer(from_fn_with_state(endpoint, validate_body))
             .layer(from_fn(require_conversation))
             .layer(from_fn_with_state(state.clone(), resolve_model))
             .layer(from_fn(check_stream_support))
@@ -84,8 +71,7 @@ pub(crate) fn with_pipeline(routes: Router<AppState>, state: &AppState) -> Route
 pub(crate) fn with_image_pipeline(routes: Router<AppState>, state: &AppState) -> Router<AppState> {
     routes.route_layer(
         ServiceBuilder::new()
-            .layer(from_fn_with_state(state.clone(), limit_body))
-            .layer(from_fn(parse_json))
+            .layer(JsonBodyLayer::new(state.body_limit_bytes))
             .layer(from_fn_with_state(state.clone(), validate_image))
             .layer(state.gates.image_payment.clone()),
     )
@@ -101,126 +87,23 @@ pub(crate) fn with_poll_pipeline(routes: Router<AppState>, state: &AppState) -> 
     )
 }
 
-/// What a request costs before the flat fee: the payment layer's pricing hook.
-///
-/// Reads what the pipeline inserted, so it must run inside it; `None` (a
-/// wiring fault) is for the hook to refuse, never to serve free.
-pub(crate) fn request_price(parts: &Parts) -> Option<RequestPrice> {
-    let ParsedRequest(request) = parts.extensions.get::<ParsedRequest>()?;
-    let ResolvedModel(model) = parts.extensions.get::<ResolvedModel>()?;
-    Some(model.price(request))
-}
-
-/// A gateway error as an axum response.
-pub(crate) fn reject(error: GatewayError, style: EnvelopeStyle) -> Response {
-    error.into_response(style).map(Body::from)
-}
-
-fn wiring_fault(missing: &str, style: EnvelopeStyle) -> Response {
-    reject(
-        GatewayError::new(ErrorCode::InternalError).with_message(format!(
-            "Internal error: {missing} missing (pipeline wiring)"
-        )),
-        style,
-    )
-}
-
-/// Rejects bodies over the limit: at once by `Content-Length`, or when the
-/// parse step reads past it (chunked bodies).
-async fn limit_body(State(gateway): State<AppState>, request: Request, next: Next) -> Response {
-    let limit = gateway.body_limit_bytes;
-    let declared = request
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > u64::try_from(limit).unwrap_or(u64::MAX)) {
-        return too_large(limit, EnvelopeStyle::of_request(&request));
-    }
-    let (mut parts, body) = request.into_parts();
-    parts.extensions.insert(BodyLimit(limit));
-    next.run(Request::from_parts(
-        parts,
-        Body::new(Limited::new(body, limit)),
-    ))
-    .await
-}
-
-/// The limit [`limit_body`] applied, for the parse step's message.
-#[derive(Clone, Copy, Debug)]
-struct BodyLimit(usize);
-
-fn too_large(limit: usize, style: EnvelopeStyle) -> Response {
-    reject(
-        GatewayError::new(ErrorCode::RequestTooLarge).with_message(format!(
-            "Request body is over the size limit of {limit} bytes"
-        )),
-        style,
-    )
-}
-
-/// Reads the body once and parses it; the bytes stay the body for any
-/// inner service that wants them.
-async fn parse_json(request: Request, next: Next) -> Response {
-    let style = EnvelopeStyle::of_request(&request);
-    let (mut parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
-        Ok(bytes) => bytes,
-        Err(error) => {
-            if caused_by_limit(&error) {
-                return match parts.extensions.get::<BodyLimit>() {
-                    Some(BodyLimit(limit)) => too_large(*limit, style),
-                    None => reject(GatewayError::new(ErrorCode::RequestTooLarge), style),
-                };
-            }
-            return reject(
-                GatewayError::new(ErrorCode::InvalidJson)
-                    .with_message("Request body could not be read"),
-                style,
-            );
-        }
-    };
-    match serde_json::from_slice::<Value>(&bytes) {
-        Ok(value) => {
-            parts.extensions.insert(JsonBody(value));
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
-        }
-        Err(error) => reject(
-            GatewayError::new(ErrorCode::InvalidJson)
-                .with_message(format!("Request body is not valid JSON: {error}")),
-            style,
-        ),
-    }
-}
-
-fn caused_by_limit(error: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(cause) = source {
-        if cause.is::<LengthLimitError>() {
-            return true;
-        }
-        source = cause.source();
-    }
-    false
-}
-
-async fn validate_body(mut request: Request, next: Next) -> Response {
-    let style = EnvelopeStyle::of_request(&request);
-    let Some(JsonBody(value)) = request.extensions_mut().remove::<JsonBody>() else {
+async fn validate_body(
+    State(endpoint): State<Endpoint>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let style = endpoint.style();
+    let Some(ParsedJson(value)) = request.extensions_mut().remove::<ParsedJson>() else {
         return wiring_fault("the parsed JSON body", style);
     };
-    match ChatRequest::from_json(Endpoint::of_style(style), value) {
+    match ChatRequest::from_json(endpoint, value) {
         Ok(parsed) => {
             request
                 .extensions_mut()
                 .insert(ParsedRequest(Arc::new(parsed)));
             next.run(request).await
         }
-        Err(details) => reject(
-            GatewayError::new(ErrorCode::InvalidRequestBody).with_details(details),
-            style,
-        ),
+        Err(details) => reject(invalid_request_body(details), style),
     }
 }
 
@@ -282,34 +165,4 @@ async fn check_stream_support(request: Request, next: Next) -> Response {
         );
     }
     next.run(request).await
-}
-
-/// Reads a pipeline value from the request extensions; a missing value is a
-/// wiring fault (500), never the client's.
-fn extension<T: Clone + Send + Sync + 'static>(
-    parts: &Parts,
-    name: &str,
-) -> Result<T, Box<Response>> {
-    parts.extensions.get::<T>().cloned().ok_or_else(|| {
-        Box::new(wiring_fault(
-            name,
-            EnvelopeStyle::for_path(parts.uri.path()),
-        ))
-    })
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for ParsedRequest {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        extension(parts, "ParsedRequest").map_err(|response| *response)
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for ResolvedModel {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        extension(parts, "ResolvedModel").map_err(|response| *response)
-    }
 }

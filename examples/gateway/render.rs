@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame};
 use serde_json::{Value, json};
 use tokio::time::Sleep;
-use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError};
+use walletgate::envelope::{ErrorCode, GatewayError};
 
 use crate::request::Endpoint;
 use crate::upstream::{Completion, EventStream, FinishReason, StreamEvent, UpstreamFault, Usage};
@@ -352,14 +352,5 @@ where
 
     fn is_end_stream(&self) -> bool {
         self.done
-    }
-}
-
-/// The error style of an endpoint.
-pub(crate) fn style_of(endpoint: Endpoint) -> EnvelopeStyle {
-    match endpoint {
-        Endpoint::Chat => EnvelopeStyle::Chat,
-        Endpoint::Messages => EnvelopeStyle::Messages,
-        Endpoint::Responses => EnvelopeStyle::Responses,
     }
 }

@@ -7,6 +7,7 @@
 
 use serde_json::{Map, Value, json};
 use walletgate::envelope::{DetailPathSegment, EnvelopeStyle, ValidationDetail};
+use walletgate::gateway::{BodyCheck, DetailPath, at};
 
 /// Which endpoint a request came in on: it decides the body schema, the
 /// success shape and the error envelope.
@@ -21,11 +22,12 @@ pub(crate) enum Endpoint {
 }
 
 impl Endpoint {
-    pub(crate) fn of_style(style: EnvelopeStyle) -> Self {
-        match style {
-            EnvelopeStyle::Messages => Self::Messages,
-            EnvelopeStyle::Responses => Self::Responses,
-            _ => Self::Chat,
+    /// The envelope the endpoint's rejections come in; the router sets it once.
+    pub(crate) fn style(self) -> EnvelopeStyle {
+        match self {
+            Self::Chat => EnvelopeStyle::Chat,
+            Self::Messages => EnvelopeStyle::Messages,
+            Self::Responses => EnvelopeStyle::Responses,
         }
     }
 }
@@ -51,20 +53,20 @@ impl ChatRequest {
         endpoint: Endpoint,
         body: Value,
     ) -> Result<Self, Vec<ValidationDetail>> {
-        let mut check = Check::default();
+        let mut check = BodyCheck::default();
         let Value::Object(object) = body else {
             check.fail(&[], "the body must be a JSON object");
-            return Err(check.details);
+            return Err(check.into_details());
         };
         let request = match endpoint {
             Endpoint::Chat => chat(&mut check, object),
             Endpoint::Messages => messages(&mut check, &object),
             Endpoint::Responses => responses(&mut check, &object),
         };
-        if check.details.is_empty() {
+        if check.is_ok() {
             Ok(request)
         } else {
-            Err(check.details)
+            Err(check.into_details())
         }
     }
 
@@ -143,131 +145,6 @@ fn join(text: &mut String, more: &str) {
     text.push_str(more);
 }
 
-/// Collects validation failures with their paths.
-#[derive(Default)]
-struct Check {
-    details: Vec<ValidationDetail>,
-}
-
-type Path = [DetailPathSegment];
-
-fn at(path: &Path, segment: impl Into<DetailPathSegment>) -> Vec<DetailPathSegment> {
-    let mut longer = path.to_vec();
-    longer.push(segment.into());
-    longer
-}
-
-impl Check {
-    fn fail(&mut self, path: &Path, message: impl Into<String>) {
-        self.details
-            .push(ValidationDetail::new(path.to_vec(), message));
-    }
-
-    /// A required non-empty string field.
-    fn required_string(&mut self, object: &Map<String, Value>, key: &str) -> String {
-        match object.get(key) {
-            Some(Value::String(text)) if !text.is_empty() => text.clone(),
-            Some(Value::String(_)) => {
-                self.fail(&at(&[], key), "must not be empty");
-                String::new()
-            }
-            Some(_) => {
-                self.fail(&at(&[], key), "must be a string");
-                String::new()
-            }
-            None => {
-                self.fail(&at(&[], key), "is required");
-                String::new()
-            }
-        }
-    }
-
-    fn optional_string(&mut self, object: &Map<String, Value>, key: &str) -> Option<String> {
-        match object.get(key) {
-            None | Some(Value::Null) => None,
-            Some(Value::String(text)) => Some(text.clone()),
-            Some(_) => {
-                self.fail(&at(&[], key), "must be a string");
-                None
-            }
-        }
-    }
-
-    fn optional_bool(&mut self, object: &Map<String, Value>, key: &str) -> bool {
-        match object.get(key) {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(flag)) => *flag,
-            Some(_) => {
-                self.fail(&at(&[], key), "must be a boolean");
-                false
-            }
-        }
-    }
-
-    fn optional_count(&mut self, object: &Map<String, Value>, key: &str) -> Option<u64> {
-        match object.get(key) {
-            None | Some(Value::Null) => None,
-            Some(value) => match value.as_u64() {
-                Some(count) if count >= 1 => Some(count),
-                _ => {
-                    self.fail(&at(&[], key), "must be a positive integer");
-                    None
-                }
-            },
-        }
-    }
-
-    fn optional_number(&mut self, object: &Map<String, Value>, key: &str) {
-        if let Some(value) = object.get(key)
-            && !value.is_null()
-            && !value.is_number()
-        {
-            self.fail(&at(&[], key), "must be a number");
-        }
-    }
-
-    fn array<'v>(&mut self, value: Option<&'v Value>, path: &Path) -> &'v [Value] {
-        match value {
-            Some(Value::Array(items)) => items,
-            Some(_) => {
-                self.fail(path, "must be an array");
-                &[]
-            }
-            None => {
-                self.fail(path, "is required");
-                &[]
-            }
-        }
-    }
-
-    fn object<'v>(&mut self, value: &'v Value, path: &Path) -> Option<&'v Map<String, Value>> {
-        let object = value.as_object();
-        if object.is_none() {
-            self.fail(path, "must be an object");
-        }
-        object
-    }
-
-    /// A `type` string inside a part or block; `None` after a failure.
-    fn part_type<'v>(&mut self, part: &'v Map<String, Value>, path: &Path) -> Option<&'v str> {
-        let kind = part.get("type").and_then(Value::as_str);
-        if kind.is_none() {
-            self.fail(&at(path, "type"), "must be a string");
-        }
-        kind
-    }
-
-    fn text_field(&mut self, part: &Map<String, Value>, key: &str, path: &Path) -> String {
-        match part.get(key).and_then(Value::as_str) {
-            Some(text) => text.to_owned(),
-            None => {
-                self.fail(&at(path, key), "must be a string");
-                String::new()
-            }
-        }
-    }
-}
-
 const CHAT_ROLES: &[&str] = &[
     "system",
     "developer",
@@ -279,7 +156,7 @@ const CHAT_ROLES: &[&str] = &[
 const CHAT_FIELDS: &[&str] = &["model", "messages", "stream", "max_tokens"];
 
 /// `/v1/chat/completions`: OpenAI chat body.
-fn chat(check: &mut Check, mut object: Map<String, Value>) -> ChatRequest {
+fn chat(check: &mut BodyCheck, mut object: Map<String, Value>) -> ChatRequest {
     let model = check.required_string(&object, "model");
     let stream = check.optional_bool(&object, "stream");
     let max_tokens = check
@@ -310,7 +187,7 @@ fn chat(check: &mut Check, mut object: Map<String, Value>) -> ChatRequest {
     }
 }
 
-fn chat_message(check: &mut Check, message: &Value, path: &Path) {
+fn chat_message(check: &mut BodyCheck, message: &Value, path: &DetailPath) {
     let Some(message) = check.object(message, path) else {
         return;
     };
@@ -340,7 +217,7 @@ fn chat_message(check: &mut Check, message: &Value, path: &Path) {
     }
 }
 
-fn chat_part(check: &mut Check, part: &Value, path: &Path) {
+fn chat_part(check: &mut BodyCheck, part: &Value, path: &DetailPath) {
     let Some(part) = check.object(part, path) else {
         return;
     };
@@ -365,7 +242,7 @@ fn chat_part(check: &mut Check, part: &Value, path: &Path) {
 }
 
 /// `/v1/messages`: Anthropic messages body.
-fn messages(check: &mut Check, object: &Map<String, Value>) -> ChatRequest {
+fn messages(check: &mut BodyCheck, object: &Map<String, Value>) -> ChatRequest {
     let model = check.required_string(object, "model");
     let stream = check.optional_bool(object, "stream");
     let max_tokens = check.optional_count(object, "max_tokens");
@@ -415,7 +292,7 @@ fn messages(check: &mut Check, object: &Map<String, Value>) -> ChatRequest {
     }
 }
 
-fn anthropic_message(check: &mut Check, message: &Value, path: &Path) -> Option<Value> {
+fn anthropic_message(check: &mut BodyCheck, message: &Value, path: &DetailPath) -> Option<Value> {
     let message = check.object(message, path)?;
     Some(mapped_message(
         check,
@@ -428,7 +305,11 @@ fn anthropic_message(check: &mut Check, message: &Value, path: &Path) -> Option<
 
 /// One Anthropic content block in chat form; tool and thinking blocks carry
 /// no prompt text for the echo family and are not sent upstream.
-fn anthropic_block(check: &mut Check, block: &Map<String, Value>, path: &Path) -> Option<Value> {
+fn anthropic_block(
+    check: &mut BodyCheck,
+    block: &Map<String, Value>,
+    path: &DetailPath,
+) -> Option<Value> {
     match check.part_type(block, path)? {
         "text" => {
             let text = check.text_field(block, "text", path);
@@ -454,11 +335,11 @@ fn anthropic_block(check: &mut Check, block: &Map<String, Value>, path: &Path) -
 /// A vendor's `{role, content}` message in chat form: `role` one of `roles`,
 /// `content` a string or parts that `map_part` maps (`None`: no prompt in it).
 fn mapped_message(
-    check: &mut Check,
+    check: &mut BodyCheck,
     message: &Map<String, Value>,
-    path: &Path,
+    path: &DetailPath,
     roles: &[&str],
-    map_part: fn(&mut Check, &Map<String, Value>, &Path) -> Option<Value>,
+    map_part: fn(&mut BodyCheck, &Map<String, Value>, &DetailPath) -> Option<Value>,
 ) -> Value {
     let role = message.get("role").and_then(Value::as_str);
     if !role.is_some_and(|role| roles.contains(&role)) {
@@ -505,7 +386,7 @@ fn anthropic_image_url(source: &Map<String, Value>) -> Option<String> {
 }
 
 /// `/v1/responses`: OpenAI responses body.
-fn responses(check: &mut Check, object: &Map<String, Value>) -> ChatRequest {
+fn responses(check: &mut BodyCheck, object: &Map<String, Value>) -> ChatRequest {
     let model = check.required_string(object, "model");
     let stream = check.optional_bool(object, "stream");
     let max_tokens = check.optional_count(object, "max_output_tokens");
@@ -539,7 +420,7 @@ fn responses(check: &mut Check, object: &Map<String, Value>) -> ChatRequest {
     }
 }
 
-fn responses_item(check: &mut Check, item: &Value, path: &Path) -> Option<Value> {
+fn responses_item(check: &mut BodyCheck, item: &Value, path: &DetailPath) -> Option<Value> {
     let item = check.object(item, path)?;
     match item.get("type").and_then(Value::as_str) {
         None | Some("message") => {}
@@ -551,7 +432,11 @@ fn responses_item(check: &mut Check, item: &Value, path: &Path) -> Option<Value>
 }
 
 /// One responses-style content part in chat form.
-fn responses_part(check: &mut Check, part: &Map<String, Value>, path: &Path) -> Option<Value> {
+fn responses_part(
+    check: &mut BodyCheck,
+    part: &Map<String, Value>,
+    path: &DetailPath,
+) -> Option<Value> {
     match check.part_type(part, path)? {
         "input_text" | "output_text" => {
             let text = check.text_field(part, "text", path);

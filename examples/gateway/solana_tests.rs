@@ -16,11 +16,11 @@ use http::StatusCode;
 use serde_json::json;
 use walletgate::envelope::ErrorCode;
 use walletgate::x402::{
-    AtomicAmount, FacilitatorRequest, PaymentPayload, PaymentRequirements, SettleResponse, codec,
+    AtomicAmount, FacilitatorRequest, HttpFacilitator, Network, PaymentPayload,
+    PaymentRequirements, SOLANA_MAINNET, SOLANA_USDC_MINT, SettleResponse, codec,
 };
 
-use crate::config::{Config, PaymentNetwork, SOLANA_MAINNET, SOLANA_USDC_MINT, SolanaSettings};
-use crate::payment::PaymentSettings;
+use crate::config::{Config, PaymentNetwork, SolanaSettings};
 use crate::payment_tests::assert_payment_rejection;
 use crate::request::Endpoint;
 use crate::tests::{ENDPOINTS, Server, body, path, serve};
@@ -107,7 +107,9 @@ async fn facilitator() -> (SocketAddr, Shared) {
 
 /// The gateway in its Solana variant, its fee payer read from the facilitator.
 async fn solana_gateway(facilitator_url: String) -> Server {
-    let fee_payer = PaymentSettings::solana_fee_payer(&facilitator_url)
+    let fee_payer = HttpFacilitator::new(&facilitator_url)
+        .unwrap()
+        .fee_payer(&Network::solana_mainnet())
         .await
         .ok();
     Server::start(Config {
@@ -267,4 +269,22 @@ async fn an_unavailable_facilitator_is_a_503_and_the_same_payment_goes_through_l
         assert_payment_rejection(endpoint, &reply, code);
         assert_eq!(reply.header("retry-after"), Some("5"));
     }
+}
+
+#[tokio::test]
+async fn the_fee_payer_is_read_from_supported_for_its_network_only() {
+    let (address, _state) = facilitator().await;
+    let facilitator = HttpFacilitator::new(&format!("http://{address}/facilitator")).unwrap();
+    let solana = facilitator.fee_payer(&Network::solana_mainnet()).await;
+    assert_eq!(solana.unwrap(), FEE_PAYER);
+    let evm = facilitator.fee_payer(&Network::base_sepolia()).await;
+    let error = evm.unwrap_err();
+    assert_eq!(
+        error.kind(),
+        &walletgate::x402::FacilitatorErrorKind::Protocol
+    );
+    assert!(
+        error.detail().contains("no feePayer for eip155:84532"),
+        "{error:?}"
+    );
 }

@@ -3,54 +3,17 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response};
+use http::{HeaderValue, Response};
 
 use super::codes::ErrorCode;
 use super::header;
+use super::json_response;
 use super::shapes::{
     ChatErrorBody, ChatErrorDetail, MessagesErrorBody, MessagesErrorDetail, MessagesErrorTag,
     PaymentRejectionBody, ResponsesErrorBody, ValidationDetail,
 };
-use super::{json_response, redact};
-
-/// Which error shape a gateway route answers with.
-///
-/// Put one into the request extensions to choose explicitly; otherwise
-/// [`EnvelopeStyle::of_request`] derives it from the path.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum EnvelopeStyle {
-    /// Chat-style (`/v1/chat/completions`, images, models): the default.
-    #[default]
-    Chat,
-    /// Message-style (`/v1/messages`).
-    Messages,
-    /// Responses-style (`/v1/responses`).
-    Responses,
-}
-
-impl EnvelopeStyle {
-    /// The style for a request path (`/v1/…` or `/api/v1/…`).
-    pub fn for_path(path: &str) -> Self {
-        let path = path.trim_end_matches('/');
-        if path.ends_with("/v1/messages") {
-            Self::Messages
-        } else if path.ends_with("/v1/responses") {
-            Self::Responses
-        } else {
-            Self::Chat
-        }
-    }
-
-    /// The style in the request's extensions, else the one its path implies.
-    pub fn of_request<B>(request: &Request<B>) -> Self {
-        request
-            .extensions()
-            .get::<Self>()
-            .copied()
-            .unwrap_or_else(|| Self::for_path(request.uri().path()))
-    }
-}
+use super::style::EnvelopeStyle;
+use crate::upstream::redact;
 
 /// The `X-RateLimit-*` figures of a limited (or limit-counted) request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,7 +87,7 @@ impl GatewayError {
         self
     }
 
-    /// Attaches upstream error text; it is [redacted](super::redact::redact) here, so raw text never
+    /// Attaches upstream error text; it is [redacted](crate::upstream::redact) here, so raw text never
     /// reaches a body.
     pub fn with_debug(mut self, upstream_text: &str) -> Self {
         self.debug = Some(redact(upstream_text));

@@ -18,7 +18,10 @@
 //! | missing extension | [`MissingExtension`] | every extractor whose layer is not in front of its route: 500 in the route's shape |
 //!
 //! A gateway layer describes a failure once, as a [`GatewayError`], and the
-//! route's [`EnvelopeStyle`] picks the shape:
+//! route's [`EnvelopeStyle`] picks the shape. The router sets the style once
+//! per route ([`EnvelopeStyleLayer`]); nothing guesses it from the path. A
+//! caller who wants other answers owns them with a [`RenderRejection`]
+//! (`with_rejection` on the layers):
 //!
 //! ```
 //! use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError};
@@ -31,25 +34,23 @@
 //! assert_eq!(response.headers()["x-ratelimit-source"], "anthropic");
 //! ```
 
-mod classify;
 mod codes;
 mod data_api;
 mod gateway;
 mod missing;
-pub mod redact;
 pub mod shapes;
+mod style;
 
-pub use classify::{classify_upstream, status_in_text};
 pub use codes::{ErrorCode, ErrorType};
 pub use data_api::DataApiError;
-pub use gateway::{EnvelopeStyle, GatewayError, RateLimitInfo};
+pub use gateway::{GatewayError, RateLimitInfo};
 pub use missing::MissingExtension;
-pub use redact::redact;
 pub use shapes::{
     ChatErrorBody, ChatErrorDetail, DetailPathSegment, MessagesErrorBody, PaymentInfo,
     PaymentRejectionBody, QuoteBody, QuotePrice, ResponsesErrorBody, UnknownModelBody,
     ValidationDetail,
 };
+pub use style::{EnvelopeStyle, EnvelopeStyleLayer, RenderRejection, SetEnvelopeStyle};
 
 /// Header names the envelopes write, in their canonical lowercase form.
 pub mod header {

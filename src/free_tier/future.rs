@@ -12,7 +12,7 @@ use tower_service::Service;
 use super::client_ip::ClientIpError;
 use super::limiter::Verdict;
 use crate::body::{ResponseBody, rejection};
-use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RateLimitInfo};
+use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RateLimitInfo, RenderRejection};
 use crate::store::StoreError;
 
 pin_project! {
@@ -36,7 +36,7 @@ pin_project! {
             #[pin]
             check: CheckFuture,
             call: Option<(S, Request<ReqBody>)>,
-            style: EnvelopeStyle,
+            answer: (EnvelopeStyle, RenderRejection),
         },
         // Admitted: the inner answer gets the X-RateLimit-* headers.
         Admitted { #[pin] future: F, rate_limit: RateLimitInfo },
@@ -62,13 +62,13 @@ where
         check: CheckFuture,
         service: S,
         request: Request<ReqBody>,
-        style: EnvelopeStyle,
+        answer: (EnvelopeStyle, RenderRejection),
     ) -> Self {
         Self {
             kind: Kind::Checking {
                 check,
                 call: Some((service, request)),
-                style,
+                answer,
             },
         }
     }
@@ -125,9 +125,13 @@ where
                     (Kind::Done, Ok(rejection(response)))
                 }
                 KindProj::Done => panic!("{POLLED_AFTER_COMPLETION}"),
-                KindProj::Checking { check, call, style } => {
+                KindProj::Checking {
+                    check,
+                    call,
+                    answer: (style, render),
+                } => {
                     let verdict = ready!(check.poll(cx));
-                    let style = *style;
+                    let reject = |error| Some(render.render(error, *style));
                     let next = match verdict {
                         Ok(Verdict::Allowed { rate_limit }) => {
                             let (mut service, request) =
@@ -141,15 +145,13 @@ where
                             retry_after,
                             rate_limit,
                         }) => Kind::Rejected {
-                            response: Some(refusal(retry_after, rate_limit).into_response(style)),
+                            response: reject(refusal(retry_after, rate_limit)),
                         },
                         Ok(Verdict::AtCapacity) => Kind::Rejected {
-                            response: Some(
-                                GatewayError::new(ErrorCode::FreeModelFailed).into_response(style),
-                            ),
+                            response: reject(GatewayError::new(ErrorCode::FreeModelFailed)),
                         },
                         Err(error) => Kind::Rejected {
-                            response: Some(store_failure(&error).into_response(style)),
+                            response: reject(store_failure(&error)),
                         },
                     };
                     kind.set(next);
@@ -202,7 +204,7 @@ mod tests {
             check,
             inner,
             request,
-            EnvelopeStyle::Chat,
+            (EnvelopeStyle::Chat, RenderRejection::default()),
         ));
     }
 

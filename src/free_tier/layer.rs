@@ -13,7 +13,7 @@ use super::future::ResponseFuture;
 use super::key::KeyPrefixes;
 use super::limiter::{FreeTierQuotas, FreeTierStore, InMemoryLimiter};
 use crate::body::ResponseBody;
-use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError};
+use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection};
 
 /// Decides whether a request is free, and so limited by the free tier.
 ///
@@ -41,6 +41,7 @@ pub struct FreeTierLimitLayer<P, L = InMemoryLimiter> {
     store: L,
     resolver: Arc<ClientIpResolver>,
     prefixes: KeyPrefixes,
+    render: RenderRejection,
 }
 
 impl<P> FreeTierLimitLayer<P> {
@@ -57,6 +58,7 @@ impl<P> FreeTierLimitLayer<P> {
             store: InMemoryLimiter::new(quotas),
             resolver: Arc::new(ClientIpResolver::new()),
             prefixes: KeyPrefixes::default(),
+            render: RenderRejection::default(),
         }
     }
 }
@@ -70,6 +72,7 @@ impl<P, L> FreeTierLimitLayer<P, L> {
             store,
             resolver: self.resolver,
             prefixes: self.prefixes,
+            render: self.render,
         }
     }
 
@@ -82,6 +85,17 @@ impl<P, L> FreeTierLimitLayer<P, L> {
     /// Keys clients by these prefixes (default: IPv4 /32, IPv6 /64).
     pub fn with_key_prefixes(mut self, prefixes: KeyPrefixes) -> Self {
         self.prefixes = prefixes;
+        self
+    }
+
+    /// Renders refusals with `render` instead of the route's envelope: it gets
+    /// the failure (`FREE_TIER_RATE_LIMITED` with its `Retry-After` and
+    /// `X-RateLimit-*` figures, or a 500) and the route's style.
+    pub fn with_rejection<F>(mut self, render: F) -> Self
+    where
+        F: Fn(GatewayError, EnvelopeStyle) -> Response<bytes::Bytes> + Send + Sync + 'static,
+    {
+        self.render = RenderRejection::new(render);
         self
     }
 
@@ -168,11 +182,10 @@ where
             Ok(client) => client,
             Err(fault) => {
                 // Never a shared bucket: an unknown client is a server bug.
-                let response = GatewayError::new(ErrorCode::InternalError)
-                    .with_message(format!(
-                        "free-tier limit cannot identify the client: {fault}"
-                    ))
-                    .into_response(style);
+                let error = GatewayError::new(ErrorCode::InternalError).with_message(format!(
+                    "free-tier limit cannot identify the client: {fault}"
+                ));
+                let response = self.layer.render.render(error, style);
                 return ResponseFuture::rejected(response, fault);
             }
         };
@@ -181,6 +194,6 @@ where
         // Call the instance that was polled ready; leave a fresh clone behind.
         let ready = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, ready);
-        ResponseFuture::checking(check, ready, request, style)
+        ResponseFuture::checking(check, ready, request, (style, self.layer.render.clone()))
     }
 }

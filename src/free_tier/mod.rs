@@ -15,7 +15,7 @@
 //!   neither: one refused by the minute quota leaves the hour quota alone,
 //!   and the reverse.
 //! * **Refusal.** 429 `FREE_TIER_RATE_LIMITED` in the route's envelope
-//!   ([`EnvelopeStyle::of_request`](crate::envelope::EnvelopeStyle::of_request)),
+//!   (the [`EnvelopeStyle`](crate::envelope::EnvelopeStyle) its router set),
 //!   with `Retry-After` in whole seconds (rounded up, at least 1: waiting that
 //!   long is enough, unless other requests come in between) and the
 //!   refusing quota's `X-RateLimit-Limit`, `X-RateLimit-Remaining: 0` and

@@ -131,6 +131,7 @@ mod quote;
 mod receipt;
 pub mod replay;
 mod service;
+mod solana;
 mod stream;
 mod types;
 
@@ -148,7 +149,7 @@ pub use layer::{X402Layer, X402LayerBuilder};
 pub use ledger::{DevLedger, Ledger, LedgerError, Transfer};
 pub use local_evm::{LocalEvmFacilitator, MIN_REMAINING_VALIDITY_SECS};
 pub use payer::{Payer, PayerError};
-pub use pricing::{Price, PriceTable, Pricing};
+pub use pricing::{Price, PriceRefusal, PriceTable, Pricing};
 pub use quote::{
     AUTHORIZATION_CLOCK_SKEW_SECS, BASE_SEPOLIA_USDC, DEFAULT_MAX_TIMEOUT_SECS, PaymentOption,
     QUOTE_ERROR, QUOTE_MESSAGE, matching_offer,
@@ -156,6 +157,7 @@ pub use quote::{
 pub use receipt::{PaymentReceipt, SettledPayment, SettlementHook, SettlementHookError};
 pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
 pub use service::X402;
+pub use solana::{SOLANA_MAINNET, SOLANA_USDC_MINT};
 pub use stream::{PAYMENT_RESPONSE_EVENT, X402Body};
 pub use types::{
     AtomicAmount, Eip3009Authorization, ExactEvmPayload, Network, PaymentPayload, PaymentRequired,

@@ -2,10 +2,12 @@
 //!
 //! [`X402Layer`](super::X402Layer) asks a [`Pricing`] for every request. It
 //! sees the request head, including what earlier layers put in the extensions
-//! (a parsed model, for instance), and answers [`Price::Free`] or a USD price.
-//! The layer then adds the flat fee and turns the sum into each offer's atomic
-//! amount. The quote and the paid retry are priced by the same call, so the
-//! price must depend only on the request, never on time or load.
+//! (a parsed model, for instance), and answers [`Price::Free`], a USD price,
+//! or a [`PriceRefusal`] when the request cannot be priced (what it reads is
+//! missing: a wiring fault, answered 500, never served free). The layer then
+//! adds the flat fee ([`UsdAmount::FLAT_FEE`]) and turns the sum into each
+//! offer's atomic amount. The quote and the paid retry are priced by the same
+//! call, so the price must depend only on the request, never on time or load.
 //!
 //! ```
 //! use walletgate::x402::{Price, PriceTable, Pricing};
@@ -24,7 +26,7 @@
 //! let mut request = http::Request::new(());
 //! request.extensions_mut().insert(Model("openai/gpt-4o".into()));
 //! let (parts, ()) = request.into_parts();
-//! assert_eq!(table.price(&parts), Price::usd("0.002")?);
+//! assert_eq!(table.price(&parts), Ok(Price::usd("0.002")?));
 //! # Ok::<(), walletgate::x402::ValueError>(())
 //! ```
 
@@ -35,6 +37,7 @@ use std::sync::Arc;
 use http::request::Parts;
 
 use super::types::{UsdAmount, ValueError};
+use crate::envelope::{ErrorCode, GatewayError};
 
 /// The price of one request, before the flat fee.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,19 +56,65 @@ impl Price {
     }
 }
 
+/// Why a request has no price: the layer answers this instead of a quote.
+///
+/// The default is a wiring fault: what the pricing reads was not put into the
+/// extensions by an earlier layer (500 `INTERNAL_ERROR`). Any other failure
+/// of the code table can be given with [`PriceRefusal::with_error`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct PriceRefusal {
+    error: Box<GatewayError>,
+}
+
+impl PriceRefusal {
+    /// `what` is missing from the request extensions: the pricing runs
+    /// outside the layers that insert it.
+    pub fn missing(what: &str) -> Self {
+        Self::with_error(
+            GatewayError::new(ErrorCode::InternalError)
+                .with_message(format!("Internal error: {what} missing (pipeline wiring)")),
+        )
+    }
+
+    /// Refuses with `error`, rendered in the route's envelope.
+    pub fn with_error(error: GatewayError) -> Self {
+        Self {
+            error: Box::new(error),
+        }
+    }
+
+    /// The failure the client is told.
+    pub fn error(&self) -> &GatewayError {
+        &self.error
+    }
+
+    /// The failure, to render.
+    pub fn into_error(self) -> GatewayError {
+        *self.error
+    }
+}
+
+impl fmt::Display for PriceRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for PriceRefusal {}
+
 /// Decides what a request costs.
 ///
-/// Closures `Fn(&Parts) -> Price` implement it.
+/// Closures `Fn(&Parts) -> Result<Price, PriceRefusal>` implement it.
 pub trait Pricing: Send + Sync + 'static {
-    /// The price of the request whose head is `request`.
-    fn price(&self, request: &Parts) -> Price;
+    /// The price of the request whose head is `request`, or why it has none.
+    fn price(&self, request: &Parts) -> Result<Price, PriceRefusal>;
 }
 
 impl<F> Pricing for F
 where
-    F: Fn(&Parts) -> Price + Send + Sync + 'static,
+    F: Fn(&Parts) -> Result<Price, PriceRefusal> + Send + Sync + 'static,
 {
-    fn price(&self, request: &Parts) -> Price {
+    fn price(&self, request: &Parts) -> Result<Price, PriceRefusal> {
         self(request)
     }
 }
@@ -136,10 +185,10 @@ impl PriceTable {
 }
 
 impl Pricing for PriceTable {
-    fn price(&self, request: &Parts) -> Price {
-        (self.key)(request)
+    fn price(&self, request: &Parts) -> Result<Price, PriceRefusal> {
+        Ok((self.key)(request)
             .and_then(|key| self.prices.get(&key).copied())
-            .unwrap_or(self.fallback)
+            .unwrap_or(self.fallback))
     }
 }
 
@@ -172,13 +221,13 @@ mod tests {
             .unwrap();
         assert_eq!(
             table.price(&parts("POST", "/v1/chat/completions")),
-            Price::Usd(UsdAmount::from_micros(10_000))
+            Ok(Price::Usd(UsdAmount::from_micros(10_000)))
         );
-        assert_eq!(table.price(&parts("GET", "/v1/models")), Price::Free);
+        assert_eq!(table.price(&parts("GET", "/v1/models")), Ok(Price::Free));
         let strict = table.otherwise(Price::usd("1").unwrap());
         assert_eq!(
             strict.price(&parts("GET", "/v1/models")),
-            Price::usd("1").unwrap()
+            Ok(Price::usd("1").unwrap())
         );
     }
 
@@ -186,15 +235,67 @@ mod tests {
     fn closures_are_pricings() {
         let pricing = |parts: &Parts| {
             if parts.uri.path().starts_with("/paid") {
-                Price::Usd(UsdAmount::from_micros(5))
+                Ok(Price::Usd(UsdAmount::from_micros(5)))
+            } else if parts.uri.path().starts_with("/unwired") {
+                Err(PriceRefusal::missing("Model"))
             } else {
-                Price::Free
+                Ok(Price::Free)
             }
         };
         assert_eq!(
             Pricing::price(&pricing, &parts("GET", "/paid/x")),
-            Price::Usd(UsdAmount::from_micros(5))
+            Ok(Price::Usd(UsdAmount::from_micros(5)))
         );
-        assert_eq!(Pricing::price(&pricing, &parts("GET", "/x")), Price::Free);
+        assert_eq!(
+            Pricing::price(&pricing, &parts("GET", "/x")),
+            Ok(Price::Free)
+        );
+        let refusal = Pricing::price(&pricing, &parts("GET", "/unwired")).unwrap_err();
+        assert_eq!(refusal.error().code(), ErrorCode::InternalError);
+        assert!(refusal.error().message().contains("Model missing"));
+    }
+
+    #[tokio::test]
+    async fn the_layer_answers_a_refusal_and_never_serves_free() {
+        use std::sync::Arc;
+
+        use bytes::Bytes;
+        use http_body_util::Full;
+        use tower::{Layer, ServiceExt, service_fn};
+
+        use crate::clock::{FakeClock, SharedClock};
+        use crate::envelope::{EnvelopeStyle, EnvelopeStyleLayer};
+        use crate::x402::{DevLedger, LocalEvmFacilitator, PaymentOption, X402Layer};
+
+        let clock: SharedClock = Arc::new(FakeClock::at_unix_secs(1_700_000_000));
+        let layer = X402Layer::builder()
+            .payment_option(
+                PaymentOption::base_sepolia_usdc("0x70997970C51812dc3A010C7d01b50e0d17dc79C8")
+                    .unwrap(),
+            )
+            .pricing(|_: &Parts| Err(PriceRefusal::missing("ResolvedModel")))
+            .facilitator(LocalEvmFacilitator::new(
+                Arc::new(DevLedger::new()),
+                clock.clone(),
+            ))
+            .clock(clock)
+            .build()
+            .unwrap();
+        let service = EnvelopeStyleLayer::new(EnvelopeStyle::Responses).layer(layer.layer(
+            service_fn(|_: http::Request<Full<Bytes>>| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(
+                    "served",
+                ))))
+            }),
+        ));
+        let response = service
+            .oneshot(http::Request::new(Full::default()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), http::StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(response.body().is_rejection());
+        let error = response.extensions().get::<GatewayError>().unwrap();
+        assert_eq!(error.code(), ErrorCode::InternalError);
+        assert!(error.message().contains("ResolvedModel missing"));
     }
 }

@@ -65,11 +65,21 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        let price = self.config.pricing.price(&parts);
-        let request = Request::from_parts(parts, body);
-        let Price::Usd(usd) = price else {
-            return ResponseFuture::passthrough(self.inner.call(request));
+        let usd = match self.config.pricing.price(&parts) {
+            Ok(Price::Usd(usd)) => usd,
+            Ok(Price::Free) => {
+                let request = Request::from_parts(parts, body);
+                return ResponseFuture::passthrough(self.inner.call(request));
+            }
+            // Unpriceable (a wiring fault, usually): refused, never served free.
+            Err(refusal) => {
+                let style = EnvelopeStyle::of_parts(&parts);
+                return ResponseFuture::ready(
+                    rejection(refusal.into_error().into_response(style)).map(X402Body::plain),
+                );
+            }
         };
+        let request = Request::from_parts(parts, body);
         match prepare(&self.config, &request, usd) {
             Err(answer) => ResponseFuture::ready(rejection(answer).map(X402Body::plain)),
             Ok(payment) => {
@@ -262,14 +272,10 @@ where
         request_id,
     } = payment;
     let reject = |code: ErrorCode, why: &str, payer: Option<&str>| {
-        Ok(rejection(payment_rejection(
-            code,
-            why,
-            payer,
-            style,
-            quote.required(),
-        ))
-        .map(X402Body::plain))
+        Ok(
+            rejection(payment_rejection(code, why, payer, style, quote.required()))
+                .map(X402Body::plain),
+        )
     };
     let offer = &facilitation.payment_requirements;
     let now = config.clock.now_unix_secs();

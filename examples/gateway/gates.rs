@@ -1,11 +1,10 @@
 //! The gateway's two gates after validation: the free-tier limit for free
-//! models and x402 payment for paid ones.
+//! models and x402 payment for paid ones, with their pricing hooks.
 //!
 //! Both read what the pipeline put into the request extensions
-//! ([`ResolvedModel`], [`ParsedRequest`](crate::pipeline::ParsedRequest)),
-//! so neither re-parses the body. Prices come from
-//! [`request_price`](crate::pipeline::request_price): the same request always
-//! gets the same price, so a client's signed retry matches its quote.
+//! ([`ResolvedModel`], [`ParsedRequest`]), so neither re-parses the body.
+//! Prices come from [`request_price`] and [`image_price`]: the same request
+//! always gets the same price, so a client's signed retry matches its quote.
 //!
 //! Embedded default: quotes in Base Sepolia USDC, verified and settled
 //! in-process by [`LocalEvmFacilitator`] on a [`DevLedger`] that pre-funds
@@ -17,19 +16,27 @@ use std::time::Duration;
 
 use axum::extract::Request;
 use http::request::Parts;
-use serde_json::{Map, Value};
 use walletgate::SharedClock;
 use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter};
 use walletgate::x402::{
     BoxFuture, ConfigError, DevLedger, Facilitator, FacilitatorError, FacilitatorRequest,
-    HttpFacilitator, InMemoryNonceStore, LocalEvmFacilitator, Network, NonceStore, PaymentOption,
-    Price, SettleResponse, SettledPayment, SettlementHookError, SupportedResponse, UsdAmount,
+    HttpFacilitator, InMemoryNonceStore, LocalEvmFacilitator, NonceStore, PaymentOption, Price,
+    PriceRefusal, SettleResponse, SettledPayment, SettlementHookError, SupportedResponse,
     VerifyResponse, X402Layer,
 };
 
-use crate::catalogue::RequestPrice;
-use crate::config::{SOLANA_MAINNET, SOLANA_USDC_MINT, SolanaSettings};
-use crate::pipeline::{ResolvedModel, request_price};
+use crate::config::SolanaSettings;
+use crate::extensions::{ImagePrice, ParsedRequest, ResolvedModel};
+
+/// The layers after validation, built once from the configuration.
+pub(crate) struct Gates {
+    /// Free models: per-client-IP limit.
+    pub(crate) free_tier: FreeTier,
+    /// Paid inference: priced by model and request.
+    pub(crate) inference_payment: X402Layer,
+    /// Paid image jobs, in paid-replay mode: polls reuse the paying signature.
+    pub(crate) image_payment: X402Layer,
+}
 
 /// The free-tier predicate: the resolved model is free.
 pub(crate) type IsFreeModel = fn(&Request) -> bool;
@@ -48,21 +55,6 @@ fn is_free_model(request: &Request) -> bool {
 /// The free-tier limit for free models, keyed by the connection's peer.
 pub(crate) fn free_tier(quotas: FreeTierQuotas) -> FreeTier {
     FreeTierLimitLayer::with_quotas(is_free_model as IsFreeModel, quotas)
-}
-
-/// What a priced request costs, as the payment layer takes it.
-///
-/// `None` means the pipeline inserted nothing (a wiring fault): the price is
-/// then one no asset can express, which the layer answers with a 500, so a
-/// miswired route is refused rather than served free.
-pub(crate) fn x402_price(price: Option<RequestPrice>) -> Price {
-    match price {
-        Some(RequestPrice::Free) => Price::Free,
-        Some(RequestPrice::UsdMicros(micros)) => {
-            Price::Usd(UsdAmount::from_micros(u128::from(micros)))
-        }
-        None => Price::Usd(UsdAmount::from_micros(u128::MAX)),
-    }
 }
 
 /// Where payments go and who checks them.
@@ -106,18 +98,10 @@ impl PaymentSettings {
         fee_payer: &str,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
-        let mut extra = Map::new();
-        extra.insert("feePayer".into(), Value::from(fee_payer));
-        let option = PaymentOption::other(
-            Network::parse(SOLANA_MAINNET)?,
-            SOLANA_USDC_MINT,
-            &settings.pay_to,
-            extra,
-        );
         let facilitator = HttpFacilitator::new(&settings.facilitator_url)?
             .with_timeout(std::time::Duration::from_secs(10));
         Ok(Self {
-            options: vec![option],
+            options: vec![PaymentOption::solana_usdc(&settings.pay_to, fee_payer)],
             facilitator: Arc::new(facilitator),
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
             clock,
@@ -134,31 +118,6 @@ impl PaymentSettings {
         self
     }
 
-    /// The facilitator's Solana fee payer, from its `GET /supported`, as the
-    /// official servers read it at start.
-    pub(crate) async fn solana_fee_payer(facilitator_url: &str) -> Result<String, String> {
-        let facilitator =
-            HttpFacilitator::new(facilitator_url).map_err(|error| error.to_string())?;
-        let supported = facilitator
-            .supported()
-            .await
-            .map_err(|error| error.to_string())?;
-        supported
-            .kinds
-            .iter()
-            .filter(|kind| kind.network.as_str() == SOLANA_MAINNET)
-            .find_map(|kind| {
-                kind.extra
-                    .as_ref()?
-                    .get("feePayer")?
-                    .as_str()
-                    .map(str::to_owned)
-            })
-            .ok_or_else(|| {
-                format!("{facilitator_url}/supported lists no feePayer for {SOLANA_MAINNET}")
-            })
-    }
-
     /// An x402 layer over these settings, pricing requests with `pricing`.
     ///
     /// `paid_replay` lets the very payment that was settled through again,
@@ -166,7 +125,7 @@ impl PaymentSettings {
     /// recover a lost answer) with the signature they paid with.
     pub(crate) fn layer(
         &self,
-        pricing: impl Fn(&Parts) -> Price + Send + Sync + 'static,
+        pricing: impl Fn(&Parts) -> Result<Price, PriceRefusal> + Send + Sync + 'static,
         paid_replay: bool,
         description: &str,
     ) -> Result<X402Layer, ConfigError> {
@@ -187,17 +146,36 @@ impl PaymentSettings {
 
     /// The layer of the image routes: priced per image, polls by their job.
     pub(crate) fn image_layer(&self) -> Result<X402Layer, ConfigError> {
-        self.layer(crate::images::image_price, true, "Image generation")
+        self.layer(image_price, true, "Image generation")
     }
 
     /// The layer of the inference routes: priced by model and request.
     pub(crate) fn inference_layer(&self) -> Result<X402Layer, ConfigError> {
-        self.layer(
-            |parts: &Parts| x402_price(request_price(parts)),
-            false,
-            "Model inference",
-        )
+        self.layer(request_price, false, "Model inference")
     }
+}
+
+/// What a request costs before the flat fee: the payment layer's pricing hook.
+///
+/// Reads what the pipeline inserted, so it must run inside it; outside, it
+/// refuses (a wiring fault, 500), never serves free.
+pub(crate) fn request_price(parts: &Parts) -> Result<Price, PriceRefusal> {
+    let Some(ParsedRequest(request)) = parts.extensions.get::<ParsedRequest>() else {
+        return Err(PriceRefusal::missing("ParsedRequest"));
+    };
+    let Some(ResolvedModel(model)) = parts.extensions.get::<ResolvedModel>() else {
+        return Err(PriceRefusal::missing("ResolvedModel"));
+    };
+    Ok(model.price(request))
+}
+
+/// The payment layer's pricing hook for the image routes.
+pub(crate) fn image_price(parts: &Parts) -> Result<Price, PriceRefusal> {
+    parts
+        .extensions
+        .get::<ImagePrice>()
+        .map(|price| price.0)
+        .ok_or_else(|| PriceRefusal::missing("ImagePrice"))
 }
 
 /// Counts settlements and their amounts; logs one line per settlement.
@@ -305,7 +283,7 @@ impl Facilitator for FaultyFacilitator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use walletgate::x402::AtomicAmount;
+    use walletgate::x402::{AtomicAmount, Network};
 
     #[tokio::test]
     async fn the_settlement_log_keeps_a_running_total() {

@@ -8,7 +8,8 @@
 //!
 //! ```
 //! use http::StatusCode;
-//! use walletgate::envelope::{classify_upstream, ErrorCode};
+//! use walletgate::envelope::ErrorCode;
+//! use walletgate::upstream::classify_upstream;
 //!
 //! let code = classify_upstream(
 //!     Some(StatusCode::BAD_REQUEST),
@@ -29,7 +30,7 @@ use std::sync::LazyLock;
 use http::StatusCode;
 use regex_lite::Regex;
 
-use super::ErrorCode;
+use crate::envelope::ErrorCode;
 
 /// Patterns that find an HTTP status inside error text, most specific first.
 static STATUS_PATTERNS: LazyLock<Vec<Regex>> = LazyLock::new(|| {
@@ -86,6 +87,44 @@ pub fn classify_upstream(status: Option<StatusCode>, text: &str) -> ErrorCode {
         _ if mentions(&lower, UNAVAILABLE) => ErrorCode::ModelUnavailable,
         _ => ErrorCode::InternalError,
     }
+}
+
+/// A free model's capacity failure in the codes a client of the free tier acts on.
+///
+/// `RATE_LIMITED` and `MODEL_UNAVAILABLE` name a provider's capacity; on a free
+/// model the client's answer is a paid model or a later retry, not another free
+/// provider, so they become `STREAM_FAILED` (the stream was asked for) or
+/// `FREE_MODEL_FAILED`. Every other code passes unchanged.
+///
+/// ```
+/// use walletgate::envelope::ErrorCode;
+/// use walletgate::upstream::free_model_override;
+///
+/// assert_eq!(free_model_override(ErrorCode::RateLimited, false), ErrorCode::FreeModelFailed);
+/// assert_eq!(free_model_override(ErrorCode::ModelUnavailable, true), ErrorCode::StreamFailed);
+/// assert_eq!(free_model_override(ErrorCode::Timeout, false), ErrorCode::Timeout);
+/// ```
+pub fn free_model_override(code: ErrorCode, streaming: bool) -> ErrorCode {
+    match code {
+        ErrorCode::RateLimited | ErrorCode::ModelUnavailable if streaming => {
+            ErrorCode::StreamFailed
+        }
+        ErrorCode::RateLimited | ErrorCode::ModelUnavailable => ErrorCode::FreeModelFailed,
+        other => other,
+    }
+}
+
+/// Whether a client facing `code` should be pointed at same-tier models of
+/// other providers: the failure is one provider's capacity or setup, not the request.
+pub fn suggests_failover(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::RateLimited
+            | ErrorCode::ModelUnavailable
+            | ErrorCode::ProviderConfigError
+            | ErrorCode::StreamFailed
+            | ErrorCode::FreeModelFailed
+    )
 }
 
 /// A failure with no status at all: the connection, not the provider, failed.
@@ -245,6 +284,23 @@ const TIMED_OUT: &[&str] = &["timed out", "timeout", "time-out"];
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_models_turn_capacity_failures_into_their_own_codes() {
+        for code in [ErrorCode::RateLimited, ErrorCode::ModelUnavailable] {
+            assert_eq!(free_model_override(code, false), ErrorCode::FreeModelFailed);
+            assert_eq!(free_model_override(code, true), ErrorCode::StreamFailed);
+            assert!(suggests_failover(free_model_override(code, false)));
+        }
+        for code in [
+            ErrorCode::InvalidParameter,
+            ErrorCode::Timeout,
+            ErrorCode::InternalError,
+        ] {
+            assert_eq!(free_model_override(code, true), code);
+            assert!(!suggests_failover(code));
+        }
+    }
 
     #[test]
     fn finds_status_in_router_texts() {

@@ -1,16 +1,17 @@
-//! The gateway's state and its upstream call: timeout, classification, failover advice.
+//! The gateway's state, shared by every request, and its upstream call:
+//! timeout, classification, failover advice.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use walletgate::SharedClock;
-use walletgate::envelope::{ErrorCode, GatewayError, classify_upstream};
-use walletgate::x402::X402Layer;
+use walletgate::envelope::{ErrorCode, GatewayError};
+use walletgate::upstream::{classify_upstream, free_model_override, suggests_failover};
 
 use crate::catalogue::{Catalogue, Model};
-use crate::images::ImageJobs;
-use crate::payment::FreeTier;
+use crate::gates::Gates;
+use crate::images::jobs::ImageJobs;
 use crate::request::ChatRequest;
 use crate::upstream::{Completion, EventStream, SharedUpstream, UpstreamFault};
 
@@ -28,16 +29,6 @@ pub(crate) struct Gateway {
     /// The `GET /v1/models` body, rendered once: the catalogue never changes.
     pub(crate) listing: bytes::Bytes,
     next_id: AtomicU64,
-}
-
-/// The layers after validation, built once from the configuration.
-pub(crate) struct Gates {
-    /// Free models: per-client-IP limit.
-    pub(crate) free_tier: FreeTier,
-    /// Paid inference: priced by model and request.
-    pub(crate) inference_payment: X402Layer,
-    /// Paid image jobs, in paid-replay mode: polls reuse the paying signature.
-    pub(crate) image_payment: X402Layer,
 }
 
 pub(crate) type AppState = Arc<Gateway>;
@@ -111,27 +102,14 @@ impl Gateway {
         fault: &UpstreamFault,
     ) -> GatewayError {
         let mut code = classify_upstream(fault.status, &fault.text);
-        // A free model out of capacity has its own codes: the client's answer
-        // is a paid model or a later retry, not another free provider's limit.
-        if model.is_free() && matches!(code, ErrorCode::RateLimited | ErrorCode::ModelUnavailable) {
-            code = if streaming {
-                ErrorCode::StreamFailed
-            } else {
-                ErrorCode::FreeModelFailed
-            };
+        if model.is_free() {
+            code = free_model_override(code, streaming);
         }
         let mut error = GatewayError::new(code).with_debug(&fault.text);
         if code == ErrorCode::RateLimited {
             error = error.with_source(model.provider());
         }
-        if matches!(
-            code,
-            ErrorCode::RateLimited
-                | ErrorCode::ModelUnavailable
-                | ErrorCode::ProviderConfigError
-                | ErrorCode::StreamFailed
-                | ErrorCode::FreeModelFailed
-        ) {
+        if suggests_failover(code) {
             let alternatives = self.catalogue.same_tier_alternatives(model);
             if !alternatives.is_empty() {
                 error = error.with_message(format!(

@@ -14,12 +14,10 @@
 //!   already paid for, uncharged, never a second job.
 //!
 //! Jobs are made by the embedded image family: a deterministic SVG of the
-//! prompt as a `data:` URL, ready after the configured duration. Progress
-//! is computed from the clock when asked, so nothing runs in the background.
+//! prompt as a `data:` URL, ready after the configured duration; [`jobs`]
+//! keeps them.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+pub(crate) mod jobs;
 
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
@@ -27,156 +25,19 @@ use axum::middleware::Next;
 use axum::response::Response;
 use base64::Engine;
 use http::request::Parts;
-use http::{HeaderValue, StatusCode, header};
+use http::{HeaderValue, StatusCode};
 use serde_json::{Map, Value, json};
-use walletgate::SharedClock;
-use walletgate::envelope::{
-    DetailPathSegment, EnvelopeStyle, ErrorCode, GatewayError, UnknownModelBody, ValidationDetail,
-};
-use walletgate::x402::{PaymentReceipt, Price};
+use walletgate::envelope::{EnvelopeStyle, UnknownModelBody};
+use walletgate::gateway::{BodyCheck, ParsedJson, at, invalid_request_body};
+use walletgate::x402::PaymentReceipt;
 
-use crate::catalogue::{Model, RequestPrice};
-use crate::gateway::AppState;
-use crate::payment::x402_price;
-use crate::pipeline::{JsonBody, reject};
+use self::jobs::{Job, Progress};
+use crate::extensions::{ImagePrice, ImageRequest, wiring_fault};
+use crate::reply::{json, reject};
+use crate::state::AppState;
 
 /// Most images one request may ask for.
 pub(crate) const MAX_IMAGES: u64 = 4;
-
-/// Jobs kept; the oldest are forgotten beyond this (memory stays bounded).
-const MAX_JOBS: usize = 10_000;
-
-/// A validated image request.
-#[derive(Clone, Debug)]
-pub(crate) struct ImageRequest {
-    pub(crate) model: Arc<Model>,
-    pub(crate) prompt: String,
-    pub(crate) size: String,
-    pub(crate) count: u64,
-}
-
-/// What an image request or poll costs, for the payment layer's pricing.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ImagePrice(pub(crate) RequestPrice);
-
-/// The payment layer's pricing hook for the image routes.
-pub(crate) fn image_price(parts: &Parts) -> Price {
-    x402_price(parts.extensions.get::<ImagePrice>().map(|price| price.0))
-}
-
-/// One accepted job.
-#[derive(Clone, Debug)]
-struct Job {
-    id: String,
-    request: ImageRequest,
-    price: RequestPrice,
-    /// The paying authorization: only its replays see the job.
-    authorization_id: String,
-    accepted_unix_millis: u64,
-}
-
-/// Accepted jobs, by id and by paying authorization.
-pub(crate) struct ImageJobs {
-    clock: SharedClock,
-    duration: Duration,
-    state: Mutex<JobsState>,
-}
-
-#[derive(Default)]
-struct JobsState {
-    by_id: HashMap<String, Job>,
-    by_authorization: HashMap<String, String>,
-    order: VecDeque<String>,
-    next: u64,
-}
-
-/// Where a job stands when asked.
-enum Progress {
-    Running { percent: u64 },
-    Done,
-}
-
-impl ImageJobs {
-    /// Jobs that take `duration` each, timed by `clock`.
-    pub(crate) fn new(clock: SharedClock, duration: Duration) -> Self {
-        Self {
-            clock,
-            duration,
-            state: Mutex::default(),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, JobsState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The job paid by `authorization_id`, or a new one for `request`.
-    fn accept(&self, request: ImageRequest, price: RequestPrice, authorization_id: &str) -> Job {
-        let mut state = self.lock();
-        if let Some(job) = state
-            .by_authorization
-            .get(authorization_id)
-            .and_then(|id| state.by_id.get(id))
-        {
-            return job.clone();
-        }
-        state.next += 1;
-        let id = format!(
-            "imgjob_{:016x}{:08x}",
-            self.clock.now_unix_millis(),
-            state.next
-        );
-        let job = Job {
-            id: id.clone(),
-            request,
-            price,
-            authorization_id: authorization_id.to_owned(),
-            accepted_unix_millis: self.clock.now_unix_millis(),
-        };
-        if state.order.len() >= MAX_JOBS
-            && let Some(oldest) = state.order.pop_front()
-            && let Some(old) = state.by_id.remove(&oldest)
-        {
-            state.by_authorization.remove(&old.authorization_id);
-        }
-        state.order.push_back(id.clone());
-        state
-            .by_authorization
-            .insert(authorization_id.to_owned(), id.clone());
-        state.by_id.insert(id, job.clone());
-        job
-    }
-
-    fn get(&self, id: &str) -> Option<Job> {
-        self.lock().by_id.get(id).cloned()
-    }
-
-    fn by_authorization(&self, authorization_id: &str) -> Option<Job> {
-        let state = self.lock();
-        let id = state.by_authorization.get(authorization_id)?;
-        state.by_id.get(id).cloned()
-    }
-
-    fn progress(&self, job: &Job) -> Progress {
-        let elapsed = self
-            .clock
-            .now_unix_millis()
-            .saturating_sub(job.accepted_unix_millis);
-        let total = u64::try_from(self.duration.as_millis()).unwrap_or(u64::MAX);
-        if elapsed >= total {
-            Progress::Done
-        } else {
-            Progress::Running {
-                percent: elapsed.saturating_mul(100) / total.max(1),
-            }
-        }
-    }
-
-    fn ready_unix_secs(&self, job: &Job) -> u64 {
-        let total = u64::try_from(self.duration.as_millis()).unwrap_or(u64::MAX);
-        job.accepted_unix_millis.saturating_add(total) / 1000
-    }
-}
 
 /// Validates an image request (the JSON the parse step left) and prices it.
 pub(crate) async fn validate_image(
@@ -185,22 +46,19 @@ pub(crate) async fn validate_image(
     next: Next,
 ) -> Response {
     let style = EnvelopeStyle::Chat;
-    let Some(JsonBody(value)) = request.extensions_mut().remove::<JsonBody>() else {
-        return reject(
-            GatewayError::new(ErrorCode::InternalError)
-                .with_message("Internal error: the parsed JSON body missing (pipeline wiring)"),
-            style,
-        );
+    let Some(ParsedJson(value)) = request.extensions_mut().remove::<ParsedJson>() else {
+        return wiring_fault("the parsed JSON body", style);
     };
-    let object = match value {
-        Value::Object(object) => object,
-        _ => return invalid(vec![detail(&[], "the body must be a JSON object")]),
+    let mut check = BodyCheck::default();
+    let Value::Object(object) = value else {
+        check.fail(&[], "the body must be a JSON object");
+        return invalid(check);
     };
-    let (fields, mut details) = image_fields(&object);
+    let fields = image_fields(&mut check, &object);
     let model = match fields.model {
         Some(id) => match gateway.catalogue.image_model(id) {
             Some(model) => Some(model.clone()),
-            None if details.is_empty() => {
+            None if check.is_ok() => {
                 let suggestions = gateway.catalogue.close_matches(id, true);
                 return UnknownModelBody::new(id, suggestions)
                     .into_response()
@@ -210,14 +68,15 @@ pub(crate) async fn validate_image(
         },
         None => None,
     };
-    let (Some(model), Some(prompt), true) = (model, fields.prompt, details.is_empty()) else {
-        if details.is_empty() {
-            details.push(detail(&["model"], "required"));
+    let (Some(model), Some(prompt), true) = (model, fields.prompt, check.is_ok()) else {
+        if check.is_ok() {
+            check.fail(&at(&[], "model"), "required");
         }
-        return invalid(details);
+        return invalid(check);
     };
     let Some(price) = model.image_price(fields.count) else {
-        return invalid(vec![detail(&["model"], "not an image model")]);
+        check.fail(&at(&[], "model"), "not an image model");
+        return invalid(check);
     };
     request.extensions_mut().insert(ImagePrice(price));
     request.extensions_mut().insert(ImageRequest {
@@ -236,40 +95,30 @@ struct ImageFields<'a> {
     count: u64,
 }
 
-fn detail(path: &[&str], message: &str) -> ValidationDetail {
-    ValidationDetail::new(
-        path.iter()
-            .map(|key| DetailPathSegment::Key((*key).to_owned()))
-            .collect(),
-        message,
-    )
-}
-
-fn invalid(details: Vec<ValidationDetail>) -> Response {
+fn invalid(check: BodyCheck) -> Response {
     reject(
-        GatewayError::new(ErrorCode::InvalidRequestBody).with_details(details),
+        invalid_request_body(check.into_details()),
         EnvelopeStyle::Chat,
     )
 }
 
-/// The fields of an image request, and every problem with them.
-fn image_fields(object: &Map<String, Value>) -> (ImageFields<'_>, Vec<ValidationDetail>) {
-    let mut details = Vec::new();
+/// The fields of an image request; every problem with them goes to `check`.
+fn image_fields<'a>(check: &mut BodyCheck, object: &'a Map<String, Value>) -> ImageFields<'a> {
     let model = match object.get("model") {
         Some(Value::String(model)) if !model.is_empty() => Some(model.as_str()),
         Some(_) => {
-            details.push(detail(&["model"], "must be a non-empty string"));
+            check.fail(&at(&[], "model"), "must be a non-empty string");
             None
         }
         None => {
-            details.push(detail(&["model"], "required"));
+            check.fail(&at(&[], "model"), "required");
             None
         }
     };
     let prompt = match object.get("prompt") {
         Some(Value::String(prompt)) if !prompt.trim().is_empty() => Some(prompt.as_str()),
         _ => {
-            details.push(detail(&["prompt"], "must be a non-empty string"));
+            check.fail(&at(&[], "prompt"), "must be a non-empty string");
             None
         }
     };
@@ -277,7 +126,7 @@ fn image_fields(object: &Map<String, Value>) -> (ImageFields<'_>, Vec<Validation
         None => "1024x1024",
         Some(Value::String(size)) if is_size(size) => size.as_str(),
         Some(_) => {
-            details.push(detail(&["size"], "must be WIDTHxHEIGHT, e.g. 1024x1024"));
+            check.fail(&at(&[], "size"), "must be WIDTHxHEIGHT, e.g. 1024x1024");
             "1024x1024"
         }
     };
@@ -286,23 +135,20 @@ fn image_fields(object: &Map<String, Value>) -> (ImageFields<'_>, Vec<Validation
         Some(n) => match n.as_u64().filter(|n| (1..=MAX_IMAGES).contains(n)) {
             Some(n) => n,
             None => {
-                details.push(detail(
-                    &["n"],
-                    &format!("must be an integer from 1 to {MAX_IMAGES}"),
-                ));
+                check.fail(
+                    &at(&[], "n"),
+                    format!("must be an integer from 1 to {MAX_IMAGES}"),
+                );
                 1
             }
         },
     };
-    (
-        ImageFields {
-            model,
-            prompt,
-            size,
-            count,
-        },
-        details,
-    )
+    ImageFields {
+        model,
+        prompt,
+        size,
+        count,
+    }
 }
 
 fn is_size(text: &str) -> bool {
@@ -335,16 +181,6 @@ fn job_not_found() -> Response {
     json(StatusCode::NOT_FOUND, &json!({"error": "Job not found"}))
 }
 
-fn json(status: StatusCode, value: &Value) -> Response {
-    let mut response = Response::new(Body::from(value.to_string()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
 /// `POST /v1/images/generations`: accept the paid job (or find the one this
 /// payment already bought) and answer its state.
 pub(crate) async fn create_image(
@@ -360,18 +196,10 @@ pub(crate) async fn create_image(
         }
     } else {
         let Some(request) = parts.extensions.get::<ImageRequest>().cloned() else {
-            return reject(
-                GatewayError::new(ErrorCode::InternalError)
-                    .with_message("Internal error: ImageRequest missing (pipeline wiring)"),
-                EnvelopeStyle::Chat,
-            );
+            return wiring_fault("ImageRequest", EnvelopeStyle::Chat);
         };
         let Some(price) = parts.extensions.get::<ImagePrice>().map(|price| price.0) else {
-            return reject(
-                GatewayError::new(ErrorCode::InternalError)
-                    .with_message("Internal error: ImagePrice missing (pipeline wiring)"),
-                EnvelopeStyle::Chat,
-            );
+            return wiring_fault("ImagePrice", EnvelopeStyle::Chat);
         };
         gateway
             .images

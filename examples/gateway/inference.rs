@@ -1,0 +1,70 @@
+//! The inference handler (every chat-like endpoint) and the model listing.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::Response;
+use http::{HeaderValue, StatusCode, header};
+
+use crate::extensions::{ParsedRequest, ResolvedModel};
+use crate::render::{AnswerHead, SseBody, answer};
+use crate::reply::{json, reject};
+use crate::request::Endpoint;
+use crate::state::AppState;
+
+/// `GET /v1/models`: the listing rendered at start.
+pub(crate) async fn models(State(gateway): State<AppState>) -> Response {
+    let mut response = Response::new(Body::from(gateway.listing.clone()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn id_prefix(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::Chat => "chatcmpl-",
+        Endpoint::Messages => "msg_",
+        Endpoint::Responses => "resp_",
+    }
+}
+
+/// Every inference endpoint: the pipeline has validated the request and
+/// resolved its model; ask the upstream and render the answer.
+pub(crate) async fn infer(
+    State(gateway): State<AppState>,
+    ParsedRequest(request): ParsedRequest,
+    ResolvedModel(model): ResolvedModel,
+) -> Response {
+    let endpoint = request.endpoint;
+    let head = AnswerHead {
+        id: gateway.next_id(id_prefix(endpoint)),
+        created: gateway.clock.now_unix_secs(),
+        model: model.id.to_owned(),
+        prompt_tokens: request.estimated_prompt_tokens(),
+    };
+    if !request.stream {
+        return match gateway.complete(&model, &request).await {
+            Ok(completion) => json(StatusCode::OK, &answer(endpoint, &head, &completion)),
+            Err(error) => reject(error, endpoint.style()),
+        };
+    }
+    match gateway.stream(&model, &request).await {
+        Ok(events) => {
+            let fault_gateway = gateway.clone();
+            let idle_timeout = gateway.upstream_timeout;
+            let body = SseBody::new(endpoint, head, events, idle_timeout, move |fault| {
+                fault_gateway.fault_error(&model, true, fault)
+            });
+            let mut response = Response::new(Body::new(body));
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            response
+        }
+        Err(error) => reject(error, endpoint.style()),
+    }
+}
