@@ -45,7 +45,7 @@ pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigErro
                     ),
                 ));
             };
-            PaymentSettings::solana(settings, fee_payer, config.clock.clone())?
+            PaymentSettings::solana(settings, fee_payer, &config.tls, config.clock.clone())?
         }
     };
     let gates = Gates {

@@ -1,8 +1,8 @@
 //! The paid model gateway's reference server (specification, Area B).
 //!
 //! ```sh
-//! cargo run --example gateway --features axum,http-facilitator
-//! cargo run --example gateway --features axum,http-facilitator -- --network solana
+//! cargo run --example gateway --features axum,http-facilitator,rustls
+//! cargo run --example gateway --features axum,http-facilitator,rustls -- --network solana
 //! ```
 //!
 //! (`scripts/serve.sh` starts it with the right features.)
@@ -43,6 +43,10 @@ mod tests;
 #[cfg(test)]
 #[path = "../../tests/x402_support/mod.rs"]
 mod x402_support;
+// A loopback HTTPS server with a certificate made in the test.
+#[cfg(test)]
+#[path = "../../tests/tls_support/mod.rs"]
+mod tls_support;
 
 use std::net::SocketAddr;
 
@@ -64,7 +68,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         && settings.fee_payer.is_none()
     {
         settings.fee_payer =
-            Some(PaymentSettings::solana_fee_payer(&settings.facilitator_url).await?);
+            Some(PaymentSettings::solana_fee_payer(&settings.facilitator_url, &config.tls).await?);
     }
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;

@@ -18,6 +18,7 @@ use http::request::Parts;
 use serde_json::{Map, Value};
 use walletgate::SharedClock;
 use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter};
+use walletgate::tls::ClientTls;
 use walletgate::x402::{
     ConfigError, DevLedger, Facilitator, HttpFacilitator, InMemoryNonceStore, LocalEvmFacilitator,
     Network, NonceStore, PaymentOption, Price, UsdAmount, X402Layer,
@@ -97,6 +98,7 @@ impl PaymentSettings {
     pub(crate) fn solana(
         settings: &SolanaSettings,
         fee_payer: &str,
+        tls: &ClientTls,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
         let mut extra = Map::new();
@@ -107,7 +109,7 @@ impl PaymentSettings {
             &settings.pay_to,
             extra,
         );
-        let facilitator = HttpFacilitator::new(&settings.facilitator_url)?
+        let facilitator = HttpFacilitator::with_tls(&settings.facilitator_url, tls)?
             .with_timeout(std::time::Duration::from_secs(10));
         Ok(Self {
             options: vec![option],
@@ -119,9 +121,12 @@ impl PaymentSettings {
 
     /// The facilitator's Solana fee payer, from its `GET /supported`, as the
     /// official servers read it at start.
-    pub(crate) async fn solana_fee_payer(facilitator_url: &str) -> Result<String, String> {
+    pub(crate) async fn solana_fee_payer(
+        facilitator_url: &str,
+        tls: &ClientTls,
+    ) -> Result<String, String> {
         let facilitator =
-            HttpFacilitator::new(facilitator_url).map_err(|error| error.to_string())?;
+            HttpFacilitator::with_tls(facilitator_url, tls).map_err(|error| error.to_string())?;
         let supported = facilitator
             .supported()
             .await

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde_json::json;
 use walletgate::envelope::ErrorCode;
+use walletgate::tls::ClientTls;
 use walletgate::x402::{
     AtomicAmount, FacilitatorRequest, PaymentPayload, PaymentRequirements, SettleResponse, codec,
 };
@@ -107,7 +108,7 @@ async fn facilitator() -> (SocketAddr, Shared) {
 
 /// The gateway in its Solana variant, its fee payer read from the facilitator.
 async fn solana_gateway(facilitator_url: String) -> Server {
-    let fee_payer = PaymentSettings::solana_fee_payer(&facilitator_url)
+    let fee_payer = PaymentSettings::solana_fee_payer(&facilitator_url, &ClientTls::default())
         .await
         .ok();
     Server::start(Config {
