@@ -9,7 +9,8 @@
 //!
 //! A server whose certificate does not chain to a trusted root is refused at
 //! the handshake; hyper reports `client error (Connect)` with the cause
-//! (e.g. `invalid peer certificate: UnknownIssuer`) in its error's sources.
+//! (e.g. `invalid peer certificate: UnknownIssuer`) in its error's sources,
+//! which [`crate::error_chain`] joins into one line.
 //!
 //! ```
 //! use walletgate::tls::ClientTls;
