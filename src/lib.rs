@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+// `doc_cfg` badges ("Available on crate feature ... only") on docs.rs; rustdoc
+// infers them from `#[cfg]` since `doc_auto_cfg` was folded into `doc_cfg`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// `get_ref`, `get_mut` and `into_inner` for a service whose wrapped service
 /// is its private `inner` field (tower-http's `define_inner_service_accessors`).
@@ -37,6 +39,8 @@ mod random;
 #[cfg(feature = "siwe")]
 pub mod siwe;
 pub mod store;
+#[cfg(feature = "rustls")]
+pub mod tls;
 #[cfg(feature = "tokens")]
 pub mod tokens;
 pub mod upstream;
@@ -46,4 +50,53 @@ pub mod wallet_jwt;
 pub mod x402;
 
 pub use body::ResponseBody;
+
+/// An error and its sources joined with `: `. A hyper client error says only
+/// `client error (Connect)` at the top; the cause (connection refused, a TLS
+/// certificate that is not trusted) is further down the chain.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        // An io::Error shows its inner error's text, then yields that
+        // error's own source: skip the repeat.
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
 pub use clock::{Clock, FakeClock, SharedClock, SystemClock};
+
+#[cfg(test)]
+mod tests {
+    use std::fmt;
+
+    use super::error_chain;
+
+    #[test]
+    fn error_chain_names_the_cause_once() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl fmt::Display for Outer {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("client error (Connect)")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let error = Outer(std::io::Error::other(
+            "invalid peer certificate: UnknownIssuer",
+        ));
+        assert_eq!(
+            error_chain(&error),
+            "client error (Connect): invalid peer certificate: UnknownIssuer"
+        );
+    }
+}

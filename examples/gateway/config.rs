@@ -5,7 +5,7 @@
 //! | `GATEWAY_LISTEN` | `127.0.0.1:8402` | address to listen on |
 //! | `GATEWAY_BODY_LIMIT_BYTES` | `4194304` | largest request body (`REQUEST_TOO_LARGE` above) |
 //! | `GATEWAY_UPSTREAM_TIMEOUT_SECS` | `120` | upstream answer timeout (`TIMEOUT` after) |
-//! | `GATEWAY_UPSTREAMS` | none | `provider=http://host:port/v1,…`: OpenAI-compatible upstreams |
+//! | `GATEWAY_UPSTREAMS` | none | `provider=https://host/v1,…` (or `http://`): OpenAI-compatible upstreams |
 //! | `GATEWAY_UPSTREAM_KEY_<PROVIDER>` | none | that provider's API key (never printed) |
 //! | `GATEWAY_FAULTS` | none | `model_id=preset,…`: inject upstream faults (see `upstream::Fault::preset`) |
 //! | `GATEWAY_PAY_TO` | development account 9 | the address paid (`payTo` of every quote) |
@@ -13,7 +13,8 @@
 //! | `GATEWAY_FREE_PER_HOUR` | `300` | free-model requests per client IP per hour |
 //! | `GATEWAY_IMAGE_JOB_MILLIS` | `2000` | how long an image job runs (`0`: answered at once) |
 //! | `GATEWAY_NETWORK` | `base-sepolia` | `solana` (or `--network solana`): quote Solana USDC, settle through a facilitator |
-//! | `GATEWAY_FACILITATOR_URL` | none | Solana: the x402 facilitator (`http://host:port[/path]`) |
+//! | `GATEWAY_FACILITATOR_URL` | none | Solana: the x402 facilitator (`https://host[/path]` or `http://`) |
+//! | `GATEWAY_EXTRA_CA_FILE` | none | PEM root(s) trusted besides Mozilla's, for upstreams and the facilitator |
 //! | `GATEWAY_SOLANA_PAY_TO` | none | Solana: the wallet paid (its USDC account receives) |
 //! | `GATEWAY_SOLANA_FEE_PAYER` | from the facilitator | Solana: `extra.feePayer`; else read from `GET /supported` at start |
 //!
@@ -28,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use walletgate::free_tier::FreeTierQuotas;
+use walletgate::tls::ClientTls;
 use walletgate::x402::DevLedger;
 use walletgate::{SharedClock, SystemClock};
 
@@ -85,6 +87,8 @@ pub(crate) struct Config {
     pub(crate) network: PaymentNetwork,
     /// The settle timeout, and payment faults for tests and demos.
     pub(crate) payment_faults: Arc<crate::gates::PaymentFaults>,
+    /// The roots the upstreams' and the facilitator's HTTPS trust.
+    pub(crate) tls: ClientTls,
 }
 
 /// Which rail the gateway quotes.
@@ -121,6 +125,7 @@ impl Default for Config {
             image_job: Duration::from_millis(DEFAULT_IMAGE_JOB_MILLIS),
             network: PaymentNetwork::LocalEvm,
             payment_faults: Arc::default(),
+            tls: ClientTls::webpki_roots(),
         }
     }
 }
@@ -200,6 +205,11 @@ impl Config {
             })?;
             config.image_job = Duration::from_millis(millis);
         }
+        if let Some(path) = var("GATEWAY_EXTRA_CA_FILE") {
+            config.tls = ClientTls::webpki_roots()
+                .with_extra_ca_file(&path)
+                .map_err(|error| invalid("GATEWAY_EXTRA_CA_FILE", error.to_string()))?;
+        }
         match var("GATEWAY_NETWORK").as_deref() {
             None | Some("base-sepolia") => {}
             Some("solana") => {
@@ -261,7 +271,7 @@ impl Config {
         base_url: &str,
         key: ApiKey,
     ) -> Result<Self, ConfigError> {
-        let upstream = OpenAiUpstream::new(base_url, key)
+        let upstream = OpenAiUpstream::new(base_url, key, &self.tls)
             .map_err(|reason| invalid("GATEWAY_UPSTREAMS", reason))?;
         self.providers
             .push((provider.to_owned(), Arc::new(upstream)));
@@ -381,11 +391,40 @@ mod tests {
             ("GATEWAY_IMAGE_JOB_MILLIS", "soon"),
             ("GATEWAY_NETWORK", "dogecoin"),
             ("GATEWAY_NETWORK", "solana"),
+            (
+                "GATEWAY_EXTRA_CA_FILE",
+                "/nonexistent/walletgate-extra-ca.pem",
+            ),
         ] {
             let list: &'static [(&'static str, &'static str)] =
                 Box::leak(vec![(name, value)].into_boxed_slice());
             let error = Config::from_vars(vars(list)).err().unwrap();
             assert!(error.to_string().starts_with("GATEWAY_"), "{name}: {error}");
         }
+    }
+
+    #[test]
+    fn extra_ca_file_is_trusted_besides_the_builtin_roots() {
+        let (pem, _, _) = crate::tls_support::loopback_certificate();
+        let path = std::env::temp_dir().join(format!(
+            "walletgate-gateway-extra-ca-{}.pem",
+            std::process::id()
+        ));
+        std::fs::write(&path, pem).unwrap();
+        let path_text: &'static str = Box::leak(path.display().to_string().into_boxed_str());
+        let list: &'static [(&'static str, &'static str)] =
+            Box::leak(vec![("GATEWAY_EXTRA_CA_FILE", path_text)].into_boxed_slice());
+        let config = Config::from_vars(vars(list));
+        std::fs::remove_file(&path).unwrap();
+        let config = config.unwrap();
+        assert_eq!(
+            config.tls.root_count(),
+            ClientTls::webpki_roots().root_count() + 1
+        );
+        let defaults = Config::from_vars(vars(&[])).unwrap();
+        assert_eq!(
+            defaults.tls.root_count(),
+            ClientTls::webpki_roots().root_count()
+        );
     }
 }

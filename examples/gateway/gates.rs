@@ -18,6 +18,7 @@ use axum::extract::Request;
 use http::request::Parts;
 use walletgate::SharedClock;
 use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter};
+use walletgate::tls::ClientTls;
 use walletgate::x402::{
     BoxFuture, ConfigError, DevLedger, Facilitator, FacilitatorError, FacilitatorRequest,
     HttpFacilitator, InMemoryNonceStore, LocalEvmFacilitator, NonceStore, PaymentOption, Price,
@@ -96,9 +97,10 @@ impl PaymentSettings {
     pub(crate) fn solana(
         settings: &SolanaSettings,
         fee_payer: &str,
+        tls: &ClientTls,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
-        let facilitator = HttpFacilitator::new(&settings.facilitator_url)?
+        let facilitator = HttpFacilitator::with_tls(&settings.facilitator_url, tls)?
             .with_timeout(std::time::Duration::from_secs(10));
         Ok(Self {
             options: vec![PaymentOption::solana_usdc(&settings.pay_to, fee_payer)],

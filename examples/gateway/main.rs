@@ -1,8 +1,8 @@
 //! The paid model gateway's reference server (specification, Area B).
 //!
 //! ```sh
-//! cargo run --example gateway --features axum,http-facilitator
-//! cargo run --example gateway --features axum,http-facilitator -- --network solana
+//! cargo run --example gateway --features axum,http-facilitator,rustls
+//! cargo run --example gateway --features axum,http-facilitator,rustls -- --network solana
 //! ```
 //!
 //! (`scripts/serve.sh` starts it with the right features.)
@@ -53,6 +53,10 @@ mod settlement_tests;
 mod solana_tests;
 #[cfg(test)]
 mod tests;
+// A loopback HTTPS server with a certificate made in the test.
+#[cfg(test)]
+#[path = "../../tests/tls_support/mod.rs"]
+mod tls_support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -84,7 +88,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     if let PaymentNetwork::Solana(settings) = &mut config.network
         && settings.fee_payer.is_none()
     {
-        let facilitator = HttpFacilitator::new(&settings.facilitator_url)?;
+        let facilitator = HttpFacilitator::with_tls(&settings.facilitator_url, &config.tls)?;
         let fee_payer = facilitator.fee_payer(&Network::solana_mainnet()).await;
         settings.fee_payer = Some(
             fee_payer
@@ -154,7 +158,7 @@ pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigErro
                     ),
                 ));
             };
-            PaymentSettings::solana(settings, fee_payer, config.clock.clone())?
+            PaymentSettings::solana(settings, fee_payer, &config.tls, config.clock.clone())?
         }
     };
     let payments = payments.with_faults(config.payment_faults);

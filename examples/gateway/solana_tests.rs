@@ -15,6 +15,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde_json::json;
 use walletgate::envelope::ErrorCode;
+use walletgate::tls::ClientTls;
 use walletgate::x402::{
     AtomicAmount, FacilitatorRequest, HttpFacilitator, Network, PaymentPayload,
     PaymentRequirements, SOLANA_MAINNET, SOLANA_USDC_MINT, SettleResponse, codec,
@@ -107,7 +108,7 @@ async fn facilitator() -> (SocketAddr, Shared) {
 
 /// The gateway in its Solana variant, its fee payer read from the facilitator.
 async fn solana_gateway(facilitator_url: String) -> Server {
-    let fee_payer = HttpFacilitator::new(&facilitator_url)
+    let fee_payer = HttpFacilitator::with_tls(&facilitator_url, &ClientTls::default())
         .unwrap()
         .fee_payer(&Network::solana_mainnet())
         .await

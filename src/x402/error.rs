@@ -26,6 +26,9 @@ pub enum ConfigError {
     InvalidFacilitatorUrl(String),
     /// A header name or value is not valid HTTP.
     InvalidHeader(String),
+    /// The TLS setting of an HTTPS client was refused.
+    #[cfg(feature = "rustls")]
+    Tls(crate::tls::TlsError),
 }
 
 impl fmt::Display for ConfigError {
@@ -45,6 +48,8 @@ impl fmt::Display for ConfigError {
             Self::InvalidBaseUrl(url) => write!(f, "invalid public base URL {url:?}"),
             Self::InvalidFacilitatorUrl(url) => write!(f, "invalid facilitator URL {url:?}"),
             Self::InvalidHeader(name) => write!(f, "invalid header {name:?}"),
+            #[cfg(feature = "rustls")]
+            Self::Tls(error) => write!(f, "TLS: {error}"),
         }
     }
 }
@@ -53,8 +58,17 @@ impl std::error::Error for ConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Value(error) => Some(error),
+            #[cfg(feature = "rustls")]
+            Self::Tls(error) => Some(error),
             _ => None,
         }
+    }
+}
+
+#[cfg(feature = "rustls")]
+impl From<crate::tls::TlsError> for ConfigError {
+    fn from(error: crate::tls::TlsError) -> Self {
+        Self::Tls(error)
     }
 }
 

@@ -9,9 +9,12 @@
 //! payment. A non-2xx answer that still carries a verdict (`isValid` or
 //! `success`) counts as that verdict, as the official clients read it.
 //!
-//! The built-in connector speaks plain HTTP (a facilitator on the same host
-//! or behind a TLS-terminating proxy); for HTTPS pass a TLS connector to
-//! [`HttpFacilitator::with_connector`].
+//! [`HttpFacilitator::new`] speaks plain HTTP (a facilitator on the same
+//! host). With the `rustls` feature, [`HttpFacilitator::with_tls`] speaks
+//! `https://` (and `http://`) with the roots of a `ClientTls`; a facilitator
+//! whose certificate is not trusted is unreachable, and the error says why
+//! (`invalid peer certificate: UnknownIssuer`). Any other connector goes
+//! through [`HttpFacilitator::with_connector`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -60,10 +63,32 @@ impl HttpFacilitator<HttpConnector> {
     pub fn new(base_url: &str) -> Result<Self, ConfigError> {
         if !base_url.starts_with("http://") {
             return Err(ConfigError::InvalidFacilitatorUrl(format!(
-                "{base_url} (the built-in connector speaks plain http; use with_connector for https)"
+                "{base_url} (new speaks plain http; for https use with_tls, feature rustls)"
             )));
         }
         Self::with_connector(base_url, HttpConnector::new())
+    }
+}
+
+#[cfg(feature = "rustls")]
+impl HttpFacilitator<crate::tls::HttpsConnector> {
+    /// A client of the facilitator at `base_url` (`https://…` or `http://…`)
+    /// that trusts the roots of `tls`.
+    ///
+    /// ```
+    /// use walletgate::tls::ClientTls;
+    /// use walletgate::x402::HttpFacilitator;
+    ///
+    /// let facilitator =
+    ///     HttpFacilitator::with_tls("https://x402.example/facilitator", &ClientTls::webpki_roots())?;
+    /// # let _ = facilitator;
+    /// # Ok::<(), walletgate::x402::ConfigError>(())
+    /// ```
+    pub fn with_tls(base_url: &str, tls: &crate::tls::ClientTls) -> Result<Self, ConfigError> {
+        if !(base_url.starts_with("https://") || base_url.starts_with("http://")) {
+            return Err(ConfigError::InvalidFacilitatorUrl(base_url.to_owned()));
+        }
+        Self::with_connector(base_url, tls.https_connector()?)
     }
 }
 
@@ -124,11 +149,9 @@ where
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|error| FacilitatorError::protocol(format!("request to {path}: {error}")))?;
         let exchange = async {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(|error| FacilitatorError::unavailable(format!("{path}: {error}")))?;
+            let response = self.client.request(request).await.map_err(|error| {
+                FacilitatorError::unavailable(format!("{path}: {}", crate::error_chain(&error)))
+            })?;
             let status = response.status();
             let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
                 .collect()
@@ -237,6 +260,19 @@ mod tests {
         ));
         assert!(HttpFacilitator::new("http://").is_err());
         assert!(HttpFacilitator::new("127.0.0.1:4020").is_err());
+    }
+
+    #[cfg(feature = "rustls")]
+    #[test]
+    fn with_tls_accepts_https_and_http_only() {
+        let tls = crate::tls::ClientTls::webpki_roots();
+        assert!(HttpFacilitator::with_tls("https://x402.example/facilitator", &tls).is_ok());
+        assert!(HttpFacilitator::with_tls("http://127.0.0.1:4020", &tls).is_ok());
+        assert!(matches!(
+            HttpFacilitator::with_tls("ftp://x402.example", &tls),
+            Err(ConfigError::InvalidFacilitatorUrl(_))
+        ));
+        assert!(HttpFacilitator::with_tls("https://", &tls).is_err());
     }
 
     #[test]

@@ -63,7 +63,10 @@ impl SupportedResponse {
 }
 
 #[cfg(feature = "http-facilitator")]
-impl super::HttpFacilitator {
+impl<C> super::HttpFacilitator<C>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
     /// The fee payer this facilitator names for `network` in its
     /// `GET /supported`, as the official servers read it at start.
     ///

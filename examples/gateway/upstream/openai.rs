@@ -1,7 +1,8 @@
 //! An OpenAI-compatible HTTP upstream (`POST {base}/chat/completions`).
 //!
-//! Plain `http://` only: the example carries no TLS stack. Put a TLS-terminating
-//! proxy on loopback in front of an `https://` provider.
+//! `https://` (rustls, Mozilla's roots plus `GATEWAY_EXTRA_CA_FILE`) or plain
+//! `http://`. An untrusted certificate is a fault whose text says so
+//! (`invalid peer certificate: …`), never a silent plain-text fallback.
 
 use std::fmt;
 
@@ -9,10 +10,11 @@ use bytes::{Bytes, BytesMut};
 use http::{Request, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use walletgate::error_chain;
+use walletgate::tls::{ClientTls, HttpsConnector};
 
 use super::{
     BoxFuture, Completion, EventStream, FinishReason, StreamEvent, Upstream, UpstreamFault, Usage,
@@ -40,10 +42,10 @@ impl fmt::Debug for ApiKey {
 }
 
 pub(crate) struct OpenAiUpstream {
-    /// `http://host:port/v1`, without a trailing slash.
+    /// `https://host/v1` or `http://host:port/v1`, without a trailing slash.
     base_url: String,
     key: ApiKey,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpsConnector, Full<Bytes>>,
 }
 
 impl fmt::Debug for OpenAiUpstream {
@@ -56,20 +58,22 @@ impl fmt::Debug for OpenAiUpstream {
 }
 
 impl OpenAiUpstream {
-    /// An upstream at `base_url` (e.g. `http://127.0.0.1:9000/v1`).
-    pub(crate) fn new(base_url: &str, key: ApiKey) -> Result<Self, String> {
-        if !base_url.starts_with("http://") {
+    /// An upstream at `base_url` (e.g. `https://api.openai.com/v1` or
+    /// `http://127.0.0.1:9000/v1`), trusting the roots of `tls`.
+    pub(crate) fn new(base_url: &str, key: ApiKey, tls: &ClientTls) -> Result<Self, String> {
+        if !(base_url.starts_with("https://") || base_url.starts_with("http://")) {
             return Err(format!(
-                "upstream base URL {base_url:?} must start with http:// (no TLS in the example)"
+                "upstream base URL {base_url:?} must start with https:// or http://"
             ));
         }
         base_url
             .parse::<http::Uri>()
             .map_err(|error| format!("upstream base URL {base_url:?}: {error}"))?;
+        let connector = tls.https_connector().map_err(|error| error.to_string())?;
         Ok(Self {
             base_url: base_url.trim_end_matches('/').to_owned(),
             key,
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            client: Client::builder(TokioExecutor::new()).build(connector),
         })
     }
 
@@ -115,19 +119,6 @@ impl OpenAiUpstream {
         let text = read_text(response.into_body()).await;
         Err(UpstreamFault::new(Some(status), text))
     }
-}
-
-/// The error and its sources, joined: hyper's top-level message alone says
-/// only "client error (Connect)".
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 async fn read_text(body: hyper::body::Incoming) -> String {
@@ -288,19 +279,89 @@ async fn relay_sse(
 mod tests {
     use super::*;
 
+    use axum::routing::post;
+
+    use crate::catalogue::Catalogue;
+    use crate::request::Endpoint;
+    use crate::tls_support::serve_https;
+
     #[test]
     fn key_is_never_in_debug() {
         let upstream = OpenAiUpstream::new(
             "http://127.0.0.1:9/v1",
             ApiKey::new("sk-test-not-a-real-key"),
+            &ClientTls::default(),
         )
         .unwrap();
         assert!(!format!("{upstream:?}").contains("sk-test"));
     }
 
     #[test]
-    fn refuses_https_and_garbage() {
-        assert!(OpenAiUpstream::new("https://api.example/v1", ApiKey::new("k")).is_err());
-        assert!(OpenAiUpstream::new("http://bad host/v1", ApiKey::new("k")).is_err());
+    fn accepts_https_and_http_refuses_garbage() {
+        let tls = ClientTls::default();
+        assert!(OpenAiUpstream::new("https://api.example/v1", ApiKey::new("k"), &tls).is_ok());
+        assert!(OpenAiUpstream::new("http://127.0.0.1:9/v1", ApiKey::new("k"), &tls).is_ok());
+        assert!(OpenAiUpstream::new("ftp://api.example/v1", ApiKey::new("k"), &tls).is_err());
+        assert!(OpenAiUpstream::new("http://bad host/v1", ApiKey::new("k"), &tls).is_err());
+    }
+
+    /// A one-route OpenAI-compatible provider over HTTPS.
+    async fn https_provider() -> crate::tls_support::HttpsServer {
+        serve_https(axum::Router::new().route(
+            "/v1/chat/completions",
+            post(|| async {
+                axum::Json(json!({
+                    "choices": [{"message": {"content": "over tls"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 2, "completion_tokens": 2}
+                }))
+            }),
+        ))
+        .await
+    }
+
+    async fn complete(upstream: &OpenAiUpstream) -> Result<Completion, UpstreamFault> {
+        let model = Catalogue::embedded()
+            .get("openai/gpt-5-mini")
+            .unwrap()
+            .clone();
+        let chat = ChatRequest::from_json(
+            Endpoint::Chat,
+            json!({"model": "openai/gpt-5-mini", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .unwrap();
+        upstream.complete(&model, &chat).await
+    }
+
+    #[tokio::test]
+    async fn https_provider_trusted_through_the_extra_ca() {
+        let provider = https_provider().await;
+        let tls = ClientTls::webpki_roots()
+            .with_extra_ca_pem(provider.ca_pem.as_bytes())
+            .unwrap();
+        let base = format!("https://{}/v1", provider.address);
+        let upstream = OpenAiUpstream::new(&base, ApiKey::new("test-key"), &tls).unwrap();
+        let completion = complete(&upstream).await.unwrap();
+        assert_eq!(completion.text, "over tls");
+        assert_eq!(completion.usage.completion_tokens, 2);
+    }
+
+    #[tokio::test]
+    async fn untrusted_https_provider_is_a_fault_that_says_why() {
+        let provider = https_provider().await;
+        let base = format!("https://{}/v1", provider.address);
+        let upstream =
+            OpenAiUpstream::new(&base, ApiKey::new("test-key"), &ClientTls::webpki_roots())
+                .unwrap();
+        let Err(fault) = complete(&upstream).await else {
+            panic!("an untrusted certificate must not answer");
+        };
+        assert_eq!(fault.status, None);
+        assert!(
+            fault
+                .text
+                .ends_with("client error (Connect): invalid peer certificate: UnknownIssuer"),
+            "{}",
+            fault.text
+        );
     }
 }
