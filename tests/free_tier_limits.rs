@@ -342,6 +342,7 @@ async fn the_caller_owns_the_refusal_and_keeps_its_figures() {
     assert_eq!(admitted.unwrap().status(), StatusCode::OK);
     let refused = service.oneshot(request("/v1/free", CLIENT)).await.unwrap();
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(header(&refused, "retry-after"), "60");
+    // Strict window: the next slot opens 60 s + 1 ms after the admitted call, rounded up.
+    assert_eq!(header(&refused, "retry-after"), "61");
     assert_eq!(text(refused).await, "FREE_TIER_RATE_LIMITED");
 }

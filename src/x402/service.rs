@@ -677,7 +677,8 @@ mod tests {
             resource: None,
             accepted: offer.clone(),
             payload: json!({
-                "signature": format!("0x{}", "11".repeat(65)),
+                // Canonical shape (low s, v = 27): the facade accepts any signer.
+                "signature": format!("0x{}1b", "11".repeat(64)),
                 "authorization": {
                     "from": PAYER, "to": PAY_TO, "value": offer.amount.to_string(),
                     "validAfter": "0", "validBefore": (NOW + 300).to_string(),
