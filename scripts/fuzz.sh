@@ -3,7 +3,7 @@
 # for SECONDS each, one after the other (default 60), and prints per target:
 # executions this run and in total, coverage (`cov:`), corpus size, crashes.
 #
-#   scripts/fuzz.sh [SECONDS]
+#   scripts/fuzz.sh [SECONDS]          (FUZZ_TARGETS="a b" to run only some)
 #
 # Targets are whatever `cargo fuzz list` reports (every [[bin]] of
 # fuzz/Cargo.toml). The committed seeds in fuzz/corpus/<target>/ are read,
@@ -21,7 +21,7 @@ export RUSTC_BOOTSTRAP=1
 
 command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz is missing: cargo install cargo-fuzz" >&2; exit 1; }
 
-targets=$(cargo fuzz list)
+targets=${FUZZ_TARGETS:-$(cargo fuzz list)}
 echo "building $(echo "$targets" | wc -w) targets with coverage instrumentation"
 cargo fuzz build --release 2>&1 | grep -E '^(error|warning: unused)' || true
 

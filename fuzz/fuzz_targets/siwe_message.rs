@@ -66,12 +66,19 @@ fuzz_target!(|data: &[u8]| {
             let rendered = parsed.to_string();
             assert_eq!(rendered, text, "parse then render changed the text");
             assert_eq!(rendered.parse::<SiweMessage>().unwrap(), parsed);
-            let rebuilt = SiweMessage::from_fields(&parsed.to_fields());
-            assert_eq!(
-                rebuilt.as_ref(),
-                Ok(&parsed),
-                "fields do not rebuild the message"
-            );
+            // Fields read an empty resources list or request id as absent
+            // (documented on `from_fields`), so a text message with an empty
+            // `Resources:` section or `Request ID: ` line, both valid in the
+            // EIP-4361 grammar, cannot be rebuilt from its fields (seeds
+            // `empty_resources_section` and `empty_request_id`, found here).
+            if parsed.resources() != Some(&[]) && parsed.request_id() != Some("") {
+                let rebuilt = SiweMessage::from_fields(&parsed.to_fields());
+                assert_eq!(
+                    rebuilt.as_ref(),
+                    Ok(&parsed),
+                    "fields do not rebuild the message"
+                );
+            }
             verify(&parsed, &signature);
         }
     }

@@ -197,3 +197,40 @@ where
         ResponseFuture::checking(check, ready, request, (style, self.layer.render.clone()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::net::SocketAddr;
+
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use tower::{ServiceExt, service_fn};
+
+    use super::*;
+
+    type Body = Full<Bytes>;
+
+    fn request(path: &str) -> Request<Body> {
+        let mut request = Request::post(path).body(Body::default()).unwrap();
+        request
+            .extensions_mut()
+            .insert(SocketAddr::from(([198, 51, 100, 7], 4000)));
+        request
+    }
+
+    #[tokio::test]
+    async fn layer_constructor_limits_free_requests_and_passes_the_rest_untouched() {
+        let is_free = |request: &Request<Body>| request.uri().path() == "/free";
+        let layer = FreeTierLimit::<(), _>::layer(is_free);
+        let service = layer.layer(service_fn(|_request: Request<Body>| async {
+            Ok::<_, Infallible>(Response::new(Body::default()))
+        }));
+        let free = service.clone().oneshot(request("/free")).await.unwrap();
+        assert_eq!(free.headers()["x-ratelimit-limit"], "30");
+        assert_eq!(free.headers()["x-ratelimit-remaining"], "29");
+        let paid = service.oneshot(request("/paid")).await.unwrap();
+        assert!(paid.headers().get("x-ratelimit-limit").is_none());
+        assert_eq!(layer.store().len(), 1);
+    }
+}

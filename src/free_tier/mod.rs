@@ -51,17 +51,24 @@
 //!
 //! ```
 //! use std::net::SocketAddr;
+//! use std::sync::Arc;
 //! use bytes::Bytes;
 //! use http::{Request, Response};
 //! use http_body_util::Full;
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
-//! use walletgate::free_tier::{ClientIpResolver, FreeTierLimitLayer, TrustedProxies};
+//! use walletgate::clock::FakeClock;
+//! use walletgate::free_tier::{
+//!     ClientIpResolver, FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter, TrustedProxies,
+//! };
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // The gateway's parse layer would mark free models; here a header does.
 //! let is_free = |req: &Request<Full<Bytes>>| req.headers().contains_key("x-free-model");
-//! let layer = FreeTierLimitLayer::new(is_free).with_client_ip(
+//! // The system clock by default (`FreeTierLimitLayer::new` alone); a fake one here.
+//! let clock = FakeClock::at_unix_secs(1_800_000_000);
+//! let store = InMemoryLimiter::with_clock(FreeTierQuotas::default(), Arc::new(clock.clone()));
+//! let layer = FreeTierLimitLayer::new(is_free).with_store(store).with_client_ip(
 //!     ClientIpResolver::new().with_trusted_proxies(TrustedProxies::from_cidrs(["10.0.0.0/8"])?),
 //! );
 //! // Keep a handle for a maintenance task: `limiter.sweep()`, `limiter.len()`.
@@ -91,6 +98,9 @@
 //! assert_eq!(refused.headers()["retry-after"], "61");
 //! assert_eq!(refused.headers()["x-ratelimit-limit"], "30");
 //! assert_eq!(limiter.len(), 1);
+//! // The burst's window has passed: admitted again.
+//! clock.advance(std::time::Duration::from_millis(60_001));
+//! assert_eq!(app.clone().oneshot(request()).await?.status(), 200);
 //! # Ok(())
 //! # }
 //! ```

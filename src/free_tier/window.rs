@@ -1,45 +1,4 @@
-//! The free-tier rule as a pure function over one client's state.
-//!
-//! # The rule
-//!
-//! A request at time `t` (Unix milliseconds) is admitted when, for **both**
-//! quotas, fewer than `limit` admitted requests are counted in the closed
-//! window `[t - length, t]`; then it is counted in both, otherwise in neither.
-//!
-//! # The algorithm: sub-windows that remember their last request
-//!
-//! Each quota's window is cut into sub-windows (the minute into six of 10 s,
-//! the hour into twelve of 5 min) and a ring of `sub-windows + 1` slots keeps,
-//! per slot, how many requests were admitted in it and when the **last** of
-//! them was. A slot is counted whole while its last request is inside the
-//! window, and dropped as soon as that last request leaves it.
-//!
-//! * **Never late (exact upper bound).** Every admitted request in
-//!   `[t - length, t]` sits in a slot whose last request is at or after it, so
-//!   that slot is counted at `t`; the ring has one slot more than the window
-//!   has sub-windows, so no slot still in the window is ever reused. Hence no
-//!   closed window of the quota's length ever holds more than `limit` admitted
-//!   requests.
-//! * **Early by at most one sub-window.** A counted slot started less than one
-//!   sub-window before the window, so a refusal at `t` means `limit` requests
-//!   were admitted in `(t - length - sub-window, t]`: the minute quota refuses
-//!   only after 30 requests within the last 70 s, the hour quota only after 300
-//!   within the last 65 min (plus the rounding below). Requests that all fall in the same sub-window (a
-//!   burst) leave the window exactly `length` after the burst's last request.
-//! * **Small.** The state is the client's last admitted time (8 bytes) plus
-//!   one `u32` per slot (count and last time packed):
-//!   [`ClientWindows::SIZE_BYTES`] = 88 bytes. The last time inside a slot is
-//!   kept in units of 10 ms (minute) and 1 s (hour), rounded up, which can
-//!   only keep a request counted that much longer; the count gets the other
-//!   22 (minute) and 23 (hour) bits, hence the largest quota of 4 194 303.
-//! * **Time.** Wall-clock milliseconds from the crate's [`Clock`](crate::Clock).
-//!   A clock that steps back is read as standing still at the last admitted
-//!   time, so a step back never frees quota.
-//!
-//! A shared store (Redis) keeps the same 88 bytes per client (see
-//! [`ClientWindows::to_bytes`]) and runs [`ClientWindows::decide`] atomically
-//! (a Lua port of it, or optimistic `WATCH`/`MULTI`), so every replica applies
-//! the same rule.
+//! The free-tier rule: [`ClientWindows`], a pure function over one client's state.
 
 use std::time::Duration;
 
@@ -174,7 +133,48 @@ impl<const N: usize> Ring<N> {
 }
 
 /// One client's free-tier state: both quotas' rings and its last admitted
-/// time. See the [module docs](self) for the rule it implements.
+/// time, and the rule over it ([`decide`](Self::decide)).
+///
+/// # The rule
+///
+/// A request at time `t` (Unix milliseconds) is admitted when, for **both**
+/// quotas, fewer than `limit` admitted requests are counted in the closed
+/// window `[t - length, t]`; then it is counted in both, otherwise in neither.
+///
+/// # The algorithm: sub-windows that remember their last request
+///
+/// Each quota's window is cut into sub-windows (the minute into six of 10 s,
+/// the hour into twelve of 5 min) and a ring of `sub-windows + 1` slots keeps,
+/// per slot, how many requests were admitted in it and when the **last** of
+/// them was. A slot is counted whole while its last request is inside the
+/// window, and dropped as soon as that last request leaves it.
+///
+/// * **Never late (exact upper bound).** Every admitted request in
+///   `[t - length, t]` sits in a slot whose last request is at or after it, so
+///   that slot is counted at `t`; the ring has one slot more than the window
+///   has sub-windows, so no slot still in the window is ever reused. Hence no
+///   closed window of the quota's length ever holds more than `limit` admitted
+///   requests.
+/// * **Early by at most one sub-window.** A counted slot started less than one
+///   sub-window before the window, so a refusal at `t` means `limit` requests
+///   were admitted in `(t - length - sub-window, t]`: the minute quota refuses
+///   only after 30 requests within the last 70 s, the hour quota only after 300
+///   within the last 65 min (plus the rounding below). Requests that all fall in the same sub-window (a
+///   burst) leave the window exactly `length` after the burst's last request.
+/// * **Small.** The state is the client's last admitted time (8 bytes) plus
+///   one `u32` per slot (count and last time packed):
+///   [`SIZE_BYTES`](Self::SIZE_BYTES) = 88 bytes. The last time inside a slot is
+///   kept in units of 10 ms (minute) and 1 s (hour), rounded up, which can
+///   only keep a request counted that much longer; the count gets the other
+///   22 (minute) and 23 (hour) bits, hence the largest quota of 4 194 303.
+/// * **Time.** Wall-clock milliseconds from the crate's [`Clock`](crate::Clock).
+///   A clock that steps back is read as standing still at the last admitted
+///   time, so a step back never frees quota.
+///
+/// A shared store (Redis) keeps the same 88 bytes per client (see
+/// [`to_bytes`](Self::to_bytes)) and runs [`decide`](Self::decide) atomically
+/// (a Lua port of it, or optimistic `WATCH`/`MULTI`), so every replica applies
+/// the same rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientWindows {
     last_admitted_unix_millis: u64,

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Soak test of the gateway reference server on loopback: SECONDS of each kind
+# of traffic (default 60), one after the other, against one server:
+#   quote  unpaid paid-model POST, answered 402 with a quote
+#   paid   each request with its own pre-signed payment (verified locally,
+#          settled on the dev ledger)
+#   free   free-model POST (free-tier quotas raised out of the way: one
+#          loopback client)
+# wrk runs in back-to-back 5 s slices; after each slice the script records the
+# slice's requests per second and the server's resident set size (VmRSS).
+# Per kind it prints whether the last 10 s stayed within 10% of the first 10 s
+# (throughput flat) and whether RSS grew less than 10% from the end of the
+# first slice (warm-up excluded) to the end of the kind.
+#
+#   scripts/soak.sh [SECONDS_PER_KIND]
+#
+# Bounded: 3 x SECONDS of load, at most SOAK_PAID_PER_SLICE pre-signed
+# payments per paid slice (default 75000, i.e. up to 15k paid req/s; a slice
+# that runs out says so). Stops the server on exit. Needs wrk.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${1:-60}
+slice=5
+slices=$(( seconds / slice ))
+if [ "$slices" -lt 4 ]; then
+  echo "soak: SECONDS_PER_KIND must be at least $((4 * slice)) (two 10 s windows)" >&2
+  exit 2
+fi
+threads=${SOAK_THREADS:-2}
+connections=${SOAK_CONNECTIONS:-32}
+paid_per_slice=${SOAK_PAID_PER_SLICE:-75000}
+target=${CARGO_TARGET_DIR:-target}
+
+command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
+
+echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+cargo build --quiet --release --features axum,http-facilitator --example gateway --example gateway_presign
+
+work=$(mktemp -d)
+server=""
+cleanup() {
+  if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# A free loopback port: bind port 0 and read what the kernel chose.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+GATEWAY_LISTEN="127.0.0.1:$port" \
+GATEWAY_FREE_PER_MINUTE=4194303 GATEWAY_FREE_PER_HOUR=4194303 \
+  "$target/release/examples/gateway" >"$work/server.log" 2>&1 &
+server=$!
+base="http://127.0.0.1:$port"
+for _ in $(seq 1 100); do
+  curl -fs -o /dev/null "$base/v1/models" && break
+  sleep 0.1
+done
+curl -fs -o /dev/null "$base/v1/models" || { echo "the gateway did not start:" >&2; cat "$work/server.log" >&2; exit 1; }
+
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$server/status"; }
+
+paid_body='{"model":"openai/gpt-5-mini","max_tokens":64,"messages":[{"role":"user","content":"soak test"}]}'
+free_body='{"model":"nvidia/nemotron-super","max_tokens":64,"messages":[{"role":"user","content":"soak test"}]}'
+
+# One slice of wrk; prints "rps unexpected exhausted".
+slice_of() { # expect body [payments]
+  local line
+  line=$(LOAD_METHOD=POST LOAD_BODY=$2 LOAD_EXPECT=$1 LOAD_PAYMENTS=${3:-} LOAD_THREADS=$threads \
+    wrk -t"$threads" -c"$connections" -d"${slice}s" -s scripts/load/gateway.lua "$base/v1/chat/completions" \
+    | grep LOAD_RESULT)
+  local rps unexpected exhausted
+  rps=$(echo "$line" | grep -oE 'rps=[0-9]+' | cut -d= -f2)
+  unexpected=$(echo "$line" | grep -oE 'unexpected=[0-9]+' | cut -d= -f2)
+  exhausted=$(echo "$line" | grep -oE 'exhausted=[0-9]+' | cut -d= -f2)
+  echo "$rps $unexpected $exhausted"
+}
+
+verdicts=()
+soak() { # kind expect body
+  local kind=$1 expect=$2 body=$3
+  local payments_dir=""
+  if [ "$kind" = paid ]; then
+    local quote
+    quote=$(curl -s -o /dev/null -D - -H 'content-type: application/json' -d "$paid_body" "$base/v1/chat/completions" \
+      | tr -d '\r' | awk -F': ' 'tolower($1)=="payment-required" {print $2}')
+    payments_dir=$work/payments
+    mkdir -p "$payments_dir"
+    "$target/release/examples/gateway_presign" "$quote" "$((paid_per_slice * slices))" "$work/payments.txt" 2>/dev/null
+    split -l "$paid_per_slice" -d -a 3 "$work/payments.txt" "$payments_dir/slice."
+    rm "$work/payments.txt"
+  fi
+  echo "==> $kind: ${seconds}s in ${slice}s slices ($threads wrk threads, $connections connections), RSS $(rss_kib) KiB before"
+  local rates=() rss=() bad=0 ran_out=0 i
+  for i in $(seq 0 $((slices - 1))); do
+    local payments=""
+    [ -n "$payments_dir" ] && payments=$payments_dir/slice.$(printf '%03d' "$i")
+    read -r rps unexpected exhausted < <(slice_of "$expect" "$body" "$payments")
+    rates+=("$rps"); rss+=("$(rss_kib)")
+    bad=$((bad + unexpected)); ran_out=$((ran_out + exhausted))
+    printf '  t=%3ds  %8s req/s  RSS %6s KiB  unexpected %s%s\n' "$(((i + 1) * slice))" "$rps" "${rss[-1]}" "$unexpected" \
+      "$([ "$exhausted" -gt 0 ] && echo '  (ran out of payments)')"
+  done
+  local verdict
+  verdict=$(python3 - "$kind" "${rates[*]}" "${rss[*]}" "$bad" "$ran_out" <<'PY'
+import sys
+kind, rates, rss, bad, ran_out = sys.argv[1], [float(x) for x in sys.argv[2].split()], [int(x) for x in sys.argv[3].split()], int(sys.argv[4]), int(sys.argv[5])
+first, last = sum(rates[:2]) / 2, sum(rates[-2:]) / 2
+drift = (last - first) / first * 100 if first else float("inf")
+growth = (rss[-1] - rss[0]) / rss[0] * 100
+flat = abs(drift) <= 10
+lean = growth < 10
+notes = []
+if bad: notes.append(f"{bad} unexpected statuses")
+if ran_out: notes.append("ran out of pre-signed payments")
+print(f"{kind:<6} first 10 s {first:9.0f} req/s, last 10 s {last:9.0f} req/s ({drift:+.1f}%): "
+      f"{'flat' if flat else 'NOT FLAT'}; RSS {rss[0]} -> {rss[-1]} KiB ({growth:+.1f}%): "
+      f"{'ok' if lean else 'GREW'}" + (f"; {', '.join(notes)}" if notes else ""))
+PY
+)
+  verdicts+=("$verdict")
+}
+
+soak quote 402 "$paid_body"
+soak paid 200 "$paid_body"
+soak free 200 "$free_body"
+
+echo
+echo "summary (${seconds}s per kind; throughput within 10%, RSS growth under 10%):"
+printf '%s\n' "${verdicts[@]}"
