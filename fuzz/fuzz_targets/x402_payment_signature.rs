@@ -25,15 +25,7 @@ use walletgate::x402::{
     DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator, PaymentOption, PaymentPayload,
     PaymentRequirements, PriceTable, UsdAmount, X402, X402Layer, codec, matching_offer,
 };
-
-/// Polls `future` once; it must be ready (nothing in memory waits).
-fn ready<F: std::future::Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    match future.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("an in-memory payment flow waited"),
-    }
-}
+use walletgate_fuzz::ready;
 
 /// The time the seed corpus was signed for.
 const NOW: u64 = 1_750_000_000;
