@@ -1,6 +1,8 @@
 //! A gateway failure, described once and rendered in its route's shape.
 
 use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response};
@@ -8,12 +10,12 @@ use http::{HeaderValue, Response};
 use super::codes::ErrorCode;
 use super::header;
 use super::json_response;
+use super::redact::redact;
 use super::shapes::{
     ChatErrorBody, ChatErrorDetail, MessagesErrorBody, MessagesErrorDetail, MessagesErrorTag,
     PaymentRejectionBody, ResponsesErrorBody, ValidationDetail,
 };
 use super::style::EnvelopeStyle;
-use crate::upstream::redact;
 
 /// The `X-RateLimit-*` figures of a limited (or limit-counted) request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +89,7 @@ impl GatewayError {
         self
     }
 
-    /// Attaches upstream error text; it is [redacted](crate::upstream::redact) here, so raw text never
+    /// Attaches upstream error text; it is [redacted](super::redact()) here, so raw text never
     /// reaches a body.
     pub fn with_debug(mut self, upstream_text: &str) -> Self {
         self.debug = Some(redact(upstream_text));
@@ -234,3 +236,63 @@ impl std::fmt::Display for GatewayError {
 }
 
 impl std::error::Error for GatewayError {}
+
+type RenderFn = dyn Fn(GatewayError, EnvelopeStyle) -> Response<Bytes> + Send + Sync;
+
+/// How a layer turns its failure into a response: by default the route's
+/// envelope ([`GatewayError::into_response`]); a caller who wants another
+/// answer owns it, as with tower-http's `ValidateRequest`.
+///
+/// Layers take one with `with_rejection(..)`; it gets the failure (code,
+/// message, headers to write) and the route's style.
+#[derive(Clone)]
+pub struct RenderRejection(Arc<RenderFn>);
+
+impl RenderRejection {
+    /// Rejections rendered by `render`.
+    pub fn new<F>(render: F) -> Self
+    where
+        F: Fn(GatewayError, EnvelopeStyle) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        Self(Arc::new(render))
+    }
+
+    /// The response for `error` on a route answering in `style`.
+    pub fn render(&self, error: GatewayError, style: EnvelopeStyle) -> Response<Bytes> {
+        (self.0)(error, style)
+    }
+}
+
+impl Default for RenderRejection {
+    /// The route's envelope.
+    fn default() -> Self {
+        Self::new(GatewayError::into_response)
+    }
+}
+
+impl fmt::Debug for RenderRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RenderRejection").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_rendering_is_the_routes_envelope_and_a_caller_can_own_it() {
+        use crate::envelope::ErrorCode;
+        let error = || GatewayError::new(ErrorCode::InvalidJson);
+        let default = RenderRejection::default().render(error(), EnvelopeStyle::Messages);
+        let expected = error().into_response(EnvelopeStyle::Messages);
+        assert_eq!(default.status(), expected.status());
+        assert_eq!(default.body(), expected.body());
+        let own =
+            RenderRejection::new(|error, _style| Response::new(Bytes::from(error.code().as_str())));
+        assert_eq!(
+            own.render(error(), EnvelopeStyle::Chat).body(),
+            "INVALID_JSON"
+        );
+    }
+}

@@ -38,19 +38,21 @@ mod codes;
 mod data_api;
 mod gateway;
 mod missing;
+mod redact;
 pub mod shapes;
 mod style;
 
 pub use codes::{ErrorCode, ErrorType};
 pub use data_api::DataApiError;
-pub use gateway::{GatewayError, RateLimitInfo};
+pub use gateway::{GatewayError, RateLimitInfo, RenderRejection};
 pub use missing::MissingExtension;
+pub use redact::redact;
 pub use shapes::{
     ChatErrorBody, ChatErrorDetail, DetailPathSegment, MessagesErrorBody, PaymentInfo,
     PaymentRejectionBody, QuoteBody, QuotePrice, ResponsesErrorBody, UnknownModelBody,
     ValidationDetail,
 };
-pub use style::{EnvelopeStyle, EnvelopeStyleLayer, RenderRejection, SetEnvelopeStyle};
+pub use style::{EnvelopeStyle, EnvelopeStyleLayer, SetEnvelopeStyle};
 
 /// Header names the envelopes write, in their canonical lowercase form.
 pub mod header {

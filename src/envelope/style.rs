@@ -25,17 +25,12 @@
 //! # }
 //! ```
 
-use std::fmt;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use http::Request;
 use http::request::Parts;
-use http::{Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
-
-use super::gateway::GatewayError;
 
 /// Which error shape a gateway route answers with.
 ///
@@ -139,45 +134,6 @@ where
     }
 }
 
-type RenderFn = dyn Fn(GatewayError, EnvelopeStyle) -> Response<Bytes> + Send + Sync;
-
-/// How a layer turns its failure into a response: by default the route's
-/// envelope ([`GatewayError::into_response`]); a caller who wants another
-/// answer owns it, as with tower-http's `ValidateRequest`.
-///
-/// Layers take one with `with_rejection(..)`; it gets the failure (code,
-/// message, headers to write) and the route's style.
-#[derive(Clone)]
-pub struct RenderRejection(Arc<RenderFn>);
-
-impl RenderRejection {
-    /// Rejections rendered by `render`.
-    pub fn new<F>(render: F) -> Self
-    where
-        F: Fn(GatewayError, EnvelopeStyle) -> Response<Bytes> + Send + Sync + 'static,
-    {
-        Self(Arc::new(render))
-    }
-
-    /// The response for `error` on a route answering in `style`.
-    pub fn render(&self, error: GatewayError, style: EnvelopeStyle) -> Response<Bytes> {
-        (self.0)(error, style)
-    }
-}
-
-impl Default for RenderRejection {
-    /// The route's envelope.
-    fn default() -> Self {
-        Self::new(GatewayError::into_response)
-    }
-}
-
-impl fmt::Debug for RenderRejection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RenderRejection").finish_non_exhaustive()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,21 +162,5 @@ mod tests {
         ));
         let style = service.oneshot(Request::new(())).await.unwrap();
         assert_eq!(style, EnvelopeStyle::Messages);
-    }
-
-    #[test]
-    fn the_default_rendering_is_the_routes_envelope_and_a_caller_can_own_it() {
-        use crate::envelope::ErrorCode;
-        let error = || GatewayError::new(ErrorCode::InvalidJson);
-        let default = RenderRejection::default().render(error(), EnvelopeStyle::Messages);
-        let expected = error().into_response(EnvelopeStyle::Messages);
-        assert_eq!(default.status(), expected.status());
-        assert_eq!(default.body(), expected.body());
-        let own =
-            RenderRejection::new(|error, _style| Response::new(Bytes::from(error.code().as_str())));
-        assert_eq!(
-            own.render(error(), EnvelopeStyle::Chat).body(),
-            "INVALID_JSON"
-        );
     }
 }

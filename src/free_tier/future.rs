@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::client_ip::ClientIpError;
-use super::limiter::Verdict;
+use super::window::Verdict;
 use crate::body::{ResponseBody, rejection};
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RateLimitInfo, RenderRejection};
 use crate::store::StoreError;

@@ -11,7 +11,8 @@ use tower_service::Service;
 use super::client_ip::{ClientIp, ClientIpResolver};
 use super::future::ResponseFuture;
 use super::key::KeyPrefixes;
-use super::limiter::{FreeTierQuotas, FreeTierStore, InMemoryLimiter};
+use super::limiter::{FreeTierStore, InMemoryLimiter};
+use super::window::FreeTierQuotas;
 use crate::body::ResponseBody;
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection};
 

@@ -6,93 +6,13 @@ use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::future::{Future, Ready, ready};
 use std::hash::BuildHasher;
-use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::ConfigError;
 use super::key::ClientKey;
-use super::window::ClientWindows;
+use super::window::{ClientWindows, FreeTierQuotas, QuotaUsage, Verdict};
 use crate::clock::{SharedClock, SystemClock};
-use crate::envelope::RateLimitInfo;
-
-/// The free tier's two quotas: requests per minute and per hour.
-///
-/// Sliding windows: 30 per minute means at most 30 admitted requests in any
-/// 60 s, whenever they come (a burst of 30 waits a whole minute). The
-/// algorithm and its small early-refusal margin are described in
-/// [`ClientWindows`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct FreeTierQuotas {
-    per_minute: NonZeroU32,
-    per_hour: NonZeroU32,
-}
-
-impl Default for FreeTierQuotas {
-    /// 30 per minute and 300 per hour (specification, section 8).
-    fn default() -> Self {
-        Self {
-            per_minute: NonZeroU32::MIN.saturating_add(29),
-            per_hour: NonZeroU32::MIN.saturating_add(299),
-        }
-    }
-}
-
-impl FreeTierQuotas {
-    /// The largest quota, 4 194 303: what a client's state can count (see
-    /// [`ClientWindows`]).
-    pub const MAX_REQUESTS: u32 = super::window::MAX_REQUESTS;
-
-    /// `per_minute` and `per_hour` requests; both must be from 1 to
-    /// [`MAX_REQUESTS`](Self::MAX_REQUESTS).
-    pub fn new(per_minute: u32, per_hour: u32) -> Result<Self, ConfigError> {
-        let valid = |requests: u32| {
-            if requests > Self::MAX_REQUESTS {
-                return Err(ConfigError::QuotaTooLarge {
-                    requests,
-                    max_requests: Self::MAX_REQUESTS,
-                });
-            }
-            NonZeroU32::new(requests).ok_or(ConfigError::ZeroQuota)
-        };
-        Ok(Self {
-            per_minute: valid(per_minute)?,
-            per_hour: valid(per_hour)?,
-        })
-    }
-
-    /// Requests per minute.
-    pub fn per_minute(&self) -> u32 {
-        self.per_minute.get()
-    }
-
-    /// Requests per hour.
-    pub fn per_hour(&self) -> u32 {
-        self.per_hour.get()
-    }
-}
-
-/// A limiter's answer for one request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Verdict {
-    /// Admitted; one cell of each quota was spent.
-    Allowed {
-        /// The tighter quota after this request.
-        rate_limit: RateLimitInfo,
-    },
-    /// Refused; nothing was spent.
-    Refused {
-        /// How long until every refusing quota admits a request.
-        retry_after: Duration,
-        /// The refusing quota (remaining 0).
-        rate_limit: RateLimitInfo,
-    },
-    /// Refused because the store tracks as many clients as it may and this
-    /// one is new; nothing was spent.
-    AtCapacity,
-}
 
 /// The storage seam: decides one request of one client.
 ///
@@ -110,15 +30,6 @@ pub trait FreeTierStore: Clone + Send + Sync + 'static {
     /// Decides a request from `key`, spending one cell of every quota only if
     /// all of them admit it.
     fn check(&self, key: ClientKey) -> Self::Future;
-}
-
-/// What is left of a client's quotas, without spending any.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QuotaUsage {
-    /// Requests the minute quota would admit now.
-    pub remaining_per_minute: u32,
-    /// Requests the hour quota would admit now.
-    pub remaining_per_hour: u32,
 }
 
 /// What a [`sweep`](InMemoryLimiter::sweep) did.
@@ -370,7 +281,7 @@ impl FreeTierStore for InMemoryLimiter {
 mod tests {
     use super::*;
     use crate::clock::FakeClock;
-    use crate::free_tier::KeyPrefixes;
+    use crate::free_tier::{ConfigError, KeyPrefixes};
 
     const WALL_START_SECS: u64 = 1_800_000_000;
 

@@ -135,10 +135,8 @@ pub use client_ip::{
 pub use future::ResponseFuture;
 pub use key::{ClientKey, KeyPrefixes};
 pub use layer::{FreeTierLimit, FreeTierLimitLayer, IsFreeRequest};
-pub use limiter::{
-    FreeTierQuotas, FreeTierStore, InMemoryLimiter, QuotaUsage, SweepReport, Verdict,
-};
-pub use window::ClientWindows;
+pub use limiter::{FreeTierStore, InMemoryLimiter, SweepReport};
+pub use window::{ClientWindows, FreeTierQuotas, QuotaUsage, Verdict};
 
 /// A free-tier setting was invalid.
 #[derive(Clone, Debug, PartialEq, Eq)]

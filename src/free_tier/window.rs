@@ -1,8 +1,11 @@
-//! The free-tier rule: [`ClientWindows`], a pure function over one client's state.
+//! The free-tier rule: [`ClientWindows`], a pure function over one client's
+//! state, with its input ([`FreeTierQuotas`]) and its answers ([`Verdict`],
+//! [`QuotaUsage`]).
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
-use super::limiter::{FreeTierQuotas, QuotaUsage, Verdict};
+use super::ConfigError;
 use crate::envelope::RateLimitInfo;
 
 /// Slots of the minute ring: six sub-windows of 10 s, plus one.
@@ -305,6 +308,92 @@ impl Geometry {
         let start = at - at % self.slot_millis;
         start + (at - start).div_ceil(self.unit_millis) * self.unit_millis
     }
+}
+
+/// The free tier's two quotas: requests per minute and per hour.
+///
+/// Sliding windows: 30 per minute means at most 30 admitted requests in any
+/// 60 s, whenever they come (a burst of 30 waits a whole minute). The
+/// algorithm and its small early-refusal margin are described in
+/// [`ClientWindows`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FreeTierQuotas {
+    per_minute: NonZeroU32,
+    per_hour: NonZeroU32,
+}
+
+impl Default for FreeTierQuotas {
+    /// 30 per minute and 300 per hour (specification, section 8).
+    fn default() -> Self {
+        Self {
+            per_minute: NonZeroU32::MIN.saturating_add(29),
+            per_hour: NonZeroU32::MIN.saturating_add(299),
+        }
+    }
+}
+
+impl FreeTierQuotas {
+    /// The largest quota, 4 194 303: what a client's state can count (see
+    /// [`ClientWindows`]).
+    pub const MAX_REQUESTS: u32 = MAX_REQUESTS;
+
+    /// `per_minute` and `per_hour` requests; both must be from 1 to
+    /// [`MAX_REQUESTS`](Self::MAX_REQUESTS).
+    pub fn new(per_minute: u32, per_hour: u32) -> Result<Self, ConfigError> {
+        let valid = |requests: u32| {
+            if requests > Self::MAX_REQUESTS {
+                return Err(ConfigError::QuotaTooLarge {
+                    requests,
+                    max_requests: Self::MAX_REQUESTS,
+                });
+            }
+            NonZeroU32::new(requests).ok_or(ConfigError::ZeroQuota)
+        };
+        Ok(Self {
+            per_minute: valid(per_minute)?,
+            per_hour: valid(per_hour)?,
+        })
+    }
+
+    /// Requests per minute.
+    pub fn per_minute(&self) -> u32 {
+        self.per_minute.get()
+    }
+
+    /// Requests per hour.
+    pub fn per_hour(&self) -> u32 {
+        self.per_hour.get()
+    }
+}
+
+/// A limiter's answer for one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Admitted; one cell of each quota was spent.
+    Allowed {
+        /// The tighter quota after this request.
+        rate_limit: RateLimitInfo,
+    },
+    /// Refused; nothing was spent.
+    Refused {
+        /// How long until every refusing quota admits a request.
+        retry_after: Duration,
+        /// The refusing quota (remaining 0).
+        rate_limit: RateLimitInfo,
+    },
+    /// Refused because the store tracks as many clients as it may and this
+    /// one is new; nothing was spent.
+    AtCapacity,
+}
+
+/// What is left of a client's quotas, without spending any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuotaUsage {
+    /// Requests the minute quota would admit now.
+    pub remaining_per_minute: u32,
+    /// Requests the hour quota would admit now.
+    pub remaining_per_hour: u32,
 }
 
 #[cfg(test)]
