@@ -728,7 +728,8 @@ mod tests {
             resource: None,
             accepted: offer.clone(),
             payload: json!({
-                "signature": format!("0x{}", "11".repeat(65)),
+                // Canonical (low s, v = 27): the match-time check refuses others.
+                "signature": format!("0x{}1b", "11".repeat(64)),
                 "authorization": {
                     "from": PAYER, "to": PAY_TO, "value": offer.amount.to_string(),
                     "validAfter": "0", "validBefore": (NOW + 300).to_string(),
