@@ -25,7 +25,8 @@ pub(crate) fn dispatch(file: Option<&Path>) -> std::io::Result<Dispatch> {
         .with_writer(writer)
         .with_ansi(false);
     Ok(if json {
-        Dispatch::new(builder.json().finish())
+        // The decision's span once, not again as the list of spans.
+        Dispatch::new(builder.json().with_span_list(false).finish())
     } else {
         Dispatch::new(builder.finish())
     })
