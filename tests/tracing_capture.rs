@@ -26,10 +26,10 @@ use walletgate::gateway::ParsedJson;
 use walletgate::wallet_jwt::{RequireScopesLayer, Scope, WalletJwtLayer};
 use walletgate::x402::payer::sequential_nonce;
 use walletgate::x402::{
-    DevLedger, LocalEvmFacilitator, Payer, PaymentPayload, PaymentRequired, SettleResponse, X402,
-    codec,
+    DevLedger, LocalEvmFacilitator, Payer, PaymentPayload, PaymentRequired, SettleResponse,
+    SettledPayment, SettlementHookError, X402, codec,
 };
-use x402_fixtures::{Answering, CHAT, QUOTED_UNITS, answering, chat_layer};
+use x402_fixtures::{Answering, CHAT, QUOTED_UNITS, answering, chat_layer_builder};
 
 const NOW: u64 = 1_750_000_000;
 
@@ -142,10 +142,19 @@ struct Paid {
 }
 
 async fn paid(nonce: u64) -> Paid {
+    paid_with(nonce, None).await
+}
+
+/// [`paid`], its settlements handed to `hook` when there is one.
+async fn paid_with(nonce: u64, hook: Option<fn(SettledPayment) -> HookAnswer>) -> Paid {
     let clock = FakeClock::at_unix_secs(NOW);
     let ledger = Arc::new(DevLedger::new());
     let facilitator = LocalEvmFacilitator::new(ledger, Arc::new(clock.clone()));
-    let service = answering(&chat_layer(facilitator, Arc::new(clock)));
+    let mut builder = chat_layer_builder(facilitator, Arc::new(clock));
+    if let Some(hook) = hook {
+        builder = builder.on_settlement(hook);
+    }
+    let service = answering(&builder.build().unwrap());
     let quote = service.clone().oneshot(chat(None)).await.unwrap();
     assert_eq!(quote.status(), 402);
     let quote: PaymentRequired =
@@ -193,6 +202,27 @@ async fn a_settled_payment_logs_payer_amount_network_and_transaction_at_info_and
     ] {
         assert!(settled.contains(&field), "{field} in {settled}");
     }
+    let secrets = payment_secrets(&header);
+    captured.assert_none_of(&secrets.iter().map(String::as_str).collect::<Vec<_>>());
+}
+
+type HookAnswer = std::future::Ready<Result<(), SettlementHookError>>;
+
+#[tokio::test]
+async fn a_failing_settlement_hook_is_an_error_event_and_the_payment_stays_settled() {
+    let (captured, _guard) = capture();
+    let hook: fn(SettledPayment) -> HookAnswer =
+        |_| std::future::ready(Err(SettlementHookError::new("accounting offline")));
+    let Paid {
+        service, header, ..
+    } = paid_with(9, Some(hook)).await;
+    let response = service.oneshot(chat(Some(&header))).await.unwrap();
+    assert_eq!(response.status(), 200);
+
+    captured.line_with(&["outcome=\"settled\""]);
+    let failed = captured.line_with(&["settlement hook failed"]);
+    assert!(failed.contains("ERROR"), "{failed}");
+    assert!(failed.contains("accounting offline"), "{failed}");
     let secrets = payment_secrets(&header);
     captured.assert_none_of(&secrets.iter().map(String::as_str).collect::<Vec<_>>());
 }
