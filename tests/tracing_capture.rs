@@ -1,6 +1,7 @@
 //! What the layers' tracing says (feature `tracing`): a paid request, a free
-//! request, a refused payment and a wallet-scoped request each leave the
-//! fields that tell what happened, and none of the request's secrets.
+//! request, a refused payment, a wallet-scoped request, a failing settlement
+//! hook and a PAT exchange each leave the fields that tell what happened, and
+//! none of the request's secrets.
 //!
 //! The output is captured by a `tracing-subscriber` fmt layer writing into a
 //! shared buffer, on the test's own thread (`set_default`, current-thread
@@ -369,4 +370,37 @@ async fn a_wallet_scoped_request_logs_key_id_wallet_and_scopes_and_no_key_jwt_or
     // No part of the JWT either: its signature segment alone is a secret.
     let signature = jwt.rsplit('.').next().unwrap();
     captured.assert_none_of(&[signature]);
+}
+
+#[tokio::test]
+async fn a_token_exchange_logs_wallet_and_pat_id_and_neither_pat_nor_jwt() {
+    use walletgate::tokens::{IssuerConfig, NewPat, SigningKeys, TokenIssuer};
+    use walletgate::wallet_jwt::KeySet;
+    let (captured, _guard) = capture();
+    let keys = SigningKeys::generate(KeySet::new()).unwrap();
+    let config = IssuerConfig::new("https://api.walletgate.test", "https://api.walletgate.test");
+    let issuer = TokenIssuer::in_memory(config.unwrap(), keys)
+        .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)));
+    let wallet = gates_support::WALLET.parse().unwrap();
+    let new_pat = NewPat {
+        label: "ci".into(),
+        scopes: "read:favorites".parse().unwrap(),
+        expires_in_days: Some(1),
+    };
+    let (record, secret) = issuer.create_pat(wallet, new_pat).await.unwrap();
+    let token = issuer.exchange(secret.expose()).await.unwrap();
+    let revoked = issuer.revoke_pat(wallet, &record.id).await.unwrap();
+    assert!(revoked.revoked_at.is_some());
+    assert!(issuer.exchange(secret.expose()).await.is_err());
+
+    let exchanged = captured.line_with(&["token_exchange{", "outcome=\"exchanged\""]);
+    for field in [
+        format!("wallet={}", gates_support::WALLET),
+        format!("pat_id=\"{}\"", record.id),
+        "scopes=read:favorites".to_owned(),
+    ] {
+        assert!(exchanged.contains(&field), "{field} in {exchanged}");
+    }
+    captured.line_with(&["token_exchange{", "outcome=\"refused\""]);
+    captured.assert_none_of(&[secret.expose(), &token.access_token]);
 }
