@@ -26,6 +26,10 @@ macro_rules! define_inner_service_accessors {
     };
 }
 
+// First, so the `trace_*` macros are in scope in every module below.
+#[macro_use]
+mod trace;
+
 #[cfg(feature = "api-key")]
 pub mod api_key;
 pub mod body;

@@ -1,45 +1,37 @@
-//! One line per request: method, path (no query), status, time taken, and a
-//! rejection's message. Never headers, cookies, query values or bodies, so no
-//! credential can reach the log; the tests check that.
+//! One `tracing` event per request (target `access`): method, path (no
+//! query), status, time taken, and a rejection's message. Never headers,
+//! cookies, query values or bodies, so no credential can reach the log; the
+//! tests check that.
 
-use std::fs::File;
-use std::io::Write as _;
-use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
+use tracing::Dispatch;
+use tracing::instrument::WithSubscriber as _;
 use walletgate::envelope::DataApiError;
 
-/// Where access lines go: standard error, or a file (tests read it back).
+/// Where access lines (and the layers' events during a request) go: the
+/// process's subscriber, or one writing to a file (tests read it back).
 #[derive(Clone)]
 pub(crate) struct AccessLog {
-    file: Option<Arc<Mutex<File>>>,
+    dispatch: Option<Dispatch>,
 }
 
 impl AccessLog {
-    pub(crate) fn stderr() -> Self {
-        Self { file: None }
+    /// Through the process's subscriber (`logging::init`).
+    pub(crate) fn global() -> Self {
+        Self { dispatch: None }
     }
 
-    pub(crate) fn to_file(path: &Path) -> std::io::Result<Self> {
+    /// Into `path`, whatever the process's subscriber is.
+    #[cfg(test)]
+    pub(crate) fn to_file(path: &std::path::Path) -> std::io::Result<Self> {
         Ok(Self {
-            file: Some(Arc::new(Mutex::new(File::create(path)?))),
+            dispatch: Some(crate::logging::dispatch(Some(path))?),
         })
-    }
-
-    fn write(&self, line: &str) {
-        match &self.file {
-            Some(file) => {
-                let mut file = file.lock().unwrap_or_else(PoisonError::into_inner);
-                // A failed log write must not fail the request.
-                let _ = writeln!(file, "{line}");
-            }
-            None => eprintln!("{line}"),
-        }
     }
 
     /// Wraps every route of `router`.
@@ -50,16 +42,26 @@ impl AccessLog {
 
 async fn record(State(log): State<AccessLog>, request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let line_start = format!("{} {}", request.method(), request.uri().path());
-    let response = next.run(request).await;
-    let mut line = format!(
-        "{line_start} -> {} in {:.1} ms",
-        response.status().as_u16(),
-        started.elapsed().as_secs_f64() * 1000.0
-    );
-    if let Some(error) = response.extensions().get::<DataApiError>() {
-        line.push_str(&format!(": {}", error.message()));
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = match &log.dispatch {
+        Some(dispatch) => next.run(request).with_subscriber(dispatch.clone()).await,
+        None => next.run(request).await,
+    };
+    let line = || {
+        let error = response.extensions().get::<DataApiError>();
+        tracing::info!(
+            target: "access",
+            method = %method,
+            path = %path,
+            status = response.status().as_u16(),
+            elapsed_ms = format_args!("{:.1}", started.elapsed().as_secs_f64() * 1000.0),
+            error = error.map(DataApiError::message),
+        );
+    };
+    match &log.dispatch {
+        Some(dispatch) => tracing::dispatcher::with_default(dispatch, line),
+        None => line(),
     }
-    log.write(&line);
     response
 }

@@ -1,6 +1,6 @@
 //! The Area A reference server: a wallet-authenticated data API.
 //!
-//! `cargo run --example data_api --features tokens,siwe,mcp` listens on
+//! `cargo run --example data_api --features tokens,siwe,mcp,tracing` listens on
 //! `DATA_API_LISTEN` (default `127.0.0.1:8080`) with embedded defaults:
 //! in-memory stores, one development API key (`DATA_API_KEY`, else generated
 //! and printed once), a few wallets with favorites, and an Ed25519 signing key
@@ -19,11 +19,15 @@
 //! | `DATA_API_JWT_LIFETIME_SECS` | `900` | wallet JWT lifetime |
 //! | `DATA_API_KEY_PER_MINUTE` | `600` | requests per minute of the API key |
 //! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed |
-//! | `DATA_API_ACCESS_LOG` | standard error | file for the access log |
+//! | `DATA_API_ACCESS_LOG` | standard error | file for the log (access lines and the layers' events) |
+//! | `RUST_LOG` | `info` | log filter (`tracing-subscriber`'s `EnvFilter`) |
+//! | `LOG_FORMAT` | text | `json`: one JSON object per line |
 
 mod access_log;
 mod auth;
 mod favorites;
+#[path = "../common/logging.rs"]
+mod logging;
 mod mcp;
 mod openapi;
 mod relationships;
@@ -281,11 +285,8 @@ async fn main() {
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let config = Config::from_env()?;
     let (router, dev) = build(&config)?;
-    let log = match &config.access_log {
-        Some(path) => access_log::AccessLog::to_file(path)?,
-        None => access_log::AccessLog::stderr(),
-    };
-    let router = log.around(router);
+    logging::init(config.access_log.as_deref())?;
+    let router = access_log::AccessLog::global().around(router);
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
     println!(

@@ -203,14 +203,17 @@ impl SettlementTally {
                 total.1 += payment.amount.units();
                 *total
             };
-            println!(
-                "settled {} units from {} on {} in {} for {} (request {}); total {count} settlements, {units} units",
-                payment.amount,
-                payment.payer,
-                payment.network,
-                payment.transaction,
-                payment.resource,
-                payment.request_id.as_deref().unwrap_or("-"),
+            tracing::info!(
+                target: "settlements",
+                amount = %payment.amount,
+                payer = %payment.payer,
+                network = %payment.network,
+                transaction = %payment.transaction,
+                resource = %payment.resource,
+                request_id = payment.request_id.as_deref().unwrap_or("-"),
+                total_settlements = count,
+                total_units = units,
+                "settled",
             );
             std::future::ready(Ok(()))
         }

@@ -1,8 +1,8 @@
 //! The paid model gateway's reference server (specification, Area B).
 //!
 //! ```sh
-//! cargo run --example gateway --features axum,http-facilitator,rustls
-//! cargo run --example gateway --features axum,http-facilitator,rustls -- --network solana
+//! cargo run --example gateway --features axum,http-facilitator,rustls,tracing
+//! cargo run --example gateway --features axum,http-facilitator,rustls,tracing -- --network solana
 //! ```
 //!
 //! (`scripts/serve.sh` starts it with the right features.)
@@ -12,13 +12,15 @@
 //! `/v1/images/generations` (paid jobs, polled; see `images/`), each also
 //! under `/api/v1/…`. Answers come from the embedded echo family
 //! unless a provider's OpenAI-compatible upstream is configured; see
-//! `config.rs` for every variable.
+//! `config.rs` for every variable. Logs go to standard error through
+//! `tracing`: `RUST_LOG` filters (default `info`: settlements and refusals),
+//! `LOG_FORMAT=json` writes JSON lines.
 //!
 //! Paid models answer 402 with an x402 quote in Base Sepolia USDC; a retry
 //! with a `PAYMENT-SIGNATURE` signed by one of the printed development
 //! accounts is verified and settled in-process (a paid stream once it
 //! completes; its receipt is the last `event: payment-response`), and each
-//! settlement prints one line with the running total. Free models are limited per
+//! settlement logs one line with the running total. Free models are limited per
 //! client IP. `--network solana` quotes Solana USDC instead, verified and
 //! settled by the x402 facilitator at `GATEWAY_FACILITATOR_URL`.
 //!
@@ -36,6 +38,8 @@ mod extensions;
 mod gates;
 mod images;
 mod inference;
+#[path = "../common/logging.rs"]
+mod logging;
 mod pipeline;
 mod render;
 mod reply;
@@ -84,6 +88,7 @@ async fn main() {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    logging::init(None)?;
     let mut config = Config::from_env()?;
     if let PaymentNetwork::Solana(settings) = &mut config.network
         && settings.fee_payer.is_none()

@@ -39,6 +39,17 @@ impl ApiKeyError {
         self.to_data_api_error().status()
     }
 
+    /// A short snake_case name of the error, for logs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Ambiguous => "ambiguous",
+            Self::Unknown => "unknown",
+            Self::QuotaExceeded { .. } => "quota_exceeded",
+            Self::StoreUnavailable => "store_unavailable",
+        }
+    }
+
     /// The Area A rejection for this error.
     pub fn to_data_api_error(&self) -> DataApiError {
         match self {
@@ -106,14 +117,34 @@ impl<K: KeyStore> Config<K> {
         &self,
         looked_up: Result<Option<ApiKeyRecord>, StoreError>,
     ) -> Result<ApiKeyId, ApiKeyError> {
-        let record = looked_up
-            .map_err(|_| ApiKeyError::StoreUnavailable)?
-            .ok_or(ApiKeyError::Unknown)?;
-        if let Some(quota) = record.quota.or(self.default_quota) {
-            self.quotas
-                .check(&record.id, quota)
-                .map_err(|retry_after_secs| ApiKeyError::QuotaExceeded { retry_after_secs })?;
+        let record = match looked_up {
+            Ok(Some(record)) => record,
+            Ok(None) => return Err(refused(None, ApiKeyError::Unknown)),
+            Err(_error) => {
+                trace_warn!(error = %_error, "API key store lookup failed");
+                return Err(refused(None, ApiKeyError::StoreUnavailable));
+            }
+        };
+        if let Some(quota) = record.quota.or(self.default_quota)
+            && let Err(retry_after_secs) = self.quotas.check(&record.id, quota)
+        {
+            let error = ApiKeyError::QuotaExceeded { retry_after_secs };
+            return Err(refused(Some(&record.id), error));
         }
+        trace_decision!(DEBUG, "api_key", key_id = %record.id, outcome = "admitted");
         Ok(record.id)
     }
+}
+
+/// `error`, traced as the layer's refusal (of the key `_key_id` once it is known).
+pub(super) fn refused(_key_id: Option<&ApiKeyId>, error: ApiKeyError) -> ApiKeyError {
+    trace_decision!(
+        INFO,
+        "api_key",
+        key_id = _key_id.map(ApiKeyId::as_str),
+        outcome = "refused",
+        error = error.code(),
+        status = error.status().as_u16(),
+    );
+    error
 }

@@ -8,7 +8,7 @@ use http::{HeaderMap, Request, Response};
 use tower_service::Service;
 
 use super::future::ResponseFuture;
-use super::gate::{ApiKeyError, Config};
+use super::gate::{ApiKeyError, Config, refused};
 use super::layer::ApiKeyLayer;
 use super::store::{InMemoryKeyStore, KeyDigest, KeyStore};
 use crate::body::ResponseBody;
@@ -90,7 +90,7 @@ where
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         let digest = match presented_digest(request.headers()) {
             Ok(digest) => digest,
-            Err(error) => return ResponseFuture::rejected(error.into_response()),
+            Err(error) => return ResponseFuture::rejected(refused(None, error).into_response()),
         };
         // The secret goes no further than this layer.
         request.headers_mut().remove(X_API_KEY);

@@ -131,6 +131,10 @@ where
                     answer: (style, render),
                 } => {
                     let verdict = ready!(check.poll(cx));
+                    crate::trace::free_tier_verdict(
+                        call.as_ref().map(|(_, request)| request),
+                        &verdict,
+                    );
                     let reject = |error| Some(render.render(error, *style));
                     let next = match verdict {
                         Ok(Verdict::Allowed { rate_limit }) => {

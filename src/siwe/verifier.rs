@@ -291,9 +291,13 @@ impl SiweVerifier {
                 if syntax::is_nonce(&fields.nonce) {
                     let now = self.config.clock.now_unix_millis();
                     // Best effort: the client's error is the message, whatever the store says.
-                    let _ = self.config.nonce_store.consume(&fields.nonce, now).await;
+                    if let Err(_error) = self.config.nonce_store.consume(&fields.nonce, now).await {
+                        trace_warn!(error = %_error, "SIWE nonce store failed to spend a nonce");
+                    }
                 }
-                Err(VerifyError::InvalidMessage(parse_error))
+                let error = VerifyError::InvalidMessage(parse_error);
+                trace_decision!(INFO, "siwe", outcome = "refused", error = %error);
+                Err(error)
             }
         }
     }
@@ -305,6 +309,31 @@ impl SiweVerifier {
     /// policy, issued-at bounds, expiration and not-before, and finally the
     /// EIP-191 signature over the exact message text.
     pub async fn verify(
+        &self,
+        message: &SiweMessage,
+        signature_hex: &str,
+    ) -> Result<VerifiedSignIn, VerifyError> {
+        let verdict = self.check(message, signature_hex).await;
+        match &verdict {
+            Ok(_) => {
+                trace_decision!(INFO, "siwe", wallet = %message.address(), outcome = "verified");
+            }
+            Err(VerifyError::NonceStore(_error)) => {
+                trace_warn!(error = %_error, "SIWE nonce store failed; sign-in refused");
+            }
+            Err(_error) => trace_decision!(
+                INFO,
+                "siwe",
+                wallet = %message.address(),
+                outcome = "refused",
+                error = %_error,
+            ),
+        }
+        verdict
+    }
+
+    /// [`verify`](Self::verify), which traces its verdict.
+    async fn check(
         &self,
         message: &SiweMessage,
         signature_hex: &str,

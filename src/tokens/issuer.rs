@@ -507,6 +507,15 @@ impl<P: PatStore, S: SessionStore> TokenIssuer<P, S> {
     /// [`TokenError::InvalidPat`], [`TokenError::PatRevoked`],
     /// [`TokenError::PatExpired`], [`TokenError::Store`], [`TokenError::Signing`].
     pub async fn exchange(&self, pat: &str) -> Result<AccessToken, TokenError> {
+        let verdict = self.exchange_pat(pat).await;
+        if let Err(_error) = &verdict {
+            trace_decision!(INFO, "token_exchange", outcome = "refused", error = %_error);
+        }
+        verdict
+    }
+
+    /// [`exchange`](Self::exchange), which traces its refusals.
+    async fn exchange_pat(&self, pat: &str) -> Result<AccessToken, TokenError> {
         if !is_well_formed(pat) {
             return Err(TokenError::InvalidPat);
         }
@@ -532,7 +541,16 @@ impl<P: PatStore, S: SessionStore> TokenIssuer<P, S> {
         if stale {
             self.pats.touch(&record.id, now).await?;
         }
-        self.mint(&record, now)
+        let token = self.mint(&record, now)?;
+        trace_decision!(
+            INFO,
+            "token_exchange",
+            wallet = %record.wallet,
+            pat_id = record.id.as_str(),
+            scopes = %record.scopes,
+            outcome = "exchanged",
+        );
+        Ok(token)
     }
 
     fn mint(&self, record: &PatRecord, now: u64) -> Result<AccessToken, TokenError> {

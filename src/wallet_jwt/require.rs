@@ -116,13 +116,49 @@ impl Config {
             } else {
                 WalletClaimsRejection::missing_layer()
             };
+            trace_decision!(INFO, "require_scopes", required = %self.scopes, outcome = "invalid_token");
             return Err(rejection.into_data_api_error());
         };
-        claims.require_all(&self.scopes)?;
+        match self.check_claims(claims, request.uri().path()) {
+            Ok(()) => {
+                trace_decision!(
+                    DEBUG,
+                    "require_scopes",
+                    wallet = %claims.wallet(),
+                    scopes = %claims.scopes(),
+                    outcome = "allowed",
+                );
+                Ok(())
+            }
+            Err((_outcome, error)) => {
+                trace_decision!(
+                    INFO,
+                    "require_scopes",
+                    wallet = %claims.wallet(),
+                    scopes = %claims.scopes(),
+                    required = %self.scopes,
+                    outcome = _outcome,
+                );
+                Err(error)
+            }
+        }
+    }
+
+    /// The verdict on present claims; a refusal with its outcome's name.
+    fn check_claims(
+        &self,
+        claims: &WalletClaims,
+        path: &str,
+    ) -> Result<(), (&'static str, DataApiError)> {
+        claims
+            .require_all(&self.scopes)
+            .map_err(|error| ("insufficient_scope", error.into()))?;
         if let Some(segment) = &self.wallet_after_segment
-            && let Some(named) = segment_after(request.uri().path(), segment)
+            && let Some(named) = segment_after(path, segment)
         {
-            claims.require_wallet(named)?;
+            claims
+                .require_wallet(named)
+                .map_err(|error| ("wallet_mismatch", error.into()))?;
         }
         Ok(())
     }

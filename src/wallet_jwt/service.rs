@@ -88,14 +88,30 @@ where
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         match self.config.authenticate(request.headers()) {
             Ok(Some(claims)) => {
+                trace_decision!(
+                    DEBUG,
+                    "wallet_jwt",
+                    wallet = %claims.wallet(),
+                    scopes = %claims.scopes(),
+                    outcome = "authenticated",
+                );
                 // The token goes no further: handlers get the verified claims.
                 request.headers_mut().remove(AUTHORIZATION);
                 request.extensions_mut().insert(claims);
             }
             Ok(None) => {
+                trace_decision!(DEBUG, "wallet_jwt", outcome = "no_bearer");
                 request.extensions_mut().insert(NoBearer);
             }
-            Err(error) => return ResponseFuture::rejected(error.into_response()),
+            Err(error) => {
+                trace_decision!(
+                    INFO,
+                    "wallet_jwt",
+                    outcome = "invalid_token",
+                    reason = ?error,
+                );
+                return ResponseFuture::rejected(error.into_response());
+            }
         }
         ResponseFuture::inner(self.inner.call(request))
     }

@@ -55,8 +55,9 @@ impl Config {
         }
     }
 
-    /// The one place a hook failure ends up (a tracing event belongs here).
+    /// The one place a hook failure ends up: counted and logged.
     fn hook_failed(&self, _error: &SettlementHookError) {
+        trace_error!(error = %_error, "settlement hook failed; the payment stays settled");
         self.hook_failures.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -126,6 +126,7 @@ fn prepare<B>(
             .into_response(style));
     };
     let Some(header_value) = request.headers().get(header::PAYMENT_SIGNATURE) else {
+        trace_decision!(DEBUG, "x402", price = %total, outcome = "quoted");
         return Err(quote.response());
     };
     let invalid = |why: &str, payer: Option<&str>| {
@@ -217,6 +218,14 @@ fn payment_rejection(
     style: EnvelopeStyle,
     quote: &PaymentRequired,
 ) -> Response<Bytes> {
+    trace_decision!(
+        INFO,
+        "x402",
+        payer,
+        outcome = "refused",
+        error = code.as_str(),
+        reason = why,
+    );
     let mut error = GatewayError::new(code).with_debug(why);
     if let Some(payer) = payer {
         error = error.with_payer(payer);
@@ -245,6 +254,7 @@ impl ClaimGuard {
 impl Drop for ClaimGuard {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
+            trace_decision!(DEBUG, "x402", outcome = "released");
             self.store.release(&key);
         }
     }
@@ -291,6 +301,13 @@ where
             );
         }
         Ok(Claim::Spent(spent)) if config.paid_replay && spent.fingerprint == fingerprint => {
+            trace_decision!(
+                INFO,
+                "x402",
+                payer = spent.receipt.payer(),
+                transaction = spent.receipt.transaction(),
+                outcome = "replayed",
+            );
             let receipt_header = settle_header(&receipt_settlement(&spent.receipt));
             request.extensions_mut().insert(spent.receipt.replayed());
             let mut response = inner.call(request).await?;
@@ -350,6 +367,14 @@ where
     // Dropping `claim` on `?` or on an early return releases the authorization.
     let mut response = inner.call(request).await?;
     if !response.status().is_success() {
+        // Not served: not charged (the claim is released below).
+        trace_decision!(
+            INFO,
+            "x402",
+            payer = payer.as_deref(),
+            status = response.status().as_u16(),
+            outcome = "unsettled",
+        );
         return Ok(plain(response));
     }
     let job = SettleJob {
@@ -468,8 +493,28 @@ impl SettleJob {
             ),
         };
         if !settlement.success {
+            trace_decision!(
+                WARN,
+                "x402",
+                payer = receipt.payer(),
+                amount = %receipt.amount(),
+                network = %receipt.network(),
+                outcome = "unsettled",
+                error = ErrorCode::SettlementFailed.as_str(),
+                reason = settlement.error_reason.as_deref(),
+            );
             return Err(settlement);
         }
+        trace_decision!(
+            INFO,
+            "x402",
+            payer = receipt.payer(),
+            amount = %receipt.amount(),
+            network = %receipt.network(),
+            transaction = settlement.transaction.as_str(),
+            resource = resource.as_str(),
+            outcome = "settled",
+        );
         let receipt = receipt.settled(settlement.transaction.clone());
         let now = config.clock.now_unix_secs();
         let keep_until = valid_before
@@ -481,7 +526,13 @@ impl SettleJob {
         };
         // Settled on the ledger either way: a store failure here only weakens paid replay,
         // since the ledger itself refuses the used nonce.
-        let _ = config.nonce_store.mark_spent(&key, spent, keep_until).await;
+        if let Err(_error) = config.nonce_store.mark_spent(&key, spent, keep_until).await {
+            trace_warn!(
+                error = %_error,
+                transaction = settlement.transaction.as_str(),
+                "settled, but the nonce store failed to mark the authorization spent",
+            );
+        }
         claim.keep();
         config
             .report_settled(|| {

@@ -15,6 +15,14 @@ pub fn chat_layer(
     facilitator: impl walletgate::x402::Facilitator,
     clock: walletgate::SharedClock,
 ) -> walletgate::x402::X402Layer {
+    chat_layer_builder(facilitator, clock).build().unwrap()
+}
+
+/// [`chat_layer`]'s configuration, to add to before building.
+pub fn chat_layer_builder(
+    facilitator: impl walletgate::x402::Facilitator,
+    clock: walletgate::SharedClock,
+) -> walletgate::x402::X402LayerBuilder {
     walletgate::x402::X402Layer::builder()
         .payment_option(walletgate::x402::PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
         .pricing(
@@ -24,8 +32,6 @@ pub fn chat_layer(
         )
         .facilitator(facilitator)
         .clock(clock)
-        .build()
-        .unwrap()
 }
 
 /// A handler that answers 200 at once.
