@@ -101,7 +101,7 @@ json_field() { # decoded JSON, field name -> its string (without escapes) or num
 }
 
 start_gateway() { # port
-  GATEWAY_LISTEN="127.0.0.1:$1" GATEWAY_FREE_PER_MINUTE=4000000000 GATEWAY_FREE_PER_HOUR=4000000000 \
+  GATEWAY_LISTEN="127.0.0.1:$1" GATEWAY_FREE_PER_MINUTE=4194303 GATEWAY_FREE_PER_HOUR=4194303 RUST_LOG="${RUST_LOG:-warn}" \
     "$gateway_bin" >"$work/gateway.log" 2>&1 &
   server=$!
   wait_ready "http://127.0.0.1:$1" "$work/gateway.log"

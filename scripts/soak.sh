@@ -35,7 +35,7 @@ target=${CARGO_TARGET_DIR:-target}
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
 
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-cargo build --quiet --release --features axum,http-facilitator --example gateway --example gateway_presign
+cargo build --quiet --release --features axum,http-facilitator,rustls,tracing --example gateway --example gateway_presign
 
 work=$(mktemp -d)
 server=""
@@ -48,7 +48,7 @@ trap cleanup EXIT
 # A free loopback port: bind port 0 and read what the kernel chose.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
 GATEWAY_LISTEN="127.0.0.1:$port" \
-GATEWAY_FREE_PER_MINUTE=4194303 GATEWAY_FREE_PER_HOUR=4194303 \
+GATEWAY_FREE_PER_MINUTE=4194303 GATEWAY_FREE_PER_HOUR=4194303 RUST_LOG="${RUST_LOG:-warn}" \
   "$target/release/examples/gateway" >"$work/server.log" 2>&1 &
 server=$!
 base="http://127.0.0.1:$port"
