@@ -136,6 +136,11 @@ impl GatewayError {
         &self.message
     }
 
+    /// The paying address of a payment rejection, if any.
+    pub fn payer(&self) -> Option<&str> {
+        self.payer.as_deref()
+    }
+
     /// The `Retry-After` the response will carry, if any.
     pub fn retry_after_secs(&self) -> Option<u64> {
         self.retry_after_secs

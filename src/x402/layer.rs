@@ -4,6 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytes::Bytes;
+use http::Response;
 use tower_layer::Layer;
 
 use super::error::ConfigError;
@@ -15,6 +17,7 @@ use super::replay::{InMemoryNonceStore, NonceStore};
 use super::service::X402;
 use super::types::UsdAmount;
 use crate::clock::{SharedClock, SystemClock};
+use crate::envelope::{EnvelopeStyle, GatewayError, RenderRejection};
 
 /// Applies x402 payment to a service: quote, verify before, settle after.
 ///
@@ -39,6 +42,8 @@ pub(crate) struct Config {
     pub(crate) mime_type: String,
     pub(crate) quotes: QuoteCache,
     pub(crate) settlement_hook: Option<Arc<dyn SettlementHook>>,
+    /// Renders every rejection (the route's envelope by default).
+    pub(crate) reject: RenderRejection,
     /// Settlement hook calls that returned an error.
     pub(crate) hook_failures: AtomicU64,
 }
@@ -115,6 +120,7 @@ pub struct X402LayerBuilder {
     description: String,
     mime_type: String,
     settlement_hook: Option<Arc<dyn SettlementHook>>,
+    reject: RenderRejection,
 }
 
 impl Default for X402LayerBuilder {
@@ -131,6 +137,7 @@ impl Default for X402LayerBuilder {
             description: String::new(),
             mime_type: String::new(),
             settlement_hook: None,
+            reject: RenderRejection::default(),
         }
     }
 }
@@ -230,6 +237,18 @@ impl X402LayerBuilder {
         self
     }
 
+    /// Renders the layer's rejections with `reject` instead of the route's
+    /// envelope (tower-http's `ValidateRequest` idea): it gets the failure
+    /// (code, message, payer, `Retry-After`) and the route's style. A 402
+    /// still carries the quote headers, so clients can pay after it.
+    pub fn with_rejection<F>(mut self, reject: F) -> Self
+    where
+        F: Fn(GatewayError, EnvelopeStyle) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.reject = RenderRejection::new(reject);
+        self
+    }
+
     /// Validates and builds the layer.
     pub fn build(self) -> Result<X402Layer, ConfigError> {
         let pricing = self.pricing.ok_or(ConfigError::MissingPricing)?;
@@ -255,6 +274,7 @@ impl X402LayerBuilder {
                 mime_type: self.mime_type,
                 quotes: QuoteCache::default(),
                 settlement_hook: self.settlement_hook,
+                reject: self.reject,
                 hook_failures: AtomicU64::new(0),
             }),
         })

@@ -19,7 +19,7 @@ use super::replay::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
 use super::stream::{X402Body, receipt_event};
 use super::types::{PaymentPayload, PaymentRequired, ResourceInfo, SettleResponse};
 use crate::body::{ResponseBody, rejection};
-use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, header};
+use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection, header};
 
 /// Seconds a spent authorization is remembered at least, whatever its `validBefore`.
 const MIN_SPENT_RETENTION_SECS: u64 = 120;
@@ -75,7 +75,8 @@ where
             Err(refusal) => {
                 let style = EnvelopeStyle::of_parts(&parts);
                 return ResponseFuture::ready(
-                    rejection(refusal.into_error().into_response(style)).map(X402Body::plain),
+                    rejection(self.config.reject.render(refusal.into_error(), style))
+                        .map(X402Body::plain),
                 );
             }
         };
@@ -115,15 +116,14 @@ fn prepare<B>(
 ) -> Result<Payment, Response<Bytes>> {
     let style = EnvelopeStyle::of_request(request);
     let Some(total) = usd.checked_add(config.flat_fee) else {
-        return Err(GatewayError::new(ErrorCode::InternalError)
-            .with_debug("price overflow")
-            .into_response(style));
+        let error = GatewayError::new(ErrorCode::InternalError).with_debug("price overflow");
+        return Err(config.reject.render(error, style));
     };
     let resource = resource_of(config, request);
     let Some(quote) = config.quotes.quote(&config.options, total, resource) else {
-        return Err(GatewayError::new(ErrorCode::InternalError)
-            .with_debug("price is not a whole number of the asset's units")
-            .into_response(style));
+        let error = GatewayError::new(ErrorCode::InternalError)
+            .with_debug("price is not a whole number of the asset's units");
+        return Err(config.reject.render(error, style));
     };
     let Some(header_value) = request.headers().get(header::PAYMENT_SIGNATURE) else {
         trace_decision!(DEBUG, "x402", price = %total, outcome = "quoted");
@@ -131,6 +131,7 @@ fn prepare<B>(
     };
     let invalid = |why: &str, payer: Option<&str>| {
         payment_rejection(
+            &config.reject,
             ErrorCode::PaymentInvalid,
             why,
             payer,
@@ -212,6 +213,7 @@ fn resource_of<B>(config: &Config, request: &Request<B>) -> ResourceInfo {
 /// A payment rejection in the route's envelope; 402s also carry the quote
 /// again, its `error` naming the reason, so a client can sign afresh.
 fn payment_rejection(
+    reject: &RenderRejection,
     code: ErrorCode,
     why: &str,
     payer: Option<&str>,
@@ -230,7 +232,7 @@ fn payment_rejection(
     if let Some(payer) = payer {
         error = error.with_payer(payer);
     }
-    let mut response = error.into_response(style);
+    let mut response = reject.render(error, style);
     if response.status() == StatusCode::PAYMENT_REQUIRED {
         let mut quote = quote.clone();
         quote.error = Some(why.to_owned());
@@ -282,10 +284,15 @@ where
         request_id,
     } = payment;
     let reject = |code: ErrorCode, why: &str, payer: Option<&str>| {
-        Ok(
-            rejection(payment_rejection(code, why, payer, style, quote.required()))
-                .map(X402Body::plain),
-        )
+        Ok(rejection(payment_rejection(
+            &config.reject,
+            code,
+            why,
+            payer,
+            style,
+            quote.required(),
+        ))
+        .map(X402Body::plain))
     };
     let offer = &facilitation.payment_requirements;
     let now = config.clock.now_unix_secs();
@@ -427,7 +434,7 @@ where
             if let Some(payer) = payer.as_deref() {
                 error = error.with_payer(payer);
             }
-            let mut failed = error.into_response(style);
+            let mut failed = config.reject.render(error, style);
             if let Some(value) = settle_header(&settlement) {
                 failed.headers_mut().insert(header::PAYMENT_RESPONSE, value);
             }
@@ -661,12 +668,9 @@ mod tests {
         layer: X402Layer,
     }
 
-    fn fixture() -> Fixture {
-        let facade = Arc::new(Facade::default());
-        let hooked = Arc::new(Mutex::new(Vec::new()));
-        let hook_fails = Arc::new(AtomicBool::new(false));
-        let (seen, fails) = (hooked.clone(), hook_fails.clone());
-        let layer = X402Layer::builder()
+    /// The chat route at 0.002 USD over `facade`, on the fake clock.
+    fn chat_layer(facade: &Arc<Facade>) -> crate::x402::X402LayerBuilder {
+        X402Layer::builder()
             .payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
             .pricing(
                 PriceTable::by_route()
@@ -675,6 +679,14 @@ mod tests {
             )
             .facilitator(facade.clone())
             .clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+    }
+
+    fn fixture() -> Fixture {
+        let facade = Arc::new(Facade::default());
+        let hooked = Arc::new(Mutex::new(Vec::new()));
+        let hook_fails = Arc::new(AtomicBool::new(false));
+        let (seen, fails) = (hooked.clone(), hook_fails.clone());
+        let layer = chat_layer(&facade)
             .on_settlement(move |payment: SettledPayment| {
                 seen.lock().unwrap().push(payment);
                 let fails = fails.load(Ordering::SeqCst);
@@ -827,6 +839,32 @@ mod tests {
         assert_eq!(code_of(&text(refused).await), "PAYMENT_INVALID");
         assert_eq!(f.hooked.lock().unwrap().len(), 1);
         assert_eq!(f.facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn the_caller_owns_the_rejections_and_a_402_keeps_its_quote_headers() {
+        let facade = Arc::new(Facade::default());
+        facade.refuse.store(true, Ordering::SeqCst);
+        let layer = chat_layer(&facade)
+            .with_rejection(|error, style| {
+                let mut response = Response::new(Bytes::from(format!(
+                    "{} {style:?} {}",
+                    error.code().as_str(),
+                    error.payer().unwrap_or("-")
+                )));
+                *response.status_mut() = error.code().status();
+                response
+            })
+            .build()
+            .unwrap();
+        let refused = service(&layer)
+            .oneshot(paid(&payment(1), None))
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::PAYMENT_REQUIRED);
+        assert!(refused.headers().contains_key(header::PAYMENT_REQUIRED));
+        assert_eq!(text(refused).await, format!("PAYMENT_INVALID Chat {PAYER}"));
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 0);
     }
 
     #[tokio::test]
