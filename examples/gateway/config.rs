@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use walletgate::free_tier::FreeTierQuotas;
@@ -86,9 +87,30 @@ pub(crate) struct Config {
     /// Where payments are quoted and settled.
     pub(crate) network: PaymentNetwork,
     /// The settle timeout, and payment faults for tests and demos.
-    pub(crate) payment_faults: Arc<crate::gates::PaymentFaults>,
+    pub(crate) payment_faults: Arc<PaymentFaults>,
     /// The roots the upstreams' and the facilitator's HTTPS trust.
     pub(crate) tls: ClientTls,
+}
+
+/// Payment-side faults for tests and demos, and the settle timeout.
+#[derive(Debug)]
+pub(crate) struct PaymentFaults {
+    /// A settlement not answered within this is abandoned as unavailable.
+    pub(crate) settle_timeout: Duration,
+    /// The facilitator never answers `settle`.
+    pub(crate) hang_settle: AtomicBool,
+    /// The facilitator answers `settle` with `success: false`.
+    pub(crate) refuse_settle: AtomicBool,
+}
+
+impl Default for PaymentFaults {
+    fn default() -> Self {
+        Self {
+            settle_timeout: Duration::from_secs(30),
+            hang_settle: AtomicBool::new(false),
+            refuse_settle: AtomicBool::new(false),
+        }
+    }
 }
 
 /// Which rail the gateway quotes.

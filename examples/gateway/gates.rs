@@ -10,9 +10,8 @@
 //! in-process by [`LocalEvmFacilitator`] on a [`DevLedger`] that pre-funds
 //! the ten public development accounts.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::extract::Request;
 use http::request::Parts;
@@ -26,7 +25,7 @@ use walletgate::x402::{
     VerifyResponse, X402Layer,
 };
 
-use crate::config::SolanaSettings;
+use crate::config::{PaymentFaults, SolanaSettings};
 use crate::extensions::{ImagePrice, ParsedRequest, ResolvedModel};
 
 /// The layers after validation, built once from the configuration.
@@ -216,27 +215,6 @@ impl SettlementTally {
                 "settled",
             );
             std::future::ready(Ok(()))
-        }
-    }
-}
-
-/// Payment-side faults for tests and demos, and the settle timeout.
-#[derive(Debug)]
-pub(crate) struct PaymentFaults {
-    /// A settlement not answered within this is abandoned as unavailable.
-    pub(crate) settle_timeout: Duration,
-    /// The facilitator never answers `settle`.
-    pub(crate) hang_settle: AtomicBool,
-    /// The facilitator answers `settle` with `success: false`.
-    pub(crate) refuse_settle: AtomicBool,
-}
-
-impl Default for PaymentFaults {
-    fn default() -> Self {
-        Self {
-            settle_timeout: Duration::from_secs(30),
-            hang_settle: AtomicBool::new(false),
-            refuse_settle: AtomicBool::new(false),
         }
     }
 }

@@ -17,7 +17,7 @@ use walletgate::x402::{PAYMENT_RESPONSE_EVENT, SettleResponse, codec};
 
 use crate::catalogue::Model;
 use crate::config::Config;
-use crate::gates::PaymentFaults;
+use crate::config::PaymentFaults;
 use crate::payment_tests::assert_payment_rejection;
 use crate::request::{ChatRequest, Endpoint};
 use crate::tests::{ENDPOINTS, Reply, Server, body, fault_config, path};
