@@ -250,25 +250,27 @@ pub(crate) struct QuoteCache {
 const QUOTE_CACHE_LEN: usize = 1024;
 
 impl QuoteCache {
-    /// The quote of `options` at `total` for `resource`, built on first use.
+    /// The quote of `options` at `total` for the resource at `url`, built on
+    /// first use; `resource` describes it only then, so a cached quote costs
+    /// no copies of the layer's description.
     pub(crate) fn quote(
         &self,
         options: &[PaymentOption],
         total: UsdAmount,
-        resource: ResourceInfo,
+        url: String,
+        resource: impl FnOnce(String) -> ResourceInfo,
     ) -> Option<Arc<Quote>> {
         let cached = self
             .quotes
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&resource.url)
+            .get(&url)
             .filter(|(price, _)| *price == total)
             .map(|(_, quote)| quote.clone());
         if cached.is_some() {
             return cached;
         }
-        let url = resource.url.clone();
-        let quote = Arc::new(Quote::build(options, total, resource)?);
+        let quote = Arc::new(Quote::build(options, total, resource(url.clone()))?);
         let mut quotes = self.quotes.write().unwrap_or_else(PoisonError::into_inner);
         if quotes.len() >= QUOTE_CACHE_LEN && !quotes.contains_key(&url) {
             quotes.clear();
@@ -472,20 +474,24 @@ mod tests {
         );
     }
 
+    /// A resource described by its URL alone.
+    fn bare(url: String) -> ResourceInfo {
+        ResourceInfo {
+            url,
+            ..ResourceInfo::default()
+        }
+    }
+
     #[test]
     fn quotes_are_built_once_per_resource_and_price() {
         let cache = QuoteCache::default();
         let options = [PaymentOption::base_sepolia_usdc(PAY_TO).unwrap()];
-        let resource = |url: &str| ResourceInfo {
-            url: url.into(),
-            ..ResourceInfo::default()
-        };
         let price = UsdAmount::from_micros(11_000);
         let first = cache
-            .quote(&options, price, resource("http://a/x"))
+            .quote(&options, price, "http://a/x".to_owned(), bare)
             .unwrap();
         let again = cache
-            .quote(&options, price, resource("http://a/x"))
+            .quote(&options, price, "http://a/x".to_owned(), bare)
             .unwrap();
         assert!(Arc::ptr_eq(&first, &again));
         // Same bytes as building afresh.
@@ -502,12 +508,13 @@ mod tests {
             .quote(
                 &options,
                 UsdAmount::from_micros(12_000),
-                resource("http://a/x"),
+                "http://a/x".to_owned(),
+                bare,
             )
             .unwrap();
         assert_eq!(dearer.required().accepts[0].amount.units(), 12_000);
         let other = cache
-            .quote(&options, price, resource("http://a/y"))
+            .quote(&options, price, "http://a/y".to_owned(), bare)
             .unwrap();
         assert_eq!(other.required().resource.url, "http://a/y");
         assert!(!Arc::ptr_eq(&other, &first));
@@ -515,7 +522,12 @@ mod tests {
         let cents = [options[0].clone().with_asset_units(2, "USD")];
         assert!(
             cache
-                .quote(&cents, UsdAmount::from_micros(1), resource("http://a/z"))
+                .quote(
+                    &cents,
+                    UsdAmount::from_micros(1),
+                    "http://a/z".to_owned(),
+                    bare
+                )
                 .is_none()
         );
     }
@@ -526,11 +538,9 @@ mod tests {
         let options = [PaymentOption::base_sepolia_usdc(PAY_TO).unwrap()];
         let price = UsdAmount::from_micros(11_000);
         for n in 0..QUOTE_CACHE_LEN + 5 {
-            let resource = ResourceInfo {
-                url: format!("http://a/{n}"),
-                ..ResourceInfo::default()
-            };
-            cache.quote(&options, price, resource).unwrap();
+            cache
+                .quote(&options, price, format!("http://a/{n}"), bare)
+                .unwrap();
         }
         assert!(cache.quotes.read().unwrap().len() <= QUOTE_CACHE_LEN);
     }

@@ -119,8 +119,13 @@ fn prepare<B>(
         let error = GatewayError::new(ErrorCode::InternalError).with_debug("price overflow");
         return Err(config.reject.render(error, style));
     };
-    let resource = resource_of(config, request);
-    let Some(quote) = config.quotes.quote(&config.options, total, resource) else {
+    let describe = |url| ResourceInfo {
+        url,
+        description: config.description.clone(),
+        mime_type: config.mime_type.clone(),
+    };
+    let url = resource_url(config, request);
+    let Some(quote) = config.quotes.quote(&config.options, total, url, describe) else {
         let error = GatewayError::new(ErrorCode::InternalError)
             .with_debug("price is not a whole number of the asset's units");
         return Err(config.reject.render(error, style));
@@ -188,10 +193,10 @@ fn prepare<B>(
 }
 
 /// `resource.url`: the configured public base, else `http://` + `Host`, plus the path and query.
-fn resource_of<B>(config: &Config, request: &Request<B>) -> ResourceInfo {
+fn resource_url<B>(config: &Config, request: &Request<B>) -> String {
     let path = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
-    let base = match &config.public_base_url {
-        Some(base) => base.clone(),
+    match &config.public_base_url {
+        Some(base) => format!("{base}{path}"),
         None => {
             let host = request
                 .headers()
@@ -200,13 +205,8 @@ fn resource_of<B>(config: &Config, request: &Request<B>) -> ResourceInfo {
                 .filter(|host| !host.is_empty() && !host.contains(['/', ' ', '"']))
                 .or_else(|| request.uri().authority().map(|a| a.as_str()))
                 .unwrap_or("localhost");
-            format!("http://{host}")
+            format!("http://{host}{path}")
         }
-    };
-    ResourceInfo {
-        url: format!("{base}{path}"),
-        description: config.description.clone(),
-        mime_type: config.mime_type.clone(),
     }
 }
 
