@@ -45,6 +45,11 @@ if ! [ "$node_major" -ge 20 ] 2>/dev/null; then
 fi
 command -v npm >/dev/null 2>&1 || need "npm: installs the interop tests' pinned clients (npm ci); it ships with Node.js"
 
+# The Redis backends' tests run against a real redis-server on loopback.
+command -v redis-server >/dev/null 2>&1 || apt_install redis-server
+command -v redis-server >/dev/null 2>&1 ||
+  need "redis-server: the Redis backends are tested against a real one; Debian/Ubuntu: apt-get install redis-server"
+
 # Format and lint checks.
 for component in rustfmt clippy; do
   subcommand=${component#rust}

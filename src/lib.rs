@@ -40,6 +40,8 @@ pub mod free_tier;
 pub mod gateway;
 #[cfg(any(feature = "siwe", feature = "tokens"))]
 mod random;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "siwe")]
 pub mod siwe;
 pub mod store;

@@ -1,0 +1,191 @@
+//! Redis backends for the storage seams (feature `redis`).
+//!
+//! Several replicas of a service share their state through one Redis: every
+//! backend here implements the same trait as its in-memory default (see
+//! [`crate::store`]) over one [`RedisConnection`]. The connection is a
+//! `redis::aio::ConnectionManager`: cheap to clone, multiplexed, reconnecting
+//! on its own after Redis comes back. Every call is bounded by the configured
+//! timeout, and a Redis that cannot answer in time is a [`StoreError`], which
+//! the layers answer with a 503 and never turn into a decision (a payment is
+//! neither served free nor charged twice).
+//!
+//! Keys are namespaced by a prefix (`walletgate` by default), so several
+//! services can share one Redis: `{prefix}:{seam}:{id}`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::store::StoreError;
+
+/// Where the Redis is and how long to wait for it.
+#[derive(Clone)]
+pub struct RedisConfig {
+    url: String,
+    prefix: String,
+    timeout: Duration,
+}
+
+impl RedisConfig {
+    /// The default key prefix.
+    pub const DEFAULT_PREFIX: &'static str = "walletgate";
+    /// The default bound on one call (connect or command).
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
+
+    /// A Redis at `url` (`redis://host:port/db`), with the default prefix and timeout.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            prefix: Self::DEFAULT_PREFIX.to_owned(),
+            timeout: Self::DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Namespaces every key under `prefix` (no trailing colon).
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Bounds every call to Redis; past it the call is a [`StoreError`].
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password.
+        f.debug_struct("RedisConfig")
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One shared, reconnecting connection to Redis, with the key prefix and the
+/// call timeout every backend uses. Clones share the connection.
+#[derive(Clone)]
+pub struct RedisConnection {
+    manager: ConnectionManager,
+    prefix: Arc<str>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for RedisConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password: it is never kept, so never printed.
+        f.debug_struct("RedisConnection")
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisConnection {
+    /// Opens the connection lazily: a service starts while Redis is down and
+    /// its stores answer [`StoreError`] until Redis is reachable.
+    ///
+    /// Must be called inside a tokio runtime.
+    pub fn open(config: &RedisConfig) -> Result<Self, StoreError> {
+        let client = redis::Client::open(config.url.as_str())
+            .map_err(|err| StoreError::new("invalid Redis URL").with_source(err))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.timeout))
+            .set_response_timeout(Some(config.timeout))
+            // Reconnect attempts happen on the next command, not in a loop
+            // that would hold a request past its timeout.
+            .set_number_of_retries(1);
+        let manager =
+            ConnectionManager::new_lazy_with_config(client, manager_config).map_err(|err| {
+                StoreError::new("Redis connection could not be set up").with_source(err)
+            })?;
+        Ok(Self {
+            manager,
+            prefix: config.prefix.as_str().into(),
+            timeout: config.timeout,
+        })
+    }
+
+    /// `{prefix}:{seam}:{id}`.
+    pub fn key(&self, seam: &str, id: &str) -> String {
+        let mut key = String::with_capacity(self.prefix.len() + seam.len() + id.len() + 2);
+        key.push_str(&self.prefix);
+        key.push(':');
+        key.push_str(seam);
+        key.push(':');
+        key.push_str(id);
+        key
+    }
+
+    /// The configured key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Runs one Redis call on a clone of the connection, bounded by the
+    /// timeout; a Redis error or a timeout becomes a [`StoreError`] that
+    /// names `what` (never a key or a value: they may hold digests of secrets).
+    pub async fn call<T, F, Fut>(&self, what: &'static str, call: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        match tokio::time::timeout(self.timeout, call(self.manager.clone())).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(err)) => Err(StoreError::new(what).with_source(err)),
+            Err(_) => Err(StoreError::new(what).with_source(TimedOut(self.timeout))),
+        }
+    }
+}
+
+/// A Redis call that did not answer within the configured timeout.
+#[derive(Debug)]
+struct TimedOut(Duration);
+
+impl std::fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Redis did not answer within {} ms", self.0.as_millis())
+    }
+}
+
+impl std::error::Error for TimedOut {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn keys_are_namespaced_by_the_prefix() {
+        let conn =
+            RedisConnection::open(&RedisConfig::new("redis://127.0.0.1:1").prefix("gw1")).unwrap();
+        assert_eq!(conn.key("replay", "abc"), "gw1:replay:abc");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_redis_is_a_store_error_within_the_timeout() {
+        // Port 1 on loopback refuses at once; the call must fail, not hang.
+        let config = RedisConfig::new("redis://127.0.0.1:1").timeout(Duration::from_millis(200));
+        let conn = RedisConnection::open(&config).unwrap();
+        let result: Result<String, _> = conn
+            .call("ping", |mut c| async move {
+                redis::cmd("PING").query_async(&mut c).await
+            })
+            .await;
+        let err = result.unwrap_err();
+        assert_eq!(err.to_string(), "ping");
+    }
+
+    #[test]
+    fn debug_never_shows_the_url() {
+        let config = RedisConfig::new("redis://:hunter2@127.0.0.1:1");
+        let shown = format!("{config:?}");
+        assert!(shown.contains("walletgate"));
+        assert!(!shown.contains("hunter2"));
+    }
+}

@@ -1,0 +1,120 @@
+//! A real redis-server for the Redis backends' tests.
+//!
+//! `.ci/run` starts one on loopback and exports `WALLETGATE_TEST_REDIS_URL`;
+//! without it, [`shared_url`] starts one for this test binary (so
+//! `cargo test --features redis` works on a machine with `redis-server`).
+//! Tests that stop Redis on purpose start their own with [`RedisServer::start`].
+//! Each test takes its own key prefix ([`unique_prefix`]) so tests sharing one
+//! server never see each other's keys.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A redis-server child process on a free loopback port, killed on drop.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts redis-server on a free loopback port and waits until it answers.
+    pub fn start() -> Self {
+        let port = free_port();
+        Self::start_on(port)
+    }
+
+    /// Starts redis-server on `port` (used to restart a stopped one in place).
+    pub fn start_on(port: u16) -> Self {
+        let dir = std::env::temp_dir().join(format!("walletgate-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir for redis-server");
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install -y redis-server)");
+        let server = Self { child: Some(child), port, dir };
+        server.wait_until_ready();
+        server
+    }
+
+    /// `redis://127.0.0.1:{port}`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The port, to restart a stopped server on the same address.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn wait_until_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not start on port {}", self.port);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The shared Redis of this run: `WALLETGATE_TEST_REDIS_URL`, or one started
+/// for this test binary and left to the OS when the binary exits.
+pub fn shared_url() -> String {
+    static STARTED: OnceLock<String> = OnceLock::new();
+    if let Ok(url) = std::env::var("WALLETGATE_TEST_REDIS_URL") {
+        return url;
+    }
+    STARTED
+        .get_or_init(|| {
+            let server = RedisServer::start();
+            let url = server.url();
+            // Lives as long as the test binary.
+            std::mem::forget(server);
+            url
+        })
+        .clone()
+}
+
+/// A key prefix no other test (or earlier run against the same server) uses.
+pub fn unique_prefix(test: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("test:{test}:{}:{nanos}:{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("a free loopback port")
+}
