@@ -185,6 +185,12 @@ code_table! {
     /// Free-model capacity is exhausted.
     FreeModelFailed => "FREE_MODEL_FAILED", TOO_MANY_REQUESTS, RateLimit,
         retry Some(30), phase None, "Free-model capacity is exhausted; retry later";
+    /// The shared rate-limit store (Redis) could not answer; the request was not served.
+    ///
+    /// Not in the specification's table: a rate-limited request is never
+    /// served unlimited, so it fails closed, and may be retried.
+    RateLimitUnavailable => "RATE_LIMIT_UNAVAILABLE", SERVICE_UNAVAILABLE, Api,
+        retry Some(5), phase None, "Rate limiting is unavailable, so the request was not served; retry later";
     /// The upstream reports the model missing, overloaded or at capacity; not settled.
     ModelUnavailable => "MODEL_UNAVAILABLE", SERVICE_UNAVAILABLE, Api,
         retry None, phase None, "The model is unavailable; retry or use another provider";

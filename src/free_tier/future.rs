@@ -92,9 +92,13 @@ fn refusal(retry_after: std::time::Duration, rate_limit: RateLimitInfo) -> Gatew
         .with_rate_limit(rate_limit)
 }
 
+/// The 503 of a limiter store that could not answer: fail closed, never
+/// serve a free request unlimited.
 fn store_failure(error: &StoreError) -> GatewayError {
-    GatewayError::new(ErrorCode::InternalError)
-        .with_message(format!("free-tier limiter unavailable: {error}"))
+    GatewayError::new(ErrorCode::RateLimitUnavailable).with_message(format!(
+        "{} ({error})",
+        ErrorCode::RateLimitUnavailable.default_message()
+    ))
 }
 
 impl<S, ReqBody, ResBody, CheckFuture> Future for ResponseFuture<S, ReqBody, CheckFuture>

@@ -234,4 +234,58 @@ mod tests {
         assert!(paid.headers().get("x-ratelimit-limit").is_none());
         assert_eq!(layer.store().len(), 1);
     }
+
+    /// A store that cannot answer (Redis down).
+    #[derive(Clone)]
+    struct Down;
+
+    impl FreeTierStore for Down {
+        type Future = std::future::Ready<Result<super::super::Verdict, crate::store::StoreError>>;
+
+        fn check(&self, _key: super::super::ClientKey) -> Self::Future {
+            std::future::ready(Err(crate::store::StoreError::new("limiter store down")))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_store_that_cannot_answer_fails_closed_with_a_503() {
+        use http_body_util::BodyExt;
+        let is_free = |request: &Request<Body>| request.uri().path() == "/free";
+        let called = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = Arc::clone(&called);
+        let service = FreeTierLimitLayer::new(is_free)
+            .with_store(Down)
+            .layer(service_fn(move |_request: Request<Body>| {
+                seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                async { Ok::<_, Infallible>(Response::new(Body::default())) }
+            }));
+        let mut free = request("/free");
+        free.extensions_mut().insert(EnvelopeStyle::Messages);
+        let refused = service.clone().oneshot(free).await.unwrap();
+        assert_eq!(refused.status(), 503);
+        assert_eq!(refused.headers()["retry-after"], "5");
+        let (refused, body) = refused.into_parts();
+        let refused = http::Response::from_parts(refused, ());
+        let body = body.collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        // The route's envelope (Anthropic messages here: type and message).
+        assert_eq!(body["type"], "error");
+        assert_eq!(body["error"]["type"], "api_error");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("Rate limiting is unavailable"),
+            "{message}"
+        );
+        assert!(matches!(
+            refused
+                .extensions()
+                .get::<crate::envelope::GatewayError>()
+                .map(|e| e.code()),
+            Some(ErrorCode::RateLimitUnavailable)
+        ));
+        assert!(!called.load(std::sync::atomic::Ordering::SeqCst));
+        // Paid requests never ask the store.
+        let paid = service.oneshot(request("/paid")).await.unwrap();
+        assert_eq!(paid.status(), 200);
+    }
 }

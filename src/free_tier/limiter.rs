@@ -50,9 +50,10 @@ impl Shard {
     /// Drops entries with nothing counted at `now`, and gives memory
     /// back once the table is at most a quarter full (so a busy shard does not
     /// shrink and regrow every interval).
-    fn sweep(&mut self, now: u64) -> usize {
+    fn sweep(&mut self, quotas: FreeTierQuotas, now: u64) -> usize {
         let before = self.entries.len();
-        self.entries.retain(|_, windows| !windows.is_idle(now));
+        self.entries
+            .retain(|_, windows| !windows.is_idle(quotas, now));
         if self.entries.len().saturating_mul(4) <= self.entries.capacity() {
             self.entries.shrink_to_fit();
         }
@@ -188,11 +189,11 @@ impl InMemoryLimiter {
         let mut shard = self.shard(&key);
         let auto_sweep = shared.auto_sweep_millis.load(Ordering::Relaxed);
         if auto_sweep != 0 && now.saturating_sub(shard.last_sweep_millis) >= auto_sweep {
-            shard.sweep(now);
+            shard.sweep(shared.quotas, now);
         }
         let max_keys = shared.max_keys_per_shard.load(Ordering::Relaxed);
         if shard.entries.len() >= max_keys && !shard.entries.contains_key(&key) {
-            shard.sweep(now);
+            shard.sweep(shared.quotas, now);
             if shard.entries.len() >= max_keys {
                 return Verdict::AtCapacity;
             }
@@ -233,7 +234,7 @@ impl InMemoryLimiter {
         };
         for shard in self.shared.shards.iter() {
             let mut shard = lock(shard);
-            report.removed += shard.sweep(now);
+            report.removed += shard.sweep(self.shared.quotas, now);
             report.remaining += shard.entries.len();
         }
         report

@@ -44,8 +44,13 @@
 //!   bytes of heap per tracked key (target: at most 256), and the heap back to
 //!   its starting size after a sweep.
 //! * **Storage seam.** [`FreeTierStore`] is what the layer asks; a store shared
-//!   by several replicas (Redis) can replace [`InMemoryLimiter`] through
-//!   [`FreeTierLimitLayer::with_store`].
+//!   by several replicas (`walletgate::redis::RedisFreeTier`, feature `redis`:
+//!   the same rule in one Lua script, on the Redis server's time) replaces
+//!   [`InMemoryLimiter`] through [`FreeTierLimitLayer::with_store`]. A store
+//!   that cannot answer fails closed: 503 `RATE_LIMIT_UNAVAILABLE` in the
+//!   route's envelope, `Retry-After: 5`; the request is not served.
+//! * **Windows.** 60 s and one hour; [`FreeTierQuotas::with_windows`] scales
+//!   both (tests of a store on real time use seconds).
 //!
 //! # Example
 //!
@@ -153,6 +158,11 @@ pub enum ConfigError {
     },
     /// A quota of zero requests.
     ZeroQuota,
+    /// A window length out of range ([`FreeTierQuotas::with_windows`]).
+    InvalidWindow {
+        /// The length given.
+        window: std::time::Duration,
+    },
     /// A quota above what a client's state counts.
     QuotaTooLarge {
         /// The quota given.
@@ -174,6 +184,11 @@ impl fmt::Display for ConfigError {
                 "prefix length {prefix_len} is invalid (at most {max_prefix_len}; a client key needs at least 1)"
             ),
             Self::ZeroQuota => f.write_str("a free-tier quota must allow at least one request"),
+            Self::InvalidWindow { window } => write!(
+                f,
+                "a free-tier window of {} ms is out of range (12 ms to 30 days)",
+                window.as_millis()
+            ),
             Self::QuotaTooLarge {
                 requests,
                 max_requests,

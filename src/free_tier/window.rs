@@ -14,32 +14,68 @@ const MINUTE_SLOTS: usize = 7;
 const HOUR_SLOTS: usize = 13;
 
 /// One quota's window geometry (the limit comes from [`FreeTierQuotas`]).
-#[derive(Clone, Copy, Debug)]
-struct Geometry {
-    window_millis: u64,
-    slot_millis: u64,
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Geometry {
+    pub(crate) window_millis: u64,
+    pub(crate) slot_millis: u64,
     /// Resolution of a slot's last-request time.
-    unit_millis: u64,
+    pub(crate) unit_millis: u64,
     /// Low bits of a slot's word holding that time in units; the high bits
     /// hold the count.
+    pub(crate) offset_bits: u32,
+}
+
+/// How one ring cuts its window: sub-windows (its slots are one more) and
+/// the most units of time a slot's word holds.
+#[derive(Clone, Copy)]
+struct Cut {
+    sub_windows: u64,
+    max_units: u64,
     offset_bits: u32,
 }
 
-const MINUTE: Geometry = Geometry {
-    window_millis: 60_000,
-    slot_millis: 10_000,
-    // 1000 units of 10 ms: 10 bits, so 22 bits of count.
-    unit_millis: 10,
+/// The minute ring: six sub-windows; 1000 units (10 ms each for 60 s) in 10 bits,
+/// so 22 bits of count.
+const MINUTE_CUT: Cut = Cut {
+    sub_windows: MINUTE_SLOTS as u64 - 1,
+    max_units: 1000,
     offset_bits: 10,
 };
 
-const HOUR: Geometry = Geometry {
-    window_millis: 3_600_000,
-    slot_millis: 300_000,
-    // 300 units of 1 s: 9 bits, so 23 bits of count.
-    unit_millis: 1000,
+/// The hour ring: twelve sub-windows; 300 units (1 s each for an hour) in 9
+/// bits, so 23 bits of count.
+const HOUR_CUT: Cut = Cut {
+    sub_windows: HOUR_SLOTS as u64 - 1,
+    max_units: 300,
     offset_bits: 9,
 };
+
+impl Cut {
+    /// The geometry of a window of `window_millis`: sub-windows rounded up to
+    /// whole milliseconds (so they cover the window), units rounded up so a
+    /// sub-window holds at most `max_units`.
+    const fn geometry(self, window_millis: u64) -> Geometry {
+        let slot_millis = window_millis.div_ceil(self.sub_windows);
+        Geometry {
+            window_millis,
+            slot_millis,
+            unit_millis: slot_millis.div_ceil(self.max_units),
+            offset_bits: self.offset_bits,
+        }
+    }
+}
+
+/// 60 s in sub-windows of 10 s, last times in units of 10 ms.
+pub(crate) const MINUTE: Geometry = MINUTE_CUT.geometry(60_000);
+
+/// An hour in sub-windows of 5 min, last times in units of 1 s.
+pub(crate) const HOUR: Geometry = HOUR_CUT.geometry(3_600_000);
+
+/// The shortest window (one millisecond per sub-window of the hour ring).
+const MIN_WINDOW_MILLIS: u64 = HOUR_SLOTS as u64 - 1;
+
+/// The longest window: 30 days.
+const MAX_WINDOW_MILLIS: u64 = 30 * 24 * 3_600_000;
 
 /// The largest quota both rings count: 2^22 - 1 (the minute ring's count bits).
 pub(super) const MAX_REQUESTS: u32 = u32::MAX >> MINUTE.offset_bits;
@@ -208,18 +244,18 @@ impl ClientWindows {
         let anchor = self.last_admitted_unix_millis;
         let now = now_unix_millis.max(anchor);
         let (minute_limit, hour_limit) = (quotas.per_minute(), quotas.per_hour());
-        let [minute, hour] = self.assess(minute_limit, hour_limit, now);
+        let [minute, hour] = self.assess(quotas, now);
         if minute.used < minute_limit && hour.used < hour_limit {
-            self.minute.record(MINUTE, anchor, now);
-            self.hour.record(HOUR, anchor, now);
+            self.minute.record(quotas.minute, anchor, now);
+            self.hour.record(quotas.hour, anchor, now);
             self.last_admitted_unix_millis = now;
             let minute_left = minute_limit - minute.used - 1;
             let hour_left = hour_limit - hour.used - 1;
             // The tighter quota: fewer left; on a tie, the hour (full later).
             let (limit, remaining, window) = if minute_left < hour_left {
-                (minute_limit, minute_left, MINUTE)
+                (minute_limit, minute_left, quotas.minute)
             } else {
-                (hour_limit, hour_left, HOUR)
+                (hour_limit, hour_left, quotas.hour)
             };
             // This request is now the newest one counted.
             let full_at = window.stored(now) + window.window_millis + 1;
@@ -252,18 +288,18 @@ impl ClientWindows {
     /// What the client has left at `now_unix_millis`, spending nothing.
     pub fn usage(&self, quotas: FreeTierQuotas, now_unix_millis: u64) -> QuotaUsage {
         let now = now_unix_millis.max(self.last_admitted_unix_millis);
-        let [minute, hour] = self.assess(quotas.per_minute(), quotas.per_hour(), now);
+        let [minute, hour] = self.assess(quotas, now);
         QuotaUsage {
             remaining_per_minute: quotas.per_minute().saturating_sub(minute.used),
             remaining_per_hour: quotas.per_hour().saturating_sub(hour.used),
         }
     }
 
-    /// Whether nothing is counted at `now_unix_millis`: the state carries no
-    /// information and may be forgotten.
-    pub fn is_idle(&self, now_unix_millis: u64) -> bool {
+    /// Whether nothing is counted at `now_unix_millis` in the windows of
+    /// `quotas`: the state carries no information and may be forgotten.
+    pub fn is_idle(&self, quotas: FreeTierQuotas, now_unix_millis: u64) -> bool {
         let now = now_unix_millis.max(self.last_admitted_unix_millis);
-        self.assess(1, 1, now).iter().all(|quota| quota.used == 0)
+        self.assess(quotas, now).iter().all(|quota| quota.used == 0)
     }
 
     /// The state as [`SIZE_BYTES`](Self::SIZE_BYTES) little-endian bytes, for
@@ -293,11 +329,13 @@ impl ClientWindows {
         windows
     }
 
-    fn assess(&self, minute_limit: u32, hour_limit: u32, now: u64) -> [Assessment; 2] {
+    fn assess(&self, quotas: FreeTierQuotas, now: u64) -> [Assessment; 2] {
         let anchor = self.last_admitted_unix_millis;
         [
-            self.minute.assess(MINUTE, minute_limit, anchor, now),
-            self.hour.assess(HOUR, hour_limit, anchor, now),
+            self.minute
+                .assess(quotas.minute, quotas.per_minute(), anchor, now),
+            self.hour
+                .assess(quotas.hour, quotas.per_hour(), anchor, now),
         ]
     }
 }
@@ -320,6 +358,8 @@ impl Geometry {
 pub struct FreeTierQuotas {
     per_minute: NonZeroU32,
     per_hour: NonZeroU32,
+    minute: Geometry,
+    hour: Geometry,
 }
 
 impl Default for FreeTierQuotas {
@@ -328,6 +368,8 @@ impl Default for FreeTierQuotas {
         Self {
             per_minute: NonZeroU32::MIN.saturating_add(29),
             per_hour: NonZeroU32::MIN.saturating_add(299),
+            minute: MINUTE,
+            hour: HOUR,
         }
     }
 }
@@ -352,7 +394,44 @@ impl FreeTierQuotas {
         Ok(Self {
             per_minute: valid(per_minute)?,
             per_hour: valid(per_hour)?,
+            minute: MINUTE,
+            hour: HOUR,
         })
+    }
+
+    /// The same quotas counted over other window lengths than 60 s and 1 h:
+    /// `per_minute` requests in any `minute`, `per_hour` in any `hour`.
+    ///
+    /// For tests of a store that runs on real time (Redis takes its time
+    /// from the server): say 3 per 2 s and 5 per 6 s. The rule and its
+    /// margin scale with the windows (six and twelve sub-windows, rounded up
+    /// to whole milliseconds). Each window is from 12 ms to 30 days.
+    pub fn with_windows(mut self, minute: Duration, hour: Duration) -> Result<Self, ConfigError> {
+        let millis = |window: Duration| {
+            u64::try_from(window.as_millis())
+                .ok()
+                .filter(|millis| (MIN_WINDOW_MILLIS..=MAX_WINDOW_MILLIS).contains(millis))
+                .ok_or(ConfigError::InvalidWindow { window })
+        };
+        self.minute = MINUTE_CUT.geometry(millis(minute)?);
+        self.hour = HOUR_CUT.geometry(millis(hour)?);
+        Ok(self)
+    }
+
+    /// The length of the window `per_minute` counts in (60 s by default).
+    pub fn minute_window(&self) -> Duration {
+        Duration::from_millis(self.minute.window_millis)
+    }
+
+    /// The length of the window `per_hour` counts in (1 h by default).
+    pub fn hour_window(&self) -> Duration {
+        Duration::from_millis(self.hour.window_millis)
+    }
+
+    /// Both rings' geometry, for a store that runs the rule elsewhere.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn geometries(&self) -> [Geometry; 2] {
+        [self.minute, self.hour]
     }
 
     /// Requests per minute.
@@ -409,8 +488,12 @@ mod tests {
 
     /// Default quotas: refused at `at`, admitted one millisecond later.
     fn refused_at_then_admitted_just_after(w: &mut ClientWindows, at: u64) {
-        assert!(!allowed(&w.decide(FreeTierQuotas::default(), at)));
-        assert!(allowed(&w.decide(FreeTierQuotas::default(), at + 1)));
+        refused_at_then_admitted_just_after_with(FreeTierQuotas::default(), w, at);
+    }
+
+    fn refused_at_then_admitted_just_after_with(q: FreeTierQuotas, w: &mut ClientWindows, at: u64) {
+        assert!(!allowed(&w.decide(q, at)));
+        assert!(allowed(&w.decide(q, at + 1)));
     }
 
     fn quotas(per_minute: u32, per_hour: u32) -> FreeTierQuotas {
@@ -535,16 +618,62 @@ mod tests {
     #[test]
     fn idle_after_the_hour_and_bytes_round_trip() {
         let mut w = ClientWindows::EMPTY;
-        assert!(w.is_idle(T0));
+        assert!(w.is_idle(FreeTierQuotas::default(), T0));
         w.decide(FreeTierQuotas::default(), T0 + 123);
         w.decide(FreeTierQuotas::default(), T0 + 7 * 60 * SEC);
         assert_eq!(ClientWindows::from_bytes(&w.to_bytes()), w);
-        assert!(!w.is_idle(T0 + 67 * 60 * SEC));
-        assert!(w.is_idle(T0 + 67 * 60 * SEC + 1));
+        assert!(!w.is_idle(FreeTierQuotas::default(), T0 + 67 * 60 * SEC));
+        assert!(w.is_idle(FreeTierQuotas::default(), T0 + 67 * 60 * SEC + 1));
         assert_eq!(
             std::mem::size_of::<ClientWindows>(),
             ClientWindows::SIZE_BYTES
         );
+    }
+
+    #[test]
+    fn windows_scale_the_rule_and_keep_the_default_geometry() {
+        assert_eq!((MINUTE.slot_millis, MINUTE.unit_millis), (10_000, 10));
+        assert_eq!((HOUR.slot_millis, HOUR.unit_millis), (300_000, 1000));
+        let q = quotas(3, 5)
+            .with_windows(Duration::from_secs(2), Duration::from_secs(6))
+            .unwrap();
+        assert_eq!(q.minute_window(), Duration::from_secs(2));
+        assert_eq!((q.minute.slot_millis, q.minute.unit_millis), (334, 1));
+        assert_eq!((q.hour.slot_millis, q.hour.unit_millis), (500, 2));
+        // A burst of 3 leaves the 2 s window 2 s and 1 ms later.
+        let mut w = ClientWindows::EMPTY;
+        for _ in 0..3 {
+            assert!(allowed(&w.decide(q, T0)));
+        }
+        match w.decide(q, T0 + 1000) {
+            Verdict::Refused {
+                retry_after,
+                rate_limit,
+            } => {
+                assert_eq!(retry_after, Duration::from_millis(1001));
+                assert_eq!(
+                    (rate_limit.limit, rate_limit.reset_unix_millis),
+                    (3, T0 + 2001)
+                );
+            }
+            other => panic!("admitted a 4th request in 2 s: {other:?}"),
+        }
+        refused_at_then_admitted_just_after_with(q, &mut w, T0 + 2000);
+        // Then the 6 s window holds 5 at most.
+        assert!(allowed(&w.decide(q, T0 + 2001)));
+        assert!(!allowed(&w.decide(q, T0 + 2002)));
+        // Its last time is kept in the hour ring's 2 ms units, rounded up.
+        assert!(!w.is_idle(q, T0 + 2002 + 6000));
+        assert!(w.is_idle(q, T0 + 2002 + 6001));
+        for bad in [
+            Duration::from_millis(11),
+            Duration::from_secs(31 * 24 * 3600),
+        ] {
+            assert_eq!(
+                quotas(3, 5).with_windows(bad, Duration::from_secs(6)),
+                Err(ConfigError::InvalidWindow { window: bad })
+            );
+        }
     }
 
     /// xorshift64*: a fixed, dependency-free pseudo-random sequence.
@@ -577,10 +706,20 @@ mod tests {
     /// `Retry-After` exact (refused just before, admitted at it).
     #[test]
     fn random_arrivals_never_exceed_any_window_and_refuse_early_by_at_most_one_sub_window() {
-        for (seed, (per_minute, per_hour)) in
-            [(1, (30, 300)), (2, (5, 20)), (3, (3, 7)), (4, (1, 2))]
-        {
-            let q = quotas(per_minute, per_hour);
+        let small = |q: FreeTierQuotas| {
+            q.with_windows(Duration::from_secs(2), Duration::from_secs(6))
+                .unwrap()
+        };
+        for (seed, q) in [
+            (1, quotas(30, 300)),
+            (2, quotas(5, 20)),
+            (3, quotas(3, 7)),
+            (4, quotas(1, 2)),
+            // The windows the Redis contract tests run on real time.
+            (5, small(quotas(3, 5))),
+            (6, small(quotas(4, 6))),
+        ] {
+            let (per_minute, per_hour) = (q.per_minute(), q.per_hour());
             let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
             let mut w = ClientWindows::EMPTY;
             let mut admitted: Vec<u64> = Vec::new();
@@ -602,9 +741,9 @@ mod tests {
                         refused += 1;
                         let margin = |g: Geometry| g.window_millis + g.slot_millis + g.unit_millis;
                         let minute_full =
-                            in_window(&admitted, now, margin(MINUTE)) >= per_minute as usize;
+                            in_window(&admitted, now, margin(q.minute)) >= per_minute as usize;
                         let hour_full =
-                            in_window(&admitted, now, margin(HOUR)) >= per_hour as usize;
+                            in_window(&admitted, now, margin(q.hour)) >= per_hour as usize;
                         assert!(minute_full || hour_full, "refused too early at {now}");
                         let at = now + u64::try_from(retry_after.as_millis()).unwrap();
                         assert!(allowed(&probe.decide(q, at)), "Retry-After too short");
@@ -621,8 +760,8 @@ mod tests {
                 admitted.len()
             );
             for &end in &admitted {
-                assert!(in_window(&admitted, end, MINUTE.window_millis) <= per_minute as usize);
-                assert!(in_window(&admitted, end, HOUR.window_millis) <= per_hour as usize);
+                assert!(in_window(&admitted, end, q.minute.window_millis) <= per_minute as usize);
+                assert!(in_window(&admitted, end, q.hour.window_millis) <= per_hour as usize);
             }
         }
     }

@@ -12,6 +12,12 @@
 //! Keys are namespaced by a prefix (`walletgate` by default), so several
 //! services can share one Redis: `{prefix}:{seam}:{id}`.
 
+#[cfg(feature = "free-tier")]
+mod free_tier;
+
+#[cfg(feature = "free-tier")]
+pub use free_tier::{FreeTierCheck, RedisFreeTier};
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -165,10 +165,15 @@ async fn every_non_payment_code_with_its_status_envelope_and_headers() {
             }
         }
     }
-    // Payment codes belong to the payment layer, the free-tier limit to its layer.
+    // Payment codes belong to the payment layer, the free-tier limit (and its
+    // store failing) to its layer.
+    let free_tier = [
+        ErrorCode::FreeTierRateLimited,
+        ErrorCode::RateLimitUnavailable,
+    ];
     let missing: Vec<_> = ErrorCode::ALL
         .iter()
-        .filter(|code| !code.is_payment() && **code != ErrorCode::FreeTierRateLimited)
+        .filter(|code| !code.is_payment() && !free_tier.contains(code))
         .filter(|code| !produced.contains(*code))
         .collect();
     assert!(missing.is_empty(), "never produced: {missing:?}");
