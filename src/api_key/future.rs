@@ -11,7 +11,9 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::gate::Config;
+use super::ApiKeyId;
+use super::gate::{Config, Found, admit};
+use super::quota::{InMemoryQuotas, QuotaStore};
 use super::store::KeyStore;
 use crate::body::{ResponseBody, rejection};
 
@@ -19,32 +21,36 @@ const POLLED_AFTER_COMPLETION: &str = "ApiKey ResponseFuture polled after comple
 
 pin_project! {
     /// Response future of [`ApiKey`](super::ApiKey).
-    pub struct ResponseFuture<S, K, ReqBody>
+    pub struct ResponseFuture<S, K, ReqBody, Q = InMemoryQuotas>
     where
         S: Service<Request<ReqBody>>,
         K: KeyStore,
+        Q: QuotaStore,
     {
         #[pin]
-        state: State<K::Lookup, S::Future>,
+        state: State<K::Lookup, Q::Future, S::Future>,
         inner: Option<S>,
         request: Option<Request<ReqBody>>,
-        config: Option<Arc<Config<K>>>,
+        config: Option<Arc<Config<K, Q>>>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<L, F> {
+    enum State<L, C, F> {
         Rejected { response: Option<Response<Bytes>> },
         Lookup { #[pin] lookup: L },
+        // The key was found; its quota is being spent.
+        Quota { #[pin] check: C, id: Option<ApiKeyId> },
         Inner { #[pin] future: F },
     }
 }
 
-impl<S, K, ReqBody> ResponseFuture<S, K, ReqBody>
+impl<S, K, ReqBody, Q> ResponseFuture<S, K, ReqBody, Q>
 where
     S: Service<Request<ReqBody>>,
     K: KeyStore,
+    Q: QuotaStore,
 {
     pub(super) fn rejected(response: Response<Bytes>) -> Self {
         Self {
@@ -61,7 +67,7 @@ where
         lookup: K::Lookup,
         inner: S,
         request: Request<ReqBody>,
-        config: Arc<Config<K>>,
+        config: Arc<Config<K, Q>>,
     ) -> Self {
         Self {
             state: State::Lookup { lookup },
@@ -72,44 +78,66 @@ where
     }
 }
 
-impl<S, K, ReqBody, ResBody> Future for ResponseFuture<S, K, ReqBody>
+impl<S, K, ReqBody, ResBody, Q> Future for ResponseFuture<S, K, ReqBody, Q>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     K: KeyStore,
+    Q: QuotaStore,
 {
     type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            match this.state.as_mut().project() {
+            let admitted = match this.state.as_mut().project() {
                 StateProj::Rejected { response } => {
                     let response = response.take().expect(POLLED_AFTER_COMPLETION);
                     return Poll::Ready(Ok(rejection(response)));
-                }
-                StateProj::Lookup { lookup } => {
-                    let looked_up = ready!(lookup.poll(cx));
-                    let config = this.config.take().expect(POLLED_AFTER_COMPLETION);
-                    let next = match config.admit(looked_up) {
-                        Ok(id) => {
-                            let mut inner = this.inner.take().expect(POLLED_AFTER_COMPLETION);
-                            let mut request = this.request.take().expect(POLLED_AFTER_COMPLETION);
-                            request.extensions_mut().insert(id);
-                            State::Inner {
-                                future: inner.call(request),
-                            }
-                        }
-                        Err(error) => State::Rejected {
-                            response: Some(error.into_response()),
-                        },
-                    };
-                    this.state.set(next);
                 }
                 StateProj::Inner { future } => {
                     let response = ready!(future.poll(cx))?;
                     return Poll::Ready(Ok(response.map(ResponseBody::inner)));
                 }
-            }
+                StateProj::Lookup { lookup } => {
+                    let looked_up = ready!(lookup.poll(cx));
+                    let config = this.config.take().expect(POLLED_AFTER_COMPLETION);
+                    match config.found(looked_up) {
+                        Ok(Found {
+                            id,
+                            quota_check: Some(check),
+                        }) => {
+                            this.state.set(State::Quota {
+                                check,
+                                id: Some(id),
+                            });
+                            continue;
+                        }
+                        Ok(Found {
+                            id,
+                            quota_check: None,
+                        }) => admit(id, None),
+                        Err(error) => Err(error),
+                    }
+                }
+                StateProj::Quota { check, id } => {
+                    let verdict = ready!(check.poll(cx));
+                    admit(id.take().expect(POLLED_AFTER_COMPLETION), Some(verdict))
+                }
+            };
+            let next = match admitted {
+                Ok(id) => {
+                    let mut inner = this.inner.take().expect(POLLED_AFTER_COMPLETION);
+                    let mut request = this.request.take().expect(POLLED_AFTER_COMPLETION);
+                    request.extensions_mut().insert(id);
+                    State::Inner {
+                        future: inner.call(request),
+                    }
+                }
+                Err(error) => State::Rejected {
+                    response: Some(error.into_response()),
+                },
+            };
+            this.state.set(next);
         }
     }
 }

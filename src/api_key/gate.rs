@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Response, StatusCode};
 
-use super::quota::QuotaBook;
+use super::quota::{QuotaStore, QuotaVerdict, retry_after_secs};
 use super::store::{ApiKeyRecord, KeyStore};
 use super::{ApiKeyId, KeyQuota};
 use crate::envelope::DataApiError;
@@ -31,6 +31,8 @@ pub enum ApiKeyError {
     },
     /// The key store could not answer.
     StoreUnavailable,
+    /// The quota store could not answer; the request was not served.
+    QuotaUnavailable,
 }
 
 impl ApiKeyError {
@@ -47,6 +49,7 @@ impl ApiKeyError {
             Self::Unknown => "unknown",
             Self::QuotaExceeded { .. } => "quota_exceeded",
             Self::StoreUnavailable => "store_unavailable",
+            Self::QuotaUnavailable => "quota_unavailable",
         }
     }
 
@@ -63,6 +66,12 @@ impl ApiKeyError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "API key store unavailable; retry later",
             ),
+            // Fails closed: a key's quota is never skipped.
+            Self::QuotaUnavailable => DataApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "API key quota unavailable, so the request was not served; retry later",
+            )
+            .with_retry_after_secs(QUOTA_UNAVAILABLE_RETRY_SECS),
         }
     }
 
@@ -73,6 +82,10 @@ impl ApiKeyError {
     }
 }
 
+/// `Retry-After` of [`ApiKeyError::QuotaUnavailable`] (the gateway's
+/// `RATE_LIMIT_UNAVAILABLE` says the same).
+const QUOTA_UNAVAILABLE_RETRY_SECS: u64 = 5;
+
 impl fmt::Display for ApiKeyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.to_data_api_error().message())
@@ -81,15 +94,15 @@ impl fmt::Display for ApiKeyError {
 
 impl std::error::Error for ApiKeyError {}
 
-/// What the layer and each of its services share: the store, the quota
-/// buckets and the default quota.
-pub(super) struct Config<K> {
+/// What the layer and each of its services share: the key store, the quota
+/// store and the default quota.
+pub(super) struct Config<K, Q> {
     pub(super) store: Arc<K>,
-    pub(super) quotas: Arc<QuotaBook>,
+    pub(super) quotas: Arc<Q>,
     pub(super) default_quota: Option<KeyQuota>,
 }
 
-impl<K> Clone for Config<K> {
+impl<K, Q> Clone for Config<K, Q> {
     fn clone(&self) -> Self {
         Self {
             store: Arc::clone(&self.store),
@@ -99,7 +112,7 @@ impl<K> Clone for Config<K> {
     }
 }
 
-impl<K> fmt::Debug for Config<K> {
+impl<K, Q> fmt::Debug for Config<K, Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
             .field("default_quota", &self.default_quota)
@@ -107,16 +120,23 @@ impl<K> fmt::Debug for Config<K> {
     }
 }
 
-impl<K: KeyStore> Config<K> {
+/// A key that was found: its id, and its quota's check when it has one.
+pub(super) struct Found<F> {
+    pub(super) id: ApiKeyId,
+    pub(super) quota_check: Option<F>,
+}
+
+impl<K: KeyStore, Q: QuotaStore> Config<K, Q> {
     pub(super) fn store(&self) -> &K {
         &self.store
     }
 
-    /// The verdict on a looked-up key: its id, or why it is refused.
-    pub(super) fn admit(
+    /// The verdict on a looked-up key: found (its quota still to spend), or
+    /// why it is refused.
+    pub(super) fn found(
         &self,
         looked_up: Result<Option<ApiKeyRecord>, StoreError>,
-    ) -> Result<ApiKeyId, ApiKeyError> {
+    ) -> Result<Found<Q::Future>, ApiKeyError> {
         let record = match looked_up {
             Ok(Some(record)) => record,
             Ok(None) => return Err(refused(None, ApiKeyError::Unknown)),
@@ -125,15 +145,37 @@ impl<K: KeyStore> Config<K> {
                 return Err(refused(None, ApiKeyError::StoreUnavailable));
             }
         };
-        if let Some(quota) = record.quota.or(self.default_quota)
-            && let Err(retry_after_secs) = self.quotas.check(&record.id, quota)
-        {
-            let error = ApiKeyError::QuotaExceeded { retry_after_secs };
-            return Err(refused(Some(&record.id), error));
-        }
-        trace_decision!(DEBUG, "api_key", key_id = %record.id, outcome = "admitted");
-        Ok(record.id)
+        let quota_check = record
+            .quota
+            .or(self.default_quota)
+            .map(|quota| self.quotas.check(&record.id, quota));
+        Ok(Found {
+            id: record.id,
+            quota_check,
+        })
     }
+}
+
+/// The verdict on a found key once its quota answered (`None`: it has none).
+pub(super) fn admit(
+    id: ApiKeyId,
+    quota: Option<Result<QuotaVerdict, StoreError>>,
+) -> Result<ApiKeyId, ApiKeyError> {
+    match quota {
+        None | Some(Ok(QuotaVerdict::Allowed)) => {}
+        Some(Ok(QuotaVerdict::Exceeded { retry_after })) => {
+            let error = ApiKeyError::QuotaExceeded {
+                retry_after_secs: retry_after_secs(retry_after),
+            };
+            return Err(refused(Some(&id), error));
+        }
+        Some(Err(_error)) => {
+            trace_warn!(error = %_error, "API key quota store failed");
+            return Err(refused(Some(&id), ApiKeyError::QuotaUnavailable));
+        }
+    }
+    trace_decision!(DEBUG, "api_key", key_id = %id, outcome = "admitted");
+    Ok(id)
 }
 
 /// `error`, traced as the layer's refusal (of the key `_key_id` once it is known).

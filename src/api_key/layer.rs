@@ -7,7 +7,7 @@ use tower_layer::Layer;
 
 use super::KeyQuota;
 use super::gate::Config;
-use super::quota::QuotaBook;
+use super::quota::{InMemoryQuotas, QuotaStore};
 use super::service::ApiKey;
 use super::store::{InMemoryKeyStore, KeyStore};
 use crate::clock::{SharedClock, SystemClock};
@@ -16,11 +16,11 @@ use crate::clock::{SharedClock, SystemClock};
 ///
 /// Cheap to clone; clones share the store and the quota buckets.
 #[must_use]
-pub struct ApiKeyLayer<K = InMemoryKeyStore> {
-    config: Arc<Config<K>>,
+pub struct ApiKeyLayer<K = InMemoryKeyStore, Q = InMemoryQuotas> {
+    config: Arc<Config<K, Q>>,
 }
 
-impl<K> Clone for ApiKeyLayer<K> {
+impl<K, Q> Clone for ApiKeyLayer<K, Q> {
     fn clone(&self) -> Self {
         Self {
             config: Arc::clone(&self.config),
@@ -28,7 +28,7 @@ impl<K> Clone for ApiKeyLayer<K> {
     }
 }
 
-impl<K> fmt::Debug for ApiKeyLayer<K> {
+impl<K, Q> fmt::Debug for ApiKeyLayer<K, Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ApiKeyLayer")
             .field("config", &self.config)
@@ -42,28 +42,45 @@ impl<K: KeyStore> ApiKeyLayer<K> {
         Self {
             config: Arc::new(Config {
                 store: Arc::new(store),
-                quotas: Arc::new(QuotaBook::new(Arc::new(SystemClock))),
+                quotas: Arc::new(InMemoryQuotas::new(Arc::new(SystemClock))),
                 default_quota: None,
             }),
         }
     }
 
+    /// Reads time from `clock` (tests use [`FakeClock`](crate::FakeClock)).
+    /// Starts fresh in-memory quota buckets.
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
+        Arc::make_mut(&mut self.config).quotas = Arc::new(InMemoryQuotas::new(clock));
+        self
+    }
+}
+
+impl<K: KeyStore, Q: QuotaStore> ApiKeyLayer<K, Q> {
     /// The quota of keys whose record names none.
     pub fn with_default_quota(mut self, quota: KeyQuota) -> Self {
         Arc::make_mut(&mut self.config).default_quota = Some(quota);
         self
     }
 
-    /// Reads time from `clock` (tests use [`FakeClock`](crate::FakeClock)).
-    /// Starts fresh quota buckets.
-    pub fn with_clock(mut self, clock: SharedClock) -> Self {
-        Arc::make_mut(&mut self.config).quotas = Arc::new(QuotaBook::new(clock));
-        self
+    /// Keeps the quota buckets in `quotas` (a store shared by several
+    /// replicas, such as `walletgate::redis::RedisQuotas`) instead of this
+    /// process's memory. A quota store that cannot answer makes the request
+    /// a 503 ([`ApiKeyError::QuotaUnavailable`](super::ApiKeyError::QuotaUnavailable)).
+    pub fn with_quota_store<Q2: QuotaStore>(self, quotas: Q2) -> ApiKeyLayer<K, Q2> {
+        let config = &self.config;
+        ApiKeyLayer {
+            config: Arc::new(Config {
+                store: Arc::clone(&config.store),
+                quotas: Arc::new(quotas),
+                default_quota: config.default_quota,
+            }),
+        }
     }
 }
 
-impl<S, K> Layer<S> for ApiKeyLayer<K> {
-    type Service = ApiKey<S, K>;
+impl<S, K, Q> Layer<S> for ApiKeyLayer<K, Q> {
+    type Service = ApiKey<S, K, Q>;
 
     fn layer(&self, inner: S) -> Self::Service {
         ApiKey::from_config(inner, Arc::clone(&self.config))

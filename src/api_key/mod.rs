@@ -73,7 +73,7 @@ pub use future::ResponseFuture;
 pub use gate::ApiKeyError;
 pub use id::ApiKeyId;
 pub use layer::ApiKeyLayer;
-pub use quota::KeyQuota;
+pub use quota::{InMemoryQuotas, KeyQuota, QuotaStore, QuotaVerdict};
 pub use service::ApiKey;
 pub use store::{ApiKeyRecord, InMemoryKeyStore, KeyDigest, KeyStore};
 

@@ -1,7 +1,9 @@
-//! Per-key request quotas, enforced with `governor`.
+//! Per-key request quotas: the [`QuotaStore`] seam and its in-memory
+//! default, [`InMemoryQuotas`] (`governor`).
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::{Future, Ready, ready};
 use std::num::NonZeroU32;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
@@ -12,12 +14,16 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
 use super::{ApiKeyId, ConfigError};
-use crate::clock::SharedClock;
+use crate::clock::{SharedClock, SystemClock};
+use crate::store::StoreError;
 
 /// How many requests a key may make per window.
 ///
-/// Enforced as a GCRA bucket (governor): a burst of `requests`, then one more
-/// request every `window / requests`.
+/// Enforced as a GCRA bucket: a burst of `requests`, then one more request
+/// every `window / requests` (the emission interval); a request is admitted
+/// when the bucket's theoretical arrival time is at most
+/// `(requests - 1) * interval` ahead of now. [`InMemoryQuotas`] runs it with
+/// `governor`, a shared store (Redis) with the same arithmetic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KeyQuota {
     requests: NonZeroU32,
@@ -68,6 +74,11 @@ impl KeyQuota {
         self.window
     }
 
+    /// The emission interval, `window / requests`: one request refills in it.
+    pub fn interval(&self) -> Duration {
+        self.window / self.requests.get()
+    }
+
     fn governor_quota(&self) -> Option<Quota> {
         Quota::with_period(self.window / self.requests.get()).map(|q| q.allow_burst(self.requests))
     }
@@ -92,32 +103,82 @@ struct KeyLimiter {
     limiter: Limiter,
 }
 
-/// One limiter per key that has passed lookup, so its size is bounded by
-/// the number of valid keys. A key whose quota changes gets a fresh limiter.
-pub(super) struct QuotaBook {
-    clock: ClockAdapter,
-    limiters: RwLock<HashMap<ApiKeyId, Arc<KeyLimiter>>>,
+/// A quota decision of a [`QuotaStore`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuotaVerdict {
+    /// One request of the quota was spent.
+    Allowed,
+    /// The quota is spent; nothing changed.
+    Exceeded {
+        /// How long until the quota admits a request.
+        retry_after: Duration,
+    },
 }
 
-impl QuotaBook {
-    pub(super) fn new(clock: SharedClock) -> Self {
+/// Where per-key quota buckets live.
+///
+/// [`InMemoryQuotas`] is the in-process default; a shared store (Redis, for
+/// several data API replicas: `walletgate::redis::RedisQuotas`) implements the
+/// same trait with the same rule ([`KeyQuota`]), so one key's quota holds
+/// across every replica. Plugged in with
+/// [`ApiKeyLayer::with_quota_store`](super::ApiKeyLayer::with_quota_store).
+/// A store that cannot answer returns [`StoreError`]: the layer answers 503,
+/// never an unlimited request.
+pub trait QuotaStore: Send + Sync + 'static {
+    /// The decision, possibly after I/O.
+    type Future: Future<Output = Result<QuotaVerdict, StoreError>> + Send + 'static;
+
+    /// Spends one request of `id`'s `quota` if it has one left. A key whose
+    /// quota changes starts a fresh bucket.
+    fn check(&self, id: &ApiKeyId, quota: KeyQuota) -> Self::Future;
+}
+
+impl<Q: QuotaStore> QuotaStore for Arc<Q> {
+    type Future = Q::Future;
+
+    fn check(&self, id: &ApiKeyId, quota: KeyQuota) -> Self::Future {
+        (**self).check(id, quota)
+    }
+}
+
+/// Per-key quota buckets in this process (`governor`), on the crate's clock.
+///
+/// One bucket per key that has passed lookup, so its size is bounded by the
+/// number of valid keys. A key whose quota changes gets a fresh bucket.
+/// Clones share the buckets.
+#[derive(Clone)]
+pub struct InMemoryQuotas {
+    clock: ClockAdapter,
+    limiters: Arc<RwLock<HashMap<ApiKeyId, Arc<KeyLimiter>>>>,
+}
+
+impl Default for InMemoryQuotas {
+    fn default() -> Self {
+        Self::new(Arc::new(SystemClock))
+    }
+}
+
+impl InMemoryQuotas {
+    /// Buckets on `clock` (tests use [`FakeClock`](crate::FakeClock)).
+    pub fn new(clock: SharedClock) -> Self {
         Self {
             clock: ClockAdapter(clock),
-            limiters: RwLock::default(),
+            limiters: Arc::default(),
         }
     }
 
-    /// Spends one request of `id`'s quota; `Err` carries `Retry-After` in
-    /// whole seconds, rounded up, at least 1.
-    pub(super) fn check(&self, id: &ApiKeyId, quota: KeyQuota) -> Result<(), u64> {
-        let limiter = self.limiter(id, quota);
-        let Some(limiter) = limiter else {
-            return Ok(());
+    /// Spends one request of `id`'s quota.
+    pub fn check_now(&self, id: &ApiKeyId, quota: KeyQuota) -> QuotaVerdict {
+        let Some(limiter) = self.limiter(id, quota) else {
+            return QuotaVerdict::Allowed;
         };
-        limiter.limiter.check().map_err(|not_until| {
-            let wait = not_until.wait_time_from(self.clock.now());
-            retry_after_secs(wait)
-        })
+        match limiter.limiter.check() {
+            Ok(()) => QuotaVerdict::Allowed,
+            Err(not_until) => QuotaVerdict::Exceeded {
+                retry_after: not_until.wait_time_from(self.clock.now()),
+            },
+        }
     }
 
     fn limiter(&self, id: &ApiKeyId, quota: KeyQuota) -> Option<Arc<KeyLimiter>> {
@@ -147,25 +208,38 @@ impl QuotaBook {
         Some(Arc::clone(entry))
     }
 
-    /// How many keys have a limiter.
-    pub(super) fn len(&self) -> usize {
+    /// How many keys have a bucket.
+    pub fn len(&self) -> usize {
         self.limiters
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .len()
     }
+
+    /// Whether no key has a bucket.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
-impl fmt::Debug for QuotaBook {
+impl QuotaStore for InMemoryQuotas {
+    type Future = Ready<Result<QuotaVerdict, StoreError>>;
+
+    fn check(&self, id: &ApiKeyId, quota: KeyQuota) -> Self::Future {
+        ready(Ok(self.check_now(id, quota)))
+    }
+}
+
+impl fmt::Debug for InMemoryQuotas {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("QuotaBook")
+        f.debug_struct("InMemoryQuotas")
             .field("keys", &self.len())
             .finish()
     }
 }
 
 /// Whole seconds, rounded up, at least 1 (a `0` would invite a hot retry loop).
-fn retry_after_secs(wait: Duration) -> u64 {
+pub(super) fn retry_after_secs(wait: Duration) -> u64 {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     secs.max(1)
 }
@@ -195,26 +269,39 @@ mod tests {
         ));
     }
 
+    fn exceeded_secs(verdict: QuotaVerdict) -> Option<u64> {
+        match verdict {
+            QuotaVerdict::Allowed => None,
+            QuotaVerdict::Exceeded { retry_after } => Some(retry_after_secs(retry_after)),
+        }
+    }
+
     #[test]
     fn bucket_refills_with_the_clock() {
         let clock = FakeClock::at_unix_secs(1_000);
-        let book = QuotaBook::new(Arc::new(clock.clone()));
+        let book = InMemoryQuotas::new(Arc::new(clock.clone()));
         let id = ApiKeyId::new("app").unwrap();
         let quota = KeyQuota::per_minute(nz(2));
-        assert!(book.check(&id, quota).is_ok());
-        assert!(book.check(&id, quota).is_ok());
-        assert_eq!(book.check(&id, quota), Err(30));
+        assert_eq!(book.check_now(&id, quota), QuotaVerdict::Allowed);
+        assert_eq!(book.check_now(&id, quota), QuotaVerdict::Allowed);
+        assert_eq!(exceeded_secs(book.check_now(&id, quota)), Some(30));
         clock.advance(Duration::from_secs(30));
-        assert!(book.check(&id, quota).is_ok());
+        assert_eq!(book.check_now(&id, quota), QuotaVerdict::Allowed);
     }
 
     #[test]
     fn changed_quota_gets_a_fresh_bucket() {
-        let book = QuotaBook::new(Arc::new(FakeClock::at_unix_secs(1_000)));
+        let book = InMemoryQuotas::new(Arc::new(FakeClock::at_unix_secs(1_000)));
         let id = ApiKeyId::new("app").unwrap();
-        assert!(book.check(&id, KeyQuota::per_minute(nz(1))).is_ok());
-        assert!(book.check(&id, KeyQuota::per_minute(nz(1))).is_err());
-        assert!(book.check(&id, KeyQuota::per_minute(nz(5))).is_ok());
+        assert_eq!(
+            book.check_now(&id, KeyQuota::per_minute(nz(1))),
+            QuotaVerdict::Allowed
+        );
+        assert!(exceeded_secs(book.check_now(&id, KeyQuota::per_minute(nz(1)))).is_some());
+        assert_eq!(
+            book.check_now(&id, KeyQuota::per_minute(nz(5))),
+            QuotaVerdict::Allowed
+        );
         assert_eq!(book.len(), 1);
     }
 }

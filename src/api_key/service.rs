@@ -10,18 +10,19 @@ use tower_service::Service;
 use super::future::ResponseFuture;
 use super::gate::{ApiKeyError, Config, refused};
 use super::layer::ApiKeyLayer;
+use super::quota::{InMemoryQuotas, QuotaStore};
 use super::store::{InMemoryKeyStore, KeyDigest, KeyStore};
 use crate::body::ResponseBody;
 use crate::envelope::header::X_API_KEY;
 
 /// The service [`ApiKeyLayer`] wraps around `S`.
-pub struct ApiKey<S, K = InMemoryKeyStore> {
+pub struct ApiKey<S, K = InMemoryKeyStore, Q = InMemoryQuotas> {
     inner: S,
-    config: Arc<Config<K>>,
+    config: Arc<Config<K, Q>>,
 }
 
-impl<S, K> ApiKey<S, K> {
-    pub(super) fn from_config(inner: S, config: Arc<Config<K>>) -> Self {
+impl<S, K, Q> ApiKey<S, K, Q> {
+    pub(super) fn from_config(inner: S, config: Arc<Config<K, Q>>) -> Self {
         Self { inner, config }
     }
 
@@ -43,7 +44,7 @@ impl<K: KeyStore> ApiKey<(), K> {
     }
 }
 
-impl<S: Clone, K> Clone for ApiKey<S, K> {
+impl<S: Clone, K, Q> Clone for ApiKey<S, K, Q> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -52,7 +53,7 @@ impl<S: Clone, K> Clone for ApiKey<S, K> {
     }
 }
 
-impl<S: fmt::Debug, K> fmt::Debug for ApiKey<S, K> {
+impl<S: fmt::Debug, K, Q> fmt::Debug for ApiKey<S, K, Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ApiKey")
             .field("inner", &self.inner)
@@ -74,14 +75,15 @@ fn presented_digest(headers: &HeaderMap) -> Result<KeyDigest, ApiKeyError> {
     Ok(KeyDigest::of(value.as_bytes()))
 }
 
-impl<S, K, ReqBody, ResBody> Service<Request<ReqBody>> for ApiKey<S, K>
+impl<S, K, Q, ReqBody, ResBody> Service<Request<ReqBody>> for ApiKey<S, K, Q>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     K: KeyStore,
+    Q: QuotaStore,
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S, K, ReqBody>;
+    type Future = ResponseFuture<S, K, ReqBody, Q>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -209,5 +211,34 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(response.status(), 503);
+    }
+
+    #[tokio::test]
+    async fn a_failing_quota_store_is_503_and_the_request_is_not_served() {
+        use crate::api_key::{QuotaStore, QuotaVerdict};
+        struct Down;
+        impl QuotaStore for Down {
+            type Future = std::future::Ready<Result<QuotaVerdict, crate::store::StoreError>>;
+            fn check(&self, _: &ApiKeyId, _: KeyQuota) -> Self::Future {
+                std::future::ready(Err(crate::store::StoreError::new("down")))
+            }
+        }
+        let quota = KeyQuota::per_minute(NonZeroU32::MIN);
+        let layer = ApiKey::layer(store(Some(quota))).with_quota_store(Down);
+        let service = tower_layer::Layer::layer(&layer, service_fn(echo));
+        let response = service.clone().oneshot(request(&[KEY])).await.unwrap();
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()["retry-after"], "5");
+        assert_eq!(
+            response.extensions().get::<ApiKeyError>(),
+            Some(&ApiKeyError::QuotaUnavailable)
+        );
+        // A key without a quota never asks the quota store.
+        let layer = ApiKey::layer(store(None)).with_quota_store(Down);
+        let service = tower_layer::Layer::layer(&layer, service_fn(echo));
+        assert_eq!(
+            service.oneshot(request(&[KEY])).await.unwrap().status(),
+            200
+        );
     }
 }

@@ -141,15 +141,10 @@ impl FreeTierStore for RedisFreeTier {
 }
 
 #[cfg(test)]
-#[path = "../../tests/redis_support/mod.rs"]
-#[allow(unreachable_pub, clippy::all)]
-mod redis_support;
-
-#[cfg(test)]
 mod tests {
     use super::*;
     use crate::free_tier::{ClientWindows, KeyPrefixes};
-    use crate::redis::RedisConfig;
+    use crate::redis::{RedisConfig, redis_support};
 
     const T0: u64 = 1_800_000_000_000;
 
@@ -182,7 +177,7 @@ mod tests {
             .with_windows(Duration::from_secs(2), Duration::from_secs(6))
             .unwrap();
         for (seed, quotas) in [
-            (1u64, FreeTierQuotas::default()),
+            (1u64, FreeTierQuotas::new(10, 60).unwrap()),
             (2, FreeTierQuotas::new(5, 20).unwrap()),
             (3, small),
         ] {

@@ -12,11 +12,22 @@
 //! Keys are namespaced by a prefix (`walletgate` by default), so several
 //! services can share one Redis: `{prefix}:{seam}:{id}`.
 
+#[cfg(feature = "api-key")]
+mod api_key;
 #[cfg(feature = "free-tier")]
 mod free_tier;
 
+#[cfg(feature = "api-key")]
+pub use api_key::{QuotaCheck, RedisQuotas};
 #[cfg(feature = "free-tier")]
 pub use free_tier::{FreeTierCheck, RedisFreeTier};
+
+/// The tests' redis-server (`WALLETGATE_TEST_REDIS_URL`, or one started once
+/// per test binary), shared with the integration tests.
+#[cfg(test)]
+#[path = "../../tests/redis_support/mod.rs"]
+#[allow(unreachable_pub, clippy::all)]
+mod redis_support;
 
 use std::future::Future;
 use std::sync::Arc;
