@@ -17,6 +17,8 @@
 //! | `GATEWAY_EXTRA_CA_FILE` | none | PEM root(s) trusted besides Mozilla's, for upstreams and the facilitator |
 //! | `GATEWAY_SOLANA_PAY_TO` | none | Solana: the wallet paid (its USDC account receives) |
 //! | `GATEWAY_SOLANA_FEE_PAYER` | from the facilitator | Solana: `extra.feePayer`; else read from `GET /supported` at start |
+//! | `GATEWAY_REDIS_URL` | none | `redis://host:port/db` (feature `redis`): replicas share the free-tier limit there |
+//! | `GATEWAY_REDIS_PREFIX` | `walletgate` | key prefix in that Redis (one per gateway deployment) |
 //!
 //! Providers without an upstream are answered by the embedded echo family.
 //! Payments are quoted in Base Sepolia USDC and settled in-process on a
@@ -35,6 +37,7 @@ use walletgate::x402::DevLedger;
 use walletgate::{SharedClock, SystemClock};
 
 use crate::catalogue::Catalogue;
+use crate::redis_settings::RedisSettings;
 use crate::upstream::{ApiKey, Fault, OpenAiUpstream, SharedUpstream};
 
 pub(crate) const DEFAULT_BODY_LIMIT_BYTES: usize = 4 * 1024 * 1024;
@@ -90,6 +93,8 @@ pub(crate) struct Config {
     pub(crate) payment_faults: Arc<PaymentFaults>,
     /// The roots the upstreams' and the facilitator's HTTPS trust.
     pub(crate) tls: ClientTls,
+    /// The Redis the replicas share (`GATEWAY_REDIS_URL`); `None`: in memory.
+    pub(crate) redis: Option<RedisSettings>,
 }
 
 /// Payment-side faults for tests and demos, and the settle timeout.
@@ -148,6 +153,7 @@ impl Default for Config {
             network: PaymentNetwork::LocalEvm,
             payment_faults: Arc::default(),
             tls: ClientTls::webpki_roots(),
+            redis: None,
         }
     }
 }
@@ -232,6 +238,8 @@ impl Config {
                 .with_extra_ca_file(&path)
                 .map_err(|error| invalid("GATEWAY_EXTRA_CA_FILE", error.to_string()))?;
         }
+        config.redis = RedisSettings::from_vars(&var, "GATEWAY")
+            .map_err(|(variable, reason)| invalid(&variable, reason))?;
         match var("GATEWAY_NETWORK").as_deref() {
             None | Some("base-sepolia") => {}
             Some("solana") => {
@@ -397,6 +405,26 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn redis_url_switches_the_shared_stores_on_and_is_never_printed() {
+        let read = Config::from_vars(vars(&[
+            (
+                "GATEWAY_REDIS_URL",
+                "redis://:not-a-real-password@127.0.0.1:6379/2",
+            ),
+            ("GATEWAY_REDIS_PREFIX", "gw-a"),
+        ]));
+        if cfg!(feature = "redis") {
+            let redis = read.unwrap().redis.unwrap();
+            assert_eq!(redis.prefix, "gw-a");
+            assert!(!format!("{redis:?}").contains("not-a-real-password"));
+        } else {
+            let error = read.err().unwrap().to_string();
+            assert!(error.starts_with("GATEWAY_REDIS_URL:"), "{error}");
+        }
+        assert_eq!(Config::from_vars(vars(&[])).unwrap().redis, None);
     }
 
     #[test]

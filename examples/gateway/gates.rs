@@ -16,7 +16,10 @@ use std::sync::{Arc, Mutex};
 use axum::extract::Request;
 use http::request::Parts;
 use walletgate::SharedClock;
-use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter};
+use walletgate::free_tier::{
+    ClientKey, FreeTierLimitLayer, FreeTierQuotas, FreeTierStore, InMemoryLimiter, Verdict,
+};
+use walletgate::store::StoreError;
 use walletgate::tls::ClientTls;
 use walletgate::x402::{
     BoxFuture, ConfigError, DevLedger, Facilitator, FacilitatorError, FacilitatorRequest,
@@ -42,7 +45,50 @@ pub(crate) struct Gates {
 pub(crate) type IsFreeModel = fn(&Request) -> bool;
 
 /// The free-tier layer as the pipeline uses it.
-pub(crate) type FreeTier = FreeTierLimitLayer<IsFreeModel, InMemoryLimiter>;
+pub(crate) type FreeTier = FreeTierLimitLayer<IsFreeModel, FreeTierBackend>;
+
+/// Where the free tier counts: this process, or the Redis every replica
+/// shares (`GATEWAY_REDIS_URL`).
+#[derive(Clone, Debug)]
+pub(crate) enum FreeTierBackend {
+    Memory(InMemoryLimiter),
+    #[cfg(feature = "redis")]
+    Redis(walletgate::redis::RedisFreeTier),
+}
+
+/// The decision of either backend (both futures are `Unpin`).
+pub(crate) enum FreeTierCheck {
+    Memory(std::future::Ready<Result<Verdict, StoreError>>),
+    #[cfg(feature = "redis")]
+    Redis(walletgate::redis::FreeTierCheck),
+}
+
+impl std::future::Future for FreeTierCheck {
+    type Output = Result<Verdict, StoreError>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.get_mut() {
+            Self::Memory(ready) => std::pin::Pin::new(ready).poll(cx),
+            #[cfg(feature = "redis")]
+            Self::Redis(check) => check.as_mut().poll(cx),
+        }
+    }
+}
+
+impl FreeTierStore for FreeTierBackend {
+    type Future = FreeTierCheck;
+
+    fn check(&self, key: ClientKey) -> Self::Future {
+        match self {
+            Self::Memory(limiter) => FreeTierCheck::Memory(limiter.check(key)),
+            #[cfg(feature = "redis")]
+            Self::Redis(redis) => FreeTierCheck::Redis(redis.check(key)),
+        }
+    }
+}
 
 /// Whether the pipeline resolved a free model for `request`.
 fn is_free_model(request: &Request) -> bool {
@@ -52,10 +98,28 @@ fn is_free_model(request: &Request) -> bool {
         .is_some_and(|ResolvedModel(model)| model.is_free())
 }
 
-/// The free-tier limit for free models, keyed by the connection's peer.
-pub(crate) fn free_tier(quotas: FreeTierQuotas) -> FreeTier {
-    FreeTierLimitLayer::with_quotas(is_free_model as IsFreeModel, quotas)
+/// The free-tier limit for free models, keyed by the connection's peer;
+/// counted on `redis` when the replicas share one, else in this process.
+pub(crate) fn free_tier(quotas: FreeTierQuotas, redis: Option<&RedisConnection>) -> FreeTier {
+    let backend = match redis {
+        None => FreeTierBackend::Memory(InMemoryLimiter::new(quotas)),
+        #[cfg(feature = "redis")]
+        Some(conn) => {
+            FreeTierBackend::Redis(walletgate::redis::RedisFreeTier::new(conn.clone(), quotas))
+        }
+        #[cfg(not(feature = "redis"))]
+        Some(never) => match *never {},
+    };
+    FreeTierLimitLayer::new(is_free_model as IsFreeModel).with_store(backend)
 }
+
+/// The shared Redis connection (feature `redis`).
+#[cfg(feature = "redis")]
+pub(crate) type RedisConnection = walletgate::redis::RedisConnection;
+
+/// Without the `redis` feature there is no connection to have.
+#[cfg(not(feature = "redis"))]
+pub(crate) enum RedisConnection {}
 
 /// Where payments go and who checks them.
 #[derive(Clone)]

@@ -41,6 +41,8 @@ mod inference;
 #[path = "../common/logging.rs"]
 mod logging;
 mod pipeline;
+#[path = "../common/redis.rs"]
+mod redis_settings;
 mod render;
 mod reply;
 mod request;
@@ -49,6 +51,8 @@ mod upstream;
 
 #[cfg(test)]
 mod payment_tests;
+#[cfg(all(test, feature = "redis"))]
+mod redis_limits_tests;
 #[cfg(test)]
 mod sdk_tests;
 #[cfg(test)]
@@ -70,7 +74,7 @@ use axum::routing::{get, post};
 use walletgate::x402::{DevLedger, HttpFacilitator, Network};
 
 use crate::config::{Config, PaymentNetwork};
-use crate::gates::{Gates, PaymentSettings, free_tier};
+use crate::gates::{Gates, PaymentSettings, RedisConnection, free_tier};
 use crate::images::jobs::ImageJobs;
 use crate::images::{create_image, poll_image};
 use crate::inference::{infer, models};
@@ -131,7 +135,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
          -d '{{\"model\":\"openai/gpt-5-mini\",\"max_tokens\":64,\"messages\":[{{\"role\":\"user\",\"content\":\"hello\"}}]}}'"
     );
     // Connection addresses ride along for the per-IP free-tier limit.
-    let service = app(config)?.into_make_service_with_connect_info::<SocketAddr>();
+    let router = app(config).map_err(|error| error as Box<dyn std::error::Error>)?;
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, service).await?;
     Ok(())
 }
@@ -143,8 +148,25 @@ const INFERENCE_ROUTES: &[(&str, Endpoint)] = &[
     ("/v1/responses", Endpoint::Responses),
 ];
 
-/// The whole gateway for `config`; fails only on an unusable payment setting.
-pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigError> {
+/// The shared Redis of the replicas (`GATEWAY_REDIS_URL`), if configured.
+fn redis_connection(config: &Config) -> Result<Option<RedisConnection>, AppError> {
+    match &config.redis {
+        None => Ok(None),
+        #[cfg(feature = "redis")]
+        Some(settings) => Ok(Some(settings.open()?)),
+        // `Config::from_vars` refuses the variable in a build without Redis.
+        #[cfg(not(feature = "redis"))]
+        Some(_) => Err("GATEWAY_REDIS_URL needs the `redis` feature".into()),
+    }
+}
+
+/// Why [`app`] could not be built.
+pub(crate) type AppError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The whole gateway for `config`; fails only on an unusable payment or
+/// Redis setting.
+pub(crate) fn app(config: Config) -> Result<Router, AppError> {
+    let redis = redis_connection(&config)?;
     let mut router = ProviderRouter::new(Arc::new(EchoUpstream));
     for (provider, upstream) in config.providers {
         router = router.with_provider(provider, upstream);
@@ -156,19 +178,20 @@ pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigErro
         }
         PaymentNetwork::Solana(settings) => {
             let Some(fee_payer) = settings.fee_payer.as_deref() else {
-                return Err(walletgate::x402::ConfigError::InvalidFacilitatorUrl(
-                    format!(
+                return Err(
+                    walletgate::x402::ConfigError::InvalidFacilitatorUrl(format!(
                         "{}: no fee payer (set GATEWAY_SOLANA_FEE_PAYER or serve it in /supported)",
                         settings.facilitator_url
-                    ),
-                ));
+                    ))
+                    .into(),
+                );
             };
             PaymentSettings::solana(settings, fee_payer, &config.tls, config.clock.clone())?
         }
     };
     let payments = payments.with_faults(config.payment_faults);
     let gates = Gates {
-        free_tier: free_tier(config.free_tier),
+        free_tier: free_tier(config.free_tier, redis.as_ref()),
         inference_payment: payments.inference_layer()?,
         image_payment: payments.image_layer()?,
     };
