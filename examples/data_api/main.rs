@@ -20,6 +20,8 @@
 //! | `DATA_API_KEY_PER_MINUTE` | `600` | requests per minute of the API key |
 //! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed |
 //! | `DATA_API_ACCESS_LOG` | standard error | file for the log (access lines and the layers' events) |
+//! | `DATA_API_REDIS_URL` | none | `redis://host:port/db` (feature `redis`): replicas share the API key's quota there |
+//! | `DATA_API_REDIS_PREFIX` | `walletgate` | key prefix in that Redis (one per data API deployment) |
 //! | `RUST_LOG` | `info` | log filter (`tracing-subscriber`'s `EnvFilter`) |
 //! | `LOG_FORMAT` | text | `json`: one JSON object per line |
 
@@ -30,6 +32,9 @@ mod favorites;
 mod logging;
 mod mcp;
 mod openapi;
+mod quotas;
+#[path = "../common/redis.rs"]
+mod redis_settings;
 mod relationships;
 mod rest;
 mod routes;
@@ -44,6 +49,9 @@ mod wire;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+pub(crate) use crate::quotas::ApiKeys;
+use crate::quotas::key_quotas;
+use crate::redis_settings::RedisSettings;
 use axum::Router;
 use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, KeyQuota};
 use walletgate::clock::{SharedClock, SystemClock};
@@ -69,6 +77,8 @@ pub(crate) struct Config {
     pub(crate) key_per_minute: std::num::NonZeroU32,
     pub(crate) signing_key_file: Option<std::path::PathBuf>,
     pub(crate) access_log: Option<std::path::PathBuf>,
+    /// The Redis the replicas share (`DATA_API_REDIS_URL`); `None`: in memory.
+    pub(crate) redis: Option<RedisSettings>,
 }
 
 impl Config {
@@ -104,6 +114,8 @@ impl Config {
         }
         config.signing_key_file = var("DATA_API_SIGNING_KEY_FILE").map(Into::into);
         config.access_log = var("DATA_API_ACCESS_LOG").map(Into::into);
+        config.redis = RedisSettings::from_vars(&var, "DATA_API")
+            .map_err(|(variable, reason)| format!("{variable}: {reason}"))?;
         Ok(config)
     }
 
@@ -125,6 +137,7 @@ impl Config {
             key_per_minute: std::num::NonZeroU32::new(600).ok_or("zero quota")?,
             signing_key_file: None,
             access_log: None,
+            redis: None,
         })
     }
 }
@@ -203,14 +216,8 @@ pub(crate) fn build_with_clock(
         clock: clock.clone(),
         openapi: openapi::serialised(&operations, &config.origin)?,
     });
-    let router = router(
-        state,
-        operations,
-        key_store,
-        verifier,
-        clock,
-        &config.origin,
-    );
+    let api_keys = ApiKeyLayer::new(key_store).with_quota_store(key_quotas(config, clock)?);
+    let router = router(state, operations, api_keys, verifier, &config.origin);
     let dev = DevInfo {
         generated_api_key,
         seeded_wallets: SEEDED_WALLETS
@@ -228,9 +235,8 @@ pub(crate) fn build_with_clock(
 fn router(
     state: SharedState,
     operations: Vec<Operation>,
-    key_store: InMemoryKeyStore,
+    api_keys: ApiKeys,
     verifier: JwtVerifier,
-    clock: SharedClock,
     origin: &str,
 ) -> Router {
     let mut public = Router::new();
@@ -256,7 +262,6 @@ fn router(
     let token_management =
         token_management.route_layer(WalletJwtLayer::new(verifier.clone()).optional_bearer());
 
-    let api_keys = ApiKeyLayer::new(key_store).with_clock(clock);
     let keyed = keyed
         .merge(wallet_scoped)
         .merge(token_management)

@@ -25,6 +25,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use crate::ApiKeys;
 use axum::body::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
@@ -35,7 +36,6 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
 use tower::Layer;
 use tower::Service;
-use walletgate::api_key::ApiKeyLayer;
 use walletgate::body::{ResponseBody, rejection};
 use walletgate::envelope::DataApiError;
 use walletgate::wallet_jwt::{JwtVerifier, WalletJwtLayer};
@@ -56,7 +56,7 @@ const INVALID_REQUEST: i64 = -32600;
 
 /// The `/mcp` service stack, outermost first (see the module docs).
 pub(crate) type McpService = JsonRpcRejections<
-    walletgate::api_key::ApiKey<walletgate::wallet_jwt::WalletJwt<JsonRpcParse<RmcpService>>>,
+    crate::quotas::Keyed<walletgate::wallet_jwt::WalletJwt<JsonRpcParse<RmcpService>>>,
 >;
 
 type RmcpService = StreamableHttpService<DataApiTools, LocalSessionManager>;
@@ -67,7 +67,7 @@ type RmcpService = StreamableHttpService<DataApiTools, LocalSessionManager>;
 /// per-key quota, so MCP calls and REST calls spend one budget.
 pub(crate) fn service(
     state: SharedState,
-    api_keys: ApiKeyLayer,
+    api_keys: ApiKeys,
     verifier: JwtVerifier,
     origin: &str,
 ) -> McpService {
