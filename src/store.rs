@@ -7,7 +7,8 @@
 //! | trait | holds | in memory |
 //! |---|---|---|
 //! | `api_key::KeyStore` | API key digests and quotas | `InMemoryKeyStore` |
-//! | `free_tier::FreeTierStore` | per-client sliding-window counts | `InMemoryLimiter` |
+//! | `api_key::QuotaStore` | per-key quota buckets (GCRA) | `InMemoryQuotas` (Redis: `redis::RedisQuotas`) |
+//! | `free_tier::FreeTierStore` | per-client sliding-window counts | `InMemoryLimiter` (Redis: `redis::RedisFreeTier`) |
 //! | `siwe::NonceStore` | issued sign-in nonces | `siwe::InMemoryNonceStore` |
 //! | `tokens::PatStore`, `tokens::SessionStore` | PAT and session digests | `InMemoryPatStore`, `InMemorySessionStore` |
 //! | `x402::NonceStore` | claimed and spent payment authorizations | `x402::InMemoryNonceStore` |

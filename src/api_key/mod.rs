@@ -11,6 +11,12 @@
 //!
 //! The key never appears in a response, a `Debug` output or an error.
 //!
+//! Quota buckets live in a [`QuotaStore`]: [`InMemoryQuotas`] by default,
+//! or a store several replicas share (`walletgate::redis::RedisQuotas`,
+//! feature `redis`) through [`ApiKeyLayer::with_quota_store`]. A quota store
+//! that cannot answer fails closed: 503 with `Retry-After: 5`
+//! ([`ApiKeyError::QuotaUnavailable`]), never an unlimited request.
+//!
 //! ```
 //! use std::convert::Infallible;
 //! use std::num::NonZeroU32;
