@@ -402,3 +402,61 @@ async fn redis_down_fails_closed_and_recovers() {
     })
     .await;
 }
+
+// ------------------------------------------------------- round trips
+
+/// Calls per command the server has run (scripts' own commands included).
+async fn commands_run(conn: &RedisConnection) -> std::collections::HashMap<String, u64> {
+    let info: String = conn
+        .call("info", |mut c| async move {
+            redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(&mut c)
+                .await
+        })
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+/// One command from the client (`EVALSHA` of the decision script) per
+/// decision, once the script is loaded; inside it only GET, SET and TIME.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_decision_is_one_round_trip() {
+    let server = redis_support::RedisServer::start();
+    let config = RedisConfig::new(server.url()).prefix("round-trips");
+    let conn = RedisConnection::open(&config).unwrap();
+    let free = RedisFreeTier::new(conn.clone(), FreeTierQuotas::default());
+    let quotas = RedisQuotas::new(conn.clone());
+    let quota = KeyQuota::per_minute(NonZeroU32::new(5).unwrap());
+    // The first call of each script loads it (EVALSHA, SCRIPT LOAD, EVALSHA).
+    free.check(client(1)).await.unwrap();
+    quotas.check(&app("a"), quota).await.unwrap();
+    let before = commands_run(&conn).await;
+    for n in 0..40 {
+        free.check(client(n % 3)).await.unwrap();
+        quotas.check(&app("a"), quota).await.unwrap();
+    }
+    let after = commands_run(&conn).await;
+    let delta = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
+    assert_eq!(delta("evalsha"), 80);
+    for name in after.keys() {
+        let script_side = ["evalsha", "get", "set", "time", "info"].contains(&name.as_str());
+        assert!(
+            script_side || delta(name) == 0,
+            "{name} ran {} times",
+            delta(name)
+        );
+    }
+}
