@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use walletgate::client::wallet::{WalletAuth, WalletError};
+use walletgate::client::wallet::{DefaultTransport, Transport, WalletAuth, WalletError};
 
 use super::Failure;
 use super::auth_file::{self, AuthFile};
@@ -27,9 +27,10 @@ const PROTOCOL_HEADER: &str = "mcp-protocol-version";
 const BRIDGE_ERROR: i64 = -32001;
 const PARSE_ERROR: i64 = -32700;
 
-struct Bridge {
-    auth: WalletAuth,
-    saved: AuthFile,
+struct Bridge<T = DefaultTransport> {
+    auth: WalletAuth<T>,
+    /// Where a re-minted JWT is kept (none in unit tests).
+    saved: Option<AuthFile>,
     url: String,
     session: Option<String>,
     protocol: Option<String>,
@@ -41,7 +42,7 @@ struct Bridge {
 pub(super) async fn serve(auth: WalletAuth, saved: AuthFile, url: &str) -> Result<(), Failure> {
     let mut bridge = Bridge {
         auth,
-        saved,
+        saved: Some(saved),
         url: url.to_owned(),
         session: None,
         protocol: None,
@@ -69,8 +70,15 @@ fn jsonrpc_error(id: Value, code: i64, message: &str) -> String {
 }
 
 /// The JSON-RPC messages of an answer: a JSON body, or the `data:` of each
-/// SSE event.
+/// SSE event; anything but JSON objects (a bare `null`, priming events) is
+/// dropped.
 fn messages(response: &Response<Bytes>) -> Vec<Value> {
+    let mut messages = values(response);
+    messages.retain(Value::is_object);
+    messages
+}
+
+fn values(response: &Response<Bytes>) -> Vec<Value> {
     let event_stream = response
         .headers()
         .get(header::CONTENT_TYPE)
@@ -94,7 +102,7 @@ fn messages(response: &Response<Bytes>) -> Vec<Value> {
         .collect()
 }
 
-impl Bridge {
+impl<T: Transport> Bridge<T> {
     /// Forwards one message from the host; the lines to write back.
     async fn forward(&mut self, line: &str) -> Vec<String> {
         let Ok(message) = serde_json::from_str::<Value>(line) else {
@@ -224,10 +232,13 @@ impl Bridge {
 
     /// Keeps a re-minted JWT for the next run.
     fn save(&mut self) {
+        let Some(saved) = &mut self.saved else {
+            return;
+        };
         let held = self.auth.credentials();
-        if held != self.saved.credentials {
-            self.saved.credentials = held;
-            if let Err(error) = auth_file::save(&self.saved) {
+        if held != saved.credentials {
+            saved.credentials = held;
+            if let Err(error) = auth_file::save(saved) {
                 eprintln!("walletgate mcp-bridge: {error}");
             }
         }
@@ -236,7 +247,161 @@ impl Bridge {
 
 #[cfg(test)]
 mod tests {
+    use std::convert::Infallible;
+    use std::sync::{Arc, Mutex};
+
+    use http_body_util::{BodyExt, Full};
+    use walletgate::client::wallet::{Credentials, WalletConfig};
+
     use super::*;
+
+    /// What the fake endpoint saw: (method, session id, JSON-RPC method).
+    type Log = Arc<Mutex<Vec<(String, String, String)>>>;
+
+    /// An MCP endpoint that numbers its sessions and forgets the first one
+    /// after its first tool call (as a restarted server would).
+    fn endpoint(
+        log: Log,
+    ) -> impl tower_service::Service<
+        Request<Full<Bytes>>,
+        Response = Response<Full<Bytes>>,
+        Error = Infallible,
+        Future = impl Send,
+    > + Clone
+    + Send
+    + Sync
+    + 'static {
+        tower::service_fn(move |request: Request<Full<Bytes>>| {
+            let log = log.clone();
+            async move {
+                let (parts, body) = request.into_parts();
+                let body = body.collect().await.unwrap_or_default().to_bytes();
+                let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let session = parts
+                    .headers
+                    .get(SESSION_HEADER)
+                    .map(|value| value.to_str().unwrap().to_owned())
+                    .unwrap_or_default();
+                let method = message["method"].as_str().unwrap_or("").to_owned();
+                let calls_before = {
+                    let mut log = log.lock().unwrap();
+                    log.push((parts.method.to_string(), session.clone(), method.clone()));
+                    log.iter()
+                        .filter(|(_, _, m)| m == "tools/call")
+                        .count()
+                        .saturating_sub(1)
+                };
+                let sessions = log
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|(_, _, m)| m == "initialize")
+                    .count();
+                let reply = |status: StatusCode, body: Value| {
+                    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+                    *response.status_mut() = status;
+                    response
+                };
+                let response = match method.as_str() {
+                    "initialize" => {
+                        let mut response = reply(
+                            StatusCode::OK,
+                            json!({"jsonrpc": "2.0", "id": message["id"], "result": {
+                                "protocolVersion": "2025-11-25", "serverInfo": {"name": "fake"}}}),
+                        );
+                        let id = format!("s{sessions}");
+                        response
+                            .headers_mut()
+                            .insert(SESSION_HEADER, id.parse().unwrap());
+                        response
+                    }
+                    "tools/call" if session == "s1" && calls_before > 0 => {
+                        reply(StatusCode::NOT_FOUND, Value::Null)
+                    }
+                    "tools/call" => {
+                        let answer = json!({"jsonrpc": "2.0", "id": message["id"],
+                                            "result": {"session": session}});
+                        let mut response = reply(StatusCode::OK, Value::Null);
+                        *response.body_mut() =
+                            Full::new(Bytes::from(format!("data: {answer}\n\n")));
+                        response
+                            .headers_mut()
+                            .insert(header::CONTENT_TYPE, "text/event-stream".parse().unwrap());
+                        response
+                    }
+                    _ => reply(StatusCode::ACCEPTED, Value::Null),
+                };
+                Ok::<_, Infallible>(response)
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn a_forgotten_session_is_reopened_with_the_hosts_initialize() {
+        let log = Log::default();
+        let base = "http://127.0.0.1:9";
+        let credentials: Credentials = serde_json::from_value(json!({
+            "baseUrl": base, "address": "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+            "scopes": ["read:favorites"], "patId": "pat_1", "pat": "wg_pat_x",
+            "patExpiresAtUnixSecs": u64::MAX / 2, "jwt": "jwt-1",
+            "jwtExpiresAtUnixSecs": u64::MAX / 2,
+        }))
+        .unwrap();
+        let auth = WalletAuth::with_transport(
+            WalletConfig::new(base, "key").unwrap(),
+            endpoint(log.clone()),
+        )
+        .resume(credentials)
+        .unwrap();
+        let mut bridge = Bridge {
+            auth,
+            saved: None,
+            url: format!("{base}/mcp"),
+            session: None,
+            protocol: None,
+            initialize: None,
+        };
+        let initialize = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#;
+        let replies = bridge.forward(initialize).await;
+        assert_eq!(replies.len(), 1);
+        assert_eq!(bridge.protocol.as_deref(), Some("2025-11-25"));
+        assert!(
+            bridge
+                .forward(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+                .await
+                .is_empty()
+        );
+        let call = |id: u32| {
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{}}}}"#)
+        };
+        let first: Value = serde_json::from_str(&bridge.forward(&call(1)).await[0]).unwrap();
+        assert_eq!(first["result"]["session"], "s1");
+        // s1 is forgotten: initialize and initialized again, then the call.
+        let second: Value = serde_json::from_str(&bridge.forward(&call(2)).await[0]).unwrap();
+        assert_eq!(second["id"], 2);
+        assert_eq!(second["result"]["session"], "s2");
+        let seen: Vec<(String, String)> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, session, method)| (session.clone(), method.clone()))
+            .collect();
+        let expected = [
+            ("", "initialize"),
+            ("s1", "notifications/initialized"),
+            ("s1", "tools/call"),
+            ("s1", "tools/call"),
+            ("", "initialize"),
+            ("s2", "notifications/initialized"),
+            ("s2", "tools/call"),
+        ];
+        assert_eq!(
+            seen,
+            expected.map(|(session, method)| (session.to_owned(), method.to_owned()))
+        );
+        bridge.end().await;
+        assert_eq!(log.lock().unwrap().last().unwrap().0, "DELETE");
+    }
 
     #[test]
     fn event_stream_answers_yield_their_json_messages() {
@@ -253,5 +418,6 @@ mod tests {
             b"{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}",
         ));
         assert_eq!(messages(&plain)[0]["id"], 2);
+        assert!(messages(&Response::new(Bytes::from_static(b"null"))).is_empty());
     }
 }
