@@ -10,7 +10,7 @@
 //! | [`JsonRpcRejectionsLayer`] | rewrites the gates' Area A rejections into JSON-RPC error bodies, keeping status and headers (`WWW-Authenticate`, `Retry-After`) |
 //! | `ApiKeyLayer` (the REST routes' own, so quotas are shared) | 401 without a valid `X-API-KEY`, 429 over quota |
 //! | `WalletJwtLayer::optional_bearer` | 401 `invalid_token` for a present but invalid or expired JWT; no JWT passes |
-//! | [`JsonRpcParse`] | 400 `-32700` for a JSON body that does not parse (rmcp says a bare 415) |
+//! | [`JsonRpcParse`] | 400 `-32700` for a POST's JSON body that does not parse (rmcp says a bare 415); 204 for an accepted `DELETE` (session termination; rmcp says 202, which the Python client reports as a failure) |
 //!
 //! Public tools need only the API key. Wallet tools act for the wallet of the
 //! verified JWT of *their own request* (rmcp hands each tool its request's
@@ -27,7 +27,7 @@ use std::task::{Context, Poll, ready};
 
 use crate::ApiKeys;
 use axum::body::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use pin_project_lite::pin_project;
@@ -36,6 +36,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
 use tower::Layer;
 use tower::Service;
+use tower::util::MapRequest;
 use walletgate::body::{ResponseBody, rejection};
 use walletgate::envelope::DataApiError;
 use walletgate::wallet_jwt::{JwtVerifier, WalletJwtLayer};
@@ -56,8 +57,22 @@ const INVALID_REQUEST: i64 = -32600;
 
 /// The `/mcp` service stack, outermost first (see the module docs).
 pub(crate) type McpService = JsonRpcRejections<
-    crate::quotas::Keyed<walletgate::wallet_jwt::WalletJwt<JsonRpcParse<RmcpService>>>,
+    crate::quotas::Keyed<
+        MapRequest<walletgate::wallet_jwt::WalletJwt<JsonRpcParse<RmcpService>>, EndSessionFn>,
+    >,
 >;
+
+type EndSessionFn = fn(Request<axum::body::Body>) -> Request<axum::body::Body>;
+
+/// Ending a session (`DELETE`) acts for no wallet, so its bearer is not
+/// checked: a client ending a session whose JWT has just expired (the Python
+/// client does, on leaving its context) ends it instead of getting 401.
+fn end_session_without_bearer(mut request: Request<axum::body::Body>) -> Request<axum::body::Body> {
+    if request.method() == Method::DELETE {
+        request.headers_mut().remove(header::AUTHORIZATION);
+    }
+    request
+}
 
 type RmcpService = StreamableHttpService<DataApiTools, LocalSessionManager>;
 
@@ -81,6 +96,7 @@ pub(crate) fn service(
     );
     let tools = JsonRpcParse { inner: tools };
     let tools = WalletJwtLayer::new(verifier).optional_bearer().layer(tools);
+    let tools = MapRequest::new(tools, end_session_without_bearer as EndSessionFn);
     JsonRpcRejectionsLayer.layer(api_keys.layer(tools))
 }
 
@@ -279,7 +295,10 @@ where
                     )));
                 }
             };
-            let json_body = is_json(&parts.headers);
+            // Only a POST carries a JSON-RPC message; clients send
+            // `Content-Type: application/json` on their DELETE too.
+            let json_body = parts.method == Method::POST && is_json(&parts.headers);
+            let ends_session = parts.method == Method::DELETE;
             if json_body && serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_err() {
                 return Ok(boxed(jsonrpc_error(
                     StatusCode::BAD_REQUEST,
@@ -297,6 +316,13 @@ where
                     INVALID_REQUEST,
                     "Invalid Request: the body is not a JSON-RPC 2.0 request, notification or response",
                 )));
+            }
+            if ends_session && response.status() == StatusCode::ACCEPTED {
+                // The session is closed; nothing follows. The MCP transport
+                // leaves the status open, the Python client accepts 200 or 204.
+                let mut ended = Response::new(Full::new(Bytes::new()).boxed());
+                *ended.status_mut() = StatusCode::NO_CONTENT;
+                return Ok(ended);
             }
             Ok(response)
         })

@@ -19,6 +19,10 @@ use crate::Config;
 use crate::build_with_clock;
 use crate::wire::rfc3339;
 
+/// The wallet client, the `walletgate` binary and its MCP bridge.
+#[cfg(feature = "cli")]
+#[path = "tests_cli.rs"]
+mod cli;
 mod described;
 /// `/mcp`, here so it shares this harness.
 #[path = "tests_mcp.rs"]

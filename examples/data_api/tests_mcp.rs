@@ -115,6 +115,43 @@ async fn mcp_without_a_valid_api_key_is_a_jsonrpc_401() {
 }
 
 #[tokio::test]
+async fn delete_ends_the_session_with_204_even_with_an_expired_jwt() {
+    let server = start().await;
+    let (_, _, jwt) = server
+        .wallet_jwt(DEV_KEY_0, DEV_WALLET_0, &["read:favorites"])
+        .await;
+    let auth = bearer(&jwt);
+    let headers = [("x-api-key", API_KEY), ("authorization", auth.as_str())];
+    let session = server.mcp_session(&headers).await;
+    server.clock.advance(PAST_EXPIRY);
+    // As the Python client sends it: its JSON content type, no body.
+    let delete = |session: &str, with_key: bool| {
+        let mut request = Request::delete(format!("{}/mcp", server.base))
+            .header(header::ACCEPT, ACCEPT_BOTH)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::AUTHORIZATION, auth.as_str())
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-11-25");
+        if with_key {
+            request = request.header("x-api-key", API_KEY);
+        }
+        server.send(request, Bytes::new())
+    };
+    assert_eq!(
+        delete(&session, false).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let ended = delete(&session, true).await;
+    assert_eq!(ended.status(), StatusCode::NO_CONTENT);
+    let mut in_session = vec![("x-api-key", API_KEY), ("mcp-session-id", session.as_str())];
+    in_session.push(("mcp-protocol-version", "2025-11-25"));
+    let after = server
+        .mcp(&in_session, &tool_call(2, "list_collections", json!({})))
+        .await;
+    assert_eq!(after.status, StatusCode::NOT_FOUND, "{}", after.text);
+}
+
+#[tokio::test]
 async fn mcp_with_an_expired_jwt_is_a_jsonrpc_401_invalid_token() {
     let server = start().await;
     let (_, pat, jwt) = server
@@ -402,6 +439,15 @@ async fn drive_client(program: &Path, args: &[&Path], extra_env: &[(&str, &str)]
         Some("all checks passed"),
         "{output}\n{errors}"
     );
+    // Leaving each session sends DELETE, once with a JWT that has expired:
+    // never refused with a status (it was 400). A legacy-mode run sometimes
+    // logs "Session termination failed: Server disconnected without sending
+    // a response" (the connection, not the answer; not yet explained).
+    let refused = errors
+        .split("Session termination failed: ")
+        .skip(1)
+        .any(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+    assert!(!refused, "{errors}");
     output
 }
 

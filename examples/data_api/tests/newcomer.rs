@@ -1,7 +1,7 @@
-//! The README's newcomer path, run as written: the node login script
+//! The README's curl path, run as written: the node login script
 //! (`tests/interop/dev-jwt/login.mjs`, behind `scripts/dev-jwt.sh`) signs in
 //! with viem's EIP-4361 rendering and a public development key, and the JWT
-//! it writes reads favorites.
+//! it writes reads favorites. (The `walletgate login` path is tests_cli.rs.)
 
 use std::path::PathBuf;
 use std::time::Duration;
