@@ -115,9 +115,12 @@
 
 use std::fmt;
 
+mod cache;
 mod claims;
 mod extract;
 mod future;
+#[cfg(feature = "jwks-url")]
+mod jwks;
 pub mod jwt;
 mod keys;
 mod layer;
@@ -129,13 +132,16 @@ mod verifier;
 
 pub use claims::{WalletClaims, WalletMismatch};
 pub use extract::{Wallet, WalletClaimsRejection};
-pub use future::ResponseFuture;
+pub use future::{AuthenticateFuture, ResponseFuture};
+#[cfg(feature = "jwks-url")]
+pub use jwks::JwksUrl;
 pub use keys::{KeySet, VerificationKey};
 pub use layer::WalletJwtLayer;
 pub use require::{RequireScopes, RequireScopesLayer};
 pub use revocation::{InMemoryRevocations, RevocationCheck};
 pub use scope::{CustomScope, InvalidScope, Scope, ScopeError, ScopeSet};
 pub use service::WalletJwt;
+pub(crate) use verifier::Revocations;
 pub use verifier::{Algorithm, JwtError, JwtVerifier};
 
 /// The prefix of every walletgate personal access token.
@@ -163,6 +169,10 @@ pub enum ConfigError {
     LeewayTooLarge,
     /// An empty PAT prefix (it would match every token).
     EmptyPatPrefix,
+    /// A JWKS URL that is not an absolute `http(s)://` URL, and why.
+    InvalidJwksUrl(String),
+    /// A JWKS URL could not be fetched, and why.
+    JwksUnavailable(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -177,6 +187,8 @@ impl fmt::Display for ConfigError {
                 write!(f, "leeway above {} seconds", JwtVerifier::MAX_LEEWAY_SECS)
             }
             Self::EmptyPatPrefix => f.write_str("empty PAT prefix"),
+            Self::InvalidJwksUrl(url) => write!(f, "invalid JWKS URL: {url}"),
+            Self::JwksUnavailable(reason) => write!(f, "JWKS unavailable: {reason}"),
         }
     }
 }
