@@ -590,7 +590,13 @@ impl JwtVerifier {
         if token.starts_with(&*self.pat_prefix) {
             return Err(JwtError::PatNotAccepted);
         }
-        if token.len() > MAX_TOKEN_BYTES || token.bytes().filter(|b| *b == b'.').count() != 2 {
+        // Three unpadded base64url segments, within the size cap.
+        let base64url_or_dot =
+            |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.');
+        if token.len() > MAX_TOKEN_BYTES
+            || !token.as_bytes().iter().all(base64url_or_dot)
+            || token.bytes().filter(|b| *b == b'.').count() != 2
+        {
             return Err(JwtError::Malformed);
         }
         let header = jsonwebtoken::decode_header(token).map_err(|_| refused_header(token))?;
@@ -771,5 +777,221 @@ impl fmt::Debug for JwtVerifier {
             .field("revocations", &self.revocations.is_some())
             .field("cache", &self.cache)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use serde_json::json;
+
+    use super::*;
+    use crate::clock::FakeClock;
+    use crate::wallet_jwt::jwt::{self, Header};
+    use crate::wallet_jwt::{InMemoryRevocations, Scope};
+
+    const NOW: u64 = 1_800_000_000;
+    const WALLET: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+
+    fn now_or_never<F: Future>(future: F) -> F::Output {
+        match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(output) => output,
+            Poll::Pending => panic!("in-process verification never waits"),
+        }
+    }
+
+    fn key() -> ed25519_dalek::SigningKey {
+        ed25519_dalek::SigningKey::from_bytes(&[0x55; 32])
+    }
+
+    fn keys() -> KeySet {
+        let keys = KeySet::new();
+        keys.insert("k", VerificationKey::ed25519(key().verifying_key()))
+            .unwrap();
+        keys
+    }
+
+    fn own() -> JwtVerifier {
+        JwtVerifier::new(keys(), "iss", "aud")
+            .unwrap()
+            .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+    }
+
+    /// `claims` under `{alg: EdDSA, typ, kid: k}`, signed with the test key.
+    fn signed(typ: Option<&str>, claims: &Value) -> String {
+        use ed25519_dalek::Signer as _;
+        let header = Header {
+            alg: "EdDSA".into(),
+            typ: typ.map(Into::into),
+            kid: Some("k".into()),
+            crit: None,
+        };
+        jwt::encode(&header, claims, |input| {
+            key().sign(input).to_bytes().to_vec()
+        })
+        .unwrap()
+    }
+
+    fn own_claims() -> Value {
+        json!({
+            "iss": "iss", "aud": "aud", "sub": WALLET, "wallet": WALLET,
+            "client_id": "pat_1", "scope": "read:favorites", "iat": NOW,
+            "nbf": NOW, "exp": NOW + 600, "jti": "jwt_1",
+        })
+    }
+
+    fn zitadel_claims() -> Value {
+        json!({
+            "iss": "iss", "aud": ["aud", "project"], "sub": "314159",
+            "linked_wallets": [WALLET.to_lowercase()], "iat": NOW, "exp": NOW + 600,
+            "opensea_scopes": ["read:favorites", "openid"],
+        })
+    }
+
+    fn foreign() -> JwtVerifier {
+        JwtVerifier::with_source(KeySource::Set(keys()), "iss", "aud", ClaimRules::foreign())
+            .unwrap()
+            .scopes_claim("opensea_scopes")
+            .wallet_claim("linked_wallets")
+            .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+    }
+
+    #[test]
+    fn foreign_claims_map_scopes_arrays_and_the_first_linked_wallet() {
+        let claims = foreign()
+            .verify(&signed(Some("JWT"), &zitadel_claims()))
+            .unwrap();
+        assert_eq!(claims.wallet().to_string(), WALLET);
+        assert!(claims.require(Scope::ReadFavorites).is_ok());
+        assert_eq!(claims.pat_id(), "", "client_id is optional");
+        let mut spaced = zitadel_claims();
+        spaced["opensea_scopes"] = json!("read:wallets openid");
+        let claims = foreign().verify(&signed(None, &spaced)).unwrap();
+        assert!(claims.require(Scope::ReadWallets).is_ok());
+        assert!(claims.require(Scope::ReadFavorites).is_err());
+    }
+
+    #[test]
+    fn our_own_rules_stay_strict() {
+        assert!(own().verify(&signed(Some("at+jwt"), &own_claims())).is_ok());
+        // The foreign shape is not ours: typ, wallet claim, sub, jti, client_id.
+        assert_eq!(
+            own().verify(&signed(Some("JWT"), &own_claims())),
+            Err(JwtError::WrongType)
+        );
+        for missing in ["jti", "client_id", "nbf", "scope"] {
+            let mut claims = own_claims();
+            claims.as_object_mut().unwrap().remove(missing);
+            assert_eq!(
+                own().verify(&signed(Some("at+jwt"), &claims)),
+                Err(JwtError::InvalidClaims),
+                "{missing}"
+            );
+        }
+        let relaxed = own().require_jti(false).require_client_id(false);
+        let mut claims = own_claims();
+        claims.as_object_mut().unwrap().remove("jti");
+        claims.as_object_mut().unwrap().remove("client_id");
+        assert!(relaxed.verify(&signed(Some("at+jwt"), &claims)).is_ok());
+        let foreign_typ_only = foreign().require_access_token_typ(true);
+        assert_eq!(
+            foreign_typ_only.verify(&signed(Some("JWT"), &zitadel_claims())),
+            Err(JwtError::WrongType)
+        );
+    }
+
+    #[test]
+    fn one_verifier_trusts_two_issuers_by_kid() {
+        let other_key = ed25519_dalek::SigningKey::from_bytes(&[0x66; 32]);
+        let other_keys = KeySet::new();
+        other_keys
+            .insert("other", VerificationKey::ed25519(other_key.verifying_key()))
+            .unwrap();
+        let other = JwtVerifier::new(other_keys, "other-iss", "aud").unwrap();
+        let both = own().also_accept(other);
+        assert!(both.verify(&signed(Some("at+jwt"), &own_claims())).is_ok());
+        let mut claims = own_claims();
+        claims["iss"] = json!("other-iss");
+        let token = jwt::sign_eddsa("other", &claims, &other_key).unwrap();
+        assert!(both.verify(&token).is_ok());
+        // The other issuer's key does not vouch for our issuer name.
+        let forged = jwt::sign_eddsa("other", &own_claims(), &other_key).unwrap();
+        assert_eq!(both.verify(&forged), Err(JwtError::WrongIssuer));
+    }
+
+    #[test]
+    fn crit_padding_size_and_segment_count_are_malformed() {
+        let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"EdDSA","kid":"k","crit":["exp"]}"#);
+        let crit = format!("{header}.e30.AA");
+        assert_eq!(own().verify(&crit), Err(JwtError::Malformed));
+        let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"EdDSA","kid":"k"}"#);
+        for token in [
+            format!("{header}.e30=.AA"),
+            format!("{header}.e30.e30.AA"),
+            "a".repeat(jwt::MAX_TOKEN_BYTES + 1),
+        ] {
+            assert_eq!(own().verify(&token), Err(JwtError::Malformed));
+        }
+        let unknown_alg = URL_SAFE_NO_PAD.encode(br#"{"alg":"PS512","kid":"k"}"#);
+        assert_eq!(
+            own().verify(&format!("{unknown_alg}.e30.AA")),
+            Err(JwtError::UnsupportedAlgorithm)
+        );
+    }
+
+    #[test]
+    fn revocation_is_consulted_on_a_miss_and_on_every_cache_hit() {
+        let revocations = Arc::new(InMemoryRevocations::new());
+        let verifier = own()
+            .with_revocations(Arc::clone(&revocations))
+            .with_cache(16);
+        let token = signed(Some("at+jwt"), &own_claims());
+        assert!(now_or_never(verifier.authenticate(&token)).is_ok());
+        assert!(now_or_never(verifier.authenticate(&token)).is_ok(), "hit");
+        now_or_never(RevocationCheck::revoke(&*revocations, "pat_1", u64::MAX)).unwrap();
+        assert_eq!(
+            now_or_never(verifier.authenticate(&token)),
+            Err(JwtError::Revoked)
+        );
+        let uncached = own().with_revocations(revocations);
+        assert_eq!(
+            now_or_never(uncached.authenticate(&token)),
+            Err(JwtError::Revoked)
+        );
+    }
+
+    #[test]
+    fn a_removed_key_empties_what_the_cache_vouched_for() {
+        let verifier = own().with_cache(16);
+        let token = signed(Some("at+jwt"), &own_claims());
+        assert!(now_or_never(verifier.authenticate(&token)).is_ok());
+        assert!(verifier.keys().remove("k"));
+        assert_eq!(
+            now_or_never(verifier.authenticate(&token)),
+            Err(JwtError::UnknownKey)
+        );
+    }
+
+    #[test]
+    fn an_unreachable_revocation_list_is_503_not_401() {
+        struct Down;
+        impl RevocationCheck for Down {
+            async fn is_revoked(&self, _: &str, _: u64) -> Result<bool, StoreError> {
+                Err(StoreError::new("down"))
+            }
+            async fn revoke(&self, _: &str, _: u64) -> Result<(), StoreError> {
+                Err(StoreError::new("down"))
+            }
+        }
+        let verifier = own().with_revocations(Arc::new(Down));
+        let token = signed(Some("at+jwt"), &own_claims());
+        let refused = now_or_never(verifier.authenticate(&token)).unwrap_err();
+        assert_eq!(refused, JwtError::RevocationUnavailable);
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 }
