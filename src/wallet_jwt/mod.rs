@@ -38,6 +38,26 @@
 //! - keys: a [`KeySet`] by `kid`, several at once for rotation, loadable from
 //!   and publishable as a JWKS document.
 //!
+//! `jsonwebtoken` (pure-Rust `rust_crypto` backend) decodes the header and
+//! checks the signature; walletgate decides which algorithm a key allows,
+//! `typ`, `crit`, the size cap, leeway, `iss`/`aud` and the claim mapping.
+//!
+//! # External issuers, revocation, cache
+//!
+//! - [`JwtVerifier::from_jwks_url`] (feature `jwks-url`) trusts an external
+//!   issuer's JWKS URL ([`JwksUrl`]: RS256, ES256, EdDSA; refreshed every 10
+//!   minutes, at most once per 30 s on unknown `kid`s, last good set kept
+//!   when the issuer is down) under relaxed rules: `typ` `JWT` accepted,
+//!   `client_id`/`jti` optional, `sub` an account id, scopes and wallet in
+//!   configurable claims (`opensea_scopes`, `linked_wallets[0]`).
+//!   [`JwtVerifier::also_accept`] joins it to walletgate's own issuer.
+//! - [`JwtVerifier::with_revocations`] consults a [`RevocationCheck`] after
+//!   each verification and each cache hit; the token issuer's PAT revocations
+//!   feed the same list, so a revoked PAT's JWTs fail on the next request.
+//! - [`JwtVerifier::with_cache`] skips the signature check for a token
+//!   verified before (bounded, until its `exp`).
+//! - [`WalletJwtLayer::require`] adds the scope guard in one step.
+//!
 //! Personal access tokens start with [`PAT_PREFIX`] (`wg_pat_`); the
 //! token-issuing code uses the same constant.
 //!
