@@ -229,6 +229,7 @@ impl ClaimRules {
 
     /// An external issuer's tokens: `typ` `JWT` accepted, `client_id` and
     /// `jti` optional, `sub` an account id.
+    #[cfg_attr(not(feature = "jwks-url"), allow(dead_code))]
     fn foreign() -> Self {
         Self {
             access_token_typ_only: false,
@@ -263,6 +264,8 @@ type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + S
 /// issuer hold.
 pub(crate) trait Revocations: Send + Sync + 'static {
     fn is_revoked<'a>(&'a self, id: &'a str, now: u64) -> StoreFuture<'a, bool>;
+    /// The token issuer's side (feature `tokens`).
+    #[cfg_attr(not(feature = "tokens"), allow(dead_code))]
     fn revoke<'a>(&'a self, id: &'a str, until: u64) -> StoreFuture<'a, ()>;
 }
 
