@@ -421,3 +421,37 @@ fn verifier_leeway_is_capped() {
     assert!(verifier.clone().with_leeway_secs(300).is_ok());
     assert!(verifier.with_leeway_secs(301).is_err());
 }
+
+#[tokio::test]
+async fn require_is_the_wallet_layer_and_the_scope_guard_in_one() {
+    let clock = clock();
+    let service = ServiceBuilder::new()
+        .layer(WalletJwtLayer::new(verifier(&clock)).require(Scope::ReadWallets))
+        .service(service_fn(echo));
+    let request = |authorization: Option<String>| {
+        let mut request = Request::get(favorites_path(WALLET));
+        if let Some(value) = authorization {
+            request = request.header("authorization", value);
+        }
+        request.body(Full::default()).unwrap()
+    };
+    let granted = {
+        let mut claims = claims();
+        claims.scope = "read:favorites read:wallets".into();
+        token(&claims)
+    };
+    let ok = service
+        .clone()
+        .oneshot(request(Some(bearer(&granted))))
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    let short = service
+        .clone()
+        .oneshot(request(Some(bearer(&token(&claims())))))
+        .await
+        .unwrap();
+    assert_eq!(short.status(), StatusCode::FORBIDDEN);
+    let missing = service.oneshot(request(None)).await.unwrap();
+    assert_invalid_token(&missing, JwtError::Missing);
+}

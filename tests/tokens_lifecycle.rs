@@ -315,3 +315,77 @@ fn secrets_never_show_in_debug() {
     let secret_debug = format!("{:?}", fixture().issuer);
     assert!(!secret_debug.contains("wg_pat_"));
 }
+
+/// The issuer and the verifier sharing one revocation list, as a server wires them.
+fn fixture_with_revocations() -> Fixture {
+    let f = fixture();
+    let revocations = Arc::new(walletgate::wallet_jwt::InMemoryRevocations::new());
+    Fixture {
+        clock: f.clock,
+        issuer: f.issuer.with_revocations(Arc::clone(&revocations)),
+        verifier: f.verifier.with_revocations(revocations).with_cache(16),
+    }
+}
+
+#[tokio::test]
+async fn revoking_a_pat_refuses_its_jwts_at_once_not_at_their_exp() {
+    let f = fixture_with_revocations();
+    let (id, secret) = pat(&f.issuer, WALLET, "read:favorites").await;
+    let (_, other_secret) = pat(&f.issuer, WALLET, "read:favorites").await;
+    let jwt = f
+        .issuer
+        .exchange(secret.expose())
+        .await
+        .unwrap()
+        .access_token;
+    let other = f
+        .issuer
+        .exchange(other_secret.expose())
+        .await
+        .unwrap()
+        .access_token;
+    // Verified once: the next request is a cache hit.
+    assert!(f.verifier.authenticate(&jwt).await.is_ok());
+    f.issuer.revoke_pat(WALLET, &id).await.unwrap();
+    assert_eq!(f.verifier.authenticate(&jwt).await, Err(JwtError::Revoked));
+    assert!(
+        f.verifier.authenticate(&other).await.is_ok(),
+        "only that PAT's JWTs"
+    );
+    // The signature still verifies: only the list refuses it.
+    assert!(f.verifier.verify(&jwt).is_ok());
+    // Until the last JWT it could have minted has expired.
+    f.clock.advance(Duration::from_secs(
+        IssuerConfig::DEFAULT_JWT_LIFETIME_SECS + JwtVerifier::MAX_LEEWAY_SECS,
+    ));
+    assert_eq!(f.verifier.authenticate(&jwt).await, Err(JwtError::Expired));
+}
+
+#[tokio::test]
+async fn reusing_a_rotated_pat_refuses_the_jwts_of_its_whole_family() {
+    let f = fixture_with_revocations();
+    let (id, secret) = pat(&f.issuer, WALLET, "read:favorites").await;
+    let old_jwt = f
+        .issuer
+        .exchange(secret.expose())
+        .await
+        .unwrap()
+        .access_token;
+    let (_, rotated) = f.issuer.rotate_pat(WALLET, &id).await.unwrap();
+    let new_jwt = f
+        .issuer
+        .exchange(rotated.expose())
+        .await
+        .unwrap()
+        .access_token;
+    assert!(f.verifier.authenticate(&old_jwt).await.is_ok());
+    assert!(f.verifier.authenticate(&new_jwt).await.is_ok());
+    // The retired PAT shows up again: it leaked.
+    assert!(matches!(
+        f.issuer.exchange(secret.expose()).await,
+        Err(TokenError::PatRevoked)
+    ));
+    for jwt in [&old_jwt, &new_jwt] {
+        assert_eq!(f.verifier.authenticate(jwt).await, Err(JwtError::Revoked));
+    }
+}

@@ -22,6 +22,11 @@
 //! | `DATA_API_ACCESS_LOG` | standard error | file for the log (access lines and the layers' events) |
 //! | `DATA_API_REDIS_URL` | none | `redis://host:port/db` (feature `redis`): replicas share the API key's quota there |
 //! | `DATA_API_REDIS_PREFIX` | `walletgate` | key prefix in that Redis (one per data API deployment) |
+//! | `DATA_API_JWKS_URL` | none | an external issuer's JWKS URL: its JWTs are accepted too |
+//! | `DATA_API_JWT_ISSUER` | none (required with the URL) | that issuer's `iss` |
+//! | `DATA_API_JWT_AUDIENCE` | the origin | the `aud` its tokens must name |
+//! | `DATA_API_SCOPES_CLAIM` | `scope` | its scopes claim (e.g. `opensea_scopes`; string or array) |
+//! | `DATA_API_WALLET_CLAIM` | `wallet` | its wallet claim (e.g. `linked_wallets`: the first entry) |
 //! | `RUST_LOG` | `info` | log filter (`tracing-subscriber`'s `EnvFilter`) |
 //! | `LOG_FORMAT` | text | `json`: one JSON object per line |
 
@@ -57,7 +62,7 @@ use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore,
 use walletgate::clock::{SharedClock, SystemClock};
 use walletgate::siwe::{InMemoryNonceStore, SiweVerifier};
 use walletgate::tokens::{IssuerConfig, SigningKeys, TokenIssuer};
-use walletgate::wallet_jwt::{JwtVerifier, KeySet, WalletJwtLayer};
+use walletgate::wallet_jwt::{InMemoryRevocations, JwksUrl, JwtVerifier, KeySet, WalletJwtLayer};
 
 use crate::favorites::Favorites;
 use crate::openapi::{Access, Operation};
@@ -79,11 +84,31 @@ pub(crate) struct Config {
     pub(crate) access_log: Option<std::path::PathBuf>,
     /// The Redis the replicas share (`DATA_API_REDIS_URL`); `None`: in memory.
     pub(crate) redis: Option<RedisSettings>,
+    /// An external issuer whose JWTs are accepted besides this server's own.
+    pub(crate) external_issuer: Option<ExternalIssuer>,
 }
+
+/// An external issuer's JWTs (`DATA_API_JWKS_URL` and friends).
+#[derive(Clone, Debug)]
+pub(crate) struct ExternalIssuer {
+    pub(crate) jwks_url: String,
+    pub(crate) issuer: String,
+    pub(crate) audience: Option<String>,
+    pub(crate) scopes_claim: Option<String>,
+    pub(crate) wallet_claim: Option<String>,
+}
+
+/// Largest number of verified wallet JWTs remembered (signature checks skipped).
+const VERIFIED_TOKEN_CACHE: usize = 10_000;
 
 impl Config {
     fn from_env() -> Result<Self, String> {
-        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// The settings from `lookup` (the environment, or a test's table).
+    pub(crate) fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let var = |name: &str| lookup(name).filter(|value| !value.is_empty());
         let listen: SocketAddr = var("DATA_API_LISTEN")
             .unwrap_or_else(|| "127.0.0.1:8080".to_owned())
             .parse()
@@ -116,6 +141,16 @@ impl Config {
         config.access_log = var("DATA_API_ACCESS_LOG").map(Into::into);
         config.redis = RedisSettings::from_vars(&var, "DATA_API")
             .map_err(|(variable, reason)| format!("{variable}: {reason}"))?;
+        if let Some(jwks_url) = var("DATA_API_JWKS_URL") {
+            config.external_issuer = Some(ExternalIssuer {
+                jwks_url,
+                issuer: var("DATA_API_JWT_ISSUER")
+                    .ok_or("DATA_API_JWT_ISSUER is required with DATA_API_JWKS_URL")?,
+                audience: var("DATA_API_JWT_AUDIENCE"),
+                scopes_claim: var("DATA_API_SCOPES_CLAIM"),
+                wallet_claim: var("DATA_API_WALLET_CLAIM"),
+            });
+        }
         Ok(config)
     }
 
@@ -138,6 +173,7 @@ impl Config {
             signing_key_file: None,
             access_log: None,
             redis: None,
+            external_issuer: None,
         })
     }
 }
@@ -175,9 +211,18 @@ pub(crate) fn build_with_clock(
     };
     let issuer_config = IssuerConfig::new(&config.origin, &config.origin)?
         .with_jwt_lifetime_secs(config.jwt_lifetime_secs)?;
-    let issuer = TokenIssuer::in_memory(issuer_config, keys).with_clock(clock.clone());
-    let verifier =
-        JwtVerifier::new(published, &config.origin, &config.origin)?.with_clock(clock.clone());
+    // Revoking a PAT refuses the JWTs already minted from it at once.
+    let revocations = Arc::new(InMemoryRevocations::new());
+    let issuer = TokenIssuer::in_memory(issuer_config, keys)
+        .with_clock(clock.clone())
+        .with_revocations(Arc::clone(&revocations));
+    let mut verifier = JwtVerifier::new(published, &config.origin, &config.origin)?
+        .with_clock(clock.clone())
+        .with_revocations(revocations)
+        .with_cache(VERIFIED_TOKEN_CACHE);
+    if let Some(external) = &config.external_issuer {
+        verifier = verifier.also_accept(external_verifier(external, &config.origin)?);
+    }
     let siwe = SiweVerifier::builder()
         .domain(&config.siwe_domain)
         .uri(&config.siwe_uri)
@@ -226,6 +271,30 @@ pub(crate) fn build_with_clock(
             .collect(),
     };
     Ok((router, dev))
+}
+
+/// The verifier of an external issuer's JWTs: its JWKS URL (`https://`
+/// when built with `rustls`), `iss`, `aud` and claim names.
+fn external_verifier(
+    external: &ExternalIssuer,
+    origin: &str,
+) -> Result<JwtVerifier, Box<dyn std::error::Error>> {
+    #[cfg(feature = "rustls")]
+    let jwks = JwksUrl::with_tls(
+        &external.jwks_url,
+        &walletgate::tls::ClientTls::webpki_roots(),
+    )?;
+    #[cfg(not(feature = "rustls"))]
+    let jwks = JwksUrl::new(&external.jwks_url)?;
+    let audience = external.audience.as_deref().unwrap_or(origin);
+    let mut verifier = JwtVerifier::from_jwks_url(jwks, &external.issuer, audience)?;
+    if let Some(claim) = &external.scopes_claim {
+        verifier = verifier.scopes_claim(claim.clone());
+    }
+    if let Some(claim) = &external.wallet_claim {
+        verifier = verifier.wallet_claim(claim.clone());
+    }
+    Ok(verifier)
 }
 
 /// The composition, from the route table: every route but the discovery

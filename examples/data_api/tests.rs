@@ -24,6 +24,9 @@ use crate::wire::rfc3339;
 #[path = "tests_cli.rs"]
 mod cli;
 mod described;
+/// Wallet JWTs of an external issuer, and instant revocation.
+#[path = "tests_jwt.rs"]
+mod jwt;
 /// `/mcp`, here so it shares this harness.
 #[path = "tests_mcp.rs"]
 mod mcp;
@@ -492,7 +495,24 @@ async fn listing_rotating_and_revoking() {
         .await;
     assert_eq!(rotated.status, StatusCode::CREATED);
     let new_id = rotated.body["id"].as_str().unwrap().to_owned();
+    let own_auth = bearer(&jwt);
+    let before_reuse = server
+        .with_bearer(Method::GET, &favorites_path(DEV_WALLET_0), &own_auth)
+        .await;
+    assert_eq!(
+        before_reuse.status,
+        StatusCode::OK,
+        "rotation alone leaves the old PAT's JWT to expire"
+    );
     assert_eq!(server.exchange(&pat).await.status, StatusCode::UNAUTHORIZED);
+    // Reusing the rotated PAT revoked its family, JWTs included.
+    let after_reuse = server
+        .with_bearer(Method::GET, &favorites_path(DEV_WALLET_0), &own_auth)
+        .await;
+    assert_eq!(after_reuse.status, StatusCode::UNAUTHORIZED);
+    let (_, _, jwt) = server
+        .wallet_jwt(DEV_KEY_0, DEV_WALLET_0, &["read:favorites"])
+        .await;
 
     // A bearer of another wallet cannot ride along on the revocation.
     let (_, _, other_jwt) = server

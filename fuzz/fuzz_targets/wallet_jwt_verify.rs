@@ -3,11 +3,16 @@
 //!
 //! The first form exercises splitting, base64url and header parsing; the
 //! second gets past the signature, so claims parsing and every claim check
-//! see fuzzed input. The verifier must never panic, must answer the same
-//! twice, and must only accept tokens whose claims hold at the harness's time.
+//! see fuzzed input. The verifier (jsonwebtoken underneath) must never panic,
+//! must answer the same twice, must only accept tokens whose claims hold at
+//! the harness's time, and `authenticate` through the verified-token cache
+//! (twice: a miss, then a hit) must answer what `verify` answers.
 #![no_main]
 
+use std::future::Future;
+use std::pin::pin;
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Waker};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -25,6 +30,30 @@ const ISSUER: &str = "https://issuer.example";
 const AUDIENCE: &str = "https://api.example";
 
 fn verifier() -> &'static JwtVerifier {
+    verifiers().0
+}
+
+/// The same verifier with a verified-token cache.
+fn cached() -> &'static JwtVerifier {
+    verifiers().1
+}
+
+fn verifiers() -> (&'static JwtVerifier, &'static JwtVerifier) {
+    static CACHED: OnceLock<JwtVerifier> = OnceLock::new();
+    let plain = plain();
+    (plain, CACHED.get_or_init(|| plain.clone().with_cache(64)))
+}
+
+/// Polls once: without a JWKS URL or a networked revocation list, the
+/// verifier never waits.
+fn now_or_never<F: Future>(future: F) -> F::Output {
+    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => panic!("an in-process verifier never waits"),
+    }
+}
+
+fn plain() -> &'static JwtVerifier {
     static VERIFIER: OnceLock<JwtVerifier> = OnceLock::new();
     VERIFIER.get_or_init(|| {
         let keys = KeySet::new();
@@ -61,6 +90,10 @@ fn check(token: &str) {
         }
         (Err(a), Err(b)) => assert_eq!(a, b),
         _ => panic!("the verifier changed its mind"),
+    }
+    for _ in 0..2 {
+        let through_cache = now_or_never(cached().authenticate(token));
+        assert_eq!(through_cache, first, "the cache changed the verdict");
     }
 }
 

@@ -16,7 +16,7 @@ use super::store::{
 use crate::clock::{SharedClock, SystemClock};
 use crate::random;
 use crate::wallet_jwt::jwt::{AccessTokenClaims, Audience};
-use crate::wallet_jwt::{Scope, ScopeSet};
+use crate::wallet_jwt::{JwtVerifier, RevocationCheck, Revocations, Scope, ScopeSet};
 
 /// Settings of a [`TokenIssuer`]; build with [`IssuerConfig::new`].
 #[derive(Clone, Debug)]
@@ -237,6 +237,7 @@ pub struct TokenIssuer<P = InMemoryPatStore, S = InMemorySessionStore> {
     sessions: Arc<S>,
     keys: SigningKeys,
     clock: SharedClock,
+    revocations: Option<Arc<dyn Revocations>>,
 }
 
 impl<P, S> Clone for TokenIssuer<P, S> {
@@ -247,6 +248,7 @@ impl<P, S> Clone for TokenIssuer<P, S> {
             sessions: Arc::clone(&self.sessions),
             keys: self.keys.clone(),
             clock: Arc::clone(&self.clock),
+            revocations: self.revocations.clone(),
         }
     }
 }
@@ -292,7 +294,30 @@ impl<P: PatStore, S: SessionStore> TokenIssuer<P, S> {
             sessions: Arc::new(sessions),
             keys,
             clock: Arc::new(SystemClock),
+            revocations: None,
         }
+    }
+
+    /// Records every PAT revocation (and family revocation) in
+    /// `revocations`, the list the verifier consults
+    /// ([`JwtVerifier::with_revocations`]), so the JWTs already minted from
+    /// a revoked PAT are refused on their next request, not at their `exp`.
+    pub fn with_revocations<R: RevocationCheck>(mut self, revocations: Arc<R>) -> Self {
+        self.revocations = Some(revocations);
+        self
+    }
+
+    /// Refuses the JWTs of PAT `id` until the last one minted could expire
+    /// (the JWT lifetime, plus the largest leeway a verifier may allow).
+    async fn refuse_jwts_of(&self, id: &str) -> Result<(), TokenError> {
+        if let Some(revocations) = &self.revocations {
+            let until = self
+                .now()
+                .saturating_add(self.config.jwt_lifetime_secs)
+                .saturating_add(JwtVerifier::MAX_LEEWAY_SECS);
+            revocations.revoke(id, until).await?;
+        }
+        Ok(())
     }
 
     /// Replaces the clock (tests use [`FakeClock`](crate::clock::FakeClock)).
@@ -484,7 +509,9 @@ impl<P: PatStore, S: SessionStore> TokenIssuer<P, S> {
         }
     }
 
-    /// Revokes PAT `id` of `wallet` and signs the wallet out everywhere.
+    /// Revokes PAT `id` of `wallet`, refuses the JWTs minted from it (with
+    /// [`with_revocations`](Self::with_revocations)) and signs the wallet out
+    /// everywhere.
     ///
     /// # Errors
     /// [`TokenError::PatNotFound`] unless `id` is a PAT of `wallet`.
@@ -494,6 +521,7 @@ impl<P: PatStore, S: SessionStore> TokenIssuer<P, S> {
             .revoke(wallet, id, Revocation::Revoked, self.now())
             .await?
             .ok_or(TokenError::PatNotFound)?;
+        self.refuse_jwts_of(&record.id).await?;
         self.sessions.remove_wallet(wallet).await?;
         Ok(record)
     }
@@ -527,6 +555,12 @@ impl<P: PatStore, S: SessionStore> TokenIssuer<P, S> {
             .ok_or(TokenError::InvalidPat)?;
         if record.revoked_because == Some(Revocation::Rotated) {
             self.pats.revoke_family(&record.family_id, now).await?;
+            // The family leaked: the JWTs of all its PATs go too.
+            for member in self.pats.list(record.wallet).await? {
+                if member.family_id == record.family_id {
+                    self.refuse_jwts_of(&member.id).await?;
+                }
+            }
             return Err(TokenError::PatRevoked);
         }
         if record.revoked_at.is_some() {

@@ -30,7 +30,8 @@ pub struct SigningKeys {
 
 struct State {
     kid: String,
-    key: SigningKey,
+    /// The current key in `jsonwebtoken`'s form, which signs.
+    encoding: jsonwebtoken::EncodingKey,
     /// Retired kids and when they may leave the key set (Unix seconds).
     retired: Vec<(String, u64)>,
 }
@@ -68,10 +69,11 @@ impl SigningKeys {
 
     fn from_key(key: SigningKey, published: KeySet) -> Self {
         let kid = publish(&published, &key);
+        let encoding = jwt::eddsa_encoding_key(&key);
         Self {
             state: Arc::new(RwLock::new(State {
                 kid,
-                key,
+                encoding,
                 retired: Vec::new(),
             })),
             published,
@@ -100,10 +102,11 @@ impl SigningKeys {
     /// [`TokenError::Randomness`] if the operating system has no randomness.
     pub fn rotate(&self, keep_until_unix_secs: u64) -> Result<String, TokenError> {
         let key = random_key()?;
+        let encoding = jwt::eddsa_encoding_key(&key);
         let kid = publish(&self.published, &key);
         let mut state = self.write();
         let old = std::mem::replace(&mut state.kid, kid.clone());
-        state.key = key;
+        state.encoding = encoding;
         state.retired.push((old, keep_until_unix_secs));
         Ok(kid)
     }
@@ -124,7 +127,7 @@ impl SigningKeys {
     /// Signs `claims` with the current key.
     pub(crate) fn sign(&self, claims: &impl Serialize) -> Result<String, JwtError> {
         let state = self.read();
-        jwt::sign_eddsa(&state.kid, claims, &state.key)
+        jwt::sign_with(&state.kid, claims, &state.encoding)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {

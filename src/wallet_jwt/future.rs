@@ -1,21 +1,23 @@
-//! The response future of the synchronous wallet gates.
+//! The response futures of the wallet gates.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
-use http::Response;
+use http::{Request, Response};
 use pin_project_lite::pin_project;
+use tower_service::Service;
 
+use super::{JwtError, WalletClaims};
 use crate::body::{ResponseBody, rejection};
 
 const POLLED_AFTER_COMPLETION: &str = "wallet gate ResponseFuture polled after completion";
 
 pin_project! {
-    /// Response future of [`WalletJwt`](super::WalletJwt) and
-    /// [`RequireScopes`](super::RequireScopes): a rejection decided before
-    /// the inner service was called, or the inner service's future.
+    /// Response future of [`RequireScopes`](super::RequireScopes): a
+    /// rejection decided before the inner service was called, or the inner
+    /// service's future.
     pub struct ResponseFuture<F> {
         #[pin]
         kind: Kind<F>,
@@ -61,6 +63,115 @@ where
             KindProj::Inner { future } => {
                 let response = ready!(future.poll(cx))?;
                 Poll::Ready(Ok(response.map(ResponseBody::inner)))
+            }
+        }
+    }
+}
+
+/// The verifier's answer for one bearer token, computed asynchronously
+/// (revocation list, key refresh).
+pub(super) type Verdict = Pin<Box<dyn Future<Output = Result<WalletClaims, JwtError>> + Send>>;
+
+pin_project! {
+    /// Response future of [`WalletJwt`](super::WalletJwt): the token's
+    /// verification, then the inner service's future with the claims in the
+    /// request, or the 401 rejection.
+    pub struct AuthenticateFuture<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        #[pin]
+        state: AuthState<S, B>,
+    }
+}
+
+pin_project! {
+    #[project = AuthStateProj]
+    enum AuthState<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        Verifying { verdict: Verdict, pending: Option<(Request<B>, S)> },
+        Inner { #[pin] future: S::Future },
+        Rejected { response: Option<Response<Bytes>> },
+    }
+}
+
+impl<S, B> AuthenticateFuture<S, B>
+where
+    S: Service<Request<B>>,
+{
+    pub(super) fn verifying(verdict: Verdict, request: Request<B>, inner: S) -> Self {
+        Self {
+            state: AuthState::Verifying {
+                verdict,
+                pending: Some((request, inner)),
+            },
+        }
+    }
+
+    pub(super) fn inner(future: S::Future) -> Self {
+        Self {
+            state: AuthState::Inner { future },
+        }
+    }
+
+    pub(super) fn rejected(response: Response<Bytes>) -> Self {
+        Self {
+            state: AuthState::Rejected {
+                response: Some(response),
+            },
+        }
+    }
+}
+
+impl<S, B, ResBody> Future for AuthenticateFuture<S, B>
+where
+    S: Service<Request<B>, Response = Response<ResBody>>,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            match self.as_mut().project().state.project() {
+                AuthStateProj::Verifying { verdict, pending } => {
+                    let verdict = ready!(verdict.as_mut().poll(cx));
+                    let (mut request, mut inner) = pending.take().expect(POLLED_AFTER_COMPLETION);
+                    match verdict {
+                        Ok(claims) => {
+                            trace_decision!(
+                                DEBUG,
+                                "wallet_jwt",
+                                wallet = %claims.wallet(),
+                                scopes = %claims.scopes(),
+                                outcome = "authenticated",
+                            );
+                            request.extensions_mut().insert(claims);
+                            let future = inner.call(request);
+                            self.as_mut()
+                                .project()
+                                .state
+                                .set(AuthState::Inner { future });
+                        }
+                        Err(error) => {
+                            trace_decision!(
+                                INFO,
+                                "wallet_jwt",
+                                outcome = "invalid_token",
+                                reason = ?error,
+                            );
+                            return Poll::Ready(Ok(rejection(error.into_response())));
+                        }
+                    }
+                }
+                AuthStateProj::Inner { future } => {
+                    let response = ready!(future.poll(cx))?;
+                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                }
+                AuthStateProj::Rejected { response } => {
+                    let response = response.take().expect(POLLED_AFTER_COMPLETION);
+                    return Poll::Ready(Ok(rejection(response)));
+                }
             }
         }
     }

@@ -1,9 +1,11 @@
-//! The compact JWS encoding both sides share: the verifier here and the
-//! token-minting code (PAT exchange) that signs wallet JWTs.
+//! The wallet JWT format both sides share: the claims walletgate's issuer
+//! signs, and the encoding of tokens.
 //!
-//! Only what walletgate's tokens need: three base64url (unpadded) segments,
-//! a JSON header and JSON claims. [`encode`] builds a token from any signing
-//! function; [`sign_eddsa`] is the one the minting code uses.
+//! Signing and verification are `jsonwebtoken`'s: [`sign_eddsa`] is the one
+//! the minting code uses. [`encode`] writes a compact JWS with any header and
+//! any signing function; it exists to craft tokens a correct signer never
+//! makes (a header naming another algorithm than its key's, an HMAC over a
+//! public key) for tests and fuzzing, and never verifies anything.
 //!
 //! ```
 //! use ed25519_dalek::SigningKey;
@@ -24,17 +26,14 @@
 //!     jti: "jwt_1".into(),
 //! };
 //! let token = jwt::sign_eddsa("key-1", &claims, &key)?;
-//! let decoded = jwt::decode(&token)?;
-//! assert_eq!(decoded.header().alg, "EdDSA");
-//! assert_eq!(decoded.header().kid.as_deref(), Some("key-1"));
+//! let header = jsonwebtoken::decode_header(&token)?;
+//! assert_eq!(header.alg, jsonwebtoken::Algorithm::EdDSA);
+//! assert_eq!(header.kid.as_deref(), Some("key-1"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::fmt;
-
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::JwtError;
@@ -122,78 +121,6 @@ pub struct AccessTokenClaims {
     pub jti: String,
 }
 
-/// A token split and decoded, signature not yet checked.
-pub struct Decoded<'a> {
-    header: Header,
-    signing_input: &'a str,
-    payload: Vec<u8>,
-    signature: Vec<u8>,
-}
-
-impl<'a> Decoded<'a> {
-    /// The header.
-    pub fn header(&self) -> &Header {
-        &self.header
-    }
-
-    /// `base64url(header) "." base64url(payload)`: the signed bytes.
-    pub fn signing_input(&self) -> &'a str {
-        self.signing_input
-    }
-
-    /// The signature bytes.
-    pub fn signature(&self) -> &[u8] {
-        &self.signature
-    }
-
-    /// Parses the payload. Call only after the signature verified.
-    ///
-    /// # Errors
-    /// [`JwtError::InvalidClaims`] when it is not the expected JSON.
-    pub fn claims<C: DeserializeOwned>(&self) -> Result<C, JwtError> {
-        serde_json::from_slice(&self.payload).map_err(|_| JwtError::InvalidClaims)
-    }
-}
-
-impl fmt::Debug for Decoded<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Decoded")
-            .field("header", &self.header)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Splits `token` into its three segments and decodes header, payload and
-/// signature. Checks nothing but the encoding.
-///
-/// # Errors
-/// [`JwtError::Malformed`] for anything but three strict base64url segments
-/// with a JSON object header, within [`MAX_TOKEN_BYTES`].
-pub fn decode(token: &str) -> Result<Decoded<'_>, JwtError> {
-    if token.len() > MAX_TOKEN_BYTES {
-        return Err(JwtError::Malformed);
-    }
-    let (signing_input, signature) = token.rsplit_once('.').ok_or(JwtError::Malformed)?;
-    let (header, payload) = signing_input.split_once('.').ok_or(JwtError::Malformed)?;
-    if payload.contains('.') {
-        return Err(JwtError::Malformed);
-    }
-    let header = base64url(header)?;
-    let header: Header = serde_json::from_slice(&header).map_err(|_| JwtError::Malformed)?;
-    Ok(Decoded {
-        header,
-        signing_input,
-        payload: base64url(payload)?,
-        signature: base64url(signature)?,
-    })
-}
-
-fn base64url(segment: &str) -> Result<Vec<u8>, JwtError> {
-    URL_SAFE_NO_PAD
-        .decode(segment)
-        .map_err(|_| JwtError::Malformed)
-}
-
 /// `base64url(header) "." base64url(claims)`: the bytes to sign.
 ///
 /// # Errors
@@ -223,7 +150,8 @@ pub fn encode(
     Ok(token)
 }
 
-/// A wallet JWT signed with Ed25519: header `{alg: "EdDSA", typ: "at+jwt", kid}`.
+/// A wallet JWT signed with Ed25519 by `jsonwebtoken`: header
+/// `{alg: "EdDSA", typ: "at+jwt", kid}`.
 ///
 /// # Errors
 /// [`JwtError::InvalidClaims`] if `claims` does not serialise.
@@ -232,10 +160,33 @@ pub fn sign_eddsa(
     claims: &impl Serialize,
     key: &ed25519_dalek::SigningKey,
 ) -> Result<String, JwtError> {
-    use ed25519_dalek::Signer as _;
-    encode(&Header::access_token("EdDSA", kid), claims, |input| {
-        key.sign(input).to_bytes().to_vec()
-    })
+    sign_with(kid, claims, &eddsa_encoding_key(key))
+}
+
+/// `jsonwebtoken`'s form of an Ed25519 signing key: the PKCS #8 DER of its
+/// seed (RFC 8410 §7: a fixed 16-byte prefix, then the 32 seed bytes).
+pub(crate) fn eddsa_encoding_key(key: &ed25519_dalek::SigningKey) -> jsonwebtoken::EncodingKey {
+    const PKCS8_ED25519_PREFIX: [u8; 16] = [
+        0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04,
+        0x20,
+    ];
+    let mut der = zeroize::Zeroizing::new([0u8; 48]);
+    der[..16].copy_from_slice(&PKCS8_ED25519_PREFIX);
+    der[16..].copy_from_slice(key.as_bytes());
+    jsonwebtoken::EncodingKey::from_ed_der(&*der)
+}
+
+/// Signs `claims` as a wallet JWT (`EdDSA`, `typ: at+jwt`, `kid`) with an
+/// Ed25519 key in `jsonwebtoken`'s form.
+pub(crate) fn sign_with(
+    kid: &str,
+    claims: &impl Serialize,
+    key: &jsonwebtoken::EncodingKey,
+) -> Result<String, JwtError> {
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+    header.typ = Some(ACCESS_TOKEN_TYPE.to_owned());
+    header.kid = Some(kid.to_owned());
+    jsonwebtoken::encode(&header, claims, key).map_err(|_| JwtError::InvalidClaims)
 }
 
 #[cfg(test)]
@@ -243,33 +194,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn padded_segments_are_malformed() {
-        let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"EdDSA"}"#);
-        let token = format!("{header}.e30=.AA");
-        assert!(matches!(decode(&token), Err(JwtError::Malformed)));
-    }
-
-    #[test]
-    fn four_segments_are_malformed() {
-        let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"EdDSA"}"#);
-        let token = format!("{header}.e30.e30.AA");
-        assert!(matches!(decode(&token), Err(JwtError::Malformed)));
-    }
-
-    #[test]
-    fn oversized_tokens_are_malformed() {
-        let token = "a".repeat(MAX_TOKEN_BYTES + 1);
-        assert!(matches!(decode(&token), Err(JwtError::Malformed)));
-    }
-
-    #[test]
-    fn encode_then_decode_round_trips() {
+    fn encode_writes_the_header_and_signature_it_is_given() {
         let header = Header::access_token("HS256", "k");
         let token = encode(&header, &serde_json::json!({"a": 1}), |_| vec![1, 2, 3]).unwrap();
-        let decoded = decode(&token).unwrap();
-        assert_eq!(decoded.header(), &header);
-        assert_eq!(decoded.signature(), &[1, 2, 3]);
-        let claims: serde_json::Value = decoded.claims().unwrap();
-        assert_eq!(claims["a"], 1);
+        let decoded = jsonwebtoken::decode_header(&token).unwrap();
+        assert_eq!(decoded.alg, jsonwebtoken::Algorithm::HS256);
+        assert_eq!(decoded.typ.as_deref(), Some(ACCESS_TOKEN_TYPE));
+        assert!(token.ends_with(".AQID"), "signature bytes 1 2 3");
+    }
+
+    #[test]
+    fn sign_eddsa_verifies_with_the_public_key() {
+        let key = ed25519_dalek::SigningKey::from_bytes(&[7; 32]);
+        let token = sign_eddsa("k", &serde_json::json!({"a": 1}), &key).unwrap();
+        let (input, signature) = token.rsplit_once('.').unwrap();
+        let signature = URL_SAFE_NO_PAD.decode(signature).unwrap();
+        let signature = ed25519_dalek::Signature::from_slice(&signature).unwrap();
+        assert!(
+            key.verifying_key()
+                .verify_strict(input.as_bytes(), &signature)
+                .is_ok()
+        );
     }
 }

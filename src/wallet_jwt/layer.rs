@@ -3,14 +3,13 @@
 use std::fmt;
 use std::sync::Arc;
 
-use http::HeaderMap;
-use tower_layer::Layer;
+use tower_layer::{Layer, Stack};
 
-use super::service::{WalletJwt, bearer_token};
-use super::{JwtError, JwtVerifier, WalletClaims};
+use super::service::WalletJwt;
+use super::{JwtVerifier, RequireScopesLayer, ScopeSet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum BearerMode {
+pub(super) enum BearerMode {
     Required,
     Optional,
 }
@@ -19,8 +18,8 @@ enum BearerMode {
 /// a bearer is required.
 #[derive(Clone)]
 pub(super) struct Config {
-    verifier: JwtVerifier,
-    mode: BearerMode,
+    pub(super) verifier: JwtVerifier,
+    pub(super) mode: BearerMode,
 }
 
 impl fmt::Debug for Config {
@@ -29,21 +28,6 @@ impl fmt::Debug for Config {
             .field("verifier", &self.verifier)
             .field("mode", &self.mode)
             .finish()
-    }
-}
-
-impl Config {
-    /// The verified claims of the request's bearer; `None` when an optional
-    /// bearer is absent.
-    pub(super) fn authenticate(
-        &self,
-        headers: &HeaderMap,
-    ) -> Result<Option<WalletClaims>, JwtError> {
-        match bearer_token(headers)? {
-            Some(token) => self.verifier.verify(token).map(Some),
-            None if self.mode == BearerMode::Optional => Ok(None),
-            None => Err(JwtError::Missing),
-        }
     }
 }
 
@@ -78,6 +62,20 @@ impl WalletJwtLayer {
     /// The verifier.
     pub fn verifier(&self) -> &JwtVerifier {
         &self.config.verifier
+    }
+
+    /// This layer followed by [`RequireScopesLayer`] for `scopes`: a valid
+    /// wallet JWT granting them, else 401 / 403 `insufficient_scope`.
+    ///
+    /// ```
+    /// # use walletgate::wallet_jwt::{JwtVerifier, KeySet, Scope, WalletJwtLayer};
+    /// let verifier = JwtVerifier::new(KeySet::new(), "https://auth.example", "https://api.example")?;
+    /// let layer = WalletJwtLayer::new(verifier).require(Scope::ReadFavorites);
+    /// # let _ = layer;
+    /// # Ok::<(), walletgate::wallet_jwt::ConfigError>(())
+    /// ```
+    pub fn require(self, scopes: impl Into<ScopeSet>) -> Stack<RequireScopesLayer, WalletJwtLayer> {
+        Stack::new(RequireScopesLayer::new(scopes), self)
     }
 }
 

@@ -38,6 +38,26 @@
 //! - keys: a [`KeySet`] by `kid`, several at once for rotation, loadable from
 //!   and publishable as a JWKS document.
 //!
+//! `jsonwebtoken` (pure-Rust `rust_crypto` backend) decodes the header and
+//! checks the signature; walletgate decides which algorithm a key allows,
+//! `typ`, `crit`, the size cap, leeway, `iss`/`aud` and the claim mapping.
+//!
+//! # External issuers, revocation, cache
+//!
+//! - [`JwtVerifier::from_jwks_url`] (feature `jwks-url`) trusts an external
+//!   issuer's JWKS URL ([`JwksUrl`]: RS256, ES256, EdDSA; refreshed every 10
+//!   minutes, at most once per 30 s on unknown `kid`s, last good set kept
+//!   when the issuer is down) under relaxed rules: `typ` `JWT` accepted,
+//!   `client_id`/`jti` optional, `sub` an account id, scopes and wallet in
+//!   configurable claims (`opensea_scopes`, `linked_wallets[0]`).
+//!   [`JwtVerifier::also_accept`] joins it to walletgate's own issuer.
+//! - [`JwtVerifier::with_revocations`] consults a [`RevocationCheck`] after
+//!   each verification and each cache hit; the token issuer's PAT revocations
+//!   feed the same list, so a revoked PAT's JWTs fail on the next request.
+//! - [`JwtVerifier::with_cache`] skips the signature check for a token
+//!   verified before (bounded, until its `exp`).
+//! - [`WalletJwtLayer::require`] adds the scope guard in one step.
+//!
 //! Personal access tokens start with [`PAT_PREFIX`] (`wg_pat_`); the
 //! token-issuing code uses the same constant.
 //!
@@ -115,9 +135,12 @@
 
 use std::fmt;
 
+mod cache;
 mod claims;
 mod extract;
 mod future;
+#[cfg(feature = "jwks-url")]
+mod jwks;
 pub mod jwt;
 mod keys;
 mod layer;
@@ -129,13 +152,17 @@ mod verifier;
 
 pub use claims::{WalletClaims, WalletMismatch};
 pub use extract::{Wallet, WalletClaimsRejection};
-pub use future::ResponseFuture;
+pub use future::{AuthenticateFuture, ResponseFuture};
+#[cfg(feature = "jwks-url")]
+pub use jwks::JwksUrl;
 pub use keys::{KeySet, VerificationKey};
 pub use layer::WalletJwtLayer;
 pub use require::{RequireScopes, RequireScopesLayer};
 pub use revocation::{InMemoryRevocations, RevocationCheck};
 pub use scope::{CustomScope, InvalidScope, Scope, ScopeError, ScopeSet};
 pub use service::WalletJwt;
+#[cfg(feature = "tokens")]
+pub(crate) use verifier::Revocations;
 pub use verifier::{Algorithm, JwtError, JwtVerifier};
 
 /// The prefix of every walletgate personal access token.
@@ -163,6 +190,10 @@ pub enum ConfigError {
     LeewayTooLarge,
     /// An empty PAT prefix (it would match every token).
     EmptyPatPrefix,
+    /// A JWKS URL that is not an absolute `http(s)://` URL, and why.
+    InvalidJwksUrl(String),
+    /// A JWKS URL could not be fetched, and why.
+    JwksUnavailable(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -177,6 +208,8 @@ impl fmt::Display for ConfigError {
                 write!(f, "leeway above {} seconds", JwtVerifier::MAX_LEEWAY_SECS)
             }
             Self::EmptyPatPrefix => f.write_str("empty PAT prefix"),
+            Self::InvalidJwksUrl(url) => write!(f, "invalid JWKS URL: {url}"),
+            Self::JwksUnavailable(reason) => write!(f, "JWKS unavailable: {reason}"),
         }
     }
 }

@@ -7,8 +7,8 @@ use std::task::{Context, Poll};
 use http::{HeaderMap, Request, Response, header::AUTHORIZATION};
 use tower_service::Service;
 
-use super::future::ResponseFuture;
-use super::layer::{Config, WalletJwtLayer};
+use super::future::{AuthenticateFuture, Verdict};
+use super::layer::{BearerMode, Config, WalletJwtLayer};
 use super::{JwtError, JwtVerifier};
 use crate::body::ResponseBody;
 
@@ -75,46 +75,41 @@ pub(super) fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, JwtError
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for WalletJwt<S>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = AuthenticateFuture<S, ReqBody>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
-        match self.config.authenticate(request.headers()) {
-            Ok(Some(claims)) => {
-                trace_decision!(
-                    DEBUG,
-                    "wallet_jwt",
-                    wallet = %claims.wallet(),
-                    scopes = %claims.scopes(),
-                    outcome = "authenticated",
-                );
-                // The token goes no further: handlers get the verified claims.
-                request.headers_mut().remove(AUTHORIZATION);
-                request.extensions_mut().insert(claims);
-            }
-            Ok(None) => {
+        let token = match bearer_token(request.headers()) {
+            Ok(Some(token)) => token.to_owned(),
+            Ok(None) if self.config.mode == BearerMode::Optional => {
                 trace_decision!(DEBUG, "wallet_jwt", outcome = "no_bearer");
                 request.extensions_mut().insert(NoBearer);
+                return AuthenticateFuture::inner(self.inner.call(request));
             }
-            Err(error) => {
-                trace_decision!(
-                    INFO,
-                    "wallet_jwt",
-                    outcome = "invalid_token",
-                    reason = ?error,
-                );
-                return ResponseFuture::rejected(error.into_response());
-            }
-        }
-        ResponseFuture::inner(self.inner.call(request))
+            Ok(None) => return rejected(JwtError::Missing),
+            Err(error) => return rejected(error),
+        };
+        // The token goes no further: handlers get the verified claims.
+        request.headers_mut().remove(AUTHORIZATION);
+        let config = Arc::clone(&self.config);
+        let verdict: Verdict = Box::pin(async move { config.verifier.authenticate(&token).await });
+        // The clone takes the place of the service that was polled ready.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        AuthenticateFuture::verifying(verdict, request, inner)
     }
+}
+
+fn rejected<S: Service<Request<B>>, B>(error: JwtError) -> AuthenticateFuture<S, B> {
+    trace_decision!(INFO, "wallet_jwt", outcome = "invalid_token", reason = ?error);
+    AuthenticateFuture::rejected(error.into_response())
 }
 
 #[cfg(test)]
