@@ -18,7 +18,9 @@
 //! | `DATA_API_SIWE_CHAIN_ID` | `1` | SIWE `Chain ID` to accept |
 //! | `DATA_API_JWT_LIFETIME_SECS` | `900` | wallet JWT lifetime |
 //! | `DATA_API_KEY_PER_MINUTE` | `600` | requests per minute of the API key |
-//! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed |
+//! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed (required with Redis: every replica signs with it) |
+//! | `DATA_API_REDIS_URL` | none | keep nonces, sessions and PATs in this Redis, shared by every replica (feature `redis`) |
+//! | `DATA_API_REDIS_PREFIX` | `walletgate` | key prefix in that Redis |
 //! | `DATA_API_ACCESS_LOG` | standard error | file for the log (access lines and the layers' events) |
 //! | `RUST_LOG` | `info` | log filter (`tracing-subscriber`'s `EnvFilter`) |
 //! | `LOG_FORMAT` | text | `json`: one JSON object per line |
@@ -34,6 +36,7 @@ mod relationships;
 mod rest;
 mod routes;
 mod state;
+mod stores;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -47,7 +50,7 @@ use std::sync::Arc;
 use axum::Router;
 use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, KeyQuota};
 use walletgate::clock::{SharedClock, SystemClock};
-use walletgate::siwe::{InMemoryNonceStore, SiweVerifier};
+use walletgate::siwe::SiweVerifier;
 use walletgate::tokens::{IssuerConfig, SigningKeys, TokenIssuer};
 use walletgate::wallet_jwt::{JwtVerifier, KeySet, WalletJwtLayer};
 
@@ -55,6 +58,7 @@ use crate::favorites::Favorites;
 use crate::openapi::{Access, Operation};
 use crate::relationships::Relationships;
 use crate::state::{AppState, SharedState};
+use crate::stores::Stores;
 
 /// Settings read from the environment.
 #[derive(Clone, Debug)]
@@ -68,6 +72,8 @@ pub(crate) struct Config {
     pub(crate) jwt_lifetime_secs: u64,
     pub(crate) key_per_minute: std::num::NonZeroU32,
     pub(crate) signing_key_file: Option<std::path::PathBuf>,
+    pub(crate) redis_url: Option<String>,
+    pub(crate) redis_prefix: Option<String>,
     pub(crate) access_log: Option<std::path::PathBuf>,
 }
 
@@ -103,8 +109,22 @@ impl Config {
                 .map_err(|_| "DATA_API_KEY_PER_MINUTE must be a positive integer")?;
         }
         config.signing_key_file = var("DATA_API_SIGNING_KEY_FILE").map(Into::into);
+        config.redis_url = var("DATA_API_REDIS_URL");
+        config.redis_prefix = var("DATA_API_REDIS_PREFIX");
+        config.check_replicas()?;
         config.access_log = var("DATA_API_ACCESS_LOG").map(Into::into);
         Ok(config)
+    }
+
+    /// Replicas sharing a Redis must also share the signing key: a key
+    /// generated per process would make each refuse the others' JWTs.
+    pub(crate) fn check_replicas(&self) -> Result<(), String> {
+        if self.redis_url.is_some() && self.signing_key_file.is_none() {
+            return Err("DATA_API_REDIS_URL needs DATA_API_SIGNING_KEY_FILE: \
+                        every replica must sign with the same key"
+                .into());
+        }
+        Ok(())
     }
 
     /// Defaults for a server reachable at `origin`.
@@ -124,6 +144,8 @@ impl Config {
             jwt_lifetime_secs: walletgate::tokens::IssuerConfig::DEFAULT_JWT_LIFETIME_SECS,
             key_per_minute: std::num::NonZeroU32::new(600).ok_or("zero quota")?,
             signing_key_file: None,
+            redis_url: None,
+            redis_prefix: None,
             access_log: None,
         })
     }
@@ -162,7 +184,9 @@ pub(crate) fn build_with_clock(
     };
     let issuer_config = IssuerConfig::new(&config.origin, &config.origin)?
         .with_jwt_lifetime_secs(config.jwt_lifetime_secs)?;
-    let issuer = TokenIssuer::in_memory(issuer_config, keys).with_clock(clock.clone());
+    let stores = Stores::from_config(config)?;
+    let issuer = TokenIssuer::new(issuer_config, stores.pats, stores.sessions, keys)
+        .with_clock(clock.clone());
     let verifier =
         JwtVerifier::new(published, &config.origin, &config.origin)?.with_clock(clock.clone());
     let siwe = SiweVerifier::builder()
@@ -170,7 +194,7 @@ pub(crate) fn build_with_clock(
         .uri(&config.siwe_uri)
         .allow_chain_id(config.siwe_chain_id)
         .clock(clock.clone())
-        .nonce_store(InMemoryNonceStore::new())
+        .nonce_store(stores.nonces)
         .build()?;
 
     let mut favorites = Favorites::default();
