@@ -325,6 +325,14 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         "SIWE: domain {}, URI {}, chain {}",
         config.siwe_domain, config.siwe_uri, config.siwe_chain_id
     );
+    match &config.redis_url {
+        // The URL may carry a password: only the prefix is shown.
+        Some(_) => println!(
+            "nonces, sessions and PATs in Redis, key prefix {}",
+            config.redis_prefix.as_deref().unwrap_or("walletgate")
+        ),
+        None => println!("nonces, sessions and PATs in this process (one replica)"),
+    }
     println!("wallets with favorites: {}", dev.seeded_wallets.join(", "));
     println!("OpenAPI description: http://{address}/api/v2/openapi.json");
     println!("MCP (streamable HTTP): http://{address}/mcp");
