@@ -562,3 +562,49 @@ async fn a_stopped_redis_is_a_store_error_and_service_resumes() {
     assert_eq!(pats.list(WALLET).await.unwrap().len(), 1);
     assert!(!revocations.is_revoked("pat_1", now).await.unwrap());
 }
+
+/// A record that does not read back (another writer, a hand edit) is a store
+/// error, which the routes answer 503, never a decision about the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupted_record_is_a_store_error() {
+    // Two replicas, each with its PAT (.0) and session (.1) store.
+    let (a, b, keys) = redis_pair("corrupted", |conn| {
+        (
+            RedisPatStore::new(conn.clone()),
+            RedisSessionStore::new(conn),
+        )
+    });
+    let now = now_secs();
+    let record = pat("4001", WALLET, "fam4", now);
+    a.0.insert(record.clone()).await.unwrap();
+    let session = SessionRecord {
+        wallet: WALLET,
+        secrets: secrets("corrupted", now),
+    };
+    b.1.insert(session.clone()).await.unwrap();
+    let pat_key = keys.0.key("pat", "4001");
+    let session_key = keys.0.key(
+        "session",
+        &alloy_primitives::hex::encode(session.secrets.access_digest.as_bytes()),
+    );
+    let () = keys
+        .0
+        .call("corrupt", |mut c| async move {
+            redis::pipe()
+                .hset(&pat_key, "exp", "soon")
+                .ignore()
+                .hset(&session_key, "w", "not a wallet")
+                .ignore()
+                .query_async(&mut c)
+                .await
+        })
+        .await
+        .unwrap();
+    assert!(b.0.find_by_digest(&record.digest).await.is_err());
+    assert!(a.0.list(WALLET).await.is_err());
+    assert!(
+        a.1.find_by_access(&session.secrets.access_digest)
+            .await
+            .is_err()
+    );
+}

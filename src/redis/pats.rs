@@ -25,7 +25,9 @@ use alloy_primitives::Address;
 use redis::Script;
 
 use super::RedisConnection;
-use super::records::{Fields, digest_field, digest_hex, field, optional_field, wallet_text};
+use super::records::{
+    Fields, digest_field, digest_hex, field, malformed, optional_field, wallet_text,
+};
 use crate::store::StoreError;
 use crate::tokens::{PatRecord, PatStore, Revocation, RotateOutcome, SecretDigest};
 
@@ -220,15 +222,10 @@ fn reason_from_text(text: &str) -> Option<Revocation> {
 
 fn read_pat(fields: &Fields) -> Result<PatRecord, StoreError> {
     const WHAT: &str = "a stored PAT is malformed";
-    let text = |name: &str| {
-        fields
-            .get(name)
-            .cloned()
-            .ok_or_else(|| StoreError::new(WHAT))
-    };
+    let text = |name: &str| fields.get(name).cloned().ok_or_else(|| malformed(WHAT));
     let revoked_because = fields
         .get("rev_why")
-        .map(|text| reason_from_text(text).ok_or_else(|| StoreError::new(WHAT)))
+        .map(|text| reason_from_text(text).ok_or_else(|| malformed(WHAT)))
         .transpose()?;
     Ok(PatRecord {
         id: text("id")?,

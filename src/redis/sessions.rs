@@ -19,7 +19,7 @@ use alloy_primitives::Address;
 use redis::Script;
 
 use super::RedisConnection;
-use super::records::{Fields, digest_field, digest_hex, field, wallet_text};
+use super::records::{Fields, digest_field, digest_hex, field, malformed, wallet_text};
 use crate::store::StoreError;
 use crate::tokens::{SecretDigest, SessionRecord, SessionSecrets, SessionStore};
 
@@ -118,16 +118,17 @@ fn put_args(secrets: &SessionSecrets) -> [String; 5] {
     ]
 }
 
+const MALFORMED: &str = "a stored session is malformed";
+
 fn read_session(access_digest: SecretDigest, fields: &Fields) -> Result<SessionRecord, StoreError> {
-    const WHAT: &str = "a stored session is malformed";
-    let wallet: Address = field(fields, "w", WHAT)?;
+    let wallet: Address = field(fields, "w", MALFORMED)?;
     Ok(SessionRecord {
         wallet,
         secrets: SessionSecrets {
             access_digest,
-            access_expires_at: field(fields, "ae", WHAT)?,
-            refresh_digest: digest_field(fields, "rd", WHAT)?,
-            refresh_expires_at: field(fields, "re", WHAT)?,
+            access_expires_at: field(fields, "ae", MALFORMED)?,
+            refresh_digest: digest_field(fields, "rd", MALFORMED)?,
+            refresh_expires_at: field(fields, "re", MALFORMED)?,
         },
     })
 }
@@ -191,10 +192,7 @@ impl SessionStore for RedisSessionStore {
             .arg(expire_at);
         let wallet: Option<String> = self.conn.invoke("session rotate", invocation).await?;
         wallet
-            .map(|text| {
-                text.parse()
-                    .map_err(|_| StoreError::new("a stored session is malformed"))
-            })
+            .map(|text| text.parse().map_err(|_| malformed(MALFORMED)))
             .transpose()
     }
 
