@@ -18,9 +18,9 @@
 //! | `DATA_API_SIWE_CHAIN_ID` | `1` | SIWE `Chain ID` to accept |
 //! | `DATA_API_JWT_LIFETIME_SECS` | `900` | wallet JWT lifetime |
 //! | `DATA_API_KEY_PER_MINUTE` | `600` | requests per minute of the API key |
-//! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed |
+//! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed (required with Redis: every replica signs with it) |
 //! | `DATA_API_ACCESS_LOG` | standard error | file for the log (access lines and the layers' events) |
-//! | `DATA_API_REDIS_URL` | none | `redis://host:port/db` (feature `redis`): replicas share the API key's quota there |
+//! | `DATA_API_REDIS_URL` | none | `redis://host:port/db` (feature `redis`): replicas share nonces, sessions, PATs, revocations and the API key's quota there |
 //! | `DATA_API_REDIS_PREFIX` | `walletgate` | key prefix in that Redis (one per data API deployment) |
 //! | `DATA_API_JWKS_URL` | none | an external issuer's JWKS URL: its JWTs are accepted too |
 //! | `DATA_API_JWT_ISSUER` | none (required with the URL) | that issuer's `iss` |
@@ -44,6 +44,7 @@ mod relationships;
 mod rest;
 mod routes;
 mod state;
+mod stores;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -60,7 +61,7 @@ use crate::redis_settings::RedisSettings;
 use axum::Router;
 use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, KeyQuota};
 use walletgate::clock::{SharedClock, SystemClock};
-use walletgate::siwe::{InMemoryNonceStore, SiweVerifier};
+use walletgate::siwe::SiweVerifier;
 use walletgate::tokens::{IssuerConfig, SigningKeys, TokenIssuer};
 use walletgate::wallet_jwt::{InMemoryRevocations, JwksUrl, JwtVerifier, KeySet, WalletJwtLayer};
 
@@ -68,6 +69,7 @@ use crate::favorites::Favorites;
 use crate::openapi::{Access, Operation};
 use crate::relationships::Relationships;
 use crate::state::{AppState, SharedState};
+use crate::stores::Stores;
 
 /// Settings read from the environment.
 #[derive(Clone, Debug)]
@@ -141,6 +143,7 @@ impl Config {
         config.access_log = var("DATA_API_ACCESS_LOG").map(Into::into);
         config.redis = RedisSettings::from_vars(&var, "DATA_API")
             .map_err(|(variable, reason)| format!("{variable}: {reason}"))?;
+        config.check_replicas()?;
         if let Some(jwks_url) = var("DATA_API_JWKS_URL") {
             config.external_issuer = Some(ExternalIssuer {
                 jwks_url,
@@ -152,6 +155,17 @@ impl Config {
             });
         }
         Ok(config)
+    }
+
+    /// Replicas sharing a Redis must also share the signing key: a key
+    /// generated per process would make each refuse the others' JWTs.
+    pub(crate) fn check_replicas(&self) -> Result<(), String> {
+        if self.redis.is_some() && self.signing_key_file.is_none() {
+            return Err("DATA_API_REDIS_URL needs DATA_API_SIGNING_KEY_FILE: \
+                        every replica must sign with the same key"
+                .into());
+        }
+        Ok(())
     }
 
     /// Defaults for a server reachable at `origin`.
@@ -211,9 +225,11 @@ pub(crate) fn build_with_clock(
     };
     let issuer_config = IssuerConfig::new(&config.origin, &config.origin)?
         .with_jwt_lifetime_secs(config.jwt_lifetime_secs)?;
-    // Revoking a PAT refuses the JWTs already minted from it at once.
-    let revocations = Arc::new(InMemoryRevocations::new());
-    let issuer = TokenIssuer::in_memory(issuer_config, keys)
+    let stores = Stores::from_config(config)?;
+    // Revoking a PAT refuses the JWTs already minted from it at once (on
+    // every replica when the list is in Redis).
+    let revocations = Arc::new(stores.revocations);
+    let issuer = TokenIssuer::new(issuer_config, stores.pats, stores.sessions, keys)
         .with_clock(clock.clone())
         .with_revocations(Arc::clone(&revocations));
     let mut verifier = JwtVerifier::new(published, &config.origin, &config.origin)?
@@ -228,7 +244,7 @@ pub(crate) fn build_with_clock(
         .uri(&config.siwe_uri)
         .allow_chain_id(config.siwe_chain_id)
         .clock(clock.clone())
-        .nonce_store(InMemoryNonceStore::new())
+        .nonce_store(stores.nonces)
         .build()?;
 
     let mut favorites = Favorites::default();
@@ -375,6 +391,14 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         "SIWE: domain {}, URI {}, chain {}",
         config.siwe_domain, config.siwe_uri, config.siwe_chain_id
     );
+    match &config.redis {
+        // The URL may carry a password: only the prefix is shown.
+        Some(settings) => println!(
+            "nonces, sessions, PATs, revocations and key quotas in Redis, key prefix {}",
+            settings.prefix
+        ),
+        None => println!("nonces, sessions and PATs in this process (one replica)"),
+    }
     println!("wallets with favorites: {}", dev.seeded_wallets.join(", "));
     println!("OpenAPI description: http://{address}/api/v2/openapi.json");
     println!("MCP (streamable HTTP): http://{address}/mcp");

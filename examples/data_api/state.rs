@@ -5,14 +5,18 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use walletgate::clock::SharedClock;
 use walletgate::siwe::SiweVerifier;
-use walletgate::tokens::{HasTokenIssuer, InMemoryPatStore, InMemorySessionStore, TokenIssuer};
+use walletgate::tokens::{HasTokenIssuer, TokenIssuer};
 
 use crate::favorites::Favorites;
 use crate::relationships::Relationships;
+use crate::stores::{Pats, Sessions};
+
+/// The issuer over the configured stores (in memory, or Redis).
+pub(crate) type Issuer = TokenIssuer<Pats, Sessions>;
 
 /// Everything the handlers share.
 pub(crate) struct AppState {
-    pub(crate) issuer: TokenIssuer,
+    pub(crate) issuer: Issuer,
     pub(crate) siwe: SiweVerifier,
     pub(crate) favorites: Favorites,
     pub(crate) relationships: Relationships,
@@ -25,10 +29,10 @@ pub(crate) type SharedState = Arc<AppState>;
 
 /// The sessions behind `SessionWallet`: the issuer that started them.
 impl HasTokenIssuer for AppState {
-    type Pats = InMemoryPatStore;
-    type Sessions = InMemorySessionStore;
+    type Pats = Pats;
+    type Sessions = Sessions;
 
-    fn token_issuer(&self) -> &TokenIssuer {
+    fn token_issuer(&self) -> &Issuer {
         &self.issuer
     }
 }

@@ -33,6 +33,7 @@ mod mcp;
 mod newcomer;
 #[cfg(feature = "redis")]
 mod redis_quota;
+mod replicas;
 
 /// Public Hardhat/Anvil development keys #0 and #1 (never real funds).
 const DEV_KEY_0: &str = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
@@ -280,6 +281,21 @@ fn favorites_path(wallet: &str) -> String {
 
 fn bearer(jwt: &str) -> String {
     format!("Bearer {jwt}")
+}
+
+#[test]
+fn redis_without_a_shared_signing_key_is_refused() {
+    let address: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+    let mut config = Config::for_origin(address, "http://127.0.0.1:8080").unwrap();
+    assert!(config.check_replicas().is_ok());
+    config.redis = Some(crate::redis_settings::RedisSettings {
+        url: "redis://127.0.0.1:6379".to_owned(),
+        prefix: "walletgate".to_owned(),
+    });
+    let refused = config.check_replicas().unwrap_err();
+    assert!(refused.contains("DATA_API_SIGNING_KEY_FILE"), "{refused}");
+    config.signing_key_file = Some("/run/secrets/data-api-signing-key".into());
+    assert!(config.check_replicas().is_ok());
 }
 
 #[tokio::test]

@@ -12,6 +12,27 @@
 //! Keys are namespaced by a prefix (`walletgate` by default), so several
 //! services can share one Redis: `{prefix}:{seam}:{id}`.
 
+#[cfg(any(feature = "siwe", feature = "wallet-jwt"))]
+mod lua;
+#[cfg(feature = "tokens")]
+pub mod pats;
+#[cfg(feature = "tokens")]
+mod records;
+#[cfg(feature = "wallet-jwt")]
+pub mod revocation;
+#[cfg(feature = "tokens")]
+pub mod sessions;
+#[cfg(feature = "siwe")]
+pub mod siwe;
+
+#[cfg(feature = "tokens")]
+pub use pats::RedisPatStore;
+#[cfg(feature = "wallet-jwt")]
+pub use revocation::RedisRevocations;
+#[cfg(feature = "tokens")]
+pub use sessions::RedisSessionStore;
+#[cfg(feature = "siwe")]
+pub use siwe::RedisNonceStore;
 #[cfg(feature = "api-key")]
 mod api_key;
 #[cfg(feature = "free-tier")]

@@ -62,6 +62,11 @@ impl SecretDigest {
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
+
+    /// A digest read back from a store that kept [`as_bytes`](Self::as_bytes).
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
 }
 
 impl fmt::Debug for SecretDigest {

@@ -6,7 +6,7 @@
 //! Tests that stop Redis on purpose start their own with [`RedisServer::start`].
 //! Each test takes its own key prefix ([`unique_prefix`]) so tests sharing one
 //! server never see each other's keys.
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use std::net::TcpListener;
 use std::path::PathBuf;

@@ -1,0 +1,112 @@
+//! SIWE nonces in Redis: [`RedisNonceStore`].
+//!
+//! One key per nonce, `{prefix}:siwe-nonce:{nonce}`, holding its expiry
+//! (Unix milliseconds) until it is spent, then `spent`; the key expires with
+//! the nonce, so nothing outlives its use. Issuing is `SET NX PX` (a
+//! collision is [`NonceStoreError::Duplicate`]); consuming is one Lua script
+//! that reads and spends in the same step, so of two replicas racing with the
+//! same nonce exactly one sees [`NonceConsumption::Fresh`].
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use super::RedisConnection;
+use crate::siwe::{NonceConsumption, NonceFuture, NonceStore, NonceStoreError};
+
+const SEAM: &str = "siwe-nonce";
+
+/// `KEYS[1]` the nonce, `ARGV[1]` now (Unix ms). Answers 0 unknown, 1 already
+/// used, 2 expired, 3 fresh (now spent; the key keeps its expiry).
+static CONSUME: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local held = redis.call('GET', KEYS[1])
+if not held then return 0 end
+if held == 'spent' then return 1 end
+if tonumber(ARGV[1]) >= tonumber(held) then
+  redis.call('DEL', KEYS[1])
+  return 2
+end
+redis.call('SET', KEYS[1], 'spent', 'KEEPTTL')
+return 3
+",
+    )
+});
+
+/// A [`NonceStore`] every replica shares through Redis.
+///
+/// Unlike [`InMemoryNonceStore`](crate::siwe::InMemoryNonceStore) it has no
+/// entry cap: each nonce expires on its own and Redis's `maxmemory` bounds the
+/// rest.
+#[derive(Clone, Debug)]
+pub struct RedisNonceStore {
+    conn: RedisConnection,
+}
+
+impl RedisNonceStore {
+    /// Nonces kept under `{prefix}:siwe-nonce:` on `conn`.
+    pub fn new(conn: RedisConnection) -> Self {
+        Self { conn }
+    }
+}
+
+impl NonceStore for RedisNonceStore {
+    fn insert<'a>(
+        &'a self,
+        nonce: &'a str,
+        now_unix_millis: u64,
+        expires_at_unix_millis: u64,
+    ) -> NonceFuture<'a, ()> {
+        let key = self.conn.key(SEAM, nonce);
+        // At least a millisecond: an already expired nonce is still stored, so
+        // consuming it says `Expired` rather than `Unknown`, until Redis drops it.
+        let ttl_ms = expires_at_unix_millis
+            .saturating_sub(now_unix_millis)
+            .max(1);
+        Box::pin(async move {
+            let stored: Option<String> = self
+                .conn
+                .call("SIWE nonce insert", |mut c| async move {
+                    redis::cmd("SET")
+                        .arg(&key)
+                        .arg(expires_at_unix_millis)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(ttl_ms)
+                        .query_async(&mut c)
+                        .await
+                })
+                .await
+                .map_err(NonceStoreError::Backend)?;
+            match stored {
+                Some(_) => Ok(()),
+                None => Err(NonceStoreError::Duplicate),
+            }
+        })
+    }
+
+    fn consume<'a>(
+        &'a self,
+        nonce: &'a str,
+        now_unix_millis: u64,
+    ) -> NonceFuture<'a, NonceConsumption> {
+        let mut invocation = CONSUME.prepare_invoke();
+        invocation
+            .key(self.conn.key(SEAM, nonce))
+            .arg(now_unix_millis);
+        Box::pin(async move {
+            let found: u8 = self
+                .conn
+                .invoke("SIWE nonce consume", invocation)
+                .await
+                .map_err(NonceStoreError::Backend)?;
+            Ok(match found {
+                3 => NonceConsumption::Fresh,
+                2 => NonceConsumption::Expired,
+                1 => NonceConsumption::AlreadyUsed,
+                _ => NonceConsumption::Unknown,
+            })
+        })
+    }
+}
