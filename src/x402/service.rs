@@ -21,7 +21,10 @@ use super::types::{PaymentPayload, PaymentRequired, ResourceInfo, SettleResponse
 use crate::body::{ResponseBody, rejection};
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection, header};
 
-/// Seconds a spent authorization is remembered at least, whatever its `validBefore`.
+/// Seconds a spent authorization is remembered at least, whatever its
+/// `validBefore` (for paid replay), unless its offer's `maxTimeoutSeconds` is
+/// shorter: then that long (a server quoting short timeouts keeps its replay
+/// store that short).
 const MIN_SPENT_RETENTION_SECS: u64 = 120;
 
 /// The request id header handed to the settlement hook.
@@ -524,9 +527,10 @@ impl SettleJob {
         );
         let receipt = receipt.settled(settlement.transaction.clone());
         let now = config.clock.now_unix_secs();
+        let floor_secs = MIN_SPENT_RETENTION_SECS.min(offer.max_timeout_seconds);
         let keep_until = valid_before
             .unwrap_or(now)
-            .max(now.saturating_add(MIN_SPENT_RETENTION_SECS));
+            .max(now.saturating_add(floor_secs));
         let spent = SpentAuthorization {
             receipt: receipt.clone(),
             fingerprint,
