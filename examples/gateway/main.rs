@@ -166,7 +166,9 @@ pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigErro
             PaymentSettings::solana(settings, fee_payer, &config.tls, config.clock.clone())?
         }
     };
-    let payments = payments.with_faults(config.payment_faults);
+    let payments = payments
+        .with_faults(config.payment_faults)
+        .with_max_timeout_secs(config.max_timeout_secs)?;
     let gates = Gates {
         free_tier: free_tier(config.free_tier),
         inference_payment: payments.inference_layer()?,
