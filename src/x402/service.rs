@@ -151,8 +151,9 @@ fn prepare<B>(
         Ok(payload) => payload,
         Err(error) => return Err(invalid(error.reason(), None)),
     };
-    let evm = payload.exact_evm();
-    let payer = evm.as_ref().map(|evm| evm.authorization.from.clone());
+    // Borrowed from the payload: no copies of its strings.
+    let evm = payload.exact_evm_ref();
+    let payer = evm.as_ref().map(|evm| evm.authorization.from.to_owned());
     if payload.x402_version != super::X402_VERSION {
         return Err(invalid(reason::INVALID_X402_VERSION, payer.as_deref()));
     }
@@ -166,8 +167,8 @@ fn prepare<B>(
     let key = match &evm {
         Some(evm) => AuthorizationKey::new(
             &offer.network,
-            &evm.authorization.from,
-            &evm.authorization.nonce,
+            evm.authorization.from,
+            evm.authorization.nonce,
         ),
         None => AuthorizationKey::new(
             &offer.network,
@@ -175,6 +176,7 @@ fn prepare<B>(
             &alloy_primitives::hex::encode(fingerprint),
         ),
     };
+    let valid_before = evm.map(|evm| evm.authorization.valid_before);
     Ok(Payment {
         request: FacilitatorRequest {
             x402_version: payload.x402_version,
@@ -185,7 +187,7 @@ fn prepare<B>(
         key,
         fingerprint,
         payer,
-        valid_before: evm.map(|evm| evm.authorization.valid_before),
+        valid_before,
         style,
         request_id: request
             .headers()
