@@ -121,9 +121,12 @@ soak() { # kind expect body
     local payments=""
     if [ -n "$quote" ]; then
       # Signed now, valid for maxTimeoutSeconds from now: longer than the slice.
-      # Twice what the last slice used (signing is not free; the rate may rise).
+      # Twice what the last slice used (signing is not free; the rate may rise),
+      # 25000 for the first (a warm-up slice: running out there is harmless).
       local count=$paid_per_slice
-      if [ -n "$last_rps" ] && [ $((last_rps * slice * 2 + 5000)) -lt "$count" ]; then
+      if [ -z "$last_rps" ]; then
+        [ "$count" -gt 25000 ] && count=25000
+      elif [ $((last_rps * slice * 2 + 5000)) -lt "$count" ]; then
         count=$((last_rps * slice * 2 + 5000))
       fi
       payments=$work/payments.txt
