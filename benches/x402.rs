@@ -1,7 +1,13 @@
 //! x402 costs against their floor, one bare secp256k1 signer recovery,
-//! measured in the same run.
+//! measured in the same run; first, the bytes a paid request leaves behind.
 //!
-//! `cargo bench --bench x402 -- --measurement-time 3`
+//! `cargo bench --bench x402 --features x402 -- --measurement-time 3`
+//!
+//! The memory part counts every heap byte the process holds (a counting
+//! global allocator) across many paid requests through the layer, the
+//! in-memory replay store and an expiring development ledger: the bytes
+//! retained per payment while its authorization is valid, and what is left
+//! once every authorization has expired and been swept.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -11,7 +17,8 @@ use std::future::Future;
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
-use criterion::{BatchSize, Criterion, criterion_main};
+use cap::Cap;
+use criterion::{BatchSize, Criterion};
 use http::{Request, Response};
 use http_body_util::Full;
 use tower::ServiceExt;
@@ -19,9 +26,13 @@ use walletgate::clock::FakeClock;
 use walletgate::x402::payer::sequential_nonce;
 use walletgate::x402::{
     DevLedger, ExactEvmDomain, ExactEvmPayload, Facilitator, FacilitatorRequest,
-    LocalEvmFacilitator, Payer, PaymentOption, PaymentPayload, PaymentRequirements, PriceTable,
-    TransferWithAuthorization, UsdAmount, X402Layer, codec, matching_offer,
+    InMemoryNonceStore, LocalEvmFacilitator, NonceStore, Payer, PaymentOption, PaymentPayload,
+    PaymentRequirements, PriceTable, TransferWithAuthorization, UsdAmount, X402Layer, codec,
+    matching_offer,
 };
+
+#[global_allocator]
+static ALLOCATOR: Cap<std::alloc::System> = Cap::new(std::alloc::System, usize::MAX);
 
 const NOW: u64 = 1_750_000_000;
 const PAY_TO: &str = DevLedger::DEV_ACCOUNTS[9];
@@ -42,6 +53,7 @@ fn ready<F: Future>(future: F) -> F::Output {
 fn paid_chat(
     facilitator: LocalEvmFacilitator,
     clock: walletgate::SharedClock,
+    nonce_store: Arc<dyn NonceStore>,
 ) -> impl tower::Service<
     Request<Full<Bytes>>,
     Response = Response<walletgate::x402::X402Body<Full<Bytes>>>,
@@ -57,6 +69,7 @@ fn paid_chat(
         )
         .facilitator(facilitator)
         .clock(clock)
+        .nonce_store(nonce_store)
         .build()
         .unwrap();
     tower::ServiceBuilder::new()
@@ -133,7 +146,8 @@ fn bench_x402(c: &mut Criterion) {
         })
     });
 
-    let service = paid_chat(facilitator.clone(), clock.clone());
+    let store = Arc::new(InMemoryNonceStore::new(clock.clone()));
+    let service = paid_chat(facilitator.clone(), clock.clone(), store);
     group.bench_function("quote_402", |b| {
         b.iter(|| {
             let request = Request::post("/v1/chat/completions")
@@ -167,9 +181,91 @@ fn bench_x402(c: &mut Criterion) {
     group.finish();
 }
 
-/// Criterion's generated entry points carry no docs.
-#[allow(missing_docs)]
-mod group {
-    criterion::criterion_group!(benches, super::bench_x402);
+/// Heap bytes held now.
+fn heap() -> usize {
+    ALLOCATOR.allocated()
 }
-criterion_main!(group::benches);
+
+/// Serves `count` fresh payments (nonces from `first`) at the clock's time.
+fn pay(
+    service: &(
+         impl tower::Service<
+        Request<Full<Bytes>>,
+        Response = Response<walletgate::x402::X402Body<Full<Bytes>>>,
+        Error = Infallible,
+        Future: Send,
+    > + Clone
+     ),
+    payer: &Payer,
+    offer: &PaymentRequirements,
+    now: u64,
+    first: u64,
+    count: u64,
+) {
+    for nonce in first..first + count {
+        let header = payer
+            .header_with_nonce(offer, now, sequential_nonce(nonce))
+            .unwrap();
+        let request = Request::post("/v1/chat/completions")
+            .header("payment-signature", header)
+            .body(Full::default())
+            .unwrap();
+        let response = ready(service.clone().oneshot(request)).unwrap();
+        assert_eq!(response.status(), 200);
+    }
+}
+
+/// The bytes each payment leaves behind while valid, and after expiry.
+fn memory_report(payments: u64) {
+    let clock = FakeClock::at_unix_secs(NOW);
+    let ledger = Arc::new(DevLedger::new().expiring_with(Arc::new(clock.clone())));
+    let store = Arc::new(InMemoryNonceStore::new(Arc::new(clock.clone())));
+    let facilitator = LocalEvmFacilitator::new(ledger.clone(), Arc::new(clock.clone()));
+    let service = paid_chat(facilitator, Arc::new(clock.clone()), store.clone());
+    let payer = Payer::dev(0);
+    let offer = offer();
+    // Warm-up: the quote cache, the EIP-712 domain cache, the recovery memo.
+    pay(&service, &payer, &offer, NOW, 1, 100);
+    let start = heap();
+
+    // From (nearly) empty tables: their growth is part of the cost.
+    pay(&service, &payer, &offer, NOW, 1_000, payments);
+    let full = heap();
+    let held = (store.len(), ledger.remembered_authorizations());
+    let per_payment = full.saturating_sub(start) as f64 / payments as f64;
+
+    // Every authorization expires (validBefore = now + 300); as many again are
+    // paid later: each operation sweeps a few expired entries.
+    clock.advance(std::time::Duration::from_secs(400));
+    pay(&service, &payer, &offer, NOW + 400, 10_000_000, payments);
+    let steady = heap();
+    let growth = steady as f64 / full as f64 - 1.0;
+
+    println!("x402 memory, {payments} paid requests (in-memory replay store, expiring dev ledger)");
+    println!("  heap before:                   {start} B");
+    println!(
+        "  heap with them all valid:      {full} B (store {} entries, ledger {})",
+        held.0, held.1
+    );
+    println!(
+        "  retained bytes per payment:    {per_payment:.0} (replay entry + ledger entry, tables' growth included)"
+    );
+    println!(
+        "  heap after they expired and as many were paid: {steady} B ({:+.1}%: the same live set)",
+        growth * 100.0
+    );
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` only runs the code.
+    let benchmarking = std::env::args().any(|arg| arg == "--bench");
+    memory_report(if benchmarking { 50_000 } else { 2_000 });
+    let mut criterion = Criterion::default()
+        .warm_up_time(std::time::Duration::from_secs(1))
+        .measurement_time(std::time::Duration::from_secs(3))
+        .configure_from_args();
+    if benchmarking {
+        bench_x402(&mut criterion);
+    }
+    criterion.final_summary();
+}

@@ -17,7 +17,8 @@
 #
 # Both servers are built here in release mode with `nice`, the peer in its own
 # target dir (benches/peer/target). CI neither builds nor runs this. Needs wrk
-# (apt-get install -y wrk) and curl. Bounded: BENCH_ROUNDS x 2 servers x 3 cells
+# (apt-get install -y wrk) and curl. The raw output is also written to
+# benches/results/<UTC time>-bench-vs-x402-axum.txt. Bounded: BENCH_ROUNDS x 2 servers x 3 cells
 # of BENCH_DURATION each, at most BENCH_PAID_COUNT payments per paid cell.
 #
 #   BENCH_ROUNDS       rounds (default 2, at least 1)
@@ -40,6 +41,10 @@ peer_target=benches/peer/target
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
 command -v curl >/dev/null || { echo "curl is missing" >&2; exit 1; }
 [ "$rounds" -ge 1 ] && [ "$rounds" -le 10 ] || { echo "BENCH_ROUNDS must be 1..10" >&2; exit 1; }
+
+mkdir -p benches/results
+raw=benches/results/$(date -u +%Y-%m-%dT%H%M%SZ)-bench-vs-x402-axum.txt
+exec > >(tee "$raw") 2>&1
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "building (release, nice -n 15): walletgate gateway example, presigner, x402-axum peer"
@@ -210,3 +215,4 @@ awk -F'\t' '
   }' "$results"
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (figures from a busy machine are noisy)"
 echo "quote: walletgate answers the 402 with three headers and a JSON body; x402-axum 2.0.2 with one header and an empty body"
+echo "raw output: $raw"

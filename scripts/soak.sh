@@ -1,22 +1,41 @@
 #!/usr/bin/env bash
-# Soak test of the gateway reference server on loopback: SECONDS of each kind
-# of traffic (default 60), one after the other, against one server:
+# Soak test of the gateway reference server on loopback: a warm-up, then
+# SECONDS of each kind of traffic (default 60), one after the other, against
+# one server:
 #   quote  unpaid paid-model POST, answered 402 with a quote
 #   paid   each request with its own pre-signed payment (verified locally,
 #          settled on the dev ledger)
 #   free   free-model POST (free-tier quotas raised out of the way: one
 #          loopback client)
 # wrk runs in back-to-back 5 s slices; after each slice the script records the
-# slice's requests per second and the server's resident set size (VmRSS).
-# Per kind it prints whether the last 10 s stayed within 10% of the first 10 s
-# (throughput flat) and whether RSS grew less than 10% from the end of the
-# first slice (warm-up excluded) to the end of the kind.
+# slice's requests per second, the server's resident set size (VmRSS) and the
+# machine's 1-minute load average.
+#
+# How it judges, per kind:
+# - Warm-up first: SOAK_WARMUP_SECS (default 40) of the same traffic, printed,
+#   not judged. The first slices of a fresh run are slower (the allocator's
+#   arenas, the tables and the kernel's socket buffers grow, connections are
+#   new) and, for paid traffic, memory grows by design until the replay store
+#   holds every authorization still valid: each is remembered until its
+#   validBefore, at most the quote's maxTimeoutSeconds (plus 60 s clock skew).
+#   The soak's gateway quotes GATEWAY_MAX_TIMEOUT_SECS=SOAK_MAX_TIMEOUT_SECS
+#   (default 30) so that plateau is reached within the warm-up: memory then
+#   follows the rate times 30 s, not the run's length. (With the default 300 s
+#   it would plateau after 5 minutes, at 10 times the size.)
+# - Throughput flat: the mean of the last 10 s within 10% of the first 10 s
+#   after the warm-up (either way: a rise is reported as well as a decline).
+# - Memory: RSS growth under 10% from the end of the warm-up to the end.
+# Paid payments are signed just before each slice (validBefore = signing time
+# + the quote's maxTimeoutSeconds), so a slice never sends an expired one, if
+# signing and the slice together take less than maxTimeoutSeconds - 6 s (a
+# heavily loaded machine signs slowly: its refusals count as unexpected).
+# The raw output is also written to benches/results/<UTC time>-soak-<N>s.txt.
 #
 #   scripts/soak.sh [SECONDS_PER_KIND]
 #
-# Bounded: 3 x SECONDS of load, at most SOAK_PAID_PER_SLICE pre-signed
-# payments per paid slice (default 75000, i.e. up to 15k paid req/s; a slice
-# that runs out says so). Stops the server on exit. Needs wrk.
+# Bounded: 3 x (warm-up + SECONDS) of load, at most SOAK_PAID_PER_SLICE
+# pre-signed payments per paid slice (default 75000, i.e. up to 15k paid
+# req/s; a slice that runs out says so). Stops the server on exit. Needs wrk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +46,12 @@ if [ "$slices" -lt 4 ]; then
   echo "soak: SECONDS_PER_KIND must be at least $((4 * slice)) (two 10 s windows)" >&2
   exit 2
 fi
+warmup_slices=$(( ${SOAK_WARMUP_SECS:-40} / slice ))
+max_timeout=${SOAK_MAX_TIMEOUT_SECS:-30}
+if [ "$max_timeout" -lt $((slice + 10)) ]; then
+  echo "soak: SOAK_MAX_TIMEOUT_SECS must be at least $((slice + 10)) (a payment outlives its slice)" >&2
+  exit 2
+fi
 threads=${SOAK_THREADS:-2}
 connections=${SOAK_CONNECTIONS:-32}
 paid_per_slice=${SOAK_PAID_PER_SLICE:-75000}
@@ -34,7 +59,12 @@ target=${CARGO_TARGET_DIR:-target}
 
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
 
+mkdir -p benches/results
+raw=benches/results/$(date -u +%Y-%m-%dT%H%M%SZ)-soak-${seconds}s.txt
+exec > >(tee "$raw") 2>&1
+
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "per kind: ${warmup_slices}x${slice}s warm-up (not judged), then ${seconds}s judged; quotes maxTimeoutSeconds $max_timeout"
 cargo build --quiet --release --features axum,http-facilitator,rustls,tracing --example gateway --example gateway_presign
 
 work=$(mktemp -d)
@@ -47,7 +77,7 @@ trap cleanup EXIT
 
 # A free loopback port: bind port 0 and read what the kernel chose.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-GATEWAY_LISTEN="127.0.0.1:$port" \
+GATEWAY_LISTEN="127.0.0.1:$port" GATEWAY_MAX_TIMEOUT_SECS="$max_timeout" \
 GATEWAY_FREE_PER_MINUTE=4194303 GATEWAY_FREE_PER_HOUR=4194303 RUST_LOG="${RUST_LOG:-warn}" \
   "$target/release/examples/gateway" >"$work/server.log" 2>&1 &
 server=$!
@@ -79,30 +109,45 @@ slice_of() { # expect body [payments]
 verdicts=()
 soak() { # kind expect body
   local kind=$1 expect=$2 body=$3
-  local payments_dir=""
+  local quote=""
   if [ "$kind" = paid ]; then
-    local quote
     quote=$(curl -s -o /dev/null -D - -H 'content-type: application/json' -d "$paid_body" "$base/v1/chat/completions" \
       | tr -d '\r' | awk -F': ' 'tolower($1)=="payment-required" {print $2}')
-    payments_dir=$work/payments
-    mkdir -p "$payments_dir"
-    "$target/release/examples/gateway_presign" "$quote" "$((paid_per_slice * slices))" "$work/payments.txt" 2>/dev/null
-    split -l "$paid_per_slice" -d -a 3 "$work/payments.txt" "$payments_dir/slice."
-    rm "$work/payments.txt"
   fi
-  echo "==> $kind: ${seconds}s in ${slice}s slices ($threads wrk threads, $connections connections), RSS $(rss_kib) KiB before"
-  local rates=() rss=() bad=0 ran_out=0 i
-  for i in $(seq 0 $((slices - 1))); do
+  echo "==> $kind: ${warmup_slices}x${slice}s warm-up, then ${seconds}s in ${slice}s slices ($threads wrk threads, $connections connections), RSS $(rss_kib) KiB before"
+  local rates=() rss=() bad=0 ran_out=0 i rss_warm last_rps=""
+  rss_warm=$(rss_kib)
+  for i in $(seq 1 $((warmup_slices + slices))); do
     local payments=""
-    [ -n "$payments_dir" ] && payments=$payments_dir/slice.$(printf '%03d' "$i")
+    if [ -n "$quote" ]; then
+      # Signed now, valid for maxTimeoutSeconds from now: longer than the slice.
+      # Twice what the last slice used (signing is not free; the rate may rise),
+      # 25000 for the first (a warm-up slice: running out there is harmless).
+      local count=$paid_per_slice
+      if [ -z "$last_rps" ]; then
+        [ "$count" -gt 25000 ] && count=25000
+      elif [ $((last_rps * slice * 2 + 5000)) -lt "$count" ]; then
+        count=$((last_rps * slice * 2 + 5000))
+      fi
+      payments=$work/payments.txt
+      "$target/release/examples/gateway_presign" "$quote" "$count" "$payments" 2>/dev/null
+    fi
     read -r rps unexpected exhausted < <(slice_of "$expect" "$body" "$payments")
-    rates+=("$rps"); rss+=("$(rss_kib)")
-    bad=$((bad + unexpected)); ran_out=$((ran_out + exhausted))
-    printf '  t=%3ds  %8s req/s  RSS %6s KiB  unexpected %s%s\n' "$(((i + 1) * slice))" "$rps" "${rss[-1]}" "$unexpected" \
-      "$([ "$exhausted" -gt 0 ] && echo '  (ran out of payments)')"
+    last_rps=$rps
+    local label
+    if [ "$i" -le "$warmup_slices" ]; then
+      label="warm-up"
+      rss_warm=$(rss_kib)
+    else
+      label="t=$(printf '%3d' $(((i - warmup_slices) * slice)))s"
+      rates+=("$rps"); rss+=("$(rss_kib)")
+      bad=$((bad + unexpected)); ran_out=$((ran_out + exhausted))
+    fi
+    printf '  %-8s %8s req/s  RSS %6s KiB  load %5s  unexpected %s%s\n' "$label" "$rps" "$(rss_kib)" \
+      "$(cut -d' ' -f1 /proc/loadavg)" "$unexpected" "$([ "$exhausted" -gt 0 ] && echo '  (ran out of payments)')"
   done
   local verdict
-  verdict=$(python3 - "$kind" "${rates[*]}" "${rss[*]}" "$bad" "$ran_out" <<'PY'
+  verdict=$(python3 - "$kind" "${rates[*]}" "$rss_warm ${rss[*]}" "$bad" "$ran_out" <<'PY'
 import sys
 kind, rates, rss, bad, ran_out = sys.argv[1], [float(x) for x in sys.argv[2].split()], [int(x) for x in sys.argv[3].split()], int(sys.argv[4]), int(sys.argv[5])
 first, last = sum(rates[:2]) / 2, sum(rates[-2:]) / 2
@@ -126,5 +171,7 @@ soak paid 200 "$paid_body"
 soak free 200 "$free_body"
 
 echo
-echo "summary (${seconds}s per kind; throughput within 10%, RSS growth under 10%):"
+echo "summary (${seconds}s per kind after a ${warmup_slices}x${slice}s warm-up; throughput within 10%, RSS growth under 10% from the end of the warm-up):"
 printf '%s\n' "${verdicts[@]}"
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (figures from a busy machine are noisy)"
+echo "raw output: $raw"

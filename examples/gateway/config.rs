@@ -9,6 +9,7 @@
 //! | `GATEWAY_UPSTREAM_KEY_<PROVIDER>` | none | that provider's API key (never printed) |
 //! | `GATEWAY_FAULTS` | none | `model_id=preset,…`: inject upstream faults (see `upstream::Fault::preset`) |
 //! | `GATEWAY_PAY_TO` | development account 9 | the address paid (`payTo` of every quote) |
+//! | `GATEWAY_MAX_TIMEOUT_SECS` | `300` | `maxTimeoutSeconds` of every quote: how long a signed payment stays valid, and so how long its nonce is remembered |
 //! | `GATEWAY_FREE_PER_MINUTE` | `30` | free-model requests per client IP per minute |
 //! | `GATEWAY_FREE_PER_HOUR` | `300` | free-model requests per client IP per hour |
 //! | `GATEWAY_IMAGE_JOB_MILLIS` | `2000` | how long an image job runs (`0`: answered at once) |
@@ -81,6 +82,8 @@ pub(crate) struct Config {
     pub(crate) clock: SharedClock,
     /// The address every quote asks to be paid (`payTo`).
     pub(crate) pay_to: String,
+    /// `maxTimeoutSeconds` of every quote.
+    pub(crate) max_timeout_secs: u64,
     /// The in-process USDC ledger payments settle on.
     pub(crate) ledger: Arc<DevLedger>,
     /// Free-model quotas per client IP.
@@ -138,6 +141,7 @@ pub(crate) struct SolanaSettings {
 
 impl Default for Config {
     fn default() -> Self {
+        let clock: SharedClock = Arc::new(SystemClock);
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8402)),
             body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
@@ -145,9 +149,11 @@ impl Default for Config {
             catalogue: Catalogue::embedded(),
             providers: Vec::new(),
             faults: HashMap::new(),
-            clock: Arc::new(SystemClock),
             pay_to: DevLedger::DEV_ACCOUNTS[9].to_owned(),
-            ledger: Arc::new(DevLedger::new()),
+            max_timeout_secs: walletgate::x402::DEFAULT_MAX_TIMEOUT_SECS,
+            // Used authorizations are forgotten once their validBefore passes.
+            ledger: Arc::new(DevLedger::new().expiring_with(clock.clone())),
+            clock,
             free_tier: FreeTierQuotas::default(),
             image_job: Duration::from_millis(DEFAULT_IMAGE_JOB_MILLIS),
             network: PaymentNetwork::LocalEvm,
@@ -213,6 +219,15 @@ impl Config {
             walletgate::x402::PaymentOption::base_sepolia_usdc(&pay_to)
                 .map_err(|error| invalid("GATEWAY_PAY_TO", error.to_string()))?;
             config.pay_to = pay_to;
+        }
+        if let Some(secs) = var("GATEWAY_MAX_TIMEOUT_SECS") {
+            config.max_timeout_secs =
+                secs.parse().ok().filter(|secs| *secs > 0).ok_or_else(|| {
+                    invalid(
+                        "GATEWAY_MAX_TIMEOUT_SECS",
+                        "expected a positive number of seconds",
+                    )
+                })?;
         }
         let per_minute = positive(&var, "GATEWAY_FREE_PER_MINUTE")?;
         let per_hour = positive(&var, "GATEWAY_FREE_PER_HOUR")?;
@@ -377,6 +392,7 @@ mod tests {
             ),
             ("GATEWAY_FREE_PER_MINUTE", "1000"),
             ("GATEWAY_IMAGE_JOB_MILLIS", "0"),
+            ("GATEWAY_MAX_TIMEOUT_SECS", "20"),
         ]))
         .unwrap();
         assert_eq!(config.listen.port(), 9999);
@@ -388,6 +404,7 @@ mod tests {
         assert_eq!(config.free_tier.per_minute(), 1000);
         assert_eq!(config.free_tier.per_hour(), 300);
         assert_eq!(config.image_job, Duration::ZERO);
+        assert_eq!(config.max_timeout_secs, 20);
         assert_eq!(config.network, PaymentNetwork::LocalEvm);
         let solana = Config::from_vars(vars(&[
             ("GATEWAY_NETWORK", "solana"),
@@ -439,6 +456,7 @@ mod tests {
             ("GATEWAY_PAY_TO", "0x1234"),
             ("GATEWAY_FREE_PER_HOUR", "0"),
             ("GATEWAY_IMAGE_JOB_MILLIS", "soon"),
+            ("GATEWAY_MAX_TIMEOUT_SECS", "0"),
             ("GATEWAY_NETWORK", "dogecoin"),
             ("GATEWAY_NETWORK", "solana"),
             (

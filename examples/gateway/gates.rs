@@ -183,6 +183,16 @@ impl PaymentSettings {
         self
     }
 
+    /// The same settings with every offer's `maxTimeoutSeconds` set to `secs`.
+    pub(crate) fn with_max_timeout_secs(mut self, secs: u64) -> Result<Self, ConfigError> {
+        self.options = self
+            .options
+            .into_iter()
+            .map(|option| option.with_max_timeout_secs(secs))
+            .collect::<Result<_, _>>()?;
+        Ok(self)
+    }
+
     /// An x402 layer over these settings, pricing requests with `pricing`.
     ///
     /// `paid_replay` lets the very payment that was settled through again,
@@ -331,6 +341,32 @@ impl Facilitator for FaultyFacilitator {
 mod tests {
     use super::*;
     use walletgate::x402::{AtomicAmount, Network};
+
+    #[test]
+    fn every_offer_quotes_the_configured_max_timeout() {
+        let clock: SharedClock = Arc::new(walletgate::SystemClock);
+        let settings = PaymentSettings::local_evm(
+            DevLedger::DEV_ACCOUNTS[9],
+            Arc::new(DevLedger::new()),
+            clock,
+        )
+        .unwrap();
+        let amount = AtomicAmount::new(1_000);
+        assert_eq!(
+            settings.options[0]
+                .requirements_for_amount(amount)
+                .max_timeout_seconds,
+            300
+        );
+        let settings = settings.with_max_timeout_secs(20).unwrap();
+        assert_eq!(
+            settings.options[0]
+                .requirements_for_amount(amount)
+                .max_timeout_seconds,
+            20
+        );
+        assert!(settings.with_max_timeout_secs(0).is_err());
+    }
 
     #[tokio::test]
     async fn the_settlement_log_keeps_a_running_total() {

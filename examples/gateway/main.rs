@@ -189,7 +189,9 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
             PaymentSettings::solana(settings, fee_payer, &config.tls, config.clock.clone())?
         }
     };
-    let payments = payments.with_faults(config.payment_faults);
+    let payments = payments
+        .with_faults(config.payment_faults)
+        .with_max_timeout_secs(config.max_timeout_secs)?;
     let gates = Gates {
         free_tier: free_tier(config.free_tier, redis.as_ref()),
         inference_payment: payments.inference_layer()?,

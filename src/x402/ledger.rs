@@ -9,14 +9,16 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use alloy_primitives::{Address, B256, keccak256};
 
 use super::eip712::{TokenId, parse_evm_address};
+use super::expiring::ExpiringMap;
 use super::facilitator::BoxFuture;
+use crate::clock::SharedClock;
 
 /// A verified authorization, ready to settle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +33,9 @@ pub struct Transfer {
     pub value: u128,
     /// The EIP-3009 nonce.
     pub nonce: B256,
+    /// The authorization's `validBefore`: a transfer at or after it reverts on chain,
+    /// so a ledger need not remember the nonce longer.
+    pub valid_before_unix_secs: u64,
 }
 
 /// Why a ledger refused or could not answer.
@@ -43,6 +48,8 @@ pub enum LedgerError {
     AuthorizationUsed,
     /// The ledger does not hold this token.
     UnknownToken,
+    /// The authorization's `validBefore` has passed.
+    AuthorizationExpired,
     /// The ledger could not be reached; nothing happened.
     Unavailable(String),
 }
@@ -53,6 +60,7 @@ impl fmt::Display for LedgerError {
             Self::InsufficientFunds => f.write_str("insufficient funds"),
             Self::AuthorizationUsed => f.write_str("authorization already used"),
             Self::UnknownToken => f.write_str("unknown token"),
+            Self::AuthorizationExpired => f.write_str("authorization expired"),
             Self::Unavailable(detail) => write!(f, "ledger unavailable: {detail}"),
         }
     }
@@ -76,19 +84,63 @@ pub trait Ledger: Send + Sync + 'static {
 ///
 /// Starts with [`DEV_ACCOUNT_FUNDS`](Self::DEV_ACCOUNT_FUNDS) on each of the
 /// ten public development accounts on Base Sepolia USDC. Settlement checks
-/// and debits atomically, marks the nonce used forever, and returns a
-/// deterministic transaction id.
-#[derive(Debug, Default)]
+/// and debits atomically, marks the nonce used, and returns a deterministic
+/// transaction id.
+///
+/// Without a clock it remembers every used authorization. With one
+/// ([`expiring_with`](Self::expiring_with)) it does what the chain does at
+/// `validBefore`: refuses the transfer from then on, so it forgets the nonce
+/// then (a few expired ones per transfer); memory follows the authorizations
+/// still valid, about 100 bytes each (a 32-byte digest of token, payer and
+/// nonce, the expiry, and the index).
+///
+/// The used authorizations live in sixteen shards, each behind its own lock:
+/// a growing table rehashes a sixteenth of them at a time (one table of a
+/// million entries stalled every settlement for tens of milliseconds).
 pub struct DevLedger {
     state: Mutex<DevLedgerState>,
+    /// Keccak-256 of (chain id, asset, payer, nonce), until `validBefore`
+    /// (forever without a clock). Lock order: a shard, then `state`.
+    used: Box<[Mutex<UsedShard>]>,
+    clock: Option<SharedClock>,
 }
+
+type UsedShard = ExpiringMap<[u8; 32], ()>;
+
+/// Shards of the used authorizations.
+const USED_SHARDS: usize = 16;
 
 #[derive(Debug, Default)]
 struct DevLedgerState {
     balances: HashMap<(TokenId, Address), u128>,
-    used: HashSet<(TokenId, Address, B256)>,
     settlements: u64,
 }
+
+impl Default for DevLedger {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            used: (0..USED_SHARDS).map(|_| Mutex::default()).collect(),
+            clock: None,
+        }
+    }
+}
+
+impl fmt::Debug for DevLedger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let used = self.remembered_authorizations();
+        let state = self.lock();
+        f.debug_struct("DevLedger")
+            .field("balances", &state.balances)
+            .field("used", &used)
+            .field("settlements", &state.settlements)
+            .field("expiring", &self.clock.is_some())
+            .finish()
+    }
+}
+
+/// Used authorizations forgotten per transfer at most (more than one transfer adds).
+const SWEEP_STEP: usize = 8;
 
 impl DevLedger {
     /// The ten accounts of the public Hardhat/Anvil development mnemonic
@@ -131,6 +183,23 @@ impl DevLedger {
         Self::default()
     }
 
+    /// The same ledger reading time from `clock`: a transfer at or after its
+    /// `validBefore` is refused ([`LedgerError::AuthorizationExpired`]) and a
+    /// used authorization is forgotten once its `validBefore` has passed.
+    #[must_use]
+    pub fn expiring_with(mut self, clock: SharedClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// How many used authorizations are remembered (expired ones not yet forgotten included).
+    pub fn remembered_authorizations(&self) -> usize {
+        self.used
+            .iter()
+            .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .sum()
+    }
+
     /// Adds `amount` to `owner`'s balance of `token`.
     pub fn fund(&self, token: &TokenId, owner: Address, amount: u128) {
         let mut state = self.lock();
@@ -157,11 +226,36 @@ impl DevLedger {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn check_now(state: &DevLedgerState, transfer: &Transfer) -> Result<(), LedgerError> {
-        if state
-            .used
-            .contains(&(transfer.token, transfer.from, transfer.nonce))
-        {
+    /// The used-set key of `transfer`'s authorization, and its shard, locked.
+    fn used_shard(&self, transfer: &Transfer) -> ([u8; 32], MutexGuard<'_, UsedShard>) {
+        let mut preimage = [0_u8; 80];
+        preimage[..8].copy_from_slice(&transfer.token.chain_id.to_be_bytes());
+        preimage[8..28].copy_from_slice(transfer.token.asset.as_slice());
+        preimage[28..48].copy_from_slice(transfer.from.as_slice());
+        preimage[48..].copy_from_slice(transfer.nonce.as_slice());
+        let key = keccak256(preimage).0;
+        let shard = self.used[usize::from(key[0]) % USED_SHARDS]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        (key, shard)
+    }
+
+    /// The clock's now, or `None` without a clock (nothing expires).
+    fn now(&self) -> Option<u64> {
+        self.clock.as_ref().map(|clock| clock.now_unix_secs())
+    }
+
+    fn check_now(
+        state: &DevLedgerState,
+        used: &UsedShard,
+        transfer: &Transfer,
+        used_key: &[u8; 32],
+        now: Option<u64>,
+    ) -> Result<(), LedgerError> {
+        if now.is_some_and(|now| transfer.valid_before_unix_secs <= now) {
+            return Err(LedgerError::AuthorizationExpired);
+        }
+        if used.get(used_key, now.unwrap_or(0)).is_some() {
             return Err(LedgerError::AuthorizationUsed);
         }
         let balance = state
@@ -178,7 +272,10 @@ impl DevLedger {
 
 impl Ledger for DevLedger {
     fn check<'a>(&'a self, transfer: &'a Transfer) -> BoxFuture<'a, Result<(), LedgerError>> {
-        let result = Self::check_now(&self.lock(), transfer);
+        let now = self.now();
+        let (used_key, used) = self.used_shard(transfer);
+        let result = Self::check_now(&self.lock(), &used, transfer, &used_key, now);
+        drop(used);
         Box::pin(std::future::ready(result))
     }
 
@@ -186,8 +283,15 @@ impl Ledger for DevLedger {
         &'a self,
         transfer: &'a Transfer,
     ) -> BoxFuture<'a, Result<String, LedgerError>> {
+        let now = self.now();
+        // One authorization's shard, then the balances: the check, the debit
+        // and the used mark are one step.
+        let (used_key, mut used) = self.used_shard(transfer);
+        if let Some(now) = now {
+            used.sweep(now, SWEEP_STEP);
+        }
         let mut state = self.lock();
-        let result = Self::check_now(&state, transfer).map(|()| {
+        let result = Self::check_now(&state, &used, transfer, &used_key, now).map(|()| {
             let from = (transfer.token, transfer.from);
             if let Some(balance) = state.balances.get_mut(&from) {
                 *balance -= transfer.value;
@@ -197,18 +301,129 @@ impl Ledger for DevLedger {
                 .entry((transfer.token, transfer.to))
                 .or_default();
             *to = to.saturating_add(transfer.value);
-            state
-                .used
-                .insert((transfer.token, transfer.from, transfer.nonce));
+            let forget_at = if now.is_some() {
+                transfer.valid_before_unix_secs
+            } else {
+                u64::MAX
+            };
+            used.insert(used_key, (), forget_at);
             state.settlements += 1;
-            let mut preimage = Vec::with_capacity(92);
-            preimage.extend_from_slice(&transfer.token.chain_id.to_be_bytes());
-            preimage.extend_from_slice(transfer.from.as_slice());
-            preimage.extend_from_slice(transfer.nonce.as_slice());
-            preimage.extend_from_slice(&state.settlements.to_be_bytes());
-            keccak256(&preimage).to_string()
+            state.settlements
         });
         drop(state);
+        drop(used);
+        // The id is hashed outside the lock.
+        let result = result.map(|settlements| {
+            let mut preimage = [0_u8; 68];
+            preimage[..8].copy_from_slice(&transfer.token.chain_id.to_be_bytes());
+            preimage[8..28].copy_from_slice(transfer.from.as_slice());
+            preimage[28..60].copy_from_slice(transfer.nonce.as_slice());
+            preimage[60..].copy_from_slice(&settlements.to_be_bytes());
+            keccak256(preimage).to_string()
+        });
         Box::pin(std::future::ready(result))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::FakeClock;
+
+    fn transfer(nonce: u8, valid_before_unix_secs: u64) -> Transfer {
+        Transfer {
+            token: DevLedger::base_sepolia_usdc(),
+            from: DevLedger::DEV_ACCOUNTS[0].parse().unwrap(),
+            to: DevLedger::DEV_ACCOUNTS[1].parse().unwrap(),
+            value: 10,
+            nonce: B256::repeat_byte(nonce),
+            valid_before_unix_secs,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_clockless_ledger_remembers_every_used_authorization() {
+        let ledger = DevLedger::new();
+        let once = transfer(1, 0);
+        ledger.transfer_with_authorization(&once).await.unwrap();
+        assert_eq!(
+            ledger.transfer_with_authorization(&once).await,
+            Err(LedgerError::AuthorizationUsed)
+        );
+        assert_eq!(
+            ledger.check(&once).await,
+            Err(LedgerError::AuthorizationUsed)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_expiring_ledger_refuses_at_valid_before_and_then_forgets_the_nonce() {
+        let clock = FakeClock::at_unix_secs(1_000);
+        let ledger = DevLedger::new().expiring_with(Arc::new(clock.clone()));
+        let paid = transfer(1, 1_060);
+        let id = ledger.transfer_with_authorization(&paid).await.unwrap();
+        assert_eq!(id.len(), 66);
+        assert_eq!(
+            ledger.transfer_with_authorization(&paid).await,
+            Err(LedgerError::AuthorizationUsed),
+            "used until validBefore"
+        );
+        clock.advance(Duration::from_secs(60));
+        // At validBefore the chain refuses it: the nonce need not be remembered.
+        assert_eq!(
+            ledger.transfer_with_authorization(&paid).await,
+            Err(LedgerError::AuthorizationExpired)
+        );
+        assert_eq!(
+            ledger.check(&paid).await,
+            Err(LedgerError::AuthorizationExpired)
+        );
+        assert_eq!(
+            ledger.remembered_authorizations(),
+            0,
+            "swept by that transfer"
+        );
+        // Only the first payment moved funds.
+        let payer = DevLedger::DEV_ACCOUNTS[0].parse().unwrap();
+        assert_eq!(
+            ledger.balance_of(&DevLedger::base_sepolia_usdc(), payer),
+            DevLedger::DEV_ACCOUNT_FUNDS - 10
+        );
+    }
+
+    #[tokio::test]
+    async fn used_authorizations_are_forgotten_a_few_per_transfer() {
+        let clock = FakeClock::at_unix_secs(1_000);
+        let ledger = DevLedger::new().expiring_with(Arc::new(clock.clone()));
+        for nonce in 0..40 {
+            ledger
+                .transfer_with_authorization(&transfer(nonce, 1_010))
+                .await
+                .unwrap();
+        }
+        clock.advance(Duration::from_secs(10));
+        ledger
+            .transfer_with_authorization(&transfer(100, 2_000))
+            .await
+            .unwrap();
+        let left = ledger.remembered_authorizations();
+        assert!(
+            left >= 40 + 1 - SWEEP_STEP,
+            "a few at a time, not all: {left}"
+        );
+        for nonce in 101..=250 {
+            ledger
+                .transfer_with_authorization(&transfer(nonce, 2_000))
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            ledger.remembered_authorizations(),
+            151,
+            "only the live ones"
+        );
     }
 }

@@ -233,6 +233,7 @@ impl LocalEvmFacilitator {
             to,
             value: value.units(),
             nonce,
+            valid_before_unix_secs: valid_before,
         })
     }
 }
@@ -243,6 +244,7 @@ fn ledger_reason(error: &LedgerError) -> Option<&'static str> {
         LedgerError::InsufficientFunds => Some(reason::INSUFFICIENT_FUNDS),
         LedgerError::AuthorizationUsed => Some(reason::NONCE_ALREADY_USED),
         LedgerError::UnknownToken => Some(reason::INVALID_NETWORK),
+        LedgerError::AuthorizationExpired => Some(reason::VALID_BEFORE),
         LedgerError::Unavailable(_) => None,
     }
 }

@@ -118,6 +118,7 @@
 pub mod codec;
 mod eip712;
 mod error;
+mod expiring;
 mod facilitator;
 mod future;
 #[cfg(feature = "http-facilitator")]

@@ -12,7 +12,7 @@ use super::eip712::{parse_evm_address, parse_signature};
 use super::error::ConfigError;
 use super::facilitator::reason;
 use super::types::{
-    AtomicAmount, ExactEvmPayload, Network, PaymentRequired, PaymentRequirements, ResourceInfo,
+    AtomicAmount, ExactEvmPayloadRef, Network, PaymentRequired, PaymentRequirements, ResourceInfo,
     SCHEME_EXACT, UsdAmount, ValueError, X402_VERSION,
 };
 use crate::envelope::{PaymentInfo, QuoteBody, QuotePrice, header};
@@ -317,7 +317,7 @@ pub fn matching_offer<'a>(
 /// those answer `PAYMENT_UNFUNDED`.
 pub(crate) fn check_authorization(
     offer: &PaymentRequirements,
-    evm: Option<&ExactEvmPayload>,
+    evm: Option<&ExactEvmPayloadRef<'_>>,
     now_unix_secs: u64,
 ) -> Result<(), &'static str> {
     let Some(evm) = evm.filter(|_| offer.network.eip155_chain_id().is_some()) else {
@@ -329,7 +329,7 @@ pub(crate) fn check_authorization(
     if evm.authorization.valid_before > latest {
         return Err(reason::AUTHORIZATION_TOO_LONG);
     }
-    if parse_signature(&evm.signature).is_none() {
+    if parse_signature(evm.signature).is_none() {
         return Err(reason::SIGNATURE_NOT_CANONICAL);
     }
     Ok(())
@@ -351,7 +351,7 @@ fn offer_matches(offer: &PaymentRequirements, accepted: &PaymentRequirements) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::x402::types::PaymentRequired;
+    use crate::x402::types::{Eip3009AuthorizationRef, PaymentRequired};
 
     const PAY_TO: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 
@@ -428,15 +428,16 @@ mod tests {
     fn authorizations_are_bounded_by_the_offer_timeout_and_canonical() {
         let now = 1_750_000_000;
         let signature = "0xde455c78879fd9219b2b89a4b1e80bc039788cfb436f8550cad4cae17e35220a5a820f16fef5223f1e8b1cd8784f40707ec8e18283e8a1b357680fe6a9fa7abc1c";
-        let evm = |valid_before: u64, signature: &str| ExactEvmPayload {
-            signature: signature.to_owned(),
-            authorization: crate::x402::Eip3009Authorization {
-                from: PAY_TO.into(),
-                to: PAY_TO.into(),
+        let nonce = format!("0x{}", "11".repeat(32));
+        let evm = |valid_before: u64, signature| ExactEvmPayloadRef {
+            signature,
+            authorization: Eip3009AuthorizationRef {
+                from: PAY_TO,
+                to: PAY_TO,
                 value: AtomicAmount::new(11_000),
                 valid_after: 0,
                 valid_before,
-                nonce: format!("0x{}", "11".repeat(32)),
+                nonce: &nonce,
             },
         };
         let limit = now + 300 + AUTHORIZATION_CLOCK_SKEW_SECS;

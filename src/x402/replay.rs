@@ -29,15 +29,18 @@
 //! # }
 //! ```
 
-use crate::store::StoreError;
-use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
 
+use alloy_primitives::{Address, B256, keccak256};
+
+use super::eip712::{parse_b256, parse_evm_address};
+use super::expiring::ExpiringMap;
 use super::facilitator::BoxFuture;
 use super::receipt::PaymentReceipt;
-use super::types::Network;
+use super::types::{AtomicAmount, Network};
 use crate::clock::SharedClock;
+use crate::store::StoreError;
 
 /// Identifies one authorization: network, payer and nonce, lowercased.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -102,18 +105,100 @@ pub trait NonceStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
+/// A claim or a settlement, as a shard keeps it: fixed-size fields only.
 #[derive(Debug)]
 enum State {
     InFlight,
-    Spent(SpentAuthorization),
+    Spent(Spent),
 }
 
+/// A spent authorization in about 100 bytes: the payload's fingerprint and its
+/// receipt, compacted.
 #[derive(Debug)]
-struct Entry {
-    state: State,
-    expires_at_unix_secs: u64,
-    /// Its place in the shard's expiry index.
-    seq: u64,
+struct Spent {
+    fingerprint: [u8; 32],
+    receipt: StoredReceipt,
+}
+
+/// A receipt without heap strings when it has the usual shape (a checksummed
+/// EVM payer, a 32-byte transaction hash, the key as its authorization id, a
+/// network seen before); anything else is kept whole.
+#[derive(Debug)]
+enum StoredReceipt {
+    Compact {
+        payer: [u8; 20],
+        transaction: [u8; 32],
+        /// Little-endian atomic units (bytes: no 16-byte alignment padding).
+        amount: [u8; 16],
+        /// Index into the shard's networks.
+        network: u8,
+        replayed: bool,
+    },
+    Whole(Box<PaymentReceipt>),
+}
+
+/// Networks a shard interns at most (their receipts are compacted).
+const INTERNED_NETWORKS: usize = 16;
+
+impl StoredReceipt {
+    fn store(receipt: PaymentReceipt, key: &AuthorizationKey, networks: &mut Vec<Network>) -> Self {
+        let compact = (|| {
+            if receipt.authorization_id() != key.as_str() {
+                return None;
+            }
+            let payer = parse_evm_address(receipt.payer())
+                .filter(|payer| payer.to_checksum(None) == receipt.payer())?;
+            let transaction = receipt.transaction().and_then(|transaction| {
+                let digits = transaction.strip_prefix("0x")?;
+                let lowercase = digits
+                    .bytes()
+                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+                lowercase.then(|| parse_b256(transaction)).flatten()
+            })?;
+            let network = match networks.iter().position(|known| known == receipt.network()) {
+                Some(index) => index,
+                None if networks.len() < INTERNED_NETWORKS => {
+                    networks.push(receipt.network().clone());
+                    networks.len() - 1
+                }
+                None => return None,
+            };
+            Some(Self::Compact {
+                payer: payer.0.0,
+                transaction: transaction.0,
+                amount: receipt.amount().units().to_le_bytes(),
+                network: u8::try_from(network).ok()?,
+                replayed: receipt.is_replay(),
+            })
+        })();
+        compact.unwrap_or_else(|| Self::Whole(Box::new(receipt)))
+    }
+
+    fn load(&self, key: &AuthorizationKey, networks: &[Network]) -> Option<PaymentReceipt> {
+        match self {
+            Self::Compact {
+                payer,
+                transaction,
+                amount,
+                network,
+                replayed,
+            } => {
+                let receipt = PaymentReceipt::new(
+                    Address::from(*payer).to_checksum(None),
+                    AtomicAmount::new(u128::from_le_bytes(*amount)),
+                    networks.get(usize::from(*network))?.clone(),
+                    key.as_str().to_owned(),
+                )
+                .settled(B256::from(*transaction).to_string());
+                Some(if *replayed {
+                    receipt.replayed()
+                } else {
+                    receipt
+                })
+            }
+            Self::Whole(receipt) => Some((**receipt).clone()),
+        }
+    }
 }
 
 /// Expired entries removed per store operation at most: more than an
@@ -124,9 +209,19 @@ const SWEEP_STEP: usize = 8;
 /// growth are a sixteenth of the whole.
 const SHARDS: usize = 16;
 
+/// A key as the store keeps it: the Keccak-256 of its text.
+type KeyDigest = [u8; 32];
+
 /// An in-process [`NonceStore`] with expiry, without pauses: every operation
 /// removes a few expired entries (oldest first, from a time-ordered index), so
 /// memory follows the live set and no call sweeps the whole map.
+///
+/// Each entry is fixed-size: the key's 32-byte digest, the expiry, and for a
+/// spent authorization its payload fingerprint and receipt without heap
+/// strings (a receipt of another shape is kept whole). About 300 bytes per
+/// spent authorization with the map's and the index's overhead (the `x402`
+/// bench `retained bytes per payment` measures it), held until the
+/// authorization expires.
 pub struct InMemoryNonceStore {
     clock: SharedClock,
     shards: Box<[Mutex<Shard>]>,
@@ -134,48 +229,9 @@ pub struct InMemoryNonceStore {
 
 #[derive(Default)]
 struct Shard {
-    entries: HashMap<AuthorizationKey, Entry>,
-    /// Each entry's key under (expiry, sequence number): one index item per
-    /// entry, removed with it, so the index is as large as the map.
-    expiries: BTreeMap<(u64, u64), AuthorizationKey>,
-    next_seq: u64,
-}
-
-impl Shard {
-    fn insert(&mut self, key: &AuthorizationKey, state: State, expires_at_unix_secs: u64) {
-        self.remove(key);
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.expiries
-            .insert((expires_at_unix_secs, seq), key.clone());
-        self.entries.insert(
-            key.clone(),
-            Entry {
-                state,
-                expires_at_unix_secs,
-                seq,
-            },
-        );
-    }
-
-    fn remove(&mut self, key: &AuthorizationKey) {
-        if let Some(old) = self.entries.remove(key) {
-            self.expiries.remove(&(old.expires_at_unix_secs, old.seq));
-        }
-    }
-
-    /// Removes up to [`SWEEP_STEP`] entries expired at `now`, oldest first.
-    fn sweep(&mut self, now: u64) {
-        for _ in 0..SWEEP_STEP {
-            match self.expiries.first_entry() {
-                Some(due) if due.key().0 <= now => {
-                    let key = due.remove();
-                    self.entries.remove(&key);
-                }
-                _ => return,
-            }
-        }
-    }
+    entries: ExpiringMap<KeyDigest, State>,
+    /// The networks of compacted receipts.
+    networks: Vec<Network>,
 }
 
 impl InMemoryNonceStore {
@@ -206,33 +262,37 @@ impl InMemoryNonceStore {
         self.len() == 0
     }
 
-    /// The shard of `key` (FNV-1a of its text: the same shard in every run).
-    fn shard(&self, key: &AuthorizationKey) -> std::sync::MutexGuard<'_, Shard> {
-        let hash = key
-            .as_str()
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-                (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-            });
+    /// The digest of `key` and its shard (picked by the digest: the same in every run).
+    fn shard(&self, key: &AuthorizationKey) -> (KeyDigest, std::sync::MutexGuard<'_, Shard>) {
+        let digest = keccak256(key.as_str().as_bytes()).0;
+        let index = usize::from(digest[0]) % SHARDS;
         // Every update keeps the shard consistent: a poisoned lock holds consistent data.
-        self.shards[(hash % SHARDS as u64) as usize]
+        let shard = self.shards[index]
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner);
+        (digest, shard)
     }
 
     fn claim_now(&self, key: &AuthorizationKey, hold_until_unix_secs: u64) -> Claim {
         let now = self.clock.now_unix_secs();
-        let mut shard = self.shard(key);
-        shard.sweep(now);
-        if let Some(entry) = shard.entries.get(key)
-            && entry.expires_at_unix_secs > now
-        {
-            return match &entry.state {
-                State::InFlight => Claim::InFlight,
-                State::Spent(spent) => Claim::Spent(spent.clone()),
-            };
+        let (digest, mut shard) = self.shard(key);
+        shard.entries.sweep(now, SWEEP_STEP);
+        let shard = &mut *shard;
+        match shard.entries.get(&digest, now) {
+            Some(State::InFlight) => return Claim::InFlight,
+            Some(State::Spent(spent)) => {
+                if let Some(receipt) = spent.receipt.load(key, &shard.networks) {
+                    return Claim::Spent(SpentAuthorization {
+                        receipt,
+                        fingerprint: spent.fingerprint,
+                    });
+                }
+            }
+            None => {}
         }
-        shard.insert(key, State::InFlight, hold_until_unix_secs);
+        shard
+            .entries
+            .insert(digest, State::InFlight, hold_until_unix_secs);
         Claim::Claimed
     }
 }
@@ -257,15 +317,9 @@ impl NonceStore for InMemoryNonceStore {
     }
 
     fn release(&self, key: &AuthorizationKey) {
-        let mut shard = self.shard(key);
-        if matches!(
-            shard.entries.get(key),
-            Some(Entry {
-                state: State::InFlight,
-                ..
-            })
-        ) {
-            shard.remove(key);
+        let (digest, mut shard) = self.shard(key);
+        if matches!(shard.entries.peek(&digest), Some(State::InFlight)) {
+            shard.entries.remove(&digest);
         }
     }
 
@@ -276,10 +330,16 @@ impl NonceStore for InMemoryNonceStore {
         keep_until_unix_secs: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let now = self.clock.now_unix_secs();
-        let mut shard = self.shard(key);
-        shard.sweep(now);
-        shard.insert(key, State::Spent(spent), keep_until_unix_secs);
-        drop(shard);
+        let (digest, mut shard) = self.shard(key);
+        shard.entries.sweep(now, SWEEP_STEP);
+        let shard = &mut *shard;
+        let spent = Spent {
+            fingerprint: spent.fingerprint,
+            receipt: StoredReceipt::store(spent.receipt, key, &mut shard.networks),
+        };
+        shard
+            .entries
+            .insert(digest, State::Spent(spent), keep_until_unix_secs);
         Box::pin(std::future::ready(Ok(())))
     }
 }
@@ -357,7 +417,7 @@ mod tests {
         let shards_indexed: usize = store
             .shards
             .iter()
-            .map(|shard| shard.lock().unwrap().expiries.len())
+            .map(|shard| shard.lock().unwrap().entries.indexed())
             .sum();
         assert_eq!(shards_indexed, fresh);
     }
@@ -374,7 +434,7 @@ mod tests {
         let indexed: usize = store
             .shards
             .iter()
-            .map(|shard| shard.lock().unwrap().expiries.len())
+            .map(|shard| shard.lock().unwrap().entries.indexed())
             .sum();
         assert_eq!(indexed, 0);
     }
@@ -393,5 +453,80 @@ mod tests {
             store.claim(&other, 30).await.unwrap();
         }
         assert_eq!(store.claim(&key, 600).await.unwrap(), Claim::Spent(spent()));
+    }
+
+    /// A receipt as the payment flow makes it: checksummed payer, 32-byte transaction hash.
+    fn usual_receipt(key: &AuthorizationKey) -> PaymentReceipt {
+        PaymentReceipt::new(
+            "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into(),
+            AtomicAmount::new(1_129),
+            Network::base_sepolia(),
+            key.as_str().to_owned(),
+        )
+        .settled(format!("0x{}", "ab".repeat(32)))
+    }
+
+    #[tokio::test]
+    async fn a_usual_receipt_is_kept_compact_and_comes_back_exactly() {
+        let store = InMemoryNonceStore::new(Arc::new(FakeClock::at_unix_secs(0)));
+        let key = AuthorizationKey::new(&Network::base_sepolia(), "0xF39f", "0x2");
+        let spent = SpentAuthorization {
+            receipt: usual_receipt(&key),
+            fingerprint: [9; 32],
+        };
+        store.claim(&key, 10).await.unwrap();
+        store.mark_spent(&key, spent.clone(), 100).await.unwrap();
+        assert_eq!(store.claim(&key, 10).await.unwrap(), Claim::Spent(spent));
+        let compact = store.shards.iter().any(|shard| {
+            shard.lock().unwrap().entries.values().any(|state| {
+                matches!(
+                    state,
+                    State::Spent(Spent {
+                        receipt: StoredReceipt::Compact { .. },
+                        ..
+                    })
+                )
+            })
+        });
+        assert!(compact, "no heap strings for the usual shape");
+        assert!(
+            std::mem::size_of::<State>() <= 104,
+            "{}",
+            std::mem::size_of::<State>()
+        );
+    }
+
+    #[tokio::test]
+    async fn receipts_of_other_shapes_are_kept_whole_and_come_back_exactly() {
+        let store = InMemoryNonceStore::new(Arc::new(FakeClock::at_unix_secs(0)));
+        let key = AuthorizationKey::new(&Network::base_sepolia(), "0xa", "0x3");
+        let lowercase_payer = PaymentReceipt::new(
+            "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266".into(),
+            AtomicAmount::new(5),
+            Network::base_sepolia(),
+            key.as_str().to_owned(),
+        )
+        .settled(format!("0x{}", "cd".repeat(32)));
+        let other_id = usual_receipt(&key);
+        let other_id = PaymentReceipt::new(
+            other_id.payer().to_owned(),
+            other_id.amount(),
+            Network::solana_mainnet(),
+            "another id".into(),
+        )
+        .settled("5VERv8NMvzbJMEkV8xnrLkEaWRtSz9CosKDYjCJjBRnb".into())
+        .replayed();
+        for (n, receipt) in [lowercase_payer, other_id, spent().receipt]
+            .into_iter()
+            .enumerate()
+        {
+            let key = AuthorizationKey::new(&Network::base_sepolia(), "0xa", &n.to_string());
+            let spent = SpentAuthorization {
+                receipt,
+                fingerprint: [1; 32],
+            };
+            store.mark_spent(&key, spent.clone(), 100).await.unwrap();
+            assert_eq!(store.claim(&key, 10).await.unwrap(), Claim::Spent(spent));
+        }
     }
 }

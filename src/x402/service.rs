@@ -21,7 +21,10 @@ use super::types::{PaymentPayload, PaymentRequired, ResourceInfo, SettleResponse
 use crate::body::{ResponseBody, rejection};
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection, header};
 
-/// Seconds a spent authorization is remembered at least, whatever its `validBefore`.
+/// Seconds a spent authorization is remembered at least, whatever its
+/// `validBefore` (for paid replay), unless its offer's `maxTimeoutSeconds` is
+/// shorter: then that long (a server quoting short timeouts keeps its replay
+/// store that short).
 const MIN_SPENT_RETENTION_SECS: u64 = 120;
 
 /// The request id header handed to the settlement hook.
@@ -148,8 +151,9 @@ fn prepare<B>(
         Ok(payload) => payload,
         Err(error) => return Err(invalid(error.reason(), None)),
     };
-    let evm = payload.exact_evm();
-    let payer = evm.as_ref().map(|evm| evm.authorization.from.clone());
+    // Borrowed from the payload: no copies of its strings.
+    let evm = payload.exact_evm_ref();
+    let payer = evm.as_ref().map(|evm| evm.authorization.from.to_owned());
     if payload.x402_version != super::X402_VERSION {
         return Err(invalid(reason::INVALID_X402_VERSION, payer.as_deref()));
     }
@@ -163,8 +167,8 @@ fn prepare<B>(
     let key = match &evm {
         Some(evm) => AuthorizationKey::new(
             &offer.network,
-            &evm.authorization.from,
-            &evm.authorization.nonce,
+            evm.authorization.from,
+            evm.authorization.nonce,
         ),
         None => AuthorizationKey::new(
             &offer.network,
@@ -172,6 +176,7 @@ fn prepare<B>(
             &alloy_primitives::hex::encode(fingerprint),
         ),
     };
+    let valid_before = evm.map(|evm| evm.authorization.valid_before);
     Ok(Payment {
         request: FacilitatorRequest {
             x402_version: payload.x402_version,
@@ -182,7 +187,7 @@ fn prepare<B>(
         key,
         fingerprint,
         payer,
-        valid_before: evm.map(|evm| evm.authorization.valid_before),
+        valid_before,
         style,
         request_id: request
             .headers()
@@ -524,9 +529,10 @@ impl SettleJob {
         );
         let receipt = receipt.settled(settlement.transaction.clone());
         let now = config.clock.now_unix_secs();
+        let floor_secs = MIN_SPENT_RETENTION_SECS.min(offer.max_timeout_seconds);
         let keep_until = valid_before
             .unwrap_or(now)
-            .max(now.saturating_add(MIN_SPENT_RETENTION_SECS));
+            .max(now.saturating_add(floor_secs));
         let spent = SpentAuthorization {
             receipt: receipt.clone(),
             fingerprint,
