@@ -9,7 +9,6 @@
 //! scale-out issue asks. Then: Redis failing (stopped, then restarted on the
 //! same port) fails closed through each layer and recovers.
 
-#[allow(unreachable_pub)]
 mod redis_support;
 
 use std::future::Future;

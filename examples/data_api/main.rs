@@ -63,7 +63,7 @@ use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore,
 use walletgate::clock::{SharedClock, SystemClock};
 use walletgate::siwe::SiweVerifier;
 use walletgate::tokens::{IssuerConfig, SigningKeys, TokenIssuer};
-use walletgate::wallet_jwt::{InMemoryRevocations, JwksUrl, JwtVerifier, KeySet, WalletJwtLayer};
+use walletgate::wallet_jwt::{JwksUrl, JwtVerifier, KeySet, WalletJwtLayer};
 
 use crate::favorites::Favorites;
 use crate::openapi::{Access, Operation};
