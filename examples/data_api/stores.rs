@@ -6,9 +6,7 @@
 //! issuer have one concrete type whichever was configured.
 
 #[cfg(feature = "redis")]
-use walletgate::redis::{
-    RedisNonceStore, RedisPatStore, RedisRevocations, RedisSessionStore,
-};
+use walletgate::redis::{RedisNonceStore, RedisPatStore, RedisRevocations, RedisSessionStore};
 use walletgate::siwe::{InMemoryNonceStore, NonceConsumption, NonceFuture, NonceStore};
 use walletgate::store::StoreError;
 use walletgate::tokens::{
