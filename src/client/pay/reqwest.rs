@@ -18,9 +18,10 @@
 //!     .body(r#"{"model":"openai/gpt-5-mini","messages":[{"role":"user","content":"hi"}]}"#)
 //!     .send()
 //!     .await?;
-//! let receipt = X402Middleware::receipt(&response);
+//! if let Some(receipt) = X402Middleware::receipt(&response) {
+//!     eprintln!("{}", receipt.summary());
+//! }
 //! println!("{}", response.text().await?);
-//! # let _ = receipt;
 //! # Ok(())
 //! # }
 //! ```
