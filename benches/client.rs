@@ -1,6 +1,7 @@
 //! The paying client's signing path per request — sign + encode a
-//! `PAYMENT-SIGNATURE` through `PaymentSigner` (alloy's `PrivateKeySigner`,
-//! k256) — against its floor: one bare secp256k1 signature of a fresh
+//! `PAYMENT-SIGNATURE` through `PaymentSigner`, with alloy's
+//! `PrivateKeySigner` (k256) and with the crate's `Payer` (libsecp256k1) —
+//! against its floor: one bare secp256k1 signature of a fresh
 //! EIP-712 digest, with the same k256 signer and with libsecp256k1, measured
 //! in the same run. Target: at most 1.5x the floor.
 //!
@@ -18,7 +19,8 @@ use secp256k1::{Message, SECP256K1, SecretKey};
 use walletgate::client::pay::PaymentSigner;
 use walletgate::x402::payer::DEV_KEYS;
 use walletgate::x402::{
-    DevLedger, ExactEvmDomain, PaymentOption, ResourceInfo, TransferWithAuthorization, UsdAmount,
+    DevLedger, ExactEvmDomain, Payer, PaymentOption, ResourceInfo, TransferWithAuthorization,
+    UsdAmount,
 };
 
 const NOW: u64 = 1_750_000_000;
@@ -60,6 +62,7 @@ fn bench_client(c: &mut Criterion) {
     };
     let key: PrivateKeySigner = DEV_KEYS[1].parse().unwrap();
     let signer = PaymentSigner::new(key.clone());
+    let payer = PaymentSigner::new(Payer::dev(1));
     let domain = ExactEvmDomain::base_sepolia_usdc();
     let secret = SecretKey::from_byte_array(
         alloy_primitives::hex::decode(DEV_KEYS[1])
@@ -72,6 +75,9 @@ fn bench_client(c: &mut Criterion) {
     let mut group = c.benchmark_group("client_signing");
     group.bench_function("payment_header (sign + encode, k256)", |b| {
         b.iter(|| ready(signer.payment_header(black_box(&offer), Some(&resource), NOW)).unwrap())
+    });
+    group.bench_function("payment_header (sign + encode, Payer: libsecp256k1)", |b| {
+        b.iter(|| ready(payer.payment_header(black_box(&offer), Some(&resource), NOW)).unwrap())
     });
     let mut n = 0u64;
     group.bench_function("floor: EIP-712 digest + bare k256 signature", |b| {

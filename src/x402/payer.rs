@@ -169,13 +169,23 @@ impl Payer {
         domain: &ExactEvmDomain,
     ) -> Result<PaymentPayload, PayerError> {
         let digest = transfer_digest(&authorization, domain)?;
-        // libsecp256k1 signs with low `s`; `v` is 27 + the recovery id, as the chain wants.
+        signed_payment(offer, authorization, &self.sign_digest(digest))
+    }
+
+    /// The signature of a 32-byte digest, `r ‖ s ‖ v`: libsecp256k1 signs
+    /// with low `s`; `v` is 27 + the recovery id, as the chain wants.
+    pub fn sign_digest(&self, digest: B256) -> [u8; 65] {
         let signature = SECP256K1.sign_ecdsa_recoverable(Message::from_digest(digest.0), &self.key);
         let (recovery_id, compact) = signature.serialize_compact();
         let mut raw = [0u8; 65];
         raw[..64].copy_from_slice(&compact);
         raw[64] = if i32::from(recovery_id) == 0 { 27 } else { 28 };
-        signed_payment(offer, authorization, &raw)
+        raw
+    }
+
+    /// The address, unformatted.
+    pub fn address_bytes(&self) -> Address {
+        self.address
     }
 
     /// The payment for `offer` at `now_unix_secs`, with a fresh random nonce.
