@@ -147,6 +147,7 @@ impl X402PaymentLayer {
         &self.shared.signer
     }
 
+    #[cfg(feature = "reqwest")]
     pub(crate) fn shared(&self) -> Arc<Shared> {
         self.shared.clone()
     }
