@@ -1,14 +1,24 @@
 //! `walletgate`: the command-line client of walletgate services.
+//!
+//! * `walletgate pay URL` — one paid request to an x402 gateway;
+//! * `login`, `whoami`, `auth`, `api request`, `mcp-bridge` — the data API
+//!   commands (sign in with a wallet, keep its JWT, call the API).
 
 mod data;
 mod exit;
+mod pay;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// Sign in to a wallet-authenticated data API and call it.
+use crate::exit::Exit;
+
+/// The command line.
 #[derive(Parser)]
-#[command(name = "walletgate", version, about)]
+#[command(name = "walletgate", version, about = "Client of walletgate services")]
 struct Cli {
+    /// Data API globals (`--base-url`, `--api-key`, `--format`).
     #[command(flatten)]
     data: data::DataGlobals,
     #[command(subcommand)]
@@ -17,15 +27,31 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// One paid request: pays the x402 quote within --max-usd, prints the
+    /// body on stdout and one receipt line on stderr.
+    Pay(pay::PayArgs),
+    /// The data API commands (login, whoami, auth, api, mcp-bridge).
     #[command(flatten)]
     Data(data::DataCommand),
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    let exit = match cli.command {
-        Command::Data(command) => data::run(cli.data, command).await,
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("walletgate: cannot start the runtime: {error}");
+            return Exit::Api.into();
+        }
     };
+    let exit = runtime.block_on(async move {
+        match cli.command {
+            Command::Pay(args) => pay::run(args).await,
+            Command::Data(command) => data::run(cli.data, command).await,
+        }
+    });
     exit.into()
 }

@@ -152,7 +152,7 @@ struct Failure {
 impl Failure {
     fn auth(message: impl Into<String>) -> Self {
         Self {
-            exit: Exit::Auth,
+            exit: Exit::PaymentOrAuth,
             message: message.into(),
         }
     }
@@ -169,7 +169,7 @@ impl From<WalletError> for Failure {
     fn from(error: WalletError) -> Self {
         let exit = match &error {
             WalletError::RateLimited { .. } => Exit::RateLimited,
-            error if error.is_auth() => Exit::Auth,
+            error if error.is_auth() => Exit::PaymentOrAuth,
             _ => Exit::Api,
         };
         Self {
