@@ -1,0 +1,420 @@
+//! Interop of walletgate's paying side with the official x402 v2 servers:
+//! `@x402/express` 2.27 (`tests/interop/x402-express-server`) and the Python
+//! `x402` 2.25 Flask middleware (`tests/interop/x402-python-server`), each
+//! started on loopback with an in-process facilitator of the standard exact-EVM
+//! checks (EIP-712 recovery, payTo, value, time window, nonce not reused).
+//!
+//! Each test gets the server's 402, decodes its quote with walletgate's codec,
+//! pays it with [`Payer`] over hyper-util's client, and checks the 200, the
+//! `PAYMENT-RESPONSE` receipt, the server's own settlement list, and that the
+//! servers refuse a replayed, an expired and a mis-signed payment.
+//!
+//! Needs Node.js with `npm ci --prefix tests/interop/x402-express-server`, and
+//! `tests/interop/x402-python-server/.venv` with its `requirements.txt`
+//! (`.ci/run` installs both). Missing ones fail the tests, with that command.
+#![cfg(feature = "x402")]
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, Command};
+use walletgate::clock::{Clock, SystemClock};
+use walletgate::x402::payer::sequential_nonce;
+use walletgate::x402::{
+    DevLedger, ExactEvmDomain, ExactEvmPayload, Payer, PaymentPayload, PaymentRequired,
+    PaymentRequirements, SettleResponse, TokenId, codec,
+};
+
+/// Where the servers are paid: development account 9.
+const PAY_TO: &str = DevLedger::DEV_ACCOUNTS[9];
+/// `$0.001` in USDC's atomic units (6 decimals), as both servers price `POST /paid`.
+const PRICE_UNITS: u128 = 1000;
+const BASE_SEPOLIA: &str = "eip155:84532";
+const BASE_SEPOLIA_USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
+/// How long a server may take to print its port (Python imports web3 first).
+const STARTUP: Duration = Duration::from_secs(90);
+/// The bound on one request: no test waits on a hung server.
+const REQUEST: Duration = Duration::from_secs(30);
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// An official x402 server implementation this test drives.
+#[derive(Clone, Copy, Debug)]
+enum Official {
+    /// `@x402/express` on Node.js.
+    Express,
+    /// PyPI `x402`, Flask middleware.
+    Python,
+}
+
+impl Official {
+    fn dir(self) -> PathBuf {
+        let folder = match self {
+            Self::Express => "x402-express-server",
+            Self::Python => "x402-python-server",
+        };
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/interop")
+            .join(folder)
+    }
+
+    /// The command starting the server on a free port, or why it cannot start.
+    fn command(self) -> Command {
+        let dir = self.dir();
+        let mut command = match self {
+            Self::Express => {
+                assert!(
+                    dir.join("node_modules/@x402/express").is_dir()
+                        && dir.join("node_modules/@x402/evm").is_dir(),
+                    "the official x402 Express server is not installed: run \
+                     `npm ci --prefix tests/interop/x402-express-server` (Node.js 20+) first"
+                );
+                let mut command = Command::new("node");
+                command.arg("server.mjs");
+                command
+            }
+            Self::Python => {
+                let python = dir.join(".venv/bin/python");
+                assert!(
+                    python.is_file(),
+                    "the official x402 Python server is not installed: run \
+                     `python3 -m venv tests/interop/x402-python-server/.venv && \
+                     tests/interop/x402-python-server/.venv/bin/pip install -r \
+                     tests/interop/x402-python-server/requirements.txt` first"
+                );
+                let mut command = Command::new(python);
+                command.arg("server.py");
+                command
+            }
+        };
+        command
+            .arg("0")
+            .arg(PAY_TO)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        command
+    }
+}
+
+/// A running official server; killed when dropped.
+struct Server {
+    kind: Official,
+    base: String,
+    /// Everything the server wrote on stderr (its facilitator's decisions).
+    log: Arc<Mutex<String>>,
+    _child: Child,
+}
+
+impl Server {
+    async fn start(kind: Official) -> Self {
+        let mut child = kind
+            .command()
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start the {kind:?} server: {error}"));
+        let log = Arc::new(Mutex::new(String::new()));
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let sink = log.clone();
+        tokio::spawn(async move {
+            let mut chunk = [0u8; 4096];
+            while let Ok(read @ 1..) = stderr.read(&mut chunk).await {
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&chunk[..read]));
+            }
+        });
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut first = String::new();
+        let read = tokio::time::timeout(STARTUP, stdout.read_line(&mut first)).await;
+        let port: u16 = match read {
+            Ok(Ok(_)) => first.trim().parse().unwrap_or_else(|_| {
+                panic!(
+                    "the {kind:?} server's first line is not a port: {first:?}\n{}",
+                    log.lock().unwrap()
+                )
+            }),
+            Ok(Err(error)) => panic!("reading the {kind:?} server's port: {error}"),
+            Err(_) => panic!(
+                "the {kind:?} server printed no port within {STARTUP:?}\n{}",
+                log.lock().unwrap()
+            ),
+        };
+        // Keep draining stdout so the server never blocks on a full pipe.
+        tokio::spawn(async move {
+            let mut rest = Vec::new();
+            let _ = stdout.read_to_end(&mut rest).await;
+        });
+        Self {
+            kind,
+            base: format!("http://127.0.0.1:{port}"),
+            log,
+            _child: child,
+        }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// `POST /paid` with a JSON body and, if given, `PAYMENT-SIGNATURE`.
+    async fn post_paid(
+        &self,
+        client: &HttpClient,
+        body: &Value,
+        payment: Option<&str>,
+    ) -> (StatusCode, HeaderMap, Bytes) {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(format!("{}/paid", self.base))
+            .header("content-type", "application/json")
+            .header("accept", "application/json");
+        if let Some(payment) = payment {
+            request = request.header("PAYMENT-SIGNATURE", payment);
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        self.send(client, request).await
+    }
+
+    /// What the server's facilitator settled (`GET /settlements`).
+    async fn settlements(&self, client: &HttpClient) -> Vec<Value> {
+        let request = Request::get(format!("{}/settlements", self.base))
+            .body(Full::default())
+            .unwrap();
+        let (status, _, body) = self.send(client, request).await;
+        assert_eq!(status, StatusCode::OK, "{:?} GET /settlements", self.kind);
+        serde_json::from_slice(&body).expect("a JSON list of settlements")
+    }
+
+    async fn send(
+        &self,
+        client: &HttpClient,
+        request: Request<Full<Bytes>>,
+    ) -> (StatusCode, HeaderMap, Bytes) {
+        let response = tokio::time::timeout(REQUEST, client.request(request))
+            .await
+            .unwrap_or_else(|_| panic!("the {:?} server did not answer in time", self.kind))
+            .unwrap_or_else(|error| panic!("request to the {:?} server: {error}", self.kind));
+        let (parts, body) = response.into_parts();
+        let body = tokio::time::timeout(REQUEST, body.collect())
+            .await
+            .expect("the body within the bound")
+            .expect("a readable body")
+            .to_bytes();
+        (parts.status, parts.headers, body)
+    }
+
+    /// Gets the route's 402 and decodes its quote with walletgate's codec.
+    async fn quote(&self, client: &HttpClient) -> PaymentRequired {
+        let (status, headers, _) = self.post_paid(client, &json!({"ask": "price"}), None).await;
+        assert_eq!(status, StatusCode::PAYMENT_REQUIRED, "{:?}", self.kind);
+        let header = headers
+            .get("payment-required")
+            .unwrap_or_else(|| panic!("the {:?} 402 has no PAYMENT-REQUIRED", self.kind));
+        codec::decode(header.as_bytes()).unwrap_or_else(|error| {
+            panic!(
+                "walletgate's codec cannot decode the {:?} quote: {error}",
+                self.kind
+            )
+        })
+    }
+
+    /// Pays `POST /paid` with `payment` and expects a refusal: a 402 with a
+    /// fresh quote (decoded with walletgate's codec) and no receipt. Returns
+    /// the quote's `error`: the facilitator's reason.
+    async fn refusal_of(&self, client: &HttpClient, payment: &PaymentPayload) -> String {
+        let ask = json!({"question": "refused?"});
+        let (status, headers, body) = self
+            .post_paid(client, &ask, Some(&codec::encode(payment)))
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::PAYMENT_REQUIRED,
+            "{:?} accepted a bad payment: {}\n{}",
+            self.kind,
+            String::from_utf8_lossy(&body),
+            self.log()
+        );
+        assert!(headers.get("payment-response").is_none(), "{:?}", self.kind);
+        let quote: PaymentRequired = codec::decode(
+            headers
+                .get("payment-required")
+                .expect("a refusal carries a fresh quote")
+                .as_bytes(),
+        )
+        .expect("walletgate's codec decodes the refusal's quote");
+        quote.error.unwrap_or_default()
+    }
+}
+
+fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+fn now() -> u64 {
+    SystemClock.now_unix_secs()
+}
+
+/// The offer both servers make for `POST /paid`.
+fn assert_offer(kind: Official, quote: &PaymentRequired) -> PaymentRequirements {
+    assert_eq!(quote.x402_version, 2, "{kind:?}");
+    assert!(
+        quote.resource.url.ends_with("/paid"),
+        "{kind:?}: {:?}",
+        quote.resource
+    );
+    let offer = quote.accepts.first().expect("one offer").clone();
+    assert_eq!(offer.scheme, "exact", "{kind:?}");
+    assert_eq!(offer.network.as_str(), BASE_SEPOLIA, "{kind:?}");
+    assert_eq!(offer.amount.units(), PRICE_UNITS, "{kind:?}");
+    assert!(
+        offer.asset.eq_ignore_ascii_case(BASE_SEPOLIA_USDC),
+        "{kind:?}: {}",
+        offer.asset
+    );
+    assert!(
+        offer.pay_to.eq_ignore_ascii_case(PAY_TO),
+        "{kind:?}: {}",
+        offer.pay_to
+    );
+    assert_eq!(offer.extra_str("name"), Some("USDC"), "{kind:?}");
+    assert_eq!(offer.extra_str("version"), Some("2"), "{kind:?}");
+    offer
+}
+
+async fn settles_a_payment_and_refuses_its_replay(kind: Official) {
+    let server = Server::start(kind).await;
+    let client = client();
+    let quote = server.quote(&client).await;
+    assert_offer(kind, &quote);
+
+    let payer = Payer::dev(0);
+    let payment = payer.pay_quote(&quote, now()).unwrap();
+    assert_eq!(payment.resource.as_ref(), Some(&quote.resource));
+    let header = codec::encode(&payment);
+    let ask = json!({"question": "what is paid for?"});
+    let (status, headers, body) = server.post_paid(&client, &ask, Some(&header)).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{kind:?} refused the payment: {}\n{}",
+        String::from_utf8_lossy(&body),
+        server.log()
+    );
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer, json!({"paid": true, "echo": ask}), "{kind:?}");
+
+    let receipt: SettleResponse = codec::decode(
+        headers
+            .get("payment-response")
+            .unwrap_or_else(|| panic!("the {kind:?} 200 has no PAYMENT-RESPONSE"))
+            .as_bytes(),
+    )
+    .unwrap_or_else(|error| {
+        panic!("walletgate's codec cannot decode the {kind:?} receipt: {error}")
+    });
+    assert!(receipt.success, "{kind:?}: {receipt:?}");
+    assert!(
+        receipt
+            .payer
+            .as_deref()
+            .is_some_and(|who| who.eq_ignore_ascii_case(&payer.address())),
+        "{kind:?}: {receipt:?}"
+    );
+    assert_eq!(receipt.network.as_str(), BASE_SEPOLIA, "{kind:?}");
+    assert_eq!(receipt.transaction.len(), 66, "{kind:?}: {receipt:?}");
+    assert_eq!(
+        receipt.amount.map(|amount| amount.units()),
+        Some(PRICE_UNITS),
+        "{kind:?}"
+    );
+
+    let settled = server.settlements(&client).await;
+    assert_eq!(settled.len(), 1, "{kind:?}: {settled:?}");
+    let nonce = payment.exact_evm().unwrap().authorization.nonce;
+    assert_eq!(settled[0]["payer"], payer.address(), "{kind:?}");
+    assert_eq!(settled[0]["to"], PAY_TO, "{kind:?}");
+    assert_eq!(settled[0]["amount"], PRICE_UNITS.to_string(), "{kind:?}");
+    assert_eq!(settled[0]["nonce"], nonce, "{kind:?}");
+    assert_eq!(settled[0]["transaction"], receipt.transaction, "{kind:?}");
+
+    // The same PAYMENT-SIGNATURE again: its nonce is spent.
+    let reason = server.refusal_of(&client, &payment).await;
+    assert!(
+        reason.contains("nonce_already_used"),
+        "{kind:?} replay: {reason:?}\n{}",
+        server.log()
+    );
+    assert_eq!(server.settlements(&client).await.len(), 1, "{kind:?}");
+}
+
+async fn refuses_an_expired_or_mis_signed_payment(kind: Official) {
+    let server = Server::start(kind).await;
+    let client = client();
+    let quote = server.quote(&client).await;
+    let offer = assert_offer(kind, &quote);
+    let payer = Payer::dev(1);
+
+    // Signed long enough ago that validBefore has passed.
+    let stale = payer
+        .pay_quote(&quote, now() - offer.max_timeout_seconds - 60)
+        .unwrap();
+    let reason = server.refusal_of(&client, &stale).await;
+    assert!(
+        reason.ends_with("authorization_valid_before"),
+        "{kind:?} expired: {reason:?}\n{}",
+        server.log()
+    );
+
+    // Signed under another token's EIP-712 domain (Base mainnet USDC's name).
+    let authorization = payer.authorization(&offer, now(), sequential_nonce(7));
+    let usdc = TokenId::base_sepolia_usdc();
+    let other_domain = ExactEvmDomain::new("USD Coin", "2", usdc.chain_id, usdc.asset);
+    let mut mis_signed: PaymentPayload = payer
+        .sign_with_domain(&offer, authorization, &other_domain)
+        .unwrap();
+    mis_signed.resource = Some(quote.resource.clone());
+    let evm: ExactEvmPayload = mis_signed.exact_evm().unwrap();
+    assert_eq!(evm.authorization.from, payer.address());
+    let reason = server.refusal_of(&client, &mis_signed).await;
+    assert!(
+        reason.ends_with("signature"),
+        "{kind:?} mis-signed: {reason:?}\n{}",
+        server.log()
+    );
+
+    assert!(server.settlements(&client).await.is_empty(), "{kind:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pays_the_official_express_server_and_its_replay_is_refused() {
+    settles_a_payment_and_refuses_its_replay(Official::Express).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_express_server_refuses_an_expired_or_mis_signed_payment() {
+    refuses_an_expired_or_mis_signed_payment(Official::Express).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pays_the_official_python_server_and_its_replay_is_refused() {
+    settles_a_payment_and_refuses_its_replay(Official::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_python_server_refuses_an_expired_or_mis_signed_payment() {
+    refuses_an_expired_or_mis_signed_payment(Official::Python).await;
+}
