@@ -268,7 +268,8 @@ fn now() -> u64 {
     SystemClock.now_unix_secs()
 }
 
-/// The offer both servers make for `POST /paid`.
+/// The offer both servers make for `POST /paid` (their quotes also carry
+/// optional members: the resource's `serviceName` and `tags`).
 fn assert_offer(kind: Official, quote: &PaymentRequired) -> PaymentRequirements {
     assert_eq!(quote.x402_version, 2, "{kind:?}");
     assert!(
@@ -276,6 +277,15 @@ fn assert_offer(kind: Official, quote: &PaymentRequired) -> PaymentRequirements 
         "{kind:?}: {:?}",
         quote.resource
     );
+    // The Express route also declares a Bazaar extension, which walletgate
+    // keeps as it came (a payment need not echo it).
+    if let Official::Express = kind {
+        let extensions = quote.extensions.as_ref();
+        assert!(
+            extensions.is_some_and(|declared| declared.contains_key("bazaar")),
+            "{kind:?}: {extensions:?}"
+        );
+    }
     let offer = quote.accepts.first().expect("one offer").clone();
     assert_eq!(offer.scheme, "exact", "{kind:?}");
     assert_eq!(offer.network.as_str(), BASE_SEPOLIA, "{kind:?}");

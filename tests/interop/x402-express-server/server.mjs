@@ -13,6 +13,7 @@ import express from "express";
 import { paymentMiddleware, x402ResourceServer } from "@x402/express";
 import { ExactEvmScheme } from "@x402/evm/exact/server";
 import { authorizationTypes } from "@x402/evm";
+import { declareDiscoveryExtension } from "@x402/extensions/bazaar";
 import { getAddress, isAddress, keccak256, recoverTypedDataAddress } from "viem";
 
 const NETWORK = "eip155:84532";
@@ -174,6 +175,17 @@ const routes = {
     accepts: { scheme: "exact", price: "$0.001", network: NETWORK, payTo },
     description: "walletgate client interop: one paid echo",
     mimeType: "application/json",
+    // Optional quote members a client must tolerate: the resource's Bazaar
+    // metadata and a declared extension (a client need not echo it).
+    serviceName: "walletgate interop",
+    tags: ["interop", "echo"],
+    extensions: declareDiscoveryExtension({
+      method: "POST",
+      bodyType: "json",
+      input: { question: "what is paid for?" },
+      inputSchema: { properties: { question: { type: "string" } } },
+      output: { example: { paid: true, echo: { question: "what is paid for?" } } },
+    }),
   },
 };
 

@@ -214,6 +214,9 @@ def main() -> None:
             accepts=PaymentOption(scheme="exact", pay_to=pay_to, price="$0.001", network=NETWORK),
             description="walletgate client interop: one paid echo",
             mime_type="application/json",
+            # Optional resource members a client must tolerate (Bazaar metadata).
+            service_name="walletgate interop",
+            tags=["interop", "echo"],
         )
     }
 
