@@ -120,10 +120,9 @@ struct Server {
 
 impl Server {
     async fn start(kind: Official) -> Self {
-        let mut child = kind
-            .command()
-            .spawn()
-            .unwrap_or_else(|error| panic!("cannot start the {kind:?} server: {error}"));
+        let mut child = kind.command().spawn().unwrap_or_else(|error| {
+            panic!("cannot start the {kind:?} server ({error}); the Express one needs `node` (20+) on PATH")
+        });
         let log = Arc::new(Mutex::new(String::new()));
         let mut stderr = child.stderr.take().expect("piped stderr");
         let sink = log.clone();
