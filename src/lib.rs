@@ -33,6 +33,8 @@ mod trace;
 #[cfg(feature = "api-key")]
 pub mod api_key;
 pub mod body;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod clock;
 pub mod envelope;
 #[cfg(feature = "free-tier")]

@@ -148,14 +148,7 @@ impl Payer {
         now_unix_secs: u64,
         nonce: B256,
     ) -> Eip3009Authorization {
-        Eip3009Authorization {
-            from: self.address(),
-            to: offer.pay_to.clone(),
-            value: offer.amount,
-            valid_after: 0,
-            valid_before: now_unix_secs.saturating_add(offer.max_timeout_seconds),
-            nonce: nonce.to_string(),
-        }
+        authorization_for(self.address(), offer, now_unix_secs, nonce)
     }
 
     /// Signs `authorization` under the EIP-712 domain `offer` names, as the
@@ -165,16 +158,7 @@ impl Payer {
         offer: &PaymentRequirements,
         authorization: Eip3009Authorization,
     ) -> Result<PaymentPayload, PayerError> {
-        let domain = ExactEvmDomain::for_offer(offer).ok_or_else(|| {
-            if offer.scheme != SCHEME_EXACT || offer.network.eip155_chain_id().is_none() {
-                PayerError::NotExactEvm
-            } else if parse_evm_address(&offer.asset).is_none() {
-                PayerError::InvalidField("asset")
-            } else {
-                PayerError::MissingDomain
-            }
-        })?;
-        self.sign_with_domain(offer, authorization, &domain)
+        self.sign_with_domain(offer, authorization, &offer_domain(offer)?)
     }
 
     /// Signs `authorization` under `domain` (whatever the offer says), as the payment for `offer`.
@@ -184,37 +168,14 @@ impl Payer {
         authorization: Eip3009Authorization,
         domain: &ExactEvmDomain,
     ) -> Result<PaymentPayload, PayerError> {
-        let address =
-            |text: &str, field| parse_evm_address(text).ok_or(PayerError::InvalidField(field));
-        let transfer = TransferWithAuthorization {
-            from: address(&authorization.from, "from")?,
-            to: address(&authorization.to, "to")?,
-            value: U256::from(authorization.value.units()),
-            validAfter: U256::from(authorization.valid_after),
-            validBefore: U256::from(authorization.valid_before),
-            nonce: prefixed_hex::<32>(&authorization.nonce)
-                .map(B256::from)
-                .ok_or(PayerError::InvalidField("nonce"))?,
-        };
-        let digest = domain.signing_hash(&transfer);
+        let digest = transfer_digest(&authorization, domain)?;
         // libsecp256k1 signs with low `s`; `v` is 27 + the recovery id, as the chain wants.
         let signature = SECP256K1.sign_ecdsa_recoverable(Message::from_digest(digest.0), &self.key);
         let (recovery_id, compact) = signature.serialize_compact();
         let mut raw = [0u8; 65];
         raw[..64].copy_from_slice(&compact);
         raw[64] = if i32::from(recovery_id) == 0 { 27 } else { 28 };
-        let payload = ExactEvmPayload {
-            signature: format!("0x{}", alloy_primitives::hex::encode(raw)),
-            authorization,
-        };
-        Ok(PaymentPayload {
-            x402_version: X402_VERSION,
-            resource: None,
-            accepted: offer.clone(),
-            payload: serde_json::to_value(payload)
-                .map_err(|_| PayerError::InvalidField("payload"))?,
-            extensions: None,
-        })
+        signed_payment(offer, authorization, &raw)
     }
 
     /// The payment for `offer` at `now_unix_secs`, with a fresh random nonce.
@@ -223,11 +184,9 @@ impl Payer {
         offer: &PaymentRequirements,
         now_unix_secs: u64,
     ) -> Result<PaymentPayload, PayerError> {
-        let mut nonce = [0u8; 32];
-        getrandom::fill(&mut nonce).map_err(|_| PayerError::Randomness)?;
         self.sign(
             offer,
-            self.authorization(offer, now_unix_secs, B256::from(nonce)),
+            self.authorization(offer, now_unix_secs, random_nonce()?),
         )
     }
 
@@ -238,11 +197,7 @@ impl Payer {
         quote: &PaymentRequired,
         now_unix_secs: u64,
     ) -> Result<PaymentPayload, PayerError> {
-        let offer = quote
-            .accepts
-            .iter()
-            .find(|offer| offer.scheme == SCHEME_EXACT && offer.network.eip155_chain_id().is_some())
-            .ok_or(PayerError::NoExactEvmOffer)?;
+        let offer = first_exact_evm_offer(quote).ok_or(PayerError::NoExactEvmOffer)?;
         let mut payment = self.pay(offer, now_unix_secs)?;
         payment.resource = Some(quote.resource.clone());
         Ok(payment)
@@ -268,6 +223,96 @@ impl Payer {
         let authorization = self.authorization(offer, now_unix_secs, nonce);
         Ok(codec::encode(&self.sign(offer, authorization)?))
     }
+}
+
+// The steps of a signature, shared by [`Payer`] and signers that hold their
+// key elsewhere (the paying client signs through alloy's `Signer` trait).
+
+/// The first offer of `quote` that is `exact` on an `eip155:` network.
+pub fn first_exact_evm_offer(quote: &PaymentRequired) -> Option<&PaymentRequirements> {
+    quote
+        .accepts
+        .iter()
+        .find(|offer| offer.scheme == SCHEME_EXACT && offer.network.eip155_chain_id().is_some())
+}
+
+/// The authorization `from` pays for `offer` at `now_unix_secs` with `nonce`:
+/// `validAfter` 0, `validBefore` = now + `maxTimeoutSeconds`, the offer's
+/// amount to its `payTo`.
+pub fn authorization_for(
+    from: String,
+    offer: &PaymentRequirements,
+    now_unix_secs: u64,
+    nonce: B256,
+) -> Eip3009Authorization {
+    Eip3009Authorization {
+        from,
+        to: offer.pay_to.clone(),
+        value: offer.amount,
+        valid_after: 0,
+        valid_before: now_unix_secs.saturating_add(offer.max_timeout_seconds),
+        nonce: nonce.to_string(),
+    }
+}
+
+/// A fresh random 32-byte nonce.
+pub fn random_nonce() -> Result<B256, PayerError> {
+    let mut nonce = [0u8; 32];
+    getrandom::fill(&mut nonce).map_err(|_| PayerError::Randomness)?;
+    Ok(B256::from(nonce))
+}
+
+/// The EIP-712 domain `offer` names, or why it names none a payer can sign under.
+pub fn offer_domain(offer: &PaymentRequirements) -> Result<ExactEvmDomain, PayerError> {
+    ExactEvmDomain::for_offer(offer).ok_or_else(|| {
+        if offer.scheme != SCHEME_EXACT || offer.network.eip155_chain_id().is_none() {
+            PayerError::NotExactEvm
+        } else if parse_evm_address(&offer.asset).is_none() {
+            PayerError::InvalidField("asset")
+        } else {
+            PayerError::MissingDomain
+        }
+    })
+}
+
+/// The EIP-712 digest a wallet signs to make `authorization` under `domain`.
+pub fn transfer_digest(
+    authorization: &Eip3009Authorization,
+    domain: &ExactEvmDomain,
+) -> Result<B256, PayerError> {
+    let address =
+        |text: &str, field| parse_evm_address(text).ok_or(PayerError::InvalidField(field));
+    let transfer = TransferWithAuthorization {
+        from: address(&authorization.from, "from")?,
+        to: address(&authorization.to, "to")?,
+        value: U256::from(authorization.value.units()),
+        validAfter: U256::from(authorization.valid_after),
+        validBefore: U256::from(authorization.valid_before),
+        nonce: prefixed_hex::<32>(&authorization.nonce)
+            .map(B256::from)
+            .ok_or(PayerError::InvalidField("nonce"))?,
+    };
+    Ok(domain.signing_hash(&transfer))
+}
+
+/// The payment for `offer` (its `accepted` echo) carrying `authorization` and
+/// its 65-byte signature `r ‖ s ‖ v` (`v` 27/28) over [`transfer_digest`].
+pub fn signed_payment(
+    offer: &PaymentRequirements,
+    authorization: Eip3009Authorization,
+    signature: &[u8; 65],
+) -> Result<PaymentPayload, PayerError> {
+    let payload = ExactEvmPayload {
+        signature: format!("0x{}", alloy_primitives::hex::encode(signature)),
+        authorization,
+    };
+    Ok(PaymentPayload {
+        x402_version: X402_VERSION,
+        resource: None,
+        accepted: offer.clone(),
+        payload: serde_json::to_value(payload).map_err(|_| PayerError::InvalidField("payload"))?,
+        extensions: None,
+    })
 }
 
 /// Nonce `n` (big-endian in the last 8 bytes): distinct, reproducible nonces

@@ -1,0 +1,299 @@
+//! Receipts: the decoded `PAYMENT-RESPONSE` of a paid answer, from its
+//! header or, for a stream, from its final `payment-response` event.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, ready};
+
+use bytes::Buf;
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+
+use super::policy::usd;
+use crate::x402::{
+    AtomicAmount, Network, PAYMENT_RESPONSE_EVENT, PaymentRequirements, SettleResponse, codec,
+};
+
+/// The payment behind a paid answer, in its extensions.
+///
+/// The settlement is there at once for a whole answer (`PAYMENT-RESPONSE`)
+/// and once the stream has been read to its `payment-response` event for a
+/// stream. Holds the payment header only to poll a paid job with
+/// ([`ImageJob`](super::ImageJob)); `Debug` never shows it.
+#[derive(Clone)]
+pub struct Receipt {
+    offer: PaymentRequirements,
+    settlement: Arc<OnceLock<SettleResponse>>,
+    payment: Arc<str>,
+}
+
+impl fmt::Debug for Receipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Receipt")
+            .field("amount", &self.offer.amount)
+            .field("network", &self.offer.network)
+            .field("settlement", &self.settlement.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Receipt {
+    pub(crate) fn new(offer: PaymentRequirements, payment: Arc<str>) -> Self {
+        Self {
+            offer,
+            settlement: Arc::new(OnceLock::new()),
+            payment,
+        }
+    }
+
+    /// The offer that was signed.
+    pub fn offer(&self) -> &PaymentRequirements {
+        &self.offer
+    }
+
+    /// The amount signed for, in the asset's units.
+    pub fn amount(&self) -> AtomicAmount {
+        self.offer.amount
+    }
+
+    /// The amount as a decimal string of `decimals` (6 for USDC: USD).
+    pub fn amount_decimal(&self, decimals: u8) -> String {
+        self.offer.amount.to_decimal_string(decimals)
+    }
+
+    /// The network paid on.
+    pub fn network(&self) -> &Network {
+        &self.offer.network
+    }
+
+    /// The settlement, once known.
+    pub fn settlement(&self) -> Option<&SettleResponse> {
+        self.settlement.get()
+    }
+
+    /// The settlement's transaction, once known.
+    pub fn transaction(&self) -> Option<&str> {
+        self.settlement()
+            .map(|settlement| settlement.transaction.as_str())
+    }
+
+    /// The `PAYMENT-SIGNATURE` value that paid (to poll a paid job; never log it).
+    pub(crate) fn payment_header(&self) -> &str {
+        &self.payment
+    }
+
+    /// One line for a terminal: payer, amount, network, transaction. No signature.
+    pub fn summary(&self) -> String {
+        let settlement = self.settlement();
+        let payer = settlement
+            .and_then(|settlement| settlement.payer.as_deref())
+            .unwrap_or("?");
+        let transaction = settlement.map_or("(not settled yet)", |settlement| {
+            settlement.transaction.as_str()
+        });
+        format!(
+            "paid {} USD from {payer} on {} tx {transaction}",
+            usd(self.offer.amount.units()),
+            self.offer.network.as_str()
+        )
+    }
+
+    pub(crate) fn settle_from_headers(&self, headers: &HeaderMap) {
+        if let Some(settlement) = headers
+            .get("payment-response")
+            .and_then(|value| codec::decode::<SettleResponse>(value.as_bytes()).ok())
+        {
+            let _ = self.settlement.set(settlement);
+        }
+    }
+}
+
+/// Longest SSE line the receipt scanner keeps; longer lines pass through unread.
+const MAX_LINE_BYTES: usize = 16 * 1024;
+
+pin_project! {
+    /// A paid answer's body: passes every frame through and, for a stream,
+    /// reads the final `payment-response` event into the [`Receipt`].
+    pub struct PaidBody<B> {
+        #[pin]
+        inner: B,
+        scanner: Option<Scanner>,
+    }
+}
+
+impl<B> PaidBody<B> {
+    pub(crate) fn new(inner: B, receipt: Option<&Receipt>, is_stream: bool) -> Self {
+        let scanner = receipt.filter(|_| is_stream).map(|receipt| Scanner {
+            slot: receipt.settlement.clone(),
+            line: Vec::new(),
+            overlong: false,
+            in_event: false,
+        });
+        Self { inner, scanner }
+    }
+
+    /// The inner body.
+    pub fn into_inner(self) -> B {
+        self.inner
+    }
+}
+
+impl<B: fmt::Debug> fmt::Debug for PaidBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PaidBody")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> Body for PaidBody<B>
+where
+    B: Body,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        let frame = ready!(this.inner.poll_frame(cx));
+        if let (Some(scanner), Some(Ok(frame))) = (this.scanner.as_mut(), frame.as_ref())
+            && let Some(data) = frame.data_ref()
+        {
+            scanner.feed(data.chunk());
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Reads SSE lines for `event: payment-response` and its `data:`.
+struct Scanner {
+    slot: Arc<OnceLock<SettleResponse>>,
+    line: Vec<u8>,
+    overlong: bool,
+    in_event: bool,
+}
+
+impl Scanner {
+    fn feed(&mut self, mut data: &[u8]) {
+        while let Some(end) = data.iter().position(|byte| *byte == b'\n') {
+            self.push(&data[..end]);
+            let line = std::mem::take(&mut self.line);
+            if !std::mem::take(&mut self.overlong) {
+                self.line_done(line.strip_suffix(b"\r").unwrap_or(&line));
+            }
+            data = &data[end + 1..];
+        }
+        self.push(data);
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        if self.line.len() + bytes.len() > MAX_LINE_BYTES {
+            self.overlong = true;
+            self.line.clear();
+        } else if !self.overlong {
+            self.line.extend_from_slice(bytes);
+        }
+    }
+
+    fn line_done(&mut self, line: &[u8]) {
+        if line.is_empty() {
+            self.in_event = false;
+        } else if let Some(name) = line.strip_prefix(b"event:") {
+            self.in_event = name.trim_ascii() == PAYMENT_RESPONSE_EVENT.as_bytes();
+        } else if let Some(data) = line.strip_prefix(b"data:")
+            && self.in_event
+            && let Ok(settlement) = codec::decode::<SettleResponse>(data.trim_ascii())
+        {
+            let _ = self.slot.set(settlement);
+        }
+    }
+}
+
+/// Whether a response head is a Server-Sent Events stream.
+pub(crate) fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.trim_start().starts_with("text/event-stream"))
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::x402::DevLedger;
+    use crate::x402::PaymentOption;
+
+    fn receipt() -> Receipt {
+        let offer = PaymentOption::base_sepolia_usdc(DevLedger::DEV_ACCOUNTS[9])
+            .unwrap()
+            .requirements_for_amount(AtomicAmount::new(3_000));
+        Receipt::new(offer, Arc::from("header"))
+    }
+
+    #[tokio::test]
+    async fn a_streams_final_payment_response_event_is_its_receipt() {
+        let settlement = SettleResponse {
+            success: true,
+            error_reason: None,
+            error_message: None,
+            payer: Some(DevLedger::DEV_ACCOUNTS[1].into()),
+            transaction: "0xfeed".into(),
+            network: Network::base_sepolia(),
+            amount: None,
+        };
+        let event = format!(
+            "data: {{\"x\":1}}\n\ndata: [DONE]\n\nevent: {PAYMENT_RESPONSE_EVENT}\r\ndata: {}\n\n",
+            codec::encode(&settlement)
+        );
+        // Split at every third byte: lines cross frames.
+        let chunks = event
+            .as_bytes()
+            .chunks(3)
+            .map(Bytes::copy_from_slice)
+            .collect();
+        let receipt = receipt();
+        let body = PaidBody::new(Chunks(chunks), Some(&receipt), true);
+        assert!(receipt.settlement().is_none());
+        let all = body.collect().await.unwrap().to_bytes();
+        assert_eq!(all, event.as_bytes());
+        assert_eq!(receipt.settlement(), Some(&settlement));
+        assert_eq!(receipt.transaction(), Some("0xfeed"));
+        let line = receipt.summary();
+        assert!(
+            line.contains("0.003 USD") && line.contains("0xfeed"),
+            "{line}"
+        );
+        assert!(!format!("{receipt:?}").contains("header"));
+    }
+
+    /// A body of several data frames.
+    struct Chunks(std::collections::VecDeque<Bytes>);
+
+    impl Body for Chunks {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+        }
+    }
+}

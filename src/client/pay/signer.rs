@@ -1,0 +1,145 @@
+//! Signing an offer through alloy's [`Signer`] trait.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use alloy_signer::Signer;
+
+use crate::x402::payer::{
+    authorization_for, offer_domain, random_nonce, signed_payment, transfer_digest,
+};
+use crate::x402::{PayerError, PaymentPayload, PaymentRequirements, ResourceInfo, codec};
+
+/// Why an offer could not be signed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SignError {
+    /// The offer cannot be turned into an EIP-3009 authorization.
+    Offer(PayerError),
+    /// The signer refused or failed (its message; a signer never puts its key in one).
+    Signer(String),
+}
+
+impl fmt::Display for SignError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Offer(error) => write!(f, "cannot sign the offer: {error}"),
+            Self::Signer(detail) => write!(f, "the signer failed: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for SignError {}
+
+/// A shared alloy signer and the count of signatures it made for the client.
+///
+/// `Debug` shows the address only.
+#[derive(Clone)]
+pub struct PaymentSigner {
+    signer: Arc<dyn Signer + Send + Sync>,
+    address: String,
+    signatures: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for PaymentSigner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PaymentSigner")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PaymentSigner {
+    /// Wraps `signer` (a `PrivateKeySigner`, a keystore or a KMS signer).
+    pub fn new(signer: impl Signer + Send + Sync + 'static) -> Self {
+        let address = signer.address().to_checksum(None);
+        Self {
+            signer: Arc::new(signer),
+            address,
+            signatures: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The checksummed address that pays.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Signatures made so far through this signer and its clones.
+    pub fn signatures(&self) -> u64 {
+        self.signatures.load(Ordering::Relaxed)
+    }
+
+    /// The `PAYMENT-SIGNATURE` value paying `offer` at `now_unix_secs`: an
+    /// EIP-3009 authorization with a fresh random nonce, signed under the
+    /// domain the offer names, echoing `resource`.
+    pub async fn payment_header(
+        &self,
+        offer: &PaymentRequirements,
+        resource: Option<&ResourceInfo>,
+        now_unix_secs: u64,
+    ) -> Result<String, SignError> {
+        let payment = self.sign(offer, now_unix_secs).await?;
+        let payment = PaymentPayload {
+            resource: resource.cloned(),
+            ..payment
+        };
+        Ok(codec::encode(&payment))
+    }
+
+    async fn sign(
+        &self,
+        offer: &PaymentRequirements,
+        now_unix_secs: u64,
+    ) -> Result<PaymentPayload, SignError> {
+        let domain = offer_domain(offer).map_err(SignError::Offer)?;
+        let nonce = random_nonce().map_err(SignError::Offer)?;
+        let authorization = authorization_for(self.address.clone(), offer, now_unix_secs, nonce);
+        let digest = transfer_digest(&authorization, &domain).map_err(SignError::Offer)?;
+        self.signatures.fetch_add(1, Ordering::Relaxed);
+        let signature = self
+            .signer
+            .sign_hash(&digest)
+            .await
+            .map_err(|error| SignError::Signer(error.to_string()))?;
+        signed_payment(offer, authorization, &signature.as_bytes()).map_err(SignError::Offer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloy_signer_local::PrivateKeySigner;
+
+    use super::*;
+    use crate::x402::payer::DEV_KEYS;
+    use crate::x402::{DevLedger, Payer, PaymentOption, UsdAmount};
+
+    #[tokio::test]
+    async fn an_alloy_signature_is_the_one_the_payer_makes() {
+        let offer = PaymentOption::base_sepolia_usdc(DevLedger::DEV_ACCOUNTS[9])
+            .unwrap()
+            .requirements(UsdAmount::from_micros(3_000))
+            .unwrap();
+        let key: PrivateKeySigner = DEV_KEYS[1].parse().unwrap();
+        let signer = PaymentSigner::new(key);
+        assert_eq!(signer.address(), DevLedger::DEV_ACCOUNTS[1]);
+        let header = signer
+            .payment_header(&offer, None, 1_750_000_000)
+            .await
+            .unwrap();
+        let payment: PaymentPayload = codec::decode(header.as_bytes()).unwrap();
+        let evm = payment.exact_evm().unwrap();
+        // The same authorization signed by the secp256k1 payer: the same bytes
+        // (RFC 6979 signatures are deterministic).
+        let nonce = evm.authorization.nonce.parse().unwrap();
+        let same = Payer::dev(1)
+            .header_with_nonce(&offer, 1_750_000_000, nonce)
+            .unwrap();
+        let same: PaymentPayload = codec::decode(same.as_bytes()).unwrap();
+        assert_eq!(same.exact_evm().unwrap().signature, evm.signature);
+        assert_eq!(signer.signatures(), 1);
+        let debug = format!("{signer:?}");
+        assert!(!debug.contains(DEV_KEYS[1]), "{debug}");
+    }
+}
