@@ -4,21 +4,29 @@
 //! started on loopback with an in-process facilitator of the standard exact-EVM
 //! checks (EIP-712 recovery, payTo, value, time window, nonce not reused).
 //!
-//! Each test gets the server's 402, decodes its quote with walletgate's codec,
-//! pays it with [`Payer`] over hyper-util's client, and checks the 200, the
-//! `PAYMENT-RESPONSE` receipt, the server's own settlement list, and that the
-//! servers refuse a replayed, an expired and a mis-signed payment.
+//! Two drivers pay each server over hyper-util's client:
+//! - the paying client, [`X402PaymentLayer`]: each request paid once with a
+//!   fresh authorization, the receipt in the response, the spend controls
+//!   refusing before anything is signed, and an official refusal after the
+//!   payment classified without a second signature;
+//! - the lower-level [`Payer`]: the quote decoded with walletgate's codec, one
+//!   payment settled, and the same payment replayed, an expired one and a
+//!   mis-signed one refused by the servers.
+//!
+//! Both check the 200, the `PAYMENT-RESPONSE` receipt and the server's own
+//! list of settlements (`GET /settlements`).
 //!
 //! Needs Node.js with `npm ci --prefix tests/interop/x402-express-server`, and
 //! `tests/interop/x402-python-server/.venv` with its `requirements.txt`
 //! (`.ci/run` installs both). Missing ones fail the tests, with that command.
-#![cfg(feature = "x402")]
+#![cfg(feature = "client")]
 
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use alloy_signer_local::PrivateKeySigner;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -28,8 +36,13 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
-use walletgate::clock::{Clock, SystemClock};
-use walletgate::x402::payer::sequential_nonce;
+use tower::{Layer, ServiceExt};
+use walletgate::client::pay::{
+    ClientError, PaymentError, PaymentErrorKind, Receipt, Refusal, SpendPolicy, X402PaymentLayer,
+};
+use walletgate::clock::{Clock, FakeClock, SystemClock};
+use walletgate::envelope::ErrorCode;
+use walletgate::x402::payer::{DEV_KEYS, sequential_nonce};
 use walletgate::x402::{
     DevLedger, ExactEvmDomain, ExactEvmPayload, Payer, PaymentPayload, PaymentRequired,
     PaymentRequirements, SettleResponse, TokenId, codec,
@@ -188,6 +201,36 @@ impl Server {
         self.send(client, request).await
     }
 
+    /// `POST /paid` with a JSON body through the paying client `layer`.
+    async fn pay_through(
+        &self,
+        layer: &X402PaymentLayer,
+        body: &Value,
+    ) -> Result<(StatusCode, Receipt, Value), ClientError> {
+        let request = Request::post(format!("{}/paid", self.base))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let paying = layer.layer(client());
+        let response = tokio::time::timeout(REQUEST, paying.oneshot(request))
+            .await
+            .unwrap_or_else(|_| panic!("the {:?} server did not answer in time", self.kind))?;
+        let status = response.status();
+        let receipt = response
+            .extensions()
+            .get::<Receipt>()
+            .cloned()
+            .unwrap_or_else(|| panic!("a paid {:?} answer carries no Receipt", self.kind));
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("a readable body")
+            .to_bytes();
+        let answer = serde_json::from_slice(&body).expect("a JSON answer");
+        Ok((status, receipt, answer))
+    }
+
     /// What the server's facilitator settled (`GET /settlements`).
     async fn settlements(&self, client: &HttpClient) -> Vec<Value> {
         let request = Request::get(format!("{}/settlements", self.base))
@@ -302,6 +345,164 @@ fn assert_offer(kind: Official, quote: &PaymentRequired) -> PaymentRequirements 
     assert_eq!(offer.extra_str("name"), Some("USDC"), "{kind:?}");
     assert_eq!(offer.extra_str("version"), Some("2"), "{kind:?}");
     offer
+}
+
+/// A paying client over a development key (public, worthless: tests only).
+fn paying_layer(account: usize) -> X402PaymentLayer {
+    let key: PrivateKeySigner = DEV_KEYS[account].parse().expect("a development key");
+    X402PaymentLayer::new(key)
+}
+
+/// The payment error of a refused request, or a panic naming what came instead.
+fn payment_error(
+    kind: Official,
+    outcome: Result<(StatusCode, Receipt, Value), ClientError>,
+) -> PaymentError {
+    match outcome {
+        Err(ClientError::Payment(error)) => error,
+        Err(other) => panic!("{kind:?}: not a payment error: {other}"),
+        Ok((status, receipt, body)) => panic!("{kind:?}: paid ({status}, {receipt:?}): {body}"),
+    }
+}
+
+async fn the_layer_pays_each_request_once(kind: Official) {
+    let server = Server::start(kind).await;
+    let layer = paying_layer(2);
+    let address = layer.signer().address().to_owned();
+    let client = client();
+
+    let mut transactions = Vec::new();
+    for (round, question) in ["first", "second"].into_iter().enumerate() {
+        let ask = json!({"question": question});
+        let (status, receipt, answer) = server
+            .pay_through(&layer, &ask)
+            .await
+            .unwrap_or_else(|error| panic!("{kind:?} {question}: {error}\n{}", server.log()));
+        assert_eq!(status, StatusCode::OK, "{kind:?}");
+        assert_eq!(answer, json!({"paid": true, "echo": ask}), "{kind:?}");
+        assert_eq!(receipt.amount().units(), PRICE_UNITS, "{kind:?}");
+        assert_eq!(receipt.network().as_str(), BASE_SEPOLIA, "{kind:?}");
+        let settlement = receipt
+            .settlement()
+            .unwrap_or_else(|| panic!("{kind:?}: the receipt has no settlement"));
+        assert!(settlement.success, "{kind:?}: {settlement:?}");
+        assert!(
+            settlement
+                .payer
+                .as_deref()
+                .is_some_and(|payer| payer.eq_ignore_ascii_case(&address)),
+            "{kind:?}: {settlement:?}"
+        );
+        assert_eq!(layer.signer().signatures(), round as u64 + 1, "{kind:?}");
+        transactions.push(receipt.transaction().expect("a transaction").to_owned());
+    }
+
+    // Two requests, two authorizations, each settled once.
+    let settled = server.settlements(&client).await;
+    assert_eq!(settled.len(), 2, "{kind:?}: {settled:?}");
+    for (settlement, transaction) in settled.iter().zip(&transactions) {
+        assert_eq!(settlement["payer"], address, "{kind:?}");
+        assert_eq!(settlement["amount"], PRICE_UNITS.to_string(), "{kind:?}");
+        assert_eq!(settlement["transaction"], transaction.as_str(), "{kind:?}");
+    }
+    assert_ne!(settled[0]["nonce"], settled[1]["nonce"], "{kind:?}");
+}
+
+async fn the_layer_refuses_before_signing_and_never_pays_twice(kind: Official) {
+    let server = Server::start(kind).await;
+    let client = client();
+    let ask = json!({"question": "how much?"});
+
+    // Over the cap per payment: refused with nothing signed.
+    let capped = paying_layer(3).policy(SpendPolicy::new().max_per_payment_usd("0.0005").unwrap());
+    let error = payment_error(kind, server.pay_through(&capped, &ask).await);
+    assert!(
+        matches!(
+            error.kind,
+            PaymentErrorKind::Policy(Refusal::OverCap {
+                asked_micros: 1000,
+                max_micros: 500
+            })
+        ),
+        "{kind:?}: {error}"
+    );
+    assert_eq!(
+        (error.attempts.requests, error.attempts.signatures),
+        (1, 0),
+        "{kind:?}"
+    );
+    assert_eq!(capped.signer().signatures(), 0, "{kind:?}");
+
+    // A budget for one payment and a half: the second is refused unsigned.
+    let budgeted = paying_layer(4).policy(SpendPolicy::new().budget_usd("0.0015").unwrap());
+    server
+        .pay_through(&budgeted, &ask)
+        .await
+        .unwrap_or_else(|error| panic!("{kind:?}: {error}\n{}", server.log()));
+    let error = payment_error(kind, server.pay_through(&budgeted, &ask).await);
+    assert!(
+        matches!(
+            error.kind,
+            PaymentErrorKind::Policy(Refusal::OverBudget {
+                asked_micros: 1000,
+                left_micros: 500
+            })
+        ),
+        "{kind:?}: {error}"
+    );
+    assert_eq!(budgeted.signer().signatures(), 1, "{kind:?}");
+
+    // A clock an hour slow signs an authorization that expired long ago: the
+    // server's facilitator refuses it with its own reason, which the client
+    // classifies ("check balance (and the clock)") without signing again.
+    let slow = paying_layer(5).clock(Arc::new(FakeClock::at_unix_secs(now() - 3600)));
+    let error = payment_error(kind, server.pay_through(&slow, &ask).await);
+    assert!(
+        matches!(
+            error.kind,
+            PaymentErrorKind::Refused(ErrorCode::PaymentUnfunded)
+        ),
+        "{kind:?}: {error}\n{}",
+        server.log()
+    );
+    assert_eq!(error.status, Some(StatusCode::PAYMENT_REQUIRED), "{kind:?}");
+    assert_eq!(
+        (error.attempts.requests, error.attempts.signatures),
+        (2, 1),
+        "{kind:?}"
+    );
+    assert_eq!(slow.signer().signatures(), 1, "{kind:?}");
+    assert!(
+        error.to_string().contains("check balance"),
+        "{kind:?}: {error}"
+    );
+
+    // Only the budgeted layer's one payment was settled.
+    let settled = server.settlements(&client).await;
+    assert_eq!(settled.len(), 1, "{kind:?}: {settled:?}");
+    assert_eq!(settled[0]["payer"], budgeted.signer().address(), "{kind:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layer_pays_the_official_express_server_once_per_request() {
+    the_layer_pays_each_request_once(Official::Express).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layer_pays_the_official_python_server_once_per_request() {
+    the_layer_pays_each_request_once(Official::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_the_official_express_server_the_layer_refuses_before_signing_and_never_pays_twice()
+{
+    the_layer_refuses_before_signing_and_never_pays_twice(Official::Express).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_the_official_python_server_the_layer_refuses_before_signing_and_never_pays_twice()
+{
+    the_layer_refuses_before_signing_and_never_pays_twice(Official::Python).await;
 }
 
 async fn settles_a_payment_and_refuses_its_replay(kind: Official) {
