@@ -31,7 +31,9 @@ pub(crate) enum Pricing {
 }
 
 impl Pricing {
-    /// The listing's `billing_mode`; also the model's tier for failover advice.
+    /// The listing's `billing_mode`; also the model's `tier`: models of one
+    /// tier (`paid` per token, `flat`, `per_image`, `free`) are billed alike,
+    /// and a client fails over between them (`same_tier_alternatives`).
     pub(crate) fn billing_mode(self) -> &'static str {
         match self {
             Self::PerToken { .. } => "paid",
@@ -163,6 +165,7 @@ impl Model {
             "max_output": self.max_output,
             "categories": self.categories,
             "billing_mode": self.pricing.billing_mode(),
+            "tier": self.pricing.billing_mode(),
             "pricing": self.pricing.listing(),
         })
     }

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::time::Duration;
 
 use walletgate::free_tier::FreeTierQuotas;
@@ -101,6 +101,8 @@ pub(crate) struct PaymentFaults {
     pub(crate) hang_settle: AtomicBool,
     /// The facilitator answers `settle` with `success: false`.
     pub(crate) refuse_settle: AtomicBool,
+    /// The next this many `verify` calls find the facilitator unavailable.
+    pub(crate) unavailable_verifies: AtomicU32,
 }
 
 impl Default for PaymentFaults {
@@ -109,6 +111,7 @@ impl Default for PaymentFaults {
             settle_timeout: Duration::from_secs(30),
             hang_settle: AtomicBool::new(false),
             refuse_settle: AtomicBool::new(false),
+            unavailable_verifies: AtomicU32::new(0),
         }
     }
 }

@@ -230,6 +230,16 @@ impl Facilitator for FaultyFacilitator {
         &'a self,
         request: &'a FacilitatorRequest,
     ) -> BoxFuture<'a, Result<VerifyResponse, FacilitatorError>> {
+        let unavailable = self.faults.unavailable_verifies.fetch_update(
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+            |left| left.checked_sub(1),
+        );
+        if unavailable.is_ok() {
+            return Box::pin(std::future::ready(Err(FacilitatorError::unavailable(
+                "verification unavailable (injected fault)",
+            ))));
+        }
         self.inner.verify(request)
     }
 

@@ -47,6 +47,8 @@ mod request;
 mod state;
 mod upstream;
 
+#[cfg(all(test, feature = "client", feature = "reqwest"))]
+mod client_tests;
 #[cfg(test)]
 mod payment_tests;
 #[cfg(test)]

@@ -116,7 +116,7 @@
 //! ```
 
 pub mod codec;
-mod eip712;
+pub(crate) mod eip712;
 mod error;
 mod facilitator;
 mod future;

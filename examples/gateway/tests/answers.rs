@@ -24,11 +24,14 @@ async fn model_listing_has_the_documented_fields() {
                 "max_output",
                 "categories",
                 "billing_mode",
+                "tier",
                 "pricing",
             ] {
                 assert!(row.get(field).is_some(), "{field} missing in {row}");
             }
             assert_eq!(row["object"], "model");
+            // The tier a client fails over within is the billing mode.
+            assert_eq!(row["tier"], row["billing_mode"]);
             let id = row["id"].as_str().unwrap();
             assert_eq!(id.split_once('/').unwrap().0, row["owned_by"]);
             let pricing = &row["pricing"];

@@ -58,6 +58,8 @@ pub enum PaymentErrorKind {
     NoQuote,
     /// The offer could not be signed.
     Sign(SignError),
+    /// The request body is a stream that cannot be resent; it was not paid for.
+    StreamingBody,
     /// The request body is over the client's buffer limit; it was not paid for.
     BodyTooLarge {
         /// The limit, in bytes.
@@ -105,6 +107,9 @@ impl fmt::Display for PaymentError {
             PaymentErrorKind::Policy(refusal) => write!(f, "{refusal}; nothing was signed")?,
             PaymentErrorKind::NoQuote => f.write_str("the 402 answer carries no x402 quote")?,
             PaymentErrorKind::Sign(error) => write!(f, "{error}")?,
+            PaymentErrorKind::StreamingBody => f.write_str(
+                "the request body is a stream the client cannot resend; not paid for",
+            )?,
             PaymentErrorKind::BodyTooLarge { limit_bytes } => write!(
                 f,
                 "the request body is over {limit_bytes} bytes, the most the client buffers to resend; not paid for"

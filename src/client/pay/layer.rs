@@ -44,7 +44,7 @@ pub struct X402PaymentLayer {
     shared: Arc<Shared>,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     signer: PaymentSigner,
     policy: SpendPolicy,
     retry: RetryPolicy,
@@ -146,6 +146,10 @@ impl X402PaymentLayer {
     pub fn signer(&self) -> &PaymentSigner {
         &self.shared.signer
     }
+
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
 }
 
 impl<S> Layer<S> for X402PaymentLayer {
@@ -236,19 +240,17 @@ struct Paid {
 }
 
 /// Sends `request`, pays its quote, applies the retry rules.
-async fn pay<S, B, ResBody>(
+pub(crate) async fn pay<S, B, ResBody>(
     inner: S,
     shared: Arc<Shared>,
     request: Request<B>,
 ) -> Result<Response<PaidBody<ResBody>>, ClientError>
 where
-    S: Service<Request<Full<Bytes>>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send,
+    S: Service<Request<Full<Bytes>>, Response = Response<ResBody>> + Clone,
     S::Error: Into<BoxError>,
-    B: Body + Send + 'static,
-    B::Data: Send,
+    B: Body,
     B::Error: Into<BoxError>,
-    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody: Body<Data = Bytes>,
     ResBody::Error: Into<BoxError>,
 {
     let mut attempts = Attempts::default();

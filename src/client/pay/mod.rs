@@ -59,6 +59,8 @@ mod job;
 mod layer;
 mod policy;
 mod receipt;
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
 mod retry;
 mod signer;
 

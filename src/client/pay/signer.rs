@@ -6,10 +6,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use alloy_signer::Signer;
 
+use crate::x402::eip712::{DomainCache, parse_evm_address};
 use crate::x402::payer::{
     authorization_for, offer_domain, random_nonce, signed_payment, transfer_digest,
 };
-use crate::x402::{PayerError, PaymentPayload, PaymentRequirements, ResourceInfo, codec};
+use crate::x402::{
+    ExactEvmDomain, PayerError, PaymentPayload, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
+    TokenId, codec,
+};
 
 /// Why an offer could not be signed.
 #[derive(Debug)]
@@ -40,6 +44,8 @@ pub struct PaymentSigner {
     signer: Arc<dyn Signer + Send + Sync>,
     address: String,
     signatures: Arc<AtomicU64>,
+    /// EIP-712 domains of the offers signed (a separator is four hashes).
+    domains: Arc<DomainCache>,
 }
 
 impl fmt::Debug for PaymentSigner {
@@ -58,6 +64,7 @@ impl PaymentSigner {
             signer: Arc::new(signer),
             address,
             signatures: Arc::new(AtomicU64::new(0)),
+            domains: Arc::default(),
         }
     }
 
@@ -88,12 +95,31 @@ impl PaymentSigner {
         Ok(codec::encode(&payment))
     }
 
+    /// The offer's EIP-712 domain, from the cache when it was seen before.
+    fn domain(&self, offer: &PaymentRequirements) -> Result<ExactEvmDomain, PayerError> {
+        let named = (
+            offer.extra_str("name"),
+            offer.extra_str("version"),
+            offer.network.eip155_chain_id(),
+            parse_evm_address(&offer.asset),
+        );
+        match named {
+            (Some(name), Some(version), Some(chain_id), Some(asset))
+                if offer.scheme == SCHEME_EXACT =>
+            {
+                Ok(self.domains.get(name, version, TokenId { chain_id, asset }))
+            }
+            // The uncached path says what is wrong with the offer.
+            _ => offer_domain(offer),
+        }
+    }
+
     async fn sign(
         &self,
         offer: &PaymentRequirements,
         now_unix_secs: u64,
     ) -> Result<PaymentPayload, SignError> {
-        let domain = offer_domain(offer).map_err(SignError::Offer)?;
+        let domain = self.domain(offer).map_err(SignError::Offer)?;
         let nonce = random_nonce().map_err(SignError::Offer)?;
         let authorization = authorization_for(self.address.clone(), offer, now_unix_secs, nonce);
         let digest = transfer_digest(&authorization, &domain).map_err(SignError::Offer)?;

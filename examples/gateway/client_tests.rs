@@ -1,0 +1,625 @@
+//! walletgate's own paying client (`walletgate::client::pay`) against the
+//! gateway over TCP: the tower layer on hyper's client and the reqwest
+//! adapter, every error class and retry rule against the gateway's faults.
+//! No test sleeps: retries wait on a recording sleeper.
+
+use std::collections::HashMap;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use alloy_primitives::{Address, B256};
+use alloy_signer::{Signature, Signer};
+use alloy_signer_local::PrivateKeySigner;
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+use tower::{Service, ServiceBuilder, ServiceExt};
+use walletgate::FakeClock;
+use walletgate::client::pay::reqwest::X402Middleware;
+use walletgate::client::pay::reqwest::reqwest_client;
+use walletgate::client::pay::{
+    ClientError, Failover, ImageJob, PaidBody, PaymentErrorKind, Receipt, Refusal, RetryPolicy,
+    SharedSleeper, Sleeper, SpendPolicy, X402PaymentLayer,
+};
+use walletgate::envelope::ErrorCode;
+use walletgate::tls::ClientTls;
+use walletgate::x402::payer::DEV_KEYS;
+use walletgate::x402::{BoxFuture, DevLedger};
+
+use crate::config::{Config, PaymentFaults};
+use crate::request::Endpoint;
+use crate::tests::{ENDPOINTS, Server, body, now_secs, path};
+use crate::upstream::Fault;
+
+type Hyper = Client<HttpConnector, Full<Bytes>>;
+
+fn hyper() -> Hyper {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// Development account `index`'s key (PUBLIC, worthless anywhere real).
+fn dev_key(index: usize) -> PrivateKeySigner {
+    DEV_KEYS[index].parse().unwrap()
+}
+
+/// Records every wait and returns at once.
+#[derive(Default)]
+struct Waits(Mutex<Vec<Duration>>);
+
+impl Sleeper for Waits {
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        self.0.lock().unwrap().push(duration);
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// An alloy signer that counts the hashes it is asked to sign.
+#[derive(Clone)]
+struct Counting {
+    inner: PrivateKeySigner,
+    calls: Arc<AtomicU64>,
+}
+
+impl Signer for Counting {
+    fn sign_hash<'a, 'b, 'c>(
+        &'a self,
+        hash: &'b B256,
+    ) -> Pin<Box<dyn Future<Output = alloy_signer::Result<Signature>> + Send + 'c>>
+    where
+        'a: 'c,
+        'b: 'c,
+        Self: 'c,
+    {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.sign_hash(hash)
+    }
+
+    fn address(&self) -> Address {
+        Signer::address(&self.inner)
+    }
+
+    fn chain_id(&self) -> Option<u64> {
+        Signer::chain_id(&self.inner)
+    }
+
+    fn set_chain_id(&mut self, chain_id: Option<u64>) {
+        Signer::set_chain_id(&mut self.inner, chain_id);
+    }
+}
+
+fn layer(key: impl Signer + Send + Sync + 'static, waits: &Arc<Waits>) -> X402PaymentLayer {
+    let sleeper: SharedSleeper = waits.clone();
+    X402PaymentLayer::new(key).sleeper(sleeper)
+}
+
+fn post(server: &Server, url_path: &str, body: &Value) -> Request<Full<Bytes>> {
+    Request::post(server.url(url_path))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap()
+}
+
+async fn text(response: Response<PaidBody<hyper::body::Incoming>>) -> (Option<Receipt>, String) {
+    let receipt = response.extensions().get::<Receipt>().cloned();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (receipt, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+const PAID_MODEL: &str = "openai/gpt-5-mini";
+
+#[tokio::test]
+async fn the_layer_pays_chat_messages_responses_and_streams_exactly_the_quote() {
+    let server = Server::start(Config::default()).await;
+    let payer = DevLedger::DEV_ACCOUNTS[4];
+    let waits = Arc::new(Waits::default());
+    let client = ServiceBuilder::new()
+        .layer(layer(dev_key(4), &waits))
+        .service(hyper());
+    let mut moved = 0;
+    for endpoint in ENDPOINTS {
+        for stream in [false, true] {
+            let before = server.balance(payer);
+            let request = post(
+                &server,
+                path(endpoint),
+                &body(endpoint, PAID_MODEL, "hello", stream),
+            );
+            let response = client.clone().oneshot(request).await.unwrap();
+            assert_eq!(response.status(), 200);
+            let (receipt, answer) = text(response).await;
+            assert!(answer.contains("hello"), "{endpoint:?} {answer}");
+            let receipt = receipt.expect("a paid answer has a receipt");
+            let settlement = receipt
+                .settlement()
+                .expect("settled (header or final event)");
+            assert!(settlement.success);
+            assert_eq!(settlement.payer.as_deref(), Some(payer));
+            assert_eq!(server.balance(payer), before - receipt.amount().units());
+            moved += receipt.amount().units();
+        }
+    }
+    assert_eq!(server.ledger.settlements(), 6);
+    assert_eq!(server.balance(payer), DevLedger::DEV_ACCOUNT_FUNDS - moved);
+    assert_eq!(
+        server.balance(DevLedger::DEV_ACCOUNTS[9]),
+        DevLedger::DEV_ACCOUNT_FUNDS + moved
+    );
+    assert!(waits.0.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_paid_image_job_is_polled_with_the_same_payment_uncharged() {
+    let clock = Arc::new(FakeClock::at_unix_secs(now_secs()));
+    let server = Server::start(Config {
+        clock: clock.clone(),
+        image_job: Duration::from_secs(2),
+        ..Config::default()
+    })
+    .await;
+    let payer = DevLedger::DEV_ACCOUNTS[5];
+    let waits = Arc::new(Waits::default());
+    let client = ServiceBuilder::new()
+        .layer(layer(dev_key(5), &waits).clock(clock.clone()))
+        .service(hyper());
+    let request = post(
+        &server,
+        "/api/v1/images/generations",
+        &json!({"model": "openai/dall-e-3", "prompt": "a red fox", "n": 1}),
+    );
+    let uri = request.uri().clone();
+    let response = client.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 202);
+    let (receipt, answer) = text(response).await;
+    let receipt = receipt.unwrap();
+    assert_eq!(receipt.amount().units(), 40_000 + 1_000);
+    let job = ImageJob::new(&uri, answer.as_bytes(), receipt).unwrap();
+    let charged = DevLedger::DEV_ACCOUNT_FUNDS - 41_000;
+    assert_eq!(server.balance(payer), charged);
+    assert_eq!(job.poll(&hyper()).await.unwrap(), None);
+    clock.advance(Duration::from_secs(2));
+    let done = job.poll(&hyper()).await.unwrap().expect("done");
+    assert_eq!(done["status"], "completed");
+    assert_eq!(server.balance(payer), charged, "polling is not paying");
+    assert_eq!(server.ledger.settlements(), 1);
+}
+
+#[tokio::test]
+async fn the_reqwest_adapter_pays_every_endpoint_and_the_image_job() {
+    let server = Server::start(Config::default()).await;
+    let payer = DevLedger::DEV_ACCOUNTS[6];
+    let waits = Arc::new(Waits::default());
+    let client =
+        reqwest_middleware::ClientBuilder::new(reqwest_client(&ClientTls::webpki_roots()).unwrap())
+            .with(X402Middleware::new(layer(dev_key(6), &waits)))
+            .build();
+    let mut moved = 0;
+    for endpoint in ENDPOINTS {
+        let response = client
+            .post(server.url(path(endpoint)))
+            .header("content-type", "application/json")
+            .body(body(endpoint, PAID_MODEL, "hello reqwest", false).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let receipt = X402Middleware::receipt(&response).cloned().unwrap();
+        assert!(receipt.settlement().unwrap().success);
+        moved += receipt.amount().units();
+        assert!(response.text().await.unwrap().contains("hello reqwest"));
+        assert_eq!(server.balance(payer), DevLedger::DEV_ACCOUNT_FUNDS - moved);
+    }
+    let response = client
+        .post(server.url("/v1/images/generations"))
+        .header("content-type", "application/json")
+        .body(json!({"model": "openai/dall-e-3", "prompt": "a fox", "n": 1}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success());
+    let receipt = X402Middleware::receipt(&response).cloned().unwrap();
+    assert_eq!(receipt.amount().units(), 41_000);
+    moved += 41_000;
+    assert_eq!(server.balance(payer), DevLedger::DEV_ACCOUNT_FUNDS - moved);
+    assert_eq!(server.ledger.settlements(), 4);
+
+    // The error classes come through the adapter too.
+    let stranger = PrivateKeySigner::from_bytes(&B256::repeat_byte(0x42)).unwrap();
+    let client =
+        reqwest_middleware::ClientBuilder::new(reqwest_client(&ClientTls::webpki_roots()).unwrap())
+            .with(X402Middleware::new(layer(stranger, &waits)))
+            .build();
+    let error = client
+        .post(server.url(path(Endpoint::Chat)))
+        .body(body(Endpoint::Chat, PAID_MODEL, "hello", false).to_string())
+        .send()
+        .await
+        .unwrap_err();
+    let reqwest_middleware::Error::Middleware(error) = error else {
+        panic!("not a middleware error: {error:?}");
+    };
+    let error = error.downcast_ref::<ClientError>().unwrap();
+    assert!(error.to_string().contains("check balance"), "{error}");
+}
+
+fn payment_error(
+    result: Result<impl std::fmt::Debug, ClientError>,
+) -> walletgate::client::pay::PaymentError {
+    match result {
+        Err(ClientError::Payment(error)) => error,
+        other => panic!("not a payment error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_unfunded_payer_is_told_to_check_its_balance_on_every_endpoint() {
+    let server = Server::start(Config::default()).await;
+    let waits = Arc::new(Waits::default());
+    let stranger = PrivateKeySigner::from_bytes(&B256::repeat_byte(0x42)).unwrap();
+    let client = ServiceBuilder::new()
+        .layer(layer(stranger, &waits))
+        .service(hyper());
+    for endpoint in ENDPOINTS {
+        let request = post(
+            &server,
+            path(endpoint),
+            &body(endpoint, PAID_MODEL, "hello", false),
+        );
+        let error = payment_error(client.clone().oneshot(request).await);
+        assert_eq!(
+            error.code(),
+            Some(ErrorCode::PaymentUnfunded),
+            "{endpoint:?}: {error}"
+        );
+        assert!(error.to_string().contains("check balance"), "{error}");
+        assert_eq!((error.attempts.requests, error.attempts.signatures), (2, 1));
+    }
+    server.assert_nothing_settled();
+}
+
+#[tokio::test]
+async fn a_quote_over_the_cap_is_refused_and_the_signer_never_called() {
+    let server = Server::start(Config::default()).await;
+    let waits = Arc::new(Waits::default());
+    let calls = Arc::new(AtomicU64::new(0));
+    let signer = Counting {
+        inner: dev_key(4),
+        calls: calls.clone(),
+    };
+    let policy = SpendPolicy::new().max_per_payment_usd("0.001").unwrap();
+    let client = ServiceBuilder::new()
+        .layer(layer(signer, &waits).policy(policy))
+        .service(hyper());
+    let request = post(
+        &server,
+        path(Endpoint::Chat),
+        &body(Endpoint::Chat, PAID_MODEL, "hello", false),
+    );
+    let error = payment_error(client.oneshot(request).await);
+    assert!(
+        matches!(
+            error.kind,
+            PaymentErrorKind::Policy(Refusal::OverCap { .. })
+        ),
+        "{error}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(error.attempts.signatures, 0);
+    server.assert_nothing_settled();
+}
+
+/// A client service that swaps every payment for `replacement` (a spent one).
+#[derive(Clone)]
+struct Replaying {
+    inner: Hyper,
+    replacement: Arc<Mutex<Option<String>>>,
+}
+
+impl Service<Request<Full<Bytes>>> for Replaying {
+    type Response = Response<hyper::body::Incoming>;
+    type Error = hyper_util::client::legacy::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Service::<Request<Full<Bytes>>>::poll_ready(&mut self.inner, cx)
+    }
+
+    fn call(&mut self, mut request: Request<Full<Bytes>>) -> Self::Future {
+        let mut replacement = self.replacement.lock().unwrap();
+        if let Some(payment) = request.headers().get("payment-signature") {
+            match replacement.as_ref() {
+                Some(spent) => {
+                    request
+                        .headers_mut()
+                        .insert("payment-signature", spent.parse().unwrap());
+                }
+                None => *replacement = Some(payment.to_str().unwrap().to_owned()),
+            }
+        }
+        Box::pin(self.inner.request(request))
+    }
+}
+
+#[tokio::test]
+async fn a_replayed_payment_is_a_payment_error() {
+    let server = Server::start(Config::default()).await;
+    let waits = Arc::new(Waits::default());
+    let replaying = Replaying {
+        inner: hyper(),
+        replacement: Arc::default(),
+    };
+    let client = ServiceBuilder::new()
+        .layer(layer(dev_key(7), &waits))
+        .service(replaying);
+    let request = || {
+        post(
+            &server,
+            path(Endpoint::Chat),
+            &body(Endpoint::Chat, PAID_MODEL, "hello", false),
+        )
+    };
+    client.clone().oneshot(request()).await.unwrap();
+    let error = payment_error(client.oneshot(request()).await);
+    assert_eq!(error.code(), Some(ErrorCode::PaymentReplay), "{error}");
+    assert_eq!(server.ledger.settlements(), 1);
+}
+
+#[tokio::test]
+async fn model_unavailable_fails_over_to_another_providers_same_tier_model() {
+    let mut faults = HashMap::new();
+    faults.insert(
+        PAID_MODEL.to_owned(),
+        Fault::preset("model_unavailable").unwrap(),
+    );
+    let server = Server::start(Config {
+        faults,
+        ..Config::default()
+    })
+    .await;
+    let waits = Arc::new(Waits::default());
+    let payer = DevLedger::DEV_ACCOUNTS[8];
+    let plain = ServiceBuilder::new()
+        .layer(layer(dev_key(8), &waits))
+        .service(hyper());
+    let request = || {
+        post(
+            &server,
+            path(Endpoint::Chat),
+            &body(Endpoint::Chat, PAID_MODEL, "hello", false),
+        )
+    };
+    match plain.oneshot(request()).await {
+        Err(ClientError::Api(error)) => {
+            assert_eq!(error.status, 503);
+            assert_eq!(error.code.as_deref(), Some("MODEL_UNAVAILABLE"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let client = ServiceBuilder::new()
+        .layer(layer(dev_key(8), &waits).failover(Failover::new()))
+        .service(hyper());
+    let response = client.oneshot(request()).await.unwrap();
+    let (receipt, answer) = text(response).await;
+    let answered: Value = serde_json::from_str(&answer).unwrap();
+    let model = answered["model"].as_str().unwrap();
+    assert!(!model.starts_with("openai/"), "{model}");
+    let listing = server.get("/v1/models").await.json();
+    let row = |id: &str| {
+        listing["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(row(model)["tier"], row(PAID_MODEL)["tier"]);
+    // Only the answered request was paid; the refused one never settled.
+    assert_eq!(server.ledger.settlements(), 1);
+    assert_eq!(
+        server.balance(payer),
+        DevLedger::DEV_ACCOUNT_FUNDS - receipt.unwrap().amount().units()
+    );
+}
+
+#[tokio::test]
+async fn verification_unavailable_resends_the_same_signature() {
+    let faults = Arc::new(PaymentFaults::default());
+    faults.unavailable_verifies.store(2, Ordering::SeqCst);
+    let server = Server::start(Config {
+        payment_faults: faults.clone(),
+        ..Config::default()
+    })
+    .await;
+    let waits = Arc::new(Waits::default());
+    let layer = layer(dev_key(3), &waits);
+    let client = ServiceBuilder::new().layer(layer.clone()).service(hyper());
+    let request = post(
+        &server,
+        path(Endpoint::Messages),
+        &body(Endpoint::Messages, PAID_MODEL, "hello", false),
+    );
+    let response = client.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(layer.signer().signatures(), 1);
+    // The gateway's Retry-After (5 s) each time, waited on the recording sleeper.
+    assert_eq!(*waits.0.lock().unwrap(), [Duration::from_secs(5); 2]);
+    assert_eq!(server.ledger.settlements(), 1);
+
+    // Bounded: more unavailability than retries is a payment error that says so.
+    faults.unavailable_verifies.store(5, Ordering::SeqCst);
+    let client = ServiceBuilder::new()
+        .layer(layer.retry(RetryPolicy::default().verification_retries(1)))
+        .service(hyper());
+    let request = post(
+        &server,
+        path(Endpoint::Chat),
+        &body(Endpoint::Chat, PAID_MODEL, "hello", false),
+    );
+    let error = payment_error(client.oneshot(request).await);
+    assert_eq!(
+        error.code(),
+        Some(ErrorCode::PaymentVerificationUnavailable)
+    );
+    assert_eq!(error.attempts.verification_retries, 1);
+}
+
+#[tokio::test]
+async fn a_402_after_paying_gets_no_second_signature() {
+    let faults = Arc::new(PaymentFaults::default());
+    faults.refuse_settle.store(true, Ordering::SeqCst);
+    let server = Server::start(Config {
+        payment_faults: faults,
+        ..Config::default()
+    })
+    .await;
+    let waits = Arc::new(Waits::default());
+    let calls = Arc::new(AtomicU64::new(0));
+    let signer = Counting {
+        inner: dev_key(2),
+        calls: calls.clone(),
+    };
+    let client = ServiceBuilder::new()
+        .layer(layer(signer, &waits))
+        .service(hyper());
+    let request = post(
+        &server,
+        path(Endpoint::Chat),
+        &body(Endpoint::Chat, PAID_MODEL, "hello", false),
+    );
+    let error = payment_error(client.oneshot(request).await);
+    assert_eq!(error.code(), Some(ErrorCode::SettlementFailed), "{error}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(error.attempts.requests, 2);
+    server.assert_nothing_settled();
+}
+
+/// The `walletgate` binary beside this test (`cargo test --all-features`
+/// builds it; alone: `cargo build --features cli --bin walletgate`).
+fn walletgate_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/examples/gateway-<hash> -> target/<profile>/walletgate
+    let binary = exe.parent().unwrap().parent().unwrap().join("walletgate");
+    assert!(
+        binary.exists(),
+        "{} is missing: cargo build --features cli --bin walletgate",
+        binary.display()
+    );
+    binary
+}
+
+/// Runs `walletgate pay` with `key` in the environment (or none); exit code, stdout, stderr.
+async fn walletgate_pay(args: &[&str], key: Option<&str>) -> (i32, String, String) {
+    let mut command = tokio::process::Command::new(walletgate_binary());
+    command
+        .arg("pay")
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    if let Some(key) = key {
+        command.env("WALLETGATE_PRIVATE_KEY", key);
+    }
+    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("walletgate pay finished")
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Nothing printed holds a key, a signature (65 bytes of hex) or a JWT-style token.
+fn assert_no_secret(printed: &str, keys: &[&str]) {
+    for key in keys {
+        let bare = key.trim_start_matches("0x");
+        assert!(!printed.contains(bare), "a key was printed");
+    }
+    assert!(!printed.contains("eyJ"), "a token was printed: {printed}");
+    let longest_hex = printed
+        .split(|c: char| !c.is_ascii_hexdigit())
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        longest_hex < 130,
+        "a signature-sized hex run was printed: {printed}"
+    );
+    assert!(
+        !printed.to_ascii_lowercase().contains("payment-signature"),
+        "{printed}"
+    );
+}
+
+#[tokio::test]
+async fn walletgate_pay_prints_the_answer_and_one_receipt_line() {
+    let server = Server::start(Config::default()).await;
+    let payer = DevLedger::DEV_ACCOUNTS[7];
+    let key = format!("0x{}", DEV_KEYS[7]);
+    let url = server.url("/v1/chat/completions");
+    let data = body(Endpoint::Chat, PAID_MODEL, "hello from the cli", false).to_string();
+    let (code, stdout, stderr) =
+        walletgate_pay(&[&url, "--data", &data, "--max-usd", "0.10"], Some(&key)).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let answer: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        answer["choices"][0]["message"]["content"],
+        "echo: hello from the cli"
+    );
+    let receipt: Vec<&str> = stderr.lines().collect();
+    assert_eq!(receipt.len(), 1, "{stderr}");
+    assert!(
+        receipt[0].contains(payer) && receipt[0].contains("eip155:84532"),
+        "{stderr}"
+    );
+    let moved = DevLedger::DEV_ACCOUNT_FUNDS - server.balance(payer);
+    let usd = walletgate::x402::AtomicAmount::new(moved).to_decimal_string(6);
+    assert!(
+        receipt[0].contains(&format!("paid {usd} USD")),
+        "{stderr} vs {usd}"
+    );
+    assert_no_secret(&stdout, &[&key]);
+    assert_no_secret(&stderr, &[&key]);
+
+    // A key with no funds (from a file): exit 2, "check balance", nothing settled twice.
+    let stranger = format!("{:x}", B256::repeat_byte(0x42));
+    let key_file = std::env::temp_dir().join(format!("walletgate-key-{}", std::process::id()));
+    std::fs::write(&key_file, &stranger).unwrap();
+    let (code, stdout, stderr) = walletgate_pay(
+        &[
+            &url,
+            "--data",
+            &data,
+            "--key-file",
+            key_file.to_str().unwrap(),
+        ],
+        None,
+    )
+    .await;
+    let _ = std::fs::remove_file(&key_file);
+    assert_eq!(code, 2, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stderr.contains("check balance"), "{stderr}");
+    assert_no_secret(&stdout, &[&stranger]);
+    assert_no_secret(&stderr, &[&stranger]);
+    assert_eq!(server.ledger.settlements(), 1);
+
+    // Over --max-usd: exit 2, nothing signed; no key at all: exit 2.
+    let (code, _, stderr) =
+        walletgate_pay(&[&url, "--data", &data, "--max-usd", "0.0001"], Some(&key)).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("maximum per payment"), "{stderr}");
+    let (code, _, stderr) = walletgate_pay(&[&url, "--data", &data], None).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(server.ledger.settlements(), 1);
+}
