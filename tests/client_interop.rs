@@ -14,7 +14,8 @@
 //!   mis-signed one refused by the servers.
 //!
 //! Both check the 200, the `PAYMENT-RESPONSE` receipt and the server's own
-//! list of settlements (`GET /settlements`).
+//! list of settlements (`GET /settlements`). With feature `reqwest`, the
+//! reqwest-middleware adapter pays both servers too.
 //!
 //! Needs Node.js with `npm ci --prefix tests/interop/x402-express-server`, and
 //! `tests/interop/x402-python-server/.venv` with its `requirements.txt`
@@ -503,6 +504,64 @@ async fn against_the_official_express_server_the_layer_refuses_before_signing_an
 async fn against_the_official_python_server_the_layer_refuses_before_signing_and_never_pays_twice()
 {
     the_layer_refuses_before_signing_and_never_pays_twice(Official::Python).await;
+}
+
+/// The reqwest-middleware adapter pays `server` once, as the layer does.
+#[cfg(feature = "reqwest")]
+async fn the_reqwest_adapter_pays(kind: Official) {
+    use walletgate::client::pay::reqwest::{X402Middleware, reqwest_client};
+    use walletgate::tls::ClientTls;
+
+    let server = Server::start(kind).await;
+    let layer = paying_layer(6);
+    let address = layer.signer().address().to_owned();
+    let http = reqwest_client(&ClientTls::webpki_roots()).expect("a reqwest client");
+    let paying = reqwest_middleware::ClientBuilder::new(http)
+        .with(X402Middleware::new(layer.clone()))
+        .build();
+    let ask = json!({"question": "through reqwest?"});
+    let response = tokio::time::timeout(
+        REQUEST,
+        paying
+            .post(format!("{}/paid", server.base))
+            .header("content-type", "application/json")
+            .body(ask.to_string())
+            .send(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the {kind:?} server did not answer in time"))
+    .unwrap_or_else(|error| panic!("{kind:?}: {error}\n{}", server.log()));
+    assert_eq!(response.status(), StatusCode::OK, "{kind:?}");
+    let receipt = X402Middleware::receipt(&response)
+        .cloned()
+        .unwrap_or_else(|| panic!("a paid {kind:?} answer carries no Receipt"));
+    let body = response.bytes().await.expect("a readable body");
+    let answer: Value = serde_json::from_slice(&body).expect("a JSON answer");
+    assert_eq!(answer, json!({"paid": true, "echo": ask}), "{kind:?}");
+    let settlement = receipt.settlement().expect("a settlement");
+    assert!(settlement.success, "{kind:?}: {settlement:?}");
+    assert_eq!(layer.signer().signatures(), 1, "{kind:?}");
+
+    let settled = server.settlements(&client()).await;
+    assert_eq!(settled.len(), 1, "{kind:?}: {settled:?}");
+    assert_eq!(settled[0]["payer"], address, "{kind:?}");
+    assert_eq!(
+        settled[0]["transaction"],
+        receipt.transaction().expect("a transaction"),
+        "{kind:?}"
+    );
+}
+
+#[cfg(feature = "reqwest")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reqwest_adapter_pays_the_official_express_server() {
+    the_reqwest_adapter_pays(Official::Express).await;
+}
+
+#[cfg(feature = "reqwest")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reqwest_adapter_pays_the_official_python_server() {
+    the_reqwest_adapter_pays(Official::Python).await;
 }
 
 async fn settles_a_payment_and_refuses_its_replay(kind: Official) {
