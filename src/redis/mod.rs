@@ -12,6 +12,16 @@
 //! Keys are namespaced by a prefix (`walletgate` by default), so several
 //! services can share one Redis: `{prefix}:{seam}:{id}`.
 
+#[cfg(feature = "x402")]
+mod ledger;
+#[cfg(feature = "x402")]
+mod replay;
+
+#[cfg(feature = "x402")]
+pub use ledger::RedisLedger;
+#[cfg(feature = "x402")]
+pub use replay::RedisNonceStore;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! Tests that stop Redis on purpose start their own with [`RedisServer::start`].
 //! Each test takes its own key prefix ([`unique_prefix`]) so tests sharing one
 //! server never see each other's keys.
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -31,17 +31,31 @@ impl RedisServer {
 
     /// Starts redis-server on `port` (used to restart a stopped one in place).
     pub fn start_on(port: u16) -> Self {
-        let dir = std::env::temp_dir().join(format!("walletgate-redis-{}-{port}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("walletgate-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir for redis-server");
         let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .arg("--dir")
             .arg(&dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (apt-get install -y redis-server)");
-        let server = Self { child: Some(child), port, dir };
+        let server = Self {
+            child: Some(child),
+            port,
+            dir,
+        };
         server.wait_until_ready();
         server
     }
@@ -108,7 +122,11 @@ pub fn unique_prefix(test: &str) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    format!("test:{test}:{}:{nanos}:{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "test:{test}:{}:{nanos}:{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// A free TCP port on loopback.

@@ -1,0 +1,232 @@
+//! The x402 replay guard on Redis: [`RedisNonceStore`].
+//!
+//! One key per authorization, `{prefix}:x402-replay:{network/payer/nonce}`:
+//!
+//! | value | meaning | expires |
+//! |---|---|---|
+//! | `F` | claimed, in flight | at the claim's hold-until |
+//! | `S{json}` | spent: the receipt and the payload's fingerprint | at keep-until (≥ `validBefore`) |
+//!
+//! Each operation is one round trip: the claim is a Lua script (read, and set
+//! `F` only if absent), the release a script (delete only an `F`), marking
+//! spent one `SET … EX`. Expiry is relative (seconds from the store's clock),
+//! so the replicas' clocks never need to agree with Redis's.
+//!
+//! A release is sent on the tokio runtime as soon as it is asked for (see
+//! [`NonceStore::release`]): a request dropped mid-flight still frees its
+//! claim; if Redis cannot take it, the claim expires at its hold-until.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+use serde_json::{Value, json};
+
+use super::RedisConnection;
+use crate::clock::SharedClock;
+use crate::store::StoreError;
+use crate::x402::{
+    AtomicAmount, AuthorizationKey, BoxFuture, Claim, Network, NonceStore, PaymentReceipt,
+    SpentAuthorization,
+};
+
+/// The key seam of the replay guard.
+const SEAM: &str = "x402-replay";
+
+/// The longest lifetime given to an entry.
+const MAX_TTL_SECS: u64 = 365 * 24 * 3600;
+
+/// `F` if absent (answer `C`), else the value as it is.
+static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"local v = redis.call('GET', KEYS[1])
+if v then return v end
+redis.call('SET', KEYS[1], 'F', 'EX', ARGV[1])
+return 'C'",
+    )
+});
+
+/// Deletes the key only while it is in flight (a spent key stays spent).
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"if redis.call('GET', KEYS[1]) == 'F' then return redis.call('DEL', KEYS[1]) end
+return 0",
+    )
+});
+
+/// Claims and spent authorizations in Redis, shared by every replica.
+#[derive(Clone)]
+pub struct RedisNonceStore {
+    conn: RedisConnection,
+    clock: SharedClock,
+}
+
+impl std::fmt::Debug for RedisNonceStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisNonceStore")
+            .field("conn", &self.conn)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisNonceStore {
+    /// A store on `conn`; `clock` turns the absolute times it is given into
+    /// Redis lifetimes.
+    pub fn new(conn: RedisConnection, clock: SharedClock) -> Self {
+        Self { conn, clock }
+    }
+
+    /// Seconds from now until `unix_secs`: at least one (Redis refuses zero),
+    /// at most a year (Redis refuses lifetimes past its range).
+    fn ttl_secs(&self, unix_secs: u64) -> u64 {
+        unix_secs
+            .saturating_sub(self.clock.now_unix_secs())
+            .clamp(1, MAX_TTL_SECS)
+    }
+}
+
+impl NonceStore for RedisNonceStore {
+    fn claim<'a>(
+        &'a self,
+        key: &'a AuthorizationKey,
+        hold_until_unix_secs: u64,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        let redis_key = self.conn.key(SEAM, key.as_str());
+        let ttl = self.ttl_secs(hold_until_unix_secs);
+        Box::pin(async move {
+            let value: String = self
+                .conn
+                .call("x402 replay claim", |mut c| async move {
+                    CLAIM.key(redis_key).arg(ttl).invoke_async(&mut c).await
+                })
+                .await?;
+            decode_claim(&value)
+        })
+    }
+
+    fn release(&self, key: &AuthorizationKey) -> BoxFuture<'static, ()> {
+        let conn = self.conn.clone();
+        let redis_key = self.conn.key(SEAM, key.as_str());
+        let work = async move {
+            let released: Result<i64, _> = conn
+                .call("x402 replay release", |mut c| async move {
+                    RELEASE.key(redis_key).invoke_async(&mut c).await
+                })
+                .await;
+            if let Err(_error) = released {
+                trace_warn!(
+                    error = %_error,
+                    "the claim could not be released; it expires at its hold-until time",
+                );
+            }
+        };
+        // Sent now, whether or not the caller awaits: a dropped request still releases.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let task = runtime.spawn(work);
+                Box::pin(async move {
+                    let _ = task.await;
+                })
+            }
+            Err(_) => Box::pin(work),
+        }
+    }
+
+    fn mark_spent<'a>(
+        &'a self,
+        key: &'a AuthorizationKey,
+        spent: SpentAuthorization,
+        keep_until_unix_secs: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let redis_key = self.conn.key(SEAM, key.as_str());
+        let ttl = self.ttl_secs(keep_until_unix_secs);
+        let value = encode_spent(&spent);
+        Box::pin(async move {
+            self.conn
+                .call("x402 replay mark spent", |mut c| async move {
+                    redis::cmd("SET")
+                        .arg(redis_key)
+                        .arg(value)
+                        .arg("EX")
+                        .arg(ttl)
+                        .query_async::<()>(&mut c)
+                        .await
+                })
+                .await
+        })
+    }
+}
+
+/// `S` and the spent authorization as JSON.
+pub(crate) fn encode_spent(spent: &SpentAuthorization) -> String {
+    let receipt = &spent.receipt;
+    let body = json!({
+        "payer": receipt.payer(),
+        "amount": receipt.amount().units().to_string(),
+        "network": receipt.network().as_str(),
+        "transaction": receipt.transaction(),
+        "id": receipt.authorization_id(),
+        "fingerprint": alloy_primitives::hex::encode(spent.fingerprint),
+    });
+    format!("S{body}")
+}
+
+fn decode_claim(value: &str) -> Result<Claim, StoreError> {
+    match value.as_bytes().first() {
+        Some(b'C') => Ok(Claim::Claimed),
+        Some(b'F') => Ok(Claim::InFlight),
+        Some(b'S') => decode_spent(&value[1..])
+            .map(Claim::Spent)
+            .ok_or_else(|| StoreError::new("x402 replay: unreadable spent entry")),
+        _ => Err(StoreError::new("x402 replay: unknown entry")),
+    }
+}
+
+fn decode_spent(json: &str) -> Option<SpentAuthorization> {
+    let body: Value = serde_json::from_str(json).ok()?;
+    let text = |field: &str| body.get(field).and_then(Value::as_str);
+    let amount = text("amount")?.parse::<u128>().ok()?;
+    let network = Network::parse(text("network")?).ok()?;
+    let mut receipt = PaymentReceipt::new(
+        text("payer")?.to_owned(),
+        AtomicAmount::new(amount),
+        network,
+        text("id")?.to_owned(),
+    );
+    if let Some(transaction) = text("transaction") {
+        receipt = receipt.settled(transaction.to_owned());
+    }
+    let mut fingerprint = [0; 32];
+    alloy_primitives::hex::decode_to_slice(text("fingerprint")?, &mut fingerprint).ok()?;
+    Some(SpentAuthorization {
+        receipt,
+        fingerprint,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spent_entry_reads_back_as_written() {
+        let receipt = PaymentReceipt::new(
+            "0xAbc".into(),
+            AtomicAmount::new(u128::from(u64::MAX) * 3),
+            Network::base_sepolia(),
+            "eip155:84532/0xabc/0x01".into(),
+        )
+        .settled("0xtx".into());
+        let spent = SpentAuthorization {
+            receipt,
+            fingerprint: [9; 32],
+        };
+        assert_eq!(
+            decode_claim(&encode_spent(&spent)).unwrap(),
+            Claim::Spent(spent)
+        );
+        assert_eq!(decode_claim("F").unwrap(), Claim::InFlight);
+        assert_eq!(decode_claim("C").unwrap(), Claim::Claimed);
+        assert!(decode_claim("S{}").is_err());
+        assert!(decode_claim("").is_err());
+    }
+}

@@ -1,0 +1,408 @@
+//! One contract per payment store, run against the in-memory default and the
+//! Redis backend with the same assertions, so the two cannot drift:
+//! `x402::NonceStore` (claims, releases, spent authorizations) and
+//! `x402::Ledger` (check, atomic transfer, used authorizations).
+//!
+//! Redis: `WALLETGATE_TEST_REDIS_URL`, or a redis-server started for this
+//! binary; every test takes its own key prefix.
+
+mod redis_support;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy_primitives::{Address, B256};
+use walletgate::clock::{FakeClock, SharedClock, SystemClock};
+use walletgate::redis::{RedisConfig, RedisConnection, RedisLedger, RedisNonceStore};
+use walletgate::x402::{
+    AtomicAmount, AuthorizationKey, Claim, DevLedger, Ledger, LedgerError, Network, NonceStore,
+    PaymentReceipt, SpentAuthorization, TokenId, Transfer,
+};
+
+type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
+type Balance = Pin<Box<dyn Future<Output = u128> + Send>>;
+
+/// A nonce store, its clock, and how to let `secs` pass for it.
+struct Replay {
+    store: Arc<dyn NonceStore>,
+    clock: SharedClock,
+    pass: Box<dyn Fn(u64) -> Wait>,
+}
+
+fn in_memory_replay() -> Replay {
+    let clock = FakeClock::at_unix_secs(1_750_000_000);
+    let advanced = clock.clone();
+    Replay {
+        store: Arc::new(walletgate::x402::InMemoryNonceStore::new(Arc::new(
+            clock.clone(),
+        ))),
+        clock: Arc::new(clock),
+        pass: Box::new(move |secs| {
+            advanced.advance(Duration::from_secs(secs));
+            Box::pin(async {})
+        }),
+    }
+}
+
+fn connection(test: &str) -> RedisConnection {
+    let config = RedisConfig::new(redis_support::shared_url())
+        .prefix(redis_support::unique_prefix(test))
+        .timeout(Duration::from_secs(2));
+    RedisConnection::open(&config).unwrap()
+}
+
+/// Redis expires on its own clock: time passes for real.
+fn redis_replay(test: &str) -> Replay {
+    let clock: SharedClock = Arc::new(SystemClock);
+    Replay {
+        store: Arc::new(RedisNonceStore::new(connection(test), clock.clone())),
+        clock,
+        pass: Box::new(|secs| {
+            Box::pin(tokio::time::sleep(Duration::from_millis(secs * 1000 + 200)))
+        }),
+    }
+}
+
+fn key(nonce: &str) -> AuthorizationKey {
+    AuthorizationKey::new(&Network::base_sepolia(), "0xAbC", nonce)
+}
+
+fn spent(transaction: &str) -> SpentAuthorization {
+    let receipt = PaymentReceipt::new(
+        "0xAbC".into(),
+        AtomicAmount::new(1_010_000),
+        Network::base_sepolia(),
+        key("0x01").as_str().to_owned(),
+    );
+    SpentAuthorization {
+        receipt: receipt.settled(transaction.into()),
+        fingerprint: [7; 32],
+    }
+}
+
+async fn claims_are_exclusive_until_released(replay: Replay) {
+    let now = replay.clock.now_unix_secs();
+    let store = &replay.store;
+    assert_eq!(
+        store.claim(&key("0x01"), now + 600).await.unwrap(),
+        Claim::Claimed
+    );
+    assert_eq!(
+        store.claim(&key("0x01"), now + 600).await.unwrap(),
+        Claim::InFlight
+    );
+    // Keys compare case-insensitively.
+    let upper = AuthorizationKey::new(&Network::base_sepolia(), "0XABC", "0x01");
+    assert_eq!(
+        store.claim(&upper, now + 600).await.unwrap(),
+        Claim::InFlight
+    );
+    store.release(&key("0x01")).await;
+    assert_eq!(
+        store.claim(&key("0x01"), now + 600).await.unwrap(),
+        Claim::Claimed
+    );
+    // Another authorization is independent.
+    assert_eq!(
+        store.claim(&key("0x02"), now + 600).await.unwrap(),
+        Claim::Claimed
+    );
+}
+
+async fn spent_stays_spent_and_release_keeps_it(replay: Replay) {
+    let now = replay.clock.now_unix_secs();
+    let store = &replay.store;
+    assert_eq!(
+        store.claim(&key("0x01"), now + 600).await.unwrap(),
+        Claim::Claimed
+    );
+    store
+        .mark_spent(&key("0x01"), spent("0xt1"), now + 600)
+        .await
+        .unwrap();
+    store.release(&key("0x01")).await;
+    assert_eq!(
+        store.claim(&key("0x01"), now + 600).await.unwrap(),
+        Claim::Spent(spent("0xt1"))
+    );
+}
+
+async fn entries_expire(replay: Replay) {
+    let now = replay.clock.now_unix_secs();
+    let store = &replay.store;
+    // A claim held one second, a spent authorization kept one second.
+    assert_eq!(
+        store.claim(&key("0x01"), now + 1).await.unwrap(),
+        Claim::Claimed
+    );
+    assert_eq!(
+        store.claim(&key("0x02"), now + 600).await.unwrap(),
+        Claim::Claimed
+    );
+    store
+        .mark_spent(&key("0x02"), spent("0xt2"), now + 1)
+        .await
+        .unwrap();
+    (replay.pass)(1).await;
+    let now = replay.clock.now_unix_secs();
+    assert_eq!(
+        store.claim(&key("0x01"), now + 600).await.unwrap(),
+        Claim::Claimed
+    );
+    assert_eq!(
+        store.claim(&key("0x02"), now + 600).await.unwrap(),
+        Claim::Claimed
+    );
+}
+
+async fn one_of_many_concurrent_claims_wins(replay: Replay) {
+    let now = replay.clock.now_unix_secs();
+    let claims = (0..20).map(|_| {
+        let store = replay.store.clone();
+        tokio::spawn(async move { store.claim(&key("0x09"), now + 600).await.unwrap() })
+    });
+    let mut won = 0;
+    for claim in claims {
+        if claim.await.unwrap() == Claim::Claimed {
+            won += 1;
+        }
+    }
+    assert_eq!(won, 1);
+}
+
+macro_rules! replay_contract {
+    ($($name:ident),* $(,)?) => {
+        mod replay_in_memory {
+            $(#[tokio::test] async fn $name() { super::$name(super::in_memory_replay()).await })*
+        }
+        mod replay_redis {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+              async fn $name() { super::$name(super::redis_replay(stringify!($name))).await })*
+        }
+    };
+}
+
+replay_contract!(
+    claims_are_exclusive_until_released,
+    spent_stays_spent_and_release_keeps_it,
+    entries_expire,
+    one_of_many_concurrent_claims_wins,
+);
+
+/// A ledger and how to fund and read it.
+struct Books {
+    ledger: Arc<dyn Ledger>,
+    fund: Box<dyn Fn(Address, u128) -> Wait>,
+    balance: Box<dyn Fn(Address) -> Balance>,
+}
+
+fn in_memory_books() -> Books {
+    let ledger = Arc::new(DevLedger::empty());
+    let (funded, read) = (ledger.clone(), ledger.clone());
+    Books {
+        ledger,
+        fund: Box::new(move |owner, amount| {
+            funded.fund(&token(), owner, amount);
+            Box::pin(async {})
+        }),
+        balance: Box::new(move |owner| {
+            let balance = read.balance_of(&token(), owner);
+            Box::pin(async move { balance })
+        }),
+    }
+}
+
+fn redis_books(test: &str) -> Books {
+    let ledger = RedisLedger::new(connection(test));
+    let (funded, read) = (ledger.clone(), ledger.clone());
+    Books {
+        ledger: Arc::new(ledger),
+        fund: Box::new(move |owner, amount| {
+            let ledger = funded.clone();
+            Box::pin(async move { ledger.fund(&token(), owner, amount).await.unwrap() })
+        }),
+        balance: Box::new(move |owner| {
+            let ledger = read.clone();
+            Box::pin(async move { ledger.balance_of(&token(), owner).await.unwrap() })
+        }),
+    }
+}
+
+fn token() -> TokenId {
+    DevLedger::base_sepolia_usdc()
+}
+
+const PAYER: Address = Address::repeat_byte(0x11);
+const PAYEE: Address = Address::repeat_byte(0x22);
+
+fn transfer(nonce: u8, value: u128) -> Transfer {
+    Transfer {
+        token: token(),
+        from: PAYER,
+        to: PAYEE,
+        value,
+        nonce: B256::repeat_byte(nonce),
+    }
+}
+
+async fn a_transfer_moves_funds_once(books: Books) {
+    (books.fund)(PAYER, 5_000_000).await;
+    let ledger = &books.ledger;
+    ledger.check(&transfer(1, 1_000_000)).await.unwrap();
+    let transaction = ledger
+        .transfer_with_authorization(&transfer(1, 1_000_000))
+        .await
+        .unwrap();
+    assert!(transaction.starts_with("0x") && transaction.len() == 66);
+    assert_eq!((books.balance)(PAYER).await, 4_000_000);
+    assert_eq!((books.balance)(PAYEE).await, 1_000_000);
+    // The authorization is used now: checked or settled again, refused, nothing moves.
+    assert_eq!(
+        ledger.check(&transfer(1, 1_000_000)).await,
+        Err(LedgerError::AuthorizationUsed)
+    );
+    assert_eq!(
+        ledger
+            .transfer_with_authorization(&transfer(1, 1_000_000))
+            .await,
+        Err(LedgerError::AuthorizationUsed)
+    );
+    assert_eq!((books.balance)(PAYER).await, 4_000_000);
+    // Another nonce settles, with another transaction id.
+    let second = ledger
+        .transfer_with_authorization(&transfer(2, 1_000_000))
+        .await
+        .unwrap();
+    assert_ne!(second, transaction);
+}
+
+async fn insufficient_funds_are_refused_before_and_at_settlement(books: Books) {
+    (books.fund)(PAYER, 999).await;
+    let ledger = &books.ledger;
+    assert_eq!(
+        ledger.check(&transfer(1, 1_000)).await,
+        Err(LedgerError::InsufficientFunds)
+    );
+    assert_eq!(
+        ledger
+            .transfer_with_authorization(&transfer(1, 1_000))
+            .await,
+        Err(LedgerError::InsufficientFunds)
+    );
+    assert_eq!((books.balance)(PAYER).await, 999);
+    assert_eq!((books.balance)(PAYEE).await, 0);
+    // A refused transfer does not use the nonce.
+    (books.fund)(PAYER, 1).await;
+    ledger
+        .transfer_with_authorization(&transfer(1, 1_000))
+        .await
+        .unwrap();
+    assert_eq!((books.balance)(PAYER).await, 0);
+}
+
+async fn one_of_many_concurrent_transfers_settles(books: Books) {
+    (books.fund)(PAYER, 10_000_000).await;
+    let transfers = (0..20).map(|_| {
+        let ledger = books.ledger.clone();
+        tokio::spawn(async move {
+            ledger
+                .transfer_with_authorization(&transfer(7, 1_000_000))
+                .await
+        })
+    });
+    let mut settled = 0;
+    for outcome in transfers {
+        match outcome.await.unwrap() {
+            Ok(_) => settled += 1,
+            Err(error) => assert_eq!(error, LedgerError::AuthorizationUsed),
+        }
+    }
+    assert_eq!(settled, 1);
+    assert_eq!((books.balance)(PAYER).await, 9_000_000);
+}
+
+macro_rules! ledger_contract {
+    ($($name:ident),* $(,)?) => {
+        mod ledger_in_memory {
+            $(#[tokio::test] async fn $name() { super::$name(super::in_memory_books()).await })*
+        }
+        mod ledger_redis {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+              async fn $name() { super::$name(super::redis_books(stringify!($name))).await })*
+        }
+    };
+}
+
+ledger_contract!(
+    a_transfer_moves_funds_once,
+    insufficient_funds_are_refused_before_and_at_settlement,
+    one_of_many_concurrent_transfers_settles,
+);
+
+#[tokio::test]
+async fn dev_accounts_are_funded_once_however_many_replicas_start() {
+    let conn = connection("dev_accounts");
+    let (a, b) = (RedisLedger::new(conn.clone()), RedisLedger::new(conn));
+    a.fund_dev_accounts().await.unwrap();
+    let payer: Address = DevLedger::DEV_ACCOUNTS[0].parse().unwrap();
+    a.transfer_with_authorization(&Transfer {
+        from: payer,
+        ..transfer(1, 10)
+    })
+    .await
+    .unwrap();
+    // A second replica (or a restart) does not refill what was spent.
+    b.fund_dev_accounts().await.unwrap();
+    assert_eq!(
+        b.balance_of(&token(), payer).await.unwrap(),
+        DevLedger::DEV_ACCOUNT_FUNDS - 10
+    );
+    assert_eq!(b.settlements().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_is_a_store_error_not_a_decision() {
+    let config = RedisConfig::new(format!("redis://127.0.0.1:{}", redis_support::free_port()))
+        .timeout(Duration::from_millis(250));
+    let conn = RedisConnection::open(&config).unwrap();
+    let store = RedisNonceStore::new(conn.clone(), Arc::new(SystemClock));
+    assert!(store.claim(&key("0x01"), u64::MAX).await.is_err());
+    let spent_result = store.mark_spent(&key("0x01"), spent("0x"), u64::MAX).await;
+    assert!(spent_result.is_err());
+    // A release that cannot be delivered does not hang or panic.
+    store.release(&key("0x01")).await;
+    let ledger = RedisLedger::new(conn);
+    assert!(matches!(
+        ledger.transfer_with_authorization(&transfer(1, 1)).await,
+        Err(LedgerError::Unavailable(_))
+    ));
+    assert!(matches!(
+        ledger.check(&transfer(1, 1)).await,
+        Err(LedgerError::Unavailable(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_dropped_unawaited_still_reaches_redis() {
+    // A request whose client went away releases from `Drop`: nobody awaits.
+    let replay = redis_replay("dropped_release");
+    let now = replay.clock.now_unix_secs();
+    assert_eq!(
+        replay.store.claim(&key("0x01"), now + 600).await.unwrap(),
+        Claim::Claimed
+    );
+    drop(replay.store.release(&key("0x01")));
+    let mut freed = false;
+    for _ in 0..100 {
+        match replay.store.claim(&key("0x01"), now + 600).await.unwrap() {
+            Claim::Claimed => {
+                freed = true;
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    assert!(freed, "the background release never reached Redis");
+}
