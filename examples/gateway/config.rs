@@ -17,6 +17,8 @@
 //! | `GATEWAY_EXTRA_CA_FILE` | none | PEM root(s) trusted besides Mozilla's, for upstreams and the facilitator |
 //! | `GATEWAY_SOLANA_PAY_TO` | none | Solana: the wallet paid (its USDC account receives) |
 //! | `GATEWAY_SOLANA_FEE_PAYER` | from the facilitator | Solana: `extra.feePayer`; else read from `GET /supported` at start |
+//! | `GATEWAY_REDIS_URL` | none (in memory) | `redis://host:port[/db]`: claims, spent authorizations, the ledger and image jobs in Redis, shared by every replica (see `stores.rs`) |
+//! | `GATEWAY_REDIS_PREFIX` | `walletgate` | the key prefix in that Redis (one per deployment) |
 //!
 //! Providers without an upstream are answered by the embedded echo family.
 //! Payments are quoted in Base Sepolia USDC and settled in-process on a
@@ -30,6 +32,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use walletgate::free_tier::FreeTierQuotas;
+use walletgate::redis::RedisConfig;
 use walletgate::tls::ClientTls;
 use walletgate::x402::DevLedger;
 use walletgate::{SharedClock, SystemClock};
@@ -90,6 +93,9 @@ pub(crate) struct Config {
     pub(crate) payment_faults: Arc<PaymentFaults>,
     /// The roots the upstreams' and the facilitator's HTTPS trust.
     pub(crate) tls: ClientTls,
+    /// The Redis every replica shares its payment and job stores through
+    /// (`GATEWAY_REDIS_URL`, keys under `GATEWAY_REDIS_PREFIX`); `None`: in memory.
+    pub(crate) redis: Option<RedisConfig>,
 }
 
 /// Payment-side faults for tests and demos, and the settle timeout.
@@ -148,6 +154,7 @@ impl Default for Config {
             network: PaymentNetwork::LocalEvm,
             payment_faults: Arc::default(),
             tls: ClientTls::webpki_roots(),
+            redis: None,
         }
     }
 }
@@ -231,6 +238,19 @@ impl Config {
             config.tls = ClientTls::webpki_roots()
                 .with_extra_ca_file(&path)
                 .map_err(|error| invalid("GATEWAY_EXTRA_CA_FILE", error.to_string()))?;
+        }
+        if let Some(url) = var("GATEWAY_REDIS_URL").filter(|url| !url.is_empty()) {
+            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                return Err(invalid(
+                    "GATEWAY_REDIS_URL",
+                    "expected redis://host:port[/db]",
+                ));
+            }
+            let mut redis = RedisConfig::new(url);
+            if let Some(prefix) = var("GATEWAY_REDIS_PREFIX").filter(|prefix| !prefix.is_empty()) {
+                redis = redis.prefix(prefix);
+            }
+            config.redis = Some(redis);
         }
         match var("GATEWAY_NETWORK").as_deref() {
             None | Some("base-sepolia") => {}

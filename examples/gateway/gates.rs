@@ -19,8 +19,8 @@ use walletgate::SharedClock;
 use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter};
 use walletgate::tls::ClientTls;
 use walletgate::x402::{
-    BoxFuture, ConfigError, DevLedger, Facilitator, FacilitatorError, FacilitatorRequest,
-    HttpFacilitator, InMemoryNonceStore, LocalEvmFacilitator, NonceStore, PaymentOption, Price,
+    BoxFuture, ConfigError, Facilitator, FacilitatorError, FacilitatorRequest, HttpFacilitator,
+    InMemoryNonceStore, Ledger, LocalEvmFacilitator, NonceStore, PaymentOption, Price,
     PriceRefusal, SettleResponse, SettledPayment, SettlementHookError, SupportedResponse,
     VerifyResponse, X402Layer,
 };
@@ -75,7 +75,7 @@ impl PaymentSettings {
     /// Base Sepolia USDC paid to `pay_to`, settled on `ledger` in-process.
     pub(crate) fn local_evm(
         pay_to: &str,
-        ledger: Arc<DevLedger>,
+        ledger: Arc<dyn Ledger>,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
         Ok(Self {
@@ -108,6 +108,12 @@ impl PaymentSettings {
             clock,
             settled: Arc::default(),
         })
+    }
+
+    /// The same settings with claims and spent authorizations kept in `store`.
+    pub(crate) fn with_nonce_store(mut self, store: Arc<dyn NonceStore>) -> Self {
+        self.nonce_store = store;
+        self
     }
 
     /// The same settings with the facilitator behind `faults` (and its settle timeout).
@@ -266,7 +272,7 @@ impl Facilitator for FaultyFacilitator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use walletgate::x402::{AtomicAmount, Network};
+    use walletgate::x402::{AtomicAmount, DevLedger, Network};
 
     #[tokio::test]
     async fn the_settlement_log_keeps_a_running_total() {

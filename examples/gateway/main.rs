@@ -45,6 +45,7 @@ mod render;
 mod reply;
 mod request;
 mod state;
+mod stores;
 mod upstream;
 
 #[cfg(test)]
@@ -77,6 +78,7 @@ use crate::inference::{infer, models};
 use crate::pipeline::{with_image_pipeline, with_pipeline, with_poll_pipeline};
 use crate::request::Endpoint;
 use crate::state::{AppState, Gateway};
+use crate::stores::Stores;
 use crate::upstream::{EchoUpstream, FaultInjecting, ProviderRouter, SharedUpstream};
 
 #[tokio::main]
@@ -143,36 +145,44 @@ const INFERENCE_ROUTES: &[(&str, Endpoint)] = &[
     ("/v1/responses", Endpoint::Responses),
 ];
 
-/// The whole gateway for `config`; fails only on an unusable payment setting.
-pub(crate) fn app(config: Config) -> Result<Router, walletgate::x402::ConfigError> {
+/// The whole gateway for `config`; fails only on an unusable payment or
+/// Redis setting. Must be called inside the tokio runtime.
+pub(crate) fn app(config: Config) -> Result<Router, Box<dyn std::error::Error>> {
     let mut router = ProviderRouter::new(Arc::new(EchoUpstream));
     for (provider, upstream) in config.providers {
         router = router.with_provider(provider, upstream);
     }
     let upstream: SharedUpstream = Arc::new(FaultInjecting::new(Arc::new(router), config.faults));
+    let stores = match &config.redis {
+        None => Stores::in_memory(config.ledger, config.clock.clone()),
+        Some(redis) => Stores::redis(redis, &config.catalogue, config.clock.clone())?,
+    };
     let payments = match &config.network {
         PaymentNetwork::LocalEvm => {
-            PaymentSettings::local_evm(&config.pay_to, config.ledger, config.clock.clone())?
+            PaymentSettings::local_evm(&config.pay_to, stores.ledger, config.clock.clone())?
         }
         PaymentNetwork::Solana(settings) => {
             let Some(fee_payer) = settings.fee_payer.as_deref() else {
-                return Err(walletgate::x402::ConfigError::InvalidFacilitatorUrl(
-                    format!(
+                return Err(
+                    walletgate::x402::ConfigError::InvalidFacilitatorUrl(format!(
                         "{}: no fee payer (set GATEWAY_SOLANA_FEE_PAYER or serve it in /supported)",
                         settings.facilitator_url
-                    ),
-                ));
+                    ))
+                    .into(),
+                );
             };
             PaymentSettings::solana(settings, fee_payer, &config.tls, config.clock.clone())?
         }
     };
-    let payments = payments.with_faults(config.payment_faults);
+    let payments = payments
+        .with_nonce_store(stores.nonce_store)
+        .with_faults(config.payment_faults);
     let gates = Gates {
         free_tier: free_tier(config.free_tier),
         inference_payment: payments.inference_layer()?,
         image_payment: payments.image_layer()?,
     };
-    let images = ImageJobs::new(config.clock.clone(), config.image_job);
+    let images = ImageJobs::new(config.clock.clone(), config.image_job, stores.jobs);
     let state: AppState = Arc::new(Gateway::new(
         config.catalogue,
         upstream,

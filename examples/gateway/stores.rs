@@ -1,0 +1,65 @@
+//! Where the gateway keeps what its replicas must share: claimed and spent
+//! payment authorizations, the development ledger, and paid image jobs.
+//!
+//! Without `GATEWAY_REDIS_URL` they live in this process (one replica). With
+//! it they live in Redis under `GATEWAY_REDIS_PREFIX`, so any number of
+//! replicas behind a load balancer settle one authorization once, share the
+//! ledger, and recover a paid image job made on another replica. A Redis that
+//! cannot answer within its timeout (250 ms) makes paid requests answer 503
+//! `PAYMENT_VERIFICATION_UNAVAILABLE` (never served free, never charged);
+//! the connection reconnects on its own when Redis is back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use walletgate::SharedClock;
+use walletgate::redis::{RedisConfig, RedisConnection, RedisLedger, RedisNonceStore};
+use walletgate::store::StoreError;
+use walletgate::x402::{DevLedger, InMemoryNonceStore, Ledger, NonceStore};
+
+use crate::catalogue::Catalogue;
+use crate::images::jobs::{InMemoryJobs, JobStore, RedisJobs};
+
+/// The payment and job stores of one gateway process.
+pub(crate) struct Stores {
+    pub(crate) nonce_store: Arc<dyn NonceStore>,
+    pub(crate) ledger: Arc<dyn Ledger>,
+    pub(crate) jobs: Arc<dyn JobStore>,
+}
+
+impl Stores {
+    /// This process's own stores, settling on `ledger`.
+    pub(crate) fn in_memory(ledger: Arc<DevLedger>, clock: SharedClock) -> Self {
+        Self {
+            nonce_store: Arc::new(InMemoryNonceStore::new(clock)),
+            ledger,
+            jobs: Arc::new(InMemoryJobs::default()),
+        }
+    }
+
+    /// Stores in the Redis of `config`, shared by every replica on it.
+    ///
+    /// The development accounts are funded once per Redis (a replica that
+    /// starts later, or restarts, does not refill them), in the background
+    /// until Redis answers: the gateway starts while Redis is down.
+    pub(crate) fn redis(
+        config: &RedisConfig,
+        catalogue: &Catalogue,
+        clock: SharedClock,
+    ) -> Result<Self, StoreError> {
+        let conn = RedisConnection::open(config)?;
+        let ledger = RedisLedger::new(conn.clone());
+        let funding = ledger.clone();
+        tokio::spawn(async move {
+            while let Err(error) = funding.fund_dev_accounts().await {
+                tracing::warn!(%error, "Redis: the development accounts are not funded yet");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+        Ok(Self {
+            nonce_store: Arc::new(RedisNonceStore::new(conn.clone(), clock)),
+            ledger: Arc::new(ledger),
+            jobs: Arc::new(RedisJobs::new(conn, catalogue.clone())),
+        })
+    }
+}
