@@ -51,6 +51,11 @@ mod upstream;
 #[cfg(test)]
 mod payment_tests;
 #[cfg(test)]
+#[path = "../../tests/redis_support/mod.rs"]
+mod redis_support;
+#[cfg(test)]
+mod replica_tests;
+#[cfg(test)]
 mod sdk_tests;
 #[cfg(test)]
 mod settlement_tests;
