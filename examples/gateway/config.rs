@@ -32,6 +32,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use walletgate::free_tier::FreeTierQuotas;
+#[cfg(feature = "redis")]
 use walletgate::redis::RedisConfig;
 use walletgate::tls::ClientTls;
 use walletgate::x402::DevLedger;
@@ -95,6 +96,7 @@ pub(crate) struct Config {
     pub(crate) tls: ClientTls,
     /// The Redis every replica shares its payment and job stores through
     /// (`GATEWAY_REDIS_URL`, keys under `GATEWAY_REDIS_PREFIX`); `None`: in memory.
+    #[cfg(feature = "redis")]
     pub(crate) redis: Option<RedisConfig>,
 }
 
@@ -154,6 +156,7 @@ impl Default for Config {
             network: PaymentNetwork::LocalEvm,
             payment_faults: Arc::default(),
             tls: ClientTls::webpki_roots(),
+            #[cfg(feature = "redis")]
             redis: None,
         }
     }
@@ -240,17 +243,7 @@ impl Config {
                 .map_err(|error| invalid("GATEWAY_EXTRA_CA_FILE", error.to_string()))?;
         }
         if let Some(url) = var("GATEWAY_REDIS_URL").filter(|url| !url.is_empty()) {
-            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-                return Err(invalid(
-                    "GATEWAY_REDIS_URL",
-                    "expected redis://host:port[/db]",
-                ));
-            }
-            let mut redis = RedisConfig::new(url);
-            if let Some(prefix) = var("GATEWAY_REDIS_PREFIX").filter(|prefix| !prefix.is_empty()) {
-                redis = redis.prefix(prefix);
-            }
-            config.redis = Some(redis);
+            config = config.with_redis(url, var("GATEWAY_REDIS_PREFIX"))?;
         }
         match var("GATEWAY_NETWORK").as_deref() {
             None | Some("base-sepolia") => {}
@@ -304,6 +297,32 @@ impl Config {
             config.faults.insert(model, fault);
         }
         Ok(config)
+    }
+
+    /// Keeps the payment and job stores in the Redis at `url`, keys under `prefix`.
+    #[cfg(feature = "redis")]
+    fn with_redis(mut self, url: String, prefix: Option<String>) -> Result<Self, ConfigError> {
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            return Err(invalid(
+                "GATEWAY_REDIS_URL",
+                "expected redis://host:port[/db]",
+            ));
+        }
+        let mut redis = RedisConfig::new(url);
+        if let Some(prefix) = prefix.filter(|prefix| !prefix.is_empty()) {
+            redis = redis.prefix(prefix);
+        }
+        self.redis = Some(redis);
+        Ok(self)
+    }
+
+    /// Without the `redis` feature there is no shared store to switch to.
+    #[cfg(not(feature = "redis"))]
+    fn with_redis(self, _url: String, _prefix: Option<String>) -> Result<Self, ConfigError> {
+        Err(invalid(
+            "GATEWAY_REDIS_URL",
+            "this build has no Redis support; build the gateway with --features redis",
+        ))
     }
 
     /// Serves `provider`'s models from the OpenAI-compatible API at `base_url`.
@@ -372,6 +391,40 @@ mod tests {
         assert_eq!(config.listen.to_string(), "127.0.0.1:8402");
         assert_eq!(config.upstream_timeout, Duration::from_secs(120));
         assert_eq!(config.body_limit_bytes, DEFAULT_BODY_LIMIT_BYTES);
+    }
+
+    #[test]
+    #[cfg(feature = "redis")]
+    fn redis_url_and_prefix_switch_the_stores_to_redis() {
+        assert!(Config::from_vars(vars(&[])).unwrap().redis.is_none());
+        let config = Config::from_vars(vars(&[
+            ("GATEWAY_REDIS_URL", "redis://127.0.0.1:6379/2"),
+            ("GATEWAY_REDIS_PREFIX", "gw-prod"),
+        ]))
+        .unwrap();
+        let shown = format!("{:?}", config.redis.unwrap());
+        assert!(shown.contains("gw-prod"), "{shown}");
+        let refused = Config::from_vars(vars(&[("GATEWAY_REDIS_URL", "http://127.0.0.1:6379")]));
+        assert!(
+            refused
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("GATEWAY_REDIS_URL")
+        );
+    }
+
+    #[test]
+    #[cfg(not(feature = "redis"))]
+    fn a_redis_url_without_the_redis_feature_is_refused_not_ignored() {
+        let refused = Config::from_vars(vars(&[("GATEWAY_REDIS_URL", "redis://127.0.0.1:6379")]));
+        assert!(
+            refused
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("--features redis")
+        );
     }
 
     #[test]

@@ -50,10 +50,10 @@ mod upstream;
 
 #[cfg(test)]
 mod payment_tests;
-#[cfg(test)]
+#[cfg(all(test, feature = "redis"))]
 #[path = "../../tests/redis_support/mod.rs"]
 mod redis_support;
-#[cfg(test)]
+#[cfg(all(test, feature = "redis"))]
 mod replica_tests;
 #[cfg(test)]
 mod sdk_tests;
@@ -158,10 +158,13 @@ pub(crate) fn app(config: Config) -> Result<Router, Box<dyn std::error::Error>> 
         router = router.with_provider(provider, upstream);
     }
     let upstream: SharedUpstream = Arc::new(FaultInjecting::new(Arc::new(router), config.faults));
+    #[cfg(feature = "redis")]
     let stores = match &config.redis {
         None => Stores::in_memory(config.ledger, config.clock.clone()),
         Some(redis) => Stores::redis(redis, &config.catalogue, config.clock.clone())?,
     };
+    #[cfg(not(feature = "redis"))]
+    let stores = Stores::in_memory(config.ledger, config.clock.clone());
     let payments = match &config.network {
         PaymentNetwork::LocalEvm => {
             PaymentSettings::local_evm(&config.pay_to, stores.ledger, config.clock.clone())?

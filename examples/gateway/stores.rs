@@ -10,15 +10,18 @@
 //! the connection reconnects on its own when Redis is back.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use walletgate::SharedClock;
-use walletgate::redis::{RedisConfig, RedisConnection, RedisLedger, RedisNonceStore};
-use walletgate::store::StoreError;
 use walletgate::x402::{DevLedger, InMemoryNonceStore, Ledger, NonceStore};
+#[cfg(feature = "redis")]
+use {
+    crate::catalogue::Catalogue,
+    crate::images::redis_jobs::RedisJobs,
+    walletgate::redis::{RedisConfig, RedisConnection, RedisLedger, RedisNonceStore},
+    walletgate::store::StoreError,
+};
 
-use crate::catalogue::Catalogue;
-use crate::images::jobs::{InMemoryJobs, JobStore, RedisJobs};
+use crate::images::jobs::{InMemoryJobs, JobStore};
 
 /// The payment and job stores of one gateway process.
 pub(crate) struct Stores {
@@ -37,11 +40,12 @@ impl Stores {
         }
     }
 
-    /// Stores in the Redis of `config`, shared by every replica on it.
+    /// Stores in the Redis of `config`, shared by every replica on it (feature `redis`).
     ///
     /// The development accounts are funded once per Redis (a replica that
     /// starts later, or restarts, does not refill them), in the background
     /// until Redis answers: the gateway starts while Redis is down.
+    #[cfg(feature = "redis")]
     pub(crate) fn redis(
         config: &RedisConfig,
         catalogue: &Catalogue,
@@ -53,7 +57,7 @@ impl Stores {
         tokio::spawn(async move {
             while let Err(error) = funding.fund_dev_accounts().await {
                 tracing::warn!(%error, "Redis: the development accounts are not funded yet");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             }
         });
         Ok(Self {

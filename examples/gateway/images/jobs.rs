@@ -2,21 +2,19 @@
 //!
 //! Progress is computed from the clock when asked, so nothing runs in the
 //! background. Jobs live behind [`JobStore`]: [`InMemoryJobs`] (the default,
-//! bounded by [`MAX_JOBS`]) or [`RedisJobs`] (`GATEWAY_REDIS_URL`), which
+//! bounded by [`MAX_JOBS`]) or, with the `redis` feature, `RedisJobs`
+//! (`GATEWAY_REDIS_URL`), which
 //! every replica shares, so a paid-but-lost answer is recovered on any of
 //! them.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use serde_json::{Value, json};
 use walletgate::SharedClock;
-use walletgate::redis::RedisConnection;
 use walletgate::store::StoreError;
 use walletgate::x402::Price;
 
-use crate::catalogue::Catalogue;
 use crate::extensions::ImageRequest;
 use crate::upstream::BoxFuture;
 
@@ -188,138 +186,5 @@ impl JobStore for InMemoryJobs {
             .and_then(|id| state.by_id.get(id))
             .cloned();
         Box::pin(std::future::ready(Ok(job)))
-    }
-}
-
-/// Jobs in Redis, shared by every replica: `{prefix}:gateway-image:job:{id}`
-/// and `{prefix}:gateway-image:paid:{authorization}` hold the same job as
-/// JSON (jobs never change), both expiring after the retention.
-pub(crate) struct RedisJobs {
-    conn: RedisConnection,
-    /// Models are stored by id and found again here.
-    catalogue: Catalogue,
-    retention: Duration,
-}
-
-/// The job kept for the authorization, or `ARGV[1]` kept under both keys.
-static ACCEPT: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
-        r"local kept = redis.call('GET', KEYS[1])
-if kept then return kept end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2])
-return ARGV[1]",
-    )
-});
-
-const SEAM: &str = "gateway-image";
-
-impl RedisJobs {
-    /// Jobs kept a day: far beyond any poll of a paid job.
-    pub(crate) const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
-
-    pub(crate) fn new(conn: RedisConnection, catalogue: Catalogue) -> Self {
-        Self {
-            conn,
-            catalogue,
-            retention: Self::DEFAULT_RETENTION,
-        }
-    }
-
-    fn encode(job: &Job) -> String {
-        json!({
-            "id": job.id,
-            "model": job.request.model.id,
-            "prompt": job.request.prompt,
-            "size": job.request.size,
-            "n": job.request.count,
-            "authorization": job.authorization_id,
-            "accepted_ms": job.accepted_unix_millis,
-        })
-        .to_string()
-    }
-
-    /// A stored job; its model and price come from the catalogue again.
-    fn decode(&self, text: &str) -> Result<Job, StoreError> {
-        let unreadable = || StoreError::new("image job store: unreadable job");
-        let value: Value = serde_json::from_str(text).map_err(|_| unreadable())?;
-        let text = |field: &str| {
-            value
-                .get(field)
-                .and_then(Value::as_str)
-                .ok_or_else(unreadable)
-        };
-        let number = |field: &str| {
-            value
-                .get(field)
-                .and_then(Value::as_u64)
-                .ok_or_else(unreadable)
-        };
-        let model = self
-            .catalogue
-            .image_model(text("model")?)
-            .ok_or_else(unreadable)?
-            .clone();
-        let count = number("n")?;
-        let price = model.image_price(count).ok_or_else(unreadable)?;
-        Ok(Job {
-            id: text("id")?.to_owned(),
-            request: ImageRequest {
-                model,
-                prompt: text("prompt")?.to_owned(),
-                size: text("size")?.to_owned(),
-                count,
-            },
-            price,
-            authorization_id: text("authorization")?.to_owned(),
-            accepted_unix_millis: number("accepted_ms")?,
-        })
-    }
-
-    async fn read(&self, key: String) -> Result<Option<Job>, StoreError> {
-        let text: Option<String> = self
-            .conn
-            .call("image job read", |mut c| async move {
-                redis::cmd("GET").arg(key).query_async(&mut c).await
-            })
-            .await?;
-        text.map(|text| self.decode(&text)).transpose()
-    }
-}
-
-impl JobStore for RedisJobs {
-    fn accept(&self, job: Job) -> BoxFuture<'_, Result<Job, StoreError>> {
-        Box::pin(async move {
-            let paid = self
-                .conn
-                .key(SEAM, &format!("paid:{}", job.authorization_id));
-            let by_id = self.conn.key(SEAM, &format!("job:{}", job.id));
-            let encoded = Self::encode(&job);
-            let retention = self.retention.as_secs().max(1);
-            let kept: String = self
-                .conn
-                .call("image job accept", |mut c| async move {
-                    ACCEPT
-                        .key(paid)
-                        .key(by_id)
-                        .arg(encoded)
-                        .arg(retention)
-                        .invoke_async(&mut c)
-                        .await
-                })
-                .await?;
-            self.decode(&kept)
-        })
-    }
-
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Job>, StoreError>> {
-        Box::pin(self.read(self.conn.key(SEAM, &format!("job:{id}"))))
-    }
-
-    fn by_authorization<'a>(
-        &'a self,
-        authorization_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Job>, StoreError>> {
-        Box::pin(self.read(self.conn.key(SEAM, &format!("paid:{authorization_id}"))))
     }
 }

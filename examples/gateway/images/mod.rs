@@ -18,6 +18,8 @@
 //! keeps them.
 
 pub(crate) mod jobs;
+#[cfg(feature = "redis")]
+pub(crate) mod redis_jobs;
 
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
