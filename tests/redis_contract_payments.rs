@@ -7,6 +7,7 @@
 //! binary; every test takes its own key prefix.
 
 mod redis_support;
+mod x402_fixtures;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -405,4 +406,104 @@ async fn a_release_dropped_unawaited_still_reaches_redis() {
         }
     }
     assert!(freed, "the background release never reached Redis");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paid_request_costs_at_most_three_redis_round_trips() {
+    use http_body_util::Full;
+    use tower::ServiceExt;
+    use walletgate::x402::payer::sequential_nonce;
+    use walletgate::x402::{LocalEvmFacilitator, Payer, PaymentRequired, codec};
+
+    let conn = connection("round_trips");
+    let clock: SharedClock = Arc::new(SystemClock);
+    let ledger = RedisLedger::new(conn.clone());
+    ledger.fund_dev_accounts().await.unwrap();
+    let store = RedisNonceStore::new(conn.clone(), clock.clone()).prefetching_for(&ledger);
+    let layer = x402_fixtures::chat_layer_builder(
+        LocalEvmFacilitator::new(Arc::new(ledger), clock.clone()),
+        clock.clone(),
+    )
+    .nonce_store(Arc::new(store))
+    .build()
+    .unwrap();
+    let service = x402_fixtures::answering(&layer);
+    let chat = |payment: Option<String>| {
+        let mut request = http::Request::post(x402_fixtures::CHAT);
+        if let Some(payment) = payment {
+            request = request.header("payment-signature", payment);
+        }
+        request.body(Full::default()).unwrap()
+    };
+    let quote = service.clone().oneshot(chat(None)).await.unwrap();
+    let quote: PaymentRequired =
+        codec::decode(quote.headers()["payment-required"].as_bytes()).unwrap();
+    let pay = |n| {
+        let header = Payer::dev(0)
+            .header_with_nonce(
+                &quote.accepts[0],
+                clock.now_unix_secs(),
+                sequential_nonce(n),
+            )
+            .unwrap();
+        let service = service.clone();
+        async move { service.oneshot(chat(Some(header))).await.unwrap().status() }
+    };
+    // Warm up: every script is loaded into Redis on its first use.
+    assert_eq!(pay(1).await, 200);
+    let paid = 10;
+    let before = conn.round_trips();
+    for n in 0..paid {
+        assert_eq!(pay(100 + n).await, 200);
+    }
+    let per_request = (conn.round_trips() - before) as f64 / paid as f64;
+    // Claim (which also reads the payer's ledger state), transfer, mark spent.
+    assert_eq!(per_request, 3.0, "Redis round trips per paid request");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_read_ahead_by_the_claim_decides_as_a_check_of_its_own() {
+    let conn = connection("read_ahead");
+    let ledger = RedisLedger::new(conn.clone());
+    let store = RedisNonceStore::new(conn, Arc::new(SystemClock)).prefetching_for(&ledger);
+    let claim = |nonce: u8| {
+        let key = AuthorizationKey::new(
+            &Network::base_sepolia(),
+            &PAYER.to_string(),
+            &B256::repeat_byte(nonce).to_string(),
+        );
+        let store = store.clone();
+        async move { store.claim(&key, u64::MAX).await.unwrap() }
+    };
+    ledger.fund(&token(), PAYER, 999).await.unwrap();
+    assert_eq!(claim(1).await, Claim::Claimed);
+    // Read ahead, then asked again of Redis: the same answer.
+    assert_eq!(
+        ledger.check(&transfer(1, 1_000)).await,
+        Err(LedgerError::InsufficientFunds)
+    );
+    assert_eq!(
+        ledger.check(&transfer(1, 1_000)).await,
+        Err(LedgerError::InsufficientFunds)
+    );
+    ledger.fund(&token(), PAYER, 1).await.unwrap();
+    assert_eq!(claim(2).await, Claim::Claimed);
+    assert_eq!(ledger.check(&transfer(2, 1_000)).await, Ok(()));
+    ledger
+        .transfer_with_authorization(&transfer(2, 1_000))
+        .await
+        .unwrap();
+    // Released (say the mark-spent was lost) and claimed again: the snapshot knows it is used.
+    store
+        .release(&AuthorizationKey::new(
+            &Network::base_sepolia(),
+            &PAYER.to_string(),
+            &B256::repeat_byte(2).to_string(),
+        ))
+        .await;
+    assert_eq!(claim(2).await, Claim::Claimed);
+    assert_eq!(
+        ledger.check(&transfer(2, 1_000)).await,
+        Err(LedgerError::AuthorizationUsed)
+    );
 }

@@ -61,7 +61,10 @@ impl Stores {
             }
         });
         Ok(Self {
-            nonce_store: Arc::new(RedisNonceStore::new(conn.clone(), clock)),
+            // Each claim also reads what the ledger's check needs: three round trips per payment.
+            nonce_store: Arc::new(
+                RedisNonceStore::new(conn.clone(), clock).prefetching_for(&ledger),
+            ),
             ledger: Arc::new(ledger),
             jobs: Arc::new(RedisJobs::new(conn, catalogue.clone())),
         })

@@ -6,7 +6,7 @@
 //! | key | holds |
 //! |---|---|
 //! | `{prefix}:x402-ledger:balance:{owner}` | a hash: `{chain id}:{asset}` → balance in atomic units |
-//! | `{prefix}:x402-ledger:used:{chain id}:{asset}:{from}:{nonce}` | a used authorization, until the retention passes |
+//! | `{prefix}:x402-ledger:used:{from}:{nonce}` | a hash: `{chain id}:{asset}` of each token the authorization was used on, until the retention passes |
 //! | `{prefix}:x402-ledger:settlements` | how many transfers settled |
 //!
 //! [`transfer_with_authorization`](Ledger::transfer_with_authorization) is one
@@ -15,11 +15,21 @@
 //! Balances are Redis integers compared in Lua, exact up to 2^53 atomic units
 //! (9 billion USDC); a transfer above that can never be covered and is
 //! refused as insufficient funds.
+//!
+//! Paired with a [`RedisNonceStore`](super::RedisNonceStore) through
+//! [`prefetching_for`](super::RedisNonceStore::prefetching_for), the claim's
+//! script also reads the payer's balances and the nonce's used state, and
+//! [`check`](Ledger::check) answers from that snapshot instead of asking
+//! Redis again: a paid request then costs three round trips (claim, transfer,
+//! mark spent), not four. The snapshot is as fresh as a separate check would
+//! be (taken microseconds before it); the transfer script decides atomically
+//! either way, so a stale snapshot can never overdraw or settle twice.
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
-use alloy_primitives::{Address, keccak256};
+use alloy_primitives::{Address, B256, keccak256};
 use redis::Script;
 
 use super::RedisConnection;
@@ -35,12 +45,13 @@ const MAX_EXACT: u128 = 1 << 53;
 /// `-1` used, `-2` insufficient funds, else the settlement's number.
 static TRANSFER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r"if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
+        r"if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return -1 end
 local balance = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 if balance < tonumber(ARGV[2]) then return -2 end
 redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[3])
 redis.call('HINCRBY', KEYS[2], ARGV[1], ARGV[2])
-redis.call('SET', KEYS[3], '1', 'EX', ARGV[4])
+redis.call('HSET', KEYS[3], ARGV[1], '1')
+redis.call('EXPIRE', KEYS[3], ARGV[4])
 return redis.call('INCR', KEYS[4])",
     )
 });
@@ -48,7 +59,7 @@ return redis.call('INCR', KEYS[4])",
 /// `-1` used, `-2` insufficient funds, `0` could settle.
 static CHECK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r"if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
+        r"if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return -1 end
 local balance = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 if balance < tonumber(ARGV[2]) then return -2 end
 return 0",
@@ -60,6 +71,48 @@ return 0",
 pub struct RedisLedger {
     conn: RedisConnection,
     used_retention: Duration,
+    /// Ledger state a paired nonce store read with its claim.
+    prefetched: Arc<Prefetched>,
+}
+
+/// A payer's balances (`{chain id}:{asset}` → units) and the tokens an
+/// authorization nonce was used on, as a claim's script read them.
+#[derive(Debug, Default)]
+pub(crate) struct Snapshot {
+    pub(crate) balances: HashMap<String, u128>,
+    pub(crate) used: Vec<String>,
+}
+
+/// Snapshots by (payer, nonce), each taken once by the check it was read for.
+#[derive(Debug, Default)]
+pub(crate) struct Prefetched {
+    entries: Mutex<HashMap<(Address, B256), Snapshot>>,
+}
+
+/// Snapshots held at most: claims whose check never came (a refused
+/// signature, say) are forgotten on release; past this, checks ask Redis.
+const MAX_PREFETCHED: usize = 65_536;
+
+impl Prefetched {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Address, B256), Snapshot>> {
+        // One insert or remove per update: a poisoned map is still consistent.
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn put(&self, payer: Address, nonce: B256, snapshot: Snapshot) {
+        let mut entries = self.lock();
+        if entries.len() < MAX_PREFETCHED {
+            entries.insert((payer, nonce), snapshot);
+        }
+    }
+
+    fn take(&self, payer: Address, nonce: B256) -> Option<Snapshot> {
+        self.lock().remove(&(payer, nonce))
+    }
+
+    pub(crate) fn forget(&self, payer: Address, nonce: B256) {
+        self.lock().remove(&(payer, nonce));
+    }
 }
 
 impl RedisLedger {
@@ -73,6 +126,7 @@ impl RedisLedger {
         Self {
             conn,
             used_retention: Self::DEFAULT_USED_RETENTION,
+            prefetched: Arc::default(),
         }
     }
 
@@ -161,21 +215,24 @@ impl RedisLedger {
         Ok(count.unwrap_or(0))
     }
 
-    fn balance_key(&self, owner: Address) -> String {
+    pub(crate) fn balance_key(&self, owner: Address) -> String {
         self.conn
             .key(SEAM, &format!("balance:{}", lower_hex(owner.as_slice())))
     }
 
-    fn used_key(&self, transfer: &Transfer) -> String {
+    pub(crate) fn used_key(&self, from: Address, nonce: B256) -> String {
         self.conn.key(
             SEAM,
             &format!(
-                "used:{}:{}:{}",
-                token_field(&transfer.token),
-                lower_hex(transfer.from.as_slice()),
-                lower_hex(transfer.nonce.as_slice()),
+                "used:{}:{}",
+                lower_hex(from.as_slice()),
+                lower_hex(nonce.as_slice()),
             ),
         )
+    }
+
+    pub(crate) fn prefetched(&self) -> &Prefetched {
+        &self.prefetched
     }
 }
 
@@ -207,9 +264,19 @@ impl Ledger for RedisLedger {
             if transfer.value > MAX_EXACT {
                 return Err(LedgerError::InsufficientFunds);
             }
-            let balance = self.balance_key(transfer.from);
-            let used = self.used_key(transfer);
             let field = token_field(&transfer.token);
+            if let Some(snapshot) = self.prefetched.take(transfer.from, transfer.nonce) {
+                if snapshot.used.contains(&field) {
+                    return Err(LedgerError::AuthorizationUsed);
+                }
+                let balance = snapshot.balances.get(&field).copied().unwrap_or(0);
+                if balance < transfer.value {
+                    return Err(LedgerError::InsufficientFunds);
+                }
+                return Ok(());
+            }
+            let balance = self.balance_key(transfer.from);
+            let used = self.used_key(transfer.from, transfer.nonce);
             let value = transfer.value.to_string();
             let code: i64 = self
                 .conn
@@ -238,7 +305,7 @@ impl Ledger for RedisLedger {
             }
             let from = self.balance_key(transfer.from);
             let to = self.balance_key(transfer.to);
-            let used = self.used_key(transfer);
+            let used = self.used_key(transfer.from, transfer.nonce);
             let settlements = self.conn.key(SEAM, "settlements");
             let field = token_field(&transfer.token);
             let value = transfer.value.to_string();

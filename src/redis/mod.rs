@@ -24,6 +24,7 @@ pub use replay::RedisNonceStore;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -85,6 +86,8 @@ pub struct RedisConnection {
     manager: ConnectionManager,
     prefix: Arc<str>,
     timeout: Duration,
+    /// Calls made through this connection and its clones.
+    calls: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for RedisConnection {
@@ -119,6 +122,7 @@ impl RedisConnection {
             manager,
             prefix: config.prefix.as_str().into(),
             timeout: config.timeout,
+            calls: Arc::default(),
         })
     }
 
@@ -138,6 +142,13 @@ impl RedisConnection {
         &self.prefix
     }
 
+    /// Round trips made so far through this connection and its clones (one
+    /// per [`call`](Self::call): a command or a script), for metrics and for
+    /// tests that count what a request costs.
+    pub fn round_trips(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
     /// Runs one Redis call on a clone of the connection, bounded by the
     /// timeout; a Redis error or a timeout becomes a [`StoreError`] that
     /// names `what` (never a key or a value: they may hold digests of secrets).
@@ -146,6 +157,7 @@ impl RedisConnection {
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
+        self.calls.fetch_add(1, Ordering::Relaxed);
         match tokio::time::timeout(self.timeout, call(self.manager.clone())).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(err)) => Err(StoreError::new(what).with_source(err)),

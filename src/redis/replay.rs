@@ -18,10 +18,12 @@
 
 use std::sync::LazyLock;
 
+use alloy_primitives::{Address, B256};
 use redis::Script;
 use serde_json::{Value, json};
 
 use super::RedisConnection;
+use super::ledger::{RedisLedger, Snapshot};
 use crate::clock::SharedClock;
 use crate::store::StoreError;
 use crate::x402::{
@@ -45,6 +47,22 @@ return 'C'",
     )
 });
 
+/// [`CLAIM`], and when claimed also the payer's balances (`KEYS[2]`, a hash)
+/// and the tokens the nonce was used on (`KEYS[3]`): `{v}` or
+/// `{'C', #balances, balance fields and values…, used tokens…}`.
+static CLAIM_AND_PEEK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"local v = redis.call('GET', KEYS[1])
+if v then return {v} end
+redis.call('SET', KEYS[1], 'F', 'EX', ARGV[1])
+local balances = redis.call('HGETALL', KEYS[2])
+local answer = {'C', tostring(#balances)}
+for _, item in ipairs(balances) do table.insert(answer, item) end
+for _, token in ipairs(redis.call('HKEYS', KEYS[3])) do table.insert(answer, token) end
+return answer",
+    )
+});
+
 /// Deletes the key only while it is in flight (a spent key stays spent).
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -58,6 +76,8 @@ return 0",
 pub struct RedisNonceStore {
     conn: RedisConnection,
     clock: SharedClock,
+    /// The ledger whose check this store's claims read ahead for.
+    ledger: Option<RedisLedger>,
 }
 
 impl std::fmt::Debug for RedisNonceStore {
@@ -72,7 +92,32 @@ impl RedisNonceStore {
     /// A store on `conn`; `clock` turns the absolute times it is given into
     /// Redis lifetimes.
     pub fn new(conn: RedisConnection, clock: SharedClock) -> Self {
-        Self { conn, clock }
+        Self {
+            conn,
+            clock,
+            ledger: None,
+        }
+    }
+
+    /// Reads, in each claim's round trip, what `ledger`'s check needs (the
+    /// payer's balances, the nonce's used state), so the check that follows
+    /// costs no round trip of its own. `ledger` must be on the same Redis.
+    #[must_use]
+    pub fn prefetching_for(mut self, ledger: &RedisLedger) -> Self {
+        self.ledger = Some(ledger.clone());
+        self
+    }
+
+    /// The ledger to read ahead for, and the payer and nonce of an EVM `key`.
+    fn read_ahead(&self, key: &AuthorizationKey) -> Option<(&RedisLedger, Address, B256)> {
+        let ledger = self.ledger.as_ref()?;
+        let mut parts = key.as_str().rsplitn(3, '/');
+        let nonce = parts.next()?.parse::<B256>().ok()?;
+        let payer = parts.next()?.parse::<Address>().ok()?;
+        parts
+            .next()?
+            .starts_with("eip155:")
+            .then_some((ledger, payer, nonce))
     }
 
     /// Seconds from now until `unix_secs`: at least one (Redis refuses zero),
@@ -92,6 +137,31 @@ impl NonceStore for RedisNonceStore {
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
         let redis_key = self.conn.key(SEAM, key.as_str());
         let ttl = self.ttl_secs(hold_until_unix_secs);
+        if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
+            let balances = ledger.balance_key(payer);
+            let used = ledger.used_key(payer, nonce);
+            return Box::pin(async move {
+                let answer: Vec<String> = self
+                    .conn
+                    .call("x402 replay claim", |mut c| async move {
+                        CLAIM_AND_PEEK
+                            .key(redis_key)
+                            .key(balances)
+                            .key(used)
+                            .arg(ttl)
+                            .invoke_async(&mut c)
+                            .await
+                    })
+                    .await?;
+                let claim = decode_claim(answer.first().map_or("", String::as_str))?;
+                if claim == Claim::Claimed {
+                    ledger
+                        .prefetched()
+                        .put(payer, nonce, decode_snapshot(&answer[1..]));
+                }
+                Ok(claim)
+            });
+        }
         Box::pin(async move {
             let value: String = self
                 .conn
@@ -104,6 +174,9 @@ impl NonceStore for RedisNonceStore {
     }
 
     fn release(&self, key: &AuthorizationKey) -> BoxFuture<'static, ()> {
+        if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
+            ledger.prefetched().forget(payer, nonce);
+        }
         let conn = self.conn.clone();
         let redis_key = self.conn.key(SEAM, key.as_str());
         let work = async move {
@@ -178,6 +251,24 @@ fn decode_claim(value: &str) -> Result<Claim, StoreError> {
             .map(Claim::Spent)
             .ok_or_else(|| StoreError::new("x402 replay: unreadable spent entry")),
         _ => Err(StoreError::new("x402 replay: unknown entry")),
+    }
+}
+
+/// `#balances`, balance fields and values, then used tokens; anything
+/// unreadable counts as no balance (the transfer script decides anyway).
+fn decode_snapshot(items: &[String]) -> Snapshot {
+    let count = items
+        .first()
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(0)
+        .min(items.len().saturating_sub(1));
+    let (balances, used) = items.get(1..).unwrap_or_default().split_at(count);
+    Snapshot {
+        balances: balances
+            .chunks_exact(2)
+            .filter_map(|pair| Some((pair[0].clone(), pair[1].parse().ok()?)))
+            .collect(),
+        used: used.to_vec(),
     }
 }
 
