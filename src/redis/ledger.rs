@@ -33,8 +33,11 @@ use alloy_primitives::{Address, B256, keccak256};
 use redis::Script;
 
 use super::RedisConnection;
+use super::replay::encode_spent;
 use crate::store::StoreError;
-use crate::x402::{BoxFuture, DevLedger, Ledger, LedgerError, TokenId, Transfer};
+use crate::x402::{
+    BoxFuture, DevLedger, Ledger, LedgerError, SpentAuthorization, TokenId, Transfer,
+};
 
 /// The key seam of the ledger.
 const SEAM: &str = "x402-ledger";
@@ -42,7 +45,8 @@ const SEAM: &str = "x402-ledger";
 /// Largest balance or value the Lua comparison is exact for.
 const MAX_EXACT: u128 = 1 << 53;
 
-/// `-1` used, `-2` insufficient funds, else the settlement's number.
+/// `-1` used, `-2` insufficient funds, else the settlement's number; with
+/// `ARGV[5]` also writes that spent record at the replay key `KEYS[5]`.
 static TRANSFER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return -1 end
@@ -52,6 +56,7 @@ redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[3])
 redis.call('HINCRBY', KEYS[2], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[1], '1')
 redis.call('EXPIRE', KEYS[3], ARGV[4])
+if ARGV[5] ~= '' then redis.call('SET', KEYS[5], ARGV[5], 'EX', ARGV[6]) end
 return redis.call('INCR', KEYS[4])",
     )
 });
@@ -83,10 +88,37 @@ pub(crate) struct Snapshot {
     pub(crate) used: Vec<String>,
 }
 
-/// Snapshots by (payer, nonce), each taken once by the check it was read for.
+/// What a paired nonce store shares with the ledger, by (payer, nonce):
+/// snapshots its claims read (each taken once by the check it was read for),
+/// spent records it announced before settling (written by the transfer
+/// script), and the records so written (so `mark_spent` can skip its own write).
 #[derive(Debug, Default)]
 pub(crate) struct Prefetched {
     entries: Mutex<HashMap<(Address, B256), Snapshot>>,
+    announced: Mutex<HashMap<(Address, B256), Announced>>,
+    written: Mutex<HashMap<(Address, B256), SpentAuthorization>>,
+}
+
+/// A spent record to write in the transfer's script: its replay key, the
+/// record without the transaction, and its lifetime.
+#[derive(Debug)]
+pub(crate) struct Announced {
+    pub(crate) replay_key: String,
+    pub(crate) unsettled: SpentAuthorization,
+    pub(crate) ttl_secs: u64,
+}
+
+fn locked<T>(map: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // One insert or remove per update: a poisoned map is still consistent.
+    map.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Inserts unless `map` holds [`MAX_PREFETCHED`] already.
+fn bounded_insert<V>(map: &Mutex<HashMap<(Address, B256), V>>, key: (Address, B256), value: V) {
+    let mut map = locked(map);
+    if map.len() < MAX_PREFETCHED {
+        map.insert(key, value);
+    }
 }
 
 /// Snapshots held at most: claims whose check never came (a refused
@@ -94,24 +126,33 @@ pub(crate) struct Prefetched {
 const MAX_PREFETCHED: usize = 65_536;
 
 impl Prefetched {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Address, B256), Snapshot>> {
-        // One insert or remove per update: a poisoned map is still consistent.
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     pub(crate) fn put(&self, payer: Address, nonce: B256, snapshot: Snapshot) {
-        let mut entries = self.lock();
-        if entries.len() < MAX_PREFETCHED {
-            entries.insert((payer, nonce), snapshot);
-        }
+        bounded_insert(&self.entries, (payer, nonce), snapshot);
     }
 
     fn take(&self, payer: Address, nonce: B256) -> Option<Snapshot> {
-        self.lock().remove(&(payer, nonce))
+        locked(&self.entries).remove(&(payer, nonce))
     }
 
+    pub(crate) fn announce(&self, payer: Address, nonce: B256, announced: Announced) {
+        bounded_insert(&self.announced, (payer, nonce), announced);
+    }
+
+    /// Whether the transfer script wrote exactly `spent` for (payer, nonce).
+    pub(crate) fn take_written(
+        &self,
+        payer: Address,
+        nonce: B256,
+        spent: &SpentAuthorization,
+    ) -> bool {
+        locked(&self.written).remove(&(payer, nonce)).as_ref() == Some(spent)
+    }
+
+    /// Drops everything held for (payer, nonce): its claim is over.
     pub(crate) fn forget(&self, payer: Address, nonce: B256) {
-        self.lock().remove(&(payer, nonce));
+        locked(&self.entries).remove(&(payer, nonce));
+        locked(&self.announced).remove(&(payer, nonce));
+        locked(&self.written).remove(&(payer, nonce));
     }
 }
 
@@ -245,6 +286,17 @@ fn token_field(token: &TokenId) -> String {
     format!("{}:{}", token.chain_id, lower_hex(token.asset.as_slice()))
 }
 
+/// The transaction id of `transfer`: a hash of its token, payer and nonce
+/// (the ledger settles each of those once).
+fn transaction_id(transfer: &Transfer) -> String {
+    let mut preimage = Vec::with_capacity(92);
+    preimage.extend_from_slice(&transfer.token.chain_id.to_be_bytes());
+    preimage.extend_from_slice(transfer.token.asset.as_slice());
+    preimage.extend_from_slice(transfer.from.as_slice());
+    preimage.extend_from_slice(transfer.nonce.as_slice());
+    keccak256(&preimage).to_string()
+}
+
 /// The script's refusal codes as ledger errors.
 fn refusal(code: i64) -> Option<LedgerError> {
     match code {
@@ -303,6 +355,28 @@ impl Ledger for RedisLedger {
             if transfer.value > MAX_EXACT {
                 return Err(LedgerError::InsufficientFunds);
             }
+            // One transfer per (token, payer, nonce) ever settles: its id is known before.
+            let transaction = transaction_id(transfer);
+            let announced =
+                locked(&self.prefetched.announced).remove(&(transfer.from, transfer.nonce));
+            let (replay_key, spent, spent_ttl) = match &announced {
+                Some(announced) => {
+                    let spent = SpentAuthorization {
+                        receipt: announced
+                            .unsettled
+                            .receipt
+                            .clone()
+                            .settled(transaction.clone()),
+                        fingerprint: announced.unsettled.fingerprint,
+                    };
+                    (
+                        announced.replay_key.clone(),
+                        Some(spent),
+                        announced.ttl_secs,
+                    )
+                }
+                None => (self.conn.key(SEAM, "unused"), None, 1),
+            };
             let from = self.balance_key(transfer.from);
             let to = self.balance_key(transfer.to);
             let used = self.used_key(transfer.from, transfer.nonce);
@@ -311,6 +385,7 @@ impl Ledger for RedisLedger {
             let value = transfer.value.to_string();
             let debit = format!("-{value}");
             let retention = self.used_retention.as_secs().max(1);
+            let record = spent.as_ref().map(encode_spent).unwrap_or_default();
             let code: i64 = self
                 .conn
                 .call("x402 ledger transfer", |mut c| async move {
@@ -319,10 +394,13 @@ impl Ledger for RedisLedger {
                         .key(to)
                         .key(used)
                         .key(settlements)
+                        .key(replay_key)
                         .arg(field)
                         .arg(value)
                         .arg(debit)
                         .arg(retention)
+                        .arg(record)
+                        .arg(spent_ttl)
                         .invoke_async(&mut c)
                         .await
                 })
@@ -331,12 +409,14 @@ impl Ledger for RedisLedger {
             if let Some(error) = refusal(code) {
                 return Err(error);
             }
-            let mut preimage = Vec::with_capacity(92);
-            preimage.extend_from_slice(&transfer.token.chain_id.to_be_bytes());
-            preimage.extend_from_slice(transfer.from.as_slice());
-            preimage.extend_from_slice(transfer.nonce.as_slice());
-            preimage.extend_from_slice(&code.to_be_bytes());
-            Ok(keccak256(&preimage).to_string())
+            if let Some(spent) = spent {
+                bounded_insert(
+                    &self.prefetched.written,
+                    (transfer.from, transfer.nonce),
+                    spent,
+                );
+            }
+            Ok(transaction)
         })
     }
 }

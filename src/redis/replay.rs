@@ -23,7 +23,7 @@ use redis::Script;
 use serde_json::{Value, json};
 
 use super::RedisConnection;
-use super::ledger::{RedisLedger, Snapshot};
+use super::ledger::{Announced, RedisLedger, Snapshot};
 use crate::clock::SharedClock;
 use crate::store::StoreError;
 use crate::x402::{
@@ -204,12 +204,36 @@ impl NonceStore for RedisNonceStore {
         }
     }
 
+    fn settling(
+        &self,
+        key: &AuthorizationKey,
+        unsettled: &SpentAuthorization,
+        keep_until_unix_secs: u64,
+    ) {
+        if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
+            let announced = Announced {
+                replay_key: self.conn.key(SEAM, key.as_str()),
+                unsettled: unsettled.clone(),
+                ttl_secs: self.ttl_secs(keep_until_unix_secs),
+            };
+            ledger.prefetched().announce(payer, nonce, announced);
+        }
+    }
+
     fn mark_spent<'a>(
         &'a self,
         key: &'a AuthorizationKey,
         spent: SpentAuthorization,
         keep_until_unix_secs: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
+        if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
+            let written = ledger.prefetched().take_written(payer, nonce, &spent);
+            ledger.prefetched().forget(payer, nonce);
+            if written {
+                // The transfer's script wrote this very record.
+                return Box::pin(std::future::ready(Ok(())));
+            }
+        }
         let redis_key = self.conn.key(SEAM, key.as_str());
         let ttl = self.ttl_secs(keep_until_unix_secs);
         let value = encode_spent(&spent);

@@ -102,6 +102,20 @@ pub trait NonceStore: Send + Sync + 'static {
     /// hold-until time, the safety net every networked store sets.
     fn release(&self, key: &AuthorizationKey) -> BoxFuture<'static, ()>;
 
+    /// Announces, just before the facilitator settles the claimed `key`,
+    /// the record [`mark_spent`](Self::mark_spent) will be given if the
+    /// settlement succeeds (its receipt without the transaction yet). A store
+    /// that shares a backend with the ledger may write the record in the
+    /// settlement's own step and then skip the separate write; `mark_spent` is
+    /// called either way. Default: nothing.
+    fn settling(
+        &self,
+        _key: &AuthorizationKey,
+        _unsettled: &SpentAuthorization,
+        _keep_until_unix_secs: u64,
+    ) {
+    }
+
     /// Records `key` as settled until `keep_until_unix_secs`.
     fn mark_spent<'a>(
         &'a self,

@@ -505,6 +505,15 @@ impl SettleJob {
             request_id,
         } = self;
         let offer = &facilitation.payment_requirements;
+        let now = config.clock.now_unix_secs();
+        let keep_until = valid_before
+            .unwrap_or(now)
+            .max(now.saturating_add(MIN_SPENT_RETENTION_SECS));
+        let unsettled = SpentAuthorization {
+            receipt: receipt.clone(),
+            fingerprint,
+        };
+        config.nonce_store.settling(&key, &unsettled, keep_until);
         let settlement = match config.facilitator.settle(&facilitation).await {
             Ok(settlement) => settlement,
             Err(error) => SettleResponse::failure(
@@ -538,10 +547,6 @@ impl SettleJob {
             outcome = "settled",
         );
         let receipt = receipt.settled(settlement.transaction.clone());
-        let now = config.clock.now_unix_secs();
-        let keep_until = valid_before
-            .unwrap_or(now)
-            .max(now.saturating_add(MIN_SPENT_RETENTION_SECS));
         let spent = SpentAuthorization {
             receipt: receipt.clone(),
             fingerprint,
