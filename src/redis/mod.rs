@@ -11,6 +11,12 @@
 //!
 //! Keys are namespaced by a prefix (`walletgate` by default), so several
 //! services can share one Redis: `{prefix}:{seam}:{id}`.
+//!
+//! Payments (with the `x402` feature): [`RedisNonceStore`] (claims, releases,
+//! spent authorizations) and [`RedisLedger`] (the development ledger). Paired
+//! with [`RedisNonceStore::prefetching_for`], a paid request costs two round
+//! trips: the claim, which also reads what the ledger's check needs, and the
+//! transfer, which also writes the spent record.
 
 #[cfg(feature = "x402")]
 mod ledger;
