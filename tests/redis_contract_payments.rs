@@ -173,19 +173,23 @@ async fn one_of_many_concurrent_claims_wins(replay: Replay) {
     assert_eq!(won, 1);
 }
 
-macro_rules! replay_contract {
-    ($($name:ident),* $(,)?) => {
-        mod replay_in_memory {
-            $(#[tokio::test] async fn $name() { super::$name(super::in_memory_replay()).await })*
+/// Each named contract as a test on each backend: `$memory` and `$redis`
+/// build the backend (the Redis one under a key prefix named after the test).
+macro_rules! contract {
+    ($in_memory:ident = $memory:expr, $on_redis:ident = $redis:expr; $($name:ident),* $(,)?) => {
+        mod $in_memory {
+            $(#[tokio::test] async fn $name() { super::$name($memory).await })*
         }
-        mod replay_redis {
+        mod $on_redis {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-              async fn $name() { super::$name(super::redis_replay(stringify!($name))).await })*
+              async fn $name() { super::$name($redis(stringify!($name))).await })*
         }
     };
 }
 
-replay_contract!(
+contract!(
+    replay_in_memory = super::in_memory_replay(),
+    replay_redis = super::redis_replay;
     claims_are_exclusive_until_released,
     spent_stays_spent_and_release_keeps_it,
     entries_expire,
@@ -324,19 +328,9 @@ async fn one_of_many_concurrent_transfers_settles(books: Books) {
     assert_eq!((books.balance)(PAYER).await, 9_000_000);
 }
 
-macro_rules! ledger_contract {
-    ($($name:ident),* $(,)?) => {
-        mod ledger_in_memory {
-            $(#[tokio::test] async fn $name() { super::$name(super::in_memory_books()).await })*
-        }
-        mod ledger_redis {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-              async fn $name() { super::$name(super::redis_books(stringify!($name))).await })*
-        }
-    };
-}
-
-ledger_contract!(
+contract!(
+    ledger_in_memory = super::in_memory_books(),
+    ledger_redis = super::redis_books;
     a_transfer_moves_funds_once,
     insufficient_funds_are_refused_before_and_at_settlement,
     one_of_many_concurrent_transfers_settles,
