@@ -61,7 +61,7 @@ impl Stores {
             }
         });
         Ok(Self {
-            // Each claim also reads what the ledger's check needs: three round trips per payment.
+            // The claim reads ahead for the ledger's check, the transfer marks spent: two round trips.
             nonce_store: Arc::new(
                 RedisNonceStore::new(conn.clone(), clock).prefetching_for(&ledger),
             ),

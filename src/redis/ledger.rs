@@ -20,10 +20,14 @@
 //! [`prefetching_for`](super::RedisNonceStore::prefetching_for), the claim's
 //! script also reads the payer's balances and the nonce's used state, and
 //! [`check`](Ledger::check) answers from that snapshot instead of asking
-//! Redis again: a paid request then costs three round trips (claim, transfer,
-//! mark spent), not four. The snapshot is as fresh as a separate check would
-//! be (taken microseconds before it); the transfer script decides atomically
-//! either way, so a stale snapshot can never overdraw or settle twice.
+//! Redis again. The store also announces, just before settlement
+//! ([`NonceStore::settling`](crate::x402::NonceStore::settling)), the spent
+//! record it will be asked to write; the transfer script writes it with the
+//! debit, and `mark_spent` skips its own write. A paid request then costs two
+//! round trips (claim, transfer), not four (claim, check, transfer, mark
+//! spent). The snapshot is as fresh as a separate check would be (taken
+//! microseconds before it); the transfer script decides atomically either
+//! way, so a stale snapshot can never overdraw or settle twice.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
