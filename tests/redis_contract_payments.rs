@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use alloy_primitives::{Address, B256};
-use walletgate::clock::{FakeClock, SharedClock, SystemClock};
+use walletgate::clock::{Clock, FakeClock, SharedClock, SystemClock};
 use walletgate::redis::{RedisConfig, RedisConnection, RedisLedger, RedisNonceStore};
 use walletgate::x402::{
     AtomicAmount, AuthorizationKey, Claim, DevLedger, Ledger, LedgerError, Network, NonceStore,
@@ -526,5 +526,50 @@ async fn a_check_read_ahead_by_the_claim_decides_as_a_check_of_its_own() {
     assert_eq!(
         ledger.check(&transfer(2, 1_000)).await,
         Err(LedgerError::AuthorizationUsed)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_timed_out_is_taken_back_once_redis_moves_again() {
+    // A server of its own: it is paused.
+    let server = redis_support::RedisServer::start();
+    let config = RedisConfig::new(server.url()).timeout(Duration::from_millis(250));
+    let store = RedisNonceStore::new(
+        RedisConnection::open(&config).unwrap(),
+        Arc::new(SystemClock),
+    );
+    let now = SystemClock.now_unix_secs();
+    assert_eq!(
+        store.claim(&key("0x05"), now + 600).await.unwrap(),
+        Claim::Claimed
+    );
+    let pauser = RedisConnection::open(&config).unwrap();
+    pauser
+        .call("pause", |mut c| async move {
+            redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(1000)
+                .arg("ALL")
+                .query_async::<()>(&mut c)
+                .await
+        })
+        .await
+        .unwrap();
+    // Redis runs this claim only after the pause, long after the caller gave up.
+    assert!(store.claim(&key("0x01"), now + 600).await.is_err());
+    let mut outcome = None;
+    for _ in 0..40 {
+        match store.claim(&key("0x01"), now + 600).await {
+            Ok(Claim::InFlight) | Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Ok(other) => {
+                outcome = Some(other);
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        outcome,
+        Some(Claim::Claimed),
+        "the timed-out claim was never taken back"
     );
 }

@@ -236,3 +236,64 @@ where
     }
     outputs
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_does_not_answer_within_its_timeout_is_a_503_and_nothing_is_settled() {
+    let server = RedisServer::start();
+    let redis = RedisConfig::new(server.url()).prefix("slow");
+    let gateways = Replicas::start(redis.clone()).await;
+    let [a, _] = &gateways.replicas;
+    let url = path(Endpoint::Chat);
+    let quote = a.post_once(url, chat(), None).await;
+    let warm = a.sign(&quote, &a.payer);
+    assert_eq!(a.post_once(url, chat(), Some(&warm)).await.status, 200);
+    let before = gateways.balance(&a.payer).await;
+
+    // Redis holds every client's commands for 1.5 s: far past the 250 ms bound.
+    let pauser = RedisConnection::open(&redis).unwrap();
+    pauser
+        .call("pause", |mut c| async move {
+            redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(1500)
+                .arg("ALL")
+                .query_async::<()>(&mut c)
+                .await
+        })
+        .await
+        .unwrap();
+    let payment = a.sign(&quote, &a.payer);
+    let slow = a.post_once(url, chat(), Some(&payment)).await;
+    assert_payment_rejection(
+        Endpoint::Chat,
+        &slow,
+        ErrorCode::PaymentVerificationUnavailable,
+    );
+
+    // Redis runs the timed-out claim once it moves again; the replica takes it
+    // back behind it, in the background. Until then the same signed payment is
+    // refused (503, or in flight), never charged; then it goes through, once.
+    let mut resumed = None;
+    for _ in 0..50 {
+        let reply = a.post_once(url, chat(), Some(&payment)).await;
+        if reply.status == 200 {
+            resumed = Some(reply);
+            break;
+        }
+        let code = reply.json()["code"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            code == "PAYMENT_VERIFICATION_UNAVAILABLE"
+                || (code == "PAYMENT_REPLAY" && reply.text().contains("authorization_in_flight")),
+            "{}",
+            reply.text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        resumed.is_some(),
+        "the timed-out claim was never taken back"
+    );
+    let amount = quote.quote().accepts[0].amount.units();
+    assert_eq!(gateways.balance(&a.payer).await, before - amount);
+    assert_eq!(gateways.ledger.settlements().await.unwrap(), 2);
+}

@@ -163,11 +163,27 @@ impl RedisConnection {
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
+        self.call_within(what, self.timeout, call).await
+    }
+
+    /// [`call`](Self::call) bounded by `timeout` instead of the configured
+    /// one: for background work no request waits on (a compensation that
+    /// must outlast a stall of Redis).
+    pub async fn call_within<T, F, Fut>(
+        &self,
+        what: &'static str,
+        timeout: Duration,
+        call: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout(self.timeout, call(self.manager.clone())).await {
+        match tokio::time::timeout(timeout, call(self.manager.clone())).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(err)) => Err(StoreError::new(what).with_source(err)),
-            Err(_) => Err(StoreError::new(what).with_source(TimedOut(self.timeout))),
+            Err(_) => Err(StoreError::new(what).with_source(TimedOut(timeout))),
         }
     }
 }

@@ -19,7 +19,8 @@
 //! [`NonceStore::release`]): a request dropped mid-flight still frees its
 //! claim; if Redis cannot take it, the claim expires at its hold-until.
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use alloy_primitives::{Address, B256};
 use redis::Script;
@@ -40,12 +41,12 @@ const SEAM: &str = "x402-replay";
 /// The longest lifetime given to an entry.
 const MAX_TTL_SECS: u64 = 365 * 24 * 3600;
 
-/// `F` if absent (answer `C`), else the value as it is.
+/// `ARGV[2]` (`F` and the claim's token) if absent (answer `C`), else the value as it is.
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"local v = redis.call('GET', KEYS[1])
 if v then return v end
-redis.call('SET', KEYS[1], 'F', 'EX', ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[1])
 return 'C'",
     )
 });
@@ -57,7 +58,7 @@ static CLAIM_AND_PEEK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"local v = redis.call('GET', KEYS[1])
 if v then return {v} end
-redis.call('SET', KEYS[1], 'F', 'EX', ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[1])
 local balances = redis.call('HGETALL', KEYS[2])
 local answer = {'C', tostring(#balances)}
 for _, item in ipairs(balances) do table.insert(answer, item) end
@@ -66,10 +67,11 @@ return answer",
     )
 });
 
-/// Deletes the key only while it is in flight (a spent key stays spent).
+/// Deletes the key only while it holds this claim (`ARGV[1]`): a spent key
+/// stays spent, and another request's claim stays claimed.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r"if redis.call('GET', KEYS[1]) == 'F' then return redis.call('DEL', KEYS[1]) end
+        r"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0",
     )
 });
@@ -81,6 +83,9 @@ pub struct RedisNonceStore {
     clock: SharedClock,
     /// The ledger whose check this store's claims read ahead for.
     ledger: Option<RedisLedger>,
+    /// The token of each claim this store holds, by Redis key: a release
+    /// deletes its own claim only.
+    held: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl std::fmt::Debug for RedisNonceStore {
@@ -99,6 +104,7 @@ impl RedisNonceStore {
             conn,
             clock,
             ledger: None,
+            held: Arc::default(),
         }
     }
 
@@ -109,6 +115,12 @@ impl RedisNonceStore {
     pub fn prefetching_for(mut self, ledger: &RedisLedger) -> Self {
         self.ledger = Some(ledger.clone());
         self
+    }
+
+    /// The tokens of the claims this store holds.
+    fn hold(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        // One insert or remove per update: a poisoned map is still consistent.
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The ledger to read ahead for, and the payer and nonce of an EVM `key`.
@@ -140,39 +152,66 @@ impl NonceStore for RedisNonceStore {
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
         let redis_key = self.conn.key(SEAM, key.as_str());
         let ttl = self.ttl_secs(hold_until_unix_secs);
-        if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
-            let balances = ledger.balance_key(payer);
-            let used = ledger.used_key(payer, nonce);
-            return Box::pin(async move {
-                let answer: Vec<String> = self
-                    .conn
-                    .call("x402 replay claim", |mut c| async move {
-                        CLAIM_AND_PEEK
-                            .key(redis_key)
-                            .key(balances)
-                            .key(used)
-                            .arg(ttl)
-                            .invoke_async(&mut c)
-                            .await
-                    })
-                    .await?;
-                let claim = decode_claim(answer.first().map_or("", String::as_str))?;
-                if claim == Claim::Claimed {
+        let read_ahead = self.read_ahead(key);
+        Box::pin(async move {
+            let Ok(random) = getrandom::u64() else {
+                return Err(StoreError::new(
+                    "x402 replay claim: no randomness for a claim token",
+                ));
+            };
+            let token = format!("F{random:016x}");
+            let (script_key, script_token) = (redis_key.clone(), token.clone());
+            let answer: Result<Vec<String>, _> = match read_ahead {
+                Some((ledger, payer, nonce)) => {
+                    let (balances, used) =
+                        (ledger.balance_key(payer), ledger.used_key(payer, nonce));
+                    self.conn
+                        .call("x402 replay claim", |mut c| async move {
+                            CLAIM_AND_PEEK
+                                .key(script_key)
+                                .key(balances)
+                                .key(used)
+                                .arg(ttl)
+                                .arg(script_token)
+                                .invoke_async(&mut c)
+                                .await
+                        })
+                        .await
+                }
+                None => {
+                    self.conn
+                        .call("x402 replay claim", |mut c| async move {
+                            let value: String = CLAIM
+                                .key(script_key)
+                                .arg(ttl)
+                                .arg(script_token)
+                                .invoke_async(&mut c)
+                                .await?;
+                            Ok(vec![value])
+                        })
+                        .await
+                }
+            };
+            let answer = match answer {
+                Ok(answer) => answer,
+                Err(error) => {
+                    // Timed out, the claim may still land: take it back behind it
+                    // (same connection, so in order), or the same signed payment
+                    // would be refused as in flight until the claim expired.
+                    take_back(self.conn.clone(), redis_key, token);
+                    return Err(error);
+                }
+            };
+            let claim = decode_claim(answer.first().map_or("", String::as_str))?;
+            if claim == Claim::Claimed {
+                self.hold().insert(redis_key, token);
+                if let Some((ledger, payer, nonce)) = read_ahead {
                     ledger
                         .prefetched()
                         .put(payer, nonce, decode_snapshot(&answer[1..]));
                 }
-                Ok(claim)
-            });
-        }
-        Box::pin(async move {
-            let value: String = self
-                .conn
-                .call("x402 replay claim", |mut c| async move {
-                    CLAIM.key(redis_key).arg(ttl).invoke_async(&mut c).await
-                })
-                .await?;
-            decode_claim(&value)
+            }
+            Ok(claim)
         })
     }
 
@@ -180,30 +219,11 @@ impl NonceStore for RedisNonceStore {
         if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
             ledger.prefetched().forget(payer, nonce);
         }
-        let conn = self.conn.clone();
         let redis_key = self.conn.key(SEAM, key.as_str());
-        let work = async move {
-            let released: Result<i64, _> = conn
-                .call("x402 replay release", |mut c| async move {
-                    RELEASE.key(redis_key).invoke_async(&mut c).await
-                })
-                .await;
-            if let Err(_error) = released {
-                trace_warn!(
-                    error = %_error,
-                    "the claim could not be released; it expires at its hold-until time",
-                );
-            }
-        };
-        // Sent now, whether or not the caller awaits: a dropped request still releases.
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                let task = runtime.spawn(work);
-                Box::pin(async move {
-                    let _ = task.await;
-                })
-            }
-            Err(_) => Box::pin(work),
+        match self.hold().remove(&redis_key) {
+            Some(token) => send_release(self.conn.clone(), redis_key, token),
+            // Not a claim of this store: nothing of ours to give back.
+            None => Box::pin(std::future::ready(())),
         }
     }
 
@@ -229,6 +249,8 @@ impl NonceStore for RedisNonceStore {
         spent: SpentAuthorization,
         keep_until_unix_secs: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
+        // Spent now: the claim's token is no longer needed.
+        self.hold().remove(&self.conn.key(SEAM, key.as_str()));
         if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
             let written = ledger.prefetched().take_written(payer, nonce, &spent);
             ledger.prefetched().forget(payer, nonce);
@@ -253,6 +275,80 @@ impl NonceStore for RedisNonceStore {
                 })
                 .await
         })
+    }
+}
+
+/// Deletes the claim `token` at `redis_key`, sent on the runtime at once
+/// (whether or not the returned future is awaited: a dropped request still
+/// releases); without a runtime, when the future is polled. A claim that
+/// cannot be released expires at its hold-until time.
+fn send_release(conn: RedisConnection, redis_key: String, token: String) -> BoxFuture<'static, ()> {
+    spawn_or_return(async move {
+        if let Err(_error) = release_once(&conn, &redis_key, &token, None).await {
+            trace_warn!(
+                error = %_error,
+                "the claim could not be released; it expires at its hold-until time",
+            );
+        }
+    })
+}
+
+/// Takes back a claim whose answer never came (Redis stalled past the
+/// timeout): it may still run once Redis moves again, and would then hold
+/// the same signed payment as in flight until its hold-until. Sent behind it
+/// on the same connection, patiently (a few tries, several seconds each), in
+/// the background: no request waits on it.
+fn take_back(conn: RedisConnection, redis_key: String, token: String) {
+    drop(spawn_or_return(async move {
+        for _ in 0..3 {
+            let patience = Some(COMPENSATION_TIMEOUT);
+            if release_once(&conn, &redis_key, &token, patience)
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        trace_warn!("a timed-out claim could not be taken back; it expires at its hold-until time");
+    }));
+}
+
+/// How long a take-back waits for Redis on each try.
+const COMPENSATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+async fn release_once(
+    conn: &RedisConnection,
+    redis_key: &str,
+    token: &str,
+    patience: Option<std::time::Duration>,
+) -> Result<i64, StoreError> {
+    let script = |mut c: redis::aio::ConnectionManager| {
+        let (redis_key, token) = (redis_key.to_owned(), token.to_owned());
+        async move { RELEASE.key(redis_key).arg(token).invoke_async(&mut c).await }
+    };
+    match patience {
+        Some(timeout) => {
+            conn.call_within("x402 replay release", timeout, script)
+                .await
+        }
+        None => conn.call("x402 replay release", script).await,
+    }
+}
+
+/// Runs `work` on the tokio runtime now (the returned future only waits for
+/// it), or, without a runtime, when the returned future is polled.
+fn spawn_or_return(
+    work: impl std::future::Future<Output = ()> + Send + 'static,
+) -> BoxFuture<'static, ()> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            let task = runtime.spawn(work);
+            Box::pin(async move {
+                let _ = task.await;
+            })
+        }
+        Err(_) => Box::pin(work),
     }
 }
 
