@@ -18,8 +18,8 @@ use std::time::Duration;
 use alloy_primitives::{Address, address};
 use walletgate::clock::{Clock as _, SystemClock};
 use walletgate::redis::{
-    RedisConfig, RedisConnection, RedisNonceStore, RedisPatStore, RedisRevocations,
-    RedisSessionStore,
+    RedisConfig, RedisConnection, RedisPatStore, RedisRevocations, RedisSessionStore,
+    RedisSiweNonceStore,
 };
 use walletgate::siwe::{InMemoryNonceStore, NonceConsumption, NonceStore, NonceStoreError};
 use walletgate::tokens::{
@@ -176,7 +176,7 @@ contract_tests!(
     nonces_in_redis,
     nonce_contract,
     InMemoryNonceStore::new(),
-    RedisNonceStore::new,
+    RedisSiweNonceStore::new,
     keys: 3
 );
 
@@ -520,7 +520,7 @@ async fn a_stopped_redis_is_a_store_error_and_service_resumes() {
         .prefix("failure")
         .timeout(Duration::from_millis(250));
     let conn = RedisConnection::open(&config).unwrap();
-    let nonces = RedisNonceStore::new(conn.clone());
+    let nonces = RedisSiweNonceStore::new(conn.clone());
     let pats = RedisPatStore::new(conn.clone());
     let sessions = RedisSessionStore::new(conn.clone());
     let revocations = RedisRevocations::new(conn);

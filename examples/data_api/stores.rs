@@ -6,7 +6,7 @@
 //! issuer have one concrete type whichever was configured.
 
 #[cfg(feature = "redis")]
-use walletgate::redis::{RedisNonceStore, RedisPatStore, RedisRevocations, RedisSessionStore};
+use walletgate::redis::{RedisPatStore, RedisRevocations, RedisSessionStore, RedisSiweNonceStore};
 use walletgate::siwe::{InMemoryNonceStore, NonceConsumption, NonceFuture, NonceStore};
 use walletgate::store::StoreError;
 use walletgate::tokens::{
@@ -33,7 +33,7 @@ macro_rules! each {
 pub(crate) enum Nonces {
     Memory(InMemoryNonceStore),
     #[cfg(feature = "redis")]
-    Redis(RedisNonceStore),
+    Redis(RedisSiweNonceStore),
 }
 
 /// PATs.
@@ -88,7 +88,7 @@ impl Stores {
         {
             let conn = settings.open().map_err(|error| error.to_string())?;
             Ok(Self {
-                nonces: Nonces::Redis(RedisNonceStore::new(conn.clone())),
+                nonces: Nonces::Redis(RedisSiweNonceStore::new(conn.clone())),
                 pats: Pats::Redis(RedisPatStore::new(conn.clone())),
                 sessions: Sessions::Redis(RedisSessionStore::new(conn.clone())),
                 revocations: Revocations::Redis(RedisRevocations::new(conn)),

@@ -288,10 +288,10 @@ fn redis_without_a_shared_signing_key_is_refused() {
     let address: SocketAddr = "127.0.0.1:8080".parse().unwrap();
     let mut config = Config::for_origin(address, "http://127.0.0.1:8080").unwrap();
     assert!(config.check_replicas().is_ok());
-    config.redis = Some(crate::redis_settings::RedisSettings {
-        url: "redis://127.0.0.1:6379".to_owned(),
-        prefix: "walletgate".to_owned(),
-    });
+    config.redis = Some(crate::redis_settings::RedisSettings::new(
+        "redis://127.0.0.1:6379",
+        "walletgate",
+    ));
     let refused = config.check_replicas().unwrap_err();
     assert!(refused.contains("DATA_API_SIGNING_KEY_FILE"), "{refused}");
     config.signing_key_file = Some("/run/secrets/data-api-signing-key".into());

@@ -18,8 +18,8 @@
 //! | `GATEWAY_EXTRA_CA_FILE` | none | PEM root(s) trusted besides Mozilla's, for upstreams and the facilitator |
 //! | `GATEWAY_SOLANA_PAY_TO` | none | Solana: the wallet paid (its USDC account receives) |
 //! | `GATEWAY_SOLANA_FEE_PAYER` | from the facilitator | Solana: `extra.feePayer`; else read from `GET /supported` at start |
-//! | `GATEWAY_REDIS_URL` | none | `redis://host:port/db` (feature `redis`): replicas share the free-tier limit there |
-//! | `GATEWAY_REDIS_PREFIX` | `walletgate` | key prefix in that Redis (one per gateway deployment) |
+//! | `GATEWAY_REDIS_URL` | none (in memory) | `redis://host:port[/db]` (feature `redis`): claims, spent authorizations, the ledger, image jobs and the free-tier limit in Redis, shared by every replica (see `stores.rs`) |
+//! | `GATEWAY_REDIS_PREFIX` | `walletgate` | the key prefix in that Redis (one per deployment) |
 //!
 //! Providers without an upstream are answered by the embedded echo family.
 //! Payments are quoted in Base Sepolia USDC and settled in-process on a
@@ -311,7 +311,6 @@ impl Config {
         }
         Ok(config)
     }
-
     /// Serves `provider`'s models from the OpenAI-compatible API at `base_url`.
     pub(crate) fn with_openai_upstream(
         mut self,
@@ -378,6 +377,40 @@ mod tests {
         assert_eq!(config.listen.to_string(), "127.0.0.1:8402");
         assert_eq!(config.upstream_timeout, Duration::from_secs(120));
         assert_eq!(config.body_limit_bytes, DEFAULT_BODY_LIMIT_BYTES);
+    }
+
+    #[test]
+    #[cfg(feature = "redis")]
+    fn redis_url_and_prefix_switch_the_stores_to_redis() {
+        assert!(Config::from_vars(vars(&[])).unwrap().redis.is_none());
+        let config = Config::from_vars(vars(&[
+            ("GATEWAY_REDIS_URL", "redis://127.0.0.1:6379/2"),
+            ("GATEWAY_REDIS_PREFIX", "gw-prod"),
+        ]))
+        .unwrap();
+        let shown = format!("{:?}", config.redis.unwrap());
+        assert!(shown.contains("gw-prod"), "{shown}");
+        let refused = Config::from_vars(vars(&[("GATEWAY_REDIS_URL", "http://127.0.0.1:6379")]));
+        assert!(
+            refused
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("GATEWAY_REDIS_URL")
+        );
+    }
+
+    #[test]
+    #[cfg(not(feature = "redis"))]
+    fn a_redis_url_without_the_redis_feature_is_refused_not_ignored() {
+        let refused = Config::from_vars(vars(&[("GATEWAY_REDIS_URL", "redis://127.0.0.1:6379")]));
+        assert!(
+            refused
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("--features redis")
+        );
     }
 
     #[test]

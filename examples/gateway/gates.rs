@@ -22,8 +22,8 @@ use walletgate::free_tier::{
 use walletgate::store::StoreError;
 use walletgate::tls::ClientTls;
 use walletgate::x402::{
-    BoxFuture, ConfigError, DevLedger, Facilitator, FacilitatorError, FacilitatorRequest,
-    HttpFacilitator, InMemoryNonceStore, LocalEvmFacilitator, NonceStore, PaymentOption, Price,
+    BoxFuture, ConfigError, Facilitator, FacilitatorError, FacilitatorRequest, HttpFacilitator,
+    InMemoryNonceStore, Ledger, LocalEvmFacilitator, NonceStore, PaymentOption, Price,
     PriceRefusal, SettleResponse, SettledPayment, SettlementHookError, SupportedResponse,
     VerifyResponse, X402Layer,
 };
@@ -139,7 +139,7 @@ impl PaymentSettings {
     /// Base Sepolia USDC paid to `pay_to`, settled on `ledger` in-process.
     pub(crate) fn local_evm(
         pay_to: &str,
-        ledger: Arc<DevLedger>,
+        ledger: Arc<dyn Ledger>,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
         Ok(Self {
@@ -172,6 +172,12 @@ impl PaymentSettings {
             clock,
             settled: Arc::default(),
         })
+    }
+
+    /// The same settings with claims and spent authorizations kept in `store`.
+    pub(crate) fn with_nonce_store(mut self, store: Arc<dyn NonceStore>) -> Self {
+        self.nonce_store = store;
+        self
     }
 
     /// The same settings with the facilitator behind `faults` (and its settle timeout).
@@ -350,7 +356,7 @@ impl Facilitator for FaultyFacilitator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use walletgate::x402::{AtomicAmount, Network};
+    use walletgate::x402::{AtomicAmount, DevLedger, Network};
 
     #[test]
     fn every_offer_quotes_the_configured_max_timeout() {

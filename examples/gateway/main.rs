@@ -47,6 +47,7 @@ mod render;
 mod reply;
 mod request;
 mod state;
+mod stores;
 mod upstream;
 
 #[cfg(all(test, feature = "client", feature = "reqwest"))]
@@ -55,6 +56,11 @@ mod client_tests;
 mod payment_tests;
 #[cfg(all(test, feature = "redis"))]
 mod redis_limits_tests;
+#[cfg(all(test, feature = "redis"))]
+#[path = "../../tests/redis_support/mod.rs"]
+mod redis_support;
+#[cfg(all(test, feature = "redis"))]
+mod replica_tests;
 #[cfg(test)]
 mod sdk_tests;
 #[cfg(test)]
@@ -83,6 +89,7 @@ use crate::inference::{infer, models};
 use crate::pipeline::{with_image_pipeline, with_pipeline, with_poll_pipeline};
 use crate::request::Endpoint;
 use crate::state::{AppState, Gateway};
+use crate::stores::Stores;
 use crate::upstream::{EchoUpstream, FaultInjecting, ProviderRouter, SharedUpstream};
 
 #[tokio::main]
@@ -174,9 +181,16 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         router = router.with_provider(provider, upstream);
     }
     let upstream: SharedUpstream = Arc::new(FaultInjecting::new(Arc::new(router), config.faults));
+    let stores = match &redis {
+        None => Stores::in_memory(config.ledger, config.clock.clone()),
+        #[cfg(feature = "redis")]
+        Some(conn) => Stores::redis(conn, &config.catalogue, config.clock.clone()),
+        #[cfg(not(feature = "redis"))]
+        Some(never) => match *never {},
+    };
     let payments = match &config.network {
         PaymentNetwork::LocalEvm => {
-            PaymentSettings::local_evm(&config.pay_to, config.ledger, config.clock.clone())?
+            PaymentSettings::local_evm(&config.pay_to, stores.ledger, config.clock.clone())?
         }
         PaymentNetwork::Solana(settings) => {
             let Some(fee_payer) = settings.fee_payer.as_deref() else {
@@ -192,6 +206,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         }
     };
     let payments = payments
+        .with_nonce_store(stores.nonce_store)
         .with_faults(config.payment_faults)
         .with_max_timeout_secs(config.max_timeout_secs)?;
     let gates = Gates {
@@ -199,7 +214,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         inference_payment: payments.inference_layer()?,
         image_payment: payments.image_layer()?,
     };
-    let images = ImageJobs::new(config.clock.clone(), config.image_job);
+    let images = ImageJobs::new(config.clock.clone(), config.image_job, stores.jobs);
     let state: AppState = Arc::new(Gateway::new(
         config.catalogue,
         upstream,

@@ -21,10 +21,7 @@ const FREE_MODEL: &str = "nvidia/nemotron-super";
 /// A replica on `url` under `prefix`, otherwise the embedded defaults.
 async fn replica(url: &str, prefix: &str) -> Server {
     Server::start(Config {
-        redis: Some(RedisSettings {
-            url: url.to_owned(),
-            prefix: prefix.to_owned(),
-        }),
+        redis: Some(RedisSettings::new(url, prefix)),
         ..Config::default()
     })
     .await

@@ -11,6 +11,22 @@
 //!
 //! Keys are namespaced by a prefix (`walletgate` by default), so several
 //! services can share one Redis: `{prefix}:{seam}:{id}`.
+//!
+//! Payments (with the `x402` feature): [`RedisNonceStore`] (claims, releases,
+//! spent authorizations) and [`RedisLedger`] (the development ledger). Paired
+//! with [`RedisNonceStore::prefetching_for`], a paid request costs two round
+//! trips: the claim, which also reads what the ledger's check needs, and the
+//! transfer, which also writes the spent record.
+
+#[cfg(feature = "x402")]
+mod ledger;
+#[cfg(feature = "x402")]
+mod replay;
+
+#[cfg(feature = "x402")]
+pub use ledger::RedisLedger;
+#[cfg(feature = "x402")]
+pub use replay::RedisNonceStore;
 
 #[cfg(any(feature = "siwe", feature = "wallet-jwt"))]
 mod lua;
@@ -32,7 +48,7 @@ pub use revocation::RedisRevocations;
 #[cfg(feature = "tokens")]
 pub use sessions::RedisSessionStore;
 #[cfg(feature = "siwe")]
-pub use siwe::RedisNonceStore;
+pub use siwe::RedisSiweNonceStore;
 #[cfg(feature = "api-key")]
 mod api_key;
 #[cfg(feature = "free-tier")]
@@ -52,6 +68,7 @@ mod redis_support;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -113,6 +130,8 @@ pub struct RedisConnection {
     manager: ConnectionManager,
     prefix: Arc<str>,
     timeout: Duration,
+    /// Calls made through this connection and its clones.
+    calls: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for RedisConnection {
@@ -147,6 +166,7 @@ impl RedisConnection {
             manager,
             prefix: config.prefix.as_str().into(),
             timeout: config.timeout,
+            calls: Arc::default(),
         })
     }
 
@@ -166,6 +186,13 @@ impl RedisConnection {
         &self.prefix
     }
 
+    /// Round trips made so far through this connection and its clones (one
+    /// per [`call`](Self::call): a command or a script), for metrics and for
+    /// tests that count what a request costs.
+    pub fn round_trips(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
     /// Runs one Redis call on a clone of the connection, bounded by the
     /// timeout; a Redis error or a timeout becomes a [`StoreError`] that
     /// names `what` (never a key or a value: they may hold digests of secrets).
@@ -174,10 +201,27 @@ impl RedisConnection {
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        match tokio::time::timeout(self.timeout, call(self.manager.clone())).await {
+        self.call_within(what, self.timeout, call).await
+    }
+
+    /// [`call`](Self::call) bounded by `timeout` instead of the configured
+    /// one: for background work no request waits on (a compensation that
+    /// must outlast a stall of Redis).
+    pub async fn call_within<T, F, Fut>(
+        &self,
+        what: &'static str,
+        timeout: Duration,
+        call: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(timeout, call(self.manager.clone())).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(err)) => Err(StoreError::new(what).with_source(err)),
-            Err(_) => Err(StoreError::new(what).with_source(TimedOut(self.timeout))),
+            Err(_) => Err(StoreError::new(what).with_source(TimedOut(timeout))),
         }
     }
 }

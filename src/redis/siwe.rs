@@ -1,4 +1,4 @@
-//! SIWE nonces in Redis: [`RedisNonceStore`].
+//! SIWE nonces in Redis: [`RedisSiweNonceStore`].
 //!
 //! One key per nonce, `{prefix}:siwe-nonce:{nonce}`, holding its expiry
 //! (Unix milliseconds) until it is spent, then `spent`; the key expires with
@@ -40,18 +40,18 @@ return 3
 /// entry cap: each nonce expires on its own and Redis's `maxmemory` bounds the
 /// rest.
 #[derive(Clone, Debug)]
-pub struct RedisNonceStore {
+pub struct RedisSiweNonceStore {
     conn: RedisConnection,
 }
 
-impl RedisNonceStore {
+impl RedisSiweNonceStore {
     /// Nonces kept under `{prefix}:siwe-nonce:` on `conn`.
     pub fn new(conn: RedisConnection) -> Self {
         Self { conn }
     }
 }
 
-impl NonceStore for RedisNonceStore {
+impl NonceStore for RedisSiweNonceStore {
     fn insert<'a>(
         &'a self,
         nonce: &'a str,

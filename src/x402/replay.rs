@@ -20,7 +20,7 @@
 //! let key = AuthorizationKey::new(&Network::base_sepolia(), "0xAbC", "0x01");
 //! assert!(matches!(store.claim(&key, 1600).await?, Claim::Claimed));
 //! assert!(matches!(store.claim(&key, 1600).await?, Claim::InFlight));
-//! store.release(&key);
+//! store.release(&key).await;
 //! assert!(matches!(store.claim(&key, 1600).await?, Claim::Claimed));
 //! # Ok::<(), walletgate::store::StoreError>(())
 //! # }).unwrap();
@@ -92,9 +92,32 @@ pub trait NonceStore: Send + Sync + 'static {
         hold_until_unix_secs: u64,
     ) -> BoxFuture<'a, Result<Claim, StoreError>>;
 
-    /// Gives a claim back (nothing was settled). Called from `Drop`, so it
-    /// must not block: a networked store sends it in the background.
-    fn release(&self, key: &AuthorizationKey);
+    /// Gives a claim back (nothing was settled).
+    ///
+    /// Must not block, and must not lose the release when its future is
+    /// dropped unpolled: the payment flow awaits it where it can (a failed
+    /// verification, a 4xx/5xx answer, a failed settlement), but a request
+    /// whose client went away releases from `Drop` and cannot await. So a
+    /// store starts the release when called (in memory: done at once; on a
+    /// network: sent on the runtime in the background) and the returned
+    /// future only waits for it. A release that still cannot be delivered
+    /// (no runtime, backend down) leaves the claim to expire at its
+    /// hold-until time, the safety net every networked store sets.
+    fn release(&self, key: &AuthorizationKey) -> BoxFuture<'static, ()>;
+
+    /// Announces, just before the facilitator settles the claimed `key`,
+    /// the record [`mark_spent`](Self::mark_spent) will be given if the
+    /// settlement succeeds (its receipt without the transaction yet). A store
+    /// that shares a backend with the ledger may write the record in the
+    /// settlement's own step and then skip the separate write; `mark_spent` is
+    /// called either way. Default: nothing.
+    fn settling(
+        &self,
+        _key: &AuthorizationKey,
+        _unsettled: &SpentAuthorization,
+        _keep_until_unix_secs: u64,
+    ) {
+    }
 
     /// Records `key` as settled until `keep_until_unix_secs`.
     fn mark_spent<'a>(
@@ -316,11 +339,12 @@ impl NonceStore for InMemoryNonceStore {
         )))
     }
 
-    fn release(&self, key: &AuthorizationKey) {
+    fn release(&self, key: &AuthorizationKey) -> BoxFuture<'static, ()> {
         let (digest, mut shard) = self.shard(key);
         if matches!(shard.entries.peek(&digest), Some(State::InFlight)) {
             shard.entries.remove(&digest);
         }
+        Box::pin(std::future::ready(()))
     }
 
     fn mark_spent<'a>(
@@ -374,7 +398,7 @@ mod tests {
         assert_eq!(store.claim(&key, 2000).await.unwrap(), Claim::Claimed);
         store.mark_spent(&key, spent(), 1300).await.unwrap();
         // Releasing a spent key does nothing.
-        store.release(&key);
+        store.release(&key).await;
         assert_eq!(
             store.claim(&key, 2000).await.unwrap(),
             Claim::Spent(spent())
@@ -428,7 +452,7 @@ mod tests {
         for n in 0..100 {
             let key = AuthorizationKey::new(&Network::base_sepolia(), "0xc", &n.to_string());
             store.claim(&key, 600).await.unwrap();
-            store.release(&key);
+            store.release(&key).await;
         }
         assert!(store.is_empty());
         let indexed: usize = store

@@ -256,13 +256,24 @@ impl ClaimGuard {
     fn keep(mut self) {
         self.key = None;
     }
+
+    /// Gives the claim back and waits until the store has it, so the client's
+    /// retry (on any replica) finds it free.
+    async fn release(mut self) {
+        if let Some(key) = self.key.take() {
+            trace_decision!(DEBUG, "x402", outcome = "released");
+            self.store.release(&key).await;
+        }
+    }
 }
 
 impl Drop for ClaimGuard {
+    /// The request went away (client gone, inner error): the store starts the
+    /// release itself, and its claim's hold-until is the safety net.
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
             trace_decision!(DEBUG, "x402", outcome = "released");
-            self.store.release(&key);
+            drop(self.store.release(&key));
         }
     }
 }
@@ -353,6 +364,7 @@ where
     let verdict = match config.facilitator.verify(&facilitation).await {
         Ok(verdict) => verdict,
         Err(error) => {
+            claim.release().await;
             return reject(
                 ErrorCode::PaymentVerificationUnavailable,
                 &error.to_string(),
@@ -366,6 +378,7 @@ where
             .invalid_reason
             .as_deref()
             .unwrap_or(reason::INVALID_PAYLOAD);
+        claim.release().await;
         return reject(code_for_reason(why), why, payer.as_deref());
     }
     let receipt = PaymentReceipt::new(
@@ -379,7 +392,7 @@ where
     // Dropping `claim` on `?` or on an early return releases the authorization.
     let mut response = inner.call(request).await?;
     if !response.status().is_success() {
-        // Not served: not charged (the claim is released below).
+        // Not served: not charged.
         trace_decision!(
             INFO,
             "x402",
@@ -387,6 +400,7 @@ where
             status = response.status().as_u16(),
             outcome = "unsettled",
         );
+        claim.release().await;
         return Ok(plain(response));
     }
     let job = SettleJob {
@@ -482,7 +496,7 @@ struct SettleJob {
 
 impl SettleJob {
     /// Settles; on success marks the authorization spent and tells the hook.
-    /// `Err` is the failed settlement, its claim released (dropped with `self`).
+    /// `Err` is the failed settlement, its claim released.
     async fn run(self) -> Result<(SettleResponse, PaymentReceipt), SettleResponse> {
         let Self {
             config,
@@ -496,6 +510,16 @@ impl SettleJob {
             request_id,
         } = self;
         let offer = &facilitation.payment_requirements;
+        let now = config.clock.now_unix_secs();
+        let floor_secs = MIN_SPENT_RETENTION_SECS.min(offer.max_timeout_seconds);
+        let keep_until = valid_before
+            .unwrap_or(now)
+            .max(now.saturating_add(floor_secs));
+        let unsettled = SpentAuthorization {
+            receipt: receipt.clone(),
+            fingerprint,
+        };
+        config.nonce_store.settling(&key, &unsettled, keep_until);
         let settlement = match config.facilitator.settle(&facilitation).await {
             Ok(settlement) => settlement,
             Err(error) => SettleResponse::failure(
@@ -515,6 +539,7 @@ impl SettleJob {
                 error = ErrorCode::SettlementFailed.as_str(),
                 reason = settlement.error_reason.as_deref(),
             );
+            claim.release().await;
             return Err(settlement);
         }
         trace_decision!(
@@ -528,11 +553,6 @@ impl SettleJob {
             outcome = "settled",
         );
         let receipt = receipt.settled(settlement.transaction.clone());
-        let now = config.clock.now_unix_secs();
-        let floor_secs = MIN_SPENT_RETENTION_SECS.min(offer.max_timeout_seconds);
-        let keep_until = valid_before
-            .unwrap_or(now)
-            .max(now.saturating_add(floor_secs));
         let spent = SpentAuthorization {
             receipt: receipt.clone(),
             fingerprint,

@@ -79,14 +79,7 @@ impl RedisServer {
     }
 
     fn wait_until_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not start on port {}", self.port);
+        wait_for_port(self.port);
     }
 }
 
@@ -104,15 +97,47 @@ pub fn shared_url() -> String {
     if let Ok(url) = std::env::var("WALLETGATE_TEST_REDIS_URL") {
         return url;
     }
-    STARTED
-        .get_or_init(|| {
-            let server = RedisServer::start();
-            let url = server.url();
-            // Lives as long as the test binary.
-            std::mem::forget(server);
-            url
-        })
-        .clone()
+    STARTED.get_or_init(start_for_this_process).clone()
+}
+
+/// A redis-server that outlives no test binary: a shell watches this process
+/// and stops the server once it is gone (a test binary never runs statics'
+/// destructors, so a plain child would be left running).
+fn start_for_this_process() -> String {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("walletgate-redis-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir for redis-server");
+    let watched = format!(
+        "redis-server --bind 127.0.0.1 --port {port} --save '' --appendonly no --dir '{dir}' & \
+         server=$!; for _ in $(seq 7200); do kill -0 {parent} 2>/dev/null || break; sleep 1; done; \
+         kill $server; rm -rf '{dir}'",
+        dir = dir.display(),
+        parent = std::process::id(),
+    );
+    // The shell ends after this process (or after 2 hours): nothing to wait for.
+    #[allow(clippy::zombie_processes)]
+    Command::new("sh")
+        .arg("-c")
+        .arg(watched)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sh to start redis-server (apt-get install -y redis-server)");
+    wait_for_port(port);
+    format!("redis://127.0.0.1:{port}")
+}
+
+/// Waits until something listens on `port` (10 s at most).
+fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("redis-server did not start on port {port} (is it installed?)");
 }
 
 /// A key prefix no other test (or earlier run against the same server) uses.

@@ -14,7 +14,7 @@ async fn replica(url: &str, prefix: &str) -> Server {
     let (url, prefix) = (url.to_owned(), prefix.to_owned());
     start_configured(START, move |config| {
         config.key_per_minute = std::num::NonZeroU32::new(3).unwrap();
-        config.redis = Some(RedisSettings { url, prefix });
+        config.redis = Some(RedisSettings::new(url, prefix));
     })
     .await
 }

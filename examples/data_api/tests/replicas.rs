@@ -49,10 +49,7 @@ async fn replica(url: &str, prefix: &str, key_file: &Path) -> Server {
     let address: SocketAddr = listener.local_addr().unwrap();
     let mut config = Config::for_origin(address, ORIGIN).unwrap();
     config.api_key = Some(API_KEY.to_owned());
-    config.redis = Some(crate::redis_settings::RedisSettings {
-        url: url.to_owned(),
-        prefix: prefix.to_owned(),
-    });
+    config.redis = Some(crate::redis_settings::RedisSettings::new(url, prefix));
     config.signing_key_file = Some(key_file.to_path_buf());
     // Real time: Redis expires keys on its own clock.
     let clock = FakeClock::at_unix_secs(SystemClock.now_unix_secs());

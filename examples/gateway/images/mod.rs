@@ -18,6 +18,8 @@
 //! keeps them.
 
 pub(crate) mod jobs;
+#[cfg(feature = "redis")]
+pub(crate) mod redis_jobs;
 
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
@@ -27,8 +29,9 @@ use base64::Engine;
 use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 use serde_json::{Map, Value, json};
-use walletgate::envelope::{EnvelopeStyle, UnknownModelBody};
+use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, UnknownModelBody};
 use walletgate::gateway::{BodyCheck, ParsedJson, at, invalid_request_body};
+use walletgate::store::StoreError;
 use walletgate::x402::PaymentReceipt;
 
 use self::jobs::{Job, Progress};
@@ -168,17 +171,28 @@ pub(crate) async fn find_job(
     mut request: Request,
     next: Next,
 ) -> Response {
-    match gateway.images.get(&id) {
-        Some(job) => {
+    match gateway.images.get(&id).await {
+        Ok(Some(job)) => {
             request.extensions_mut().insert(ImagePrice(job.price));
             next.run(request).await
         }
-        None => job_not_found(),
+        Ok(None) => job_not_found(),
+        Err(error) => store_unavailable(&error),
     }
 }
 
 fn job_not_found() -> Response {
     json(StatusCode::NOT_FOUND, &json!({"error": "Job not found"}))
+}
+
+/// The job store could not answer: 503, retry the same signed payment (a
+/// paid request answered this is not settled).
+fn store_unavailable(error: &StoreError) -> Response {
+    reject(
+        GatewayError::new(ErrorCode::PaymentVerificationUnavailable)
+            .with_debug(&format!("image job store: {error}")),
+        EnvelopeStyle::Chat,
+    )
 }
 
 /// `POST /v1/images/generations`: accept the paid job (or find the one this
@@ -190,9 +204,14 @@ pub(crate) async fn create_image(
 ) -> Response {
     let api_prefix = parts.uri.path().starts_with("/api/");
     let job = if receipt.is_replay() {
-        match gateway.images.by_authorization(receipt.authorization_id()) {
-            Some(job) => job,
-            None => return job_not_found(),
+        match gateway
+            .images
+            .by_authorization(receipt.authorization_id())
+            .await
+        {
+            Ok(Some(job)) => job,
+            Ok(None) => return job_not_found(),
+            Err(error) => return store_unavailable(&error),
         }
     } else {
         let Some(request) = parts.extensions.get::<ImageRequest>().cloned() else {
@@ -201,9 +220,14 @@ pub(crate) async fn create_image(
         let Some(price) = parts.extensions.get::<ImagePrice>().map(|price| price.0) else {
             return wiring_fault("ImagePrice", EnvelopeStyle::Chat);
         };
-        gateway
+        match gateway
             .images
             .accept(request, price, receipt.authorization_id())
+            .await
+        {
+            Ok(job) => job,
+            Err(error) => return store_unavailable(&error),
+        }
     };
     job_state(&gateway, &job, api_prefix, &receipt)
 }
@@ -216,8 +240,9 @@ pub(crate) async fn poll_image(
     receipt: PaymentReceipt,
     parts: Parts,
 ) -> Response {
-    match gateway.images.get(&id) {
-        Some(job) if job.authorization_id == receipt.authorization_id() => job_state(
+    match gateway.images.get(&id).await {
+        Err(error) => store_unavailable(&error),
+        Ok(Some(job)) if job.authorization_id == receipt.authorization_id() => job_state(
             &gateway,
             &job,
             parts.uri.path().starts_with("/api/"),

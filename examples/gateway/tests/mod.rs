@@ -123,6 +123,7 @@ pub(crate) fn fresh_nonce() -> u64 {
     NEXT_NONCE.fetch_add(1, Ordering::Relaxed)
 }
 
+#[derive(Clone)]
 pub(crate) struct Server {
     pub(crate) address: SocketAddr,
     client: Client<HttpConnector, Full<Bytes>>,

@@ -1,0 +1,301 @@
+//! Two gateway replicas on one Redis, over real TCP: each its own router,
+//! state, payment layers and connection, sharing nothing but Redis.
+//!
+//! One authorization settles once whichever replica it reaches; a paid image
+//! job made on one is recovered on the other, uncharged; a Redis that stops
+//! makes paid requests 503 (nothing served, nothing settled) and the same
+//! signed payment goes through once Redis is back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use walletgate::envelope::ErrorCode;
+use walletgate::redis::{RedisConnection, RedisLedger};
+
+use crate::redis_settings::RedisSettings;
+use walletgate::x402::{DevLedger, Payer};
+
+use crate::config::Config;
+use crate::payment_tests::assert_payment_rejection;
+use crate::redis_support::{RedisServer, shared_url, unique_prefix};
+use crate::request::Endpoint;
+use crate::tests::{Reply, Server, body, path};
+
+const PAID_MODEL: &str = "anthropic/claude-sonnet-4.6";
+
+/// Two replicas and the ledger they share.
+struct Replicas {
+    replicas: [Server; 2],
+    ledger: RedisLedger,
+}
+
+impl Replicas {
+    async fn start(redis: RedisSettings) -> Self {
+        let config = || Config {
+            redis: Some(redis.clone()),
+            ..Config::default()
+        };
+        let replicas = [Server::start(config()).await, Server::start(config()).await];
+        let ledger = RedisLedger::new(RedisConnection::open(&redis.config()).unwrap());
+        // The replicas fund the accounts in the background; make sure before paying.
+        ledger.fund_dev_accounts().await.unwrap();
+        Self { replicas, ledger }
+    }
+
+    async fn balance(&self, payer: &Payer) -> u128 {
+        self.ledger
+            .balance_of(
+                &DevLedger::base_sepolia_usdc(),
+                payer.address().parse().unwrap(),
+            )
+            .await
+            .unwrap()
+    }
+}
+
+fn shared(test: &str) -> RedisSettings {
+    RedisSettings::new(shared_url(), unique_prefix(test))
+}
+
+fn chat() -> String {
+    body(Endpoint::Chat, PAID_MODEL, "hello", false).to_string()
+}
+
+/// Served and refused replies; every refusal must be `PAYMENT_REPLAY` in the chat envelope.
+fn served_and_replayed(replies: &[Reply]) -> (usize, usize) {
+    let (served, refused): (Vec<&Reply>, Vec<&Reply>) =
+        replies.iter().partition(|reply| reply.status == 200);
+    for reply in &refused {
+        assert_payment_rejection(Endpoint::Chat, reply, ErrorCode::PaymentReplay);
+    }
+    (served.len(), refused.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_authorization_sent_twenty_times_over_both_replicas_settles_once() {
+    let gateways = Replicas::start(shared("twenty_copies")).await;
+    let [a, b] = &gateways.replicas;
+    let url = path(Endpoint::Chat);
+    let quote = a.post_once(url, chat(), None).await;
+    assert_eq!(quote.status, 402, "{}", quote.text());
+    let payment = Arc::new(a.sign(&quote, &a.payer));
+    let before = gateways.balance(&a.payer).await;
+
+    let sends = (0..20).map(|copy| {
+        let server = if copy % 2 == 0 { a } else { b }.clone();
+        let payment = payment.clone();
+        async move { server.post_once(url, chat(), Some(&payment)).await }
+    });
+    let replies = futures_join_all(sends).await;
+    assert_eq!(served_and_replayed(&replies), (1, 19));
+    assert_eq!(gateways.ledger.settlements().await.unwrap(), 1);
+    let amount = quote.quote().accepts[0].amount.units();
+    assert_eq!(gateways.balance(&a.payer).await, before - amount);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_authorizations_sent_ten_times_each_settle_a_hundred_times() {
+    // A thousand requests at once on a shared two-core machine: the default
+    // 250 ms bound would measure the machine's load, not Redis.
+    let redis = shared("hundred_by_ten").with_timeout(Duration::from_secs(30));
+    let gateways = Replicas::start(redis).await;
+    let [a, b] = &gateways.replicas;
+    let url = path(Endpoint::Chat);
+    let quote = a.post_once(url, chat(), None).await;
+    let payments: Vec<Arc<String>> = (0..100)
+        .map(|_| Arc::new(a.sign(&quote, &a.payer)))
+        .collect();
+    let before = gateways.balance(&a.payer).await;
+
+    let sends = payments.iter().flat_map(|payment| {
+        (0..10).map(move |copy| {
+            let server = if copy % 2 == 0 { a } else { b }.clone();
+            let payment = payment.clone();
+            async move { server.post_once(url, chat(), Some(&payment)).await }
+        })
+    });
+    let replies = futures_join_all(sends).await;
+    assert_eq!(served_and_replayed(&replies), (100, 900));
+    assert_eq!(gateways.ledger.settlements().await.unwrap(), 100);
+    let amount = quote.quote().accepts[0].amount.units();
+    assert_eq!(gateways.balance(&a.payer).await, before - 100 * amount);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paid_image_job_made_on_one_replica_is_recovered_on_the_other_uncharged() {
+    let gateways = Replicas::start(shared("image_job")).await;
+    let [a, b] = &gateways.replicas;
+    let url = "/v1/images/generations";
+    let request = json!({"model": "openai/dall-e-3", "prompt": "a red fox"}).to_string();
+    let quote = a.post_once(url, request.clone(), None).await;
+    assert_eq!(quote.status, 402, "{}", quote.text());
+    let payment = a.sign(&quote, &a.payer);
+    let before = gateways.balance(&a.payer).await;
+
+    let accepted = a.post_once(url, request.clone(), Some(&payment)).await;
+    assert_eq!(accepted.status, 202, "{}", accepted.text());
+    let id = accepted.json()["id"].as_str().unwrap().to_owned();
+    let amount = quote.quote().accepts[0].amount.units();
+    assert_eq!(gateways.balance(&a.payer).await, before - amount);
+
+    // The answer was lost; the client sends the same signed POST, and the
+    // load balancer picks the other replica: the same job, not charged again.
+    let recovered = b.post_once(url, request, Some(&payment)).await;
+    assert_eq!(recovered.status, 202, "{}", recovered.text());
+    assert_eq!(recovered.json()["id"], id.as_str());
+    assert!(recovered.header("payment-response").is_some());
+    // Polled on the other replica with the paying signature.
+    let poll_url = format!("{url}/{id}");
+    let request = http::Request::get(b.url(&poll_url)).header("payment-signature", &payment);
+    let polled = b
+        .send(request.body(http_body_util::Full::default()).unwrap())
+        .await;
+    assert_eq!(polled.status, 202, "{}", polled.text());
+    assert_eq!(polled.json()["id"], id.as_str());
+    assert_eq!(gateways.balance(&a.payer).await, before - amount);
+    assert_eq!(gateways.ledger.settlements().await.unwrap(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_redis_is_a_503_without_settlement_and_payments_resume_when_it_returns() {
+    let mut server = RedisServer::start();
+    let port = server.port();
+    let redis = RedisSettings::new(server.url(), "outage");
+    let gateways = Replicas::start(redis).await;
+    let [a, b] = &gateways.replicas;
+    let url = path(Endpoint::Chat);
+    let quote = a.post_once(url, chat(), None).await;
+    let first = a.sign(&quote, &a.payer);
+    assert_eq!(a.post_once(url, chat(), Some(&first)).await.status, 200);
+
+    server.stop();
+    let payment = a.sign(&quote, &a.payer);
+    for replica in [a, b] {
+        let refused = replica.post_once(url, chat(), Some(&payment)).await;
+        assert_payment_rejection(
+            Endpoint::Chat,
+            &refused,
+            ErrorCode::PaymentVerificationUnavailable,
+        );
+        // The process is up: what needs no Redis is served.
+        assert_eq!(replica.get("/v1/models").await.status, 200);
+    }
+
+    // Redis is back (empty: it kept nothing on disk); the accounts are funded
+    // again and the same signed payment goes through, once.
+    let _server = RedisServer::start_on(port);
+    // The first call on a connection Redis dropped fails; it reconnects then.
+    let mut funded = false;
+    for _ in 0..20 {
+        if gateways.ledger.fund_dev_accounts().await.is_ok() {
+            funded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(funded, "the ledger's connection did not come back");
+    let before = gateways.balance(&a.payer).await;
+    let resumed = until_redis_answers(b, &payment).await;
+    assert_eq!(resumed.status, 200, "{}", resumed.text());
+    let replay = until_redis_answers(a, &payment).await;
+    assert_payment_rejection(Endpoint::Chat, &replay, ErrorCode::PaymentReplay);
+    assert_eq!(gateways.ledger.settlements().await.unwrap(), 1);
+    let amount = quote.quote().accepts[0].amount.units();
+    assert_eq!(gateways.balance(&a.payer).await, before - amount);
+}
+
+/// Sends the paid chat request until `replica`'s connection to a restarted
+/// Redis is back; until then every answer is the 503 refusal, nothing else.
+async fn until_redis_answers(replica: &Server, payment: &str) -> Reply {
+    for _ in 0..20 {
+        let reply = replica
+            .post_once(path(Endpoint::Chat), chat(), Some(payment))
+            .await;
+        if reply.status != 503 {
+            return reply;
+        }
+        assert_payment_rejection(
+            Endpoint::Chat,
+            &reply,
+            ErrorCode::PaymentVerificationUnavailable,
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("payments did not resume after Redis returned");
+}
+
+/// Runs every future at once on the runtime and collects their outputs in order.
+async fn futures_join_all<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let tasks: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut outputs = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        outputs.push(task.await.unwrap());
+    }
+    outputs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_does_not_answer_within_its_timeout_is_a_503_and_nothing_is_settled() {
+    let server = RedisServer::start();
+    let redis = RedisSettings::new(server.url(), "slow");
+    let gateways = Replicas::start(redis.clone()).await;
+    let [a, _] = &gateways.replicas;
+    let url = path(Endpoint::Chat);
+    let quote = a.post_once(url, chat(), None).await;
+    let warm = a.sign(&quote, &a.payer);
+    assert_eq!(a.post_once(url, chat(), Some(&warm)).await.status, 200);
+    let before = gateways.balance(&a.payer).await;
+
+    // Redis holds every client's commands for 1.5 s: far past the 250 ms bound.
+    let pauser = RedisConnection::open(&redis.config()).unwrap();
+    pauser
+        .call("pause", |mut c| async move {
+            redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(1500)
+                .arg("ALL")
+                .query_async::<()>(&mut c)
+                .await
+        })
+        .await
+        .unwrap();
+    let payment = a.sign(&quote, &a.payer);
+    let slow = a.post_once(url, chat(), Some(&payment)).await;
+    assert_payment_rejection(
+        Endpoint::Chat,
+        &slow,
+        ErrorCode::PaymentVerificationUnavailable,
+    );
+
+    // Redis runs the timed-out claim once it moves again; the replica takes it
+    // back behind it, in the background. Until then the same signed payment is
+    // refused (503, or in flight), never charged; then it goes through, once.
+    let mut resumed = None;
+    for _ in 0..50 {
+        let reply = a.post_once(url, chat(), Some(&payment)).await;
+        if reply.status == 200 {
+            resumed = Some(reply);
+            break;
+        }
+        let code = reply.json()["code"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            code == "PAYMENT_VERIFICATION_UNAVAILABLE"
+                || (code == "PAYMENT_REPLAY" && reply.text().contains("authorization_in_flight")),
+            "{}",
+            reply.text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        resumed.is_some(),
+        "the timed-out claim was never taken back"
+    );
+    let amount = quote.quote().accepts[0].amount.units();
+    assert_eq!(gateways.balance(&a.payer).await, before - amount);
+    assert_eq!(gateways.ledger.settlements().await.unwrap(), 2);
+}

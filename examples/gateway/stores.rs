@@ -1,0 +1,66 @@
+//! Where the gateway keeps what its replicas must share: claimed and spent
+//! payment authorizations, the development ledger, and paid image jobs.
+//!
+//! Without `GATEWAY_REDIS_URL` they live in this process (one replica). With
+//! it they live in Redis under `GATEWAY_REDIS_PREFIX`, so any number of
+//! replicas behind a load balancer settle one authorization once, share the
+//! ledger, and recover a paid image job made on another replica. A Redis that
+//! cannot answer within its timeout (250 ms) makes paid requests answer 503
+//! `PAYMENT_VERIFICATION_UNAVAILABLE` (never served free, never charged);
+//! the connection reconnects on its own when Redis is back.
+
+use std::sync::Arc;
+
+use walletgate::SharedClock;
+use walletgate::x402::{DevLedger, InMemoryNonceStore, Ledger, NonceStore};
+#[cfg(feature = "redis")]
+use {
+    crate::catalogue::Catalogue,
+    crate::images::redis_jobs::RedisJobs,
+    walletgate::redis::{RedisConnection, RedisLedger, RedisNonceStore},
+};
+
+use crate::images::jobs::{InMemoryJobs, JobStore};
+
+/// The payment and job stores of one gateway process.
+pub(crate) struct Stores {
+    pub(crate) nonce_store: Arc<dyn NonceStore>,
+    pub(crate) ledger: Arc<dyn Ledger>,
+    pub(crate) jobs: Arc<dyn JobStore>,
+}
+
+impl Stores {
+    /// This process's own stores, settling on `ledger`.
+    pub(crate) fn in_memory(ledger: Arc<DevLedger>, clock: SharedClock) -> Self {
+        Self {
+            nonce_store: Arc::new(InMemoryNonceStore::new(clock)),
+            ledger,
+            jobs: Arc::new(InMemoryJobs::default()),
+        }
+    }
+
+    /// Stores in the Redis of `conn`, shared by every replica on it (feature `redis`).
+    ///
+    /// The development accounts are funded once per Redis (a replica that
+    /// starts later, or restarts, does not refill them), in the background
+    /// until Redis answers: the gateway starts while Redis is down.
+    #[cfg(feature = "redis")]
+    pub(crate) fn redis(conn: &RedisConnection, catalogue: &Catalogue, clock: SharedClock) -> Self {
+        let ledger = RedisLedger::new(conn.clone());
+        let funding = ledger.clone();
+        tokio::spawn(async move {
+            while let Err(error) = funding.fund_dev_accounts().await {
+                tracing::warn!(%error, "Redis: the development accounts are not funded yet");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        });
+        Self {
+            // The claim reads ahead for the ledger's check, the transfer marks spent: two round trips.
+            nonce_store: Arc::new(
+                RedisNonceStore::new(conn.clone(), clock).prefetching_for(&ledger),
+            ),
+            ledger: Arc::new(ledger),
+            jobs: Arc::new(RedisJobs::new(conn.clone(), catalogue.clone())),
+        }
+    }
+}

@@ -1,0 +1,446 @@
+//! The x402 replay guard on Redis: [`RedisNonceStore`].
+//!
+//! One key per authorization, `{prefix}:x402-replay:{network/payer/nonce}`:
+//!
+//! | value | meaning | expires |
+//! |---|---|---|
+//! | `F` | claimed, in flight | at the claim's hold-until |
+//! | `S{json}` | spent: the receipt and the payload's fingerprint | at keep-until (≥ `validBefore`) |
+//!
+//! Each operation is one round trip: the claim is a Lua script (read, and set
+//! `F` only if absent), the release a script (delete only an `F`), marking
+//! spent one `SET … EX`, or none when paired with a [`RedisLedger`] through
+//! [`prefetching_for`](RedisNonceStore::prefetching_for): the claim then also
+//! reads the ledger state the check needs, and the transfer script writes the
+//! spent record (see the ledger's docs). Expiry is relative (seconds from the
+//! store's clock), so the replicas' clocks never need to agree with Redis's.
+//!
+//! A release is sent on the tokio runtime as soon as it is asked for (see
+//! [`NonceStore::release`]): a request dropped mid-flight still frees its
+//! claim; if Redis cannot take it, the claim expires at its hold-until.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
+use alloy_primitives::{Address, B256};
+use redis::Script;
+use serde_json::{Value, json};
+
+use super::RedisConnection;
+use super::ledger::{Announced, RedisLedger, Snapshot};
+use crate::clock::SharedClock;
+use crate::store::StoreError;
+use crate::x402::{
+    AtomicAmount, AuthorizationKey, BoxFuture, Claim, Network, NonceStore, PaymentReceipt,
+    SpentAuthorization,
+};
+
+/// The key seam of the replay guard.
+const SEAM: &str = "x402-replay";
+
+/// The longest lifetime given to an entry.
+const MAX_TTL_SECS: u64 = 365 * 24 * 3600;
+
+/// `ARGV[2]` (`F` and the claim's token) if absent (answer `C`), else the value as it is.
+static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"local v = redis.call('GET', KEYS[1])
+if v then return v end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[1])
+return 'C'",
+    )
+});
+
+/// [`CLAIM`], and when claimed also the payer's balances (`KEYS[2]`, a hash)
+/// and the tokens the nonce was used on (`KEYS[3]`): `{v}` or
+/// `{'C', #balances, balance fields and values…, used tokens…}`.
+static CLAIM_AND_PEEK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"local v = redis.call('GET', KEYS[1])
+if v then return {v} end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[1])
+local balances = redis.call('HGETALL', KEYS[2])
+local answer = {'C', tostring(#balances)}
+for _, item in ipairs(balances) do table.insert(answer, item) end
+for _, token in ipairs(redis.call('HKEYS', KEYS[3])) do table.insert(answer, token) end
+return answer",
+    )
+});
+
+/// Deletes the key only while it holds this claim (`ARGV[1]`): a spent key
+/// stays spent, and another request's claim stays claimed.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0",
+    )
+});
+
+/// Claims and spent authorizations in Redis, shared by every replica.
+#[derive(Clone)]
+pub struct RedisNonceStore {
+    conn: RedisConnection,
+    clock: SharedClock,
+    /// The ledger whose check this store's claims read ahead for.
+    ledger: Option<RedisLedger>,
+    /// The token of each claim this store holds, by Redis key: a release
+    /// deletes its own claim only.
+    held: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl std::fmt::Debug for RedisNonceStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisNonceStore")
+            .field("conn", &self.conn)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisNonceStore {
+    /// A store on `conn`; `clock` turns the absolute times it is given into
+    /// Redis lifetimes.
+    pub fn new(conn: RedisConnection, clock: SharedClock) -> Self {
+        Self {
+            conn,
+            clock,
+            ledger: None,
+            held: Arc::default(),
+        }
+    }
+
+    /// Reads, in each claim's round trip, what `ledger`'s check needs (the
+    /// payer's balances, the nonce's used state), so the check that follows
+    /// costs no round trip of its own. `ledger` must be on the same Redis.
+    #[must_use]
+    pub fn prefetching_for(mut self, ledger: &RedisLedger) -> Self {
+        self.ledger = Some(ledger.clone());
+        self
+    }
+
+    /// The tokens of the claims this store holds.
+    fn hold(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        // One insert or remove per update: a poisoned map is still consistent.
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The ledger to read ahead for, and the payer and nonce of an EVM `key`.
+    fn read_ahead(&self, key: &AuthorizationKey) -> Option<(&RedisLedger, Address, B256)> {
+        let ledger = self.ledger.as_ref()?;
+        let mut parts = key.as_str().rsplitn(3, '/');
+        let nonce = parts.next()?.parse::<B256>().ok()?;
+        let payer = parts.next()?.parse::<Address>().ok()?;
+        parts
+            .next()?
+            .starts_with("eip155:")
+            .then_some((ledger, payer, nonce))
+    }
+
+    /// Seconds from now until `unix_secs`: at least one (Redis refuses zero),
+    /// at most a year (Redis refuses lifetimes past its range).
+    fn ttl_secs(&self, unix_secs: u64) -> u64 {
+        unix_secs
+            .saturating_sub(self.clock.now_unix_secs())
+            .clamp(1, MAX_TTL_SECS)
+    }
+}
+
+impl NonceStore for RedisNonceStore {
+    fn claim<'a>(
+        &'a self,
+        key: &'a AuthorizationKey,
+        hold_until_unix_secs: u64,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        let redis_key = self.conn.key(SEAM, key.as_str());
+        let ttl = self.ttl_secs(hold_until_unix_secs);
+        let read_ahead = self.read_ahead(key);
+        Box::pin(async move {
+            let Ok(random) = getrandom::u64() else {
+                return Err(StoreError::new(
+                    "x402 replay claim: no randomness for a claim token",
+                ));
+            };
+            let token = format!("F{random:016x}");
+            let (script_key, script_token) = (redis_key.clone(), token.clone());
+            let answer: Result<Vec<String>, _> = match read_ahead {
+                Some((ledger, payer, nonce)) => {
+                    let (balances, used) =
+                        (ledger.balance_key(payer), ledger.used_key(payer, nonce));
+                    self.conn
+                        .call("x402 replay claim", |mut c| async move {
+                            CLAIM_AND_PEEK
+                                .key(script_key)
+                                .key(balances)
+                                .key(used)
+                                .arg(ttl)
+                                .arg(script_token)
+                                .invoke_async(&mut c)
+                                .await
+                        })
+                        .await
+                }
+                None => {
+                    self.conn
+                        .call("x402 replay claim", |mut c| async move {
+                            let value: String = CLAIM
+                                .key(script_key)
+                                .arg(ttl)
+                                .arg(script_token)
+                                .invoke_async(&mut c)
+                                .await?;
+                            Ok(vec![value])
+                        })
+                        .await
+                }
+            };
+            let answer = match answer {
+                Ok(answer) => answer,
+                Err(error) => {
+                    // Timed out, the claim may still land: take it back behind it
+                    // (same connection, so in order), or the same signed payment
+                    // would be refused as in flight until the claim expired.
+                    take_back(self.conn.clone(), redis_key, token);
+                    return Err(error);
+                }
+            };
+            let claim = decode_claim(answer.first().map_or("", String::as_str))?;
+            if claim == Claim::Claimed {
+                self.hold().insert(redis_key, token);
+                if let Some((ledger, payer, nonce)) = read_ahead {
+                    ledger
+                        .prefetched()
+                        .put(payer, nonce, decode_snapshot(&answer[1..]));
+                }
+            }
+            Ok(claim)
+        })
+    }
+
+    fn release(&self, key: &AuthorizationKey) -> BoxFuture<'static, ()> {
+        if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
+            ledger.prefetched().forget(payer, nonce);
+        }
+        let redis_key = self.conn.key(SEAM, key.as_str());
+        match self.hold().remove(&redis_key) {
+            Some(token) => send_release(self.conn.clone(), redis_key, token),
+            // Not a claim of this store: nothing of ours to give back.
+            None => Box::pin(std::future::ready(())),
+        }
+    }
+
+    fn settling(
+        &self,
+        key: &AuthorizationKey,
+        unsettled: &SpentAuthorization,
+        keep_until_unix_secs: u64,
+    ) {
+        if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
+            let announced = Announced {
+                replay_key: self.conn.key(SEAM, key.as_str()),
+                unsettled: unsettled.clone(),
+                ttl_secs: self.ttl_secs(keep_until_unix_secs),
+            };
+            ledger.prefetched().announce(payer, nonce, announced);
+        }
+    }
+
+    fn mark_spent<'a>(
+        &'a self,
+        key: &'a AuthorizationKey,
+        spent: SpentAuthorization,
+        keep_until_unix_secs: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        // Spent now: the claim's token is no longer needed.
+        self.hold().remove(&self.conn.key(SEAM, key.as_str()));
+        if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
+            let written = ledger.prefetched().take_written(payer, nonce, &spent);
+            ledger.prefetched().forget(payer, nonce);
+            if written {
+                // The transfer's script wrote this very record.
+                return Box::pin(std::future::ready(Ok(())));
+            }
+        }
+        let redis_key = self.conn.key(SEAM, key.as_str());
+        let ttl = self.ttl_secs(keep_until_unix_secs);
+        let value = encode_spent(&spent);
+        Box::pin(async move {
+            self.conn
+                .call("x402 replay mark spent", |mut c| async move {
+                    redis::cmd("SET")
+                        .arg(redis_key)
+                        .arg(value)
+                        .arg("EX")
+                        .arg(ttl)
+                        .query_async::<()>(&mut c)
+                        .await
+                })
+                .await
+        })
+    }
+}
+
+/// Deletes the claim `token` at `redis_key`, sent on the runtime at once
+/// (whether or not the returned future is awaited: a dropped request still
+/// releases); without a runtime, when the future is polled. A claim that
+/// cannot be released expires at its hold-until time.
+fn send_release(conn: RedisConnection, redis_key: String, token: String) -> BoxFuture<'static, ()> {
+    spawn_or_return(async move {
+        if let Err(_error) = release_once(&conn, &redis_key, &token, None).await {
+            trace_warn!(
+                error = %_error,
+                "the claim could not be released; it expires at its hold-until time",
+            );
+        }
+    })
+}
+
+/// Takes back a claim whose answer never came (Redis stalled past the
+/// timeout): it may still run once Redis moves again, and would then hold
+/// the same signed payment as in flight until its hold-until. Sent behind it
+/// on the same connection, patiently (a few tries, several seconds each), in
+/// the background: no request waits on it.
+fn take_back(conn: RedisConnection, redis_key: String, token: String) {
+    drop(spawn_or_return(async move {
+        for _ in 0..3 {
+            let patience = Some(COMPENSATION_TIMEOUT);
+            if release_once(&conn, &redis_key, &token, patience)
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        trace_warn!("a timed-out claim could not be taken back; it expires at its hold-until time");
+    }));
+}
+
+/// How long a take-back waits for Redis on each try.
+const COMPENSATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+async fn release_once(
+    conn: &RedisConnection,
+    redis_key: &str,
+    token: &str,
+    patience: Option<std::time::Duration>,
+) -> Result<i64, StoreError> {
+    let script = |mut c: redis::aio::ConnectionManager| {
+        let (redis_key, token) = (redis_key.to_owned(), token.to_owned());
+        async move { RELEASE.key(redis_key).arg(token).invoke_async(&mut c).await }
+    };
+    match patience {
+        Some(timeout) => {
+            conn.call_within("x402 replay release", timeout, script)
+                .await
+        }
+        None => conn.call("x402 replay release", script).await,
+    }
+}
+
+/// Runs `work` on the tokio runtime now (the returned future only waits for
+/// it), or, without a runtime, when the returned future is polled.
+fn spawn_or_return(
+    work: impl std::future::Future<Output = ()> + Send + 'static,
+) -> BoxFuture<'static, ()> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            let task = runtime.spawn(work);
+            Box::pin(async move {
+                let _ = task.await;
+            })
+        }
+        Err(_) => Box::pin(work),
+    }
+}
+
+/// `S` and the spent authorization as JSON.
+pub(crate) fn encode_spent(spent: &SpentAuthorization) -> String {
+    let receipt = &spent.receipt;
+    let body = json!({
+        "payer": receipt.payer(),
+        "amount": receipt.amount().units().to_string(),
+        "network": receipt.network().as_str(),
+        "transaction": receipt.transaction(),
+        "id": receipt.authorization_id(),
+        "fingerprint": alloy_primitives::hex::encode(spent.fingerprint),
+    });
+    format!("S{body}")
+}
+
+fn decode_claim(value: &str) -> Result<Claim, StoreError> {
+    match value.as_bytes().first() {
+        Some(b'C') => Ok(Claim::Claimed),
+        Some(b'F') => Ok(Claim::InFlight),
+        Some(b'S') => decode_spent(&value[1..])
+            .map(Claim::Spent)
+            .ok_or_else(|| StoreError::new("x402 replay: unreadable spent entry")),
+        _ => Err(StoreError::new("x402 replay: unknown entry")),
+    }
+}
+
+/// `#balances`, balance fields and values, then used tokens; anything
+/// unreadable counts as no balance (the transfer script decides anyway).
+fn decode_snapshot(items: &[String]) -> Snapshot {
+    let count = items
+        .first()
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(0)
+        .min(items.len().saturating_sub(1));
+    let (balances, used) = items.get(1..).unwrap_or_default().split_at(count);
+    Snapshot {
+        balances: balances
+            .chunks_exact(2)
+            .filter_map(|pair| Some((pair[0].clone(), pair[1].parse().ok()?)))
+            .collect(),
+        used: used.to_vec(),
+    }
+}
+
+fn decode_spent(json: &str) -> Option<SpentAuthorization> {
+    let body: Value = serde_json::from_str(json).ok()?;
+    let text = |field: &str| body.get(field).and_then(Value::as_str);
+    let amount = text("amount")?.parse::<u128>().ok()?;
+    let network = Network::parse(text("network")?).ok()?;
+    let mut receipt = PaymentReceipt::new(
+        text("payer")?.to_owned(),
+        AtomicAmount::new(amount),
+        network,
+        text("id")?.to_owned(),
+    );
+    if let Some(transaction) = text("transaction") {
+        receipt = receipt.settled(transaction.to_owned());
+    }
+    let mut fingerprint = [0; 32];
+    alloy_primitives::hex::decode_to_slice(text("fingerprint")?, &mut fingerprint).ok()?;
+    Some(SpentAuthorization {
+        receipt,
+        fingerprint,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spent_entry_reads_back_as_written() {
+        let receipt = PaymentReceipt::new(
+            "0xAbc".into(),
+            AtomicAmount::new(u128::from(u64::MAX) * 3),
+            Network::base_sepolia(),
+            "eip155:84532/0xabc/0x01".into(),
+        )
+        .settled("0xtx".into());
+        let spent = SpentAuthorization {
+            receipt,
+            fingerprint: [9; 32],
+        };
+        assert_eq!(
+            decode_claim(&encode_spent(&spent)).unwrap(),
+            Claim::Spent(spent)
+        );
+        assert_eq!(decode_claim("F").unwrap(), Claim::InFlight);
+        assert_eq!(decode_claim("C").unwrap(), Claim::Claimed);
+        assert!(decode_claim("S{}").is_err());
+        assert!(decode_claim("").is_err());
+    }
+}
