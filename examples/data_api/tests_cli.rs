@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use walletgate::Clock;
-use walletgate::client::wallet::{LocalKeySigner, WalletAuth, WalletConfig, WalletError};
+use walletgate::client::wallet::{WalletAuth, WalletConfig, WalletError};
+use walletgate::x402::Payer;
 
 use super::*;
 
@@ -73,7 +74,7 @@ async fn sdk_signs_in_refreshes_on_401_and_asks_for_a_new_sign_in_after_revoke()
     let auth = WalletAuth::new(config)
         .unwrap()
         .with_clock(Arc::new(server.clock.clone()));
-    let signer = LocalKeySigner::from_hex(DEV_KEY_0).unwrap();
+    let signer = Payer::from_hex_key(DEV_KEY_0).unwrap();
     let token = auth
         .authenticate(&signer, &["read:favorites"])
         .await
@@ -141,7 +142,7 @@ async fn sdk_with_an_expired_pat_asks_for_a_new_sign_in_without_calling() {
     let auth = WalletAuth::new(config)
         .unwrap()
         .with_clock(Arc::new(server.clock.clone()));
-    let signer = LocalKeySigner::from_hex(DEV_KEY_0).unwrap();
+    let signer = Payer::from_hex_key(DEV_KEY_0).unwrap();
     auth.authenticate(&signer, &["read:favorites"])
         .await
         .unwrap();

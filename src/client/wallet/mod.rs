@@ -24,11 +24,15 @@
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), walletgate::client::wallet::WalletError> {
-//! use walletgate::client::wallet::{LocalKeySigner, WalletAuth, WalletConfig};
+//! use walletgate::client::wallet::{WalletAuth, WalletConfig};
+//! use walletgate::x402::Payer;
 //!
 //! let config = WalletConfig::new("http://127.0.0.1:8080", "my-api-key")?;
 //! let auth = WalletAuth::new(config)?;
-//! let signer = LocalKeySigner::from_hex(&std::env::var("WALLET_KEY").unwrap_or_default())?;
+//! // Any alloy `Signer`: `Payer` (a key in memory, libsecp256k1), alloy's
+//! // `PrivateKeySigner`, a keystore or a KMS signer.
+//! let signer = Payer::from_hex_key(&std::env::var("WALLET_KEY").unwrap_or_default())
+//!     .map_err(|_| walletgate::client::wallet::WalletError::Config("WALLET_KEY: not a key".into()))?;
 //! auth.authenticate(&signer, &["read:favorites"]).await?;
 //! let request = http::Request::get("/api/v2/account/0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266/favorites")
 //!     .body(bytes::Bytes::new())
@@ -40,7 +44,6 @@
 //! ```
 
 mod error;
-mod local_key;
 #[cfg(test)]
 mod tests;
 mod token;
@@ -59,7 +62,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 pub use error::WalletError;
-pub use local_key::LocalKeySigner;
 pub use token::{Credentials, WalletToken};
 pub use transport::{
     BoxError, DefaultConnector, DefaultTransport, MAX_RESPONSE_BODY_BYTES, Transport,

@@ -13,10 +13,9 @@ use bytes::Bytes;
 use clap::{Args, Subcommand, ValueEnum};
 use http::{Method, Request, StatusCode, header};
 use serde_json::{Value, json};
-use walletgate::client::wallet::{
-    Credentials, LocalKeySigner, WalletAuth, WalletConfig, WalletError,
-};
+use walletgate::client::wallet::{Credentials, WalletAuth, WalletConfig, WalletError};
 use walletgate::siwe::Timestamp;
+use walletgate::x402::Payer;
 
 use self::auth_file::AuthFile;
 use crate::exit::Exit;
@@ -261,7 +260,7 @@ fn persist(auth: &WalletAuth, saved: &mut AuthFile) -> Result<PathBuf, Failure> 
     auth_file::save(saved).map_err(Failure::api)
 }
 
-fn private_key(args: &LoginArgs) -> Result<LocalKeySigner, Failure> {
+fn private_key(args: &LoginArgs) -> Result<Payer, Failure> {
     let text = match &args.key_file {
         Some(path) => std::fs::read_to_string(path)
             .map_err(|error| Failure::auth(format!("{}: {error}", path.display())))?,
@@ -271,7 +270,10 @@ fn private_key(args: &LoginArgs) -> Result<LocalKeySigner, Failure> {
             ))
         })?,
     };
-    Ok(LocalKeySigner::from_hex(&text)?)
+    // The error says what is wrong with the key, never the key.
+    Payer::from_hex_key(&text).map_err(|_| {
+        Failure::auth("the private key must be 64 hex digits of a valid secp256k1 key")
+    })
 }
 
 async fn login(globals: &DataGlobals, args: LoginArgs) -> Result<(), Failure> {
