@@ -92,6 +92,10 @@ use crate::state::{AppState, Gateway};
 use crate::stores::Stores;
 use crate::upstream::{EchoUpstream, FaultInjecting, ProviderRouter, SharedUpstream};
 
+// The server's allocator: see the benches/results note; the library itself chooses none.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() {
     if let Err(error) = run().await {

@@ -44,17 +44,29 @@ use crate::store::StoreError;
 
 /// Identifies one authorization: network, payer and nonce, lowercased.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct AuthorizationKey(String);
+pub struct AuthorizationKey {
+    text: String,
+    /// Keccak-256 of `text`, hashed once: a request hands its key to the store
+    /// several times (claim, settling, spent).
+    digest: KeyDigest,
+}
 
 impl AuthorizationKey {
     /// The key of `payer`'s authorization `nonce` on `network`.
     pub fn new(network: &Network, payer: &str, nonce: &str) -> Self {
-        Self(format!("{network}/{payer}/{nonce}").to_ascii_lowercase())
+        let text = format!("{network}/{payer}/{nonce}").to_ascii_lowercase();
+        let digest = keccak256(text.as_bytes()).0;
+        Self { text, digest }
     }
 
     /// The key as text (usable as a storage key).
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.text
+    }
+
+    /// Keccak-256 of [`as_str`](Self::as_str): a fixed-size stand-in for the key.
+    pub fn digest(&self) -> &[u8; 32] {
+        &self.digest
     }
 }
 
@@ -287,7 +299,7 @@ impl InMemoryNonceStore {
 
     /// The digest of `key` and its shard (picked by the digest: the same in every run).
     fn shard(&self, key: &AuthorizationKey) -> (KeyDigest, std::sync::MutexGuard<'_, Shard>) {
-        let digest = keccak256(key.as_str().as_bytes()).0;
+        let digest = *key.digest();
         let index = usize::from(digest[0]) % SHARDS;
         // Every update keeps the shard consistent: a poisoned lock holds consistent data.
         let shard = self.shards[index]
