@@ -21,7 +21,10 @@
 #   The soak's gateway quotes GATEWAY_MAX_TIMEOUT_SECS=SOAK_MAX_TIMEOUT_SECS
 #   (default 30) so that plateau is reached within the warm-up: memory then
 #   follows the rate times 30 s, not the run's length. (With the default 300 s
-#   it would plateau after 5 minutes, at 10 times the size.)
+#   it would plateau after 5 minutes, at 10 times the size.) The paid warm-up
+#   lasts at least twice that retention plus 20 s: the replay store's tables
+#   grow in doublings, and the last one comes when the live set peaks, which
+#   takes a full retention period and the rate's ups and downs after it.
 # - Throughput flat: the mean of the last 10 s within 10% of the first 10 s
 #   after the warm-up (either way: a rise is reported as well as a decline).
 # - Memory: RSS growth under 10% from the end of the warm-up to the end.
@@ -33,7 +36,7 @@
 #
 #   scripts/soak.sh [SECONDS_PER_KIND]
 #
-# Bounded: 3 x (warm-up + SECONDS) of load, at most SOAK_PAID_PER_SLICE
+# Bounded: 3 x (warm-up + SECONDS) of load (the paid warm-up as above), at most SOAK_PAID_PER_SLICE
 # pre-signed payments per paid slice (default 75000, i.e. up to 15k paid
 # req/s; a slice that runs out says so). Stops the server on exit. Needs wrk.
 set -euo pipefail
@@ -48,6 +51,8 @@ if [ "$slices" -lt 4 ]; then
 fi
 warmup_slices=$(( ${SOAK_WARMUP_SECS:-40} / slice ))
 max_timeout=${SOAK_MAX_TIMEOUT_SECS:-30}
+paid_warmup_slices=$(( (2 * max_timeout + 20 + slice - 1) / slice ))
+[ "$paid_warmup_slices" -lt "$warmup_slices" ] && paid_warmup_slices=$warmup_slices
 if [ "$max_timeout" -lt $((slice + 10)) ]; then
   echo "soak: SOAK_MAX_TIMEOUT_SECS must be at least $((slice + 10)) (a payment outlives its slice)" >&2
   exit 2
@@ -64,7 +69,7 @@ raw=benches/results/$(date -u +%Y-%m-%dT%H%M%SZ)-soak-${seconds}s.txt
 exec > >(tee "$raw") 2>&1
 
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "per kind: ${warmup_slices}x${slice}s warm-up (not judged), then ${seconds}s judged; quotes maxTimeoutSeconds $max_timeout"
+echo "per kind: ${warmup_slices}x${slice}s warm-up (paid: ${paid_warmup_slices}x${slice}s; not judged), then ${seconds}s judged; quotes maxTimeoutSeconds $max_timeout"
 cargo build --quiet --release --features axum,http-facilitator,rustls,tracing --example gateway --example gateway_presign
 
 work=$(mktemp -d)
@@ -109,10 +114,16 @@ slice_of() { # expect body [payments]
 verdicts=()
 soak() { # kind expect body
   local kind=$1 expect=$2 body=$3
-  local quote=""
+  local quote="" warmup_slices=$warmup_slices
   if [ "$kind" = paid ]; then
+    warmup_slices=$paid_warmup_slices
     quote=$(curl -s -o /dev/null -D - -H 'content-type: application/json' -d "$paid_body" "$base/v1/chat/completions" \
       | tr -d '\r' | awk -F': ' 'tolower($1)=="payment-required" {print $2}')
+  fi
+  if [ "$kind" != paid ]; then # wrk only tells below 400 from 400 and over: the exact status is checked here
+    local status
+    status=$(curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' -d "$body" "$base/v1/chat/completions")
+    [ "$status" = "$expect" ] || { echo "$kind: HTTP $status, not $expect" >&2; exit 1; }
   fi
   echo "==> $kind: ${warmup_slices}x${slice}s warm-up, then ${seconds}s in ${slice}s slices ($threads wrk threads, $connections connections), RSS $(rss_kib) KiB before"
   local rates=() rss=() bad=0 ran_out=0 i rss_warm last_rps=""
@@ -171,7 +182,7 @@ soak paid 200 "$paid_body"
 soak free 200 "$free_body"
 
 echo
-echo "summary (${seconds}s per kind after a ${warmup_slices}x${slice}s warm-up; throughput within 10%, RSS growth under 10% from the end of the warm-up):"
+echo "summary (${seconds}s per kind after a ${warmup_slices}x${slice}s warm-up, paid ${paid_warmup_slices}x${slice}s; throughput within 10%, RSS growth under 10% from the end of the warm-up):"
 printf '%s\n' "${verdicts[@]}"
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (figures from a busy machine are noisy)"
 echo "raw output: $raw"

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::middleware::{Next, from_fn_with_state};
+use axum::middleware::{from_fn_with_state, map_request_with_state};
 use axum::response::Response;
 use tower::ServiceBuilder;
 use walletgate::envelope::{
@@ -58,7 +58,7 @@ pub(crate) fn with_pipeline(
         ServiceBuilder::new()
             .layer(EnvelopeStyleLayer::new(endpoint.style()))
             .layer(JsonBodyLayer::new(state.body_limit_bytes))
-            .layer(from_fn_with_state(
+            .layer(map_request_with_state(
                 (state.clone(), endpoint),
                 prepare_request,
             ))
@@ -94,27 +94,26 @@ pub(crate) fn with_poll_pipeline(routes: Router<AppState>, state: &AppState) -> 
 async fn prepare_request(
     State((gateway, endpoint)): State<(AppState, Endpoint)>,
     mut request: Request,
-    next: Next,
-) -> Response {
+) -> Result<Request, Response> {
     let style = endpoint.style();
     let Some(ParsedJson(value)) = request.extensions_mut().remove::<ParsedJson>() else {
-        return wiring_fault("the parsed JSON body", style);
+        return Err(wiring_fault("the parsed JSON body", style));
     };
     let parsed = match ChatRequest::from_json(endpoint, value) {
         Ok(parsed) => parsed,
-        Err(details) => return reject(invalid_request_body(details), style),
+        Err(details) => return Err(reject(invalid_request_body(details), style)),
     };
     if let Some(rejection) = refuse_empty_conversation(&parsed, style) {
-        return rejection;
+        return Err(rejection);
     }
     let Some(model) = gateway.catalogue.chat_model(&parsed.model).cloned() else {
         let suggestions = gateway.catalogue.close_matches(&parsed.model, false);
-        return UnknownModelBody::new(&parsed.model, suggestions)
+        return Err(UnknownModelBody::new(&parsed.model, suggestions)
             .into_response()
-            .map(Body::from);
+            .map(Body::from));
     };
     if parsed.stream && !model.streaming {
-        return reject(
+        return Err(reject(
             GatewayError::new(ErrorCode::StreamUnsupported)
                 .with_param("stream")
                 .with_message(format!(
@@ -122,12 +121,12 @@ async fn prepare_request(
                     model.id
                 )),
             style,
-        );
+        ));
     }
     let extensions = request.extensions_mut();
     extensions.insert(ParsedRequest(Arc::new(parsed)));
     extensions.insert(ResolvedModel(model));
-    next.run(request).await
+    Ok(request)
 }
 
 /// `EMPTY_CONVERSATION` when nothing but system instructions was sent.

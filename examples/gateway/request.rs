@@ -172,10 +172,18 @@ fn chat(check: &mut BodyCheck, mut object: Map<String, Value>) -> ChatRequest {
     }
     check.optional_count(&object, "n");
     let path = [DetailPathSegment::from("messages")];
-    let messages = check.array(object.get("messages"), &path).to_vec();
-    for (index, message) in messages.iter().enumerate() {
+    for (index, message) in check
+        .array(object.get("messages"), &path)
+        .iter()
+        .enumerate()
+    {
         chat_message(check, message, &at(&path, index));
     }
+    // Moved out, not copied: the body is ours.
+    let messages = match object.remove("messages") {
+        Some(Value::Array(messages)) => messages,
+        _ => Vec::new(),
+    };
     object.retain(|key, _| !CHAT_FIELDS.contains(&key.as_str()));
     ChatRequest {
         endpoint: Endpoint::Chat,

@@ -3,7 +3,9 @@
 -- Environment (set by load.sh):
 --   LOAD_METHOD    GET or POST
 --   LOAD_BODY      the JSON body of a POST
---   LOAD_EXPECT    the status every answer must have (others are counted)
+--   LOAD_EXPECT    the status every answer must have: below 400, answers of
+--                  400 or more are counted as unexpected; 400 or more, the
+--                  answers below 400 are
 --   LOAD_PAYMENTS  optional: a file of pre-signed PAYMENT-SIGNATURE values,
 --                  one per line; each is sent once, split between threads
 --   LOAD_THREADS   wrk's thread count (to split the payments)
@@ -21,8 +23,6 @@ function init(args)
   wrk.method = os.getenv("LOAD_METHOD") or "GET"
   wrk.body = os.getenv("LOAD_BODY")
   wrk.headers["Content-Type"] = "application/json"
-  expect = tonumber(os.getenv("LOAD_EXPECT") or "200")
-  unexpected = 0
   exhausted = 0
   payments = nil
   local file = os.getenv("LOAD_PAYMENTS")
@@ -56,17 +56,23 @@ function request()
   return wrk.format(nil, nil, headers, nil)
 end
 
-function response(status, headers, body)
-  if status ~= expect then
-    unexpected = unexpected + 1
-  end
-end
+-- No response() hook: with one, wrk copies every answer's headers into a Lua
+-- table and its body into a Lua string, a client cost that grows with the
+-- answer (a full quote is three long headers and a JSON body) and, on a shared
+-- machine, comes out of the server's throughput. wrk's own parser counts
+-- answers with a status of 400 or more instead (summary.errors.status): a
+-- cell expecting 2xx counts those as unexpected, a cell expecting an error
+-- status counts the answers below 400. (The scripts check the exact status
+-- with curl before a run.)
 
 function done(summary, latency, requests)
-  local bad, ran_out = 0, 0
+  local ran_out = 0
   for _, thread in ipairs(threads) do
-    bad = bad + (thread:get("unexpected") or 0)
     ran_out = ran_out + (thread:get("exhausted") or 0)
+  end
+  local bad = summary.errors.status
+  if tonumber(os.getenv("LOAD_EXPECT") or "200") >= 400 then
+    bad = summary.requests - summary.errors.status
   end
   io.write(string.format("LOAD_RESULT requests=%d seconds=%.3f rps=%.0f unexpected=%d p50_ms=%.2f p99_ms=%.2f exhausted=%d\n",
     summary.requests, summary.duration / 1e6, summary.requests / (summary.duration / 1e6), bad,
