@@ -92,7 +92,9 @@ use crate::state::{AppState, Gateway};
 use crate::stores::Stores;
 use crate::upstream::{EchoUpstream, FaultInjecting, ProviderRouter, SharedUpstream};
 
-// The server's allocator: see the benches/results note; the library itself chooses none.
+// The server's allocator, a deployment choice (the library makes none): on the
+// quote path about 10% less CPU per request than glibc's malloc, for a higher
+// resident plateau under paid load (150 vs 118 MB in the soak).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -428,6 +428,14 @@ mod tests {
         assert_eq!(store.claim(&lower, 10).await.unwrap(), Claim::InFlight);
     }
 
+    #[test]
+    fn a_key_carries_the_digest_of_its_text() {
+        let key = AuthorizationKey::new(&Network::base_sepolia(), "0xABC", "0xFF");
+        assert_eq!(key.digest(), &keccak256(key.as_str().as_bytes()).0);
+        let other = AuthorizationKey::new(&Network::base_sepolia(), "0xabc", "0xfe");
+        assert_ne!(key.digest(), other.digest());
+    }
+
     #[tokio::test]
     async fn expired_entries_are_swept_a_few_per_operation() {
         let clock = FakeClock::at_unix_secs(0);
