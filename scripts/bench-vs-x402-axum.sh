@@ -139,17 +139,13 @@ echo "wrk: $threads threads, $connections connections, $duration per cell, $roun
 echo
 
 results=$work/results.tsv # round server path rps p50 p99 unexpected exhausted
-probe_status() { # server method url expect body
-  local status
-  status=$(curl -s -o /dev/null -w '%{http_code}' -X "$2" ${5:+-H 'content-type: application/json' -d "$5"} "$3")
-  [ "$status" = "$4" ] || { echo "$1 answered $3 with HTTP $status, not $4" >&2; exit 1; }
-}
+# shellcheck source=load/expect_status.sh
+. scripts/load/expect_status.sh
 cell() { # round server path-name base method path expect body [payments]
   local round=$1 name=$2 path_name=$3 base=$4 method=$5 path=$6 expect=$7 body=$8 payments=${9:-}
   local line
-  # wrk only tells below 400 from 400 and over: the exact status is checked here
-  # (the paid cell's probe is a payment of its own, sent by measure).
-  [ -n "$payments" ] || probe_status "$name" "$method" "$base$path" "$expect" "$body"
+  # The paid cell's probe is a payment of its own, sent by measure.
+  [ -n "$payments" ] || expect_status "$name" "$method" "$base$path" "$expect" "$body"
   line=$(LOAD_METHOD=$method LOAD_BODY=$body LOAD_EXPECT=$expect LOAD_PAYMENTS=$payments LOAD_THREADS=$threads \
     wrk -t"$threads" -c"$connections" -d"$duration" -s scripts/load/gateway.lua "$base$path" | grep LOAD_RESULT) \
     || { echo "wrk gave no result for $name $path_name" >&2; exit 1; }

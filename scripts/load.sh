@@ -44,14 +44,12 @@ curl -fs -o /dev/null "$base/v1/models" || { echo "the gateway did not start:" >
 paid_body='{"model":"openai/gpt-5-mini","max_tokens":64,"messages":[{"role":"user","content":"load test"}]}'
 free_body='{"model":"nvidia/nemotron-super","max_tokens":64,"messages":[{"role":"user","content":"load test"}]}'
 
+# shellcheck source=load/expect_status.sh
+. scripts/load/expect_status.sh
 run() { # name method path expect body [payments]
   local name=$1 method=$2 path=$3 expect=$4 body=$5 payments=${6:-}
-  local line status
-  # wrk only tells below 400 from 400 and over: the exact status is checked here.
-  if [ -z "$payments" ]; then
-    status=$(curl -s -o /dev/null -w '%{http_code}' -X "$method" ${body:+-H 'content-type: application/json' -d "$body"} "$base$path")
-    [ "$status" = "$expect" ] || { echo "$name: HTTP $status, not $expect" >&2; exit 1; }
-  fi
+  local line
+  [ -n "$payments" ] || expect_status "$name" "$method" "$base$path" "$expect" "$body"
   line=$(LOAD_METHOD=$method LOAD_BODY=$body LOAD_EXPECT=$expect LOAD_PAYMENTS=$payments LOAD_THREADS=$threads \
     wrk -t"$threads" -c"$connections" -d"$duration" -s scripts/load/gateway.lua "$base$path" | grep LOAD_RESULT)
   printf '%-34s %s\n' "$name" "${line#LOAD_RESULT }"

@@ -111,6 +111,8 @@ slice_of() { # expect body [payments]
   echo "$rps $unexpected $exhausted"
 }
 
+# shellcheck source=load/expect_status.sh
+. scripts/load/expect_status.sh
 verdicts=()
 soak() { # kind expect body
   local kind=$1 expect=$2 body=$3
@@ -120,11 +122,7 @@ soak() { # kind expect body
     quote=$(curl -s -o /dev/null -D - -H 'content-type: application/json' -d "$paid_body" "$base/v1/chat/completions" \
       | tr -d '\r' | awk -F': ' 'tolower($1)=="payment-required" {print $2}')
   fi
-  if [ "$kind" != paid ]; then # wrk only tells below 400 from 400 and over: the exact status is checked here
-    local status
-    status=$(curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' -d "$body" "$base/v1/chat/completions")
-    [ "$status" = "$expect" ] || { echo "$kind: HTTP $status, not $expect" >&2; exit 1; }
-  fi
+  [ "$kind" = paid ] || expect_status "$kind" POST "$base/v1/chat/completions" "$expect" "$body"
   echo "==> $kind: ${warmup_slices}x${slice}s warm-up, then ${seconds}s in ${slice}s slices ($threads wrk threads, $connections connections), RSS $(rss_kib) KiB before"
   local rates=() rss=() bad=0 ran_out=0 i rss_warm last_rps=""
   rss_warm=$(rss_kib)

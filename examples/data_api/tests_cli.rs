@@ -14,6 +14,7 @@ use walletgate::Clock;
 use walletgate::client::wallet::{WalletAuth, WalletConfig, WalletError};
 use walletgate::x402::Payer;
 
+use super::mcp::{interop_dir, python_client};
 use super::*;
 
 /// Past the default 15-minute JWT lifetime and its leeway.
@@ -385,22 +386,10 @@ async fn cli_refuses_an_auth_file_others_may_read_and_a_login_without_scopes() {
 // ---------------------------------------------------------------------------
 // The MCP bridge
 
-fn interop_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/interop")
-        .join(name)
-}
-
 /// The official Python MCP client against `walletgate mcp-bridge` over
 /// stdio; at `expire-now` the server's clock passes the JWT's expiry.
 async fn python_through_the_bridge(mcp_mode: &str) -> String {
-    let python = interop_dir("mcp-python").join(".venv/bin/python");
-    assert!(
-        python.exists(),
-        "the Python MCP client is not installed; run: python3 -m venv tests/interop/mcp-python/.venv \
-         && tests/interop/mcp-python/.venv/bin/pip install -r tests/interop/mcp-python/requirements.txt \
-         (.ci/run does this)"
-    );
+    let python = python_client();
     walletgate_binary();
     let server = Counted::start().await;
     let home = Home::new(&format!("bridge-{mcp_mode}"));

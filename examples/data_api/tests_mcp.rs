@@ -358,7 +358,7 @@ async fn each_request_acts_for_its_own_jwt_even_within_one_session() {
 // ---------------------------------------------------------------------------
 // The official clients
 
-fn interop_dir(name: &str) -> PathBuf {
+pub(super) fn interop_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/interop")
         .join(name)
@@ -451,7 +451,8 @@ async fn drive_client(program: &Path, args: &[&Path], extra_env: &[(&str, &str)]
     output
 }
 
-fn python_client() -> PathBuf {
+/// The official Python MCP client's interpreter (`.ci/run` installs it).
+pub(super) fn python_client() -> PathBuf {
     let dir = interop_dir("mcp-python");
     let python = dir.join(".venv/bin/python");
     assert!(

@@ -63,7 +63,7 @@ end
 -- answers with a status of 400 or more instead (summary.errors.status): a
 -- cell expecting 2xx counts those as unexpected, a cell expecting an error
 -- status counts the answers below 400. (The scripts check the exact status
--- with curl before a run.)
+-- of one request before a run: scripts/load/expect_status.sh.)
 
 function done(summary, latency, requests)
   local ran_out = 0

@@ -297,20 +297,19 @@ impl InMemoryNonceStore {
         self.len() == 0
     }
 
-    /// The digest of `key` and its shard (picked by the digest: the same in every run).
-    fn shard(&self, key: &AuthorizationKey) -> (KeyDigest, std::sync::MutexGuard<'_, Shard>) {
-        let digest = *key.digest();
-        let index = usize::from(digest[0]) % SHARDS;
+    /// `key`'s shard, locked (picked by its digest: the same in every run).
+    fn shard(&self, key: &AuthorizationKey) -> std::sync::MutexGuard<'_, Shard> {
+        let index = usize::from(key.digest()[0]) % SHARDS;
         // Every update keeps the shard consistent: a poisoned lock holds consistent data.
-        let shard = self.shards[index]
+        self.shards[index]
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        (digest, shard)
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn claim_now(&self, key: &AuthorizationKey, hold_until_unix_secs: u64) -> Claim {
         let now = self.clock.now_unix_secs();
-        let (digest, mut shard) = self.shard(key);
+        let digest = *key.digest();
+        let mut shard = self.shard(key);
         shard.entries.sweep(now, SWEEP_STEP);
         let shard = &mut *shard;
         match shard.entries.get(&digest, now) {
@@ -352,9 +351,9 @@ impl NonceStore for InMemoryNonceStore {
     }
 
     fn release(&self, key: &AuthorizationKey) -> BoxFuture<'static, ()> {
-        let (digest, mut shard) = self.shard(key);
-        if matches!(shard.entries.peek(&digest), Some(State::InFlight)) {
-            shard.entries.remove(&digest);
+        let mut shard = self.shard(key);
+        if matches!(shard.entries.peek(key.digest()), Some(State::InFlight)) {
+            shard.entries.remove(key.digest());
         }
         Box::pin(std::future::ready(()))
     }
@@ -366,7 +365,7 @@ impl NonceStore for InMemoryNonceStore {
         keep_until_unix_secs: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let now = self.clock.now_unix_secs();
-        let (digest, mut shard) = self.shard(key);
+        let mut shard = self.shard(key);
         shard.entries.sweep(now, SWEEP_STEP);
         let shard = &mut *shard;
         let spent = Spent {
@@ -375,7 +374,7 @@ impl NonceStore for InMemoryNonceStore {
         };
         shard
             .entries
-            .insert(digest, State::Spent(spent), keep_until_unix_secs);
+            .insert(*key.digest(), State::Spent(spent), keep_until_unix_secs);
         Box::pin(std::future::ready(Ok(())))
     }
 }
