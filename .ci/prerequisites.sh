@@ -64,7 +64,7 @@ cargo nextest --version >/dev/null 2>&1 ||
   echo "note: cargo-nextest not found, tests run with cargo test (optional: cargo install cargo-nextest --locked)"
 
 if [ "$missing" != 0 ]; then
-  echo "install the prerequisites above (README.md, Prerequisites) and run again" >&2
+  echo "install the prerequisites above (docs/development.md, Prerequisites) and run again" >&2
   exit 1
 fi
 echo "prerequisites present"
