@@ -23,15 +23,13 @@ use super::retry::{
     RetryPolicy, SharedSleeper, TokioSleeper, parse_quote, read_error, retry_after,
 };
 use super::signer::PaymentSigner;
+use super::transport::{read_capped, send};
 use crate::clock::{SharedClock, SystemClock};
 use crate::envelope::ErrorCode;
 use crate::x402::PaymentRequirements;
 
 /// The request body the client buffers to resend it: 8 MiB by default.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
-
-/// The error body the client reads to classify an error answer: 64 KiB.
-pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
 /// The header a payment travels in.
 const PAYMENT_SIGNATURE: &str = "payment-signature";
@@ -400,37 +398,6 @@ where
             body: error_body,
             attempts,
         }));
-    }
-}
-
-/// One request through a clone of the inner service.
-pub(crate) async fn send<S, ResBody>(
-    mut inner: S,
-    request: Request<Full<Bytes>>,
-) -> Result<Response<ResBody>, ClientError>
-where
-    S: Service<Request<Full<Bytes>>, Response = Response<ResBody>>,
-    S::Error: Into<BoxError>,
-{
-    std::future::poll_fn(|cx| inner.poll_ready(cx))
-        .await
-        .map_err(|error| ClientError::Transport(error.into()))?;
-    inner
-        .call(request)
-        .await
-        .map_err(|error| ClientError::Transport(error.into()))
-}
-
-/// An error body, at most [`MAX_ERROR_BODY_BYTES`] (the rest is dropped).
-pub(crate) async fn read_capped<ResBody>(body: ResBody) -> Result<Bytes, ClientError>
-where
-    ResBody: Body<Data = Bytes>,
-    ResBody::Error: Into<BoxError>,
-{
-    match Limited::new(body, MAX_ERROR_BODY_BYTES).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => Ok(Bytes::new()),
-        Err(error) => Err(ClientError::Transport(error)),
     }
 }
 

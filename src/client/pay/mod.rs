@@ -63,16 +63,16 @@ mod receipt;
 pub mod reqwest;
 mod retry;
 mod signer;
+mod transport;
 
 pub use error::{ApiError, Attempts, BoxError, ClientError, PaymentError, PaymentErrorKind};
 pub use failover::{Failover, ModelRow};
 pub use job::ImageJob;
-pub use layer::{
-    DEFAULT_MAX_BODY_BYTES, MAX_ERROR_BODY_BYTES, ResponseFuture, X402Payment, X402PaymentLayer,
-};
+pub use layer::{DEFAULT_MAX_BODY_BYTES, ResponseFuture, X402Payment, X402PaymentLayer};
 pub use policy::{
     AllowedAsset, BASE_USDC, DEFAULT_MAX_PER_PAYMENT, QuoteHook, Refusal, SpendPolicy, parse_usd,
 };
 pub use receipt::{PaidBody, Receipt};
 pub use retry::{RetryPolicy, SharedSleeper, Sleeper, TokioSleeper, parse_quote};
 pub use signer::{PaymentSigner, SignError};
+pub use transport::MAX_ERROR_BODY_BYTES;
