@@ -135,10 +135,7 @@ where
                     answer: (style, render),
                 } => {
                     let verdict = ready!(check.poll(cx));
-                    trace_verdict(
-                        call.as_ref().map(|(_, request)| request),
-                        &verdict,
-                    );
+                    trace_verdict(call.as_ref().map(|(_, request)| request), &verdict);
                     let reject = |error| Some(render.render(error, *style));
                     let next = match verdict {
                         Ok(Verdict::Allowed { rate_limit }) => {
@@ -174,17 +171,12 @@ where
 
 /// The layer's decision, traced with the client IP and model (when the body
 /// was parsed before this layer).
-fn trace_verdict<B>(
-    _request: Option<&http::Request<B>>,
-    _verdict: &Result<Verdict, StoreError>,
-) {
+fn trace_verdict<B>(_request: Option<&http::Request<B>>, _verdict: &Result<Verdict, StoreError>) {
     #[cfg(feature = "tracing")]
     {
         use super::client_ip::ClientIp;
         let extensions = _request.map(http::Request::extensions);
-        let client_ip = extensions
-            .and_then(|e| e.get::<ClientIp>())
-            .map(|ip| ip.0);
+        let client_ip = extensions.and_then(|e| e.get::<ClientIp>()).map(|ip| ip.0);
         let model = extensions
             .and_then(|e| e.get::<crate::gateway::ParsedJson>())
             .and_then(|json| json.0["model"].as_str());

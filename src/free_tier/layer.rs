@@ -135,8 +135,9 @@ pub struct FreeTierLimit<S, P, L = InMemoryLimiter> {
     layer: FreeTierLimitLayer<P, L>,
 }
 
-impl<S, P> FreeTierLimit<S, P> {
-    /// The layer: [`FreeTierLimitLayer::new`].
+impl<P> FreeTierLimit<(), P> {
+    /// Makes the layer of this service (tower-http's `Foo::layer`): the same
+    /// as [`FreeTierLimitLayer::new`].
     pub fn layer(predicate: P) -> FreeTierLimitLayer<P> {
         FreeTierLimitLayer::new(predicate)
     }
@@ -223,7 +224,7 @@ mod tests {
     #[tokio::test]
     async fn layer_constructor_limits_free_requests_and_passes_the_rest_untouched() {
         let is_free = |request: &Request<Body>| request.uri().path() == "/free";
-        let layer = FreeTierLimit::<(), _>::layer(is_free);
+        let layer = FreeTierLimit::layer(is_free);
         let service = layer.layer(service_fn(|_request: Request<Body>| async {
             Ok::<_, Infallible>(Response::new(Body::default()))
         }));

@@ -38,6 +38,7 @@ const PAYMENT_SIGNATURE: &str = "payment-signature";
 ///
 /// Cheap to clone: the signer, policy (and its budget) and caches are shared.
 #[derive(Clone)]
+#[must_use]
 pub struct X402PaymentLayer {
     shared: Arc<Shared>,
 }
@@ -170,6 +171,23 @@ impl<S> Layer<S> for X402PaymentLayer {
 pub struct X402Payment<S> {
     inner: S,
     shared: Arc<Shared>,
+}
+
+impl<S> X402Payment<S> {
+    /// Wraps `inner`; same as `X402Payment::layer(signer).layer(inner)`.
+    pub fn new(inner: S, signer: impl alloy_signer::Signer + Send + Sync + 'static) -> Self {
+        X402PaymentLayer::new(signer).layer(inner)
+    }
+
+    define_inner_service_accessors!();
+}
+
+impl X402Payment<()> {
+    /// Makes the layer of this service (tower-http's `Foo::layer`): the same
+    /// as [`X402PaymentLayer::new`].
+    pub fn layer(signer: impl alloy_signer::Signer + Send + Sync + 'static) -> X402PaymentLayer {
+        X402PaymentLayer::new(signer)
+    }
 }
 
 impl<S> fmt::Debug for X402Payment<S> {
