@@ -538,7 +538,7 @@ def self_test():
         problems, _, _, _, _ = check(root)
         print(f"--- self-test: {name}: {len(problems)} violation(s)")
         for problem in problems:
-            print(f"    {problem}")
+            print("    " + problem.replace("\n", "\n    "))
         if fails and not any(needle in p for p in problems):
             failures.append(f"{name}: expected a violation containing {needle!r}")
         if not fails and problems:
