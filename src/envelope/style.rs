@@ -83,6 +83,7 @@ impl EnvelopeStyle {
 
 /// Sets the route's [`EnvelopeStyle`] in the request extensions.
 #[derive(Clone, Copy, Debug, Default)]
+#[must_use]
 pub struct EnvelopeStyleLayer {
     style: EnvelopeStyle,
 }
@@ -113,7 +114,20 @@ pub struct SetEnvelopeStyle<S> {
 }
 
 impl<S> SetEnvelopeStyle<S> {
+    /// Wraps `inner`; same as `SetEnvelopeStyle::layer(style).layer(inner)`.
+    pub fn new(inner: S, style: EnvelopeStyle) -> Self {
+        Self { inner, style }
+    }
+
     define_inner_service_accessors!();
+}
+
+impl SetEnvelopeStyle<()> {
+    /// Makes the layer of this service (tower-http's `Foo::layer`): the same
+    /// as [`EnvelopeStyleLayer::new`].
+    pub fn layer(style: EnvelopeStyle) -> EnvelopeStyleLayer {
+        EnvelopeStyleLayer::new(style)
+    }
 }
 
 impl<S, B> Service<Request<B>> for SetEnvelopeStyle<S>

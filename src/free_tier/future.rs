@@ -135,10 +135,7 @@ where
                     answer: (style, render),
                 } => {
                     let verdict = ready!(check.poll(cx));
-                    crate::trace::free_tier_verdict(
-                        call.as_ref().map(|(_, request)| request),
-                        &verdict,
-                    );
+                    trace_verdict(call.as_ref().map(|(_, request)| request), &verdict);
                     let reject = |error| Some(render.render(error, *style));
                     let next = match verdict {
                         Ok(Verdict::Allowed { rate_limit }) => {
@@ -168,6 +165,57 @@ where
             };
             kind.set(next);
             return Poll::Ready(output);
+        }
+    }
+}
+
+/// The layer's decision, traced with the client IP and model (when the body
+/// was parsed before this layer).
+fn trace_verdict<B>(_request: Option<&http::Request<B>>, _verdict: &Result<Verdict, StoreError>) {
+    #[cfg(feature = "tracing")]
+    {
+        use super::client_ip::ClientIp;
+        let extensions = _request.map(http::Request::extensions);
+        let client_ip = extensions.and_then(|e| e.get::<ClientIp>()).map(|ip| ip.0);
+        let model = extensions
+            .and_then(|e| e.get::<crate::gateway::ParsedJson>())
+            .and_then(|json| json.0["model"].as_str());
+        let client_ip = client_ip.map(tracing::field::display);
+        match _verdict {
+            Ok(Verdict::Allowed { rate_limit }) => trace_decision!(
+                DEBUG,
+                "free_tier",
+                client_ip,
+                model,
+                outcome = "admitted",
+                remaining = rate_limit.remaining,
+            ),
+            Ok(Verdict::Refused { rate_limit, .. }) => trace_decision!(
+                INFO,
+                "free_tier",
+                client_ip,
+                model,
+                outcome = "refused",
+                error = ErrorCode::FreeTierRateLimited.as_str(),
+                remaining = rate_limit.remaining,
+            ),
+            Ok(Verdict::AtCapacity) => trace_decision!(
+                WARN,
+                "free_tier",
+                client_ip,
+                model,
+                outcome = "refused",
+                error = ErrorCode::FreeModelFailed.as_str(),
+            ),
+            Err(error) => trace_decision!(
+                ERROR,
+                "free_tier",
+                client_ip,
+                model,
+                outcome = "refused",
+                error = ErrorCode::InternalError.as_str(),
+                reason = %error,
+            ),
         }
     }
 }

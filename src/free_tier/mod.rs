@@ -130,6 +130,7 @@ mod future;
 mod key;
 mod layer;
 mod limiter;
+mod service;
 mod window;
 
 use std::fmt;
@@ -139,8 +140,9 @@ pub use client_ip::{
 };
 pub use future::ResponseFuture;
 pub use key::{ClientKey, KeyPrefixes};
-pub use layer::{FreeTierLimit, FreeTierLimitLayer, IsFreeRequest};
+pub use layer::{FreeTierLimitLayer, IsFreeRequest};
 pub use limiter::{FreeTierStore, InMemoryLimiter, SweepReport};
+pub use service::FreeTierLimit;
 pub use window::{ClientWindows, FreeTierQuotas, QuotaUsage, Verdict};
 
 /// A free-tier setting was invalid.

@@ -105,7 +105,20 @@ pub struct JsonBody<S> {
 }
 
 impl<S> JsonBody<S> {
+    /// Wraps `inner`; same as `JsonBody::layer(limit_bytes).layer(inner)`.
+    pub fn new(inner: S, limit_bytes: usize) -> Self {
+        Layer::layer(&JsonBodyLayer::new(limit_bytes), inner)
+    }
+
     define_inner_service_accessors!();
+}
+
+impl JsonBody<()> {
+    /// Makes the layer of this service (tower-http's `Foo::layer`): the same
+    /// as [`JsonBodyLayer::new`].
+    pub fn layer(limit_bytes: usize) -> JsonBodyLayer {
+        JsonBodyLayer::new(limit_bytes)
+    }
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for JsonBody<S>

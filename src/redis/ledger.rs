@@ -37,7 +37,7 @@ use alloy_primitives::{Address, B256, keccak256};
 use redis::Script;
 
 use super::RedisConnection;
-use super::replay::encode_spent;
+use super::spent::encode_spent;
 use crate::store::StoreError;
 use crate::x402::{
     BoxFuture, DevLedger, Ledger, LedgerError, SpentAuthorization, TokenId, Transfer,

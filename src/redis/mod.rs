@@ -22,6 +22,8 @@
 mod ledger;
 #[cfg(feature = "x402")]
 mod replay;
+#[cfg(feature = "x402")]
+mod spent;
 
 #[cfg(feature = "x402")]
 pub use ledger::RedisLedger;

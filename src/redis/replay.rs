@@ -24,16 +24,13 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use alloy_primitives::{Address, B256};
 use redis::Script;
-use serde_json::{Value, json};
 
 use super::RedisConnection;
 use super::ledger::{Announced, RedisLedger, Snapshot};
+use super::spent::{decode_spent, encode_spent};
 use crate::clock::SharedClock;
 use crate::store::StoreError;
-use crate::x402::{
-    AtomicAmount, AuthorizationKey, BoxFuture, Claim, Network, NonceStore, PaymentReceipt,
-    SpentAuthorization,
-};
+use crate::x402::{AuthorizationKey, BoxFuture, Claim, NonceStore, SpentAuthorization};
 
 /// The key seam of the replay guard.
 const SEAM: &str = "x402-replay";
@@ -352,20 +349,6 @@ fn spawn_or_return(
     }
 }
 
-/// `S` and the spent authorization as JSON.
-pub(crate) fn encode_spent(spent: &SpentAuthorization) -> String {
-    let receipt = &spent.receipt;
-    let body = json!({
-        "payer": receipt.payer(),
-        "amount": receipt.amount().units().to_string(),
-        "network": receipt.network().as_str(),
-        "transaction": receipt.transaction(),
-        "id": receipt.authorization_id(),
-        "fingerprint": alloy_primitives::hex::encode(spent.fingerprint),
-    });
-    format!("S{body}")
-}
-
 fn decode_claim(value: &str) -> Result<Claim, StoreError> {
     match value.as_bytes().first() {
         Some(b'C') => Ok(Claim::Claimed),
@@ -395,31 +378,10 @@ fn decode_snapshot(items: &[String]) -> Snapshot {
     }
 }
 
-fn decode_spent(json: &str) -> Option<SpentAuthorization> {
-    let body: Value = serde_json::from_str(json).ok()?;
-    let text = |field: &str| body.get(field).and_then(Value::as_str);
-    let amount = text("amount")?.parse::<u128>().ok()?;
-    let network = Network::parse(text("network")?).ok()?;
-    let mut receipt = PaymentReceipt::new(
-        text("payer")?.to_owned(),
-        AtomicAmount::new(amount),
-        network,
-        text("id")?.to_owned(),
-    );
-    if let Some(transaction) = text("transaction") {
-        receipt = receipt.settled(transaction.to_owned());
-    }
-    let mut fingerprint = [0; 32];
-    alloy_primitives::hex::decode_to_slice(text("fingerprint")?, &mut fingerprint).ok()?;
-    Some(SpentAuthorization {
-        receipt,
-        fingerprint,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::x402::{AtomicAmount, Network, PaymentReceipt};
 
     #[test]
     fn a_spent_entry_reads_back_as_written() {

@@ -280,3 +280,140 @@ impl X402LayerBuilder {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use http::{Request, StatusCode};
+    use tower::{ServiceExt, service_fn};
+
+    use super::*;
+    use crate::clock::FakeClock;
+    use crate::envelope::header;
+    use crate::x402::{DevLedger, LocalEvmFacilitator, PriceTable};
+
+    const NOW: u64 = 1_750_000_000;
+    const PAY_TO: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+
+    fn clock() -> SharedClock {
+        Arc::new(FakeClock::at_unix_secs(NOW))
+    }
+
+    fn facilitator() -> LocalEvmFacilitator {
+        LocalEvmFacilitator::new(Arc::new(DevLedger::new()), clock())
+    }
+
+    fn pricing() -> PriceTable {
+        PriceTable::by_route()
+            .with_usd("POST /v1/chat/completions", "0.002")
+            .unwrap()
+    }
+
+    /// Everything required: a price table, a facilitator and one offer.
+    fn complete() -> X402LayerBuilder {
+        X402Layer::builder()
+            .pricing(pricing())
+            .facilitator(facilitator())
+            .payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+            .clock(clock())
+    }
+
+    /// Answers 200 "inner" to anything that reaches it.
+    async fn inner(_request: Request<String>) -> Result<Response<String>, Infallible> {
+        Ok(Response::new("inner".to_owned()))
+    }
+
+    fn request(method: &str, path: &str) -> Request<String> {
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::HOST, "gateway.test")
+            .body(String::new())
+            .unwrap()
+    }
+
+    #[test]
+    fn build_names_what_is_missing() {
+        let missing = |builder: X402LayerBuilder| builder.build().unwrap_err();
+        assert_eq!(
+            missing(X402Layer::builder().facilitator(facilitator())),
+            ConfigError::MissingPricing
+        );
+        assert_eq!(
+            missing(X402Layer::builder().pricing(pricing())),
+            ConfigError::MissingFacilitator
+        );
+        assert_eq!(
+            missing(
+                X402Layer::builder()
+                    .pricing(pricing())
+                    .facilitator(facilitator())
+            ),
+            ConfigError::NoPaymentOptions
+        );
+        assert!(complete().build().is_ok());
+    }
+
+    #[test]
+    fn a_base_url_is_a_scheme_and_a_host_only() {
+        for bad in [
+            "gateway.test",
+            "ftp://gateway.test",
+            "https://",
+            "https://a/b",
+            "https://a b",
+        ] {
+            assert_eq!(
+                complete().public_base_url(bad).err(),
+                Some(ConfigError::InvalidBaseUrl(bad.to_owned())),
+                "{bad}"
+            );
+        }
+        let layer = complete()
+            .public_base_url("https://gateway.test:8443/")
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(
+            layer.config.public_base_url.as_deref(),
+            Some("https://gateway.test:8443")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_free_request_reaches_the_inner_service() {
+        let layer = complete().build().unwrap();
+        let response = layer
+            .layer(service_fn(inner))
+            .oneshot(request("GET", "/v1/models"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(!response.headers().contains_key(header::PAYMENT_REQUIRED));
+        let body = http_body_util::BodyExt::collect(response.into_body()).await;
+        assert_eq!(body.unwrap().to_bytes(), "inner");
+    }
+
+    #[tokio::test]
+    async fn a_priced_request_without_payment_gets_the_quote_not_the_inner_service() {
+        let layer = complete().build().unwrap();
+        let reached = Arc::new(AtomicU64::new(0));
+        let seen = reached.clone();
+        // `X402::new` wraps as `Layer::layer` does.
+        let service = X402::new(
+            service_fn(move |request: Request<String>| {
+                seen.fetch_add(1, Ordering::SeqCst);
+                inner(request)
+            }),
+            layer,
+        );
+        let response = service
+            .oneshot(request("POST", "/v1/chat/completions"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
+        assert!(response.headers().contains_key(header::PAYMENT_REQUIRED));
+        assert_eq!(reached.load(Ordering::SeqCst), 0);
+    }
+}

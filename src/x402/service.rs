@@ -11,7 +11,7 @@ use tower_service::Service;
 use super::codec;
 use super::facilitator::{FacilitatorRequest, code_for_reason, reason};
 use super::future::ResponseFuture;
-use super::layer::Config;
+use super::layer::{Config, X402Layer};
 use super::pricing::Price;
 use super::quote::{Quote, check_authorization, matching_offer, write_quote_headers};
 use super::receipt::{PaymentReceipt, SettledPayment};
@@ -43,6 +43,13 @@ pub struct X402<S> {
 }
 
 impl<S> X402<S> {
+    /// Wraps `inner` with a built layer's configuration; same as
+    /// `layer.layer(inner)`. (Built by [`X402Layer::builder`], which
+    /// validates, so there is no `X402::layer(..)`.)
+    pub fn new(inner: S, layer: X402Layer) -> Self {
+        Self::from_config(inner, layer.config)
+    }
+
     pub(crate) fn from_config(inner: S, config: Arc<Config>) -> Self {
         Self { inner, config }
     }

@@ -23,7 +23,7 @@ use serde_json::Value;
 use tower_service::Service;
 
 use super::error::BoxError;
-use super::layer::{read_capped, send};
+use super::transport::{read_capped, send};
 
 /// One `GET /v1/models` row, as far as failover reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]

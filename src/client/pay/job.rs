@@ -10,9 +10,9 @@ use serde_json::Value;
 use tower_service::Service;
 
 use super::error::{ApiError, Attempts, BoxError, ClientError};
-use super::layer::{read_capped, send};
 use super::receipt::Receipt;
 use super::retry::read_error;
+use super::transport::{read_capped, send};
 
 /// A paid job (`202 {id, status, poll_url}`), polled by resending the same
 /// `PAYMENT-SIGNATURE`: the server answers such a replay uncharged.

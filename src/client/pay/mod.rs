@@ -55,6 +55,7 @@
 
 mod error;
 mod failover;
+mod future;
 mod job;
 mod layer;
 mod policy;
@@ -62,17 +63,20 @@ mod receipt;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
 mod retry;
+mod service;
 mod signer;
+mod transport;
 
 pub use error::{ApiError, Attempts, BoxError, ClientError, PaymentError, PaymentErrorKind};
 pub use failover::{Failover, ModelRow};
+pub use future::ResponseFuture;
 pub use job::ImageJob;
-pub use layer::{
-    DEFAULT_MAX_BODY_BYTES, MAX_ERROR_BODY_BYTES, ResponseFuture, X402Payment, X402PaymentLayer,
-};
+pub use layer::{DEFAULT_MAX_BODY_BYTES, X402PaymentLayer};
 pub use policy::{
     AllowedAsset, BASE_USDC, DEFAULT_MAX_PER_PAYMENT, QuoteHook, Refusal, SpendPolicy, parse_usd,
 };
 pub use receipt::{PaidBody, Receipt};
 pub use retry::{RetryPolicy, SharedSleeper, Sleeper, TokioSleeper, parse_quote};
+pub use service::X402Payment;
 pub use signer::{PaymentSigner, SignError};
+pub use transport::MAX_ERROR_BODY_BYTES;

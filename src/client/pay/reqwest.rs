@@ -49,8 +49,9 @@ use reqwest_middleware::{Middleware, Next};
 use tower_service::Service;
 
 use super::error::{BoxError, ClientError, PaymentError, PaymentErrorKind};
-use super::layer::{Shared, X402PaymentLayer, pay};
+use super::layer::{Shared, X402PaymentLayer};
 use super::receipt::Receipt;
+use super::service::pay;
 use crate::tls::ClientTls;
 
 /// A reqwest client whose HTTPS is walletgate's rustls setup (`ring`, `tls`'s roots).

@@ -1,0 +1,617 @@
+#!/usr/bin/env python3
+"""The layer check: the import edges of `src/` against ARCHITECTURE.md's floors.
+
+Reads every file of `src/` except `src/bin/` (the top floor, which may import
+anything in the library) and collects its import edges: each `use` of a path
+in this crate (`crate::`, `super::`, `self::` or a child module's name) and
+each inline `crate::a::b` / `super::a` path in code. Comments, strings and
+`#[cfg(test)]` items (test code may reach anywhere) are not read. A path is
+followed through `use` re-exports to the file that defines the item, so
+`use super::Verdict` in `free_tier/future.rs` is an edge to
+`free_tier::window`; a module's own `pub use child::Item` (its façade) is no
+edge.
+
+It fails (exit 1), naming each offending edge with its file and line, when
+- a top-level module imports one on a higher floor (floors: the fenced block
+  under "## Floors" in ARCHITECTURE.md, one `floor: module …` line per floor,
+  top floor first; `crate` stands for lib.rs's own items), or a top-level
+  module of `src/` is on no floor;
+- files import each other in a circle, unless the circle's files are all
+  `layer.rs`/`service.rs`/`future.rs` of one folder and include both
+  `layer.rs` and `service.rs` (a layer and its service name each other);
+- top-level modules import each other in a circle.
+
+`--self-test` runs the check on a copy of `src/` and ARCHITECTURE.md: the copy
+must pass, and fail once a cycle, then an upward import, is planted in it.
+Python 3 standard library only.
+"""
+
+import argparse
+import re
+import shutil
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LAYER_PAIR = {"layer.rs", "service.rs", "future.rs"}
+
+# Circles known and not yet fixed, by folder: a circle whose files all lie in
+# one of these folders is printed as a warning, not a failure. The fix is
+# written beside each; once a folder has no circle left the check fails until
+# its line is removed, so this list cannot outlive its circles.
+KNOWN_CYCLES = {
+    # verifier.rs <- jwt.rs, keys.rs (JwtError, Algorithm, ConfigError);
+    # extract.rs <- claims.rs, scope.rs (axum_response); service.rs <-
+    # extract.rs, require.rs (NoBearer): move those into lower files (e.g.
+    # error.rs, reject.rs) and only the layer/service pair is left.
+    "src/wallet_jwt/": "issue 23: wallet_jwt's rejection and error types sit in the files that use them",
+}
+
+# ---------------------------------------------------------------- tokens
+
+
+TOKEN = re.compile(
+    r"""
+    (?P<ws>\s+)
+  | (?P<line_comment>//[^\n]*)
+  | (?P<block_comment>/\*)
+  | (?P<raw_string>b?r(?P<hashes>\#*)")
+  | (?P<string>b?"(?:\\.|[^"\\])*")
+  | (?P<char>b?'(?:\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]+\}|.)|[^\\'\n])')
+  | (?P<lifetime>'[A-Za-z_]\w*)
+  | (?P<ident>r\#[A-Za-z_]\w*|[A-Za-z_]\w*)
+  | (?P<number>\d[\w]*)
+  | (?P<path_sep>::)
+  | (?P<punct>.)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+
+def tokenize(text):
+    """(token, line) pairs; comments, strings and literals dropped."""
+    tokens = []
+    pos, line = 0, 1
+    while pos < len(text):
+        m = TOKEN.match(text, pos)
+        kind = m.lastgroup if m.lastgroup != "hashes" else "raw_string"
+        end = m.end()
+        if kind == "block_comment":
+            depth, end = 1, m.end()
+            while depth and end < len(text):
+                if text.startswith("/*", end):
+                    depth, end = depth + 1, end + 2
+                elif text.startswith("*/", end):
+                    depth, end = depth - 1, end + 2
+                else:
+                    end += 1
+        elif kind == "raw_string":
+            close = '"' + m.group("hashes")
+            found = text.find(close, m.end())
+            end = len(text) if found < 0 else found + len(close)
+        elif kind in ("ident", "path_sep", "punct"):
+            token = m.group(0)
+            tokens.append((token[2:] if token.startswith("r#") else token, line))
+        line += text.count("\n", pos, end)
+        pos = end
+    return tokens
+
+
+# ---------------------------------------------------------------- parsing
+
+
+class Module:
+    def __init__(self, path, file):
+        self.path = path  # tuple of names; () is the crate root
+        self.file = file  # the file that holds it (inline modules: their file)
+        self.children = set()  # declared `mod` names
+        self.imports = {}  # name -> absolute path (any `use` in the module)
+
+
+class Reference:
+    def __init__(self, module, path, line, facade):
+        self.module = module  # Module the reference sits in
+        self.path = path  # absolute path (tuple)
+        self.line = line
+        self.facade = facade  # a `pub use` (re-export)
+
+
+def is_cfg_test(attr):
+    """`#[cfg(test)]`, or a cfg whose `all(..)` starts with test."""
+    words = [t for t, _ in attr]
+    return words[:3] == ["cfg", "(", "test"] or words[:5] == ["cfg", "(", "all", "(", "test"]
+
+
+def skip_item(tokens, i):
+    """Index after the item starting at i (ends at `;` or its closing brace)."""
+    depth = 0
+    while i < len(tokens):
+        t = tokens[i][0]
+        if t in "([":
+            depth += 1
+        elif t in ")]":
+            depth -= 1
+        elif t == "{":
+            depth += 1
+        elif t == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif t == ";" and depth == 0:
+            return i + 1
+        i += 1
+    return i
+
+
+def matching(tokens, i):
+    """Index after the bracket that closes the one at i."""
+    depth = 0
+    while i < len(tokens):
+        t = tokens[i][0]
+        if t in "([{":
+            depth += 1
+        elif t in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return i
+
+
+def parse_use_tree(tokens, i, prefix, out):
+    """Appends (segments, alias, line) for each leaf of the tree at i."""
+    segments = list(prefix)
+    if tokens[i][0] == "::":
+        i += 1
+    while i < len(tokens):
+        t, line = tokens[i]
+        if t == "{":
+            i += 1
+            while tokens[i][0] != "}":
+                i = parse_use_tree(tokens, i, segments, out)
+                if tokens[i][0] == ",":
+                    i += 1
+            return i + 1
+        if t == "*":
+            out.append((segments + ["*"], None, line))
+            return i + 1
+        segments.append(t)
+        i += 1
+        if i < len(tokens) and tokens[i][0] == "::":
+            i += 1
+            continue
+        alias = None
+        if i < len(tokens) and tokens[i][0] == "as":
+            alias = tokens[i + 1][0]
+            i += 2
+        out.append((segments, alias, line))
+        return i
+    return i
+
+
+class Crate:
+    def __init__(self, src):
+        self.src = src
+        self.modules = {}
+        self.references = []
+        self.file_module = {}  # file -> module path of the file
+        self.test_files = set()
+        root = Module((), src / "lib.rs")
+        self.modules[()] = root
+        self.parse_file(src / "lib.rs", root)
+
+    def child_file(self, module, name):
+        file = module.file
+        if file.name in ("lib.rs", "mod.rs"):
+            base = file.parent
+        else:
+            base = file.parent / file.stem
+        for candidate in (base / f"{name}.rs", base / name / "mod.rs"):
+            if candidate.exists():
+                return candidate
+        return None
+
+    def parse_file(self, file, module):
+        self.file_module[file] = module.path
+        tokens = tokenize(file.read_text())
+        self.parse_block(tokens, 0, len(tokens), module)
+
+    def parse_block(self, tokens, i, end, module):
+        pending_test = False
+        while i < end:
+            t, line = tokens[i]
+            if t == "#" and i + 1 < end and tokens[i + 1][0] in ("[", "!"):
+                inner = tokens[i + 1][0] == "!"
+                start = i + (3 if inner else 2)
+                close = matching(tokens, start - 1)
+                attr = tokens[start : close - 1]
+                if is_cfg_test(attr):
+                    if inner:  # the whole enclosing block is test code
+                        return
+                    pending_test = True
+                i = close
+                continue
+            if pending_test:
+                # `#[cfg(test)] mod name;`: the whole file is test code.
+                if t == "mod" and tokens[i + 2][0] == ";":
+                    child = self.child_file(module, tokens[i + 1][0])
+                    if child:
+                        self.test_files.add(child)
+                i = skip_item(tokens, i)
+                pending_test = False
+                continue
+            if t == "mod" and i + 2 < end and tokens[i + 2][0] in (";", "{"):
+                name = tokens[i + 1][0]
+                module.children.add(name)
+                path = module.path + (name,)
+                if tokens[i + 2][0] == ";":
+                    child_file = self.child_file(module, name)
+                    if child_file is not None:
+                        child = Module(path, child_file)
+                        self.modules[path] = child
+                        self.parse_file(child_file, child)
+                    i += 3
+                else:
+                    close = skip_item(tokens, i)
+                    child = Module(path, module.file)
+                    self.modules[path] = child
+                    self.parse_block(tokens, i + 3, close - 1, child)
+                    i = close
+                continue
+            if t == "use":
+                facade = i > 0 and (
+                    tokens[i - 1][0] == "pub" or (tokens[i - 1][0] == ")" and tokens[i - 4][0] == "pub")
+                )
+                leaves = []
+                i = parse_use_tree(tokens, i + 1, [], leaves)
+                for segments, alias, use_line in leaves:
+                    if segments[-1] == "self":
+                        segments = segments[:-1]
+                    path = self.absolute(module, segments)
+                    if path is None:
+                        continue
+                    name = alias or segments[-1]
+                    if segments[-1] != "*" and name != "_":
+                        module.imports[name] = path
+                    self.references.append(Reference(module, path, use_line, facade))
+                continue
+            if t in ("crate", "super", "self") and i + 1 < end and tokens[i + 1][0] == "::":
+                segments = [t]
+                j = i + 1
+                while j + 1 < end and tokens[j][0] == "::" and re.match(r"\w", tokens[j + 1][0]):
+                    segments.append(tokens[j + 1][0])
+                    j += 2
+                path = self.absolute(module, segments)
+                if path is not None:
+                    self.references.append(Reference(module, path, line, False))
+                i = j
+                continue
+            i += 1
+
+    def absolute(self, module, segments):
+        """The path from the crate root, or None for another crate's path."""
+        if not segments:
+            return None
+        head, rest = segments[0], segments[1:]
+        if head == "crate":
+            return tuple(rest)
+        if head == "self":
+            return module.path + tuple(rest)
+        if head == "super":
+            path = module.path
+            while segments and segments[0] == "super":
+                path = path[:-1]
+                segments = segments[1:]
+            return path + tuple(segments)
+        if head in module.children:
+            return module.path + tuple(segments)
+        return None
+
+    def resolve(self, path, depth=0):
+        """The module that defines what `path` names."""
+        current = ()
+        for index, segment in enumerate(path):
+            module = self.modules.get(current)
+            if module is None or segment == "*":
+                return current
+            if segment in module.children:
+                current = current + (segment,)
+                continue
+            if segment in module.imports and depth < 20:
+                target = module.imports[segment] + tuple(path[index + 1 :])
+                if target != path:
+                    return self.resolve(target, depth + 1)
+            return current
+        return current
+
+
+# ---------------------------------------------------------------- floors
+
+
+def read_floors(architecture):
+    """[(floor, [modules])], top floor first, from the block under ## Floors."""
+    text = architecture.read_text()
+    section = re.search(r"^## Floors\s*$(.*?)^## ", text, re.M | re.S)
+    if not section:
+        raise SystemExit(f"layer-check: {architecture}: no '## Floors' section")
+    block = re.search(r"^```[^\n]*\n(.*?)^```", section.group(1), re.M | re.S)
+    if not block:
+        raise SystemExit(f"layer-check: {architecture}: no fenced block under '## Floors'")
+    floors = []
+    for raw in block.group(1).splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, sep, modules = line.partition(":")
+        if not sep or not re.fullmatch(r"[\w-]+", name.strip()):
+            raise SystemExit(f"layer-check: {architecture}: not a 'floor: module …' line: {raw!r}")
+        floors.append((name.strip(), modules.split()))
+    return floors
+
+
+# ---------------------------------------------------------------- the check
+
+
+def display(path):
+    return "::".join(path) if path else "crate"
+
+
+def top(path):
+    return path[0] if path else "crate"
+
+
+def strongly_connected(nodes, edges):
+    """Tarjan's components with more than one node."""
+    index, low, stack, on_stack, result = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(node):
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(edges.get(node, ())):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                result.append(sorted(component))
+
+    sys.setrecursionlimit(10000)
+    for node in sorted(nodes):
+        if node not in index:
+            visit(node)
+    return result
+
+
+def is_layer_pair(files):
+    names = {f.name for f in files}
+    return len({f.parent for f in files}) == 1 and names <= LAYER_PAIR and {"layer.rs", "service.rs"} <= names
+
+
+def check(root):
+    """The violations (one message each) of the tree at root."""
+    src = root / "src"
+    crate = Crate(src)
+    floors = read_floors(root / "ARCHITECTURE.md")
+    floor_of = {}
+    problems = []
+    warnings = []
+    for rank, (floor, modules) in enumerate(floors):
+        for module in modules:
+            if module in floor_of:
+                problems.append(f"ARCHITECTURE.md: module {module} is on two floors")
+            floor_of[module] = (rank, floor)
+    tops = {top(path) for path in crate.modules}
+    for module in sorted(tops - set(floor_of)):
+        problems.append(f"ARCHITECTURE.md: module {module} (src/) is on no floor")
+    for module in sorted(set(floor_of) - tops):
+        problems.append(f"ARCHITECTURE.md: floor module {module} is not a module of src/")
+
+    def rel(file):
+        return file.relative_to(root).as_posix()
+
+    # file -> {file: [(line, target module)]}
+    file_edges = defaultdict(lambda: defaultdict(list))
+    for ref in crate.references:
+        source = ref.module.file
+        if source in crate.test_files:
+            continue
+        target_module = crate.resolve(ref.path)
+        target = crate.modules[target_module].file if target_module in crate.modules else None
+        if target is None or target == source:
+            continue
+        own = ref.module.path
+        if ref.facade and target_module[: len(own)] == own:
+            continue  # a module's façade re-exporting its own children
+        file_edges[source][target].append((ref.line, target_module))
+
+    file_node = {file: path for file, path in crate.file_module.items()}
+
+    def edge_text(source, target):
+        line, module = file_edges[source][target][0]
+        return f"{rel(source)}:{line} -> {display(module)}"
+
+    # Floors: a lower floor never imports a higher one.
+    for source in sorted(file_edges):
+        for target in sorted(file_edges[source]):
+            src_top, dst_top = top(file_node[source]), top(file_node[target])
+            if src_top not in floor_of or dst_top not in floor_of:
+                continue
+            (src_rank, src_floor), (dst_rank, dst_floor) = floor_of[src_top], floor_of[dst_top]
+            if dst_rank < src_rank:
+                for line, module in file_edges[source][target]:
+                    problems.append(
+                        f"upward import: {rel(source)}:{line} -> {display(module)} "
+                        f"({src_top} on floor '{src_floor}' imports {dst_top} on floor '{dst_floor}' above it)"
+                    )
+
+    # Circles between files.
+    edges = {s: set(t) for s, t in file_edges.items()}
+    known_seen = set()
+    for component in strongly_connected(set(file_node), edges):
+        if is_layer_pair(component):
+            continue
+        folders = {rel(f).rsplit("/", 1)[0] + "/" for f in component}
+        if len(folders) == 1 and folders <= set(KNOWN_CYCLES):
+            folder = folders.pop()
+            known_seen.add(folder)
+            warnings.append(f"known import cycle in {folder} ({KNOWN_CYCLES[folder]}): {len(component)} files")
+            continue
+        members = set(component)
+        lines = [
+            "  " + edge_text(s, t)
+            for s in component
+            for t in sorted(edges.get(s, ()))
+            if t in members
+        ]
+        names = ", ".join(rel(f) for f in component)
+        problems.append(f"import cycle between files {names}:\n" + "\n".join(lines))
+
+    for folder in sorted(set(KNOWN_CYCLES) - known_seen):
+        problems.append(f"no import cycle left in {folder}: remove it from KNOWN_CYCLES in scripts/layer-check.py")
+
+    # Circles between top-level modules.
+    top_edges = defaultdict(lambda: defaultdict(list))
+    for source, targets in file_edges.items():
+        for target in targets:
+            a, b = top(file_node[source]), top(file_node[target])
+            if a != b:
+                top_edges[a][b].append((source, target))
+    tops_graph = {a: set(b) for a, b in top_edges.items()}
+    for component in strongly_connected(tops, tops_graph):
+        members = set(component)
+        lines = [
+            "  " + edge_text(*top_edges[a][b][0])
+            for a in component
+            for b in sorted(tops_graph.get(a, ()))
+            if b in members
+        ]
+        problems.append(f"import cycle between modules {', '.join(component)}:\n" + "\n".join(lines))
+
+    summary = (
+        f"{len(file_node) - len(crate.test_files)} files, "
+        f"{sum(len(t) for t in file_edges.values())} file edges, "
+        f"{len(floors)} floors"
+    )
+    return problems, warnings, summary, crate, file_edges
+
+
+def run(root):
+    problems, warnings, summary, _, _ = check(root)
+    for warning in warnings:
+        print(f"layer-check: warning: {warning}")
+    for problem in problems:
+        print(f"layer-check: {problem}")
+    if problems:
+        print(f"layer-check: {len(problems)} violation(s) ({summary})")
+        return 1
+    print(f"layer-check: ok ({summary}; no upward import, no import cycle but layer/service pairs)")
+    return 0
+
+
+# ---------------------------------------------------------------- self-test
+
+
+def self_test():
+    failures = []
+
+    def copy():
+        tmp = Path(tempfile.mkdtemp(prefix="layer-check-"))
+        shutil.copytree(REPO / "src", tmp / "src")
+        shutil.copy(REPO / "ARCHITECTURE.md", tmp / "ARCHITECTURE.md")
+        return tmp
+
+    def expect(name, root, fails, needle):
+        problems, _, _, _, _ = check(root)
+        print(f"--- self-test: {name}: {len(problems)} violation(s)")
+        for problem in problems:
+            print("    " + problem.replace("\n", "\n    "))
+        if fails and not any(needle in p for p in problems):
+            failures.append(f"{name}: expected a violation containing {needle!r}")
+        if not fails and problems:
+            failures.append(f"{name}: expected no violation")
+        shutil.rmtree(root)
+
+    def plant(root, file, text):
+        with open(root / file, "a") as f:
+            f.write(text)
+
+    expect("untouched copy", copy(), False, "")
+
+    # A cycle: an existing edge between two files of one module that are no
+    # layer/service pair, closed by an import back.
+    root = copy()
+    _, _, _, crate, file_edges = check(root)
+    source, target = next(
+        (s, t)
+        for s in sorted(file_edges)
+        for t in sorted(file_edges[s])
+        if crate.file_module[s][:1] == crate.file_module[t][:1] and not is_layer_pair([s, t])
+    )
+    back = "crate::" + display(crate.file_module[source]) if crate.file_module[source] else "crate"
+    plant(root, target.relative_to(root), f"\n#[allow(unused_imports)]\nuse {back} as _;\n")
+    print(f"    (planted `use {back} as _;` in {target.relative_to(root).as_posix()})")
+    expect("planted cycle", root, True, "import cycle between files")
+
+    # An upward import: the lowest floor's first module imports the highest
+    # floor's first module.
+    floors = read_floors(REPO / "ARCHITECTURE.md")
+    occupied = [modules for _, modules in floors if modules]
+    high, low = occupied[0][0], occupied[-1][0]
+    root = copy()
+    crate = Crate(root / "src")
+    low_file = crate.modules[() if low == "crate" else (low,)].file.relative_to(root)
+    plant(root, low_file, f"\nfn planted() {{ let _ = crate::{high}::planted; }}\n")
+    print(f"    (planted `crate::{high}::planted` in {low_file.as_posix()})")
+    expect("planted upward import", root, True, "upward import")
+
+    # The same upward import in a comment, a string and a test module: no edge.
+    root = copy()
+    plant(
+        root,
+        low_file,
+        f'\n// use crate::{high};\n/// crate::{high}::x\nconst _S: &str = "crate::{high}::x";\n'
+        f"#[cfg(test)]\nmod planted_tests {{\n    use crate::{high};\n}}\n",
+    )
+    expect("upward import in comments, strings and tests", root, False, "")
+
+    if failures:
+        for failure in failures:
+            print(f"layer-check self-test FAILED: {failure}")
+        return 1
+    print("layer-check self-test: ok (passes untouched, fails on a planted cycle and an upward import)")
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--self-test", action="store_true", help="check the check on planted violations")
+    parser.add_argument("--root", type=Path, default=REPO, help="the repository (default: this one)")
+    parser.add_argument("--edges", action="store_true", help="print every file edge")
+    args = parser.parse_args()
+    if args.self_test:
+        return self_test()
+    if args.edges:
+        _, _, _, crate, file_edges = check(args.root)
+        for s in sorted(file_edges):
+            for t in sorted(file_edges[s]):
+                line, module = file_edges[s][t][0]
+                print(f"{s.relative_to(args.root).as_posix()}:{line} -> {display(module)}")
+    return run(args.root)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,714 @@
+//! [`X402Payment`]: sends a request, pays its quote, applies the retry rules.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::HeaderValue;
+use http::{Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::{BodyExt, Full, Limited};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::error::{ApiError, Attempts, BoxError, ClientError, PaymentError, PaymentErrorKind};
+use super::future::ResponseFuture;
+use super::layer::{Shared, X402PaymentLayer};
+use super::receipt::{PaidBody, Receipt, is_event_stream};
+use super::retry::{parse_quote, read_error, retry_after};
+use super::transport::{read_capped, send};
+use crate::envelope::ErrorCode;
+use crate::x402::PaymentRequirements;
+
+/// The header a payment travels in.
+const PAYMENT_SIGNATURE: &str = "payment-signature";
+
+/// The paying client service; see [`X402PaymentLayer`].
+///
+/// Answers `Ok` with 2xx responses only (a paid one carries a [`Receipt`]
+/// in its extensions); every other outcome is a [`ClientError`].
+#[derive(Clone)]
+pub struct X402Payment<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> X402Payment<S> {
+    pub(super) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
+        Self { inner, shared }
+    }
+
+    /// Wraps `inner`; same as `X402Payment::layer(signer).layer(inner)`.
+    pub fn new(inner: S, signer: impl alloy_signer::Signer + Send + Sync + 'static) -> Self {
+        X402PaymentLayer::new(signer).layer(inner)
+    }
+
+    define_inner_service_accessors!();
+}
+
+impl X402Payment<()> {
+    /// Makes the layer of this service (tower-http's `Foo::layer`): the same
+    /// as [`X402PaymentLayer::new`].
+    pub fn layer(signer: impl alloy_signer::Signer + Send + Sync + 'static) -> X402PaymentLayer {
+        X402PaymentLayer::new(signer)
+    }
+}
+
+impl<S> fmt::Debug for X402Payment<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("X402Payment").finish_non_exhaustive()
+    }
+}
+
+impl<S, B, ResBody> Service<Request<B>> for X402Payment<S>
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<PaidBody<ResBody>>;
+    type Error = ClientError;
+    type Future = ResponseFuture<Self::Response>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|error| ClientError::Transport(error.into()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        // The ready service goes with this call; the clone waits for the next.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        ResponseFuture {
+            inner: Box::pin(pay(inner, shared, request)),
+        }
+    }
+}
+
+/// The signed payment a request carries.
+struct Paid {
+    offer: PaymentRequirements,
+    header: Arc<str>,
+}
+
+/// Sends `request`, pays its quote, applies the retry rules.
+pub(crate) async fn pay<S, B, ResBody>(
+    inner: S,
+    shared: Arc<Shared>,
+    request: Request<B>,
+) -> Result<Response<PaidBody<ResBody>>, ClientError>
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<ResBody>> + Clone,
+    S::Error: Into<BoxError>,
+    B: Body,
+    B::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes>,
+    ResBody::Error: Into<BoxError>,
+{
+    let mut attempts = Attempts::default();
+    let (parts, body) = request.into_parts();
+    let mut body = match Limited::new(body, shared.max_body_bytes).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+            return Err(ClientError::Payment(PaymentError {
+                kind: PaymentErrorKind::BodyTooLarge {
+                    limit_bytes: shared.max_body_bytes,
+                },
+                status: None,
+                attempts,
+            }));
+        }
+        Err(error) => return Err(ClientError::Transport(error)),
+    };
+    let mut paid: Option<Paid> = None;
+    let mut resigned = false;
+    loop {
+        let mut request = Request::from_parts(parts.clone(), Full::new(body.clone()));
+        if let Some(paid) = &paid {
+            let value = HeaderValue::from_str(&paid.header).map_err(|_| {
+                ClientError::Transport("the payment header is not a header value".into())
+            })?;
+            request.headers_mut().insert(PAYMENT_SIGNATURE, value);
+        }
+        attempts.requests += 1;
+        let response = send(inner.clone(), request).await?;
+        let status = response.status();
+        if status.is_success() {
+            let receipt = paid.as_ref().map(|paid| {
+                let receipt = Receipt::new(paid.offer.clone(), paid.header.clone());
+                receipt.settle_from_headers(response.headers());
+                receipt
+            });
+            let is_stream = is_event_stream(response.headers());
+            let (mut head, body) = response.into_parts();
+            let body = PaidBody::new(body, receipt.as_ref(), is_stream);
+            if let Some(receipt) = receipt {
+                head.extensions.insert(receipt);
+            }
+            return Ok(Response::from_parts(head, body));
+        }
+        let (head, error_body) = response.into_parts();
+        let error_body = read_capped(error_body).await?;
+        let quote = (status == StatusCode::PAYMENT_REQUIRED)
+            .then(|| parse_quote(&head.headers, &error_body))
+            .flatten();
+        let answer = read_error(status, &error_body, quote.as_ref());
+        let payment_error = |kind, attempts| {
+            Err(ClientError::Payment(PaymentError {
+                kind,
+                status: Some(status),
+                attempts,
+            }))
+        };
+
+        if status == StatusCode::PAYMENT_REQUIRED {
+            let stale = answer.known == Some(ErrorCode::PaymentBlockhashStale);
+            if paid.is_some() {
+                let resign = stale && shared.retry.resign_on_stale_blockhash && !resigned;
+                if !resign {
+                    let kind = match answer.known {
+                        Some(code) if code.is_payment() => PaymentErrorKind::Refused(code),
+                        _ => PaymentErrorKind::RequiredAgain,
+                    };
+                    return payment_error(kind, attempts);
+                }
+                resigned = true;
+            }
+            let Some(quote) = quote else {
+                return payment_error(PaymentErrorKind::NoQuote, attempts);
+            };
+            // The official clients sign exactly the first offer.
+            let Some(offer) = quote.accepts.first() else {
+                return payment_error(PaymentErrorKind::NoQuote, attempts);
+            };
+            if let Err(refusal) = shared.policy.authorize(offer) {
+                return payment_error(PaymentErrorKind::Policy(refusal), attempts);
+            }
+            attempts.signatures += 1;
+            let header = shared
+                .signer
+                .payment_header(offer, Some(&quote.resource), shared.clock.now_unix_secs())
+                .await;
+            match header {
+                Ok(header) => {
+                    paid = Some(Paid {
+                        offer: offer.clone(),
+                        header: Arc::from(header),
+                    });
+                }
+                Err(error) => return payment_error(PaymentErrorKind::Sign(error), attempts),
+            }
+            continue;
+        }
+
+        let waited = retry_after(&head.headers);
+        if answer.known == Some(ErrorCode::PaymentVerificationUnavailable)
+            && paid.is_some()
+            && attempts.verification_retries < shared.retry.verification_retries
+        {
+            let backoff = shared.retry.backoff_for(attempts.verification_retries);
+            let wait = waited
+                .filter(|wait| *wait <= shared.retry.max_retry_after)
+                .unwrap_or(backoff);
+            attempts.verification_retries += 1;
+            shared.sleeper.sleep(wait).await;
+            continue;
+        }
+        let capacity = matches!(
+            answer.known,
+            Some(ErrorCode::ModelUnavailable | ErrorCode::RateLimited)
+        );
+        if capacity
+            && attempts.failovers == 0
+            && let Some(failover) = &shared.failover
+            && let Some(rewritten) = failover.reroute(inner.clone(), &parts, &body).await
+        {
+            attempts.failovers += 1;
+            body = rewritten;
+            // A new model is a new request: a new quote, a new payment.
+            paid = None;
+            resigned = false;
+            continue;
+        }
+        let retryable = matches!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+        );
+        if retryable
+            && attempts.retry_after_waits < shared.retry.retry_after_waits
+            && let Some(wait) = waited.filter(|wait| *wait <= shared.retry.max_retry_after)
+        {
+            attempts.retry_after_waits += 1;
+            shared.sleeper.sleep(wait).await;
+            continue;
+        }
+        if let Some(code) = answer.known.filter(|code| code.is_payment()) {
+            return payment_error(PaymentErrorKind::Refused(code), attempts);
+        }
+        return Err(ClientError::Api(ApiError {
+            status,
+            code: answer.code,
+            body: error_body,
+            attempts,
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::convert::Infallible;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use alloy_signer_local::PrivateKeySigner;
+    use tower::{ServiceBuilder, ServiceExt, service_fn};
+
+    use super::*;
+    use crate::client::pay::{Failover, RetryPolicy};
+    use crate::clock::FakeClock;
+    use crate::x402::payer::DEV_KEYS;
+    use crate::x402::{
+        AtomicAmount, DevLedger, LocalEvmFacilitator, Network, PaymentOption, PaymentPayload,
+        PaymentRequired, PriceTable, ResourceInfo, SettleResponse, X402Layer, codec,
+    };
+
+    const NOW: u64 = 1_750_000_000;
+
+    fn layer() -> X402PaymentLayer {
+        let key: PrivateKeySigner = DEV_KEYS[1].parse().unwrap();
+        X402PaymentLayer::new(key)
+            .clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+            .sleeper(Arc::new(Waits::default()))
+    }
+
+    /// Records every wait and returns at once: tests never sleep.
+    #[derive(Default)]
+    struct Waits(Mutex<Vec<Duration>>);
+
+    impl super::super::Sleeper for Waits {
+        fn sleep(&self, duration: Duration) -> crate::x402::BoxFuture<'static, ()> {
+            self.0.lock().unwrap().push(duration);
+            Box::pin(std::future::ready(()))
+        }
+    }
+
+    fn quote(units: u128) -> PaymentRequired {
+        PaymentRequired {
+            x402_version: 2,
+            error: Some(crate::x402::QUOTE_ERROR.into()),
+            resource: ResourceInfo {
+                url: "http://gateway/v1/chat/completions".into(),
+                ..Default::default()
+            },
+            accepts: vec![
+                PaymentOption::base_sepolia_usdc(DevLedger::DEV_ACCOUNTS[9])
+                    .unwrap()
+                    .requirements_for_amount(AtomicAmount::new(units)),
+            ],
+            extensions: None,
+        }
+    }
+
+    fn answer(status: u16, headers: &[(&str, String)], body: &str) -> Response<Full<Bytes>> {
+        let mut response = Response::builder().status(status);
+        for (name, value) in headers {
+            response = response.header(*name, value);
+        }
+        response
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .unwrap()
+    }
+
+    fn quote_answer(units: u128) -> Response<Full<Bytes>> {
+        answer(
+            402,
+            &[("payment-required", codec::encode(&quote(units)))],
+            "{}",
+        )
+    }
+
+    fn error_answer(status: u16, code: &str, retry_after: Option<&str>) -> Response<Full<Bytes>> {
+        let mut headers = vec![];
+        if let Some(secs) = retry_after {
+            headers.push(("retry-after", secs.to_owned()));
+        }
+        answer(
+            status,
+            &headers,
+            &format!(r#"{{"error":{{"code":"{code}"}},"code":"{code}"}}"#),
+        )
+    }
+
+    /// A request as the scripted server saw it: path, payment header, body.
+    type Seen = (String, Option<String>, Bytes);
+
+    /// A server that answers from a script and records the payment header of each request.
+    #[derive(Clone, Default)]
+    struct Scripted {
+        answers: Arc<Mutex<VecDeque<Response<Full<Bytes>>>>>,
+        seen: Arc<Mutex<Vec<Seen>>>,
+    }
+
+    impl Scripted {
+        fn new(answers: Vec<Response<Full<Bytes>>>) -> Self {
+            Self {
+                answers: Arc::new(Mutex::new(answers.into())),
+                seen: Arc::default(),
+            }
+        }
+
+        fn service(
+            &self,
+        ) -> impl Service<
+            Request<Full<Bytes>>,
+            Response = Response<Full<Bytes>>,
+            Error = Infallible,
+            Future = impl Send,
+        > + Clone
+        + Send
+        + 'static {
+            let script = self.clone();
+            service_fn(move |request: Request<Full<Bytes>>| {
+                let script = script.clone();
+                async move {
+                    let payment = request
+                        .headers()
+                        .get(PAYMENT_SIGNATURE)
+                        .map(|value| value.to_str().unwrap().to_owned());
+                    let path = request.uri().path().to_owned();
+                    let body = request.into_body().collect().await.unwrap().to_bytes();
+                    script.seen.lock().unwrap().push((path, payment, body));
+                    Ok::<_, Infallible>(script.answers.lock().unwrap().pop_front().unwrap())
+                }
+            })
+        }
+
+        fn payments(&self) -> Vec<Option<String>> {
+            self.seen
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|seen| seen.1.clone())
+                .collect()
+        }
+    }
+
+    fn chat(model: &str) -> Request<Full<Bytes>> {
+        Request::post("http://gateway/v1/chat/completions")
+            .body(Full::new(Bytes::from(format!(
+                r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}]}}"#
+            ))))
+            .unwrap()
+    }
+
+    fn payment_error(result: Result<Response<PaidBody<Full<Bytes>>>, ClientError>) -> PaymentError {
+        match result {
+            Err(ClientError::Payment(error)) => error,
+            other => panic!("not a payment error: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_quote_is_paid_once_and_verifies_on_a_real_x402_server() {
+        let ledger = Arc::new(DevLedger::new());
+        let clock = Arc::new(FakeClock::at_unix_secs(NOW));
+        let server_layer = X402Layer::builder()
+            .payment_option(PaymentOption::base_sepolia_usdc(DevLedger::DEV_ACCOUNTS[9]).unwrap())
+            .pricing(
+                PriceTable::by_route()
+                    .with_usd("POST /v1/chat/completions", "0.002")
+                    .unwrap(),
+            )
+            .facilitator(LocalEvmFacilitator::new(ledger.clone(), clock))
+            .build()
+            .unwrap();
+        let server = ServiceBuilder::new()
+            .layer(server_layer)
+            .service(service_fn(|request: Request<Full<Bytes>>| async move {
+                let body = request.into_body().collect().await.unwrap().to_bytes();
+                Ok::<_, Infallible>(Response::new(Full::new(body)))
+            }));
+        let server = service_fn(move |request: Request<Full<Bytes>>| {
+            let server = server.clone();
+            async move {
+                let response = server.oneshot(request).await?;
+                let (head, body) = response.into_parts();
+                let body = body.collect().await.unwrap().to_bytes();
+                Ok::<_, Infallible>(Response::from_parts(head, Full::new(body)))
+            }
+        });
+        let layer = layer();
+        let client = ServiceBuilder::new().layer(layer.clone()).service(server);
+        let response = client.oneshot(chat("openai/gpt-5-mini")).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let receipt = response.extensions().get::<Receipt>().cloned().unwrap();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert!(String::from_utf8_lossy(&body).contains("gpt-5-mini"));
+        let settlement = receipt.settlement().unwrap();
+        assert!(settlement.success);
+        assert_eq!(
+            settlement.payer.as_deref(),
+            Some(DevLedger::DEV_ACCOUNTS[1])
+        );
+        assert_eq!(receipt.amount(), AtomicAmount::new(3_000));
+        assert_eq!(layer.signer().signatures(), 1);
+        assert_eq!(ledger.settlements(), 1);
+        assert_eq!(
+            ledger.balance_of(
+                &DevLedger::base_sepolia_usdc(),
+                DevLedger::DEV_ACCOUNTS[1].parse().unwrap()
+            ),
+            DevLedger::DEV_ACCOUNT_FUNDS - 3_000
+        );
+    }
+
+    #[tokio::test]
+    async fn the_first_offer_is_signed_with_its_window_and_the_body_resent() {
+        let settled = SettleResponse {
+            success: true,
+            error_reason: None,
+            error_message: None,
+            payer: Some(DevLedger::DEV_ACCOUNTS[1].into()),
+            transaction: "0xabc".into(),
+            network: Network::base_sepolia(),
+            amount: None,
+        };
+        let script = Scripted::new(vec![
+            quote_answer(3_000),
+            answer(200, &[("payment-response", codec::encode(&settled))], "ok"),
+        ]);
+        let client = ServiceBuilder::new()
+            .layer(layer())
+            .service(script.service());
+        let response = client.oneshot(chat("m")).await.unwrap();
+        assert_eq!(
+            response
+                .extensions()
+                .get::<Receipt>()
+                .unwrap()
+                .transaction(),
+            Some("0xabc")
+        );
+        let seen = script.seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0].2, seen[1].2, "the same body is resent");
+        let payment: PaymentPayload =
+            codec::decode(seen[1].1.as_ref().unwrap().as_bytes()).unwrap();
+        assert_eq!(payment.accepted, quote(3_000).accepts[0]);
+        assert_eq!(payment.resource, Some(quote(3_000).resource));
+        let evm = payment.exact_evm().unwrap();
+        assert_eq!(evm.authorization.valid_before, NOW + 300);
+        assert_eq!(evm.authorization.value, AtomicAmount::new(3_000));
+    }
+
+    #[tokio::test]
+    async fn a_quote_over_the_cap_is_refused_without_signing() {
+        let script = Scripted::new(vec![quote_answer(100_001)]);
+        let layer = layer();
+        let client = ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(script.service());
+        let error = payment_error(client.oneshot(chat("m")).await);
+        assert!(matches!(
+            error.kind,
+            PaymentErrorKind::Policy(super::super::Refusal::OverCap { .. })
+        ));
+        assert_eq!(layer.signer().signatures(), 0);
+        assert_eq!(error.attempts.signatures, 0);
+        assert_eq!(script.payments(), [None]);
+    }
+
+    #[tokio::test]
+    async fn a_second_402_after_paying_gets_no_second_signature() {
+        let script = Scripted::new(vec![quote_answer(3_000), quote_answer(3_000)]);
+        let layer = layer();
+        let client = ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(script.service());
+        let error = payment_error(client.oneshot(chat("m")).await);
+        assert!(
+            matches!(error.kind, PaymentErrorKind::RequiredAgain),
+            "{error}"
+        );
+        assert_eq!(layer.signer().signatures(), 1);
+        assert_eq!(error.attempts.requests, 2);
+    }
+
+    #[tokio::test]
+    async fn verification_unavailable_resends_the_same_signature_with_backoff() {
+        let unavailable = || error_answer(503, "PAYMENT_VERIFICATION_UNAVAILABLE", None);
+        let script = Scripted::new(vec![
+            quote_answer(3_000),
+            unavailable(),
+            error_answer(503, "PAYMENT_VERIFICATION_UNAVAILABLE", Some("5")),
+            answer(200, &[], "ok"),
+        ]);
+        let waits = Arc::new(Waits::default());
+        let layer = layer().sleeper(waits.clone());
+        let client = ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(script.service());
+        client.oneshot(chat("m")).await.unwrap();
+        let payments = script.payments();
+        assert_eq!(payments.len(), 4);
+        assert!(payments[1].is_some());
+        assert!(payments[1..].iter().all(|payment| *payment == payments[1]));
+        assert_eq!(layer.signer().signatures(), 1);
+        // The backoff first, then the server's Retry-After.
+        assert_eq!(
+            *waits.0.lock().unwrap(),
+            [Duration::from_millis(500), Duration::from_secs(5)]
+        );
+
+        // Bounded: the retries run out and the error says how many there were.
+        let script = Scripted::new(vec![quote_answer(3_000), unavailable(), unavailable()]);
+        let layer = layer.retry(RetryPolicy::default().verification_retries(1));
+        let client = ServiceBuilder::new().layer(layer).service(script.service());
+        let error = payment_error(client.oneshot(chat("m")).await);
+        assert_eq!(
+            error.code(),
+            Some(ErrorCode::PaymentVerificationUnavailable)
+        );
+        assert_eq!(error.attempts.verification_retries, 1);
+    }
+
+    #[tokio::test]
+    async fn payment_refusals_and_api_errors_are_told_apart() {
+        let unfunded = error_answer(402, "PAYMENT_UNFUNDED", None);
+        let script = Scripted::new(vec![quote_answer(3_000), unfunded]);
+        let client = ServiceBuilder::new()
+            .layer(layer())
+            .service(script.service());
+        let error = payment_error(client.oneshot(chat("m")).await);
+        assert_eq!(error.code(), Some(ErrorCode::PaymentUnfunded));
+        assert!(error.to_string().contains("check balance"));
+
+        let script = Scripted::new(vec![error_answer(400, "INVALID_REQUEST_BODY", None)]);
+        let client = ServiceBuilder::new()
+            .layer(layer())
+            .service(script.service());
+        match client.oneshot(chat("m")).await {
+            Err(ClientError::Api(error)) => {
+                assert_eq!(error.status, 400);
+                assert_eq!(error.code.as_deref(), Some("INVALID_REQUEST_BODY"));
+                assert!(!error.body.is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn retry_after_is_honoured_once_within_its_bound() {
+        let script = Scripted::new(vec![
+            error_answer(429, "RATE_LIMITED", Some("2")),
+            error_answer(429, "RATE_LIMITED", Some("2")),
+        ]);
+        let waits = Arc::new(Waits::default());
+        let client = ServiceBuilder::new()
+            .layer(layer().sleeper(waits.clone()))
+            .service(script.service());
+        let error = client.oneshot(chat("m")).await.unwrap_err();
+        assert!(error.is_rate_limited(), "{error}");
+        assert_eq!(*waits.0.lock().unwrap(), [Duration::from_secs(2)]);
+        // Longer than the bound: returned at once.
+        let script = Scripted::new(vec![error_answer(503, "MODEL_UNAVAILABLE", Some("600"))]);
+        let waits = Arc::new(Waits::default());
+        let client = ServiceBuilder::new()
+            .layer(layer().sleeper(waits.clone()))
+            .service(script.service());
+        assert!(matches!(
+            client.oneshot(chat("m")).await,
+            Err(ClientError::Api(_))
+        ));
+        assert!(waits.0.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_stale_blockhash_is_re_signed_once() {
+        let stale = || error_answer(402, "PAYMENT_BLOCKHASH_STALE", None);
+        let script = Scripted::new(vec![
+            quote_answer(3_000),
+            stale(),
+            quote_answer(3_000),
+            stale(),
+        ]);
+        let layer = layer();
+        let client = ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(script.service());
+        // The stale answer carries no quote here, so the re-sign needs one: none -> error.
+        let error = payment_error(client.oneshot(chat("m")).await);
+        assert!(matches!(error.kind, PaymentErrorKind::NoQuote), "{error}");
+        let mut stale_quote = quote(3_000);
+        stale_quote.error = Some("blockhash_expired".into());
+        let stale = || {
+            answer(
+                402,
+                &[("payment-required", codec::encode(&stale_quote))],
+                "{}",
+            )
+        };
+        let script = Scripted::new(vec![quote_answer(3_000), stale(), stale()]);
+        let layer = self::layer();
+        let client = ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(script.service());
+        let error = payment_error(client.oneshot(chat("m")).await);
+        assert_eq!(error.code(), Some(ErrorCode::PaymentBlockhashStale));
+        assert_eq!(layer.signer().signatures(), 2);
+        let payments = script.payments();
+        assert_ne!(payments[1], payments[2]);
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_not_paid_for() {
+        let script = Scripted::new(vec![]);
+        let client = ServiceBuilder::new()
+            .layer(layer().max_body_bytes(8))
+            .service(script.service());
+        let error = payment_error(client.oneshot(chat("m")).await);
+        assert!(matches!(
+            error.kind,
+            PaymentErrorKind::BodyTooLarge { limit_bytes: 8 }
+        ));
+        assert!(script.payments().is_empty());
+    }
+
+    #[tokio::test]
+    async fn model_unavailable_fails_over_to_another_providers_same_tier_model() {
+        let listing = r#"{"data":[
+            {"id":"openai/gpt-5-mini","owned_by":"openai","tier":"paid"},
+            {"id":"xai/grok","owned_by":"xai","tier":"flat"},
+            {"id":"google/gemini-2.5-flash","owned_by":"google","tier":"paid"}]}"#;
+        let script = Scripted::new(vec![
+            quote_answer(3_000),
+            error_answer(503, "MODEL_UNAVAILABLE", None),
+            answer(200, &[], listing),
+            quote_answer(2_000),
+            answer(200, &[], "ok"),
+        ]);
+        let layer = layer().failover(Failover::new());
+        let client = ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(script.service());
+        let response = client.oneshot(chat("openai/gpt-5-mini")).await.unwrap();
+        assert_eq!(
+            response.extensions().get::<Receipt>().unwrap().amount(),
+            AtomicAmount::new(2_000)
+        );
+        let seen = script.seen.lock().unwrap().clone();
+        assert_eq!(seen[2].0, "/v1/models");
+        let last: serde_json::Value = serde_json::from_slice(&seen[4].2).unwrap();
+        assert_eq!(last["model"], "google/gemini-2.5-flash");
+        assert_eq!(layer.signer().signatures(), 2);
+    }
+}

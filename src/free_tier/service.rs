@@ -1,0 +1,179 @@
+//! [`FreeTierLimit`], the service of [`FreeTierLimitLayer`].
+
+use std::fmt;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower_service::Service;
+
+use super::client_ip::ClientIp;
+use super::future::ResponseFuture;
+use super::layer::{FreeTierLimitLayer, IsFreeRequest};
+use super::limiter::{FreeTierStore, InMemoryLimiter};
+use crate::body::ResponseBody;
+use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError};
+
+/// The service of [`FreeTierLimitLayer`].
+#[derive(Clone)]
+pub struct FreeTierLimit<S, P, L = InMemoryLimiter> {
+    inner: S,
+    layer: FreeTierLimitLayer<P, L>,
+}
+
+impl<P> FreeTierLimit<(), P> {
+    /// Makes the layer of this service (tower-http's `Foo::layer`): the same
+    /// as [`FreeTierLimitLayer::new`].
+    pub fn layer(predicate: P) -> FreeTierLimitLayer<P> {
+        FreeTierLimitLayer::new(predicate)
+    }
+}
+
+impl<S, P, L> FreeTierLimit<S, P, L> {
+    /// Wraps `inner` with `layer`'s configuration.
+    pub fn new(inner: S, layer: FreeTierLimitLayer<P, L>) -> Self {
+        Self { inner, layer }
+    }
+
+    define_inner_service_accessors!();
+}
+
+impl<S: fmt::Debug, P, L: fmt::Debug> fmt::Debug for FreeTierLimit<S, P, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FreeTierLimit")
+            .field("inner", &self.inner)
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+impl<S, P, L, ReqBody, ResBody> Service<Request<ReqBody>> for FreeTierLimit<S, P, L>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    P: IsFreeRequest<ReqBody>,
+    L: FreeTierStore,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody, L::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        if !self.layer.predicate.is_free(&request) {
+            return ResponseFuture::pass_through(self.inner.call(request));
+        }
+        let style = EnvelopeStyle::of_request(&request);
+        let client = match self.layer.resolver.resolve(&request) {
+            Ok(client) => client,
+            Err(fault) => {
+                // Never a shared bucket: an unknown client is a server bug.
+                let error = GatewayError::new(ErrorCode::InternalError).with_message(format!(
+                    "free-tier limit cannot identify the client: {fault}"
+                ));
+                let response = self.layer.render.render(error, style);
+                return ResponseFuture::rejected(response, fault);
+            }
+        };
+        request.extensions_mut().insert(ClientIp(client));
+        let check = self.layer.store.check(self.layer.prefixes.key(client));
+        // Call the instance that was polled ready; leave a fresh clone behind.
+        let ready = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, ready);
+        ResponseFuture::checking(check, ready, request, (style, self.layer.render.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::net::SocketAddr;
+
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use std::sync::Arc;
+
+    use tower::{Layer, ServiceExt, service_fn};
+
+    use super::*;
+
+    type Body = Full<Bytes>;
+
+    fn request(path: &str) -> Request<Body> {
+        let mut request = Request::post(path).body(Body::default()).unwrap();
+        request
+            .extensions_mut()
+            .insert(SocketAddr::from(([198, 51, 100, 7], 4000)));
+        request
+    }
+
+    #[tokio::test]
+    async fn layer_constructor_limits_free_requests_and_passes_the_rest_untouched() {
+        let is_free = |request: &Request<Body>| request.uri().path() == "/free";
+        let layer = FreeTierLimit::layer(is_free);
+        let service = layer.layer(service_fn(|_request: Request<Body>| async {
+            Ok::<_, Infallible>(Response::new(Body::default()))
+        }));
+        let free = service.clone().oneshot(request("/free")).await.unwrap();
+        assert_eq!(free.headers()["x-ratelimit-limit"], "30");
+        assert_eq!(free.headers()["x-ratelimit-remaining"], "29");
+        let paid = service.oneshot(request("/paid")).await.unwrap();
+        assert!(paid.headers().get("x-ratelimit-limit").is_none());
+        assert_eq!(layer.store().len(), 1);
+    }
+
+    /// A store that cannot answer (Redis down).
+    #[derive(Clone)]
+    struct Down;
+
+    impl FreeTierStore for Down {
+        type Future = std::future::Ready<Result<super::super::Verdict, crate::store::StoreError>>;
+
+        fn check(&self, _key: super::super::ClientKey) -> Self::Future {
+            std::future::ready(Err(crate::store::StoreError::new("limiter store down")))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_store_that_cannot_answer_fails_closed_with_a_503() {
+        use http_body_util::BodyExt;
+        let is_free = |request: &Request<Body>| request.uri().path() == "/free";
+        let called = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = Arc::clone(&called);
+        let service = FreeTierLimitLayer::new(is_free)
+            .with_store(Down)
+            .layer(service_fn(move |_request: Request<Body>| {
+                seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                async { Ok::<_, Infallible>(Response::new(Body::default())) }
+            }));
+        let mut free = request("/free");
+        free.extensions_mut().insert(EnvelopeStyle::Messages);
+        let refused = service.clone().oneshot(free).await.unwrap();
+        assert_eq!(refused.status(), 503);
+        assert_eq!(refused.headers()["retry-after"], "5");
+        let (refused, body) = refused.into_parts();
+        let refused = http::Response::from_parts(refused, ());
+        let body = body.collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        // The route's envelope (Anthropic messages here: type and message).
+        assert_eq!(body["type"], "error");
+        assert_eq!(body["error"]["type"], "api_error");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("Rate limiting is unavailable"),
+            "{message}"
+        );
+        assert!(matches!(
+            refused
+                .extensions()
+                .get::<crate::envelope::GatewayError>()
+                .map(|e| e.code()),
+            Some(ErrorCode::RateLimitUnavailable)
+        ));
+        assert!(!called.load(std::sync::atomic::Ordering::SeqCst));
+        // Paid requests never ask the store.
+        let paid = service.oneshot(request("/paid")).await.unwrap();
+        assert_eq!(paid.status(), 200);
+    }
+}

@@ -1,0 +1,46 @@
+//! The spent-authorization record of the x402 replay guard (`S` and JSON),
+//! written by the replay guard's `mark_spent` or, paired with a
+//! [`RedisLedger`](super::RedisLedger), by the ledger's transfer script, and
+//! read back by the replay guard. Its own file so that neither of the two
+//! imports the other for it.
+
+use serde_json::{Value, json};
+
+use crate::x402::{AtomicAmount, Network, PaymentReceipt, SpentAuthorization};
+
+/// `S` and the spent authorization as JSON.
+pub(crate) fn encode_spent(spent: &SpentAuthorization) -> String {
+    let receipt = &spent.receipt;
+    let body = json!({
+        "payer": receipt.payer(),
+        "amount": receipt.amount().units().to_string(),
+        "network": receipt.network().as_str(),
+        "transaction": receipt.transaction(),
+        "id": receipt.authorization_id(),
+        "fingerprint": alloy_primitives::hex::encode(spent.fingerprint),
+    });
+    format!("S{body}")
+}
+
+/// The spent authorization of an `S` record, without its `S`.
+pub(crate) fn decode_spent(json: &str) -> Option<SpentAuthorization> {
+    let body: Value = serde_json::from_str(json).ok()?;
+    let text = |field: &str| body.get(field).and_then(Value::as_str);
+    let amount = text("amount")?.parse::<u128>().ok()?;
+    let network = Network::parse(text("network")?).ok()?;
+    let mut receipt = PaymentReceipt::new(
+        text("payer")?.to_owned(),
+        AtomicAmount::new(amount),
+        network,
+        text("id")?.to_owned(),
+    );
+    if let Some(transaction) = text("transaction") {
+        receipt = receipt.settled(transaction.to_owned());
+    }
+    let mut fingerprint = [0; 32];
+    alloy_primitives::hex::decode_to_slice(text("fingerprint")?, &mut fingerprint).ok()?;
+    Some(SpentAuthorization {
+        receipt,
+        fingerprint,
+    })
+}
