@@ -14,7 +14,7 @@
 //! | unknown model | [`UnknownModelBody`] | every gateway route, 400 |
 //! | payment rejection | [`PaymentRejectionBody`] | chat-style routes, 402 with a code |
 //! | 402 quote | [`QuoteBody`] | [`X402Layer`](crate) quotes |
-//! | data API | [`DataApiError`] | every Area A rejection (401, 403, 429, 400, …) |
+//! | data API | [`DataApiError`] | every Area A rejection (401, 403, 429, 400, …); typed ones implement [`DataApiRejection`] |
 //! | missing extension | [`MissingExtension`] | every extractor whose layer is not in front of its route: 500 in the route's shape |
 //!
 //! A gateway layer describes a failure once, as a [`GatewayError`], and the
@@ -43,7 +43,8 @@ pub mod shapes;
 mod style;
 
 pub use codes::{ErrorCode, ErrorType};
-pub use data_api::DataApiError;
+pub(crate) use data_api::data_api_rejection;
+pub use data_api::{DataApiError, DataApiRejection, RenderDataApiRejection};
 pub use gateway::{GatewayError, RateLimitInfo, RenderRejection};
 pub use missing::MissingExtension;
 pub use redact::redact;
