@@ -157,7 +157,7 @@ pub use future::{AuthenticateFuture, ResponseFuture};
 pub use jwks::JwksUrl;
 pub use keys::{KeySet, VerificationKey};
 pub use layer::WalletJwtLayer;
-pub use require::{RequireScopes, RequireScopesLayer};
+pub use require::{RequireScopes, RequireScopesLayer, RequireScopesRejection};
 pub use revocation::{InMemoryRevocations, RevocationCheck};
 pub use scope::{CustomScope, InvalidScope, Scope, ScopeError, ScopeSet};
 pub use service::WalletJwt;
