@@ -319,6 +319,8 @@ fn trace_rendered<E: DataApiRejection>(_rejection: &E) {
 /// Derives, for a [`DataApiRejection`] type, what every data API rejection
 /// has: `Display` (its message), `Error`, `From<_> for DataApiError` and
 /// axum's `IntoResponse` (the default response).
+// Unused when no data API gate is compiled in.
+#[allow(unused_macros)]
 macro_rules! data_api_rejection {
     ($ty:ty) => {
         impl ::std::fmt::Display for $ty {

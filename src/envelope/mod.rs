@@ -43,6 +43,7 @@ pub mod shapes;
 mod style;
 
 pub use codes::{ErrorCode, ErrorType};
+#[allow(unused_imports)] // no data API gate compiled in
 pub(crate) use data_api::data_api_rejection;
 pub use data_api::{DataApiError, DataApiRejection, RenderDataApiRejection};
 pub use gateway::{GatewayError, RateLimitInfo, RenderRejection};
