@@ -10,7 +10,9 @@ use http::{HeaderValue, StatusCode};
 use super::quota::{QuotaStore, QuotaVerdict, retry_after_secs};
 use super::store::{ApiKeyRecord, KeyStore};
 use super::{ApiKeyId, KeyQuota};
-use crate::envelope::{DataApiRejection, RenderDataApiRejection, data_api_rejection};
+use crate::envelope::{
+    API_KEY_CHALLENGE, DataApiRejection, RenderDataApiRejection, data_api_rejection,
+};
 use crate::store::StoreError;
 
 /// Why [`ApiKeyLayer`](super::ApiKeyLayer) refused a request. It rides in the rejection's
@@ -86,9 +88,7 @@ impl DataApiRejection for ApiKeyError {
 
     fn www_authenticate(&self) -> Option<HeaderValue> {
         match self {
-            Self::Missing | Self::Ambiguous | Self::Unknown => {
-                Some(HeaderValue::from_static("ApiKey header=\"X-API-KEY\""))
-            }
+            Self::Missing | Self::Ambiguous | Self::Unknown => Some(API_KEY_CHALLENGE),
             _ => None,
         }
     }

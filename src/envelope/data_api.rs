@@ -77,24 +77,20 @@ impl DataApiError {
 
     /// 401 for a missing, unknown or revoked API key.
     pub fn unauthorized(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, message)
-            .with_www_authenticate(HeaderValue::from_static("ApiKey header=\"X-API-KEY\""))
+        Self::new(StatusCode::UNAUTHORIZED, message).with_www_authenticate(API_KEY_CHALLENGE)
     }
 
     /// 401 for a missing or invalid bearer token, with
     /// `WWW-Authenticate: Bearer error="invalid_token"` (RFC 6750).
     pub fn invalid_token(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, message)
-            .with_www_authenticate(HeaderValue::from_static("Bearer error=\"invalid_token\""))
+        Self::new(StatusCode::UNAUTHORIZED, message).with_www_authenticate(INVALID_TOKEN_CHALLENGE)
     }
 
     /// 403 for a token that lacks `scopes` (space-separated), with
     /// `WWW-Authenticate: Bearer error="insufficient_scope", scope="…"`.
     pub fn insufficient_scope(scopes: &str, message: impl Into<Cow<'static, str>>) -> Self {
-        let challenge = format!("Bearer error=\"insufficient_scope\", scope=\"{scopes}\"");
-        let value = HeaderValue::from_str(&challenge)
-            .unwrap_or_else(|_| HeaderValue::from_static("Bearer error=\"insufficient_scope\""));
-        Self::new(StatusCode::FORBIDDEN, message).with_www_authenticate(value)
+        Self::new(StatusCode::FORBIDDEN, message)
+            .with_www_authenticate(insufficient_scope_challenge(scopes))
     }
 
     /// 403 with `message` (e.g. the path names another wallet).
@@ -188,6 +184,21 @@ impl DataApiError {
         response.extensions_mut().insert(self);
         response
     }
+}
+
+/// `WWW-Authenticate` of a missing, doubled, unknown or revoked API key.
+pub(crate) const API_KEY_CHALLENGE: HeaderValue =
+    HeaderValue::from_static("ApiKey header=\"X-API-KEY\"");
+
+/// `WWW-Authenticate` of a missing or invalid bearer token (RFC 6750).
+pub(crate) const INVALID_TOKEN_CHALLENGE: HeaderValue =
+    HeaderValue::from_static("Bearer error=\"invalid_token\"");
+
+/// `WWW-Authenticate` of a token lacking `scopes` (space-separated, RFC 6750).
+pub(crate) fn insufficient_scope_challenge(scopes: &str) -> HeaderValue {
+    let challenge = format!("Bearer error=\"insufficient_scope\", scope=\"{scopes}\"");
+    HeaderValue::from_str(&challenge)
+        .unwrap_or_else(|_| HeaderValue::from_static("Bearer error=\"insufficient_scope\""))
 }
 
 /// The gRPC canonical code for an HTTP status (the usual HTTP mapping).

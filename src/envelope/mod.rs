@@ -21,7 +21,9 @@
 //! route's [`EnvelopeStyle`] picks the shape. The router sets the style once
 //! per route ([`EnvelopeStyleLayer`]); nothing guesses it from the path. A
 //! caller who wants other answers owns them with a [`RenderRejection`]
-//! (`with_rejection` on the layers):
+//! (`with_rejection` on the layers). The data API's gates (`ApiKeyLayer`,
+//! `WalletJwtLayer`, `RequireScopesLayer`) do the same with their typed
+//! rejections ([`DataApiRejection`], [`RenderDataApiRejection`]):
 //!
 //! ```
 //! use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError};
@@ -45,6 +47,10 @@ mod style;
 pub use codes::{ErrorCode, ErrorType};
 #[allow(unused_imports)] // no data API gate compiled in
 pub(crate) use data_api::data_api_rejection;
+#[allow(unused_imports)] // no data API gate compiled in
+pub(crate) use data_api::{
+    API_KEY_CHALLENGE, INVALID_TOKEN_CHALLENGE, insufficient_scope_challenge,
+};
 pub use data_api::{DataApiError, DataApiRejection, RenderDataApiRejection};
 pub use gateway::{GatewayError, RateLimitInfo, RenderRejection};
 pub use missing::MissingExtension;

@@ -84,7 +84,9 @@ impl WalletJwtLayer {
     }
 
     /// This layer followed by [`RequireScopesLayer`] for `scopes`: a valid
-    /// wallet JWT granting them, else 401 / 403 `insufficient_scope`.
+    /// wallet JWT granting them, else 401 / 403 `insufficient_scope`. The
+    /// guard answers in the Area A envelope; to render its refusals too,
+    /// stack a [`RequireScopesLayer::with_rejection`] yourself.
     ///
     /// ```
     /// # use walletgate::wallet_jwt::{JwtVerifier, KeySet, Scope, WalletJwtLayer};

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use http::{HeaderValue, StatusCode};
 
-use crate::envelope::{DataApiRejection, data_api_rejection};
+use crate::envelope::{DataApiRejection, data_api_rejection, insufficient_scope_challenge};
 
 /// One scope a wallet JWT can grant.
 ///
@@ -261,15 +261,7 @@ impl DataApiRejection for ScopeError {
     }
 
     fn www_authenticate(&self) -> Option<HeaderValue> {
-        let challenge = format!(
-            "Bearer error=\"insufficient_scope\", scope=\"{}\"",
-            self.missing
-        );
-        Some(
-            HeaderValue::from_str(&challenge).unwrap_or_else(|_| {
-                HeaderValue::from_static("Bearer error=\"insufficient_scope\"")
-            }),
-        )
+        Some(insufficient_scope_challenge(&self.missing.to_string()))
     }
 }
 

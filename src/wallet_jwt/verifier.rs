@@ -22,7 +22,7 @@ use super::{
     ConfigError, KeySet, PAT_PREFIX, RevocationCheck, ScopeSet, VerificationKey, WalletClaims,
 };
 use crate::clock::{SharedClock, SystemClock};
-use crate::envelope::{DataApiRejection, data_api_rejection};
+use crate::envelope::{DataApiRejection, INVALID_TOKEN_CHALLENGE, data_api_rejection};
 use crate::store::StoreError;
 
 /// A signature algorithm walletgate verifies. `none` is not one.
@@ -189,8 +189,7 @@ impl DataApiRejection for JwtError {
     }
 
     fn www_authenticate(&self) -> Option<HeaderValue> {
-        (JwtError::status(*self) == StatusCode::UNAUTHORIZED)
-            .then(|| HeaderValue::from_static("Bearer error=\"invalid_token\""))
+        (JwtError::status(*self) == StatusCode::UNAUTHORIZED).then_some(INVALID_TOKEN_CHALLENGE)
     }
 }
 
