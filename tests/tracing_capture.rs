@@ -404,3 +404,51 @@ async fn a_token_exchange_logs_wallet_and_pat_id_and_neither_pat_nor_jwt() {
     captured.line_with(&["token_exchange{", "outcome=\"refused\""]);
     captured.assert_none_of(&[secret.expose(), &token.access_token]);
 }
+
+#[tokio::test]
+async fn a_rendered_data_api_rejection_is_one_trace_event_naming_it_and_no_secret() {
+    use gates_support::{API_KEY, bearer, claims, clock, echo, token, verifier};
+    let (captured, _guard) = capture();
+    let store = InMemoryKeyStore::new();
+    store
+        .insert(API_KEY, ApiKeyRecord::new(ApiKeyId::new("app-1").unwrap()))
+        .unwrap();
+    let clock = clock();
+    let own = |_error| http::Response::new(Bytes::from_static(b"own"));
+    let service = ServiceBuilder::new()
+        .layer(ApiKeyLayer::new(store.clone()))
+        .layer(WalletJwtLayer::new(verifier(&clock)).with_rejection(own))
+        .layer(RequireScopesLayer::new(Scope::WriteWallets))
+        .service(service_fn(echo));
+    let wrong_key = "wrong-key-0123456789abcdef";
+    let jwt = token(&claims());
+    let tampered = bearer(&format!("{jwt}x"));
+    let request = |key: &str, authorization: &str| {
+        Request::get("/")
+            .header("x-api-key", key)
+            .header("authorization", authorization)
+            .body(Full::default())
+            .unwrap()
+    };
+    let refused = service.clone().oneshot(request(wrong_key, &bearer(&jwt)));
+    assert_eq!(refused.await.unwrap().status(), 401);
+    let refused = service.clone().oneshot(request(API_KEY, &tampered));
+    assert_eq!(refused.await.unwrap().status(), 200, "the caller's closure");
+    let refused = service.oneshot(request(API_KEY, &bearer(&jwt)));
+    assert_eq!(refused.await.unwrap().status(), 403);
+
+    for (rejection, kind, status) in [
+        ("ApiKeyError", "unknown", 401),
+        ("JwtError", "malformed", 401),
+        ("RequireScopesRejection", "insufficient_scope", 403),
+    ] {
+        let line = captured.line_with(&[
+            "TRACE",
+            "walletgate::rejection",
+            &format!("rejection=\"{rejection}\""),
+        ]);
+        assert!(line.contains(&format!("kind=\"{kind}\"")), "{line}");
+        assert!(line.contains(&format!("status={status}")), "{line}");
+    }
+    captured.assert_none_of(&[wrong_key, API_KEY, &jwt, &tampered]);
+}

@@ -34,9 +34,7 @@ pub(crate) struct Nonce {
 
 /// `POST /api/v2/auth/siwe/nonce` -> `{nonce}`.
 pub(crate) async fn nonce(State(state): State<SharedState>) -> Result<Json<Nonce>, DataApiError> {
-    let nonce = state.siwe.issue_nonce().await.map_err(|_| {
-        DataApiError::new(StatusCode::SERVICE_UNAVAILABLE, "nonce store unavailable")
-    })?;
+    let nonce = state.siwe.issue_nonce().await?;
     Ok(Json(Nonce { nonce }))
 }
 
@@ -102,14 +100,7 @@ pub(crate) async fn verify(
     let signed_in = state
         .siwe
         .verify_fields(&body.message, &body.signature)
-        .await
-        .map_err(|error| {
-            if error.is_server_fault() {
-                DataApiError::new(StatusCode::SERVICE_UNAVAILABLE, error.to_string())
-            } else {
-                DataApiError::unauthorized(format!("SIWE verification failed: {error}"))
-            }
-        })?;
+        .await?;
     let cookies = state.issuer.start_session(signed_in.address).await?;
     let address = signed_in.address.to_checksum(None);
     let headers = cookies.set_cookie_headers(state.issuer.config());

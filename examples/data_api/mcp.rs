@@ -7,10 +7,15 @@
 //!
 //! | layer | answers |
 //! |---|---|
-//! | [`JsonRpcRejectionsLayer`] | rewrites the gates' Area A rejections into JSON-RPC error bodies, keeping status and headers (`WWW-Authenticate`, `Retry-After`) |
-//! | `ApiKeyLayer` (the REST routes' own, so quotas are shared) | 401 without a valid `X-API-KEY`, 429 over quota |
+//! | `ApiKeyLayer` (the REST routes' own, so quotas are shared) | 401 without a valid `X-API-KEY`, 429 over quota, 503 when a store cannot answer |
 //! | `WalletJwtLayer::optional_bearer` | 401 `invalid_token` for a present but invalid or expired JWT; no JWT passes |
 //! | [`JsonRpcParse`] | 400 `-32700` for a POST's JSON body that does not parse (rmcp says a bare 415); 204 for an accepted `DELETE` (session termination; rmcp says 202, which the Python client reports as a failure) |
+//!
+//! Both gates render their refusals as JSON-RPC errors themselves
+//! (`with_rejection(`[`jsonrpc_rejection`]`)`): MCP clients read a failed
+//! POST's body as JSON-RPC (Python `mcp` 2.x reports only "Server returned an
+//! error response" for anything else). Status and headers stay the Area A
+//! ones (`WWW-Authenticate` with its RFC 6750 attributes, `Retry-After`).
 //!
 //! Public tools need only the API key. Wallet tools act for the wallet of the
 //! verified JWT of *their own request* (rmcp hands each tool its request's
@@ -23,22 +28,20 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use crate::ApiKeys;
 use axum::body::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
-use pin_project_lite::pin_project;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
 use tower::Layer;
 use tower::Service;
 use tower::util::MapRequest;
-use walletgate::body::{ResponseBody, rejection};
-use walletgate::envelope::DataApiError;
+use walletgate::envelope::DataApiRejection;
 use walletgate::wallet_jwt::{JwtVerifier, WalletJwtLayer};
 
 use crate::state::SharedState;
@@ -56,10 +59,8 @@ const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
 
 /// The `/mcp` service stack, outermost first (see the module docs).
-pub(crate) type McpService = JsonRpcRejections<
-    crate::quotas::Keyed<
-        MapRequest<walletgate::wallet_jwt::WalletJwt<JsonRpcParse<RmcpService>>, EndSessionFn>,
-    >,
+pub(crate) type McpService = crate::quotas::Keyed<
+    MapRequest<walletgate::wallet_jwt::WalletJwt<JsonRpcParse<RmcpService>>, EndSessionFn>,
 >;
 
 type EndSessionFn = fn(Request<axum::body::Body>) -> Request<axum::body::Body>;
@@ -95,9 +96,13 @@ pub(crate) fn service(
         config,
     );
     let tools = JsonRpcParse { inner: tools };
-    let tools = WalletJwtLayer::new(verifier).optional_bearer().layer(tools);
+    let tools = WalletJwtLayer::new(verifier)
+        .optional_bearer()
+        .with_rejection(jsonrpc_rejection)
+        .layer(tools);
     let tools = MapRequest::new(tools, end_session_without_bearer as EndSessionFn);
-    JsonRpcRejectionsLayer.layer(api_keys.layer(tools))
+    // Same store and quota buckets as the REST routes' layer; its own answers.
+    api_keys.with_rejection(jsonrpc_rejection).layer(tools)
 }
 
 /// The authority of `origin` plus loopback: rmcp refuses every other `Host`
@@ -159,83 +164,19 @@ fn jsonrpc_error(status: StatusCode, code: i64, message: &str) -> Response<Bytes
 // ---------------------------------------------------------------------------
 // Rejections as JSON-RPC errors
 
-/// Gives the gates' rejections a JSON-RPC error body.
-///
-/// MCP clients read a failed POST's body as JSON-RPC: Python `mcp` 2.x
-/// reports only "Server returned an error response" for anything else. The
-/// gates put their [`DataApiError`] in the rejection's extensions; this layer
-/// keeps the status and headers and swaps the Area A body for
-/// `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":…}}`.
-#[derive(Clone, Copy, Debug, Default)]
-#[must_use]
-pub(crate) struct JsonRpcRejectionsLayer;
-
-impl<S> Layer<S> for JsonRpcRejectionsLayer {
-    type Service = JsonRpcRejections<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        JsonRpcRejections { inner }
-    }
-}
-
-/// The service of [`JsonRpcRejectionsLayer`].
-#[derive(Clone, Debug)]
-pub(crate) struct JsonRpcRejections<S> {
-    inner: S,
-}
-
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for JsonRpcRejections<S>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-{
-    type Response = Response<ResponseBody<ResBody>>;
-    type Error = S::Error;
-    type Future = RejectionsFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        RejectionsFuture {
-            inner: self.inner.call(request),
-        }
-    }
-}
-
-pin_project! {
-    /// The future of [`JsonRpcRejections`].
-    pub(crate) struct RejectionsFuture<F> {
-        #[pin]
-        inner: F,
-    }
-}
-
-impl<F, ResBody, E> Future for RejectionsFuture<F>
-where
-    F: Future<Output = Result<Response<ResBody>, E>>,
-{
-    type Output = Result<Response<ResponseBody<ResBody>>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let response = ready!(self.project().inner.poll(cx))?;
-        let Some(message) = response
-            .extensions()
-            .get::<DataApiError>()
-            .map(|error| error.message().to_owned())
-        else {
-            return Poll::Ready(Ok(response.map(ResponseBody::inner)));
-        };
-        let (mut parts, _area_a_body) = response.into_parts();
-        let replacement = jsonrpc_error(parts.status, GATE_REFUSED, &message);
-        parts.headers.remove(header::CONTENT_LENGTH);
-        parts.headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        let response = Response::from_parts(parts, replacement.into_body());
-        Poll::Ready(Ok(rejection(response)))
-    }
+/// A gate's refusal as a JSON-RPC error, the `with_rejection` of both gates:
+/// `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":…}}` with the
+/// Area A status and headers (`WWW-Authenticate`, `Retry-After`,
+/// `Cache-Control: no-store`). The Area A error rides in the extensions, so
+/// the access log names the refusal as on every other route.
+pub(crate) fn jsonrpc_rejection<E: DataApiRejection>(rejection: E) -> Response<Bytes> {
+    let error = rejection.to_data_api_error();
+    let mut response = jsonrpc_error(error.status(), GATE_REFUSED, error.message());
+    let headers = response.headers_mut();
+    error.write_headers(headers);
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response.extensions_mut().insert(error);
+    response
 }
 
 // ---------------------------------------------------------------------------
@@ -359,40 +300,40 @@ mod tests {
 
     #[tokio::test]
     async fn gate_rejections_keep_status_and_headers_with_a_jsonrpc_body() {
-        let gate = tower::service_fn(|_: Request<()>| async {
-            let rejection = DataApiError::invalid_token("Wallet JWT expired: refresh it");
-            Ok::<_, Infallible>(rejection.into_response().map(Full::new))
-        });
-        let response = JsonRpcRejectionsLayer
-            .layer(gate)
-            .oneshot(Request::new(()))
-            .await
-            .unwrap();
+        use walletgate::wallet_jwt::JwtError;
+        let response = jsonrpc_rejection(JwtError::Expired);
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(
             response.headers()[header::WWW_AUTHENTICATE],
             "Bearer error=\"invalid_token\""
         );
+        assert_eq!(response.headers()[header::CACHE_CONTROL], "no-store");
         assert_eq!(
-            body_json(response).await,
+            response
+                .extensions()
+                .get::<walletgate::envelope::DataApiError>()
+                .map(|error| error.message()),
+            Some("Wallet JWT expired: refresh it")
+        );
+        assert_eq!(
+            body_json(response.map(Full::new)).await,
             json!({"jsonrpc": "2.0", "id": null,
                    "error": {"code": -32001, "message": "Wallet JWT expired: refresh it"}})
         );
     }
 
     #[tokio::test]
-    async fn other_responses_pass_unchanged() {
-        let tools = tower::service_fn(|_: Request<()>| async {
-            let answer = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
-            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(answer.to_string()))))
+    async fn a_spent_quota_keeps_retry_after() {
+        use walletgate::api_key::ApiKeyError;
+        let response = jsonrpc_rejection(ApiKeyError::QuotaExceeded {
+            retry_after_secs: 7,
         });
-        let response = JsonRpcRejectionsLayer
-            .layer(tools)
-            .oneshot(Request::new(()))
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        assert_eq!(body_json(response).await["id"], 1);
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "7");
+        assert_eq!(
+            body_json(response.map(Full::new)).await["error"]["code"],
+            GATE_REFUSED
+        );
     }
 
     #[tokio::test]

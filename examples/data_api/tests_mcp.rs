@@ -115,6 +115,37 @@ async fn mcp_without_a_valid_api_key_is_a_jsonrpc_401() {
 }
 
 #[tokio::test]
+async fn mcps_401_is_the_body_its_with_rejection_renders() {
+    use walletgate::api_key::ApiKeyError;
+    use walletgate::wallet_jwt::JwtError;
+    let server = start().await;
+    let missing = server.mcp(&[], INITIALIZE).await;
+    let expected = crate::mcp::jsonrpc_rejection(ApiKeyError::Missing);
+    assert_eq!(missing.status, expected.status());
+    assert_eq!(missing.text.as_bytes(), expected.body().as_ref());
+    assert_eq!(
+        missing.json()["error"],
+        json!({"code": -32001, "message": "Missing X-API-KEY header"})
+    );
+    for name in [header::WWW_AUTHENTICATE, header::CACHE_CONTROL] {
+        assert_eq!(missing.headers[&name], expected.headers()[&name], "{name}");
+    }
+
+    let keyed = [
+        ("x-api-key", API_KEY),
+        ("authorization", "Bearer not.a.jwt"),
+    ];
+    let malformed = server.mcp(&keyed, INITIALIZE).await;
+    let expected = crate::mcp::jsonrpc_rejection(JwtError::Malformed);
+    assert_eq!(malformed.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(malformed.text.as_bytes(), expected.body().as_ref());
+    assert_eq!(
+        malformed.headers[header::WWW_AUTHENTICATE],
+        "Bearer error=\"invalid_token\""
+    );
+}
+
+#[tokio::test]
 async fn delete_ends_the_session_with_204_even_with_an_expired_jwt() {
     let server = start().await;
     let (_, _, jwt) = server

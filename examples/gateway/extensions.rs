@@ -4,18 +4,18 @@
 //! Each step inserts one value for the steps after it: [`ParsedRequest`]
 //! (validation), [`ResolvedModel`] (model lookup), [`ImageRequest`] and
 //! [`ImagePrice`] (the image routes). A value that is missing where it is read
-//! is a wiring fault, answered by [`wiring_fault`] (500) in the route's envelope.
+//! is a wiring fault, answered by the library's [`MissingExtension`] (500 in
+//! the route's envelope, naming the value and the step that provides it).
 
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use http::request::Parts;
-use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError};
+use walletgate::envelope::{EnvelopeStyle, MissingExtension};
 use walletgate::x402::Price;
 
 use crate::catalogue::Model;
-use crate::reply::reject;
 use crate::request::ChatRequest;
 
 /// The validated request, mapped to chat form. Read it with the extractor.
@@ -39,42 +39,37 @@ pub(crate) struct ImageRequest {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ImagePrice(pub(crate) Price);
 
-/// The answer to a value missing from the extensions: the pipeline was
-/// wired wrong (500), never the client's fault.
-pub(crate) fn wiring_fault(missing: &str, style: EnvelopeStyle) -> Response {
-    reject(
-        GatewayError::new(ErrorCode::InternalError).with_message(format!(
-            "Internal error: {missing} missing (pipeline wiring)"
-        )),
-        style,
-    )
+/// The answer to a `T` missing from the extensions of a step answering in
+/// `style`: `provider` (the step that inserts it) was not wired in front (500).
+pub(crate) fn missing<T>(provider: &'static str, style: EnvelopeStyle) -> Response {
+    IntoResponse::into_response(MissingExtension::gateway_in_style::<T>(provider, style))
 }
 
-/// Reads a pipeline value from the request extensions; a missing value is a
-/// wiring fault (500), never the client's.
+/// Reads a pipeline value that `provider` put in the request extensions; a
+/// missing value is a wiring fault (500 in the route's envelope).
 fn extension<T: Clone + Send + Sync + 'static>(
     parts: &Parts,
-    name: &str,
-) -> Result<T, Box<Response>> {
+    provider: &'static str,
+) -> Result<T, MissingExtension> {
     parts
         .extensions
         .get::<T>()
         .cloned()
-        .ok_or_else(|| Box::new(wiring_fault(name, EnvelopeStyle::of_parts(parts))))
+        .ok_or_else(|| MissingExtension::gateway::<T>(provider, parts))
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for ParsedRequest {
-    type Rejection = Response;
+    type Rejection = MissingExtension;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        extension(parts, "ParsedRequest").map_err(|response| *response)
+        extension(parts, "prepare_request")
     }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for ResolvedModel {
-    type Rejection = Response;
+    type Rejection = MissingExtension;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        extension(parts, "ResolvedModel").map_err(|response| *response)
+        extension(parts, "prepare_request")
     }
 }

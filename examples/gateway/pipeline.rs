@@ -35,7 +35,7 @@ use walletgate::envelope::{
 };
 use walletgate::gateway::{JsonBodyLayer, ParsedJson, invalid_request_body};
 
-use crate::extensions::{ParsedRequest, ResolvedModel, wiring_fault};
+use crate::extensions::{ParsedRequest, ResolvedModel, missing};
 use crate::images::{find_job, validate_image};
 use crate::reply::reject;
 use crate::request::{ChatRequest, Endpoint};
@@ -97,7 +97,7 @@ async fn prepare_request(
 ) -> Result<Request, Response> {
     let style = endpoint.style();
     let Some(ParsedJson(value)) = request.extensions_mut().remove::<ParsedJson>() else {
-        return Err(wiring_fault("the parsed JSON body", style));
+        return Err(missing::<ParsedJson>("JsonBodyLayer", style));
     };
     let parsed = match ChatRequest::from_json(endpoint, value) {
         Ok(parsed) => parsed,

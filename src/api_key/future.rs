@@ -100,7 +100,8 @@ where
                 }
                 StateProj::Lookup { lookup } => {
                     let looked_up = ready!(lookup.poll(cx));
-                    let config = this.config.take().expect(POLLED_AFTER_COMPLETION);
+                    // Kept until the end: a refusal is rendered with it.
+                    let config = this.config.as_ref().expect(POLLED_AFTER_COMPLETION);
                     match config.found(looked_up) {
                         Ok(Found {
                             id,
@@ -133,9 +134,12 @@ where
                         future: inner.call(request),
                     }
                 }
-                Err(error) => State::Rejected {
-                    response: Some(error.into_response()),
-                },
+                Err(error) => {
+                    let config = this.config.take().expect(POLLED_AFTER_COMPLETION);
+                    State::Rejected {
+                        response: Some(config.reject.render(error)),
+                    }
+                }
             };
             this.state.set(next);
         }

@@ -1,20 +1,24 @@
 //! The verdict on a presented key: what the layer and its services share
 //! (store, quota buckets, default quota), and why a key is refused.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{Response, StatusCode};
+use http::{HeaderValue, StatusCode};
 
 use super::quota::{QuotaStore, QuotaVerdict, retry_after_secs};
 use super::store::{ApiKeyRecord, KeyStore};
 use super::{ApiKeyId, KeyQuota};
-use crate::envelope::DataApiError;
+use crate::envelope::{
+    API_KEY_CHALLENGE, DataApiRejection, RenderDataApiRejection, data_api_rejection,
+};
 use crate::store::StoreError;
 
 /// Why [`ApiKeyLayer`](super::ApiKeyLayer) refused a request. It rides in the rejection's
-/// response extensions, next to the rendered [`DataApiError`].
+/// response extensions (next to the rendered
+/// [`DataApiError`](crate::envelope::DataApiError) by default); a caller
+/// renders it with [`ApiKeyLayer::with_rejection`](super::ApiKeyLayer::with_rejection).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ApiKeyError {
@@ -36,12 +40,8 @@ pub enum ApiKeyError {
 }
 
 impl ApiKeyError {
-    /// The HTTP status this error is answered with.
-    pub fn status(&self) -> StatusCode {
-        self.to_data_api_error().status()
-    }
-
-    /// A short snake_case name of the error, for logs.
+    /// A short snake_case name of the error, for logs (its
+    /// [`kind`](DataApiRejection::kind)).
     pub fn code(&self) -> &'static str {
         match self {
             Self::Missing => "missing",
@@ -52,47 +52,61 @@ impl ApiKeyError {
             Self::QuotaUnavailable => "quota_unavailable",
         }
     }
+}
 
-    /// The Area A rejection for this error.
-    pub fn to_data_api_error(&self) -> DataApiError {
+/// 401 with `WWW-Authenticate: ApiKey header="X-API-KEY"` for a missing,
+/// doubled or unknown key; 429 with `Retry-After` over quota; 503 when a
+/// store cannot answer (`Retry-After: 5` for the quota store: it fails closed).
+impl DataApiRejection for ApiKeyError {
+    fn kind(&self) -> &'static str {
+        self.code()
+    }
+
+    fn status(&self) -> StatusCode {
         match self {
-            Self::Missing => DataApiError::unauthorized("Missing X-API-KEY header"),
-            Self::Ambiguous => DataApiError::unauthorized("Send exactly one X-API-KEY header"),
-            Self::Unknown => DataApiError::unauthorized("Invalid or revoked API key"),
-            Self::QuotaExceeded { retry_after_secs } => {
-                DataApiError::too_many_requests(*retry_after_secs)
-            }
-            Self::StoreUnavailable => DataApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "API key store unavailable; retry later",
-            ),
-            // Fails closed: a key's quota is never skipped.
-            Self::QuotaUnavailable => DataApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "API key quota unavailable, so the request was not served; retry later",
-            )
-            .with_retry_after_secs(QUOTA_UNAVAILABLE_RETRY_SECS),
+            Self::Missing | Self::Ambiguous | Self::Unknown => StatusCode::UNAUTHORIZED,
+            Self::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::StoreUnavailable | Self::QuotaUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
-    pub(super) fn into_response(self) -> Response<Bytes> {
-        let mut response = self.to_data_api_error().into_response();
-        response.extensions_mut().insert(self);
-        response
+    fn message(&self) -> Cow<'static, str> {
+        Cow::Borrowed(match self {
+            Self::Missing => "Missing X-API-KEY header",
+            Self::Ambiguous => "Send exactly one X-API-KEY header",
+            Self::Unknown => "Invalid or revoked API key",
+            Self::QuotaExceeded { .. } => {
+                "Rate limit exceeded for this API key; honour Retry-After"
+            }
+            Self::StoreUnavailable => "API key store unavailable; retry later",
+            // Fails closed: a key's quota is never skipped.
+            Self::QuotaUnavailable => {
+                "API key quota unavailable, so the request was not served; retry later"
+            }
+        })
+    }
+
+    fn www_authenticate(&self) -> Option<HeaderValue> {
+        match self {
+            Self::Missing | Self::Ambiguous | Self::Unknown => Some(API_KEY_CHALLENGE),
+            _ => None,
+        }
+    }
+
+    fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Self::QuotaExceeded { retry_after_secs } => Some((*retry_after_secs).max(1)),
+            Self::QuotaUnavailable => Some(QUOTA_UNAVAILABLE_RETRY_SECS),
+            _ => None,
+        }
     }
 }
+
+data_api_rejection!(ApiKeyError);
 
 /// `Retry-After` of [`ApiKeyError::QuotaUnavailable`] (the gateway's
 /// `RATE_LIMIT_UNAVAILABLE` says the same).
 const QUOTA_UNAVAILABLE_RETRY_SECS: u64 = 5;
-
-impl fmt::Display for ApiKeyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.to_data_api_error().message())
-    }
-}
-
-impl std::error::Error for ApiKeyError {}
 
 /// What the layer and each of its services share: the key store, the quota
 /// store and the default quota.
@@ -100,6 +114,8 @@ pub(super) struct Config<K, Q> {
     pub(super) store: Arc<K>,
     pub(super) quotas: Arc<Q>,
     pub(super) default_quota: Option<KeyQuota>,
+    /// How a refusal is answered.
+    pub(super) reject: RenderDataApiRejection<ApiKeyError>,
 }
 
 impl<K, Q> Clone for Config<K, Q> {
@@ -108,6 +124,7 @@ impl<K, Q> Clone for Config<K, Q> {
             store: Arc::clone(&self.store),
             quotas: Arc::clone(&self.quotas),
             default_quota: self.default_quota,
+            reject: self.reject.clone(),
         }
     }
 }
@@ -116,6 +133,7 @@ impl<K, Q> fmt::Debug for Config<K, Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
             .field("default_quota", &self.default_quota)
+            .field("reject", &self.reject)
             .finish_non_exhaustive()
     }
 }
@@ -186,7 +204,7 @@ pub(super) fn refused(_key_id: Option<&ApiKeyId>, error: ApiKeyError) -> ApiKeyE
         key_id = _key_id.map(ApiKeyId::as_str),
         outcome = "refused",
         error = error.code(),
-        status = error.status().as_u16(),
+        status = DataApiRejection::status(&error).as_u16(),
     );
     error
 }

@@ -11,6 +11,11 @@
 //!
 //! The key never appears in a response, a `Debug` output or an error.
 //!
+//! A caller who wants other answers than the Area A envelope (a JSON-RPC
+//! error on an MCP endpoint, say) renders the typed [`ApiKeyError`] itself
+//! with [`ApiKeyLayer::with_rejection`]; status and headers come with the
+//! error ([`DataApiRejection`](crate::envelope::DataApiRejection)).
+//!
 //! Quota buckets live in a [`QuotaStore`]: [`InMemoryQuotas`] by default,
 //! or a store several replicas share (`walletgate::redis::RedisQuotas`,
 //! feature `redis`) through [`ApiKeyLayer::with_quota_store`]. A quota store

@@ -92,7 +92,10 @@ where
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         let digest = match presented_digest(request.headers()) {
             Ok(digest) => digest,
-            Err(error) => return ResponseFuture::rejected(refused(None, error).into_response()),
+            Err(error) => {
+                let response = self.config.reject.render(refused(None, error));
+                return ResponseFuture::rejected(response);
+            }
         };
         // The secret goes no further than this layer.
         request.headers_mut().remove(X_API_KEY);

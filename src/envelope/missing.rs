@@ -67,6 +67,17 @@ impl MissingExtension {
         }
     }
 
+    /// `T`, which `layer` provides, is missing on a gateway (Area B) route
+    /// whose envelope the caller knows: answered in `style` (a step that
+    /// serves one endpoint, or a route that sets no [`EnvelopeStyle`]).
+    pub fn gateway_in_style<T: ?Sized>(layer: &'static str, style: EnvelopeStyle) -> Self {
+        Self {
+            type_name: short_type_name::<T>(),
+            layer,
+            envelope: Envelope::Gateway(style),
+        }
+    }
+
     /// The missing type's name, without its module path.
     pub fn type_name(&self) -> &'static str {
         self.type_name
@@ -160,6 +171,27 @@ mod tests {
                 .as_str()
                 .unwrap()
                 .contains("ProbeLayer")
+        );
+    }
+
+    #[test]
+    fn gateway_route_with_a_known_style_gets_a_500_in_it() {
+        let missing =
+            MissingExtension::gateway_in_style::<Probe>("ProbeStep", EnvelopeStyle::Responses);
+        let body = body(missing.into_response());
+        assert_eq!(
+            body["error"]["code"], "INTERNAL_ERROR",
+            "responses-style body: {body}"
+        );
+        assert!(
+            body.get("message").is_none(),
+            "not the chat-style body: {body}"
+        );
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Probe is missing from the request extensions: is ProbeStep")
         );
     }
 

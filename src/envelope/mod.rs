@@ -14,14 +14,16 @@
 //! | unknown model | [`UnknownModelBody`] | every gateway route, 400 |
 //! | payment rejection | [`PaymentRejectionBody`] | chat-style routes, 402 with a code |
 //! | 402 quote | [`QuoteBody`] | [`X402Layer`](crate) quotes |
-//! | data API | [`DataApiError`] | every Area A rejection (401, 403, 429, 400, …) |
+//! | data API | [`DataApiError`] | every Area A rejection (401, 403, 429, 400, …); typed ones implement [`DataApiRejection`] |
 //! | missing extension | [`MissingExtension`] | every extractor whose layer is not in front of its route: 500 in the route's shape |
 //!
 //! A gateway layer describes a failure once, as a [`GatewayError`], and the
 //! route's [`EnvelopeStyle`] picks the shape. The router sets the style once
 //! per route ([`EnvelopeStyleLayer`]); nothing guesses it from the path. A
 //! caller who wants other answers owns them with a [`RenderRejection`]
-//! (`with_rejection` on the layers):
+//! (`with_rejection` on the layers). The data API's gates (`ApiKeyLayer`,
+//! `WalletJwtLayer`, `RequireScopesLayer`) do the same with their typed
+//! rejections ([`DataApiRejection`], [`RenderDataApiRejection`]):
 //!
 //! ```
 //! use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError};
@@ -43,7 +45,13 @@ pub mod shapes;
 mod style;
 
 pub use codes::{ErrorCode, ErrorType};
-pub use data_api::DataApiError;
+#[allow(unused_imports)] // no data API gate compiled in
+pub(crate) use data_api::data_api_rejection;
+#[allow(unused_imports)] // no data API gate compiled in
+pub(crate) use data_api::{
+    API_KEY_CHALLENGE, INVALID_TOKEN_CHALLENGE, insufficient_scope_challenge,
+};
+pub use data_api::{DataApiError, DataApiRejection, RenderDataApiRejection};
 pub use gateway::{GatewayError, RateLimitInfo, RenderRejection};
 pub use missing::MissingExtension;
 pub use redact::redact;

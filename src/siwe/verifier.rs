@@ -104,6 +104,32 @@ impl std::error::Error for VerifyError {
     }
 }
 
+/// The data API's answer to a refused sign-in: 401
+/// ([`DataApiError::unauthorized`](crate::envelope::DataApiError::unauthorized))
+/// saying which check failed (`SIWE verification failed: …`), or 503 when
+/// the nonce store failed (the server's fault: the client may retry).
+impl From<VerifyError> for crate::envelope::DataApiError {
+    fn from(error: VerifyError) -> Self {
+        use crate::envelope::DataApiError;
+        if error.is_server_fault() {
+            DataApiError::new(http::StatusCode::SERVICE_UNAVAILABLE, error.to_string())
+        } else {
+            DataApiError::unauthorized(format!("SIWE verification failed: {error}"))
+        }
+    }
+}
+
+/// The data API's answer when no nonce could be issued: 503 (the store is
+/// full or down; never the client's fault).
+impl From<NonceStoreError> for crate::envelope::DataApiError {
+    fn from(_error: NonceStoreError) -> Self {
+        crate::envelope::DataApiError::new(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            "nonce store unavailable",
+        )
+    }
+}
+
 /// A [`SiweVerifierBuilder`] setting that cannot work.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -601,6 +627,29 @@ mod tests {
         for (candidate, expected) in cases {
             assert_eq!(candidate.build().err(), Some(expected));
         }
+    }
+
+    #[test]
+    fn a_refused_sign_in_is_401_and_a_failed_nonce_store_503_in_the_area_a_envelope() {
+        use crate::envelope::DataApiError;
+        let refused = DataApiError::from(VerifyError::DomainMismatch);
+        assert_eq!(refused.status(), 401);
+        assert_eq!(
+            refused.message(),
+            "SIWE verification failed: the message's domain is not this server's"
+        );
+        let store = || NonceStoreError::Backend(crate::store::StoreError::new("down"));
+        let unavailable = DataApiError::from(VerifyError::NonceStore(store()));
+        assert_eq!(unavailable.status(), 503);
+        assert_eq!(
+            unavailable.message(),
+            "the sign-in could not be checked; try again later"
+        );
+        let no_nonce = DataApiError::from(store());
+        assert_eq!(
+            (no_nonce.status().as_u16(), no_nonce.message()),
+            (503, "nonce store unavailable")
+        );
     }
 
     #[test]

@@ -1,13 +1,13 @@
 //! [`WalletClaims`]: what a verified wallet JWT says.
 
-use std::fmt;
+use std::borrow::Cow;
 use std::str::FromStr;
 
 use alloy_primitives::Address;
-use axum_core::response::{IntoResponse, Response};
+use http::StatusCode;
 
 use super::{Scope, ScopeError, ScopeSet};
-use crate::envelope::DataApiError;
+use crate::envelope::{DataApiRejection, data_api_rejection};
 
 /// The verified claims of a wallet JWT.
 ///
@@ -137,25 +137,22 @@ pub(crate) fn parse_wallet(text: &str) -> Option<Address> {
 #[non_exhaustive]
 pub struct WalletMismatch;
 
-impl fmt::Display for WalletMismatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("The wallet in the request is not the wallet of the JWT")
+/// 403: the path (or the arguments) name another wallet.
+impl DataApiRejection for WalletMismatch {
+    fn kind(&self) -> &'static str {
+        "wallet_mismatch"
+    }
+
+    fn status(&self) -> StatusCode {
+        StatusCode::FORBIDDEN
+    }
+
+    fn message(&self) -> Cow<'static, str> {
+        Cow::Borrowed("The wallet in the request is not the wallet of the JWT")
     }
 }
 
-impl std::error::Error for WalletMismatch {}
-
-impl From<WalletMismatch> for DataApiError {
-    fn from(error: WalletMismatch) -> Self {
-        DataApiError::forbidden(error.to_string())
-    }
-}
-
-impl IntoResponse for WalletMismatch {
-    fn into_response(self) -> Response {
-        super::extract::axum_response(DataApiError::from(self))
-    }
-}
+data_api_rejection!(WalletMismatch);
 
 #[cfg(test)]
 mod tests {

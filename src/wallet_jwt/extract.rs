@@ -1,20 +1,15 @@
 //! Extractors: [`WalletClaims`], `Option<WalletClaims>` and [`Wallet`].
 
-use std::fmt;
+use std::borrow::Cow;
 
 use alloy_primitives::Address;
 use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
-use axum_core::response::{IntoResponse, Response};
 use http::request::Parts;
+use http::{HeaderValue, StatusCode};
 
 use super::service::NoBearer;
 use super::{JwtError, WalletClaims};
-use crate::envelope::{DataApiError, MissingExtension};
-
-/// Renders an Area A rejection as an axum response.
-pub(crate) fn axum_response(error: DataApiError) -> Response {
-    error.into_response().map(axum_core::body::Body::from)
-}
+use crate::envelope::{DataApiRejection, MissingExtension, data_api_rejection};
 
 /// Why the claims extractor found no claims.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,38 +26,40 @@ impl WalletClaimsRejection {
     pub(crate) fn missing_layer() -> Self {
         Self::MissingLayer(MissingExtension::data_api::<WalletClaims>("WalletJwtLayer"))
     }
+}
 
-    /// The Area A rejection.
-    pub fn into_data_api_error(self) -> DataApiError {
+/// No bearer: [`JwtError::Missing`]'s 401; no layer: 500 naming it.
+impl DataApiRejection for WalletClaimsRejection {
+    fn kind(&self) -> &'static str {
         match self {
-            Self::MissingToken => JwtError::Missing.to_data_api_error(),
-            Self::MissingLayer(missing) => missing.into(),
+            Self::MissingToken => "missing_token",
+            Self::MissingLayer(_) => "missing_layer",
+        }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::MissingToken => DataApiRejection::status(&JwtError::Missing),
+            Self::MissingLayer(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn message(&self) -> Cow<'static, str> {
+        match self {
+            Self::MissingToken => Cow::Borrowed(JwtError::Missing.message()),
+            Self::MissingLayer(missing) => Cow::Owned(missing.to_string()),
+        }
+    }
+
+    fn www_authenticate(&self) -> Option<HeaderValue> {
+        match self {
+            Self::MissingToken => DataApiRejection::www_authenticate(&JwtError::Missing),
+            Self::MissingLayer(_) => None,
         }
     }
 }
 
-impl fmt::Display for WalletClaimsRejection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::MissingToken => f.write_str(JwtError::Missing.message()),
-            Self::MissingLayer(missing) => missing.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for WalletClaimsRejection {}
-
-impl From<WalletClaimsRejection> for DataApiError {
-    fn from(rejection: WalletClaimsRejection) -> Self {
-        rejection.into_data_api_error()
-    }
-}
-
-impl IntoResponse for WalletClaimsRejection {
-    fn into_response(self) -> Response {
-        axum_response(self.into_data_api_error())
-    }
-}
+data_api_rejection!(WalletClaimsRejection);
 
 impl<S: Send + Sync> FromRequestParts<S> for WalletClaims {
     type Rejection = WalletClaimsRejection;
@@ -129,7 +126,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(rejection.to_string().contains("WalletJwtLayer"));
-        assert_eq!(rejection.into_data_api_error().status(), 500);
+        assert_eq!(DataApiRejection::status(&rejection), 500);
         let optional =
             <WalletClaims as OptionalFromRequestParts<()>>::from_request_parts(&mut parts, &())
                 .await;
@@ -147,7 +144,7 @@ mod tests {
         let rejection = <WalletClaims as FromRequestParts<()>>::from_request_parts(&mut parts, &())
             .await
             .unwrap_err();
-        assert_eq!(rejection.into_data_api_error().status(), 401);
+        assert_eq!(DataApiRejection::status(&rejection), 401);
         let optional =
             <WalletClaims as OptionalFromRequestParts<()>>::from_request_parts(&mut parts, &())
                 .await

@@ -11,6 +11,7 @@ use tower_service::Service;
 
 use super::{JwtError, WalletClaims};
 use crate::body::{ResponseBody, rejection};
+use crate::envelope::RenderDataApiRejection;
 
 const POLLED_AFTER_COMPLETION: &str = "wallet gate ResponseFuture polled after completion";
 
@@ -91,7 +92,11 @@ pin_project! {
     where
         S: Service<Request<B>>,
     {
-        Verifying { verdict: Verdict, pending: Option<(Request<B>, S)> },
+        Verifying {
+            verdict: Verdict,
+            pending: Option<(Request<B>, S)>,
+            reject: RenderDataApiRejection<JwtError>,
+        },
         Inner { #[pin] future: S::Future },
         Rejected { response: Option<Response<Bytes>> },
     }
@@ -101,11 +106,17 @@ impl<S, B> AuthenticateFuture<S, B>
 where
     S: Service<Request<B>>,
 {
-    pub(super) fn verifying(verdict: Verdict, request: Request<B>, inner: S) -> Self {
+    pub(super) fn verifying(
+        verdict: Verdict,
+        request: Request<B>,
+        inner: S,
+        reject: RenderDataApiRejection<JwtError>,
+    ) -> Self {
         Self {
             state: AuthState::Verifying {
                 verdict,
                 pending: Some((request, inner)),
+                reject,
             },
         }
     }
@@ -134,7 +145,11 @@ where
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
             match self.as_mut().project().state.project() {
-                AuthStateProj::Verifying { verdict, pending } => {
+                AuthStateProj::Verifying {
+                    verdict,
+                    pending,
+                    reject,
+                } => {
                     let verdict = ready!(verdict.as_mut().poll(cx));
                     let (mut request, mut inner) = pending.take().expect(POLLED_AFTER_COMPLETION);
                     match verdict {
@@ -160,7 +175,7 @@ where
                                 outcome = "invalid_token",
                                 reason = ?error,
                             );
-                            return Poll::Ready(Ok(rejection(error.into_response())));
+                            return Poll::Ready(Ok(rejection(reject.render(error))));
                         }
                     }
                 }

@@ -3,10 +3,13 @@
 use std::fmt;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use http::Response;
 use tower_layer::{Layer, Stack};
 
 use super::service::WalletJwt;
-use super::{JwtVerifier, RequireScopesLayer, ScopeSet};
+use super::{JwtError, JwtVerifier, RequireScopesLayer, ScopeSet};
+use crate::envelope::RenderDataApiRejection;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum BearerMode {
@@ -14,12 +17,13 @@ pub(super) enum BearerMode {
     Optional,
 }
 
-/// What the layer and each of its services share: the verifier and whether
-/// a bearer is required.
+/// What the layer and each of its services share: the verifier, whether
+/// a bearer is required and how a refusal is answered.
 #[derive(Clone)]
 pub(super) struct Config {
     pub(super) verifier: JwtVerifier,
     pub(super) mode: BearerMode,
+    pub(super) reject: RenderDataApiRejection<JwtError>,
 }
 
 impl fmt::Debug for Config {
@@ -27,6 +31,7 @@ impl fmt::Debug for Config {
         f.debug_struct("Config")
             .field("verifier", &self.verifier)
             .field("mode", &self.mode)
+            .field("reject", &self.reject)
             .finish()
     }
 }
@@ -47,8 +52,22 @@ impl WalletJwtLayer {
             config: Arc::new(Config {
                 verifier,
                 mode: BearerMode::Required,
+                reject: RenderDataApiRejection::default(),
             }),
         }
+    }
+
+    /// Renders refusals with `render` instead of the Area A envelope: it
+    /// gets the typed [`JwtError`] (status, message and the RFC 6750
+    /// challenge through [`DataApiRejection`](crate::envelope::DataApiRejection))
+    /// and returns the response; the error still rides in the response
+    /// extensions.
+    pub fn with_rejection<F>(mut self, render: F) -> Self
+    where
+        F: Fn(JwtError) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        Arc::make_mut(&mut self.config).reject = RenderDataApiRejection::new(render);
+        self
     }
 
     /// Lets requests without any `Authorization` header through without
@@ -65,7 +84,9 @@ impl WalletJwtLayer {
     }
 
     /// This layer followed by [`RequireScopesLayer`] for `scopes`: a valid
-    /// wallet JWT granting them, else 401 / 403 `insufficient_scope`.
+    /// wallet JWT granting them, else 401 / 403 `insufficient_scope`. The
+    /// guard answers in the Area A envelope; to render its refusals too,
+    /// stack a [`RequireScopesLayer::with_rejection`] yourself.
     ///
     /// ```
     /// # use walletgate::wallet_jwt::{JwtVerifier, KeySet, Scope, WalletJwtLayer};
@@ -92,5 +113,115 @@ impl<S> Layer<S> for WalletJwtLayer {
 
     fn layer(&self, inner: S) -> Self::Service {
         WalletJwt::from_config(inner, Arc::clone(&self.config))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::future::Ready;
+
+    use http::Request;
+    use http::header::AUTHORIZATION;
+    use http_body_util::BodyExt;
+    use tower::{ServiceExt, service_fn};
+
+    use super::*;
+    use crate::envelope::DataApiRejection;
+    use crate::wallet_jwt::{KeySet, Scope};
+
+    const ORIGIN: &str = "https://api.walletgate.test";
+
+    fn verifier() -> JwtVerifier {
+        JwtVerifier::new(KeySet::new(), ORIGIN, ORIGIN).unwrap()
+    }
+
+    type Inner =
+        tower::util::ServiceFn<fn(Request<()>) -> Ready<Result<Response<String>, Infallible>>>;
+
+    fn ok(_: Request<()>) -> Ready<Result<Response<String>, Infallible>> {
+        std::future::ready(Ok(Response::new("served".to_owned())))
+    }
+
+    /// The status, `WWW-Authenticate` and body `layer` answers to a request
+    /// with `authorization`.
+    async fn answer<L, B>(layer: L, authorization: Option<&'static str>) -> (u16, String, String)
+    where
+        L: Layer<Inner>,
+        L::Service: tower::Service<Request<()>, Response = Response<B>, Error = Infallible>,
+        B: http_body::Body,
+        B::Error: std::fmt::Debug,
+    {
+        let mut request = Request::new(());
+        if let Some(value) = authorization {
+            request
+                .headers_mut()
+                .insert(AUTHORIZATION, http::HeaderValue::from_static(value));
+        }
+        let inner: Inner = service_fn(ok as fn(_) -> _);
+        let response = layer.layer(inner).oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let challenge = response
+            .headers()
+            .get("www-authenticate")
+            .map(|value| value.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            challenge,
+            String::from_utf8_lossy(&body).into_owned(),
+        )
+    }
+
+    #[test]
+    fn clones_share_one_configuration() {
+        let layer = WalletJwtLayer::new(verifier());
+        let clone = layer.clone();
+        assert!(Arc::ptr_eq(&layer.config, &clone.config));
+        assert_eq!(clone.config.mode, BearerMode::Required);
+    }
+
+    #[test]
+    fn optional_bearer_changes_only_the_mode() {
+        let layer = WalletJwtLayer::new(verifier()).optional_bearer();
+        assert_eq!(layer.config.mode, BearerMode::Optional);
+        assert_eq!(layer.verifier().keys().len(), 0);
+    }
+
+    #[tokio::test]
+    async fn by_default_a_refusal_is_the_area_a_401() {
+        let (status, challenge, body) = answer(WalletJwtLayer::new(verifier()), None).await;
+        assert_eq!(status, 401);
+        assert_eq!(challenge, "Bearer error=\"invalid_token\"");
+        assert_eq!(
+            body,
+            r#"{"error":{"message":"Missing bearer token: send Authorization: Bearer <wallet JWT>","status":401,"code":16}}"#
+        );
+    }
+
+    #[tokio::test]
+    async fn with_rejection_renders_the_typed_error() {
+        let layer = WalletJwtLayer::new(verifier()).with_rejection(|error| {
+            let mut response = Response::new(Bytes::from(error.kind()));
+            *response.status_mut() = error.status();
+            error
+                .to_data_api_error()
+                .write_headers(response.headers_mut());
+            response
+        });
+        let (status, challenge, body) = answer(layer.clone(), None).await;
+        assert_eq!((status, body.as_str()), (401, "missing"));
+        assert_eq!(challenge, "Bearer error=\"invalid_token\"");
+        let (status, _, body) = answer(layer, Some("Basic abc")).await;
+        assert_eq!((status, body.as_str()), (401, "malformed"));
+    }
+
+    #[tokio::test]
+    async fn require_stacks_the_scope_guard_inside() {
+        let layer = WalletJwtLayer::new(verifier()).optional_bearer();
+        let (status, _, body) = answer(layer.require(Scope::ReadFavorites), None).await;
+        assert_eq!(status, 401, "no bearer passes the gate, the guard refuses");
+        assert!(body.contains("Missing bearer token"), "{body}");
     }
 }

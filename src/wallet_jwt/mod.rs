@@ -16,6 +16,11 @@
 //! path names is the token's (403). Inside a handler or an MCP tool,
 //! [`WalletClaims::require`] does the same check.
 //!
+//! Both layers answer in the Area A envelope unless the caller renders their
+//! typed rejections ([`JwtError`], [`RequireScopesRejection`]) itself with
+//! `with_rejection(..)` ([`DataApiRejection`](crate::envelope::DataApiRejection)
+//! gives status, message and the RFC 6750 challenge).
+//!
 //! # The token contract
 //!
 //! Wallet JWTs are RFC 9068 access tokens; the PAT exchange mints exactly
@@ -157,7 +162,7 @@ pub use future::{AuthenticateFuture, ResponseFuture};
 pub use jwks::JwksUrl;
 pub use keys::{KeySet, VerificationKey};
 pub use layer::WalletJwtLayer;
-pub use require::{RequireScopes, RequireScopesLayer};
+pub use require::{RequireScopes, RequireScopesLayer, RequireScopesRejection};
 pub use revocation::{InMemoryRevocations, RevocationCheck};
 pub use scope::{CustomScope, InvalidScope, Scope, ScopeError, ScopeSet};
 pub use service::WalletJwt;

@@ -1,19 +1,69 @@
 //! `RequireScopesLayer`: scopes and the path's wallet, per route.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{Request, Response};
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use super::extract::WalletClaimsRejection;
 use super::future::ResponseFuture;
 use super::service::NoBearer;
-use super::{ScopeSet, WalletClaims};
+use super::{ScopeError, ScopeSet, WalletClaims, WalletMismatch};
 use crate::body::ResponseBody;
-use crate::envelope::DataApiError;
+use crate::envelope::{DataApiRejection, RenderDataApiRejection, data_api_rejection};
+
+/// Why [`RequireScopesLayer`] refused a request (axum-core's composite
+/// rejection: one variant per cause, each a data API rejection of its own).
+/// It rides in the rejection's response extensions; a caller renders it with
+/// [`RequireScopesLayer::with_rejection`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RequireScopesRejection {
+    /// No claims: no bearer behind an optional-bearer `WalletJwtLayer`
+    /// (401 `invalid_token`), or no `WalletJwtLayer` at all (500).
+    NoClaims(WalletClaimsRejection),
+    /// The token lacks scopes: 403 `insufficient_scope`.
+    InsufficientScope(ScopeError),
+    /// The path names another wallet than the token's: 403.
+    WalletMismatch(WalletMismatch),
+}
+
+/// `method` of the rejection inside.
+macro_rules! delegate {
+    ($self:ident, $method:ident) => {
+        match $self {
+            Self::NoClaims(rejection) => DataApiRejection::$method(rejection),
+            Self::InsufficientScope(error) => DataApiRejection::$method(error),
+            Self::WalletMismatch(error) => DataApiRejection::$method(error),
+        }
+    };
+}
+
+/// Its cause's status, message and headers.
+impl DataApiRejection for RequireScopesRejection {
+    fn kind(&self) -> &'static str {
+        delegate!(self, kind)
+    }
+
+    fn status(&self) -> StatusCode {
+        delegate!(self, status)
+    }
+
+    fn message(&self) -> Cow<'static, str> {
+        delegate!(self, message)
+    }
+
+    fn www_authenticate(&self) -> Option<HeaderValue> {
+        delegate!(self, www_authenticate)
+    }
+}
+
+data_api_rejection!(RequireScopesRejection);
 
 /// Requires the wallet JWT's scopes (and optionally the wallet a path names)
 /// on the routes it wraps; see the [module docs](super).
@@ -62,6 +112,7 @@ pub struct RequireScopesLayer {
 struct Config {
     scopes: ScopeSet,
     wallet_after_segment: Option<Box<str>>,
+    reject: RenderDataApiRejection<RequireScopesRejection>,
 }
 
 impl RequireScopesLayer {
@@ -71,8 +122,21 @@ impl RequireScopesLayer {
             config: Arc::new(Config {
                 scopes: scopes.into(),
                 wallet_after_segment: None,
+                reject: RenderDataApiRejection::default(),
             }),
         }
+    }
+
+    /// Renders refusals with `render` instead of the Area A envelope: it
+    /// gets the typed [`RequireScopesRejection`] (status, message and the
+    /// RFC 6750 challenge through [`DataApiRejection`]) and returns the
+    /// response; the rejection still rides in the response extensions.
+    pub fn with_rejection<F>(mut self, render: F) -> Self
+    where
+        F: Fn(RequireScopesRejection) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        Arc::make_mut(&mut self.config).reject = RenderDataApiRejection::new(render);
+        self
     }
 
     /// Also requires that the path segment after the segment `segment`
@@ -108,7 +172,7 @@ impl RequireScopesLayer {
 }
 
 impl Config {
-    fn check<B>(&self, request: &Request<B>) -> Result<(), DataApiError> {
+    fn check<B>(&self, request: &Request<B>) -> Result<(), RequireScopesRejection> {
         let extensions = request.extensions();
         let Some(claims) = extensions.get::<WalletClaims>() else {
             let rejection = if extensions.get::<NoBearer>().is_some() {
@@ -117,7 +181,7 @@ impl Config {
                 WalletClaimsRejection::missing_layer()
             };
             trace_decision!(INFO, "require_scopes", required = %self.scopes, outcome = "invalid_token");
-            return Err(rejection.into_data_api_error());
+            return Err(RequireScopesRejection::NoClaims(rejection));
         };
         match self.check_claims(claims, request.uri().path()) {
             Ok(()) => {
@@ -149,16 +213,18 @@ impl Config {
         &self,
         claims: &WalletClaims,
         path: &str,
-    ) -> Result<(), (&'static str, DataApiError)> {
-        claims
-            .require_all(&self.scopes)
-            .map_err(|error| ("insufficient_scope", error.into()))?;
+    ) -> Result<(), (&'static str, RequireScopesRejection)> {
+        claims.require_all(&self.scopes).map_err(|error| {
+            let rejection = RequireScopesRejection::InsufficientScope(error);
+            ("insufficient_scope", rejection)
+        })?;
         if let Some(segment) = &self.wallet_after_segment
             && let Some(named) = segment_after(path, segment)
         {
-            claims
-                .require_wallet(named)
-                .map_err(|error| ("wallet_mismatch", error.into()))?;
+            claims.require_wallet(named).map_err(|error| {
+                let rejection = RequireScopesRejection::WalletMismatch(error);
+                ("wallet_mismatch", rejection)
+            })?;
         }
         Ok(())
     }
@@ -238,7 +304,7 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         match self.config.check(&request) {
             Ok(()) => ResponseFuture::inner(self.inner.call(request)),
-            Err(error) => ResponseFuture::rejected(error.into_response()),
+            Err(rejection) => ResponseFuture::rejected(self.config.reject.render(rejection)),
         }
     }
 }
@@ -321,5 +387,67 @@ mod tests {
         assert_eq!(segment_after("/0xabc/favorites", "account"), None);
         assert_eq!(segment_after("/api/v2/account/", "account"), None);
         assert_eq!(segment_after("/api/v2/accounts/0xabc", "account"), None);
+    }
+
+    #[tokio::test]
+    async fn with_rejection_renders_each_refusal_and_keeps_it_in_the_extensions() {
+        let guard = RequireScopesLayer::new(Scope::ReadFavorites)
+            .wallet_in_path_after("account")
+            .with_rejection(|rejection| {
+                let mut response = Response::new(Bytes::from(rejection.kind()));
+                *response.status_mut() = rejection.status();
+                rejection
+                    .to_data_api_error()
+                    .write_headers(response.headers_mut());
+                response
+            });
+        let inner = service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        });
+        let service = tower_layer::Layer::layer(&guard, inner);
+        let call = |path: String, granted: Option<WalletClaims>| {
+            let mut request = Request::get(path).body(()).unwrap();
+            if let Some(granted) = granted {
+                request.extensions_mut().insert(granted);
+            } else {
+                request.extensions_mut().insert(NoBearer);
+            }
+            service.clone().oneshot(request)
+        };
+        let other = format!("/api/v2/account/{OTHER}/favorites");
+        let cases = [
+            (call("/".into(), None).await.unwrap(), 401, "missing_token"),
+            (
+                call("/".into(), Some(claims("read:wallets")))
+                    .await
+                    .unwrap(),
+                403,
+                "insufficient_scope",
+            ),
+            (
+                call(other, Some(claims("read:favorites"))).await.unwrap(),
+                403,
+                "wallet_mismatch",
+            ),
+        ];
+        for (response, status, kind) in cases {
+            use http_body_util::BodyExt;
+            assert_eq!(response.status(), status, "{kind}");
+            let rejection = response.extensions().get::<RequireScopesRejection>();
+            assert_eq!(rejection.map(DataApiRejection::kind), Some(kind));
+            let challenge = response.headers().get("www-authenticate").cloned();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(body, kind);
+            match kind {
+                "missing_token" => {
+                    assert_eq!(challenge.unwrap(), "Bearer error=\"invalid_token\"");
+                }
+                "insufficient_scope" => assert_eq!(
+                    challenge.unwrap(),
+                    "Bearer error=\"insufficient_scope\", scope=\"read:favorites\""
+                ),
+                _ => assert_eq!(challenge, None),
+            }
+        }
     }
 }

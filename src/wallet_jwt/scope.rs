@@ -1,11 +1,12 @@
 //! Scopes: [`Scope`], [`ScopeSet`] and the error of lacking one.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
-use axum_core::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode};
 
-use crate::envelope::DataApiError;
+use crate::envelope::{DataApiRejection, data_api_rejection, insufficient_scope_challenge};
 
 /// One scope a wallet JWT can grant.
 ///
@@ -244,25 +245,27 @@ impl ScopeError {
     }
 }
 
-impl fmt::Display for ScopeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "JWT lacks scope {}", self.missing)
+/// 403 with `WWW-Authenticate: Bearer error="insufficient_scope",
+/// scope="…"` naming the missing scopes (RFC 6750).
+impl DataApiRejection for ScopeError {
+    fn kind(&self) -> &'static str {
+        "insufficient_scope"
+    }
+
+    fn status(&self) -> StatusCode {
+        StatusCode::FORBIDDEN
+    }
+
+    fn message(&self) -> Cow<'static, str> {
+        Cow::Owned(format!("JWT lacks scope {}", self.missing))
+    }
+
+    fn www_authenticate(&self) -> Option<HeaderValue> {
+        Some(insufficient_scope_challenge(&self.missing.to_string()))
     }
 }
 
-impl std::error::Error for ScopeError {}
-
-impl From<ScopeError> for DataApiError {
-    fn from(error: ScopeError) -> Self {
-        DataApiError::insufficient_scope(&error.missing.to_string(), error.to_string())
-    }
-}
-
-impl IntoResponse for ScopeError {
-    fn into_response(self) -> Response {
-        super::extract::axum_response(DataApiError::from(self))
-    }
-}
+data_api_rejection!(ScopeError);
 
 #[cfg(test)]
 mod tests {
@@ -297,6 +300,8 @@ mod tests {
         assert_eq!(set.to_string(), "read:favorites write:wallets");
         assert_eq!(set.len(), 2);
     }
+
+    use crate::envelope::DataApiError;
 
     #[test]
     fn scope_error_renders_insufficient_scope() {

@@ -93,8 +93,8 @@ where
                 request.extensions_mut().insert(NoBearer);
                 return AuthenticateFuture::inner(self.inner.call(request));
             }
-            Ok(None) => return rejected(JwtError::Missing),
-            Err(error) => return rejected(error),
+            Ok(None) => return rejected(&self.config, JwtError::Missing),
+            Err(error) => return rejected(&self.config, error),
         };
         // The token goes no further: handlers get the verified claims.
         request.headers_mut().remove(AUTHORIZATION);
@@ -103,13 +103,17 @@ where
         // The clone takes the place of the service that was polled ready.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        AuthenticateFuture::verifying(verdict, request, inner)
+        let reject = self.config.reject.clone();
+        AuthenticateFuture::verifying(verdict, request, inner, reject)
     }
 }
 
-fn rejected<S: Service<Request<B>>, B>(error: JwtError) -> AuthenticateFuture<S, B> {
+fn rejected<S: Service<Request<B>>, B>(
+    config: &Config,
+    error: JwtError,
+) -> AuthenticateFuture<S, B> {
     trace_decision!(INFO, "wallet_jwt", outcome = "invalid_token", reason = ?error);
-    AuthenticateFuture::rejected(error.into_response())
+    AuthenticateFuture::rejected(config.reject.render(error))
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use http::StatusCode;
+use http::{HeaderValue, StatusCode};
 use serde_json::{Map, Value};
 
 use super::cache::VerifiedCache;
@@ -22,7 +22,7 @@ use super::{
     ConfigError, KeySet, PAT_PREFIX, RevocationCheck, ScopeSet, VerificationKey, WalletClaims,
 };
 use crate::clock::{SharedClock, SystemClock};
-use crate::envelope::DataApiError;
+use crate::envelope::{DataApiRejection, INVALID_TOKEN_CHALLENGE, data_api_rejection};
 use crate::store::StoreError;
 
 /// A signature algorithm walletgate verifies. `none` is not one.
@@ -82,7 +82,9 @@ impl Algorithm {
 }
 
 /// Why a bearer token was refused (401 `invalid_token`). It rides in the
-/// rejection's response extensions. Never contains the token.
+/// rejection's response extensions; a caller renders it with
+/// [`WalletJwtLayer::with_rejection`](super::WalletJwtLayer::with_rejection).
+/// Never contains the token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum JwtError {
@@ -149,35 +151,49 @@ impl JwtError {
         }
     }
 
-    /// The Area A rejection: 401 with `WWW-Authenticate: Bearer
-    /// error="invalid_token"`, or 503 when the revocation list is unreachable.
-    pub fn to_data_api_error(self) -> DataApiError {
-        match self.status() {
-            StatusCode::UNAUTHORIZED => DataApiError::invalid_token(self.message()),
-            status => DataApiError::new(status, self.message()),
+    /// A short snake_case name of the error (its
+    /// [`kind`](DataApiRejection::kind)).
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::PatNotAccepted => "pat_not_accepted",
+            Self::Malformed => "malformed",
+            Self::UnsupportedAlgorithm => "unsupported_algorithm",
+            Self::WrongType => "wrong_type",
+            Self::UnknownKey => "unknown_key",
+            Self::BadSignature => "bad_signature",
+            Self::InvalidClaims => "invalid_claims",
+            Self::WrongIssuer => "wrong_issuer",
+            Self::WrongAudience => "wrong_audience",
+            Self::Expired => "expired",
+            Self::NotYetValid => "not_yet_valid",
+            Self::Revoked => "revoked",
+            Self::RevocationUnavailable => "revocation_unavailable",
         }
     }
+}
 
-    pub(crate) fn into_response(self) -> http::Response<bytes::Bytes> {
-        let mut response = self.to_data_api_error().into_response();
-        response.extensions_mut().insert(self);
-        response
+/// 401 with `WWW-Authenticate: Bearer error="invalid_token"` (RFC 6750), or
+/// 503 when the revocation list is unreachable.
+impl DataApiRejection for JwtError {
+    fn kind(&self) -> &'static str {
+        JwtError::code(*self)
+    }
+
+    fn status(&self) -> StatusCode {
+        JwtError::status(*self)
+    }
+
+    fn message(&self) -> Cow<'static, str> {
+        Cow::Borrowed(JwtError::message(*self))
+    }
+
+    fn www_authenticate(&self) -> Option<HeaderValue> {
+        (JwtError::status(*self) == StatusCode::UNAUTHORIZED).then_some(INVALID_TOKEN_CHALLENGE)
     }
 }
 
-impl fmt::Display for JwtError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.message())
-    }
-}
-
-impl std::error::Error for JwtError {}
-
-impl From<JwtError> for DataApiError {
-    fn from(error: JwtError) -> Self {
-        error.to_data_api_error()
-    }
-}
+data_api_rejection!(JwtError);
 
 /// Where an issuer's verification keys come from.
 #[derive(Clone, Debug)]

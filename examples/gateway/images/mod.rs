@@ -35,7 +35,7 @@ use walletgate::store::StoreError;
 use walletgate::x402::PaymentReceipt;
 
 use self::jobs::{Job, Progress};
-use crate::extensions::{ImagePrice, ImageRequest, wiring_fault};
+use crate::extensions::{ImagePrice, ImageRequest, missing};
 use crate::reply::{json, reject};
 use crate::state::AppState;
 
@@ -50,7 +50,7 @@ pub(crate) async fn validate_image(
 ) -> Response {
     let style = EnvelopeStyle::Chat;
     let Some(ParsedJson(value)) = request.extensions_mut().remove::<ParsedJson>() else {
-        return wiring_fault("the parsed JSON body", style);
+        return missing::<ParsedJson>("JsonBodyLayer", style);
     };
     let mut check = BodyCheck::default();
     let Value::Object(object) = value else {
@@ -215,10 +215,10 @@ pub(crate) async fn create_image(
         }
     } else {
         let Some(request) = parts.extensions.get::<ImageRequest>().cloned() else {
-            return wiring_fault("ImageRequest", EnvelopeStyle::Chat);
+            return missing::<ImageRequest>("validate_image", EnvelopeStyle::Chat);
         };
         let Some(price) = parts.extensions.get::<ImagePrice>().map(|price| price.0) else {
-            return wiring_fault("ImagePrice", EnvelopeStyle::Chat);
+            return missing::<ImagePrice>("validate_image", EnvelopeStyle::Chat);
         };
         match gateway
             .images
