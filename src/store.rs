@@ -18,6 +18,16 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+/// The future every storage and verification seam returns: boxed, so each
+/// seam is dyn-compatible and a server can hold `Arc<dyn Seam>` and choose
+/// its backend at start; `Send`, so it crosses threads with the request.
+///
+/// An in-memory store answers with `Box::pin(std::future::ready(..))`: one
+/// small allocation, no lock held across it.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A storage backend could not answer (connection, protocol, timeout).
 ///

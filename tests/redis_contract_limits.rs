@@ -161,8 +161,9 @@ async fn free_tier_contract<S: FreeTierStore>(store: S, time: Time) {
 
 /// Many requests of one client at once: exactly the quota is admitted.
 async fn free_tier_concurrency_contract<S: FreeTierStore>(store: S) {
+    let store = Arc::new(store);
     let checks = (0..20).map(|_| {
-        let store = store.clone();
+        let store = Arc::clone(&store);
         tokio::spawn(async move { store.check(client(7)).await.unwrap() })
     });
     let mut admitted_count = 0;

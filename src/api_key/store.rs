@@ -1,9 +1,9 @@
 //! Where API keys live: the [`KeyStore`] seam and its in-memory default.
 
-use crate::store::StoreError;
+use crate::store::{BoxFuture, StoreError};
 use std::collections::HashMap;
 use std::fmt;
-use std::future::{Future, Ready, ready};
+use std::future::ready;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use sha2::{Digest, Sha256};
@@ -88,20 +88,23 @@ impl ApiKeyRecord {
 /// Looks keys up by digest.
 ///
 /// Asynchronous so a networked store (Redis, SQL) can implement it; the
-/// in-memory store answers with a ready future, so nothing is boxed.
-/// A revoked key is simply not found.
+/// in-memory store answers with a boxed ready future (one allocation).
+/// The future is `'static` (it borrows neither the store nor the digest)
+/// because the layer's response future holds it. Dyn-compatible: an
+/// `Arc<dyn KeyStore>` is a `KeyStore`. A revoked key is simply not found.
 pub trait KeyStore: Send + Sync + 'static {
-    /// The lookup's future.
-    type Lookup: Future<Output = Result<Option<ApiKeyRecord>, StoreError>> + Send + 'static;
-
     /// The record of the key whose digest is `digest`, if it is valid.
-    fn lookup(&self, digest: &KeyDigest) -> Self::Lookup;
+    fn lookup(
+        &self,
+        digest: &KeyDigest,
+    ) -> BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreError>>;
 }
 
-impl<K: KeyStore> KeyStore for Arc<K> {
-    type Lookup = K::Lookup;
-
-    fn lookup(&self, digest: &KeyDigest) -> Self::Lookup {
+impl<K: KeyStore + ?Sized> KeyStore for Arc<K> {
+    fn lookup(
+        &self,
+        digest: &KeyDigest,
+    ) -> BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreError>> {
         (**self).lookup(digest)
     }
 }
@@ -220,10 +223,11 @@ impl fmt::Debug for InMemoryKeyStore {
 }
 
 impl KeyStore for InMemoryKeyStore {
-    type Lookup = Ready<Result<Option<ApiKeyRecord>, StoreError>>;
-
-    fn lookup(&self, digest: &KeyDigest) -> Self::Lookup {
-        ready(Ok(self.find(digest)))
+    fn lookup(
+        &self,
+        digest: &KeyDigest,
+    ) -> BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreError>> {
+        Box::pin(ready(Ok(self.find(digest))))
     }
 }
 

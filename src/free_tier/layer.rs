@@ -12,9 +12,10 @@ use super::client_ip::{ClientIp, ClientIpResolver};
 use super::future::ResponseFuture;
 use super::key::KeyPrefixes;
 use super::limiter::{FreeTierStore, InMemoryLimiter};
-use super::window::FreeTierQuotas;
+use super::window::{FreeTierQuotas, Verdict};
 use crate::body::ResponseBody;
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection};
+use crate::store::{BoxFuture, StoreError};
 
 /// Decides whether a request is free, and so limited by the free tier.
 ///
@@ -35,14 +36,27 @@ where
 }
 
 /// Limits free requests per client IP; see the [module docs](super).
-#[derive(Clone)]
+///
+/// Cheap to clone: clones share the store.
 #[must_use]
 pub struct FreeTierLimitLayer<P, L = InMemoryLimiter> {
     predicate: P,
-    store: L,
+    store: Arc<L>,
     resolver: Arc<ClientIpResolver>,
     prefixes: KeyPrefixes,
     render: RenderRejection,
+}
+
+impl<P: Clone, L> Clone for FreeTierLimitLayer<P, L> {
+    fn clone(&self) -> Self {
+        Self {
+            predicate: self.predicate.clone(),
+            store: Arc::clone(&self.store),
+            resolver: Arc::clone(&self.resolver),
+            prefixes: self.prefixes,
+            render: self.render.clone(),
+        }
+    }
 }
 
 impl<P> FreeTierLimitLayer<P> {
@@ -56,7 +70,7 @@ impl<P> FreeTierLimitLayer<P> {
     pub fn with_quotas(predicate: P, quotas: FreeTierQuotas) -> Self {
         FreeTierLimitLayer {
             predicate,
-            store: InMemoryLimiter::new(quotas),
+            store: Arc::new(InMemoryLimiter::new(quotas)),
             resolver: Arc::new(ClientIpResolver::new()),
             prefixes: KeyPrefixes::default(),
             render: RenderRejection::default(),
@@ -66,11 +80,11 @@ impl<P> FreeTierLimitLayer<P> {
 
 impl<P, L> FreeTierLimitLayer<P, L> {
     /// Replaces the limiter state (an [`InMemoryLimiter`] with a test clock,
-    /// or a shared store).
+    /// or a shared store; an `Arc<dyn FreeTierStore>` chosen at start).
     pub fn with_store<L2: FreeTierStore>(self, store: L2) -> FreeTierLimitLayer<P, L2> {
         FreeTierLimitLayer {
             predicate: self.predicate,
-            store,
+            store: Arc::new(store),
             resolver: self.resolver,
             prefixes: self.prefixes,
             render: self.render,
@@ -117,7 +131,7 @@ impl<P, L: fmt::Debug> fmt::Debug for FreeTierLimitLayer<P, L> {
     }
 }
 
-impl<S, P: Clone, L: Clone> Layer<S> for FreeTierLimitLayer<P, L> {
+impl<S, P: Clone, L> Layer<S> for FreeTierLimitLayer<P, L> {
     type Service = FreeTierLimit<S, P, L>;
 
     fn layer(&self, inner: S) -> Self::Service {
@@ -129,10 +143,18 @@ impl<S, P: Clone, L: Clone> Layer<S> for FreeTierLimitLayer<P, L> {
 }
 
 /// The service of [`FreeTierLimitLayer`].
-#[derive(Clone)]
 pub struct FreeTierLimit<S, P, L = InMemoryLimiter> {
     inner: S,
     layer: FreeTierLimitLayer<P, L>,
+}
+
+impl<S: Clone, P: Clone, L> Clone for FreeTierLimit<S, P, L> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
 }
 
 impl<S, P> FreeTierLimit<S, P> {
@@ -168,7 +190,7 @@ where
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S, ReqBody, L::Future>;
+    type Future = ResponseFuture<S, ReqBody, BoxFuture<'static, Result<Verdict, StoreError>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -236,14 +258,16 @@ mod tests {
     }
 
     /// A store that cannot answer (Redis down).
-    #[derive(Clone)]
     struct Down;
 
     impl FreeTierStore for Down {
-        type Future = std::future::Ready<Result<super::super::Verdict, crate::store::StoreError>>;
-
-        fn check(&self, _key: super::super::ClientKey) -> Self::Future {
-            std::future::ready(Err(crate::store::StoreError::new("limiter store down")))
+        fn check(
+            &self,
+            _key: super::super::ClientKey,
+        ) -> BoxFuture<'static, Result<Verdict, StoreError>> {
+            Box::pin(std::future::ready(Err(StoreError::new(
+                "limiter store down",
+            ))))
         }
     }
 

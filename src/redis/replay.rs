@@ -29,10 +29,9 @@ use serde_json::{Value, json};
 use super::RedisConnection;
 use super::ledger::{Announced, RedisLedger, Snapshot};
 use crate::clock::SharedClock;
-use crate::store::StoreError;
+use crate::store::{BoxFuture, StoreError};
 use crate::x402::{
-    AtomicAmount, AuthorizationKey, BoxFuture, Claim, Network, NonceStore, PaymentReceipt,
-    SpentAuthorization,
+    AtomicAmount, AuthorizationKey, Claim, Network, NonceStore, PaymentReceipt, SpentAuthorization,
 };
 
 /// The key seam of the replay guard.
