@@ -233,6 +233,8 @@ impl KeyStore for InMemoryKeyStore {
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
+
     use super::*;
 
     fn id(name: &str) -> ApiKeyId {
@@ -288,6 +290,28 @@ mod tests {
                 .find(&KeyDigest::of(b"0123456789abcdef-app"))
                 .is_none()
         );
+    }
+
+    #[test]
+    fn an_arc_dyn_key_store_is_a_key_store() {
+        fn found(store: &impl KeyStore, secret: &[u8]) -> Option<ApiKeyRecord> {
+            let lookup = store.lookup(&KeyDigest::of(secret));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            match std::pin::pin!(lookup).poll(&mut cx) {
+                std::task::Poll::Ready(found) => found.unwrap(),
+                std::task::Poll::Pending => unreachable!("in memory never waits"),
+            }
+        }
+        let memory = InMemoryKeyStore::new();
+        memory
+            .insert("0123456789abcdef-app", ApiKeyRecord::new(id("app")))
+            .unwrap();
+        let chosen: Arc<dyn KeyStore> = Arc::new(memory);
+        assert_eq!(
+            found(&chosen, b"0123456789abcdef-app").unwrap().id,
+            id("app")
+        );
+        assert!(found(&chosen, b"0123456789abcdef-xxx").is_none());
     }
 
     #[test]
