@@ -1,23 +1,52 @@
 //! Storage seams.
 //!
-//! Every piece of state walletgate keeps sits behind a small async trait with
-//! an in-memory implementation, so a shared backend (Redis, SQL) can replace
-//! it without touching a layer:
+//! Every piece of state walletgate keeps, and every verification it hands
+//! out, sits behind a small async trait with an in-memory implementation, so
+//! a shared backend (Redis, SQL) can replace it without touching a layer.
+//! The seams have one shape:
 //!
-//! | trait | holds | in memory |
-//! |---|---|---|
-//! | `api_key::KeyStore` | API key digests and quotas | `InMemoryKeyStore` |
-//! | `api_key::QuotaStore` | per-key quota buckets (GCRA) | `InMemoryQuotas` (Redis: `redis::RedisQuotas`) |
-//! | `free_tier::FreeTierStore` | per-client sliding-window counts | `InMemoryLimiter` (Redis: `redis::RedisFreeTier`) |
-//! | `siwe::NonceStore` | issued sign-in nonces | `siwe::InMemoryNonceStore` |
-//! | `tokens::PatStore`, `tokens::SessionStore` | PAT and session digests | `InMemoryPatStore`, `InMemorySessionStore` |
-//! | `x402::NonceStore` | claimed and spent payment authorizations | `x402::InMemoryNonceStore` |
+//! * every method returns a [`BoxFuture`] (this module's, the only one);
+//! * every trait is dyn-compatible, and `Arc<T>` implements it for any
+//!   `T: Trait + ?Sized`, so a layer or issuer generic over a seam takes an
+//!   `Arc<dyn Trait>` as it is: a server holds one `Arc<dyn …>` per seam and
+//!   chooses memory or Redis at start, with no dispatch enum;
+//! * an in-memory store answers `Box::pin(std::future::ready(..))`: one small
+//!   allocation, no lock held across an await.
 //!
-//! They all report a backend that could not answer with one error type,
-//! [`StoreError`]; the layers turn it into a 5xx and never into a decision.
+//! The futures of the three gate stores are `'static` (the layer's response
+//! future owns them); the others borrow the call's arguments (`'a`).
+//!
+//! | trait | holds | future | error | in memory | Redis (`redis::`) |
+//! |---|---|---|---|---|---|
+//! | `api_key::KeyStore` | API key digests and quotas | `BoxFuture<'static, _>` | [`StoreError`] | `InMemoryKeyStore` | |
+//! | `api_key::QuotaStore` | per-key quota buckets (GCRA) | `BoxFuture<'static, _>` | [`StoreError`] | `InMemoryQuotas` | `RedisQuotas` |
+//! | `free_tier::FreeTierStore` | per-client sliding-window counts | `BoxFuture<'static, _>` | [`StoreError`] | `InMemoryLimiter` | `RedisFreeTier` |
+//! | `siwe::NonceStore` | issued sign-in nonces | `BoxFuture<'a, _>` | `NonceStoreError` (`Backend(StoreError)`, `From<StoreError>`) | `siwe::InMemoryNonceStore` | `RedisSiweNonceStore` |
+//! | `tokens::PatStore` | PAT digests and records | `BoxFuture<'a, _>` | [`StoreError`] | `InMemoryPatStore` | `RedisPatStore` |
+//! | `tokens::SessionStore` | session cookie digests | `BoxFuture<'a, _>` | [`StoreError`] | `InMemorySessionStore` | `RedisSessionStore` |
+//! | `wallet_jwt::RevocationCheck` | revoked PATs, until their last JWT expires | `BoxFuture<'a, _>` | [`StoreError`] | `InMemoryRevocations` | `RedisRevocations` |
+//! | `x402::NonceStore` | claimed and spent payment authorizations | `BoxFuture<'a, _>` (`release`: `BoxFuture<'static, ()>`) | [`StoreError`] | `x402::InMemoryNonceStore` | `RedisNonceStore` |
+//! | `x402::Ledger` | balances and used EIP-3009 authorizations | `BoxFuture<'a, _>` | `LedgerError` | `DevLedger` | `RedisLedger` |
+//! | `x402::Facilitator` | verifies and settles payments | `BoxFuture<'a, _>` | `FacilitatorError` | `LocalEvmFacilitator` | (`HttpFacilitator`: the HTTP API) |
+//!
+//! A backend that could not answer is a [`StoreError`] (or the seam's own
+//! error wrapping one, or saying "unavailable"); the layers turn it into a
+//! 5xx and never into a decision. `x402::SettlementHook` and `x402::Pricing`
+//! are hooks, not seams: the hook returns a `BoxFuture<'static, _>` too, the
+//! pricing is synchronous, and both take closures.
 
 use std::borrow::Cow;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+/// The future every storage and verification seam returns: boxed, so each
+/// seam is dyn-compatible and a server can hold `Arc<dyn Seam>` and choose
+/// its backend at start; `Send`, so it crosses threads with the request.
+///
+/// An in-memory store answers with `Box::pin(std::future::ready(..))`: one
+/// small allocation, no lock held across it.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A storage backend could not answer (connection, protocol, timeout).
 ///

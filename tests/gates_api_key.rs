@@ -2,7 +2,7 @@
 
 mod gates_support;
 
-use std::future::{Ready, ready};
+use std::future::ready;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use walletgate::api_key::{
     ApiKeyError, ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, KeyDigest, KeyQuota,
     KeyStore,
 };
-use walletgate::store::StoreError;
+use walletgate::store::{BoxFuture, StoreError};
 
 fn store() -> InMemoryKeyStore {
     let store = InMemoryKeyStore::new();
@@ -148,10 +148,11 @@ async fn a_keys_own_quota_overrides_the_default() {
 struct DownStore;
 
 impl KeyStore for DownStore {
-    type Lookup = Ready<Result<Option<ApiKeyRecord>, StoreError>>;
-
-    fn lookup(&self, _digest: &KeyDigest) -> Self::Lookup {
-        ready(Err(StoreError::new("connection refused")))
+    fn lookup(
+        &self,
+        _digest: &KeyDigest,
+    ) -> BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreError>> {
+        Box::pin(ready(Err(StoreError::new("connection refused"))))
     }
 }
 

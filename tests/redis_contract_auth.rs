@@ -50,7 +50,7 @@ fn redis_pair<S>(test: &str, make: impl Fn(RedisConnection) -> S) -> (Arc<S>, Ar
 /// many calls answered `wanted`.
 async fn race<S, T, F, Fut>(a: &Arc<S>, b: &Arc<S>, wanted: T, call: F) -> usize
 where
-    S: Send + Sync + 'static,
+    S: Send + Sync + ?Sized + 'static,
     T: PartialEq + Send + 'static,
     F: Fn(Arc<S>, usize) -> Fut,
     Fut: Future<Output = T> + Send + 'static,
@@ -121,7 +121,7 @@ impl Keys {
 
 // ---------------------------------------------------------------- SIWE nonces
 
-async fn nonce_contract<S: NonceStore>(a: Arc<S>, b: Arc<S>) {
+async fn nonce_contract<S: NonceStore + ?Sized>(a: Arc<S>, b: Arc<S>) {
     let now = SystemClock.now_unix_millis();
     let expires = now + 60_000;
 
@@ -200,7 +200,7 @@ fn pat(id: &str, wallet: Address, family: &str, now: u64) -> PatRecord {
     }
 }
 
-async fn pat_contract<S: PatStore>(a: Arc<S>, b: Arc<S>) {
+async fn pat_contract<S: PatStore + ?Sized>(a: Arc<S>, b: Arc<S>) {
     let now = now_secs();
     let first = pat("1001", WALLET, "fam1", now);
     let second = PatRecord {
@@ -371,7 +371,7 @@ fn secrets(tag: &str, now: u64) -> SessionSecrets {
     }
 }
 
-async fn session_contract<S: SessionStore>(a: Arc<S>, b: Arc<S>) {
+async fn session_contract<S: SessionStore + ?Sized>(a: Arc<S>, b: Arc<S>) {
     let now = now_secs();
     let mine = SessionRecord {
         wallet: WALLET,
@@ -483,7 +483,7 @@ contract_tests!(
 
 // ---------------------------------------------------------- JWT revocations
 
-async fn revocation_contract<S: RevocationCheck>(a: Arc<S>, b: Arc<S>) {
+async fn revocation_contract<S: RevocationCheck + ?Sized>(a: Arc<S>, b: Arc<S>) {
     let now = now_secs();
     let until = now + 900;
     a.revoke("pat_1", until).await.unwrap();
@@ -508,6 +508,71 @@ contract_tests!(
     RedisRevocations::new,
     keys: 1
 );
+
+// ------------------------------------------------------ behind trait objects
+
+/// The data API's stores as its server holds them: one `Arc<dyn …>` per
+/// seam, memory or Redis chosen at start (`examples/data_api/stores.rs`).
+struct DynStores {
+    nonces: Arc<dyn NonceStore>,
+    pats: Arc<dyn PatStore>,
+    sessions: Arc<dyn SessionStore>,
+    revocations: Arc<dyn RevocationCheck>,
+}
+
+impl DynStores {
+    fn in_memory() -> Self {
+        Self {
+            nonces: Arc::new(InMemoryNonceStore::new()),
+            pats: Arc::new(InMemoryPatStore::new()),
+            sessions: Arc::new(InMemorySessionStore::new()),
+            revocations: Arc::new(InMemoryRevocations::new()),
+        }
+    }
+
+    fn redis(conn: RedisConnection) -> Self {
+        Self {
+            nonces: Arc::new(RedisSiweNonceStore::new(conn.clone())),
+            pats: Arc::new(RedisPatStore::new(conn.clone())),
+            sessions: Arc::new(RedisSessionStore::new(conn.clone())),
+            revocations: Arc::new(RedisRevocations::new(conn)),
+        }
+    }
+
+    fn share(&self) -> Self {
+        Self {
+            nonces: Arc::clone(&self.nonces),
+            pats: Arc::clone(&self.pats),
+            sessions: Arc::clone(&self.sessions),
+            revocations: Arc::clone(&self.revocations),
+        }
+    }
+}
+
+/// Every suite above, called through the trait objects (`S = dyn …`).
+async fn every_contract_through_trait_objects(a: DynStores, b: DynStores) {
+    nonce_contract(a.nonces, b.nonces).await;
+    pat_contract(a.pats, b.pats).await;
+    session_contract(a.sessions, b.sessions).await;
+    revocation_contract(a.revocations, b.revocations).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trait_objects_in_memory() {
+    let stores = DynStores::in_memory();
+    every_contract_through_trait_objects(stores.share(), stores).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trait_objects_in_redis() {
+    let config = RedisConfig::new(redis_support::shared_url())
+        .prefix(redis_support::unique_prefix("trait_objects"))
+        .timeout(Duration::from_secs(2));
+    let open = || RedisConnection::open(&config).expect("Redis URL");
+    every_contract_through_trait_objects(DynStores::redis(open()), DynStores::redis(open())).await;
+    // The four suites' keys (3 + 15 + 3 + 1), each with an expiry.
+    assert_eq!(Keys(open()).assert_all_expire().await, 22);
+}
 
 // ------------------------------------------------------------------- failure
 

@@ -161,8 +161,9 @@ async fn free_tier_contract<S: FreeTierStore>(store: S, time: Time) {
 
 /// Many requests of one client at once: exactly the quota is admitted.
 async fn free_tier_concurrency_contract<S: FreeTierStore>(store: S) {
+    let store = Arc::new(store);
     let checks = (0..20).map(|_| {
-        let store = store.clone();
+        let store = Arc::clone(&store);
         tokio::spawn(async move { store.check(client(7)).await.unwrap() })
     });
     let mut admitted_count = 0;
@@ -186,6 +187,22 @@ async fn free_tier_redis() {
     let store = RedisFreeTier::new(redis_conn("free_tier"), small_quotas());
     free_tier_contract(store.clone(), Time::Real).await;
     free_tier_concurrency_contract(store).await;
+}
+
+/// The free tier as the gateway holds it: an `Arc<dyn FreeTierStore>`,
+/// memory or Redis chosen at start; the same contract through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn free_tier_behind_a_trait_object() {
+    let (clock, time) = fake_time();
+    let memory: Arc<dyn FreeTierStore> =
+        Arc::new(InMemoryLimiter::with_clock(small_quotas(), Arc::new(clock)));
+    free_tier_contract(memory, time).await;
+    let redis: Arc<dyn FreeTierStore> = Arc::new(RedisFreeTier::new(
+        redis_conn("free_tier_dyn"),
+        small_quotas(),
+    ));
+    free_tier_contract(Arc::clone(&redis), Time::Real).await;
+    free_tier_concurrency_contract(redis).await;
 }
 
 // ------------------------------------------------------------ API-key quota
@@ -286,6 +303,18 @@ async fn api_key_quota_redis() {
     let store = RedisQuotas::new(redis_conn("api_quota"));
     quota_contract(store.clone(), Time::Real).await;
     quota_concurrency_contract(store).await;
+}
+
+/// The quota buckets as the data API holds them: an `Arc<dyn QuotaStore>`,
+/// memory or Redis chosen at start; the same contract through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_key_quota_behind_a_trait_object() {
+    let (clock, time) = fake_time();
+    let memory: Arc<dyn QuotaStore> = Arc::new(InMemoryQuotas::new(Arc::new(clock)));
+    quota_contract(memory, time).await;
+    let redis: Arc<dyn QuotaStore> = Arc::new(RedisQuotas::new(redis_conn("api_quota_dyn")));
+    quota_contract(Arc::clone(&redis), Time::Real).await;
+    quota_concurrency_contract(redis).await;
 }
 
 // ------------------------------------------------ Redis down: fail closed

@@ -322,7 +322,7 @@ fn fixture_with_revocations() -> Fixture {
     let revocations = Arc::new(walletgate::wallet_jwt::InMemoryRevocations::new());
     Fixture {
         clock: f.clock,
-        issuer: f.issuer.with_revocations(Arc::clone(&revocations)),
+        issuer: f.issuer.with_revocations(revocations.clone()),
         verifier: f.verifier.with_revocations(revocations).with_cache(16),
     }
 }

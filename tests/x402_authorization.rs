@@ -17,11 +17,12 @@ use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use tower::ServiceExt;
 use walletgate::clock::FakeClock;
+use walletgate::store::BoxFuture;
 use walletgate::x402::payer::sequential_nonce;
 use walletgate::x402::{
-    AUTHORIZATION_CLOCK_SKEW_SECS, BoxFuture, DevLedger, Facilitator, FacilitatorError,
-    FacilitatorRequest, LocalEvmFacilitator, Payer, PaymentPayload, PaymentRequirements,
-    SettleResponse, SupportedResponse, VerifyResponse, X402Layer, codec,
+    AUTHORIZATION_CLOCK_SKEW_SECS, DevLedger, Facilitator, FacilitatorError, FacilitatorRequest,
+    LocalEvmFacilitator, Payer, PaymentPayload, PaymentRequirements, SettleResponse,
+    SupportedResponse, VerifyResponse, X402Layer, codec,
 };
 use x402_fixtures::{CHAT, chat_layer};
 

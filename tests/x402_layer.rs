@@ -19,11 +19,12 @@ use tokio::sync::{Notify, Semaphore};
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceExt};
 use walletgate::clock::FakeClock;
+use walletgate::store::BoxFuture;
 use walletgate::x402::payer::sequential_nonce;
 use walletgate::x402::{AtomicAmount, ExactEvmDomain, Payer};
 use walletgate::x402::{
-    BoxFuture, DevLedger, Facilitator, FacilitatorError, FacilitatorRequest, LocalEvmFacilitator,
-    Network, PaymentOption, PaymentReceipt, PaymentRequired, PaymentRequirements, PriceTable,
+    DevLedger, Facilitator, FacilitatorError, FacilitatorRequest, LocalEvmFacilitator, Network,
+    PaymentOption, PaymentReceipt, PaymentRequired, PaymentRequirements, PriceTable,
     SettleResponse, SupportedResponse, TokenId, VerifyResponse, X402, X402Body, X402Layer, codec,
 };
 use x402_fixtures::{CHAT, PAY_TO, QUOTED_UNITS};

@@ -228,7 +228,7 @@ pub(crate) fn build_with_clock(
     let stores = Stores::from_config(config)?;
     // Revoking a PAT refuses the JWTs already minted from it at once (on
     // every replica when the list is in Redis).
-    let revocations = Arc::new(stores.revocations);
+    let revocations = stores.revocations;
     let issuer = TokenIssuer::new(issuer_config, stores.pats, stores.sessions, keys)
         .with_clock(clock.clone())
         .with_revocations(Arc::clone(&revocations));

@@ -2,77 +2,43 @@
 //! one Redis that every replica shares (`DATA_API_REDIS_URL`, built with the
 //! `redis` feature).
 //!
-//! Each store is an enum over the two backends, so the handlers and the
-//! issuer have one concrete type whichever was configured.
+//! Each store is an `Arc<dyn …>` of its seam, chosen once at start, so the
+//! handlers and the issuer have one type whichever backend was configured.
+
+use std::sync::Arc;
 
 #[cfg(feature = "redis")]
 use walletgate::redis::{RedisPatStore, RedisRevocations, RedisSessionStore, RedisSiweNonceStore};
-use walletgate::siwe::{InMemoryNonceStore, NonceConsumption, NonceFuture, NonceStore};
-use walletgate::store::StoreError;
-use walletgate::tokens::{
-    InMemoryPatStore, InMemorySessionStore, PatRecord, PatStore, Revocation, RotateOutcome,
-    SecretDigest, SessionRecord, SessionSecrets, SessionStore,
-};
-
+use walletgate::siwe::{InMemoryNonceStore, NonceStore};
+use walletgate::tokens::{InMemoryPatStore, InMemorySessionStore, PatStore, SessionStore};
 use walletgate::wallet_jwt::{InMemoryRevocations, RevocationCheck};
 
 use crate::Config;
 
-/// Calls the same method on whichever backend the enum holds.
-macro_rules! each {
-    ($store:expr, $inner:ident => $call:expr) => {
-        match $store {
-            Self::Memory($inner) => $call,
-            #[cfg(feature = "redis")]
-            Self::Redis($inner) => $call,
-        }
-    };
-}
+/// PATs, in memory or on Redis.
+pub(crate) type Pats = Arc<dyn PatStore>;
 
-/// SIWE nonces.
-pub(crate) enum Nonces {
-    Memory(InMemoryNonceStore),
-    #[cfg(feature = "redis")]
-    Redis(RedisSiweNonceStore),
-}
-
-/// PATs.
-pub(crate) enum Pats {
-    Memory(InMemoryPatStore),
-    #[cfg(feature = "redis")]
-    Redis(RedisPatStore),
-}
-
-/// SIWE sessions.
-pub(crate) enum Sessions {
-    Memory(InMemorySessionStore),
-    #[cfg(feature = "redis")]
-    Redis(RedisSessionStore),
-}
-
-/// Revoked PATs, whose JWTs the verifier refuses.
-pub(crate) enum Revocations {
-    Memory(InMemoryRevocations),
-    #[cfg(feature = "redis")]
-    Redis(RedisRevocations),
-}
+/// SIWE sessions, in memory or on Redis.
+pub(crate) type Sessions = Arc<dyn SessionStore>;
 
 /// Every store of the data API.
 pub(crate) struct Stores {
-    pub(crate) nonces: Nonces,
+    /// SIWE nonces.
+    pub(crate) nonces: Arc<dyn NonceStore>,
     pub(crate) pats: Pats,
     pub(crate) sessions: Sessions,
-    pub(crate) revocations: Revocations,
+    /// Revoked PATs, whose JWTs the verifier refuses.
+    pub(crate) revocations: Arc<dyn RevocationCheck>,
 }
 
 impl Stores {
     /// In this process: one replica only.
     pub(crate) fn in_memory() -> Self {
         Self {
-            nonces: Nonces::Memory(InMemoryNonceStore::new()),
-            pats: Pats::Memory(InMemoryPatStore::new()),
-            sessions: Sessions::Memory(InMemorySessionStore::new()),
-            revocations: Revocations::Memory(InMemoryRevocations::new()),
+            nonces: Arc::new(InMemoryNonceStore::new()),
+            pats: Arc::new(InMemoryPatStore::new()),
+            sessions: Arc::new(InMemorySessionStore::new()),
+            revocations: Arc::new(InMemoryRevocations::new()),
         }
     }
 
@@ -88,10 +54,10 @@ impl Stores {
         {
             let conn = settings.open().map_err(|error| error.to_string())?;
             Ok(Self {
-                nonces: Nonces::Redis(RedisSiweNonceStore::new(conn.clone())),
-                pats: Pats::Redis(RedisPatStore::new(conn.clone())),
-                sessions: Sessions::Redis(RedisSessionStore::new(conn.clone())),
-                revocations: Revocations::Redis(RedisRevocations::new(conn)),
+                nonces: Arc::new(RedisSiweNonceStore::new(conn.clone())),
+                pats: Arc::new(RedisPatStore::new(conn.clone())),
+                sessions: Arc::new(RedisSessionStore::new(conn.clone())),
+                revocations: Arc::new(RedisRevocations::new(conn)),
             })
         }
         #[cfg(not(feature = "redis"))]
@@ -99,101 +65,5 @@ impl Stores {
             let _ = settings;
             Err("DATA_API_REDIS_URL needs the data API built with the redis feature".to_owned())
         }
-    }
-}
-
-impl NonceStore for Nonces {
-    fn insert<'a>(
-        &'a self,
-        nonce: &'a str,
-        now_unix_millis: u64,
-        expires_at_unix_millis: u64,
-    ) -> NonceFuture<'a, ()> {
-        each!(self, store => store.insert(nonce, now_unix_millis, expires_at_unix_millis))
-    }
-
-    fn consume<'a>(
-        &'a self,
-        nonce: &'a str,
-        now_unix_millis: u64,
-    ) -> NonceFuture<'a, NonceConsumption> {
-        each!(self, store => store.consume(nonce, now_unix_millis))
-    }
-}
-
-impl PatStore for Pats {
-    async fn insert(&self, record: PatRecord) -> Result<(), StoreError> {
-        each!(self, store => store.insert(record).await)
-    }
-
-    async fn find_by_digest(&self, digest: &SecretDigest) -> Result<Option<PatRecord>, StoreError> {
-        each!(self, store => store.find_by_digest(digest).await)
-    }
-
-    async fn list(&self, wallet: alloy_primitives::Address) -> Result<Vec<PatRecord>, StoreError> {
-        each!(self, store => store.list(wallet).await)
-    }
-
-    async fn revoke(
-        &self,
-        wallet: alloy_primitives::Address,
-        id: &str,
-        because: Revocation,
-        now: u64,
-    ) -> Result<Option<PatRecord>, StoreError> {
-        each!(self, store => store.revoke(wallet, id, because, now).await)
-    }
-
-    async fn rotate(
-        &self,
-        old_id: &str,
-        new: PatRecord,
-        now: u64,
-    ) -> Result<RotateOutcome, StoreError> {
-        each!(self, store => store.rotate(old_id, new, now).await)
-    }
-
-    async fn revoke_family(&self, family_id: &str, now: u64) -> Result<(), StoreError> {
-        each!(self, store => store.revoke_family(family_id, now).await)
-    }
-
-    async fn touch(&self, id: &str, now: u64) -> Result<(), StoreError> {
-        each!(self, store => store.touch(id, now).await)
-    }
-}
-
-impl SessionStore for Sessions {
-    async fn insert(&self, session: SessionRecord) -> Result<(), StoreError> {
-        each!(self, store => store.insert(session).await)
-    }
-
-    async fn find_by_access(
-        &self,
-        digest: &SecretDigest,
-    ) -> Result<Option<SessionRecord>, StoreError> {
-        each!(self, store => store.find_by_access(digest).await)
-    }
-
-    async fn rotate(
-        &self,
-        refresh: &SecretDigest,
-        fresh: SessionSecrets,
-        now: u64,
-    ) -> Result<Option<alloy_primitives::Address>, StoreError> {
-        each!(self, store => store.rotate(refresh, fresh, now).await)
-    }
-
-    async fn remove_wallet(&self, wallet: alloy_primitives::Address) -> Result<(), StoreError> {
-        each!(self, store => store.remove_wallet(wallet).await)
-    }
-}
-
-impl RevocationCheck for Revocations {
-    async fn is_revoked(&self, client_id: &str, now: u64) -> Result<bool, StoreError> {
-        each!(self, list => list.is_revoked(client_id, now).await)
-    }
-
-    async fn revoke(&self, client_id: &str, until: u64) -> Result<(), StoreError> {
-        each!(self, list => list.revoke(client_id, until).await)
     }
 }

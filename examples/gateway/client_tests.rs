@@ -31,9 +31,10 @@ use walletgate::client::pay::{
     SharedSleeper, Sleeper, SpendPolicy, X402PaymentLayer,
 };
 use walletgate::envelope::ErrorCode;
+use walletgate::store::BoxFuture;
 use walletgate::tls::ClientTls;
+use walletgate::x402::DevLedger;
 use walletgate::x402::payer::DEV_KEYS;
-use walletgate::x402::{BoxFuture, DevLedger};
 
 use crate::config::{Config, PaymentFaults};
 use crate::request::Endpoint;

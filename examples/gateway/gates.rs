@@ -16,13 +16,11 @@ use std::sync::{Arc, Mutex};
 use axum::extract::Request;
 use http::request::Parts;
 use walletgate::SharedClock;
-use walletgate::free_tier::{
-    ClientKey, FreeTierLimitLayer, FreeTierQuotas, FreeTierStore, InMemoryLimiter, Verdict,
-};
-use walletgate::store::StoreError;
+use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, FreeTierStore, InMemoryLimiter};
+use walletgate::store::BoxFuture;
 use walletgate::tls::ClientTls;
 use walletgate::x402::{
-    BoxFuture, ConfigError, Facilitator, FacilitatorError, FacilitatorRequest, HttpFacilitator,
+    ConfigError, Facilitator, FacilitatorError, FacilitatorRequest, HttpFacilitator,
     InMemoryNonceStore, Ledger, LocalEvmFacilitator, NonceStore, PaymentOption, Price,
     PriceRefusal, SettleResponse, SettledPayment, SettlementHookError, SupportedResponse,
     VerifyResponse, X402Layer,
@@ -44,51 +42,12 @@ pub(crate) struct Gates {
 /// The free-tier predicate: the resolved model is free.
 pub(crate) type IsFreeModel = fn(&Request) -> bool;
 
+/// Where the free tier counts: this process, or the Redis every replica
+/// shares (`GATEWAY_REDIS_URL`), chosen at start.
+pub(crate) type FreeTierBackend = Arc<dyn FreeTierStore>;
+
 /// The free-tier layer as the pipeline uses it.
 pub(crate) type FreeTier = FreeTierLimitLayer<IsFreeModel, FreeTierBackend>;
-
-/// Where the free tier counts: this process, or the Redis every replica
-/// shares (`GATEWAY_REDIS_URL`).
-#[derive(Clone, Debug)]
-pub(crate) enum FreeTierBackend {
-    Memory(InMemoryLimiter),
-    #[cfg(feature = "redis")]
-    Redis(walletgate::redis::RedisFreeTier),
-}
-
-/// The decision of either backend (both futures are `Unpin`).
-pub(crate) enum FreeTierCheck {
-    Memory(std::future::Ready<Result<Verdict, StoreError>>),
-    #[cfg(feature = "redis")]
-    Redis(walletgate::redis::FreeTierCheck),
-}
-
-impl std::future::Future for FreeTierCheck {
-    type Output = Result<Verdict, StoreError>;
-
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        match self.get_mut() {
-            Self::Memory(ready) => std::pin::Pin::new(ready).poll(cx),
-            #[cfg(feature = "redis")]
-            Self::Redis(check) => check.as_mut().poll(cx),
-        }
-    }
-}
-
-impl FreeTierStore for FreeTierBackend {
-    type Future = FreeTierCheck;
-
-    fn check(&self, key: ClientKey) -> Self::Future {
-        match self {
-            Self::Memory(limiter) => FreeTierCheck::Memory(limiter.check(key)),
-            #[cfg(feature = "redis")]
-            Self::Redis(redis) => FreeTierCheck::Redis(redis.check(key)),
-        }
-    }
-}
 
 /// Whether the pipeline resolved a free model for `request`.
 fn is_free_model(request: &Request) -> bool {
@@ -101,12 +60,10 @@ fn is_free_model(request: &Request) -> bool {
 /// The free-tier limit for free models, keyed by the connection's peer;
 /// counted on `redis` when the replicas share one, else in this process.
 pub(crate) fn free_tier(quotas: FreeTierQuotas, redis: Option<&RedisConnection>) -> FreeTier {
-    let backend = match redis {
-        None => FreeTierBackend::Memory(InMemoryLimiter::new(quotas)),
+    let backend: FreeTierBackend = match redis {
+        None => Arc::new(InMemoryLimiter::new(quotas)),
         #[cfg(feature = "redis")]
-        Some(conn) => {
-            FreeTierBackend::Redis(walletgate::redis::RedisFreeTier::new(conn.clone(), quotas))
-        }
+        Some(conn) => Arc::new(walletgate::redis::RedisFreeTier::new(conn.clone(), quotas)),
         #[cfg(not(feature = "redis"))]
         Some(never) => match *never {},
     };

@@ -12,7 +12,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::ApiKeyId;
-use super::gate::{Config, Found, admit};
+use super::gate::{Config, Found, Lookup, QuotaCheck, admit};
 use super::quota::{InMemoryQuotas, QuotaStore};
 use super::store::KeyStore;
 use crate::body::{ResponseBody, rejection};
@@ -28,7 +28,7 @@ pin_project! {
         Q: QuotaStore,
     {
         #[pin]
-        state: State<K::Lookup, Q::Future, S::Future>,
+        state: State<Lookup, QuotaCheck, S::Future>,
         inner: Option<S>,
         request: Option<Request<ReqBody>>,
         config: Option<Arc<Config<K, Q>>>,
@@ -64,7 +64,7 @@ where
     }
 
     pub(super) fn lookup(
-        lookup: K::Lookup,
+        lookup: Lookup,
         inner: S,
         request: Request<ReqBody>,
         config: Arc<Config<K, Q>>,

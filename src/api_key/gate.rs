@@ -13,7 +13,7 @@ use super::{ApiKeyId, KeyQuota};
 use crate::envelope::{
     API_KEY_CHALLENGE, DataApiRejection, RenderDataApiRejection, data_api_rejection,
 };
-use crate::store::StoreError;
+use crate::store::{BoxFuture, StoreError};
 
 /// Why [`ApiKeyLayer`](super::ApiKeyLayer) refused a request. It rides in the rejection's
 /// response extensions (next to the rendered
@@ -138,6 +138,12 @@ impl<K, Q> fmt::Debug for Config<K, Q> {
     }
 }
 
+/// A key store's lookup, as the response future holds it.
+pub(super) type Lookup = BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreError>>;
+
+/// A quota store's decision, as the response future holds it.
+pub(super) type QuotaCheck = BoxFuture<'static, Result<QuotaVerdict, StoreError>>;
+
 /// A key that was found: its id, and its quota's check when it has one.
 pub(super) struct Found<F> {
     pub(super) id: ApiKeyId,
@@ -154,7 +160,7 @@ impl<K: KeyStore, Q: QuotaStore> Config<K, Q> {
     pub(super) fn found(
         &self,
         looked_up: Result<Option<ApiKeyRecord>, StoreError>,
-    ) -> Result<Found<Q::Future>, ApiKeyError> {
+    ) -> Result<Found<QuotaCheck>, ApiKeyError> {
         let record = match looked_up {
             Ok(Some(record)) => record,
             Ok(None) => return Err(refused(None, ApiKeyError::Unknown)),

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::future::{Future, Ready, ready};
+use std::future::ready;
 use std::num::NonZeroU32;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
@@ -15,7 +15,7 @@ use governor::{Quota, RateLimiter};
 
 use super::{ApiKeyId, ConfigError};
 use crate::clock::{SharedClock, SystemClock};
-use crate::store::StoreError;
+use crate::store::{BoxFuture, StoreError};
 
 /// How many requests a key may make per window.
 ///
@@ -125,19 +125,26 @@ pub enum QuotaVerdict {
 /// [`ApiKeyLayer::with_quota_store`](super::ApiKeyLayer::with_quota_store).
 /// A store that cannot answer returns [`StoreError`]: the layer answers 503,
 /// never an unlimited request.
+///
+/// The future is `'static` because the layer's response future holds it.
+/// Dyn-compatible: an `Arc<dyn QuotaStore>` is a `QuotaStore`, so a server
+/// chooses memory or Redis at start.
 pub trait QuotaStore: Send + Sync + 'static {
-    /// The decision, possibly after I/O.
-    type Future: Future<Output = Result<QuotaVerdict, StoreError>> + Send + 'static;
-
     /// Spends one request of `id`'s `quota` if it has one left. A key whose
     /// quota changes starts a fresh bucket.
-    fn check(&self, id: &ApiKeyId, quota: KeyQuota) -> Self::Future;
+    fn check(
+        &self,
+        id: &ApiKeyId,
+        quota: KeyQuota,
+    ) -> BoxFuture<'static, Result<QuotaVerdict, StoreError>>;
 }
 
-impl<Q: QuotaStore> QuotaStore for Arc<Q> {
-    type Future = Q::Future;
-
-    fn check(&self, id: &ApiKeyId, quota: KeyQuota) -> Self::Future {
+impl<Q: QuotaStore + ?Sized> QuotaStore for Arc<Q> {
+    fn check(
+        &self,
+        id: &ApiKeyId,
+        quota: KeyQuota,
+    ) -> BoxFuture<'static, Result<QuotaVerdict, StoreError>> {
         (**self).check(id, quota)
     }
 }
@@ -223,10 +230,12 @@ impl InMemoryQuotas {
 }
 
 impl QuotaStore for InMemoryQuotas {
-    type Future = Ready<Result<QuotaVerdict, StoreError>>;
-
-    fn check(&self, id: &ApiKeyId, quota: KeyQuota) -> Self::Future {
-        ready(Ok(self.check_now(id, quota)))
+    fn check(
+        &self,
+        id: &ApiKeyId,
+        quota: KeyQuota,
+    ) -> BoxFuture<'static, Result<QuotaVerdict, StoreError>> {
+        Box::pin(ready(Ok(self.check_now(id, quota))))
     }
 }
 

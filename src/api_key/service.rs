@@ -202,11 +202,16 @@ mod tests {
     async fn a_failing_store_is_503() {
         struct Down;
         impl KeyStore for Down {
-            type Lookup = std::future::Ready<
+            fn lookup(
+                &self,
+                _: &KeyDigest,
+            ) -> crate::store::BoxFuture<
+                'static,
                 Result<Option<super::super::ApiKeyRecord>, crate::store::StoreError>,
-            >;
-            fn lookup(&self, _: &KeyDigest) -> Self::Lookup {
-                std::future::ready(Err(crate::store::StoreError::new("down")))
+            > {
+                Box::pin(std::future::ready(Err(crate::store::StoreError::new(
+                    "down",
+                ))))
             }
         }
         let response = ApiKey::new(service_fn(echo), Down)
@@ -221,9 +226,15 @@ mod tests {
         use crate::api_key::{QuotaStore, QuotaVerdict};
         struct Down;
         impl QuotaStore for Down {
-            type Future = std::future::Ready<Result<QuotaVerdict, crate::store::StoreError>>;
-            fn check(&self, _: &ApiKeyId, _: KeyQuota) -> Self::Future {
-                std::future::ready(Err(crate::store::StoreError::new("down")))
+            fn check(
+                &self,
+                _: &ApiKeyId,
+                _: KeyQuota,
+            ) -> crate::store::BoxFuture<'static, Result<QuotaVerdict, crate::store::StoreError>>
+            {
+                Box::pin(std::future::ready(Err(crate::store::StoreError::new(
+                    "down",
+                ))))
             }
         }
         let quota = KeyQuota::per_minute(NonZeroU32::MIN);

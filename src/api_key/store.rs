@@ -1,9 +1,9 @@
 //! Where API keys live: the [`KeyStore`] seam and its in-memory default.
 
-use crate::store::StoreError;
+use crate::store::{BoxFuture, StoreError};
 use std::collections::HashMap;
 use std::fmt;
-use std::future::{Future, Ready, ready};
+use std::future::ready;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use sha2::{Digest, Sha256};
@@ -88,20 +88,23 @@ impl ApiKeyRecord {
 /// Looks keys up by digest.
 ///
 /// Asynchronous so a networked store (Redis, SQL) can implement it; the
-/// in-memory store answers with a ready future, so nothing is boxed.
-/// A revoked key is simply not found.
+/// in-memory store answers with a boxed ready future (one allocation).
+/// The future is `'static` (it borrows neither the store nor the digest)
+/// because the layer's response future holds it. Dyn-compatible: an
+/// `Arc<dyn KeyStore>` is a `KeyStore`. A revoked key is simply not found.
 pub trait KeyStore: Send + Sync + 'static {
-    /// The lookup's future.
-    type Lookup: Future<Output = Result<Option<ApiKeyRecord>, StoreError>> + Send + 'static;
-
     /// The record of the key whose digest is `digest`, if it is valid.
-    fn lookup(&self, digest: &KeyDigest) -> Self::Lookup;
+    fn lookup(
+        &self,
+        digest: &KeyDigest,
+    ) -> BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreError>>;
 }
 
-impl<K: KeyStore> KeyStore for Arc<K> {
-    type Lookup = K::Lookup;
-
-    fn lookup(&self, digest: &KeyDigest) -> Self::Lookup {
+impl<K: KeyStore + ?Sized> KeyStore for Arc<K> {
+    fn lookup(
+        &self,
+        digest: &KeyDigest,
+    ) -> BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreError>> {
         (**self).lookup(digest)
     }
 }
@@ -220,15 +223,18 @@ impl fmt::Debug for InMemoryKeyStore {
 }
 
 impl KeyStore for InMemoryKeyStore {
-    type Lookup = Ready<Result<Option<ApiKeyRecord>, StoreError>>;
-
-    fn lookup(&self, digest: &KeyDigest) -> Self::Lookup {
-        ready(Ok(self.find(digest)))
+    fn lookup(
+        &self,
+        digest: &KeyDigest,
+    ) -> BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreError>> {
+        Box::pin(ready(Ok(self.find(digest))))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
+
     use super::*;
 
     fn id(name: &str) -> ApiKeyId {
@@ -284,6 +290,28 @@ mod tests {
                 .find(&KeyDigest::of(b"0123456789abcdef-app"))
                 .is_none()
         );
+    }
+
+    #[test]
+    fn an_arc_dyn_key_store_is_a_key_store() {
+        fn found(store: &impl KeyStore, secret: &[u8]) -> Option<ApiKeyRecord> {
+            let lookup = store.lookup(&KeyDigest::of(secret));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            match std::pin::pin!(lookup).poll(&mut cx) {
+                std::task::Poll::Ready(found) => found.unwrap(),
+                std::task::Poll::Pending => unreachable!("in memory never waits"),
+            }
+        }
+        let memory = InMemoryKeyStore::new();
+        memory
+            .insert("0123456789abcdef-app", ApiKeyRecord::new(id("app")))
+            .unwrap();
+        let chosen: Arc<dyn KeyStore> = Arc::new(memory);
+        assert_eq!(
+            found(&chosen, b"0123456789abcdef-app").unwrap().id,
+            id("app")
+        );
+        assert!(found(&chosen, b"0123456789abcdef-xxx").is_none());
     }
 
     #[test]

@@ -32,14 +32,27 @@ where
 }
 
 /// Limits free requests per client IP; see the [module docs](super).
-#[derive(Clone)]
+///
+/// Cheap to clone: clones share the store.
 #[must_use]
 pub struct FreeTierLimitLayer<P, L = InMemoryLimiter> {
     pub(super) predicate: P,
-    pub(super) store: L,
+    pub(super) store: Arc<L>,
     pub(super) resolver: Arc<ClientIpResolver>,
     pub(super) prefixes: KeyPrefixes,
     pub(super) render: RenderRejection,
+}
+
+impl<P: Clone, L> Clone for FreeTierLimitLayer<P, L> {
+    fn clone(&self) -> Self {
+        Self {
+            predicate: self.predicate.clone(),
+            store: Arc::clone(&self.store),
+            resolver: Arc::clone(&self.resolver),
+            prefixes: self.prefixes,
+            render: self.render.clone(),
+        }
+    }
 }
 
 impl<P> FreeTierLimitLayer<P> {
@@ -53,7 +66,7 @@ impl<P> FreeTierLimitLayer<P> {
     pub fn with_quotas(predicate: P, quotas: FreeTierQuotas) -> Self {
         FreeTierLimitLayer {
             predicate,
-            store: InMemoryLimiter::new(quotas),
+            store: Arc::new(InMemoryLimiter::new(quotas)),
             resolver: Arc::new(ClientIpResolver::new()),
             prefixes: KeyPrefixes::default(),
             render: RenderRejection::default(),
@@ -63,11 +76,11 @@ impl<P> FreeTierLimitLayer<P> {
 
 impl<P, L> FreeTierLimitLayer<P, L> {
     /// Replaces the limiter state (an [`InMemoryLimiter`] with a test clock,
-    /// or a shared store).
+    /// or a shared store; an `Arc<dyn FreeTierStore>` chosen at start).
     pub fn with_store<L2: FreeTierStore>(self, store: L2) -> FreeTierLimitLayer<P, L2> {
         FreeTierLimitLayer {
             predicate: self.predicate,
-            store,
+            store: Arc::new(store),
             resolver: self.resolver,
             prefixes: self.prefixes,
             render: self.render,
@@ -114,7 +127,7 @@ impl<P, L: fmt::Debug> fmt::Debug for FreeTierLimitLayer<P, L> {
     }
 }
 
-impl<S, P: Clone, L: Clone> Layer<S> for FreeTierLimitLayer<P, L> {
+impl<S, P: Clone, L> Layer<S> for FreeTierLimitLayer<P, L> {
     type Service = FreeTierLimit<S, P, L>;
 
     fn layer(&self, inner: S) -> Self::Service {

@@ -1,10 +1,10 @@
 //! The two-quota decision and its storage seam.
 
-use crate::store::StoreError;
+use crate::store::{BoxFuture, StoreError};
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::future::{Future, Ready, ready};
+use std::future::ready;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,15 +21,21 @@ use crate::clock::{SharedClock, SystemClock};
 /// the same rule ([`ClientWindows::decide`] over the client's 88 bytes)
 /// atomically on the server, and plugs into
 /// [`FreeTierLimitLayer::with_store`](super::FreeTierLimitLayer::with_store)
-/// without any change to the layer. Implementations are cheap to clone
-/// (handles to shared state).
-pub trait FreeTierStore: Clone + Send + Sync + 'static {
-    /// The decision, possibly after I/O.
-    type Future: Future<Output = Result<Verdict, StoreError>> + Send + 'static;
-
+/// without any change to the layer, which holds it in an `Arc`.
+///
+/// The future is `'static` because the layer's response future holds it.
+/// Dyn-compatible: an `Arc<dyn FreeTierStore>` is a `FreeTierStore`, so a
+/// server chooses memory or Redis at start.
+pub trait FreeTierStore: Send + Sync + 'static {
     /// Decides a request from `key`, spending one cell of every quota only if
     /// all of them admit it.
-    fn check(&self, key: ClientKey) -> Self::Future;
+    fn check(&self, key: ClientKey) -> BoxFuture<'static, Result<Verdict, StoreError>>;
+}
+
+impl<L: FreeTierStore + ?Sized> FreeTierStore for Arc<L> {
+    fn check(&self, key: ClientKey) -> BoxFuture<'static, Result<Verdict, StoreError>> {
+        (**self).check(key)
+    }
 }
 
 /// What a [`sweep`](InMemoryLimiter::sweep) did.
@@ -271,10 +277,8 @@ fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 }
 
 impl FreeTierStore for InMemoryLimiter {
-    type Future = Ready<Result<Verdict, StoreError>>;
-
-    fn check(&self, key: ClientKey) -> Self::Future {
-        ready(Ok(self.check_now(key)))
+    fn check(&self, key: ClientKey) -> BoxFuture<'static, Result<Verdict, StoreError>> {
+        Box::pin(ready(Ok(self.check_now(key))))
     }
 }
 

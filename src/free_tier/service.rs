@@ -10,11 +10,12 @@ use super::client_ip::ClientIp;
 use super::future::ResponseFuture;
 use super::layer::{FreeTierLimitLayer, IsFreeRequest};
 use super::limiter::{FreeTierStore, InMemoryLimiter};
+use super::window::Verdict;
 use crate::body::ResponseBody;
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError};
+use crate::store::{BoxFuture, StoreError};
 
 /// The service of [`FreeTierLimitLayer`].
-#[derive(Clone)]
 pub struct FreeTierLimit<S, P, L = InMemoryLimiter> {
     inner: S,
     layer: FreeTierLimitLayer<P, L>,
@@ -37,6 +38,15 @@ impl<S, P, L> FreeTierLimit<S, P, L> {
     define_inner_service_accessors!();
 }
 
+impl<S: Clone, P: Clone, L> Clone for FreeTierLimit<S, P, L> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
 impl<S: fmt::Debug, P, L: fmt::Debug> fmt::Debug for FreeTierLimit<S, P, L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FreeTierLimit")
@@ -54,7 +64,7 @@ where
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S, ReqBody, L::Future>;
+    type Future = ResponseFuture<S, ReqBody, BoxFuture<'static, Result<Verdict, StoreError>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -124,14 +134,16 @@ mod tests {
     }
 
     /// A store that cannot answer (Redis down).
-    #[derive(Clone)]
     struct Down;
 
     impl FreeTierStore for Down {
-        type Future = std::future::Ready<Result<super::super::Verdict, crate::store::StoreError>>;
-
-        fn check(&self, _key: super::super::ClientKey) -> Self::Future {
-            std::future::ready(Err(crate::store::StoreError::new("limiter store down")))
+        fn check(
+            &self,
+            _key: super::super::ClientKey,
+        ) -> BoxFuture<'static, Result<Verdict, StoreError>> {
+            Box::pin(std::future::ready(Err(StoreError::new(
+                "limiter store down",
+            ))))
         }
     }
 

@@ -2,8 +2,6 @@
 //! replica of a data API shares.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +9,7 @@ use redis::Script;
 
 use super::RedisConnection;
 use crate::api_key::{ApiKeyId, KeyQuota, QuotaStore, QuotaVerdict};
-use crate::store::StoreError;
+use crate::store::{BoxFuture, StoreError};
 
 /// The GCRA step of [`KeyQuota`], in Lua.
 const SPEND: &str = include_str!("api_key.lua");
@@ -51,9 +49,6 @@ impl fmt::Debug for RedisQuotas {
     }
 }
 
-/// The decision's future: one script call.
-pub type QuotaCheck = Pin<Box<dyn Future<Output = Result<QuotaVerdict, StoreError>> + Send>>;
-
 impl RedisQuotas {
     /// Quota buckets on `conn`.
     pub fn new(conn: RedisConnection) -> Self {
@@ -71,7 +66,12 @@ impl RedisQuotas {
 
     /// The decision at the server's time, or at `now_unix_micros` when given
     /// (the crate's tests only).
-    fn spend(&self, id: &ApiKeyId, quota: KeyQuota, now_unix_micros: Option<u64>) -> QuotaCheck {
+    fn spend(
+        &self,
+        id: &ApiKeyId,
+        quota: KeyQuota,
+        now_unix_micros: Option<u64>,
+    ) -> BoxFuture<'static, Result<QuotaVerdict, StoreError>> {
         let key = self.key(id, quota);
         // At least 1 µs, as governor keeps it at least 1 ns.
         let micros = |d: Duration| {
@@ -112,9 +112,11 @@ impl RedisQuotas {
 }
 
 impl QuotaStore for RedisQuotas {
-    type Future = QuotaCheck;
-
-    fn check(&self, id: &ApiKeyId, quota: KeyQuota) -> Self::Future {
+    fn check(
+        &self,
+        id: &ApiKeyId,
+        quota: KeyQuota,
+    ) -> BoxFuture<'static, Result<QuotaVerdict, StoreError>> {
         self.spend(id, quota, None)
     }
 }

@@ -2,8 +2,6 @@
 //! replica of a gateway shares.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +10,7 @@ use redis::Script;
 use super::RedisConnection;
 use crate::envelope::RateLimitInfo;
 use crate::free_tier::{ClientKey, FreeTierQuotas, FreeTierStore, Verdict};
-use crate::store::StoreError;
+use crate::store::{BoxFuture, StoreError};
 
 /// The Lua port of [`ClientWindows::decide`](crate::free_tier::ClientWindows::decide).
 const DECIDE: &str = include_str!("free_tier.lua");
@@ -53,9 +51,6 @@ impl fmt::Debug for RedisFreeTier {
     }
 }
 
-/// The decision's future: one script call.
-pub type FreeTierCheck = Pin<Box<dyn Future<Output = Result<Verdict, StoreError>> + Send>>;
-
 impl RedisFreeTier {
     /// `quotas` for every client, on `conn`.
     pub fn new(conn: RedisConnection, quotas: FreeTierQuotas) -> Self {
@@ -79,7 +74,11 @@ impl RedisFreeTier {
     /// The decision at the server's time, or at `now_unix_millis` when given
     /// (the crate's tests compare the script with the Rust rule on chosen
     /// times; production never passes one).
-    fn decide(&self, client: ClientKey, now_unix_millis: Option<u64>) -> FreeTierCheck {
+    fn decide(
+        &self,
+        client: ClientKey,
+        now_unix_millis: Option<u64>,
+    ) -> BoxFuture<'static, Result<Verdict, StoreError>> {
         let key = self.key(client);
         let quotas = self.quotas;
         let script = Arc::clone(&self.script);
@@ -133,9 +132,7 @@ fn verdict(
 }
 
 impl FreeTierStore for RedisFreeTier {
-    type Future = FreeTierCheck;
-
-    fn check(&self, key: ClientKey) -> Self::Future {
+    fn check(&self, key: ClientKey) -> BoxFuture<'static, Result<Verdict, StoreError>> {
         self.decide(key, None)
     }
 }

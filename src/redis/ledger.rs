@@ -38,10 +38,8 @@ use redis::Script;
 
 use super::RedisConnection;
 use super::spent::encode_spent;
-use crate::store::StoreError;
-use crate::x402::{
-    BoxFuture, DevLedger, Ledger, LedgerError, SpentAuthorization, TokenId, Transfer,
-};
+use crate::store::{BoxFuture, StoreError};
+use crate::x402::{DevLedger, Ledger, LedgerError, SpentAuthorization, TokenId, Transfer};
 
 /// The key seam of the ledger.
 const SEAM: &str = "x402-ledger";

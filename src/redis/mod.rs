@@ -57,9 +57,9 @@ mod api_key;
 mod free_tier;
 
 #[cfg(feature = "api-key")]
-pub use api_key::{QuotaCheck, RedisQuotas};
+pub use api_key::RedisQuotas;
 #[cfg(feature = "free-tier")]
-pub use free_tier::{FreeTierCheck, RedisFreeTier};
+pub use free_tier::RedisFreeTier;
 
 /// The tests' redis-server (`WALLETGATE_TEST_REDIS_URL`, or one started once
 /// per test binary), shared with the integration tests.

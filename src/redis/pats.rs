@@ -28,7 +28,7 @@ use super::RedisConnection;
 use super::records::{
     Fields, digest_field, digest_hex, field, malformed, optional_field, wallet_text,
 };
-use crate::store::StoreError;
+use crate::store::{BoxFuture, StoreError};
 use crate::tokens::{PatRecord, PatStore, Revocation, RotateOutcome, SecretDigest};
 
 /// Stores one record: `put(P, base)` reads expire-at, id, wallet, digest,
@@ -251,75 +251,96 @@ fn read_optional_pat(fields: &Fields) -> Result<Option<PatRecord>, StoreError> {
 }
 
 impl PatStore for RedisPatStore {
-    async fn insert(&self, record: PatRecord) -> Result<(), StoreError> {
-        let mut invocation = INSERT.prepare_invoke();
-        invocation.arg(self.conn.prefix());
-        self.put_args(&mut invocation, &record);
-        let () = self.conn.invoke("PAT insert", invocation).await?;
-        Ok(())
-    }
-
-    async fn find_by_digest(&self, digest: &SecretDigest) -> Result<Option<PatRecord>, StoreError> {
-        let mut invocation = FIND_BY_DIGEST.prepare_invoke();
-        invocation.arg(self.conn.prefix()).arg(digest_hex(digest));
-        let fields: Fields = self.conn.invoke("PAT lookup", invocation).await?;
-        read_optional_pat(&fields)
-    }
-
-    async fn list(&self, wallet: Address) -> Result<Vec<PatRecord>, StoreError> {
-        let mut invocation = LIST.prepare_invoke();
-        invocation.arg(self.conn.prefix()).arg(wallet_text(wallet));
-        let records: Vec<Fields> = self.conn.invoke("PAT list", invocation).await?;
-        records.iter().map(read_pat).collect()
-    }
-
-    async fn revoke(
-        &self,
-        wallet: Address,
-        id: &str,
-        because: Revocation,
-        now: u64,
-    ) -> Result<Option<PatRecord>, StoreError> {
-        let mut invocation = REVOKE.prepare_invoke();
-        invocation
-            .arg(self.conn.prefix())
-            .arg(wallet_text(wallet))
-            .arg(id)
-            .arg(reason_text(because))
-            .arg(now);
-        let fields: Fields = self.conn.invoke("PAT revoke", invocation).await?;
-        read_optional_pat(&fields)
-    }
-
-    async fn rotate(
-        &self,
-        old_id: &str,
-        new: PatRecord,
-        now: u64,
-    ) -> Result<RotateOutcome, StoreError> {
-        let mut invocation = ROTATE.prepare_invoke();
-        invocation.arg(self.conn.prefix()).arg(old_id).arg(now);
-        self.put_args(&mut invocation, &new);
-        let rotated: u8 = self.conn.invoke("PAT rotate", invocation).await?;
-        Ok(if rotated == 1 {
-            RotateOutcome::Rotated
-        } else {
-            RotateOutcome::NotActive
+    fn insert(&self, record: PatRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut invocation = INSERT.prepare_invoke();
+            invocation.arg(self.conn.prefix());
+            self.put_args(&mut invocation, &record);
+            let () = self.conn.invoke("PAT insert", invocation).await?;
+            Ok(())
         })
     }
 
-    async fn revoke_family(&self, family_id: &str, now: u64) -> Result<(), StoreError> {
-        let mut invocation = REVOKE_FAMILY.prepare_invoke();
-        invocation.arg(self.conn.prefix()).arg(family_id).arg(now);
-        let () = self.conn.invoke("PAT family revoke", invocation).await?;
-        Ok(())
+    fn find_by_digest<'a>(
+        &'a self,
+        digest: &'a SecretDigest,
+    ) -> BoxFuture<'a, Result<Option<PatRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut invocation = FIND_BY_DIGEST.prepare_invoke();
+            invocation.arg(self.conn.prefix()).arg(digest_hex(digest));
+            let fields: Fields = self.conn.invoke("PAT lookup", invocation).await?;
+            read_optional_pat(&fields)
+        })
     }
 
-    async fn touch(&self, id: &str, now: u64) -> Result<(), StoreError> {
-        let mut invocation = TOUCH.prepare_invoke();
-        invocation.arg(self.conn.prefix()).arg(id).arg(now);
-        let () = self.conn.invoke("PAT touch", invocation).await?;
-        Ok(())
+    fn list(&self, wallet: Address) -> BoxFuture<'_, Result<Vec<PatRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut invocation = LIST.prepare_invoke();
+            invocation.arg(self.conn.prefix()).arg(wallet_text(wallet));
+            let records: Vec<Fields> = self.conn.invoke("PAT list", invocation).await?;
+            records.iter().map(read_pat).collect()
+        })
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        wallet: Address,
+        id: &'a str,
+        because: Revocation,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Option<PatRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut invocation = REVOKE.prepare_invoke();
+            invocation
+                .arg(self.conn.prefix())
+                .arg(wallet_text(wallet))
+                .arg(id)
+                .arg(reason_text(because))
+                .arg(now);
+            let fields: Fields = self.conn.invoke("PAT revoke", invocation).await?;
+            read_optional_pat(&fields)
+        })
+    }
+
+    fn rotate<'a>(
+        &'a self,
+        old_id: &'a str,
+        new: PatRecord,
+        now: u64,
+    ) -> BoxFuture<'a, Result<RotateOutcome, StoreError>> {
+        Box::pin(async move {
+            let mut invocation = ROTATE.prepare_invoke();
+            invocation.arg(self.conn.prefix()).arg(old_id).arg(now);
+            self.put_args(&mut invocation, &new);
+            let rotated: u8 = self.conn.invoke("PAT rotate", invocation).await?;
+            Ok(if rotated == 1 {
+                RotateOutcome::Rotated
+            } else {
+                RotateOutcome::NotActive
+            })
+        })
+    }
+
+    fn revoke_family<'a>(
+        &'a self,
+        family_id: &'a str,
+        now: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut invocation = REVOKE_FAMILY.prepare_invoke();
+            invocation.arg(self.conn.prefix()).arg(family_id).arg(now);
+            let () = self.conn.invoke("PAT family revoke", invocation).await?;
+            Ok(())
+        })
+    }
+
+    fn touch<'a>(&'a self, id: &'a str, now: u64) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut invocation = TOUCH.prepare_invoke();
+            invocation.arg(self.conn.prefix()).arg(id).arg(now);
+            let () = self.conn.invoke("PAT touch", invocation).await?;
+            Ok(())
+        })
     }
 }
 

@@ -29,8 +29,8 @@ use super::RedisConnection;
 use super::ledger::{Announced, RedisLedger, Snapshot};
 use super::spent::{decode_spent, encode_spent};
 use crate::clock::SharedClock;
-use crate::store::StoreError;
-use crate::x402::{AuthorizationKey, BoxFuture, Claim, NonceStore, SpentAuthorization};
+use crate::store::{BoxFuture, StoreError};
+use crate::x402::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
 
 /// The key seam of the replay guard.
 const SEAM: &str = "x402-replay";

@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::RedisConnection;
-use crate::store::StoreError;
+use crate::store::{BoxFuture, StoreError};
 use crate::wallet_jwt::RevocationCheck;
 
 const SEAM: &str = "jwt-revoked";
@@ -44,21 +44,33 @@ impl RedisRevocations {
 }
 
 impl RevocationCheck for RedisRevocations {
-    async fn is_revoked(&self, client_id: &str, now: u64) -> Result<bool, StoreError> {
-        let key = self.conn.key(SEAM, client_id);
-        let until: Option<u64> = self
-            .conn
-            .call("JWT revocation check", |mut c| async move {
-                redis::cmd("GET").arg(&key).query_async(&mut c).await
-            })
-            .await?;
-        Ok(until.is_some_and(|until| now < until))
+    fn is_revoked<'a>(
+        &'a self,
+        client_id: &'a str,
+        now: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let key = self.conn.key(SEAM, client_id);
+            let until: Option<u64> = self
+                .conn
+                .call("JWT revocation check", |mut c| async move {
+                    redis::cmd("GET").arg(&key).query_async(&mut c).await
+                })
+                .await?;
+            Ok(until.is_some_and(|until| now < until))
+        })
     }
 
-    async fn revoke(&self, client_id: &str, until: u64) -> Result<(), StoreError> {
-        let mut invocation = REVOKE.prepare_invoke();
-        invocation.key(self.conn.key(SEAM, client_id)).arg(until);
-        let _stored: u8 = self.conn.invoke("JWT revocation", invocation).await?;
-        Ok(())
+    fn revoke<'a>(
+        &'a self,
+        client_id: &'a str,
+        until: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut invocation = REVOKE.prepare_invoke();
+            invocation.key(self.conn.key(SEAM, client_id)).arg(until);
+            let _stored: u8 = self.conn.invoke("JWT revocation", invocation).await?;
+            Ok(())
+        })
     }
 }

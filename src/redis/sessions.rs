@@ -20,7 +20,7 @@ use redis::Script;
 
 use super::RedisConnection;
 use super::records::{Fields, digest_field, digest_hex, field, malformed, wallet_text};
-use crate::store::StoreError;
+use crate::store::{BoxFuture, StoreError};
 use crate::tokens::{SecretDigest, SessionRecord, SessionSecrets, SessionStore};
 
 /// Stores one session: `put(P, wallet, base)` reads access digest, access
@@ -134,72 +134,80 @@ fn read_session(access_digest: SecretDigest, fields: &Fields) -> Result<SessionR
 }
 
 impl SessionStore for RedisSessionStore {
-    async fn insert(&self, session: SessionRecord) -> Result<(), StoreError> {
-        let [access, access_expires, refresh, refresh_expires, expire_at] =
-            put_args(&session.secrets);
-        let mut invocation = INSERT.prepare_invoke();
-        invocation
-            .arg(self.conn.prefix())
-            .arg(wallet_text(session.wallet))
-            .arg(access)
-            .arg(access_expires)
-            .arg(refresh)
-            .arg(refresh_expires)
-            .arg(expire_at);
-        let () = self.conn.invoke("session insert", invocation).await?;
-        Ok(())
+    fn insert(&self, session: SessionRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let [access, access_expires, refresh, refresh_expires, expire_at] =
+                put_args(&session.secrets);
+            let mut invocation = INSERT.prepare_invoke();
+            invocation
+                .arg(self.conn.prefix())
+                .arg(wallet_text(session.wallet))
+                .arg(access)
+                .arg(access_expires)
+                .arg(refresh)
+                .arg(refresh_expires)
+                .arg(expire_at);
+            let () = self.conn.invoke("session insert", invocation).await?;
+            Ok(())
+        })
     }
 
-    async fn find_by_access(
-        &self,
-        digest: &SecretDigest,
-    ) -> Result<Option<SessionRecord>, StoreError> {
-        let key = self.conn.key("session", &digest_hex(digest));
-        let fields: Fields = self
-            .conn
-            .call("session lookup", |mut c| async move {
-                redis::cmd("HGETALL").arg(&key).query_async(&mut c).await
-            })
-            .await?;
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        read_session(*digest, &fields).map(Some)
+    fn find_by_access<'a>(
+        &'a self,
+        digest: &'a SecretDigest,
+    ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>> {
+        Box::pin(async move {
+            let key = self.conn.key("session", &digest_hex(digest));
+            let fields: Fields = self
+                .conn
+                .call("session lookup", |mut c| async move {
+                    redis::cmd("HGETALL").arg(&key).query_async(&mut c).await
+                })
+                .await?;
+            if fields.is_empty() {
+                return Ok(None);
+            }
+            read_session(*digest, &fields).map(Some)
+        })
     }
 
-    async fn rotate(
-        &self,
-        refresh: &SecretDigest,
+    fn rotate<'a>(
+        &'a self,
+        refresh: &'a SecretDigest,
         fresh: SessionSecrets,
         now: u64,
-    ) -> Result<Option<Address>, StoreError> {
-        let [
-            access,
-            access_expires,
-            fresh_refresh,
-            refresh_expires,
-            expire_at,
-        ] = put_args(&fresh);
-        let mut invocation = ROTATE.prepare_invoke();
-        invocation
-            .arg(self.conn.prefix())
-            .arg(digest_hex(refresh))
-            .arg(now)
-            .arg(access)
-            .arg(access_expires)
-            .arg(fresh_refresh)
-            .arg(refresh_expires)
-            .arg(expire_at);
-        let wallet: Option<String> = self.conn.invoke("session rotate", invocation).await?;
-        wallet
-            .map(|text| text.parse().map_err(|_| malformed(MALFORMED)))
-            .transpose()
+    ) -> BoxFuture<'a, Result<Option<Address>, StoreError>> {
+        Box::pin(async move {
+            let [
+                access,
+                access_expires,
+                fresh_refresh,
+                refresh_expires,
+                expire_at,
+            ] = put_args(&fresh);
+            let mut invocation = ROTATE.prepare_invoke();
+            invocation
+                .arg(self.conn.prefix())
+                .arg(digest_hex(refresh))
+                .arg(now)
+                .arg(access)
+                .arg(access_expires)
+                .arg(fresh_refresh)
+                .arg(refresh_expires)
+                .arg(expire_at);
+            let wallet: Option<String> = self.conn.invoke("session rotate", invocation).await?;
+            wallet
+                .map(|text| text.parse().map_err(|_| malformed(MALFORMED)))
+                .transpose()
+        })
     }
 
-    async fn remove_wallet(&self, wallet: Address) -> Result<(), StoreError> {
-        let mut invocation = REMOVE_WALLET.prepare_invoke();
-        invocation.arg(self.conn.prefix()).arg(wallet_text(wallet));
-        let () = self.conn.invoke("session sign-out", invocation).await?;
-        Ok(())
+    fn remove_wallet(&self, wallet: Address) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut invocation = REMOVE_WALLET.prepare_invoke();
+            invocation.arg(self.conn.prefix()).arg(wallet_text(wallet));
+            let () = self.conn.invoke("session sign-out", invocation).await?;
+            Ok(())
+        })
     }
 }

@@ -12,7 +12,8 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::RedisConnection;
-use crate::siwe::{NonceConsumption, NonceFuture, NonceStore, NonceStoreError};
+use crate::siwe::{NonceConsumption, NonceStore, NonceStoreError};
+use crate::store::BoxFuture;
 
 const SEAM: &str = "siwe-nonce";
 
@@ -57,7 +58,7 @@ impl NonceStore for RedisSiweNonceStore {
         nonce: &'a str,
         now_unix_millis: u64,
         expires_at_unix_millis: u64,
-    ) -> NonceFuture<'a, ()> {
+    ) -> BoxFuture<'a, Result<(), NonceStoreError>> {
         let key = self.conn.key(SEAM, nonce);
         // At least a millisecond: an already expired nonce is still stored, so
         // consuming it says `Expired` rather than `Unknown`, until Redis drops it.
@@ -77,8 +78,7 @@ impl NonceStore for RedisSiweNonceStore {
                         .query_async(&mut c)
                         .await
                 })
-                .await
-                .map_err(NonceStoreError::Backend)?;
+                .await?;
             match stored {
                 Some(_) => Ok(()),
                 None => Err(NonceStoreError::Duplicate),
@@ -90,17 +90,13 @@ impl NonceStore for RedisSiweNonceStore {
         &'a self,
         nonce: &'a str,
         now_unix_millis: u64,
-    ) -> NonceFuture<'a, NonceConsumption> {
+    ) -> BoxFuture<'a, Result<NonceConsumption, NonceStoreError>> {
         let mut invocation = CONSUME.prepare_invoke();
         invocation
             .key(self.conn.key(SEAM, nonce))
             .arg(now_unix_millis);
         Box::pin(async move {
-            let found: u8 = self
-                .conn
-                .invoke("SIWE nonce consume", invocation)
-                .await
-                .map_err(NonceStoreError::Backend)?;
+            let found: u8 = self.conn.invoke("SIWE nonce consume", invocation).await?;
             Ok(match found {
                 3 => NonceConsumption::Fresh,
                 2 => NonceConsumption::Expired,

@@ -115,7 +115,7 @@ mod verifier;
 pub use alloy_primitives::Address;
 pub use message::{AddressPolicy, ParseError, SiweMessage, SiweMessageFields};
 pub use nonce::{
-    DEFAULT_MAX_NONCES, InMemoryNonceStore, NONCE_LEN, NonceConsumption, NonceFuture, NonceStore,
+    DEFAULT_MAX_NONCES, InMemoryNonceStore, NONCE_LEN, NonceConsumption, NonceStore,
     NonceStoreError, generate_nonce,
 };
 pub use timestamp::{InvalidTimestamp, Timestamp};

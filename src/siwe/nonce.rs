@@ -5,11 +5,9 @@
 //! one process: the caller passes "now", and consuming is one atomic call that
 //! both checks and spends the nonce.
 
-use crate::store::StoreError;
+use crate::store::{BoxFuture, StoreError};
 use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Length of generated nonces: 17 alphanumerics (about 101 bits), as siwe-rs.
@@ -24,10 +22,6 @@ pub fn generate_nonce() -> Result<String, NonceStoreError> {
         NonceStoreError::Backend(StoreError::new("the operating system gave no randomness"))
     })
 }
-
-/// The boxed future a [`NonceStore`] returns (boxed so the trait stays
-/// object-safe and can sit behind `Arc<dyn NonceStore>`).
-pub type NonceFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, NonceStoreError>> + Send + 'a>>;
 
 /// What consuming a nonce found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +60,12 @@ impl fmt::Display for NonceStoreError {
     }
 }
 
+impl From<StoreError> for NonceStoreError {
+    fn from(error: StoreError) -> Self {
+        Self::Backend(error)
+    }
+}
+
 impl std::error::Error for NonceStoreError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
@@ -88,20 +88,24 @@ pub trait NonceStore: Send + Sync + 'static {
         nonce: &'a str,
         now_unix_millis: u64,
         expires_at_unix_millis: u64,
-    ) -> NonceFuture<'a, ()>;
+    ) -> BoxFuture<'a, Result<(), NonceStoreError>>;
 
     /// Spends `nonce` if it is fresh at `now_unix_millis`, and says what it found.
     fn consume<'a>(
         &'a self,
         nonce: &'a str,
         now_unix_millis: u64,
-    ) -> NonceFuture<'a, NonceConsumption>;
+    ) -> BoxFuture<'a, Result<NonceConsumption, NonceStoreError>>;
 
     /// Generates a fresh random nonce ([`generate_nonce`]) and records it.
     ///
     /// A collision of 17 random alphanumerics is practically impossible, so a
     /// [`NonceStoreError::Duplicate`] is retried twice rather than surfaced.
-    fn issue(&self, now_unix_millis: u64, expires_at_unix_millis: u64) -> NonceFuture<'_, String> {
+    fn issue(
+        &self,
+        now_unix_millis: u64,
+        expires_at_unix_millis: u64,
+    ) -> BoxFuture<'_, Result<String, NonceStoreError>> {
         Box::pin(async move {
             let mut attempts_left = 3;
             loop {
@@ -125,7 +129,7 @@ impl<T: NonceStore + ?Sized> NonceStore for Arc<T> {
         nonce: &'a str,
         now_unix_millis: u64,
         expires_at_unix_millis: u64,
-    ) -> NonceFuture<'a, ()> {
+    ) -> BoxFuture<'a, Result<(), NonceStoreError>> {
         (**self).insert(nonce, now_unix_millis, expires_at_unix_millis)
     }
 
@@ -133,11 +137,15 @@ impl<T: NonceStore + ?Sized> NonceStore for Arc<T> {
         &'a self,
         nonce: &'a str,
         now_unix_millis: u64,
-    ) -> NonceFuture<'a, NonceConsumption> {
+    ) -> BoxFuture<'a, Result<NonceConsumption, NonceStoreError>> {
         (**self).consume(nonce, now_unix_millis)
     }
 
-    fn issue(&self, now_unix_millis: u64, expires_at_unix_millis: u64) -> NonceFuture<'_, String> {
+    fn issue(
+        &self,
+        now_unix_millis: u64,
+        expires_at_unix_millis: u64,
+    ) -> BoxFuture<'_, Result<String, NonceStoreError>> {
         (**self).issue(now_unix_millis, expires_at_unix_millis)
     }
 }
@@ -263,7 +271,7 @@ impl NonceStore for InMemoryNonceStore {
         nonce: &'a str,
         now_unix_millis: u64,
         expires_at_unix_millis: u64,
-    ) -> NonceFuture<'a, ()> {
+    ) -> BoxFuture<'a, Result<(), NonceStoreError>> {
         let result = self.insert_now(nonce, now_unix_millis, expires_at_unix_millis);
         Box::pin(std::future::ready(result))
     }
@@ -272,7 +280,7 @@ impl NonceStore for InMemoryNonceStore {
         &'a self,
         nonce: &'a str,
         now_unix_millis: u64,
-    ) -> NonceFuture<'a, NonceConsumption> {
+    ) -> BoxFuture<'a, Result<NonceConsumption, NonceStoreError>> {
         let found = self.consume_now(nonce, now_unix_millis);
         Box::pin(std::future::ready(Ok(found)))
     }

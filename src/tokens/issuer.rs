@@ -16,7 +16,7 @@ use super::store::{
 use crate::clock::{SharedClock, SystemClock};
 use crate::random;
 use crate::wallet_jwt::jwt::{AccessTokenClaims, Audience};
-use crate::wallet_jwt::{JwtVerifier, RevocationCheck, Revocations, Scope, ScopeSet};
+use crate::wallet_jwt::{JwtVerifier, RevocationCheck, Scope, ScopeSet};
 
 /// Settings of a [`TokenIssuer`]; build with [`IssuerConfig::new`].
 #[derive(Clone, Debug)]
@@ -237,7 +237,7 @@ pub struct TokenIssuer<P = InMemoryPatStore, S = InMemorySessionStore> {
     sessions: Arc<S>,
     keys: SigningKeys,
     clock: SharedClock,
-    revocations: Option<Arc<dyn Revocations>>,
+    revocations: Option<Arc<dyn RevocationCheck>>,
 }
 
 impl<P, S> Clone for TokenIssuer<P, S> {
@@ -302,7 +302,7 @@ impl<P: PatStore, S: SessionStore> TokenIssuer<P, S> {
     /// `revocations`, the list the verifier consults
     /// ([`JwtVerifier::with_revocations`]), so the JWTs already minted from
     /// a revoked PAT are refused on their next request, not at their `exp`.
-    pub fn with_revocations<R: RevocationCheck>(mut self, revocations: Arc<R>) -> Self {
+    pub fn with_revocations(mut self, revocations: Arc<dyn RevocationCheck>) -> Self {
         self.revocations = Some(revocations);
         self
     }

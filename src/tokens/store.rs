@@ -3,16 +3,18 @@
 //!
 //! Every method that changes more than one record is one call, so a networked
 //! store can make it atomic (a transaction or a script): nothing here assumes
-//! one process.
+//! one process. Both traits are dyn-compatible (every method returns a
+//! [`BoxFuture`]) and `Arc<dyn PatStore>` / `Arc<dyn SessionStore>` implement
+//! them, so a server picks memory or Redis at start.
 
 use std::collections::HashMap;
-use std::future::{Future, ready};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::future::ready;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use alloy_primitives::Address;
 
 use super::pat::SecretDigest;
-use crate::store::StoreError;
+use crate::store::{BoxFuture, StoreError};
 use crate::wallet_jwt::ScopeSet;
 
 /// Why a PAT stopped working.
@@ -74,47 +76,92 @@ pub enum RotateOutcome {
 /// PAT storage.
 pub trait PatStore: Send + Sync + 'static {
     /// Stores a new record.
-    fn insert(&self, record: PatRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn insert(&self, record: PatRecord) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// The record whose token has `digest`, in any state.
-    fn find_by_digest(
-        &self,
-        digest: &SecretDigest,
-    ) -> impl Future<Output = Result<Option<PatRecord>, StoreError>> + Send;
+    fn find_by_digest<'a>(
+        &'a self,
+        digest: &'a SecretDigest,
+    ) -> BoxFuture<'a, Result<Option<PatRecord>, StoreError>>;
 
     /// Every record of `wallet`, in any state, oldest first.
-    fn list(
-        &self,
-        wallet: Address,
-    ) -> impl Future<Output = Result<Vec<PatRecord>, StoreError>> + Send;
+    fn list(&self, wallet: Address) -> BoxFuture<'_, Result<Vec<PatRecord>, StoreError>>;
 
     /// Revokes token `id` of `wallet`; the record as it now is, or `None`.
-    fn revoke(
-        &self,
+    fn revoke<'a>(
+        &'a self,
         wallet: Address,
-        id: &str,
+        id: &'a str,
         because: Revocation,
         now: u64,
-    ) -> impl Future<Output = Result<Option<PatRecord>, StoreError>> + Send;
+    ) -> BoxFuture<'a, Result<Option<PatRecord>, StoreError>>;
 
     /// Atomically: if token `old_id` of `new.wallet` is active at `now`, marks
     /// it rotated and stores `new`.
-    fn rotate(
-        &self,
-        old_id: &str,
+    fn rotate<'a>(
+        &'a self,
+        old_id: &'a str,
         new: PatRecord,
         now: u64,
-    ) -> impl Future<Output = Result<RotateOutcome, StoreError>> + Send;
+    ) -> BoxFuture<'a, Result<RotateOutcome, StoreError>>;
 
     /// Revokes every active token of `family_id`.
-    fn revoke_family(
-        &self,
-        family_id: &str,
+    fn revoke_family<'a>(
+        &'a self,
+        family_id: &'a str,
         now: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// Records a use of token `id` at `now`.
-    fn touch(&self, id: &str, now: u64) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn touch<'a>(&'a self, id: &'a str, now: u64) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+impl<T: PatStore + ?Sized> PatStore for Arc<T> {
+    fn insert(&self, record: PatRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        (**self).insert(record)
+    }
+
+    fn find_by_digest<'a>(
+        &'a self,
+        digest: &'a SecretDigest,
+    ) -> BoxFuture<'a, Result<Option<PatRecord>, StoreError>> {
+        (**self).find_by_digest(digest)
+    }
+
+    fn list(&self, wallet: Address) -> BoxFuture<'_, Result<Vec<PatRecord>, StoreError>> {
+        (**self).list(wallet)
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        wallet: Address,
+        id: &'a str,
+        because: Revocation,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Option<PatRecord>, StoreError>> {
+        (**self).revoke(wallet, id, because, now)
+    }
+
+    fn rotate<'a>(
+        &'a self,
+        old_id: &'a str,
+        new: PatRecord,
+        now: u64,
+    ) -> BoxFuture<'a, Result<RotateOutcome, StoreError>> {
+        (**self).rotate(old_id, new, now)
+    }
+
+    fn revoke_family<'a>(
+        &'a self,
+        family_id: &'a str,
+        now: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).revoke_family(family_id, now)
+    }
+
+    fn touch<'a>(&'a self, id: &'a str, now: u64) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).touch(id, now)
+    }
 }
 
 /// PATs in a mutex-guarded map; for one process and for tests.
@@ -136,43 +183,40 @@ impl InMemoryPatStore {
 }
 
 impl PatStore for InMemoryPatStore {
-    fn insert(&self, record: PatRecord) -> impl Future<Output = Result<(), StoreError>> + Send {
+    fn insert(&self, record: PatRecord) -> BoxFuture<'_, Result<(), StoreError>> {
         self.records().push(record);
-        ready(Ok(()))
+        Box::pin(ready(Ok(())))
     }
 
-    fn find_by_digest(
-        &self,
-        digest: &SecretDigest,
-    ) -> impl Future<Output = Result<Option<PatRecord>, StoreError>> + Send {
+    fn find_by_digest<'a>(
+        &'a self,
+        digest: &'a SecretDigest,
+    ) -> BoxFuture<'a, Result<Option<PatRecord>, StoreError>> {
         let found = self
             .records()
             .iter()
             .find(|record| record.digest == *digest)
             .cloned();
-        ready(Ok(found))
+        Box::pin(ready(Ok(found)))
     }
 
-    fn list(
-        &self,
-        wallet: Address,
-    ) -> impl Future<Output = Result<Vec<PatRecord>, StoreError>> + Send {
+    fn list(&self, wallet: Address) -> BoxFuture<'_, Result<Vec<PatRecord>, StoreError>> {
         let listed = self
             .records()
             .iter()
             .filter(|record| record.wallet == wallet)
             .cloned()
             .collect();
-        ready(Ok(listed))
+        Box::pin(ready(Ok(listed)))
     }
 
-    fn revoke(
-        &self,
+    fn revoke<'a>(
+        &'a self,
         wallet: Address,
-        id: &str,
+        id: &'a str,
         because: Revocation,
         now: u64,
-    ) -> impl Future<Output = Result<Option<PatRecord>, StoreError>> + Send {
+    ) -> BoxFuture<'a, Result<Option<PatRecord>, StoreError>> {
         let mut records = self.records();
         let found = records
             .iter_mut()
@@ -184,15 +228,15 @@ impl PatStore for InMemoryPatStore {
                 }
                 record.clone()
             });
-        ready(Ok(found))
+        Box::pin(ready(Ok(found)))
     }
 
-    fn rotate(
-        &self,
-        old_id: &str,
+    fn rotate<'a>(
+        &'a self,
+        old_id: &'a str,
         new: PatRecord,
         now: u64,
-    ) -> impl Future<Output = Result<RotateOutcome, StoreError>> + Send {
+    ) -> BoxFuture<'a, Result<RotateOutcome, StoreError>> {
         let mut records = self.records();
         let old = records
             .iter_mut()
@@ -206,28 +250,28 @@ impl PatStore for InMemoryPatStore {
             }
             _ => RotateOutcome::NotActive,
         };
-        ready(Ok(outcome))
+        Box::pin(ready(Ok(outcome)))
     }
 
-    fn revoke_family(
-        &self,
-        family_id: &str,
+    fn revoke_family<'a>(
+        &'a self,
+        family_id: &'a str,
         now: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         for record in self.records().iter_mut() {
             if record.family_id == family_id && record.revoked_at.is_none() {
                 record.revoked_at = Some(now);
                 record.revoked_because = Some(Revocation::FamilyReuse);
             }
         }
-        ready(Ok(()))
+        Box::pin(ready(Ok(())))
     }
 
-    fn touch(&self, id: &str, now: u64) -> impl Future<Output = Result<(), StoreError>> + Send {
+    fn touch<'a>(&'a self, id: &'a str, now: u64) -> BoxFuture<'a, Result<(), StoreError>> {
         if let Some(record) = self.records().iter_mut().find(|record| record.id == id) {
             record.last_used_at = Some(now);
         }
-        ready(Ok(()))
+        Box::pin(ready(Ok(())))
     }
 }
 
@@ -257,28 +301,52 @@ pub struct SessionRecord {
 /// Session storage.
 pub trait SessionStore: Send + Sync + 'static {
     /// Stores a new session.
-    fn insert(&self, session: SessionRecord)
-    -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn insert(&self, session: SessionRecord) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// The session whose access cookie has `digest`.
-    fn find_by_access(
-        &self,
-        digest: &SecretDigest,
-    ) -> impl Future<Output = Result<Option<SessionRecord>, StoreError>> + Send;
+    fn find_by_access<'a>(
+        &'a self,
+        digest: &'a SecretDigest,
+    ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>>;
 
     /// Atomically: if a session's refresh cookie has `refresh` and is unexpired
     /// at `now`, gives it the `fresh` cookies (the old ones stop working);
     /// the session's wallet, or `None`.
-    fn rotate(
-        &self,
-        refresh: &SecretDigest,
+    fn rotate<'a>(
+        &'a self,
+        refresh: &'a SecretDigest,
         fresh: SessionSecrets,
         now: u64,
-    ) -> impl Future<Output = Result<Option<Address>, StoreError>> + Send;
+    ) -> BoxFuture<'a, Result<Option<Address>, StoreError>>;
 
     /// Removes every session of `wallet` (sign-out everywhere).
-    fn remove_wallet(&self, wallet: Address)
-    -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn remove_wallet(&self, wallet: Address) -> BoxFuture<'_, Result<(), StoreError>>;
+}
+
+impl<T: SessionStore + ?Sized> SessionStore for Arc<T> {
+    fn insert(&self, session: SessionRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        (**self).insert(session)
+    }
+
+    fn find_by_access<'a>(
+        &'a self,
+        digest: &'a SecretDigest,
+    ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>> {
+        (**self).find_by_access(digest)
+    }
+
+    fn rotate<'a>(
+        &'a self,
+        refresh: &'a SecretDigest,
+        fresh: SessionSecrets,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Option<Address>, StoreError>> {
+        (**self).rotate(refresh, fresh, now)
+    }
+
+    fn remove_wallet(&self, wallet: Address) -> BoxFuture<'_, Result<(), StoreError>> {
+        (**self).remove_wallet(wallet)
+    }
 }
 
 /// Sessions in a mutex-guarded map keyed by access digest; for one process
@@ -300,28 +368,25 @@ impl InMemorySessionStore {
 }
 
 impl SessionStore for InMemorySessionStore {
-    fn insert(
-        &self,
-        session: SessionRecord,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+    fn insert(&self, session: SessionRecord) -> BoxFuture<'_, Result<(), StoreError>> {
         self.sessions()
             .insert(session.secrets.access_digest, session);
-        ready(Ok(()))
+        Box::pin(ready(Ok(())))
     }
 
-    fn find_by_access(
-        &self,
-        digest: &SecretDigest,
-    ) -> impl Future<Output = Result<Option<SessionRecord>, StoreError>> + Send {
-        ready(Ok(self.sessions().get(digest).cloned()))
+    fn find_by_access<'a>(
+        &'a self,
+        digest: &'a SecretDigest,
+    ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>> {
+        Box::pin(ready(Ok(self.sessions().get(digest).cloned())))
     }
 
-    fn rotate(
-        &self,
-        refresh: &SecretDigest,
+    fn rotate<'a>(
+        &'a self,
+        refresh: &'a SecretDigest,
         fresh: SessionSecrets,
         now: u64,
-    ) -> impl Future<Output = Result<Option<Address>, StoreError>> + Send {
+    ) -> BoxFuture<'a, Result<Option<Address>, StoreError>> {
         let mut sessions = self.sessions();
         let old_key = sessions
             .iter()
@@ -341,15 +406,12 @@ impl SessionStore for InMemorySessionStore {
             );
             wallet
         });
-        ready(Ok(wallet))
+        Box::pin(ready(Ok(wallet)))
     }
 
-    fn remove_wallet(
-        &self,
-        wallet: Address,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+    fn remove_wallet(&self, wallet: Address) -> BoxFuture<'_, Result<(), StoreError>> {
         self.sessions()
             .retain(|_, session| session.wallet != wallet);
-        ready(Ok(()))
+        Box::pin(ready(Ok(())))
     }
 }

@@ -166,8 +166,6 @@ pub use require::{RequireScopes, RequireScopesLayer, RequireScopesRejection};
 pub use revocation::{InMemoryRevocations, RevocationCheck};
 pub use scope::{CustomScope, InvalidScope, Scope, ScopeError, ScopeSet};
 pub use service::WalletJwt;
-#[cfg(feature = "tokens")]
-pub(crate) use verifier::Revocations;
 pub use verifier::{Algorithm, JwtError, JwtVerifier};
 
 /// The prefix of every walletgate personal access token.

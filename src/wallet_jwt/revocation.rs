@@ -10,29 +10,50 @@
 //! feature shares the list between replicas.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::sync::{Mutex, PoisonError};
+use std::future::ready;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::clock::Clock as _;
-use crate::store::StoreError;
+use crate::store::{BoxFuture, StoreError};
 
 /// The revocation list the JWT verifier consults.
+///
+/// Dyn-compatible: the verifier and the token issuer hold an
+/// `Arc<dyn RevocationCheck>`, which implements the trait too.
 pub trait RevocationCheck: Send + Sync + 'static {
     /// Whether tokens minted for `client_id` (a PAT id) are refused at `now`
     /// (Unix seconds).
-    fn is_revoked(
-        &self,
-        client_id: &str,
+    fn is_revoked<'a>(
+        &'a self,
+        client_id: &'a str,
         now: u64,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 
     /// Refuses every token of `client_id` until `until` (Unix seconds: the
     /// latest `exp` a token minted from it can carry).
-    fn revoke(
-        &self,
-        client_id: &str,
+    fn revoke<'a>(
+        &'a self,
+        client_id: &'a str,
         until: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+impl<T: RevocationCheck + ?Sized> RevocationCheck for Arc<T> {
+    fn is_revoked<'a>(
+        &'a self,
+        client_id: &'a str,
+        now: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        (**self).is_revoked(client_id, now)
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        client_id: &'a str,
+        until: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).revoke(client_id, until)
+    }
 }
 
 /// A process-local revocation list; entries are dropped once they expire.
@@ -62,15 +83,25 @@ impl InMemoryRevocations {
 }
 
 impl RevocationCheck for InMemoryRevocations {
-    async fn is_revoked(&self, client_id: &str, now: u64) -> Result<bool, StoreError> {
+    fn is_revoked<'a>(
+        &'a self,
+        client_id: &'a str,
+        now: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
         let revoked = self
             .revoked_until
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        Ok(revoked.get(client_id).is_some_and(|until| now < *until))
+        Box::pin(ready(Ok(revoked
+            .get(client_id)
+            .is_some_and(|until| now < *until))))
     }
 
-    async fn revoke(&self, client_id: &str, until: u64) -> Result<(), StoreError> {
+    fn revoke<'a>(
+        &'a self,
+        client_id: &'a str,
+        until: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         let mut revoked = self
             .revoked_until
             .lock()
@@ -80,12 +111,14 @@ impl RevocationCheck for InMemoryRevocations {
         revoked.retain(|_, held_until| *held_until > now);
         let held = revoked.entry(client_id.to_owned()).or_insert(until);
         *held = (*held).max(until);
-        Ok(())
+        Box::pin(ready(Ok(())))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
+
     use super::*;
 
     fn block_on<F: Future>(future: F) -> F::Output {

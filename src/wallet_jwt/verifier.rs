@@ -8,8 +8,6 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use http::{HeaderValue, StatusCode};
@@ -23,7 +21,6 @@ use super::{
 };
 use crate::clock::{SharedClock, SystemClock};
 use crate::envelope::{DataApiRejection, INVALID_TOKEN_CHALLENGE, data_api_rejection};
-use crate::store::StoreError;
 
 /// A signature algorithm walletgate verifies. `none` is not one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -274,27 +271,6 @@ struct TrustedIssuer {
     rules: ClaimRules,
 }
 
-type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
-
-/// The object-safe form of [`RevocationCheck`] the verifier and the token
-/// issuer hold.
-pub(crate) trait Revocations: Send + Sync + 'static {
-    fn is_revoked<'a>(&'a self, id: &'a str, now: u64) -> StoreFuture<'a, bool>;
-    /// The token issuer's side (feature `tokens`).
-    #[cfg_attr(not(feature = "tokens"), allow(dead_code))]
-    fn revoke<'a>(&'a self, id: &'a str, until: u64) -> StoreFuture<'a, ()>;
-}
-
-impl<R: RevocationCheck> Revocations for R {
-    fn is_revoked<'a>(&'a self, id: &'a str, now: u64) -> StoreFuture<'a, bool> {
-        Box::pin(RevocationCheck::is_revoked(self, id, now))
-    }
-
-    fn revoke<'a>(&'a self, id: &'a str, until: u64) -> StoreFuture<'a, ()> {
-        Box::pin(RevocationCheck::revoke(self, id, until))
-    }
-}
-
 /// Verifies wallet JWTs: signature by `kid` with an algorithm allow-list,
 /// `typ`, `iss`, `aud`, `exp`, `nbf`, `iat` with leeway, and the claims of
 /// the [contract](super#the-token-contract); with
@@ -317,7 +293,7 @@ pub struct JwtVerifier {
     allow_hs256: bool,
     pat_prefix: Cow<'static, str>,
     clock: SharedClock,
-    revocations: Option<Arc<dyn Revocations>>,
+    revocations: Option<Arc<dyn RevocationCheck>>,
     cache: Option<Arc<VerifiedCache>>,
 }
 
@@ -474,7 +450,7 @@ impl JwtVerifier {
     /// `client_id` (PAT id), or without one its `jti`, is revoked is refused
     /// with [`JwtError::Revoked`].
     #[must_use]
-    pub fn with_revocations<R: RevocationCheck>(mut self, revocations: Arc<R>) -> Self {
+    pub fn with_revocations(mut self, revocations: Arc<dyn RevocationCheck>) -> Self {
         self.revocations = Some(revocations);
         self
     }
@@ -811,6 +787,7 @@ mod tests {
 
     use super::*;
     use crate::clock::FakeClock;
+    use crate::store::{BoxFuture, StoreError};
     use crate::wallet_jwt::jwt::{self, Header};
     use crate::wallet_jwt::{InMemoryRevocations, Scope};
 
@@ -966,9 +943,7 @@ mod tests {
     #[test]
     fn revocation_is_consulted_on_a_miss_and_on_every_cache_hit() {
         let revocations = Arc::new(InMemoryRevocations::new());
-        let verifier = own()
-            .with_revocations(Arc::clone(&revocations))
-            .with_cache(16);
+        let verifier = own().with_revocations(revocations.clone()).with_cache(16);
         let token = signed(Some("at+jwt"), &own_claims());
         assert!(now_or_never(verifier.authenticate(&token)).is_ok());
         assert!(now_or_never(verifier.authenticate(&token)).is_ok(), "hit");
@@ -1000,11 +975,15 @@ mod tests {
     fn an_unreachable_revocation_list_is_503_not_401() {
         struct Down;
         impl RevocationCheck for Down {
-            async fn is_revoked(&self, _: &str, _: u64) -> Result<bool, StoreError> {
-                Err(StoreError::new("down"))
+            fn is_revoked<'a>(
+                &'a self,
+                _: &'a str,
+                _: u64,
+            ) -> BoxFuture<'a, Result<bool, StoreError>> {
+                Box::pin(std::future::ready(Err(StoreError::new("down"))))
             }
-            async fn revoke(&self, _: &str, _: u64) -> Result<(), StoreError> {
-                Err(StoreError::new("down"))
+            fn revoke<'a>(&'a self, _: &'a str, _: u64) -> BoxFuture<'a, Result<(), StoreError>> {
+                Box::pin(std::future::ready(Err(StoreError::new("down"))))
             }
         }
         let verifier = own().with_revocations(Arc::new(Down));

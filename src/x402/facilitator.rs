@@ -8,8 +8,7 @@
 //! maps any of them to the specification's codes.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -17,9 +16,7 @@ use super::types::{
     PaymentPayload, PaymentRequirements, SettleResponse, SupportedResponse, VerifyResponse,
 };
 use crate::envelope::ErrorCode;
-
-/// A boxed, sendable future, as the object-safe hook traits return.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+use crate::store::BoxFuture;
 
 /// The body of `POST /verify` and `POST /settle`.
 ///
@@ -54,6 +51,26 @@ pub trait Facilitator: Send + Sync + 'static {
 
     /// The payment kinds handled.
     fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, FacilitatorError>>;
+}
+
+impl<T: Facilitator + ?Sized> Facilitator for Arc<T> {
+    fn verify<'a>(
+        &'a self,
+        request: &'a FacilitatorRequest,
+    ) -> BoxFuture<'a, Result<VerifyResponse, FacilitatorError>> {
+        (**self).verify(request)
+    }
+
+    fn settle<'a>(
+        &'a self,
+        request: &'a FacilitatorRequest,
+    ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
+        (**self).settle(request)
+    }
+
+    fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, FacilitatorError>> {
+        (**self).supported()
+    }
 }
 
 /// What went wrong asking a facilitator (not a verdict on the payment).

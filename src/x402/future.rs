@@ -7,9 +7,9 @@ use std::task::{Context, Poll};
 use http::Response;
 use pin_project_lite::pin_project;
 
-use super::facilitator::BoxFuture;
 use super::stream::X402Body;
 use crate::body::ResponseBody;
+use crate::store::BoxFuture;
 
 pin_project! {
     /// The response future of [`X402`](super::X402): a free request's inner

@@ -40,8 +40,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::error::ConfigError;
-use super::facilitator::{BoxFuture, Facilitator, FacilitatorError, FacilitatorRequest};
+use super::facilitator::{Facilitator, FacilitatorError, FacilitatorRequest};
 use super::types::{SettleResponse, SupportedResponse, VerifyResponse};
+use crate::store::BoxFuture;
 
 /// Default bound on one facilitator call, connection included.
 pub const DEFAULT_FACILITATOR_TIMEOUT: Duration = Duration::from_secs(30);

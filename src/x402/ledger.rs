@@ -11,14 +11,14 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use alloy_primitives::{Address, B256, keccak256};
 
 use super::eip712::{TokenId, parse_evm_address};
 use super::expiring::ExpiringMap;
-use super::facilitator::BoxFuture;
 use crate::clock::SharedClock;
+use crate::store::BoxFuture;
 
 /// A verified authorization, ready to settle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +78,19 @@ pub trait Ledger: Send + Sync + 'static {
         &'a self,
         transfer: &'a Transfer,
     ) -> BoxFuture<'a, Result<String, LedgerError>>;
+}
+
+impl<T: Ledger + ?Sized> Ledger for Arc<T> {
+    fn check<'a>(&'a self, transfer: &'a Transfer) -> BoxFuture<'a, Result<(), LedgerError>> {
+        (**self).check(transfer)
+    }
+
+    fn transfer_with_authorization<'a>(
+        &'a self,
+        transfer: &'a Transfer,
+    ) -> BoxFuture<'a, Result<String, LedgerError>> {
+        (**self).transfer_with_authorization(transfer)
+    }
 }
 
 /// An in-memory USDC ledger for development and tests.

@@ -40,13 +40,14 @@ use alloy_primitives::{Address, B256, Signature, U256};
 use super::eip712::{
     DomainCache, TokenId, TransferWithAuthorization, parse_b256, parse_evm_address, parse_signature,
 };
-use super::facilitator::{BoxFuture, Facilitator, FacilitatorError, FacilitatorRequest, reason};
+use super::facilitator::{Facilitator, FacilitatorError, FacilitatorRequest, reason};
 use super::ledger::{Ledger, LedgerError, Transfer};
 use super::types::{
     Eip3009AuthorizationRef, ExactEvmPayloadRef, Network, SCHEME_EXACT, SettleResponse,
     SupportedKind, SupportedResponse, VerifyResponse, X402_VERSION,
 };
 use crate::clock::SharedClock;
+use crate::store::BoxFuture;
 
 /// Seconds an authorization must still be valid for at verification, as the
 /// reference facilitator requires (room for settlement).

@@ -140,8 +140,8 @@ pub use codec::DecodeError;
 pub use eip712::{ExactEvmDomain, TokenId, TransferWithAuthorization};
 pub use error::ConfigError;
 pub use facilitator::{
-    BoxFuture, Facilitator, FacilitatorError, FacilitatorErrorKind, FacilitatorRequest,
-    code_for_reason, reason,
+    Facilitator, FacilitatorError, FacilitatorErrorKind, FacilitatorRequest, code_for_reason,
+    reason,
 };
 pub use future::ResponseFuture;
 #[cfg(feature = "http-facilitator")]

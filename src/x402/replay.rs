@@ -30,16 +30,16 @@
 //! ```
 
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use alloy_primitives::{Address, B256, keccak256};
 
 use super::eip712::{parse_b256, parse_evm_address};
 use super::expiring::ExpiringMap;
-use super::facilitator::BoxFuture;
 use super::receipt::PaymentReceipt;
 use super::types::{AtomicAmount, Network};
 use crate::clock::SharedClock;
+use crate::store::BoxFuture;
 use crate::store::StoreError;
 
 /// Identifies one authorization: network, payer and nonce, lowercased.
@@ -138,6 +138,38 @@ pub trait NonceStore: Send + Sync + 'static {
         spent: SpentAuthorization,
         keep_until_unix_secs: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+impl<T: NonceStore + ?Sized> NonceStore for Arc<T> {
+    fn claim<'a>(
+        &'a self,
+        key: &'a AuthorizationKey,
+        hold_until_unix_secs: u64,
+    ) -> BoxFuture<'a, Result<Claim, StoreError>> {
+        (**self).claim(key, hold_until_unix_secs)
+    }
+
+    fn release(&self, key: &AuthorizationKey) -> BoxFuture<'static, ()> {
+        (**self).release(key)
+    }
+
+    fn settling(
+        &self,
+        key: &AuthorizationKey,
+        unsettled: &SpentAuthorization,
+        keep_until_unix_secs: u64,
+    ) {
+        (**self).settling(key, unsettled, keep_until_unix_secs);
+    }
+
+    fn mark_spent<'a>(
+        &'a self,
+        key: &'a AuthorizationKey,
+        spent: SpentAuthorization,
+        keep_until_unix_secs: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).mark_spent(key, spent, keep_until_unix_secs)
+    }
 }
 
 /// A claim or a settlement, as a shard keeps it: fixed-size fields only.

@@ -426,7 +426,7 @@ where
     if is_event_stream(&response) {
         // Settled when the stream completes; its receipt is the last event.
         let (parts, body) = response.into_parts();
-        let settle = Box::new(move || -> super::BoxFuture<'static, Bytes> {
+        let settle = Box::new(move || -> crate::store::BoxFuture<'static, Bytes> {
             Box::pin(async move {
                 let settlement = match job.run().await {
                     Ok((settlement, _)) | Err(settlement) => settlement,
@@ -635,7 +635,8 @@ mod tests {
 
     use super::*;
     use crate::clock::FakeClock;
-    use crate::x402::facilitator::{BoxFuture, Facilitator, FacilitatorError};
+    use crate::store::BoxFuture;
+    use crate::x402::facilitator::{Facilitator, FacilitatorError};
     use crate::x402::{
         PaymentOption, PriceTable, SettlementHookError, SupportedResponse, VerifyResponse,
         X402Layer,

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::facilitator::BoxFuture;
 use crate::body::ResponseBody;
+use crate::store::BoxFuture;
 
 /// The SSE event that carries a stream's receipt, after its terminal event.
 pub const PAYMENT_RESPONSE_EVENT: &str = "payment-response";

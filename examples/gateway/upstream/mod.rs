@@ -12,8 +12,6 @@ mod fault;
 mod openai;
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use http::StatusCode;
@@ -26,7 +24,7 @@ pub(crate) use openai::{ApiKey, OpenAiUpstream};
 use crate::catalogue::Model;
 use crate::request::ChatRequest;
 
-pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) use walletgate::store::BoxFuture;
 
 /// Why an upstream produced no answer: its status (when it answered at all)
 /// and its error text, raw. The gateway classifies and redacts it.

@@ -8,7 +8,8 @@ use http::{HeaderMap, StatusCode};
 use serde_json::Value;
 
 use crate::envelope::ErrorCode;
-use crate::x402::{BoxFuture, PaymentRequired, code_for_reason, codec};
+use crate::store::BoxFuture;
+use crate::x402::{PaymentRequired, code_for_reason, codec};
 
 /// Waits between retries; tests inject one that records and returns at once.
 pub trait Sleeper: Send + Sync + 'static {

@@ -295,7 +295,7 @@ mod tests {
     struct Waits(Mutex<Vec<Duration>>);
 
     impl super::super::Sleeper for Waits {
-        fn sleep(&self, duration: Duration) -> crate::x402::BoxFuture<'static, ()> {
+        fn sleep(&self, duration: Duration) -> crate::store::BoxFuture<'static, ()> {
             self.0.lock().unwrap().push(duration);
             Box::pin(std::future::ready(()))
         }
