@@ -7,9 +7,13 @@ use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
 use http::request::Parts;
 use http::{HeaderValue, StatusCode};
 
-use super::service::NoBearer;
 use super::{JwtError, WalletClaims};
 use crate::envelope::{DataApiRejection, MissingExtension, data_api_rejection};
+
+/// Marks a request that passed an optional-bearer [`WalletJwtLayer`] without
+/// a bearer, so extractors can tell "no token" (401) from "no layer" (500).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NoBearer;
 
 /// Why the claims extractor found no claims.
 #[derive(Clone, Debug, PartialEq, Eq)]

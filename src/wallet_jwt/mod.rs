@@ -140,8 +140,10 @@
 
 use std::fmt;
 
+mod algorithm;
 mod cache;
 mod claims;
+mod error;
 mod extract;
 mod future;
 #[cfg(feature = "jwks-url")]
@@ -155,7 +157,9 @@ mod scope;
 mod service;
 mod verifier;
 
+pub use algorithm::Algorithm;
 pub use claims::{WalletClaims, WalletMismatch};
+pub use error::JwtError;
 pub use extract::{Wallet, WalletClaimsRejection};
 pub use future::{AuthenticateFuture, ResponseFuture};
 #[cfg(feature = "jwks-url")]
@@ -166,7 +170,7 @@ pub use require::{RequireScopes, RequireScopesLayer, RequireScopesRejection};
 pub use revocation::{InMemoryRevocations, RevocationCheck};
 pub use scope::{CustomScope, InvalidScope, Scope, ScopeError, ScopeSet};
 pub use service::WalletJwt;
-pub use verifier::{Algorithm, JwtError, JwtVerifier};
+pub use verifier::JwtVerifier;
 
 /// The prefix of every walletgate personal access token.
 ///

@@ -10,9 +10,9 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use super::extract::NoBearer;
 use super::extract::WalletClaimsRejection;
 use super::future::ResponseFuture;
-use super::service::NoBearer;
 use super::{ScopeError, ScopeSet, WalletClaims, WalletMismatch};
 use crate::body::ResponseBody;
 use crate::envelope::{DataApiRejection, RenderDataApiRejection, data_api_rejection};

@@ -7,15 +7,11 @@ use std::task::{Context, Poll};
 use http::{HeaderMap, Request, Response, header::AUTHORIZATION};
 use tower_service::Service;
 
+use super::extract::NoBearer;
 use super::future::{AuthenticateFuture, Verdict};
 use super::layer::{BearerMode, Config, WalletJwtLayer};
 use super::{JwtError, JwtVerifier};
 use crate::body::ResponseBody;
-
-/// Marks a request that passed an optional-bearer [`WalletJwtLayer`] without
-/// a bearer, so extractors can tell "no token" (401) from "no layer" (500).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct NoBearer;
 
 /// The service [`WalletJwtLayer`] wraps around `S`.
 #[derive(Clone)]
