@@ -43,11 +43,11 @@ fn bench(c: &mut Criterion) {
             .block_on(nonces.insert("bTyXgcQxn2htgkjJn", 0, u64::MAX))
             .unwrap();
         SiweVerifier::builder()
-            .domain("login.xyz")
-            .uri("https://login.xyz")
+            .with_domain("login.xyz")
+            .with_uri("https://login.xyz")
             .allow_chain_id(1)
-            .clock(Arc::new(FakeClock::at_unix_secs(1_643_303_400)))
-            .nonce_store(nonces)
+            .with_clock(Arc::new(FakeClock::at_unix_secs(1_643_303_400)))
+            .with_nonce_store(nonces)
             .build()
             .unwrap()
     };

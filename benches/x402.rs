@@ -61,15 +61,15 @@ fn paid_chat(
     Future: Send,
 > + Clone {
     let layer = X402Layer::builder()
-        .payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
-        .pricing(
+        .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+        .with_pricing(
             PriceTable::by_route()
                 .with_usd("POST /v1/chat/completions", "0.002")
                 .unwrap(),
         )
-        .facilitator(facilitator)
-        .clock(clock)
-        .nonce_store(nonce_store)
+        .with_facilitator(facilitator)
+        .with_clock(clock)
+        .with_nonce_store(nonce_store)
         .build()
         .unwrap();
     tower::ServiceBuilder::new()
@@ -218,7 +218,7 @@ fn pay(
 /// The bytes each payment leaves behind while valid, and after expiry.
 fn memory_report(payments: u64) {
     let clock = FakeClock::at_unix_secs(NOW);
-    let ledger = Arc::new(DevLedger::new().expiring_with(Arc::new(clock.clone())));
+    let ledger = Arc::new(DevLedger::new().with_expiry_clock(Arc::new(clock.clone())));
     let store = Arc::new(InMemoryNonceStore::new(Arc::new(clock.clone())));
     let facilitator = LocalEvmFacilitator::new(ledger.clone(), Arc::new(clock.clone()));
     let service = paid_chat(facilitator, Arc::new(clock.clone()), store.clone());

@@ -51,10 +51,10 @@ fn gateway(ledger: Arc<DevLedger>, pay_to: &str) -> Result<Router, Box<dyn std::
         None => Err(PriceRefusal::missing("Model")),
     };
     let payment = X402Layer::builder()
-        .payment_option(PaymentOption::base_sepolia_usdc(pay_to)?)
-        .pricing(pricing)
-        .facilitator(LocalEvmFacilitator::new(ledger, clock.clone()))
-        .clock(clock)
+        .with_payment_option(PaymentOption::base_sepolia_usdc(pay_to)?)
+        .with_pricing(pricing)
+        .with_facilitator(LocalEvmFacilitator::new(ledger, clock.clone()))
+        .with_clock(clock)
         .build()?;
     let is_free = |request: &Request| {
         request

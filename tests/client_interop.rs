@@ -415,7 +415,11 @@ async fn the_layer_refuses_before_signing_and_never_pays_twice(kind: Official) {
     let ask = json!({"question": "how much?"});
 
     // Over the cap per payment: refused with nothing signed.
-    let capped = paying_layer(3).policy(SpendPolicy::new().max_per_payment_usd("0.0005").unwrap());
+    let capped = paying_layer(3).with_policy(
+        SpendPolicy::new()
+            .with_max_per_payment_usd("0.0005")
+            .unwrap(),
+    );
     let error = payment_error(kind, server.pay_through(&capped, &ask).await);
     assert!(
         matches!(
@@ -435,7 +439,8 @@ async fn the_layer_refuses_before_signing_and_never_pays_twice(kind: Official) {
     assert_eq!(capped.signer().signatures(), 0, "{kind:?}");
 
     // A budget for one payment and a half: the second is refused unsigned.
-    let budgeted = paying_layer(4).policy(SpendPolicy::new().budget_usd("0.0015").unwrap());
+    let budgeted =
+        paying_layer(4).with_policy(SpendPolicy::new().with_budget_usd("0.0015").unwrap());
     server
         .pay_through(&budgeted, &ask)
         .await
@@ -456,7 +461,7 @@ async fn the_layer_refuses_before_signing_and_never_pays_twice(kind: Official) {
     // A clock an hour slow signs an authorization that expired long ago: the
     // server's facilitator refuses it with its own reason, which the client
     // classifies ("check balance (and the clock)") without signing again.
-    let slow = paying_layer(5).clock(Arc::new(FakeClock::at_unix_secs(now() - 3600)));
+    let slow = paying_layer(5).with_clock(Arc::new(FakeClock::at_unix_secs(now() - 3600)));
     let error = payment_error(kind, server.pay_through(&slow, &ask).await);
     assert!(
         matches!(

@@ -47,7 +47,7 @@ fn app() -> Router {
         .route(
             "/api/v2/account/{wallet}/favorites",
             get(favorites).route_layer(
-                RequireScopesLayer::new(Scope::ReadFavorites).wallet_in_path_after("account"),
+                RequireScopesLayer::new(Scope::ReadFavorites).with_wallet_in_path_after("account"),
             ),
         )
         .route("/api/v2/accounts/agent-relationships", post(relate))

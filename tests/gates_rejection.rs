@@ -206,7 +206,7 @@ async fn every_wallet_jwt_and_scope_refusal_is_rendered_by_the_callers_closure()
             .layer(WalletJwtLayer::new(verifier(&clock)).with_rejection(jsonrpc))
             .layer(
                 RequireScopesLayer::new(scope)
-                    .wallet_in_path_after("account")
+                    .with_wallet_in_path_after("account")
                     .with_rejection(jsonrpc),
             )
             .service(service_fn(echo))

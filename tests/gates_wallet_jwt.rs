@@ -31,7 +31,7 @@ fn favorites_path(wallet: &str) -> String {
 async fn get_with(layer: WalletJwtLayer, path: &str, authorization: Option<&str>) -> Answer {
     let service = ServiceBuilder::new()
         .layer(layer)
-        .layer(RequireScopesLayer::new(Scope::ReadFavorites).wallet_in_path_after("account"))
+        .layer(RequireScopesLayer::new(Scope::ReadFavorites).with_wallet_in_path_after("account"))
         .service(service_fn(echo));
     let mut request = Request::get(path);
     if let Some(value) = authorization {

@@ -40,8 +40,8 @@ fn now_secs() -> u64 {
 /// connection to inspect the keys.
 fn redis_pair<S>(test: &str, make: impl Fn(RedisConnection) -> S) -> (Arc<S>, Arc<S>, Keys) {
     let config = RedisConfig::new(redis_support::shared_url())
-        .prefix(redis_support::unique_prefix(test))
-        .timeout(Duration::from_secs(2));
+        .with_prefix(redis_support::unique_prefix(test))
+        .with_timeout(Duration::from_secs(2));
     let open = || RedisConnection::open(&config).expect("Redis URL");
     (Arc::new(make(open())), Arc::new(make(open())), Keys(open()))
 }
@@ -566,8 +566,8 @@ async fn trait_objects_in_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trait_objects_in_redis() {
     let config = RedisConfig::new(redis_support::shared_url())
-        .prefix(redis_support::unique_prefix("trait_objects"))
-        .timeout(Duration::from_secs(2));
+        .with_prefix(redis_support::unique_prefix("trait_objects"))
+        .with_timeout(Duration::from_secs(2));
     let open = || RedisConnection::open(&config).expect("Redis URL");
     every_contract_through_trait_objects(DynStores::redis(open()), DynStores::redis(open())).await;
     // The four suites' keys (3 + 15 + 3 + 1), each with an expiry.
@@ -582,8 +582,8 @@ async fn trait_objects_in_redis() {
 async fn a_stopped_redis_is_a_store_error_and_service_resumes() {
     let mut server = redis_support::RedisServer::start();
     let config = RedisConfig::new(server.url())
-        .prefix("failure")
-        .timeout(Duration::from_millis(250));
+        .with_prefix("failure")
+        .with_timeout(Duration::from_millis(250));
     let conn = RedisConnection::open(&config).unwrap();
     let nonces = RedisSiweNonceStore::new(conn.clone());
     let pats = RedisPatStore::new(conn.clone());

@@ -68,8 +68,8 @@ const SLACK: Duration = Duration::from_millis(250);
 
 fn redis_conn(test: &str) -> RedisConnection {
     let config = RedisConfig::new(redis_support::shared_url())
-        .prefix(redis_support::unique_prefix(test))
-        .timeout(Duration::from_secs(2));
+        .with_prefix(redis_support::unique_prefix(test))
+        .with_timeout(Duration::from_secs(2));
     RedisConnection::open(&config).unwrap()
 }
 
@@ -371,8 +371,8 @@ where
 async fn redis_down_fails_closed_and_recovers() {
     let mut server = redis_support::RedisServer::start();
     let config = RedisConfig::new(server.url())
-        .prefix(redis_support::unique_prefix("down"))
-        .timeout(Duration::from_millis(250));
+        .with_prefix(redis_support::unique_prefix("down"))
+        .with_timeout(Duration::from_millis(250));
     let conn = RedisConnection::open(&config).unwrap();
 
     let free = FreeTierLimitLayer::new(|_: &Request<Body>| true)
@@ -463,7 +463,7 @@ async fn commands_run(conn: &RedisConnection) -> std::collections::HashMap<Strin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_decision_is_one_round_trip() {
     let server = redis_support::RedisServer::start();
-    let config = RedisConfig::new(server.url()).prefix("round-trips");
+    let config = RedisConfig::new(server.url()).with_prefix("round-trips");
     let conn = RedisConnection::open(&config).unwrap();
     let free = RedisFreeTier::new(conn.clone(), FreeTierQuotas::default());
     let quotas = RedisQuotas::new(conn.clone());

@@ -49,8 +49,8 @@ fn in_memory_replay() -> Replay {
 
 fn connection(test: &str) -> RedisConnection {
     let config = RedisConfig::new(redis_support::shared_url())
-        .prefix(redis_support::unique_prefix(test))
-        .timeout(Duration::from_secs(2));
+        .with_prefix(redis_support::unique_prefix(test))
+        .with_timeout(Duration::from_secs(2));
     RedisConnection::open(&config).unwrap()
 }
 
@@ -362,7 +362,7 @@ async fn dev_accounts_are_funded_once_however_many_replicas_start() {
 #[tokio::test]
 async fn an_unreachable_redis_is_a_store_error_not_a_decision() {
     let config = RedisConfig::new(format!("redis://127.0.0.1:{}", redis_support::free_port()))
-        .timeout(Duration::from_millis(250));
+        .with_timeout(Duration::from_millis(250));
     let conn = RedisConnection::open(&config).unwrap();
     let store = RedisNonceStore::new(conn.clone(), Arc::new(SystemClock));
     assert!(store.claim(&key("0x01"), u64::MAX).await.is_err());
@@ -415,12 +415,12 @@ async fn a_paid_request_costs_two_redis_round_trips() {
     let clock: SharedClock = Arc::new(SystemClock);
     let ledger = RedisLedger::new(conn.clone());
     ledger.fund_dev_accounts().await.unwrap();
-    let store = RedisNonceStore::new(conn.clone(), clock.clone()).prefetching_for(&ledger);
+    let store = RedisNonceStore::new(conn.clone(), clock.clone()).with_ledger_prefetch(&ledger);
     let layer = x402_fixtures::chat_layer_builder(
         LocalEvmFacilitator::new(Arc::new(ledger), clock.clone()),
         clock.clone(),
     )
-    .nonce_store(Arc::new(store))
+    .with_nonce_store(Arc::new(store))
     .build()
     .unwrap();
     let service = x402_fixtures::answering(&layer);
@@ -488,7 +488,7 @@ async fn a_paid_request_costs_two_redis_round_trips() {
 async fn a_check_read_ahead_by_the_claim_decides_as_a_check_of_its_own() {
     let conn = connection("read_ahead");
     let ledger = RedisLedger::new(conn.clone());
-    let store = RedisNonceStore::new(conn, Arc::new(SystemClock)).prefetching_for(&ledger);
+    let store = RedisNonceStore::new(conn, Arc::new(SystemClock)).with_ledger_prefetch(&ledger);
     let claim = |nonce: u8| {
         let key = AuthorizationKey::new(
             &Network::base_sepolia(),
@@ -535,7 +535,7 @@ async fn a_check_read_ahead_by_the_claim_decides_as_a_check_of_its_own() {
 async fn a_claim_that_timed_out_is_taken_back_once_redis_moves_again() {
     // A server of its own: it is paused.
     let server = redis_support::RedisServer::start();
-    let config = RedisConfig::new(server.url()).timeout(Duration::from_millis(250));
+    let config = RedisConfig::new(server.url()).with_timeout(Duration::from_millis(250));
     let store = RedisNonceStore::new(
         RedisConnection::open(&config).unwrap(),
         Arc::new(SystemClock),

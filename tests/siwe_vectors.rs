@@ -120,18 +120,18 @@ async fn verifier_for(vector: &SignedVector) -> SiweVerifier {
         .await
         .unwrap();
     SiweVerifier::builder()
-        .domain(
+        .with_domain(
             vector
                 .domain_binding
                 .as_deref()
                 .unwrap_or(&vector.fields.domain),
         )
-        .uri(vector.fields.uri.clone())
+        .with_uri(vector.fields.uri.clone())
         .allow_chain_id(vector.fields.chain_id)
         // The vectors were signed in 2022 and some verify in 2101 or 2200.
-        .max_issued_age_secs(300 * 365 * 86_400)
-        .clock(Arc::new(FakeClock::at_unix_secs(now_secs)))
-        .nonce_store(nonces)
+        .with_max_issued_age_secs(300 * 365 * 86_400)
+        .with_clock(Arc::new(FakeClock::at_unix_secs(now_secs)))
+        .with_nonce_store(nonces)
         .build()
         .unwrap()
 }

@@ -53,15 +53,15 @@ fn fixture_with(
 ) -> Fixture {
     let clock = FakeClock::at_unix_secs(NOW_SECS);
     let builder = SiweVerifier::builder()
-        .domain(DOMAIN)
-        .scheme("http")
-        .uri(URI)
+        .with_domain(DOMAIN)
+        .with_scheme("http")
+        .with_uri(URI)
         .allow_chain_ids([1, 8453])
-        .max_issued_age_secs(600)
-        .leeway_secs(30)
-        .nonce_ttl_secs(300)
-        .clock(Arc::new(clock.clone()))
-        .nonce_store(InMemoryNonceStore::new());
+        .with_max_issued_age_secs(600)
+        .with_leeway_secs(30)
+        .with_nonce_ttl_secs(300)
+        .with_clock(Arc::new(clock.clone()))
+        .with_nonce_store(InMemoryNonceStore::new());
     Fixture {
         verifier: configure(builder).build().unwrap(),
         clock,
@@ -178,7 +178,7 @@ async fn lowercase_and_checksummed_addresses_are_accepted() {
 
 #[tokio::test]
 async fn checksummed_only_policy_refuses_lowercase() {
-    let fx = fixture_with(|b| b.address_policy(AddressPolicy::ChecksummedOnly));
+    let fx = fixture_with(|b| b.with_address_policy(AddressPolicy::ChecksummedOnly));
     let mut lowercase = fields(&fx).await;
     lowercase.address = HARDHAT_ADDRESS_0.to_lowercase();
     let text = client_text(&lowercase);

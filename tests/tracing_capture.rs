@@ -330,7 +330,7 @@ async fn a_wallet_scoped_request_logs_key_id_wallet_and_scopes_and_no_key_jwt_or
         ServiceBuilder::new()
             .layer(ApiKeyLayer::new(store.clone()))
             .layer(WalletJwtLayer::new(verifier(&clock)))
-            .layer(RequireScopesLayer::new(scope).wallet_in_path_after("account"))
+            .layer(RequireScopesLayer::new(scope).with_wallet_in_path_after("account"))
             .service(service_fn(echo))
     };
     let jwt = token(&claims());

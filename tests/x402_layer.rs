@@ -179,16 +179,16 @@ impl Harness {
         )
         .unwrap();
         let layer = X402Layer::builder()
-            .payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
-            .payment_option(mainnet)
-            .pricing(
+            .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+            .with_payment_option(mainnet)
+            .with_pricing(
                 PriceTable::by_route()
                     .with_usd(format!("POST {CHAT}"), "0.002")
                     .unwrap(),
             )
-            .shared_facilitator(facilitator.clone())
-            .clock(Arc::new(clock.clone()))
-            .paid_replay(paid_replay)
+            .with_shared_facilitator(facilitator.clone())
+            .with_clock(Arc::new(clock.clone()))
+            .with_paid_replay(paid_replay)
             .build()
             .unwrap();
         Self {

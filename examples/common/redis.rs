@@ -74,9 +74,9 @@ impl RedisSettings {
     /// The library's settings for this Redis.
     #[cfg(feature = "redis")]
     pub(crate) fn config(&self) -> walletgate::redis::RedisConfig {
-        let config = walletgate::redis::RedisConfig::new(&self.url).prefix(&self.prefix);
+        let config = walletgate::redis::RedisConfig::new(&self.url).with_prefix(&self.prefix);
         match self.timeout {
-            Some(timeout) => config.timeout(timeout),
+            Some(timeout) => config.with_timeout(timeout),
             None => config,
         }
     }

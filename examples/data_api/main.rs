@@ -240,11 +240,11 @@ pub(crate) fn build_with_clock(
         verifier = verifier.also_accept(external_verifier(external, &config.origin)?);
     }
     let siwe = SiweVerifier::builder()
-        .domain(&config.siwe_domain)
-        .uri(&config.siwe_uri)
+        .with_domain(&config.siwe_domain)
+        .with_uri(&config.siwe_uri)
         .allow_chain_id(config.siwe_chain_id)
-        .clock(clock.clone())
-        .nonce_store(stores.nonces)
+        .with_clock(clock.clone())
+        .with_nonce_store(stores.nonces)
         .build()?;
 
     let mut favorites = Favorites::default();
@@ -305,10 +305,10 @@ fn external_verifier(
     let audience = external.audience.as_deref().unwrap_or(origin);
     let mut verifier = JwtVerifier::from_jwks_url(jwks, &external.issuer, audience)?;
     if let Some(claim) = &external.scopes_claim {
-        verifier = verifier.scopes_claim(claim.clone());
+        verifier = verifier.with_scopes_claim(claim.clone());
     }
     if let Some(claim) = &external.wallet_claim {
-        verifier = verifier.wallet_claim(claim.clone());
+        verifier = verifier.with_wallet_claim(claim.clone());
     }
     Ok(verifier)
 }

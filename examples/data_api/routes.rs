@@ -78,7 +78,7 @@ pub(crate) fn operations() -> Vec<Operation> {
         // Favorites.
         Operation::get("/api/v2/account/{wallet}/favorites", "getFavorites", rest::favorites)
             .access(Access::Wallet(
-                RequireScopesLayer::new(Scope::ReadFavorites).wallet_in_path_after("account"),
+                RequireScopesLayer::new(Scope::ReadFavorites).with_wallet_in_path_after("account"),
             ))
             .doc("favorites", "A wallet's favorite NFTs, paged")
             .parameter(path_parameter("wallet", "The JWT's wallet", address()))

@@ -139,7 +139,7 @@ async fn sdk_with_an_expired_pat_asks_for_a_new_sign_in_without_calling() {
     let server = Counted::start().await;
     let config = WalletConfig::new(&server.base, API_KEY)
         .unwrap()
-        .pat_expires_in_days(1);
+        .with_pat_expires_in_days(1);
     let auth = WalletAuth::new(config)
         .unwrap()
         .with_clock(Arc::new(server.clock.clone()));

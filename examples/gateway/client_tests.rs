@@ -99,7 +99,7 @@ impl Signer for Counting {
 
 fn layer(key: impl Signer + Send + Sync + 'static, waits: &Arc<Waits>) -> X402PaymentLayer {
     let sleeper: SharedSleeper = waits.clone();
-    X402PaymentLayer::new(key).sleeper(sleeper)
+    X402PaymentLayer::new(key).with_sleeper(sleeper)
 }
 
 fn post(server: &Server, url_path: &str, body: &Value) -> Request<Full<Bytes>> {
@@ -169,7 +169,7 @@ async fn a_paid_image_job_is_polled_with_the_same_payment_uncharged() {
     let payer = DevLedger::DEV_ACCOUNTS[5];
     let waits = Arc::new(Waits::default());
     let client = ServiceBuilder::new()
-        .layer(layer(dev_key(5), &waits).clock(clock.clone()))
+        .layer(layer(dev_key(5), &waits).with_clock(clock.clone()))
         .service(hyper());
     let request = post(
         &server,
@@ -295,9 +295,11 @@ async fn a_quote_over_the_cap_is_refused_and_the_signer_never_called() {
         inner: dev_key(4),
         calls: calls.clone(),
     };
-    let policy = SpendPolicy::new().max_per_payment_usd("0.001").unwrap();
+    let policy = SpendPolicy::new()
+        .with_max_per_payment_usd("0.001")
+        .unwrap();
     let client = ServiceBuilder::new()
-        .layer(layer(signer, &waits).policy(policy))
+        .layer(layer(signer, &waits).with_policy(policy))
         .service(hyper());
     let request = post(
         &server,
@@ -405,7 +407,7 @@ async fn model_unavailable_fails_over_to_another_providers_same_tier_model() {
         other => panic!("{other:?}"),
     }
     let client = ServiceBuilder::new()
-        .layer(layer(dev_key(8), &waits).failover(Failover::new()))
+        .layer(layer(dev_key(8), &waits).with_failover(Failover::new()))
         .service(hyper());
     let response = client.oneshot(request()).await.unwrap();
     let (receipt, answer) = text(response).await;
@@ -458,7 +460,7 @@ async fn verification_unavailable_resends_the_same_signature() {
     // Bounded: more unavailability than retries is a payment error that says so.
     faults.unavailable_verifies.store(5, Ordering::SeqCst);
     let client = ServiceBuilder::new()
-        .layer(layer.retry(RetryPolicy::default().verification_retries(1)))
+        .layer(layer.with_retry(RetryPolicy::default().with_verification_retries(1)))
         .service(hyper());
     let request = post(
         &server,

@@ -155,7 +155,7 @@ impl Default for Config {
             pay_to: DevLedger::DEV_ACCOUNTS[9].to_owned(),
             max_timeout_secs: walletgate::x402::DEFAULT_MAX_TIMEOUT_SECS,
             // Used authorizations are forgotten once their validBefore passes.
-            ledger: Arc::new(DevLedger::new().expiring_with(clock.clone())),
+            ledger: Arc::new(DevLedger::new().with_expiry_clock(clock.clone())),
             clock,
             free_tier: FreeTierQuotas::default(),
             image_job: Duration::from_millis(DEFAULT_IMAGE_JOB_MILLIS),

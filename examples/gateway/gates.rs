@@ -168,16 +168,16 @@ impl PaymentSettings {
         description: &str,
     ) -> Result<X402Layer, ConfigError> {
         let mut builder = X402Layer::builder()
-            .pricing(pricing)
-            .shared_facilitator(self.facilitator.clone())
-            .nonce_store(self.nonce_store.clone())
-            .clock(self.clock.clone())
-            .paid_replay(paid_replay)
-            .description(description)
-            .mime_type("application/json")
+            .with_pricing(pricing)
+            .with_shared_facilitator(self.facilitator.clone())
+            .with_nonce_store(self.nonce_store.clone())
+            .with_clock(self.clock.clone())
+            .with_paid_replay(paid_replay)
+            .with_description(description)
+            .with_mime_type("application/json")
             .on_settlement(self.settled.hook());
         for option in &self.options {
-            builder = builder.payment_option(option.clone());
+            builder = builder.with_payment_option(option.clone());
         }
         builder.build()
     }

@@ -57,7 +57,7 @@ impl Stores {
         Self {
             // The claim reads ahead for the ledger's check, the transfer marks spent: two round trips.
             nonce_store: Arc::new(
-                RedisNonceStore::new(conn.clone(), clock).prefetching_for(&ledger),
+                RedisNonceStore::new(conn.clone(), clock).with_ledger_prefetch(&ledger),
             ),
             ledger: Arc::new(ledger),
             jobs: Arc::new(RedisJobs::new(conn.clone(), catalogue.clone())),

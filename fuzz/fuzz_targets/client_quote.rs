@@ -71,7 +71,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let key: PrivateKeySigner = DEV_KEYS[1].parse().unwrap();
     let mut client = X402PaymentLayer::new(key)
-        .clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+        .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
         .layer(server.clone());
     let _ = ready(client.call(Request::post("http://gateway/v1/chat/completions").body(Full::new(Bytes::from_static(b"{}"))).unwrap()));
     assert!(server.payments.load(Ordering::SeqCst) <= 1);

@@ -27,11 +27,11 @@ fn verifier(nonce: &str) -> SiweVerifier {
     // A nonce the store refuses (bad syntax) just stays unknown.
     let _ = ready(nonces.insert(nonce, NOW_MILLIS - 60_000, NOW_MILLIS + 60_000));
     SiweVerifier::builder()
-        .domain("login.xyz")
-        .uri("https://login.xyz")
+        .with_domain("login.xyz")
+        .with_uri("https://login.xyz")
         .allow_chain_id(1)
-        .clock(Arc::new(FakeClock::at_unix_secs(NOW_MILLIS / 1000)))
-        .nonce_store(nonces)
+        .with_clock(Arc::new(FakeClock::at_unix_secs(NOW_MILLIS / 1000)))
+        .with_nonce_store(nonces)
         .build()
         .unwrap()
 }

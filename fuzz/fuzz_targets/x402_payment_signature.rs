@@ -64,14 +64,14 @@ fn harness() -> &'static Harness {
         let option = PaymentOption::base_sepolia_usdc(PAY_TO).unwrap();
         let offers = vec![option.requirements(UsdAmount::from_micros(3000)).unwrap()];
         let layer = X402Layer::builder()
-            .payment_option(option)
-            .pricing(
+            .with_payment_option(option)
+            .with_pricing(
                 PriceTable::by_route()
                     .with_usd(format!("POST {CHAT}"), "0.002")
                     .unwrap(),
             )
-            .facilitator(facilitator.clone())
-            .clock(clock)
+            .with_facilitator(facilitator.clone())
+            .with_clock(clock)
             .build()
             .unwrap();
         Harness {

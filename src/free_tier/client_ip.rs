@@ -186,7 +186,7 @@ impl TrustedProxies {
     }
 
     /// Adds one network.
-    pub fn with(mut self, network: IpCidr) -> Self {
+    pub fn with_network(mut self, network: IpCidr) -> Self {
         self.networks.push(network);
         self
     }

@@ -134,8 +134,8 @@ mod tests {
 
     fn store(test: &str) -> RedisQuotas {
         let config = RedisConfig::new(redis_support::shared_url())
-            .prefix(redis_support::unique_prefix(test))
-            .timeout(Duration::from_secs(2));
+            .with_prefix(redis_support::unique_prefix(test))
+            .with_timeout(Duration::from_secs(2));
         RedisQuotas::new(RedisConnection::open(&config).unwrap())
     }
 

@@ -147,8 +147,8 @@ mod tests {
 
     fn store(test: &str, quotas: FreeTierQuotas) -> RedisFreeTier {
         let config = RedisConfig::new(redis_support::shared_url())
-            .prefix(redis_support::unique_prefix(test))
-            .timeout(Duration::from_secs(2));
+            .with_prefix(redis_support::unique_prefix(test))
+            .with_timeout(Duration::from_secs(2));
         RedisFreeTier::new(RedisConnection::open(&config).unwrap(), quotas)
     }
 

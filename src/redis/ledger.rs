@@ -176,7 +176,7 @@ impl RedisLedger {
     /// Remembers used authorizations for `retention` (at least one second);
     /// it must outlast the longest authorization the gateway accepts.
     #[must_use]
-    pub fn used_retention(mut self, retention: Duration) -> Self {
+    pub fn with_used_retention(mut self, retention: Duration) -> Self {
         self.used_retention = retention.max(Duration::from_secs(1));
         self
     }

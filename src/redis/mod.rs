@@ -102,14 +102,14 @@ impl RedisConfig {
 
     /// Namespaces every key under `prefix` (no trailing colon).
     #[must_use]
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
     }
 
     /// Bounds every call to Redis; past it the call is a [`StoreError`].
     #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
@@ -247,14 +247,16 @@ mod tests {
     #[tokio::test]
     async fn keys_are_namespaced_by_the_prefix() {
         let conn =
-            RedisConnection::open(&RedisConfig::new("redis://127.0.0.1:1").prefix("gw1")).unwrap();
+            RedisConnection::open(&RedisConfig::new("redis://127.0.0.1:1").with_prefix("gw1"))
+                .unwrap();
         assert_eq!(conn.key("replay", "abc"), "gw1:replay:abc");
     }
 
     #[tokio::test]
     async fn an_unreachable_redis_is_a_store_error_within_the_timeout() {
         // Port 1 on loopback refuses at once; the call must fail, not hang.
-        let config = RedisConfig::new("redis://127.0.0.1:1").timeout(Duration::from_millis(200));
+        let config =
+            RedisConfig::new("redis://127.0.0.1:1").with_timeout(Duration::from_millis(200));
         let conn = RedisConnection::open(&config).unwrap();
         let result: Result<String, _> = conn
             .call("ping", |mut c| async move {

@@ -109,7 +109,7 @@ impl RedisNonceStore {
     /// payer's balances, the nonce's used state), so the check that follows
     /// costs no round trip of its own. `ledger` must be on the same Redis.
     #[must_use]
-    pub fn prefetching_for(mut self, ledger: &RedisLedger) -> Self {
+    pub fn with_ledger_prefetch(mut self, ledger: &RedisLedger) -> Self {
         self.ledger = Some(ledger.clone());
         self
     }

@@ -66,11 +66,11 @@
 //! let clock = FakeClock::at_unix_secs(1_643_303_400);
 //! let nonces = Arc::new(InMemoryNonceStore::new());
 //! let verifier = SiweVerifier::builder()
-//!     .domain("login.xyz")
-//!     .uri("https://login.xyz")
+//!     .with_domain("login.xyz")
+//!     .with_uri("https://login.xyz")
 //!     .allow_chain_id(1)
-//!     .clock(Arc::new(clock.clone()))
-//!     .nonce_store(nonces.clone())
+//!     .with_clock(Arc::new(clock.clone()))
+//!     .with_nonce_store(nonces.clone())
 //!     .build()?;
 //!
 //! // In a real server the nonce comes from `verifier.issue_nonce()`; here it is

@@ -477,20 +477,20 @@ impl fmt::Debug for SiweVerifierBuilder {
 impl SiweVerifierBuilder {
     /// The domain (RFC 3986 authority, e.g. `example.com` or `127.0.0.1:8080`)
     /// messages must name: this server's own origin host.
-    pub fn domain(mut self, domain: impl Into<String>) -> Self {
+    pub fn with_domain(mut self, domain: impl Into<String>) -> Self {
         self.domain = Some(domain.into());
         self
     }
 
     /// The scheme a message may write before its domain (default `https`).
     /// Messages without a scheme are accepted, as EIP-4361 assumes `https`.
-    pub fn scheme(mut self, scheme: impl Into<String>) -> Self {
+    pub fn with_scheme(mut self, scheme: impl Into<String>) -> Self {
         self.scheme = scheme.into();
         self
     }
 
     /// The URI messages must name, compared as exact text.
-    pub fn uri(mut self, uri: impl Into<String>) -> Self {
+    pub fn with_uri(mut self, uri: impl Into<String>) -> Self {
         self.uri = Some(uri.into());
         self
     }
@@ -509,39 +509,39 @@ impl SiweVerifierBuilder {
     }
 
     /// How old `Issued At` may be (default [`DEFAULT_MAX_ISSUED_AGE_SECS`]).
-    pub fn max_issued_age_secs(mut self, secs: u64) -> Self {
+    pub fn with_max_issued_age_secs(mut self, secs: u64) -> Self {
         self.max_issued_age_secs = secs;
         self
     }
 
     /// Clock skew allowed on issued-at, expiration and not-before
     /// (default [`DEFAULT_LEEWAY_SECS`]).
-    pub fn leeway_secs(mut self, secs: u64) -> Self {
+    pub fn with_leeway_secs(mut self, secs: u64) -> Self {
         self.leeway_secs = secs;
         self
     }
 
     /// How long an issued nonce stays usable (default [`DEFAULT_NONCE_TTL_SECS`]).
-    pub fn nonce_ttl_secs(mut self, secs: u64) -> Self {
+    pub fn with_nonce_ttl_secs(mut self, secs: u64) -> Self {
         self.nonce_ttl_secs = secs;
         self
     }
 
     /// Which address spellings to accept (default: checksummed or one case).
-    pub fn address_policy(mut self, policy: AddressPolicy) -> Self {
+    pub fn with_address_policy(mut self, policy: AddressPolicy) -> Self {
         self.address_policy = policy;
         self
     }
 
     /// The clock (default [`SystemClock`]).
-    pub fn clock(mut self, clock: SharedClock) -> Self {
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
         self.clock = Some(clock);
         self
     }
 
     /// The nonce store (default a fresh [`InMemoryNonceStore`]). Pass an `Arc`
     /// to keep a handle on it.
-    pub fn nonce_store(mut self, store: impl NonceStore) -> Self {
+    pub fn with_nonce_store(mut self, store: impl NonceStore) -> Self {
         self.nonce_store = Some(Arc::new(store));
         self
     }
@@ -593,8 +593,8 @@ mod tests {
 
     fn builder() -> SiweVerifierBuilder {
         SiweVerifier::builder()
-            .domain("login.xyz")
-            .uri("https://login.xyz")
+            .with_domain("login.xyz")
+            .with_uri("https://login.xyz")
             .allow_chain_id(1)
     }
 
@@ -604,23 +604,25 @@ mod tests {
         let partial = || SiweVerifier::builder();
         let cases = [
             (
-                partial().uri("https://login.xyz").allow_chain_id(1),
+                partial().with_uri("https://login.xyz").allow_chain_id(1),
                 ConfigError::MissingDomain,
             ),
             (
-                partial().domain("login.xyz").allow_chain_id(1),
+                partial().with_domain("login.xyz").allow_chain_id(1),
                 ConfigError::MissingUri,
             ),
             (
-                partial().domain("login.xyz").uri("https://login.xyz"),
+                partial()
+                    .with_domain("login.xyz")
+                    .with_uri("https://login.xyz"),
                 ConfigError::NoChainIds,
             ),
-            (builder().domain("#bad"), ConfigError::InvalidDomain),
-            (builder().scheme("1http"), ConfigError::InvalidScheme),
-            (builder().uri(":bad"), ConfigError::InvalidUri),
-            (builder().nonce_ttl_secs(0), ConfigError::ZeroNonceTtl),
+            (builder().with_domain("#bad"), ConfigError::InvalidDomain),
+            (builder().with_scheme("1http"), ConfigError::InvalidScheme),
+            (builder().with_uri(":bad"), ConfigError::InvalidUri),
+            (builder().with_nonce_ttl_secs(0), ConfigError::ZeroNonceTtl),
             (
-                builder().max_issued_age_secs(0),
+                builder().with_max_issued_age_secs(0),
                 ConfigError::ZeroMaxIssuedAge,
             ),
         ];

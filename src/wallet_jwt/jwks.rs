@@ -129,7 +129,7 @@ impl JwksUrl {
 
     /// Refreshes the set every `secs` (default 10 minutes).
     #[must_use]
-    pub fn refresh_every_secs(self, secs: u64) -> Self {
+    pub fn with_refresh_every_secs(self, secs: u64) -> Self {
         self.lock().refresh_every_secs = secs;
         self
     }
@@ -137,7 +137,7 @@ impl JwksUrl {
     /// Fetches at most once per `secs` (default 30 s), whatever the reason:
     /// an unknown `kid`, a due refresh, an issuer that is down.
     #[must_use]
-    pub fn unknown_kid_every_secs(self, secs: u64) -> Self {
+    pub fn with_unknown_kid_every_secs(self, secs: u64) -> Self {
         self.lock().unknown_kid_every_secs = secs;
         self
     }
@@ -321,8 +321,8 @@ pub(crate) mod tests {
     fn verifier(jwks: JwksUrl, clock: &FakeClock) -> JwtVerifier {
         JwtVerifier::from_jwks_url(jwks, ISSUER, "api")
             .unwrap()
-            .scopes_claim("opensea_scopes")
-            .wallet_claim("linked_wallets")
+            .with_scopes_claim("opensea_scopes")
+            .with_wallet_claim("linked_wallets")
             .with_clock(Arc::new(clock.clone()))
     }
 

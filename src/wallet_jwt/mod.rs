@@ -96,7 +96,7 @@
 //!
 //! let service = ServiceBuilder::new()
 //!     .layer(WalletJwtLayer::new(verifier))
-//!     .layer(RequireScopesLayer::new(Scope::ReadFavorites).wallet_in_path_after("account"))
+//!     .layer(RequireScopesLayer::new(Scope::ReadFavorites).with_wallet_in_path_after("account"))
 //!     .service_fn(|request: Request<Full<Bytes>>| async move {
 //!         let wallet = request.extensions().get::<WalletClaims>().map(|c| c.wallet());
 //!         let body = wallet.map(|w| w.to_string()).unwrap_or_default();

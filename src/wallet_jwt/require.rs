@@ -90,7 +90,7 @@ data_api_rejection!(RequireScopesRejection);
 ///     .route(
 ///         "/api/v2/account/{wallet}/favorites",
 ///         get(favorites).route_layer(
-///             RequireScopesLayer::new(Scope::ReadFavorites).wallet_in_path_after("account"),
+///             RequireScopesLayer::new(Scope::ReadFavorites).with_wallet_in_path_after("account"),
 ///         ),
 ///     )
 ///     .route(
@@ -144,7 +144,7 @@ impl RequireScopesLayer {
     /// wallet, compared case-insensitively: 403 otherwise. Paths without that
     /// segment pass. Matching by segment name keeps working under a nested
     /// router, which strips the prefix.
-    pub fn wallet_in_path_after(mut self, segment: &str) -> Self {
+    pub fn with_wallet_in_path_after(mut self, segment: &str) -> Self {
         Arc::make_mut(&mut self.config).wallet_after_segment = Some(segment.into());
         self
     }
@@ -155,7 +155,7 @@ impl RequireScopesLayer {
     /// ```
     /// use walletgate::wallet_jwt::{RequireScopesLayer, Scope};
     ///
-    /// let guard = RequireScopesLayer::new(Scope::ReadFavorites).wallet_in_path_after("account");
+    /// let guard = RequireScopesLayer::new(Scope::ReadFavorites).with_wallet_in_path_after("account");
     /// let names: Vec<&str> = guard.scopes().iter().map(Scope::as_str).collect();
     /// assert_eq!(names, ["read:favorites"]);
     /// assert_eq!(guard.wallet_path_segment(), Some("account"));
@@ -164,7 +164,7 @@ impl RequireScopesLayer {
         &self.config.scopes
     }
 
-    /// The segment set by [`wallet_in_path_after`](Self::wallet_in_path_after):
+    /// The segment set by [`wallet_in_path_after`](Self::with_wallet_in_path_after):
     /// the path segment after it must be the token's wallet.
     pub fn wallet_path_segment(&self) -> Option<&str> {
         self.config.wallet_after_segment.as_deref()
@@ -360,7 +360,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_path_wallet_must_be_the_tokens() {
-        let guard = RequireScopesLayer::new(Scope::ReadFavorites).wallet_in_path_after("account");
+        let guard =
+            RequireScopesLayer::new(Scope::ReadFavorites).with_wallet_in_path_after("account");
         let mine = format!("/api/v2/account/{}/favorites", WALLET.to_lowercase());
         let other = format!("/api/v2/account/{OTHER}/favorites");
         assert_eq!(
@@ -392,7 +393,7 @@ mod tests {
     #[tokio::test]
     async fn with_rejection_renders_each_refusal_and_keeps_it_in_the_extensions() {
         let guard = RequireScopesLayer::new(Scope::ReadFavorites)
-            .wallet_in_path_after("account")
+            .with_wallet_in_path_after("account")
             .with_rejection(|rejection| {
                 let mut response = Response::new(Bytes::from(rejection.kind()));
                 *response.status_mut() = rejection.status();

@@ -151,8 +151,8 @@ impl JwtVerifier {
     /// relaxed rules of a foreign issuer: `typ` `JWT` or `at+jwt` (or none),
     /// `client_id` and `jti` optional, `sub` free (an account id). Scopes
     /// are read from `scope` and the wallet from `wallet` unless
-    /// [`scopes_claim`](Self::scopes_claim) and
-    /// [`wallet_claim`](Self::wallet_claim) say otherwise.
+    /// [`scopes_claim`](Self::with_scopes_claim) and
+    /// [`wallet_claim`](Self::with_wallet_claim) say otherwise.
     ///
     /// # Errors
     /// [`ConfigError::EmptyIssuerOrAudience`].
@@ -212,7 +212,7 @@ impl JwtVerifier {
     /// The claim holding the scopes (default `scope`), e.g.
     /// `opensea_scopes`: a space-separated string or an array of strings.
     #[must_use]
-    pub fn scopes_claim(mut self, claim: impl Into<Cow<'static, str>>) -> Self {
+    pub fn with_scopes_claim(mut self, claim: impl Into<Cow<'static, str>>) -> Self {
         self.rules_mut().scopes_claim = claim.into();
         self
     }
@@ -220,7 +220,7 @@ impl JwtVerifier {
     /// The claim holding the wallet (default `wallet`), e.g.
     /// `linked_wallets`: an address, or an array whose first entry is used.
     #[must_use]
-    pub fn wallet_claim(mut self, claim: impl Into<Cow<'static, str>>) -> Self {
+    pub fn with_wallet_claim(mut self, claim: impl Into<Cow<'static, str>>) -> Self {
         self.rules_mut().wallet_claim = claim.into();
         self
     }
@@ -681,8 +681,8 @@ mod tests {
     fn foreign() -> JwtVerifier {
         JwtVerifier::with_source(KeySource::Set(keys()), "iss", "aud", ClaimRules::foreign())
             .unwrap()
-            .scopes_claim("opensea_scopes")
-            .wallet_claim("linked_wallets")
+            .with_scopes_claim("opensea_scopes")
+            .with_wallet_claim("linked_wallets")
             .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
     }
 

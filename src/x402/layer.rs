@@ -144,58 +144,58 @@ impl Default for X402LayerBuilder {
 
 impl X402LayerBuilder {
     /// What each request costs (required).
-    pub fn pricing(mut self, pricing: impl Pricing) -> Self {
+    pub fn with_pricing(mut self, pricing: impl Pricing) -> Self {
         self.pricing = Some(Arc::new(pricing));
         self
     }
 
     /// Who verifies and settles (required).
-    pub fn facilitator(mut self, facilitator: impl Facilitator) -> Self {
+    pub fn with_facilitator(mut self, facilitator: impl Facilitator) -> Self {
         self.facilitator = Some(Arc::new(facilitator));
         self
     }
 
     /// A facilitator shared with other layers.
-    pub fn shared_facilitator(mut self, facilitator: Arc<dyn Facilitator>) -> Self {
+    pub fn with_shared_facilitator(mut self, facilitator: Arc<dyn Facilitator>) -> Self {
         self.facilitator = Some(facilitator);
         self
     }
 
     /// Where claims live (default: an [`InMemoryNonceStore`] on the layer's clock).
     /// Share one store between layers that take the same payments.
-    pub fn nonce_store(mut self, store: Arc<dyn NonceStore>) -> Self {
+    pub fn with_nonce_store(mut self, store: Arc<dyn NonceStore>) -> Self {
         self.nonce_store = Some(store);
         self
     }
 
     /// The time source (default: the system clock).
-    pub fn clock(mut self, clock: SharedClock) -> Self {
+    pub fn with_clock(mut self, clock: SharedClock) -> Self {
         self.clock = Some(clock);
         self
     }
 
     /// Adds a way to pay; offers are listed in the order added, and clients sign the first.
-    pub fn payment_option(mut self, option: PaymentOption) -> Self {
+    pub fn with_payment_option(mut self, option: PaymentOption) -> Self {
         self.options.push(option);
         self
     }
 
     /// The fee added to every price (default 0.001 USD).
-    pub fn flat_fee(mut self, fee: UsdAmount) -> Self {
+    pub fn with_flat_fee(mut self, fee: UsdAmount) -> Self {
         self.flat_fee = fee;
         self
     }
 
     /// Lets a duplicate of a settled authorization reach the inner service
     /// with the original receipt, uncharged (default off: `PAYMENT_REPLAY`).
-    pub fn paid_replay(mut self, enabled: bool) -> Self {
+    pub fn with_paid_replay(mut self, enabled: bool) -> Self {
         self.paid_replay = enabled;
         self
     }
 
     /// The public `scheme://host[:port]` used in `resource.url` (default:
     /// `http://` and the request's `Host`).
-    pub fn public_base_url(mut self, base_url: &str) -> Result<Self, ConfigError> {
+    pub fn with_public_base_url(mut self, base_url: &str) -> Result<Self, ConfigError> {
         let trimmed = base_url.trim_end_matches('/');
         let host = trimmed
             .strip_prefix("https://")
@@ -210,13 +210,13 @@ impl X402LayerBuilder {
     }
 
     /// `resource.description` of quotes.
-    pub fn description(mut self, description: impl Into<String>) -> Self {
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
         self.description = description.into();
         self
     }
 
     /// `resource.mimeType` of quotes.
-    pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
+    pub fn with_mime_type(mut self, mime_type: impl Into<String>) -> Self {
         self.mime_type = mime_type.into();
         self
     }
@@ -313,10 +313,10 @@ mod tests {
     /// Everything required: a price table, a facilitator and one offer.
     fn complete() -> X402LayerBuilder {
         X402Layer::builder()
-            .pricing(pricing())
-            .facilitator(facilitator())
-            .payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
-            .clock(clock())
+            .with_pricing(pricing())
+            .with_facilitator(facilitator())
+            .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+            .with_clock(clock())
     }
 
     /// Answers 200 "inner" to anything that reaches it.
@@ -337,18 +337,18 @@ mod tests {
     fn build_names_what_is_missing() {
         let missing = |builder: X402LayerBuilder| builder.build().unwrap_err();
         assert_eq!(
-            missing(X402Layer::builder().facilitator(facilitator())),
+            missing(X402Layer::builder().with_facilitator(facilitator())),
             ConfigError::MissingPricing
         );
         assert_eq!(
-            missing(X402Layer::builder().pricing(pricing())),
+            missing(X402Layer::builder().with_pricing(pricing())),
             ConfigError::MissingFacilitator
         );
         assert_eq!(
             missing(
                 X402Layer::builder()
-                    .pricing(pricing())
-                    .facilitator(facilitator())
+                    .with_pricing(pricing())
+                    .with_facilitator(facilitator())
             ),
             ConfigError::NoPaymentOptions
         );
@@ -365,13 +365,13 @@ mod tests {
             "https://a b",
         ] {
             assert_eq!(
-                complete().public_base_url(bad).err(),
+                complete().with_public_base_url(bad).err(),
                 Some(ConfigError::InvalidBaseUrl(bad.to_owned())),
                 "{bad}"
             );
         }
         let layer = complete()
-            .public_base_url("https://gateway.test:8443/")
+            .with_public_base_url("https://gateway.test:8443/")
             .unwrap()
             .build()
             .unwrap();

@@ -101,7 +101,7 @@ impl<T: Ledger + ?Sized> Ledger for Arc<T> {
 /// transaction id.
 ///
 /// Without a clock it remembers every used authorization. With one
-/// ([`expiring_with`](Self::expiring_with)) it does what the chain does at
+/// ([`expiring_with`](Self::with_expiry_clock)) it does what the chain does at
 /// `validBefore`: refuses the transfer from then on, so it forgets the nonce
 /// then (a few expired ones per transfer); memory follows the authorizations
 /// still valid, about 100 bytes each (a 32-byte digest of token, payer and
@@ -200,7 +200,7 @@ impl DevLedger {
     /// `validBefore` is refused ([`LedgerError::AuthorizationExpired`]) and a
     /// used authorization is forgotten once its `validBefore` has passed.
     #[must_use]
-    pub fn expiring_with(mut self, clock: SharedClock) -> Self {
+    pub fn with_expiry_clock(mut self, clock: SharedClock) -> Self {
         self.clock = Some(clock);
         self
     }
@@ -375,7 +375,7 @@ mod tests {
     #[tokio::test]
     async fn an_expiring_ledger_refuses_at_valid_before_and_then_forgets_the_nonce() {
         let clock = FakeClock::at_unix_secs(1_000);
-        let ledger = DevLedger::new().expiring_with(Arc::new(clock.clone()));
+        let ledger = DevLedger::new().with_expiry_clock(Arc::new(clock.clone()));
         let paid = transfer(1, 1_060);
         let id = ledger.transfer_with_authorization(&paid).await.unwrap();
         assert_eq!(id.len(), 66);
@@ -410,7 +410,7 @@ mod tests {
     #[tokio::test]
     async fn used_authorizations_are_forgotten_a_few_per_transfer() {
         let clock = FakeClock::at_unix_secs(1_000);
-        let ledger = DevLedger::new().expiring_with(Arc::new(clock.clone()));
+        let ledger = DevLedger::new().with_expiry_clock(Arc::new(clock.clone()));
         for nonce in 0..40 {
             ledger
                 .transfer_with_authorization(&transfer(nonce, 1_010))

@@ -124,7 +124,7 @@ type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 /// A fixed table of prices, keyed by route or by a value in the extensions.
 ///
 /// A key that is missing from the table, or a request that has no key, gets
-/// the fallback price ([`otherwise`](Self::otherwise)), which is
+/// the fallback price ([`otherwise`](Self::with_fallback)), which is
 /// [`Price::Free`] unless set: list every paid key, or set a paid fallback.
 #[derive(Clone)]
 pub struct PriceTable {
@@ -178,7 +178,7 @@ impl PriceTable {
 
     /// The price of unlisted or keyless requests.
     #[must_use]
-    pub fn otherwise(mut self, price: Price) -> Self {
+    pub fn with_fallback(mut self, price: Price) -> Self {
         self.fallback = price;
         self
     }
@@ -224,7 +224,7 @@ mod tests {
             Ok(Price::Usd(UsdAmount::from_micros(10_000)))
         );
         assert_eq!(table.price(&parts("GET", "/v1/models")), Ok(Price::Free));
-        let strict = table.otherwise(Price::usd("1").unwrap());
+        let strict = table.with_fallback(Price::usd("1").unwrap());
         assert_eq!(
             strict.price(&parts("GET", "/v1/models")),
             Ok(Price::usd("1").unwrap())
@@ -269,16 +269,16 @@ mod tests {
 
         let clock: SharedClock = Arc::new(FakeClock::at_unix_secs(1_700_000_000));
         let layer = X402Layer::builder()
-            .payment_option(
+            .with_payment_option(
                 PaymentOption::base_sepolia_usdc("0x70997970C51812dc3A010C7d01b50e0d17dc79C8")
                     .unwrap(),
             )
-            .pricing(|_: &Parts| Err(PriceRefusal::missing("ResolvedModel")))
-            .facilitator(LocalEvmFacilitator::new(
+            .with_pricing(|_: &Parts| Err(PriceRefusal::missing("ResolvedModel")))
+            .with_facilitator(LocalEvmFacilitator::new(
                 Arc::new(DevLedger::new()),
                 clock.clone(),
             ))
-            .clock(clock)
+            .with_clock(clock)
             .build()
             .unwrap();
         let service = EnvelopeStyleLayer::new(EnvelopeStyle::Responses).layer(layer.layer(

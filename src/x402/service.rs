@@ -705,14 +705,14 @@ mod tests {
     /// The chat route at 0.002 USD over `facade`, on the fake clock.
     fn chat_layer(facade: &Arc<Facade>) -> crate::x402::X402LayerBuilder {
         X402Layer::builder()
-            .payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
-            .pricing(
+            .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+            .with_pricing(
                 PriceTable::by_route()
                     .with_usd("POST /v1/chat/completions", "0.002")
                     .unwrap(),
             )
-            .facilitator(facade.clone())
-            .clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+            .with_facilitator(facade.clone())
+            .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
     }
 
     fn fixture() -> Fixture {

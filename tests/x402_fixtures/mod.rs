@@ -24,14 +24,14 @@ pub fn chat_layer_builder(
     clock: walletgate::SharedClock,
 ) -> walletgate::x402::X402LayerBuilder {
     walletgate::x402::X402Layer::builder()
-        .payment_option(walletgate::x402::PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
-        .pricing(
+        .with_payment_option(walletgate::x402::PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+        .with_pricing(
             walletgate::x402::PriceTable::by_route()
                 .with_usd(format!("POST {CHAT}"), "0.002")
                 .unwrap(),
         )
-        .facilitator(facilitator)
-        .clock(clock)
+        .with_facilitator(facilitator)
+        .with_clock(clock)
 }
 
 /// A handler that answers 200 at once.

@@ -213,7 +213,7 @@ mod tests {
     #[tokio::test]
     async fn on_redis() {
         let config =
-            walletgate::redis::RedisConfig::new(shared_url()).prefix(unique_prefix("jobs"));
+            walletgate::redis::RedisConfig::new(shared_url()).with_prefix(unique_prefix("jobs"));
         let conn = RedisConnection::open(&config).unwrap();
         let store = RedisJobs::new(conn, Catalogue::embedded());
         one_job_per_authorization_found_by_id_and_by_authorization(Arc::new(store)).await;

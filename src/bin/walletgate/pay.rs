@@ -130,13 +130,15 @@ async fn pay(args: PayArgs) -> Result<(), Exit> {
     let signer = signer(&args)?;
     let request = request(&args)?;
     let policy = SpendPolicy::new()
-        .max_per_payment_usd(&args.max_usd)
+        .with_max_per_payment_usd(&args.max_usd)
         .map_err(|error| usage(format!("--max-usd {}: {error}", args.max_usd)))?;
     let connector = ClientTls::webpki_roots()
         .https_connector()
         .map_err(|error| usage(format!("TLS: {error}")))?;
     let http = Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(connector);
-    let mut client = X402PaymentLayer::new(signer).policy(policy).layer(http);
+    let mut client = X402PaymentLayer::new(signer)
+        .with_policy(policy)
+        .layer(http);
     let sent = async {
         std::future::poll_fn(|cx| Service::<Request<Full<Bytes>>>::poll_ready(&mut client, cx))
             .await?;

@@ -92,33 +92,33 @@ impl X402PaymentLayer {
     }
 
     /// The spend controls.
-    pub fn policy(self, policy: SpendPolicy) -> Self {
+    pub fn with_policy(self, policy: SpendPolicy) -> Self {
         self.edit(|shared| shared.policy = policy)
     }
 
     /// The retry rules.
-    pub fn retry(self, retry: RetryPolicy) -> Self {
+    pub fn with_retry(self, retry: RetryPolicy) -> Self {
         self.edit(|shared| shared.retry = retry)
     }
 
     /// Fail over to a same-tier model of another provider on
     /// `MODEL_UNAVAILABLE` / `RATE_LIMITED` (see [`Failover`]).
-    pub fn failover(self, failover: Failover) -> Self {
+    pub fn with_failover(self, failover: Failover) -> Self {
         self.edit(|shared| shared.failover = Some(failover))
     }
 
     /// The clock `validBefore` is computed from.
-    pub fn clock(self, clock: SharedClock) -> Self {
+    pub fn with_clock(self, clock: SharedClock) -> Self {
         self.edit(|shared| shared.clock = clock)
     }
 
     /// What retries wait with.
-    pub fn sleeper(self, sleeper: SharedSleeper) -> Self {
+    pub fn with_sleeper(self, sleeper: SharedSleeper) -> Self {
         self.edit(|shared| shared.sleeper = sleeper)
     }
 
     /// The most request body bytes buffered to resend; a larger body is not paid for.
-    pub fn max_body_bytes(self, bytes: usize) -> Self {
+    pub fn with_max_body_bytes(self, bytes: usize) -> Self {
         self.edit(|shared| shared.max_body_bytes = bytes)
     }
 

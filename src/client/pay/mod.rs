@@ -37,7 +37,7 @@
 //! let key: PrivateKeySigner = std::env::var("WALLETGATE_PRIVATE_KEY")?.parse()?;
 //! let http = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
 //! let client = ServiceBuilder::new()
-//!     .layer(X402PaymentLayer::new(key).policy(SpendPolicy::new().max_per_payment_usd("0.05")?))
+//!     .layer(X402PaymentLayer::new(key).with_policy(SpendPolicy::new().with_max_per_payment_usd("0.05")?))
 //!     .service(http);
 //! let request = http::Request::post("http://127.0.0.1:8080/v1/chat/completions")
 //!     .header("content-type", "application/json")

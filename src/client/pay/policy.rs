@@ -126,7 +126,7 @@ struct Budget {
 ///
 /// * at most [`DEFAULT_MAX_PER_PAYMENT`] (0.10 USD) per payment;
 /// * only the assets in [`AllowedAsset::known_usdc`];
-/// * no total budget unless [`budget_usd`](Self::budget_usd) sets one; the
+/// * no total budget unless [`budget_usd`](Self::with_budget_usd) sets one; the
 ///   budget counts every *signed* authorization, settled or not (a signed
 ///   authorization can be settled until its `validBefore`);
 /// * an optional [`hook`](Self::hook) that sees each offer before signing.
@@ -172,18 +172,18 @@ impl SpendPolicy {
     }
 
     /// The maximum per payment.
-    pub fn max_per_payment(mut self, max: UsdAmount) -> Self {
+    pub fn with_max_per_payment(mut self, max: UsdAmount) -> Self {
         self.max_per_payment = max;
         self
     }
 
     /// The maximum per payment, as a decimal USD string (`"0.25"`).
-    pub fn max_per_payment_usd(self, max: &str) -> Result<Self, ValueError> {
-        Ok(self.max_per_payment(parse_usd(max)?))
+    pub fn with_max_per_payment_usd(self, max: &str) -> Result<Self, ValueError> {
+        Ok(self.with_max_per_payment(parse_usd(max)?))
     }
 
     /// A total budget, shared by every clone of this policy.
-    pub fn budget(mut self, total: UsdAmount) -> Self {
+    pub fn with_budget(mut self, total: UsdAmount) -> Self {
         self.budget = Some(Arc::new(Budget {
             total_micros: u64::try_from(total.micros()).unwrap_or(u64::MAX),
             spent_micros: AtomicU64::new(0),
@@ -192,12 +192,12 @@ impl SpendPolicy {
     }
 
     /// A total budget as a decimal USD string.
-    pub fn budget_usd(self, total: &str) -> Result<Self, ValueError> {
-        Ok(self.budget(parse_usd(total)?))
+    pub fn with_budget_usd(self, total: &str) -> Result<Self, ValueError> {
+        Ok(self.with_budget(parse_usd(total)?))
     }
 
     /// The assets the client pays with (replaces the default list).
-    pub fn allowed_assets(mut self, allowed: Vec<AllowedAsset>) -> Self {
+    pub fn with_allowed_assets(mut self, allowed: Vec<AllowedAsset>) -> Self {
         self.allowed = allowed;
         self
     }
@@ -298,7 +298,7 @@ mod tests {
 
     #[test]
     fn the_budget_is_shared_by_clones_and_never_overdrawn() {
-        let policy = SpendPolicy::new().budget_usd("0.005").unwrap();
+        let policy = SpendPolicy::new().with_budget_usd("0.005").unwrap();
         let clone = policy.clone();
         assert_eq!(policy.authorize(&offer(3_000)), Ok(()));
         assert_eq!(

@@ -33,9 +33,9 @@ pub type SharedSleeper = Arc<dyn Sleeper>;
 /// The retry rules, explicit and bounded (specification 7 B rules 1, 4, 5).
 ///
 /// * `PAYMENT_VERIFICATION_UNAVAILABLE` (503): resend the **same** signed
-///   payment, at most [`verification_retries`](Self::verification_retries)
+///   payment, at most [`verification_retries`](Self::with_verification_retries)
 ///   times, waiting `Retry-After` or else the backoff (doubling from
-///   [`backoff`](Self::backoff) up to [`max_backoff`](Self::max_backoff));
+///   [`backoff`](Self::with_backoff) up to [`max_backoff`](Self::max_backoff));
 /// * `PAYMENT_BLOCKHASH_STALE` (402): sign afresh once, if
 ///   [`resign_on_stale_blockhash`](Self::resign_on_stale_blockhash);
 /// * any other 429 / 503 with `Retry-After` of at most
@@ -85,20 +85,20 @@ impl RetryPolicy {
     }
 
     /// `verification_retries` resends of the same payment after `PAYMENT_VERIFICATION_UNAVAILABLE`.
-    pub fn verification_retries(mut self, retries: u32) -> Self {
+    pub fn with_verification_retries(mut self, retries: u32) -> Self {
         self.verification_retries = retries;
         self
     }
 
     /// The first and the longest backoff.
-    pub fn backoff(mut self, first: Duration, max: Duration) -> Self {
+    pub fn with_backoff(mut self, first: Duration, max: Duration) -> Self {
         self.backoff = first;
         self.max_backoff = max.max(first);
         self
     }
 
     /// `waits` waits on `Retry-After` of at most `max` each.
-    pub fn retry_after(mut self, waits: u32, max: Duration) -> Self {
+    pub fn with_retry_after(mut self, waits: u32, max: Duration) -> Self {
         self.retry_after_waits = waits;
         self.max_retry_after = max;
         self

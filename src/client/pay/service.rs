@@ -286,8 +286,8 @@ mod tests {
     fn layer() -> X402PaymentLayer {
         let key: PrivateKeySigner = DEV_KEYS[1].parse().unwrap();
         X402PaymentLayer::new(key)
-            .clock(Arc::new(FakeClock::at_unix_secs(NOW)))
-            .sleeper(Arc::new(Waits::default()))
+            .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+            .with_sleeper(Arc::new(Waits::default()))
     }
 
     /// Records every wait and returns at once: tests never sleep.
@@ -422,13 +422,15 @@ mod tests {
         let ledger = Arc::new(DevLedger::new());
         let clock = Arc::new(FakeClock::at_unix_secs(NOW));
         let server_layer = X402Layer::builder()
-            .payment_option(PaymentOption::base_sepolia_usdc(DevLedger::DEV_ACCOUNTS[9]).unwrap())
-            .pricing(
+            .with_payment_option(
+                PaymentOption::base_sepolia_usdc(DevLedger::DEV_ACCOUNTS[9]).unwrap(),
+            )
+            .with_pricing(
                 PriceTable::by_route()
                     .with_usd("POST /v1/chat/completions", "0.002")
                     .unwrap(),
             )
-            .facilitator(LocalEvmFacilitator::new(ledger.clone(), clock))
+            .with_facilitator(LocalEvmFacilitator::new(ledger.clone(), clock))
             .build()
             .unwrap();
         let server = ServiceBuilder::new()
@@ -553,7 +555,7 @@ mod tests {
             answer(200, &[], "ok"),
         ]);
         let waits = Arc::new(Waits::default());
-        let layer = layer().sleeper(waits.clone());
+        let layer = layer().with_sleeper(waits.clone());
         let client = ServiceBuilder::new()
             .layer(layer.clone())
             .service(script.service());
@@ -571,7 +573,7 @@ mod tests {
 
         // Bounded: the retries run out and the error says how many there were.
         let script = Scripted::new(vec![quote_answer(3_000), unavailable(), unavailable()]);
-        let layer = layer.retry(RetryPolicy::default().verification_retries(1));
+        let layer = layer.with_retry(RetryPolicy::default().with_verification_retries(1));
         let client = ServiceBuilder::new().layer(layer).service(script.service());
         let error = payment_error(client.oneshot(chat("m")).await);
         assert_eq!(
@@ -614,7 +616,7 @@ mod tests {
         ]);
         let waits = Arc::new(Waits::default());
         let client = ServiceBuilder::new()
-            .layer(layer().sleeper(waits.clone()))
+            .layer(layer().with_sleeper(waits.clone()))
             .service(script.service());
         let error = client.oneshot(chat("m")).await.unwrap_err();
         assert!(error.is_rate_limited(), "{error}");
@@ -623,7 +625,7 @@ mod tests {
         let script = Scripted::new(vec![error_answer(503, "MODEL_UNAVAILABLE", Some("600"))]);
         let waits = Arc::new(Waits::default());
         let client = ServiceBuilder::new()
-            .layer(layer().sleeper(waits.clone()))
+            .layer(layer().with_sleeper(waits.clone()))
             .service(script.service());
         assert!(matches!(
             client.oneshot(chat("m")).await,
@@ -673,7 +675,7 @@ mod tests {
     async fn a_body_over_the_limit_is_not_paid_for() {
         let script = Scripted::new(vec![]);
         let client = ServiceBuilder::new()
-            .layer(layer().max_body_bytes(8))
+            .layer(layer().with_max_body_bytes(8))
             .service(script.service());
         let error = payment_error(client.oneshot(chat("m")).await);
         assert!(matches!(
@@ -696,7 +698,7 @@ mod tests {
             quote_answer(2_000),
             answer(200, &[], "ok"),
         ]);
-        let layer = layer().failover(Failover::new());
+        let layer = layer().with_failover(Failover::new());
         let client = ServiceBuilder::new()
             .layer(layer.clone())
             .service(script.service());

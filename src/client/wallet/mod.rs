@@ -142,43 +142,43 @@ impl WalletConfig {
     }
 
     /// The SIWE `domain` the server expects, if not the base URL's authority.
-    pub fn siwe_domain(mut self, domain: &str) -> Self {
+    pub fn with_siwe_domain(mut self, domain: &str) -> Self {
         domain.clone_into(&mut self.siwe_domain);
         self
     }
 
     /// The SIWE `URI` the server expects, if not the base URL.
-    pub fn siwe_uri(mut self, uri: &str) -> Self {
+    pub fn with_siwe_uri(mut self, uri: &str) -> Self {
         uri.clone_into(&mut self.siwe_uri);
         self
     }
 
     /// The SIWE chain id (default 1).
-    pub fn chain_id(mut self, chain_id: u64) -> Self {
+    pub fn with_chain_id(mut self, chain_id: u64) -> Self {
         self.chain_id = chain_id;
         self
     }
 
     /// The label of PATs this client creates.
-    pub fn pat_label(mut self, label: &str) -> Self {
+    pub fn with_pat_label(mut self, label: &str) -> Self {
         label.clone_into(&mut self.pat_label);
         self
     }
 
     /// The lifetime asked for new PATs.
-    pub fn pat_expires_in_days(mut self, days: u32) -> Self {
+    pub fn with_pat_expires_in_days(mut self, days: u32) -> Self {
         self.pat_expires_in_days = days;
         self
     }
 
     /// The longest `Retry-After` waited out once (0: never wait).
-    pub fn max_retry_after_secs(mut self, secs: u64) -> Self {
+    pub fn with_max_retry_after_secs(mut self, secs: u64) -> Self {
         self.max_retry_after_secs = secs;
         self
     }
 
     /// The bound on each HTTP exchange.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }

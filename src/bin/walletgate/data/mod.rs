@@ -289,14 +289,14 @@ async fn login(globals: &DataGlobals, args: LoginArgs) -> Result<(), Failure> {
         .as_deref()
         .ok_or_else(|| Failure::auth("set WALLETGATE_API_KEY (or --api-key) to the API key"))?;
     let mut config = WalletConfig::new(base_url, api_key)?
-        .chain_id(args.chain_id)
-        .pat_expires_in_days(args.expires_in_days)
-        .pat_label("walletgate-cli");
+        .with_chain_id(args.chain_id)
+        .with_pat_expires_in_days(args.expires_in_days)
+        .with_pat_label("walletgate-cli");
     if let Some(domain) = &args.siwe_domain {
-        config = config.siwe_domain(domain);
+        config = config.with_siwe_domain(domain);
     }
     if let Some(uri) = &args.siwe_uri {
-        config = config.siwe_uri(uri);
+        config = config.with_siwe_uri(uri);
     }
     let auth = WalletAuth::new(config)?;
     let scopes: Vec<&str> = args.scopes.iter().map(String::as_str).collect();
