@@ -175,8 +175,8 @@ impl ClientTls {
             .with_no_client_auth())
     }
 
-    /// A hyper connector that speaks `https://` with these roots and plain
-    /// `http://` as before (HTTP/1.1).
+    /// A hyper connector that speaks `https://` with these roots, and plain
+    /// `http://` too (HTTP/1.1).
     pub fn https_connector(&self) -> Result<HttpsConnector, TlsError> {
         Ok(HttpsConnectorBuilder::new()
             .with_tls_config(self.client_config()?)

@@ -471,7 +471,7 @@ async fn drive_client(program: &Path, args: &[&Path], extra_env: &[(&str, &str)]
         "{output}\n{errors}"
     );
     // Leaving each session sends DELETE, once with a JWT that has expired:
-    // never refused with a status (it was 400). A legacy-mode run sometimes
+    // never refused with a status. A legacy-mode run sometimes
     // logs "Session termination failed: Server disconnected without sending
     // a response" (the connection, not the answer; not yet explained).
     let refused = errors

@@ -53,13 +53,14 @@ impl MissingExtension {
     }
 
     /// `T`, which `layer` provides, is missing on a gateway (Area B) route:
-    /// answered in the request's [`EnvelopeStyle`].
+    /// answered in the [`EnvelopeStyle`] the router set on the request
+    /// (chat-style when it set none; the path is never guessed from).
     pub fn gateway<T: ?Sized>(layer: &'static str, parts: &Parts) -> Self {
         let style = parts
             .extensions
             .get::<EnvelopeStyle>()
             .copied()
-            .unwrap_or_else(|| EnvelopeStyle::for_path(parts.uri.path()));
+            .unwrap_or_default();
         Self {
             type_name: short_type_name::<T>(),
             layer,

@@ -384,7 +384,7 @@ async fn route_table_and_document_agree() {
         assert_eq!(described["security"], expected, "{label}");
     }
 
-    // The surface issue 5 names, spelled out here rather than read from the
+    // The specified surface (favorites, relationships, auth), spelled out here rather than read from the
     // table, so dropping a route from the table fails this test.
     for (method, path, scopes) in [
         (
