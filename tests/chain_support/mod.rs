@@ -1,0 +1,228 @@
+//! A real EVM chain for the settlement tests: anvil with Circle's USDC
+//! (FiatTokenV2_2) at Base Sepolia's address on chain 84532, and the official
+//! x402 TS facilitator settling on it (`tests/interop/chain/`).
+//!
+//! `.ci/run` starts one anvil for the whole run and exports
+//! `WALLETGATE_TEST_EVM_RPC_URL`; without it, [`shared_rpc_url`] starts one for
+//! this test binary (after `npm ci --prefix tests/interop/chain`). Tests mint
+//! USDC to fresh payers ([`fresh_payer_key`], [`mint`]), so tests sharing one
+//! chain never see each other's balances or nonces.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use alloy_primitives::{Address, B256, U256, address};
+use alloy_sol_types::{SolCall, sol};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+
+/// USDC's address on Base Sepolia, where the test chain puts it.
+pub const USDC: Address = address!("0x036CbD53842c5426634e7929541eC2318f3dCF7e");
+/// The test chain's id (Base Sepolia's).
+pub const CHAIN_ID: u64 = 84532;
+/// Anvil's development account #0: USDC's owner and minter on the test chain.
+pub const MINTER: Address = address!("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
+
+sol! {
+    function mint(address to, uint256 amount) returns (bool);
+    function balanceOf(address account) returns (uint256);
+}
+
+/// `tests/interop/chain`, with its npm packages.
+pub fn chain_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/chain");
+    assert!(
+        dir.join("node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil")
+            .is_file(),
+        "the chain's packages are not installed: run `npm ci --prefix tests/interop/chain` first"
+    );
+    dir
+}
+
+/// The test chain of this run: `WALLETGATE_TEST_EVM_RPC_URL`, or an anvil
+/// started (and USDC deployed) for this test binary, stopped when it exits.
+pub fn shared_rpc_url() -> String {
+    static STARTED: OnceLock<String> = OnceLock::new();
+    if let Ok(url) = std::env::var("WALLETGATE_TEST_EVM_RPC_URL") {
+        return url;
+    }
+    STARTED.get_or_init(start_for_this_process).clone()
+}
+
+/// An anvil that outlives no test binary: a shell watches this process and
+/// stops anvil once it is gone (statics' destructors never run).
+fn start_for_this_process() -> String {
+    let dir = chain_dir();
+    let port = free_port();
+    let watched = format!(
+        "'{anvil}' --host 127.0.0.1 --port {port} --chain-id {CHAIN_ID} --silent & \
+         node=$!; for _ in $(seq 7200); do kill -0 {parent} 2>/dev/null || break; sleep 1; done; \
+         kill $node",
+        anvil = dir
+            .join("node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil")
+            .display(),
+        parent = std::process::id(),
+    );
+    // The shell ends after this process (or after 2 hours): nothing to wait for.
+    #[allow(clippy::zombie_processes)]
+    Command::new("sh")
+        .arg("-c")
+        .arg(watched)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sh to start anvil");
+    wait_for_port(port, "anvil");
+    let url = format!("http://127.0.0.1:{port}");
+    let deployed = Command::new("node")
+        .arg(dir.join("deploy.mjs"))
+        .arg(&url)
+        .output()
+        .expect("node to deploy USDC");
+    assert!(
+        deployed.status.success(),
+        "deploying USDC failed: {}",
+        String::from_utf8_lossy(&deployed.stderr)
+    );
+    url
+}
+
+/// The official x402 TS facilitator on a free loopback port, settling on the
+/// chain at `rpc_url`; killed on drop.
+pub struct OfficialFacilitator {
+    child: Child,
+    port: u16,
+}
+
+impl OfficialFacilitator {
+    /// Starts `tests/interop/chain/facilitator.mjs` and waits for its port.
+    pub fn start(rpc_url: &str) -> Self {
+        let mut child = Command::new("node")
+            .arg(chain_dir().join("facilitator.mjs"))
+            .arg(rpc_url)
+            .arg("0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("node to start the official facilitator");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("piped stdout");
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+            .expect("the facilitator's port");
+        let port = line.trim().parse().expect("a port on the first line");
+        Self { child, port }
+    }
+
+    /// `http://127.0.0.1:{port}`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for OfficialFacilitator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A private key no other test uses: a payer with no USDC and no history.
+pub fn fresh_payer_key() -> B256 {
+    let mut key = [0u8; 32];
+    loop {
+        getrandom::fill(&mut key).expect("the operating system's randomness");
+        // Below the secp256k1 order (practically always) and not zero.
+        if key[0] < 0xff && key.iter().any(|&byte| byte != 0) {
+            return B256::from(key);
+        }
+    }
+}
+
+/// Mints `amount` USDC units to `to` from the minter (an unlocked anvil account).
+pub async fn mint(rpc_url: &str, to: Address, amount: u64) {
+    let data = mintCall {
+        to,
+        amount: U256::from(amount),
+    }
+    .abi_encode();
+    let hash = rpc(
+        rpc_url,
+        "eth_sendTransaction",
+        json!([{ "from": MINTER, "to": USDC, "data": format!("0x{}", alloy_primitives::hex::encode(data)) }]),
+    )
+    .await;
+    let hash: B256 = serde_json::from_value(hash).expect("a transaction hash");
+    assert_eq!(receipt_status(rpc_url, hash).await, Some(1), "mint reverted");
+}
+
+/// `account`'s USDC balance in units.
+pub async fn balance(rpc_url: &str, account: Address) -> U256 {
+    let data = balanceOfCall { account }.abi_encode();
+    let answer = rpc(
+        rpc_url,
+        "eth_call",
+        json!([{ "to": USDC, "data": format!("0x{}", alloy_primitives::hex::encode(data)) }, "latest"]),
+    )
+    .await;
+    let bytes: alloy_primitives::Bytes = serde_json::from_value(answer).expect("call output");
+    U256::from_be_slice(&bytes)
+}
+
+/// The status (1 success, 0 reverted) of transaction `hash`, `None` if unknown.
+pub async fn receipt_status(rpc_url: &str, hash: B256) -> Option<u64> {
+    let receipt = rpc(rpc_url, "eth_getTransactionReceipt", json!([hash])).await;
+    let status = receipt.get("status")?.as_str()?;
+    u64::from_str_radix(status.trim_start_matches("0x"), 16).ok()
+}
+
+/// One JSON-RPC call; panics on a JSON-RPC error (a test fault).
+pub async fn rpc(rpc_url: &str, method: &str, params: Value) -> Value {
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+    let request = http::Request::post(rpc_url)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("a JSON-RPC request");
+    let response = client.request(request).await.expect("the chain answers");
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("a JSON-RPC body")
+        .to_bytes();
+    let mut answer: Value = serde_json::from_slice(&bytes).expect("JSON-RPC JSON");
+    if let Some(error) = answer.get("error") {
+        panic!("{method} failed: {error}");
+    }
+    answer["result"].take()
+}
+
+fn wait_for_port(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{what} did not start on port {port}");
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("a free loopback port")
+}

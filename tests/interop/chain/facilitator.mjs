@@ -1,0 +1,74 @@
+// The official x402 TS facilitator (@x402/core's x402Facilitator with
+// @x402/evm's exact scheme) settling on a real chain: the packages ship no
+// HTTP server, so this serves the standard facilitator API on loopback.
+//
+//   GET  /supported   the kinds it settles (exact on the chain's eip155 id)
+//   POST /verify      {x402Version, paymentPayload, paymentRequirements}
+//   POST /settle      the same body; broadcasts transferWithAuthorization
+//
+// It signs with anvil's development account #7 (the public test mnemonic),
+// with a nonce manager: without one, concurrent settles collide on
+// transaction nonces ("nonce too low").
+//
+// usage: node facilitator.mjs <rpc url> [port, 0 = a free one]
+// The first stdout line is the port listened on (127.0.0.1).
+import express from "express";
+import { x402Facilitator } from "@x402/core/facilitator";
+import { toFacilitatorEvmSigner } from "@x402/evm";
+import { ExactEvmScheme } from "@x402/evm/exact/facilitator";
+import { createWalletClient, defineChain, http, nonceManager, publicActions } from "viem";
+import { mnemonicToAccount } from "viem/accounts";
+
+const MNEMONIC = "test test test test test test test test test test test junk";
+const [rpc, portArg = "0"] = process.argv.slice(2);
+if (!rpc) {
+  console.error("usage: node facilitator.mjs <rpc url> [port]");
+  process.exit(2);
+}
+
+const probe = createWalletClient({ transport: http(rpc) }).extend(publicActions);
+const chainId = await probe.getChainId();
+const chain = defineChain({
+  id: chainId,
+  name: `anvil-${chainId}`,
+  nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
+  rpcUrls: { default: { http: [rpc] } },
+});
+const account = mnemonicToAccount(MNEMONIC, { addressIndex: 7, nonceManager });
+const client = createWalletClient({ account, chain, transport: http(rpc) }).extend(publicActions);
+const signer = toFacilitatorEvmSigner({
+  address: account.address,
+  readContract: (args) => client.readContract(args),
+  verifyTypedData: (args) => client.verifyTypedData(args),
+  writeContract: (args) => client.writeContract(args),
+  sendTransaction: (args) => client.sendTransaction(args),
+  waitForTransactionReceipt: (args) => client.waitForTransactionReceipt(args),
+  getCode: (args) => client.getCode(args),
+});
+const network = `eip155:${chainId}`;
+const facilitator = new x402Facilitator().register(network, new ExactEvmScheme(signer));
+
+const app = express();
+app.use(express.json({ limit: "64kb" }));
+app.get("/supported", (_request, response) => response.json(facilitator.getSupported()));
+for (const step of ["verify", "settle"]) {
+  app.post(`/${step}`, async (request, response) => {
+    const { paymentPayload, paymentRequirements } = request.body ?? {};
+    if (!paymentPayload || !paymentRequirements) {
+      response.status(400).json({ error: "paymentPayload and paymentRequirements are required" });
+      return;
+    }
+    try {
+      const answer = await facilitator[step](paymentPayload, paymentRequirements);
+      const verdict = step === "verify" ? answer.isValid : answer.success;
+      console.error(`facilitator ${step}: ${verdict ? "ok" : answer.invalidReason ?? answer.errorReason}`);
+      response.json(answer);
+    } catch (error) {
+      console.error(`facilitator ${step} failed: ${error?.shortMessage ?? error?.message ?? error}`);
+      response.status(500).json({ error: String(error?.shortMessage ?? error?.message ?? error) });
+    }
+  });
+}
+const server = app.listen(Number(portArg), "127.0.0.1", () => {
+  console.log(server.address().port);
+});
