@@ -13,8 +13,10 @@
 //! | `GATEWAY_FREE_PER_MINUTE` | `30` | free-model requests per client IP per minute |
 //! | `GATEWAY_FREE_PER_HOUR` | `300` | free-model requests per client IP per hour |
 //! | `GATEWAY_IMAGE_JOB_MILLIS` | `2000` | how long an image job runs (`0`: answered at once) |
-//! | `GATEWAY_NETWORK` | `base-sepolia` | `solana` (or `--network solana`): quote Solana USDC, settle through a facilitator |
-//! | `GATEWAY_FACILITATOR_URL` | none | Solana: the x402 facilitator (`https://host[/path]` or `http://`) |
+//! | `GATEWAY_NETWORK` | `base-sepolia` | `base-sepolia`, `base`, `solana` (or `--network solana`), or `eip155:<chain id>` (then the three `GATEWAY_USDC_*`) |
+//! | `GATEWAY_FACILITATOR_URL` | none (development ledger) | the x402 facilitator that verifies and settles (`https://host[/path]` or `http://`); required on every network but `base-sepolia` |
+//! | `GATEWAY_USDC_ADDRESS`, `GATEWAY_USDC_NAME`, `GATEWAY_USDC_VERSION` | none | `eip155:<id>`: the token's address and EIP-712 domain name and version |
+//! | `GATEWAY_DEV_LEDGER` | unset | `1`: serve real upstreams (`GATEWAY_UPSTREAMS`) although payments settle on the development ledger |
 //! | `GATEWAY_EXTRA_CA_FILE` | none | PEM root(s) trusted besides Mozilla's, for upstreams and the facilitator |
 //! | `GATEWAY_SOLANA_PAY_TO` | none | Solana: the wallet paid (its USDC account receives) |
 //! | `GATEWAY_SOLANA_FEE_PAYER` | from the facilitator | Solana: `extra.feePayer`; else read from `GET /supported` at start |
@@ -22,8 +24,11 @@
 //! | `GATEWAY_REDIS_PREFIX` | `walletgate` | the key prefix in that Redis (one per deployment) |
 //!
 //! Providers without an upstream are answered by the embedded echo family.
-//! Payments are quoted in Base Sepolia USDC and settled in-process on a
-//! development ledger that pre-funds the ten public development accounts.
+//! Without `GATEWAY_FACILITATOR_URL`, payments are quoted in Base Sepolia USDC
+//! and settled in-process on a development ledger that pre-funds the ten
+//! public development accounts: nothing moves on a chain, and anyone holding
+//! those public keys is served. A variable the chosen network would ignore
+//! is refused at start, naming it.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -34,7 +39,7 @@ use std::time::Duration;
 
 use walletgate::free_tier::FreeTierQuotas;
 use walletgate::tls::ClientTls;
-use walletgate::x402::DevLedger;
+use walletgate::x402::{ConfigError as X402ConfigError, DevLedger, Network, PaymentOption};
 use walletgate::{SharedClock, SystemClock};
 
 use crate::catalogue::Catalogue;
@@ -124,13 +129,63 @@ impl Default for PaymentFaults {
     }
 }
 
-/// Which rail the gateway quotes.
+/// Which rail the gateway quotes, and who settles it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum PaymentNetwork {
-    /// Base Sepolia USDC, verified and settled in-process on [`Config::ledger`].
-    LocalEvm,
+    /// USDC on an EVM network (EIP-3009).
+    Evm(EvmSettings),
     /// Solana USDC, verified and settled by an x402 facilitator over HTTP.
     Solana(SolanaSettings),
+}
+
+/// An EVM network's USDC and the facilitator that settles it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct EvmSettings {
+    /// `GATEWAY_NETWORK` as given (`base-sepolia`, `base`, `eip155:<id>`).
+    pub(crate) name: String,
+    pub(crate) network: Network,
+    pub(crate) usdc: String,
+    pub(crate) eip712_name: String,
+    pub(crate) eip712_version: String,
+    /// `GATEWAY_FACILITATOR_URL`; `None`: settled in-process on the
+    /// development ledger (Base Sepolia only).
+    pub(crate) facilitator_url: Option<String>,
+}
+
+impl EvmSettings {
+    /// Base Sepolia USDC (`"USDC"`, `"2"`), on the development ledger.
+    pub(crate) fn base_sepolia() -> Self {
+        Self {
+            name: "base-sepolia".to_owned(),
+            network: Network::base_sepolia(),
+            usdc: walletgate::x402::BASE_SEPOLIA_USDC.to_owned(),
+            eip712_name: "USDC".to_owned(),
+            eip712_version: "2".to_owned(),
+            facilitator_url: None,
+        }
+    }
+
+    /// Base mainnet USDC (`"USD Coin"`, `"2"`).
+    fn base() -> Self {
+        Self {
+            name: "base".to_owned(),
+            network: Network::base(),
+            usdc: walletgate::x402::BASE_USDC.to_owned(),
+            eip712_name: "USD Coin".to_owned(),
+            ..Self::base_sepolia()
+        }
+    }
+
+    /// The offer of every quote: this USDC paid to `pay_to`.
+    pub(crate) fn option(&self, pay_to: &str) -> Result<PaymentOption, X402ConfigError> {
+        PaymentOption::evm(
+            self.network.clone(),
+            &self.usdc,
+            pay_to,
+            &self.eip712_name,
+            &self.eip712_version,
+        )
+    }
 }
 
 /// The Solana variant's settings.
@@ -159,7 +214,7 @@ impl Default for Config {
             clock,
             free_tier: FreeTierQuotas::default(),
             image_job: Duration::from_millis(DEFAULT_IMAGE_JOB_MILLIS),
-            network: PaymentNetwork::LocalEvm,
+            network: PaymentNetwork::Evm(EvmSettings::base_sepolia()),
             payment_faults: Arc::default(),
             tls: ClientTls::webpki_roots(),
             redis: None,
@@ -219,8 +274,6 @@ impl Config {
             config.upstream_timeout = Duration::from_secs(secs);
         }
         if let Some(pay_to) = var("GATEWAY_PAY_TO") {
-            walletgate::x402::PaymentOption::base_sepolia_usdc(&pay_to)
-                .map_err(|error| invalid("GATEWAY_PAY_TO", error.to_string()))?;
             config.pay_to = pay_to;
         }
         if let Some(secs) = var("GATEWAY_MAX_TIMEOUT_SECS") {
@@ -258,25 +311,10 @@ impl Config {
         }
         config.redis = RedisSettings::from_vars(&var, "GATEWAY")
             .map_err(|(variable, reason)| invalid(&variable, reason))?;
-        match var("GATEWAY_NETWORK").as_deref() {
-            None | Some("base-sepolia") => {}
-            Some("solana") => {
-                let required = |variable: &str| {
-                    var(variable)
-                        .ok_or_else(|| invalid(variable, "is required with the solana network"))
-                };
-                config.network = PaymentNetwork::Solana(SolanaSettings {
-                    facilitator_url: required("GATEWAY_FACILITATOR_URL")?,
-                    pay_to: required("GATEWAY_SOLANA_PAY_TO")?,
-                    fee_payer: var("GATEWAY_SOLANA_FEE_PAYER"),
-                });
-            }
-            Some(other) => {
-                return Err(invalid(
-                    "GATEWAY_NETWORK",
-                    format!("unknown network {other:?}; known: base-sepolia, solana"),
-                ));
-            }
+        config.network = payment_network(&var)?;
+        if let PaymentNetwork::Evm(evm) = &config.network {
+            evm.option(&config.pay_to)
+                .map_err(|error| invalid("GATEWAY_PAY_TO", error.to_string()))?;
         }
         for (provider, base_url) in pairs(var("GATEWAY_UPSTREAMS"), "GATEWAY_UPSTREAMS")? {
             let key_variable = format!(
@@ -292,6 +330,16 @@ impl Config {
             );
             let key = var(&key_variable).ok_or_else(|| invalid(&key_variable, "is not set"))?;
             config = config.with_openai_upstream(&provider, &base_url, ApiKey::new(key))?;
+        }
+        if config.on_development_ledger()
+            && !config.providers.is_empty()
+            && var("GATEWAY_DEV_LEDGER").as_deref() != Some("1")
+        {
+            return Err(invalid(
+                "GATEWAY_UPSTREAMS",
+                "real upstreams would be paid for on the development ledger, whose payer keys are \
+                 public: set GATEWAY_FACILITATOR_URL, or GATEWAY_DEV_LEDGER=1 to accept that",
+            ));
         }
         for (model, preset) in pairs(var("GATEWAY_FAULTS"), "GATEWAY_FAULTS")? {
             let fault = Fault::preset(&preset).ok_or_else(|| {
@@ -311,6 +359,11 @@ impl Config {
         }
         Ok(config)
     }
+    /// Whether paid requests settle on the in-process development ledger.
+    pub(crate) fn on_development_ledger(&self) -> bool {
+        matches!(&self.network, PaymentNetwork::Evm(evm) if evm.facilitator_url.is_none())
+    }
+
     /// Serves `provider`'s models from the OpenAI-compatible API at `base_url`.
     pub(crate) fn with_openai_upstream(
         mut self,
@@ -324,6 +377,111 @@ impl Config {
             .push((provider.to_owned(), Arc::new(upstream)));
         Ok(self)
     }
+}
+
+/// `GATEWAY_NETWORK` and the variables it reads. A variable the chosen
+/// network would ignore is an error naming it, never silence.
+fn payment_network(var: &impl Fn(&str) -> Option<String>) -> Result<PaymentNetwork, ConfigError> {
+    let name = var("GATEWAY_NETWORK").unwrap_or_else(|| "base-sepolia".to_owned());
+    let facilitator_url = var("GATEWAY_FACILITATOR_URL");
+    let only_with = |variable: &str, network: &str| -> Result<(), ConfigError> {
+        match var(variable) {
+            Some(_) => Err(invalid(
+                variable,
+                format!("is only read with GATEWAY_NETWORK={network} (it is {name})"),
+            )),
+            None => Ok(()),
+        }
+    };
+    if name != "solana" {
+        for variable in ["GATEWAY_SOLANA_PAY_TO", "GATEWAY_SOLANA_FEE_PAYER"] {
+            only_with(variable, "solana")?;
+        }
+    }
+    if !name.starts_with("eip155:") {
+        for variable in [
+            "GATEWAY_USDC_ADDRESS",
+            "GATEWAY_USDC_NAME",
+            "GATEWAY_USDC_VERSION",
+        ] {
+            only_with(variable, "eip155:<id>")?;
+        }
+    }
+    if facilitator_url.is_some() || name == "solana" {
+        only_with(
+            "GATEWAY_DEV_LEDGER",
+            "base-sepolia without GATEWAY_FACILITATOR_URL",
+        )?;
+    }
+    let mut evm = match name.as_str() {
+        "base-sepolia" => EvmSettings::base_sepolia(),
+        "base" => EvmSettings::base(),
+        "solana" => {
+            only_with(
+                "GATEWAY_PAY_TO",
+                "an EVM network; Solana reads GATEWAY_SOLANA_PAY_TO",
+            )?;
+            let required = |variable: &str| {
+                var(variable)
+                    .ok_or_else(|| invalid(variable, "is required with the solana network"))
+            };
+            return Ok(PaymentNetwork::Solana(SolanaSettings {
+                facilitator_url: required("GATEWAY_FACILITATOR_URL")?,
+                pay_to: required("GATEWAY_SOLANA_PAY_TO")?,
+                fee_payer: var("GATEWAY_SOLANA_FEE_PAYER"),
+            }));
+        }
+        custom if custom.starts_with("eip155:") => {
+            let network = Network::parse(custom)
+                .ok()
+                .filter(|network| network.eip155_chain_id().is_some())
+                .ok_or_else(|| {
+                    invalid(
+                        "GATEWAY_NETWORK",
+                        format!("{custom:?} is not eip155:<chain id>"),
+                    )
+                })?;
+            let required = |variable: &str| {
+                var(variable).ok_or_else(|| {
+                    invalid(
+                        variable,
+                        format!("is required with GATEWAY_NETWORK={custom}"),
+                    )
+                })
+            };
+            EvmSettings {
+                name: custom.to_owned(),
+                network,
+                usdc: required("GATEWAY_USDC_ADDRESS")?,
+                eip712_name: required("GATEWAY_USDC_NAME")?,
+                eip712_version: required("GATEWAY_USDC_VERSION")?,
+                facilitator_url: None,
+            }
+        }
+        other => {
+            return Err(invalid(
+                "GATEWAY_NETWORK",
+                format!(
+                    "unknown network {other:?}; known: base-sepolia, base, solana, eip155:<chain id>"
+                ),
+            ));
+        }
+    };
+    match facilitator_url {
+        Some(url) => evm.facilitator_url = Some(url),
+        // The development ledger funds public keys with Base Sepolia USDC only.
+        None if name != "base-sepolia" => {
+            return Err(invalid(
+                "GATEWAY_FACILITATOR_URL",
+                format!(
+                    "is required with GATEWAY_NETWORK={name}: the development ledger settles Base \
+                     Sepolia USDC only, for publicly known keys"
+                ),
+            ));
+        }
+        None => {}
+    }
+    Ok(PaymentNetwork::Evm(evm))
 }
 
 /// A positive count from `variable`, if set.
@@ -441,7 +599,10 @@ mod tests {
         assert_eq!(config.free_tier.per_hour(), 300);
         assert_eq!(config.image_job, Duration::ZERO);
         assert_eq!(config.max_timeout_secs, 20);
-        assert_eq!(config.network, PaymentNetwork::LocalEvm);
+        assert_eq!(
+            config.network,
+            PaymentNetwork::Evm(EvmSettings::base_sepolia())
+        );
         let solana = Config::from_vars(vars(&[
             ("GATEWAY_NETWORK", "solana"),
             ("GATEWAY_FACILITATOR_URL", "http://127.0.0.1:4020"),

@@ -26,7 +26,7 @@ use walletgate::x402::{
     VerifyResponse, X402Layer,
 };
 
-use crate::config::{PaymentFaults, SolanaSettings};
+use crate::config::{EvmSettings, PaymentFaults, SolanaSettings};
 use crate::extensions::{ImagePrice, ParsedRequest, ResolvedModel};
 
 /// The layers after validation, built once from the configuration.
@@ -93,15 +93,26 @@ pub(crate) struct PaymentSettings {
 }
 
 impl PaymentSettings {
-    /// Base Sepolia USDC paid to `pay_to`, settled on `ledger` in-process.
-    pub(crate) fn local_evm(
+    /// `settings`' USDC paid to `pay_to`, verified and settled by the
+    /// facilitator at `settings.facilitator_url`, or without one in-process on
+    /// the development `ledger`.
+    pub(crate) fn evm(
+        settings: &EvmSettings,
         pay_to: &str,
         ledger: Arc<dyn Ledger>,
+        tls: &ClientTls,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
+        let facilitator: Arc<dyn Facilitator> = match &settings.facilitator_url {
+            Some(url) => Arc::new(
+                HttpFacilitator::with_tls(url, tls)?
+                    .with_timeout(std::time::Duration::from_secs(10)),
+            ),
+            None => Arc::new(LocalEvmFacilitator::new(ledger, clock.clone())),
+        };
         Ok(Self {
-            options: vec![PaymentOption::base_sepolia_usdc(pay_to)?],
-            facilitator: Arc::new(LocalEvmFacilitator::new(ledger, clock.clone())),
+            options: vec![settings.option(pay_to)?],
+            facilitator,
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
             clock,
             settled: Arc::default(),
@@ -318,9 +329,11 @@ mod tests {
     #[test]
     fn every_offer_quotes_the_configured_max_timeout() {
         let clock: SharedClock = Arc::new(walletgate::SystemClock);
-        let settings = PaymentSettings::local_evm(
+        let settings = PaymentSettings::evm(
+            &crate::config::EvmSettings::base_sepolia(),
             DevLedger::DEV_ACCOUNTS[9],
             Arc::new(DevLedger::new()),
+            &walletgate::tls::ClientTls::webpki_roots(),
             clock,
         )
         .unwrap();

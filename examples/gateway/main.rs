@@ -123,18 +123,25 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let address = listener.local_addr()?;
     println!("gateway listening on http://{address} (clients: api_url http://{address}/api)");
     match &config.network {
-        PaymentNetwork::LocalEvm => {
-            println!(
-                "payments: Base Sepolia USDC, settled on the in-process development ledger, payTo {}",
-                config.pay_to
-            );
-            println!(
-                "development payer accounts (public Hardhat/Anvil mnemonic, 10,000 USDC each):"
-            );
-            for account in DevLedger::DEV_ACCOUNTS {
-                println!("  {account}");
+        PaymentNetwork::Evm(evm) => match &evm.facilitator_url {
+            None => {
+                println!(
+                    "payments: Base Sepolia USDC, settled on the in-process DEVELOPMENT LEDGER \
+                     (nothing moves on a chain), payTo {}",
+                    config.pay_to
+                );
+                println!(
+                    "development payer accounts (public Hardhat/Anvil mnemonic, 10,000 USDC each):"
+                );
+                for account in DevLedger::DEV_ACCOUNTS {
+                    println!("  {account}");
+                }
             }
-        }
+            Some(url) => println!(
+                "payments: {} USDC ({}) to {}, verified and settled by the facilitator at {url}",
+                evm.name, evm.usdc, config.pay_to
+            ),
+        },
         PaymentNetwork::Solana(settings) => println!(
             "payments: Solana USDC to {}, verified and settled by the facilitator at {}",
             settings.pay_to, settings.facilitator_url
@@ -195,9 +202,13 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         Some(never) => match *never {},
     };
     let payments = match &config.network {
-        PaymentNetwork::LocalEvm => {
-            PaymentSettings::local_evm(&config.pay_to, stores.ledger, config.clock.clone())?
-        }
+        PaymentNetwork::Evm(evm) => PaymentSettings::evm(
+            evm,
+            &config.pay_to,
+            stores.ledger,
+            &config.tls,
+            config.clock.clone(),
+        )?,
         PaymentNetwork::Solana(settings) => {
             let Some(fee_payer) = settings.fee_payer.as_deref() else {
                 return Err(

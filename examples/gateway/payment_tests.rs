@@ -731,9 +731,11 @@ async fn image_requests_are_validated_before_any_quote() {
 #[tokio::test]
 async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
     use tower::ServiceExt;
-    let settings = crate::gates::PaymentSettings::local_evm(
+    let settings = crate::gates::PaymentSettings::evm(
+        &crate::config::EvmSettings::base_sepolia(),
         DevLedger::DEV_ACCOUNTS[9],
         Arc::new(DevLedger::new()),
+        &walletgate::tls::ClientTls::webpki_roots(),
         Arc::new(walletgate::SystemClock),
     )
     .unwrap();

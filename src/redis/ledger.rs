@@ -17,7 +17,7 @@
 //! refused as insufficient funds.
 //!
 //! Paired with a [`RedisNonceStore`](super::RedisNonceStore) through
-//! [`prefetching_for`](super::RedisNonceStore::prefetching_for), the claim's
+//! [`with_ledger_prefetch`](super::RedisNonceStore::with_ledger_prefetch), the claim's
 //! script also reads the payer's balances and the nonce's used state, and
 //! [`check`](Ledger::check) answers from that snapshot instead of asking
 //! Redis again. The store also announces, just before settlement

@@ -10,7 +10,7 @@
 //! Each operation is one round trip: the claim is a Lua script (read, and set
 //! `F` only if absent), the release a script (delete only an `F`), marking
 //! spent one `SET … EX`, or none when paired with a [`RedisLedger`] through
-//! [`prefetching_for`](RedisNonceStore::prefetching_for): the claim then also
+//! [`with_ledger_prefetch`](RedisNonceStore::with_ledger_prefetch): the claim then also
 //! reads the ledger state the check needs, and the transfer script writes the
 //! spent record (see the ledger's docs). Expiry is relative (seconds from the
 //! store's clock), so the replicas' clocks never need to agree with Redis's.

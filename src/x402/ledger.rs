@@ -101,7 +101,7 @@ impl<T: Ledger + ?Sized> Ledger for Arc<T> {
 /// transaction id.
 ///
 /// Without a clock it remembers every used authorization. With one
-/// ([`expiring_with`](Self::with_expiry_clock)) it does what the chain does at
+/// ([`with_expiry_clock`](Self::with_expiry_clock)) it does what the chain does at
 /// `validBefore`: refuses the transfer from then on, so it forgets the nonce
 /// then (a few expired ones per transfer); memory follows the authorizations
 /// still valid, about 100 bytes each (a 32-byte digest of token, payer and

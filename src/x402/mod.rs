@@ -76,7 +76,7 @@
 //! # Replay
 //!
 //! A settled authorization stays spent until its `validBefore` (at least two
-//! minutes). With [`paid_replay`](X402LayerBuilder::paid_replay) a route lets
+//! minutes). With [`with_paid_replay`](X402LayerBuilder::with_paid_replay) a route lets
 //! the very same payment through again with the original receipt
 //! ([`PaymentReceipt::is_replay`]) and no charge: clients poll paid jobs
 //! with the signature they paid with.
@@ -152,8 +152,8 @@ pub use local_evm::{LocalEvmFacilitator, MIN_REMAINING_VALIDITY_SECS};
 pub use payer::{Payer, PayerError};
 pub use pricing::{Price, PriceRefusal, PriceTable, Pricing};
 pub use quote::{
-    AUTHORIZATION_CLOCK_SKEW_SECS, BASE_SEPOLIA_USDC, DEFAULT_MAX_TIMEOUT_SECS, PaymentOption,
-    QUOTE_ERROR, QUOTE_MESSAGE, matching_offer,
+    AUTHORIZATION_CLOCK_SKEW_SECS, BASE_SEPOLIA_USDC, BASE_USDC, DEFAULT_MAX_TIMEOUT_SECS,
+    PaymentOption, QUOTE_ERROR, QUOTE_MESSAGE, matching_offer,
 };
 pub use receipt::{PaymentReceipt, SettledPayment, SettlementHook, SettlementHookError};
 pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};

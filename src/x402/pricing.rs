@@ -124,7 +124,7 @@ type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 /// A fixed table of prices, keyed by route or by a value in the extensions.
 ///
 /// A key that is missing from the table, or a request that has no key, gets
-/// the fallback price ([`otherwise`](Self::with_fallback)), which is
+/// the fallback price ([`with_fallback`](Self::with_fallback)), which is
 /// [`Price::Free`] unless set: list every paid key, or set a paid fallback.
 #[derive(Clone)]
 pub struct PriceTable {

@@ -20,6 +20,9 @@ use crate::envelope::{PaymentInfo, QuoteBody, QuotePrice, header};
 /// Base Sepolia USDC, the embedded default asset.
 pub const BASE_SEPOLIA_USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
 
+/// USDC's address on Base mainnet (`eip155:8453`).
+pub const BASE_USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+
 /// The quote body's `error`.
 pub const QUOTE_ERROR: &str = "Payment required";
 
@@ -58,6 +61,13 @@ impl PaymentOption {
             "USDC",
             "2",
         )
+    }
+
+    /// USDC on Base mainnet, paid to `pay_to`. Its EIP-712 domain is
+    /// `{name: "USD Coin", version: "2"}`, not Base Sepolia's `"USDC"`: a
+    /// payment signed for the wrong name recovers another signer.
+    pub fn base_usdc(pay_to: &str) -> Result<Self, ConfigError> {
+        Self::evm(Network::base(), BASE_USDC, pay_to, "USD Coin", "2")
     }
 
     /// An exact-EVM option for an EIP-3009 token (6 decimals, `USDC`).

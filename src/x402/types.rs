@@ -73,6 +73,11 @@ impl Network {
         Self(Self::BASE_SEPOLIA.to_owned())
     }
 
+    /// Base mainnet (`eip155:8453`).
+    pub fn base() -> Self {
+        Self("eip155:8453".to_owned())
+    }
+
     /// The id as written.
     pub fn as_str(&self) -> &str {
         &self.0

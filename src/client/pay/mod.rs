@@ -73,7 +73,7 @@ pub use future::ResponseFuture;
 pub use job::ImageJob;
 pub use layer::{DEFAULT_MAX_BODY_BYTES, X402PaymentLayer};
 pub use policy::{
-    AllowedAsset, BASE_USDC, DEFAULT_MAX_PER_PAYMENT, QuoteHook, Refusal, SpendPolicy, parse_usd,
+    AllowedAsset, DEFAULT_MAX_PER_PAYMENT, QuoteHook, Refusal, SpendPolicy, parse_usd,
 };
 pub use receipt::{PaidBody, Receipt};
 pub use retry::{RetryPolicy, SharedSleeper, Sleeper, TokioSleeper, parse_quote};

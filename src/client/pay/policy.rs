@@ -4,10 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::x402::{BASE_SEPOLIA_USDC, Network, PaymentRequirements, UsdAmount, ValueError};
-
-/// USDC on Base mainnet.
-pub const BASE_USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+use crate::x402::{
+    BASE_SEPOLIA_USDC, BASE_USDC, Network, PaymentRequirements, UsdAmount, ValueError,
+};
 
 /// The default maximum per payment: 0.10 USD.
 pub const DEFAULT_MAX_PER_PAYMENT: UsdAmount = UsdAmount::from_micros(100_000);
