@@ -10,8 +10,8 @@ use tokio::sync::Notify;
 use walletgate::envelope::ErrorCode;
 use walletgate::free_tier::FreeTierQuotas;
 use walletgate::x402::{
-    AtomicAmount, BASE_SEPOLIA_USDC, DevLedger, ExactEvmDomain, PaymentPayload, Price,
-    SettleResponse, UsdAmount, codec,
+    AtomicAmount, BASE_SEPOLIA_USDC, DevLedger, ExactEvmDomain, PaymentPayload, SettleResponse,
+    UsdAmount, codec,
 };
 use walletgate::{Clock, FakeClock};
 
@@ -29,17 +29,19 @@ use walletgate::x402::payer::sequential_nonce;
 const PAID_MODEL: &str = "anthropic/claude-sonnet-4.6";
 const FREE_MODEL: &str = "nvidia/nemotron-super";
 
+/// The specification's flat fee, 0.001 USD: the gateway's layers keep the default.
+const SPEC_FLAT_FEE: UsdAmount = UsdAmount::from_micros(1_000);
+
 /// The quoted amount of `model` for `endpoint`'s standard test body, in USDC
-/// units: the catalogue's price plus the 0.001 USD flat fee.
+/// units: the catalogue's price plus the 0.001 USD flat fee where it excludes it.
 fn expected_units(endpoint: Endpoint, model: &str) -> u128 {
     let catalogue = Catalogue::embedded();
     let model = catalogue.get(model).unwrap();
     let request =
         ChatRequest::from_json(endpoint, body(endpoint, model.id, "hello", false)).unwrap();
-    match model.price(&request) {
-        Price::Usd(usd) => usd.micros() + UsdAmount::FLAT_FEE.micros(),
-        _ => panic!("{} is free", model.id),
-    }
+    let price = model.price(&request);
+    assert!(!price.is_free(), "{} is free", model.id);
+    price.total(SPEC_FLAT_FEE).unwrap().micros()
 }
 
 /// A payment refusal: status, envelope per endpoint, and on 402 the quote again.
@@ -750,7 +752,7 @@ async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
                     ))
                 },
             ));
-        // No ParsedRequest, ResolvedModel or ImagePrice: a wiring fault.
+        // No RequestPrice (the pipeline's model or image step): a wiring fault.
         let request = http::Request::post("/v1/chat/completions")
             .body(http_body_util::Full::default())
             .unwrap();
