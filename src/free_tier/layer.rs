@@ -172,3 +172,25 @@ impl<S, P: Clone, L> Layer<S> for FreeTierLimitLayer<P, L> {
         FreeTierLimit::new(inner, self.clone())
     }
 }
+
+#[cfg(all(test, feature = "x402"))]
+mod tests {
+    use super::*;
+    use crate::x402::{Price, RequestPrice};
+
+    #[test]
+    fn priced_free_is_free_and_anything_else_or_nothing_is_not() {
+        let with = |price: Option<Price>| {
+            let mut request = Request::new(());
+            if let Some(price) = price {
+                request.extensions_mut().insert(RequestPrice(price));
+            }
+            IsPricedFree.is_free(&request)
+        };
+        assert!(with(Some(Price::Free)));
+        assert!(!with(Some(Price::usd("0.002").unwrap())));
+        assert!(!with(Some(Price::usd_all_in("0.005").unwrap())));
+        // No decision: not free; the payment layer refuses it as a wiring fault.
+        assert!(!with(None));
+    }
+}

@@ -318,6 +318,42 @@ mod tests {
     }
 
     #[test]
+    fn the_fee_is_added_to_a_price_before_it_and_never_to_an_all_in_total() {
+        let fee = UsdAmount::from_micros(5_000);
+        assert_eq!(
+            Price::usd("0.002").unwrap().total(fee),
+            Some(UsdAmount::from_micros(7_000))
+        );
+        assert_eq!(
+            Price::usd_all_in("0.002").unwrap().total(fee),
+            Some(UsdAmount::from_micros(2_000))
+        );
+        assert_eq!(Price::Free.total(fee), Some(UsdAmount::from_micros(0)));
+        assert_eq!(
+            Price::Usd(UsdAmount::from_micros(u128::MAX)).total(fee),
+            None
+        );
+        assert!(Price::Free.is_free());
+        assert!(!Price::usd_all_in("0").unwrap().is_free());
+    }
+
+    #[test]
+    fn request_price_reads_the_decision_and_refuses_without_one() {
+        let mut request = http::Request::new(());
+        request
+            .extensions_mut()
+            .insert(RequestPrice(Price::usd_all_in("0.005").unwrap()));
+        let (with, ()) = request.into_parts();
+        assert_eq!(
+            RequestPrice::pricing(&with),
+            Ok(Price::UsdAllIn(UsdAmount::from_micros(5_000)))
+        );
+        let refusal = RequestPrice::pricing(&parts("POST", "/x")).unwrap_err();
+        assert_eq!(refusal.error().code(), ErrorCode::InternalError);
+        assert!(refusal.error().message().contains("RequestPrice missing"));
+    }
+
+    #[test]
     fn closures_are_pricings() {
         let pricing = |parts: &Parts| {
             if parts.uri.path().starts_with("/paid") {
