@@ -85,6 +85,43 @@ pub(crate) fn assert_payment_rejection(endpoint: Endpoint, reply: &Reply, code: 
     }
 }
 
+/// A flat model's listed price is what the client signs: the fee is inside
+/// it, never taken off and put back.
+#[tokio::test]
+async fn a_flat_model_is_quoted_and_settled_at_its_listed_price() {
+    const FLAT_MODEL: &str = "perplexity/sonar";
+    let server = Server::start(Config::default()).await;
+    let listing = server.get("/v1/models").await.json();
+    let row = listing["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["id"] == FLAT_MODEL)
+        .unwrap()
+        .clone();
+    assert_eq!(row["billing_mode"], "flat");
+    assert_eq!(row["pricing"]["flat"], 0.005);
+    let request = body(Endpoint::Chat, FLAT_MODEL, "hello", false).to_string();
+    let quote = server
+        .post_once(path(Endpoint::Chat), request.clone(), None)
+        .await;
+    assert_eq!(quote.quote().accepts[0].amount, AtomicAmount::new(5_000));
+    assert_eq!(quote.json()["price"]["amount"], "0.005");
+    let payment = server.sign(&quote, &server.payer);
+    let paid = server
+        .post_once(path(Endpoint::Chat), request, Some(&payment))
+        .await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    let settled: SettleResponse =
+        codec::decode(paid.header("payment-response").unwrap().as_bytes()).unwrap();
+    assert!(settled.success);
+    let balance = server.ledger.balance_of(
+        &DevLedger::base_sepolia_usdc(),
+        server.payer.address().parse().unwrap(),
+    );
+    assert_eq!(balance, DevLedger::DEV_ACCOUNT_FUNDS - 5_000);
+}
+
 #[tokio::test]
 async fn quotes_have_the_x402_shape_on_every_endpoint() {
     let server = Server::start(Config::default()).await;

@@ -17,8 +17,8 @@ use crate::envelope::{EnvelopeStyle, GatewayError, RenderRejection};
 ///
 /// Implemented for every `Fn(&Request<B>) -> bool`, so the layer works on its
 /// own with any predicate. A gateway that also takes x402 payments uses
-/// [`IsPricedFree`] instead, so the free tier and the payment layer read one
-/// decision.
+/// `IsPricedFree` (feature `x402`) instead, so the free tier and the payment
+/// layer read one decision.
 pub trait IsFreeRequest<B> {
     /// Whether `request` is free.
     fn is_free(&self, request: &Request<B>) -> bool;
