@@ -5,10 +5,12 @@
 //! ```
 //!
 //! `POST /v1/chat/completions` passes, outer to inner: the body limit and the
-//! one JSON parse ([`JsonBodyLayer`]), the model check ([`BodyCheck`]), the
-//! per-IP free tier for `free/…` models, and x402 for the rest (0.002 USD plus
-//! the flat fee, settled in-process on the development ledger). Every
-//! rejection is the library's, chat-style. The answer echoes the last message.
+//! one JSON parse ([`JsonBodyLayer`]), the model check ([`BodyCheck`]), which
+//! also prices the request once ([`RequestPrice`]: `free/…` models free, the
+//! rest 0.002 USD plus the flat fee), the per-IP free tier for what it priced
+//! free ([`IsPricedFree`]), and x402 for the rest, settled in-process on the
+//! development ledger. Every rejection is the library's, chat-style. The
+//! answer echoes the last message.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,61 +21,52 @@ use axum::middleware::{Next, from_fn};
 use axum::response::Response;
 use axum::routing::post;
 use axum::{Json, Router};
-use http::request::Parts;
 use serde_json::{Value, json};
 use tower::ServiceBuilder;
 use walletgate::SystemClock;
 use walletgate::envelope::{DetailPathSegment, EnvelopeStyle};
-use walletgate::free_tier::FreeTierLimitLayer;
-use walletgate::gateway::{BodyCheck, JsonBodyLayer, ParsedJson};
+use walletgate::free_tier::{FreeTierLimitLayer, IsPricedFree};
+use walletgate::gateway::{BodyCheck, JsonBodyLayer, ParsedJson, RequestModel};
 use walletgate::x402::{
-    DevLedger, LocalEvmFacilitator, PaymentOption, Price, PriceRefusal, X402Layer,
+    DevLedger, LocalEvmFacilitator, PaymentOption, Price, RequestPrice, UsdAmount, X402Layer,
 };
 
-/// The requested model, put into the extensions by [`check_model`].
-#[derive(Clone)]
-struct Model(String);
+/// What a paid model costs before the flat fee: 0.002 USD.
+const PAID: Price = Price::Usd(UsdAmount::from_micros(2_000));
 
-impl Model {
-    fn is_free(&self) -> bool {
-        self.0.starts_with("free/")
+/// The price of `model`: `free/…` models are free.
+fn price(model: &str) -> Price {
+    if model.starts_with("free/") {
+        Price::Free
+    } else {
+        PAID
     }
 }
 
 /// The gateway, its payments settled on `ledger` and paid to `pay_to`.
 fn gateway(ledger: Arc<DevLedger>, pay_to: &str) -> Result<Router, Box<dyn std::error::Error>> {
     let clock = Arc::new(SystemClock);
-    let paid = Price::usd("0.002")?;
-    // Free models pass the payment layer; a request the model check never saw is refused.
-    let pricing = move |parts: &Parts| match parts.extensions.get::<Model>() {
-        Some(model) if model.is_free() => Ok(Price::Free),
-        Some(_) => Ok(paid),
-        None => Err(PriceRefusal::missing("Model")),
-    };
+    // Charges the price `check_model` decided; a request it never saw is refused.
     let payment = X402Layer::builder()
         .with_payment_option(PaymentOption::base_sepolia_usdc(pay_to)?)
-        .with_pricing(pricing)
+        .with_pricing(RequestPrice::pricing)
         .with_facilitator(LocalEvmFacilitator::new(ledger, clock.clone()))
         .with_clock(clock)
         .build()?;
-    let is_free = |request: &Request| {
-        request
-            .extensions()
-            .get::<Model>()
-            .is_some_and(Model::is_free)
-    };
     Ok(Router::new()
         .route("/v1/chat/completions", post(chat))
         .route_layer(
             ServiceBuilder::new()
                 .layer(JsonBodyLayer::new(64 * 1024))
                 .layer(from_fn(check_model))
-                .layer(FreeTierLimitLayer::new(is_free))
+                // Free is what `check_model` priced free: one decision for both layers.
+                .layer(FreeTierLimitLayer::new(IsPricedFree))
                 .layer(payment),
         ))
 }
 
-/// `model` is a non-empty string and `messages` an array; else `INVALID_REQUEST_BODY`.
+/// `model` is a non-empty string and `messages` an array; else
+/// `INVALID_REQUEST_BODY`. Leaves the model and its price for the layers after it.
 async fn check_model(mut request: Request, next: Next) -> Response {
     let checked = {
         let empty = serde_json::Map::new();
@@ -88,7 +81,9 @@ async fn check_model(mut request: Request, next: Next) -> Response {
     };
     match checked {
         Ok(model) => {
-            request.extensions_mut().insert(Model(model));
+            let extensions = request.extensions_mut();
+            extensions.insert(RequestPrice(price(&model)));
+            extensions.insert(RequestModel::new(model));
             next.run(request).await
         }
         Err(error) => error

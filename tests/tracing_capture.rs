@@ -23,12 +23,12 @@ use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore}
 use walletgate::clock::FakeClock;
 use walletgate::envelope::ErrorCode;
 use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter};
-use walletgate::gateway::ParsedJson;
+use walletgate::gateway::{JsonBodyLayer, ParsedJson, RequestModel};
 use walletgate::wallet_jwt::{RequireScopesLayer, Scope, WalletJwtLayer};
 use walletgate::x402::payer::sequential_nonce;
 use walletgate::x402::{
-    DevLedger, LocalEvmFacilitator, Payer, PaymentPayload, PaymentRequired, SettleResponse,
-    SettledPayment, SettlementHookError, X402, codec,
+    DevLedger, LocalEvmFacilitator, Payer, PaymentOption, PaymentPayload, PaymentRequired, Price,
+    RequestPrice, SettleResponse, SettledPayment, SettlementHookError, X402, X402Layer, codec,
 };
 use x402_fixtures::{Answering, CHAT, QUOTED_UNITS, answering, chat_layer_builder};
 
@@ -290,8 +290,10 @@ async fn a_free_request_logs_client_ip_model_and_remaining_then_its_refusal() {
             .unwrap();
         let peer: SocketAddr = "203.0.113.7:50000".parse().unwrap();
         request.extensions_mut().insert(peer);
-        let body = serde_json::json!({"model": "nvidia/nemotron-super"});
-        request.extensions_mut().insert(ParsedJson(body));
+        // What a gateway's model step leaves for the layers after it.
+        request
+            .extensions_mut()
+            .insert(RequestModel::new("nvidia/nemotron-super"));
         request
     };
     let admitted = service.clone().oneshot(request()).await.unwrap();
@@ -315,6 +317,80 @@ async fn a_free_request_logs_client_ip_model_and_remaining_then_its_refusal() {
         assert!(refused.contains(field), "{field} in {refused}");
     }
     captured.assert_none_of(&["free-tier-cookie-value-42"]);
+}
+
+/// The gateway's stack (body parse, a model step that takes the model out of
+/// the parsed body and prices the request once, the free tier on that price,
+/// x402 on that price): the free request's `free_tier` span names its model,
+/// and a paid model is quoted without a free-tier decision.
+#[tokio::test]
+async fn a_free_request_on_the_gateway_stack_names_its_model_after_the_body_was_taken_apart() {
+    use walletgate::free_tier::IsPricedFree;
+    let (captured, _guard) = capture();
+    let clock = FakeClock::at_unix_secs(NOW);
+    let limiter = InMemoryLimiter::with_clock(FreeTierQuotas::default(), Arc::new(clock.clone()));
+    let payment = X402Layer::builder()
+        .with_payment_option(PaymentOption::base_sepolia_usdc(x402_fixtures::PAY_TO).unwrap())
+        .with_pricing(RequestPrice::pricing)
+        .with_facilitator(LocalEvmFacilitator::new(
+            Arc::new(DevLedger::new()),
+            Arc::new(clock.clone()),
+        ))
+        .with_clock(Arc::new(clock))
+        .build()
+        .unwrap();
+    // The gateway example's model step: the parsed body is consumed, and the
+    // model and its one price are left in the extensions.
+    let model_step = |mut request: Request<Full<Bytes>>| {
+        let ParsedJson(mut body) = request.extensions_mut().remove::<ParsedJson>().unwrap();
+        let model = body["model"].take();
+        let model = model.as_str().unwrap();
+        let price = if model.starts_with("nvidia/") {
+            Price::Free
+        } else {
+            Price::usd("0.002").unwrap()
+        };
+        request.extensions_mut().insert(RequestPrice(price));
+        request.extensions_mut().insert(RequestModel::new(model));
+        request
+    };
+    let service = ServiceBuilder::new()
+        .layer(JsonBodyLayer::new(1024))
+        .map_request(model_step)
+        .layer(FreeTierLimitLayer::new(IsPricedFree).with_store(limiter))
+        .layer(payment)
+        .service(service_fn(|_request: Request<Full<Bytes>>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from("ok"))))
+        }));
+    let request = |model: &str| {
+        let body = serde_json::json!({"model": model, "messages": []}).to_string();
+        let mut request = Request::post(CHAT)
+            .header("host", "gateway.test")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let peer: SocketAddr = "203.0.113.8:50000".parse().unwrap();
+        request.extensions_mut().insert(peer);
+        request
+    };
+    let free = service
+        .clone()
+        .oneshot(request("nvidia/nemotron-super"))
+        .await
+        .unwrap();
+    assert_eq!(free.status(), 200);
+    let paid = service.oneshot(request("openai/gpt-5-mini")).await.unwrap();
+    assert_eq!(paid.status(), 402);
+
+    let admitted = captured.line_with(&["free_tier{"]);
+    for field in [
+        "model=\"nvidia/nemotron-super\"",
+        "client_ip=203.0.113.8",
+        "outcome=\"admitted\"",
+        "remaining=29",
+    ] {
+        assert!(admitted.contains(field), "{field} in {admitted}");
+    }
+    captured.line_with(&["x402{", "outcome=\"quoted\""]);
 }
 
 #[tokio::test]

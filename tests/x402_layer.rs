@@ -775,3 +775,112 @@ async fn a_thousand_parallel_requests_settle_each_authorization_once() {
     }
     assert_eq!(h.balance(PAY_TO), payee_before + 100 * QUOTED_UNITS);
 }
+
+/// A server's own flat fee (0.005 USD, not the default 0.001): every price
+/// before the fee (per token, flat per request, per image) is quoted and
+/// settled with exactly that fee added, once; an all-in total is quoted and
+/// settled as it is.
+#[tokio::test]
+async fn a_configured_flat_fee_is_added_exactly_once_to_every_price_before_it() {
+    use walletgate::x402::{Price, PriceRefusal, SettledPayment, SettlementHookError, UsdAmount};
+
+    let clock = FakeClock::at_unix_secs(NOW);
+    let ledger = Arc::new(DevLedger::new());
+    let facilitator = LocalEvmFacilitator::new(ledger.clone(), Arc::new(clock.clone()));
+    let count = |parts: &http::request::Parts, name: &str| -> u128 {
+        parts.headers[name].to_str().unwrap().parse().unwrap()
+    };
+    // What an earlier step would decide from the body: read from headers here.
+    let pricing = move |parts: &http::request::Parts| -> Result<Price, PriceRefusal> {
+        Ok(match parts.uri.path() {
+            // 2 USD per million tokens.
+            "/tokens" => Price::Usd(UsdAmount::from_micros(count(parts, "x-tokens") * 2)),
+            "/flat" => Price::usd("0.002").unwrap(),
+            // 0.04 USD per image.
+            "/images" => Price::Usd(UsdAmount::from_micros(count(parts, "x-images") * 40_000)),
+            "/all-in" => Price::usd_all_in("0.02").unwrap(),
+            _ => Price::Free,
+        })
+    };
+    let settled = Arc::new(Mutex::new(Vec::new()));
+    let hook_settled = settled.clone();
+    let fee: UsdAmount = "0.005".parse().unwrap();
+    let layer = X402Layer::builder()
+        .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+        .with_pricing(pricing)
+        .with_facilitator(facilitator)
+        .with_clock(Arc::new(clock))
+        .with_flat_fee(fee)
+        .on_settlement(move |payment: SettledPayment| {
+            hook_settled.lock().unwrap().push(payment.amount.units());
+            std::future::ready(Ok::<_, SettlementHookError>(()))
+        })
+        .build()
+        .unwrap();
+    assert_eq!(layer.flat_fee(), fee);
+    let service = x402_fixtures::answering(&layer);
+    let request = |path: &str, header: Option<(&str, &str)>, payment: Option<&str>| {
+        let mut builder = Request::post(path).header("host", "gateway.test");
+        if let Some((name, value)) = header {
+            builder = builder.header(name, value);
+        }
+        if let Some(payment) = payment {
+            builder = builder.header("payment-signature", payment);
+        }
+        builder.body(Full::default()).unwrap()
+    };
+
+    let payer = Payer::dev(0);
+    // (route, its count header, the total signed in USDC units = micro-dollars)
+    let cases = [
+        // 1 500 tokens: 0.003 USD + 0.005 USD.
+        ("/tokens", Some(("x-tokens", "1500")), 8_000, "0.008"),
+        // 0.002 USD + 0.005 USD.
+        ("/flat", None, 7_000, "0.007"),
+        // 3 images: 0.12 USD + 0.005 USD.
+        ("/images", Some(("x-images", "3")), 125_000, "0.125"),
+        // The listed total, fee included: nothing added.
+        ("/all-in", None, 20_000, "0.02"),
+    ];
+    for (nonce, (path, header, units, decimal)) in (1..).zip(cases) {
+        let quote = service
+            .clone()
+            .oneshot(request(path, header, None))
+            .await
+            .unwrap();
+        assert_eq!(quote.status(), 402, "{path}");
+        let required: PaymentRequired =
+            codec::decode(quote.headers()["payment-required"].as_bytes()).unwrap();
+        assert_eq!(required.accepts[0].amount.units(), units, "{path}");
+        let body = json_of(quote).await;
+        assert_eq!(body["price"]["amount"], decimal, "{path}: {body}");
+        assert_eq!(
+            body["accepts"][0]["amount"],
+            units.to_string(),
+            "{path}: {body}"
+        );
+
+        let before = ledger.balance_of(
+            &DevLedger::base_sepolia_usdc(),
+            payer.address().parse().unwrap(),
+        );
+        let payment = payer
+            .header_with_nonce(&required.accepts[0], NOW, sequential_nonce(nonce))
+            .unwrap();
+        let paid = service
+            .clone()
+            .oneshot(request(path, header, Some(&payment)))
+            .await
+            .unwrap();
+        assert_eq!(paid.status(), 200, "{path}");
+        let receipt = paid.extensions().get::<PaymentReceipt>().unwrap();
+        assert_eq!(receipt.amount().units(), units, "{path}");
+        let after = ledger.balance_of(
+            &DevLedger::base_sepolia_usdc(),
+            payer.address().parse().unwrap(),
+        );
+        assert_eq!(before - after, units, "{path}");
+        assert_eq!(settled.lock().unwrap().last(), Some(&units), "{path}");
+    }
+    assert_eq!(ledger.settlements(), 4);
+}

@@ -22,7 +22,8 @@ pub(crate) enum Pricing {
         input_micros_per_million: u64,
         output_micros_per_million: u64,
     },
-    /// One price per request, in micro-dollars, flat fee included (as listed).
+    /// One price per request, in micro-dollars, flat fee included: the
+    /// listed price is what the client signs, whatever fee the server sets.
     Flat { micros: u64 },
     /// Image models: micro-dollars per generated image; the flat fee comes on top.
     PerImage { micros: u64 },
@@ -119,19 +120,19 @@ impl Model {
         }
     }
 
-    /// The price of `request` on this model, before the flat fee.
+    /// The price of `request` on this model; the payment layer adds its
+    /// flat fee where the price excludes it.
     ///
-    /// Per-token models: estimated prompt tokens times the input price plus
-    /// the request's `max_tokens` (default [`DEFAULT_MAX_TOKENS`], capped at the
-    /// model's `max_output`) times the output price, rounded up to a whole
-    /// micro-dollar. Flat models: the listed price less the flat fee the
-    /// payment layer adds back. Depends only on the request, never on time.
+    /// Per-token models, before the fee: estimated prompt tokens times the
+    /// input price plus the request's `max_tokens` (default
+    /// [`DEFAULT_MAX_TOKENS`], capped at the model's `max_output`) times the
+    /// output price, rounded up to a whole micro-dollar. Flat models: the
+    /// listed price, fee included ([`Price::UsdAllIn`]). Depends only on the
+    /// request, never on time.
     pub(crate) fn price(&self, request: &ChatRequest) -> Price {
         match self.pricing {
             Pricing::Free => Price::Free,
-            Pricing::Flat { micros } => Price::Usd(UsdAmount::from_micros(
-                u128::from(micros).saturating_sub(UsdAmount::FLAT_FEE.micros()),
-            )),
+            Pricing::Flat { micros } => Price::UsdAllIn(UsdAmount::from_micros(u128::from(micros))),
             // Image models never reach chat; priced as one image should they.
             Pricing::PerImage { micros } => micro_usd(micros),
             Pricing::PerToken {
@@ -465,10 +466,14 @@ mod tests {
     fn flat_and_free_prices() {
         let catalogue = Catalogue::embedded();
         let flat = catalogue.get("perplexity/sonar").unwrap();
-        assert_eq!(
-            flat.price(&request(flat.id, "long text", Some(5))),
-            micro_usd(4_000)
-        );
+        let price = flat.price(&request(flat.id, "long text", Some(5)));
+        // The listed 0.005 USD is the signed total, whatever the configured fee.
+        for fee_micros in [0, 1_000, 5_000] {
+            assert_eq!(
+                price.total(UsdAmount::from_micros(fee_micros)),
+                Some(UsdAmount::from_micros(5_000))
+            );
+        }
         let free = catalogue.get("qwen/qwen3-coder").unwrap();
         assert_eq!(free.price(&request(free.id, "x", None)), Price::Free);
     }

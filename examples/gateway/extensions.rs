@@ -2,8 +2,9 @@
 //! reads it.
 //!
 //! Each step inserts one value for the steps after it: [`ParsedRequest`]
-//! (validation), [`ResolvedModel`] (model lookup), [`ImageRequest`] and
-//! [`ImagePrice`] (the image routes). A value that is missing where it is read
+//! (validation), [`ResolvedModel`] (model lookup), [`ImageRequest`] (the image
+//! routes); the library's `RequestModel` and `RequestPrice` ride beside them
+//! for the library's layers. A value that is missing where it is read
 //! is a wiring fault, answered by the library's [`MissingExtension`] (500 in
 //! the route's envelope, naming the value and the step that provides it).
 
@@ -13,7 +14,6 @@ use axum::extract::FromRequestParts;
 use axum::response::{IntoResponse, Response};
 use http::request::Parts;
 use walletgate::envelope::{EnvelopeStyle, MissingExtension};
-use walletgate::x402::Price;
 
 use crate::catalogue::Model;
 use crate::request::ChatRequest;
@@ -34,10 +34,6 @@ pub(crate) struct ImageRequest {
     pub(crate) size: String,
     pub(crate) count: u64,
 }
-
-/// What an image request or poll costs, for the payment layer's pricing.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ImagePrice(pub(crate) Price);
 
 /// The answer to a `T` missing from the extensions of a step answering in
 /// `style`: `provider` (the step that inserts it) was not wired in front (500).

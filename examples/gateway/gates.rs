@@ -1,10 +1,13 @@
 //! The gateway's two gates after validation: the free-tier limit for free
-//! models and x402 payment for paid ones, with their pricing hooks.
+//! models and x402 payment for paid ones.
 //!
-//! Both read what the pipeline put into the request extensions
-//! ([`ResolvedModel`], [`ParsedRequest`]), so neither re-parses the body.
-//! Prices come from [`request_price`] and [`image_price`]: the same request
-//! always gets the same price, so a client's signed retry matches its quote.
+//! Both read the one price the pipeline decided and left in the request
+//! extensions ([`RequestPrice`]: the model step for inference, the image
+//! steps for images), so neither re-parses the body and "free" is decided
+//! once: the free tier limits what is priced [`Price::Free`](walletgate::x402::Price::Free)
+//! ([`IsPricedFree`]), the payment layer charges the rest
+//! ([`RequestPrice::pricing`]). The same request always gets the same price,
+//! so a client's signed retry matches its quote.
 //!
 //! Embedded default: quotes in Base Sepolia USDC, verified and settled
 //! in-process by [`LocalEvmFacilitator`] on a [`DevLedger`] that pre-funds
@@ -13,21 +16,20 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::Request;
-use http::request::Parts;
 use walletgate::SharedClock;
-use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, FreeTierStore, InMemoryLimiter};
+use walletgate::free_tier::{
+    FreeTierLimitLayer, FreeTierQuotas, FreeTierStore, InMemoryLimiter, IsPricedFree,
+};
 use walletgate::store::BoxFuture;
 use walletgate::tls::ClientTls;
 use walletgate::x402::{
     ConfigError, Facilitator, FacilitatorError, FacilitatorRequest, HttpFacilitator,
-    InMemoryNonceStore, Ledger, LocalEvmFacilitator, NonceStore, PaymentOption, Price,
-    PriceRefusal, SettleResponse, SettledPayment, SettlementHookError, SupportedResponse,
-    VerifyResponse, X402Layer,
+    InMemoryNonceStore, Ledger, LocalEvmFacilitator, NonceStore, PaymentOption, RequestPrice,
+    SettleResponse, SettledPayment, SettlementHookError, SupportedResponse, VerifyResponse,
+    X402Layer,
 };
 
 use crate::config::{EvmSettings, PaymentFaults, SolanaSettings};
-use crate::extensions::{ImagePrice, ParsedRequest, ResolvedModel};
 
 /// The layers after validation, built once from the configuration.
 pub(crate) struct Gates {
@@ -39,23 +41,13 @@ pub(crate) struct Gates {
     pub(crate) image_payment: X402Layer,
 }
 
-/// The free-tier predicate: the resolved model is free.
-pub(crate) type IsFreeModel = fn(&Request) -> bool;
-
 /// Where the free tier counts: this process, or the Redis every replica
 /// shares (`GATEWAY_REDIS_URL`), chosen at start.
 pub(crate) type FreeTierBackend = Arc<dyn FreeTierStore>;
 
-/// The free-tier layer as the pipeline uses it.
-pub(crate) type FreeTier = FreeTierLimitLayer<IsFreeModel, FreeTierBackend>;
-
-/// Whether the pipeline resolved a free model for `request`.
-fn is_free_model(request: &Request) -> bool {
-    request
-        .extensions()
-        .get::<ResolvedModel>()
-        .is_some_and(|ResolvedModel(model)| model.is_free())
-}
+/// The free-tier layer as the pipeline uses it: free is what the model step
+/// priced free.
+pub(crate) type FreeTier = FreeTierLimitLayer<IsPricedFree, FreeTierBackend>;
 
 /// The free-tier limit for free models, keyed by the connection's peer;
 /// counted on `redis` when the replicas share one, else in this process.
@@ -67,7 +59,7 @@ pub(crate) fn free_tier(quotas: FreeTierQuotas, redis: Option<&RedisConnection>)
         #[cfg(not(feature = "redis"))]
         Some(never) => match *never {},
     };
-    FreeTierLimitLayer::new(is_free_model as IsFreeModel).with_store(backend)
+    FreeTierLimitLayer::new(IsPricedFree).with_store(backend)
 }
 
 /// The shared Redis connection (feature `redis`).
@@ -167,19 +159,19 @@ impl PaymentSettings {
         Ok(self)
     }
 
-    /// An x402 layer over these settings, pricing requests with `pricing`.
+    /// An x402 layer over these settings, charging the [`RequestPrice`] an
+    /// earlier step decided (none there: refused as a wiring fault, 500).
     ///
     /// `paid_replay` lets the very payment that was settled through again,
     /// uncharged: the image routes use it so clients poll a paid job (and
     /// recover a lost answer) with the signature they paid with.
     pub(crate) fn layer(
         &self,
-        pricing: impl Fn(&Parts) -> Result<Price, PriceRefusal> + Send + Sync + 'static,
         paid_replay: bool,
         description: &str,
     ) -> Result<X402Layer, ConfigError> {
         let mut builder = X402Layer::builder()
-            .with_pricing(pricing)
+            .with_pricing(RequestPrice::pricing)
             .with_shared_facilitator(self.facilitator.clone())
             .with_nonce_store(self.nonce_store.clone())
             .with_clock(self.clock.clone())
@@ -193,38 +185,17 @@ impl PaymentSettings {
         builder.build()
     }
 
-    /// The layer of the image routes: priced per image, polls by their job.
+    /// The layer of the image routes: priced per image by `validate_image`,
+    /// polls by their job (`find_job`).
     pub(crate) fn image_layer(&self) -> Result<X402Layer, ConfigError> {
-        self.layer(image_price, true, "Image generation")
+        self.layer(true, "Image generation")
     }
 
-    /// The layer of the inference routes: priced by model and request.
+    /// The layer of the inference routes: priced by model and request in the
+    /// pipeline's model step.
     pub(crate) fn inference_layer(&self) -> Result<X402Layer, ConfigError> {
-        self.layer(request_price, false, "Model inference")
+        self.layer(false, "Model inference")
     }
-}
-
-/// What a request costs before the flat fee: the payment layer's pricing hook.
-///
-/// Reads what the pipeline inserted, so it must run inside it; outside, it
-/// refuses (a wiring fault, 500), never serves free.
-pub(crate) fn request_price(parts: &Parts) -> Result<Price, PriceRefusal> {
-    let Some(ParsedRequest(request)) = parts.extensions.get::<ParsedRequest>() else {
-        return Err(PriceRefusal::missing("ParsedRequest"));
-    };
-    let Some(ResolvedModel(model)) = parts.extensions.get::<ResolvedModel>() else {
-        return Err(PriceRefusal::missing("ResolvedModel"));
-    };
-    Ok(model.price(request))
-}
-
-/// The payment layer's pricing hook for the image routes.
-pub(crate) fn image_price(parts: &Parts) -> Result<Price, PriceRefusal> {
-    parts
-        .extensions
-        .get::<ImagePrice>()
-        .map(|price| price.0)
-        .ok_or_else(|| PriceRefusal::missing("ImagePrice"))
 }
 
 /// Counts settlements and their amounts; logs one line per settlement.

@@ -10,8 +10,8 @@ use tokio::sync::Notify;
 use walletgate::envelope::ErrorCode;
 use walletgate::free_tier::FreeTierQuotas;
 use walletgate::x402::{
-    AtomicAmount, BASE_SEPOLIA_USDC, DevLedger, ExactEvmDomain, PaymentPayload, Price,
-    SettleResponse, UsdAmount, codec,
+    AtomicAmount, BASE_SEPOLIA_USDC, DevLedger, ExactEvmDomain, PaymentPayload, SettleResponse,
+    UsdAmount, codec,
 };
 use walletgate::{Clock, FakeClock};
 
@@ -29,17 +29,19 @@ use walletgate::x402::payer::sequential_nonce;
 const PAID_MODEL: &str = "anthropic/claude-sonnet-4.6";
 const FREE_MODEL: &str = "nvidia/nemotron-super";
 
+/// The specification's flat fee, 0.001 USD: the gateway's layers keep the default.
+const SPEC_FLAT_FEE: UsdAmount = UsdAmount::from_micros(1_000);
+
 /// The quoted amount of `model` for `endpoint`'s standard test body, in USDC
-/// units: the catalogue's price plus the 0.001 USD flat fee.
+/// units: the catalogue's price plus the 0.001 USD flat fee where it excludes it.
 fn expected_units(endpoint: Endpoint, model: &str) -> u128 {
     let catalogue = Catalogue::embedded();
     let model = catalogue.get(model).unwrap();
     let request =
         ChatRequest::from_json(endpoint, body(endpoint, model.id, "hello", false)).unwrap();
-    match model.price(&request) {
-        Price::Usd(usd) => usd.micros() + UsdAmount::FLAT_FEE.micros(),
-        _ => panic!("{} is free", model.id),
-    }
+    let price = model.price(&request);
+    assert!(!price.is_free(), "{} is free", model.id);
+    price.total(SPEC_FLAT_FEE).unwrap().micros()
 }
 
 /// A payment refusal: status, envelope per endpoint, and on 402 the quote again.
@@ -81,6 +83,43 @@ pub(crate) fn assert_payment_rejection(endpoint: Endpoint, reply: &Reply, code: 
         assert_eq!(quote.accepts.len(), 1, "{context}");
         assert!(quote.error.is_some(), "{context}");
     }
+}
+
+/// A flat model's listed price is what the client signs: the fee is inside
+/// it, never taken off and put back.
+#[tokio::test]
+async fn a_flat_model_is_quoted_and_settled_at_its_listed_price() {
+    const FLAT_MODEL: &str = "perplexity/sonar";
+    let server = Server::start(Config::default()).await;
+    let listing = server.get("/v1/models").await.json();
+    let row = listing["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["id"] == FLAT_MODEL)
+        .unwrap()
+        .clone();
+    assert_eq!(row["billing_mode"], "flat");
+    assert_eq!(row["pricing"]["flat"], 0.005);
+    let request = body(Endpoint::Chat, FLAT_MODEL, "hello", false).to_string();
+    let quote = server
+        .post_once(path(Endpoint::Chat), request.clone(), None)
+        .await;
+    assert_eq!(quote.quote().accepts[0].amount, AtomicAmount::new(5_000));
+    assert_eq!(quote.json()["price"]["amount"], "0.005");
+    let payment = server.sign(&quote, &server.payer);
+    let paid = server
+        .post_once(path(Endpoint::Chat), request, Some(&payment))
+        .await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    let settled: SettleResponse =
+        codec::decode(paid.header("payment-response").unwrap().as_bytes()).unwrap();
+    assert!(settled.success);
+    let balance = server.ledger.balance_of(
+        &DevLedger::base_sepolia_usdc(),
+        server.payer.address().parse().unwrap(),
+    );
+    assert_eq!(balance, DevLedger::DEV_ACCOUNT_FUNDS - 5_000);
 }
 
 #[tokio::test]
@@ -752,7 +791,7 @@ async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
                     ))
                 },
             ));
-        // No ParsedRequest, ResolvedModel or ImagePrice: a wiring fault.
+        // No RequestPrice (the pipeline's model or image step): a wiring fault.
         let request = http::Request::post("/v1/chat/completions")
             .body(http_body_util::Full::default())
             .unwrap();

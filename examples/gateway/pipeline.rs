@@ -12,15 +12,18 @@
 //!    5. the model → unknown model (400, close ids suggested);
 //!    6. streaming support → `STREAM_UNSUPPORTED`.
 //!
-//!    Inserts [`ParsedRequest`] and [`ResolvedModel`].
-//! 7. `FreeTierLimitLayer`, free models only → `FREE_TIER_RATE_LIMITED`.
-//! 8. `X402Layer`, paid models only, priced by
-//!    [`request_price`](crate::gates::request_price) → 402 quote, payment
-//!    codes; settles after a 2xx answer only.
+//!    Inserts [`ParsedRequest`], [`ResolvedModel`], the library's
+//!    [`RequestModel`] and the request's one price, [`RequestPrice`]
+//!    ([`Model::price`](crate::catalogue::Model::price)).
+//! 7. `FreeTierLimitLayer`, what step 6 priced free only → `FREE_TIER_RATE_LIMITED`
+//!    (its trace names the [`RequestModel`]).
+//! 8. `X402Layer`, the rest, charging that [`RequestPrice`] plus the flat fee
+//!    where the price excludes it → 402 quote, payment codes; settles after a
+//!    2xx answer only.
 //!
-//! Steps 7 and 8 read [`ParsedRequest`] and [`ResolvedModel`] from the request
-//! extensions; nothing re-reads or re-parses the body. [`with_pipeline`] is
-//! the single place the stack is assembled.
+//! Steps 7 and 8 read what step 6 left in the request extensions; nothing
+//! re-reads or re-parses the body. [`with_pipeline`] is the single place the
+//! stack is assembled.
 
 use std::sync::Arc;
 
@@ -33,7 +36,8 @@ use tower::ServiceBuilder;
 use walletgate::envelope::{
     EnvelopeStyle, EnvelopeStyleLayer, ErrorCode, GatewayError, UnknownModelBody,
 };
-use walletgate::gateway::{JsonBodyLayer, ParsedJson, invalid_request_body};
+use walletgate::gateway::{JsonBodyLayer, ParsedJson, RequestModel, invalid_request_body};
+use walletgate::x402::RequestPrice;
 
 use crate::extensions::{ParsedRequest, ResolvedModel, missing};
 use crate::images::{find_job, validate_image};
@@ -43,12 +47,11 @@ use crate::state::AppState;
 
 /// Wraps the inference routes in the pipeline, outer to inner.
 ///
-/// This is the one composition point. The free-tier limit (free models only)
-/// and the payment layer (paid models, priced by
-/// [`Model::price`](crate::catalogue::Model::price) of the request) come
-/// after validation, in that order, so both see [`ParsedRequest`] and
-/// [`ResolvedModel`] and neither runs for a request already rejected: an
-/// invalid request is never quoted, let alone charged.
+/// This is the one composition point. The free-tier limit (requests priced
+/// free) and the payment layer (the rest) come after validation, in that
+/// order, so both see the [`RequestPrice`] of the request and neither runs
+/// for a request already rejected: an invalid request is never quoted, let
+/// alone charged.
 pub(crate) fn with_pipeline(
     routes: Router<AppState>,
     state: &AppState,
@@ -124,6 +127,9 @@ async fn prepare_request(
         ));
     }
     let extensions = request.extensions_mut();
+    // Priced once, here: the free tier and the payment layer read this one decision.
+    extensions.insert(RequestPrice(model.price(&parsed)));
+    extensions.insert(RequestModel::new(model.id));
     extensions.insert(ParsedRequest(Arc::new(parsed)));
     extensions.insert(ResolvedModel(model));
     Ok(request)

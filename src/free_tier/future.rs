@@ -169,8 +169,9 @@ where
     }
 }
 
-/// The layer's decision, traced with the client IP and model (when the body
-/// was parsed before this layer).
+/// The layer's decision, traced with the client IP and the model an earlier
+/// step resolved ([`RequestModel`](crate::gateway::RequestModel)): read from
+/// that, not from the parsed body, which a pipeline may have taken apart.
 fn trace_verdict<B>(_request: Option<&http::Request<B>>, _verdict: &Result<Verdict, StoreError>) {
     #[cfg(feature = "tracing")]
     {
@@ -178,8 +179,8 @@ fn trace_verdict<B>(_request: Option<&http::Request<B>>, _verdict: &Result<Verdi
         let extensions = _request.map(http::Request::extensions);
         let client_ip = extensions.and_then(|e| e.get::<ClientIp>()).map(|ip| ip.0);
         let model = extensions
-            .and_then(|e| e.get::<crate::gateway::ParsedJson>())
-            .and_then(|json| json.0["model"].as_str());
+            .and_then(|e| e.get::<crate::gateway::RequestModel>())
+            .map(crate::gateway::RequestModel::as_str);
         let client_ip = client_ip.map(tracing::field::display);
         match _verdict {
             Ok(Verdict::Allowed { rate_limit }) => trace_decision!(

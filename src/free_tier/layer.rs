@@ -1,4 +1,4 @@
-//! [`FreeTierLimitLayer`] (configuration) and [`IsFreeRequest`].
+//! [`FreeTierLimitLayer`] (configuration), [`IsFreeRequest`] and [`IsPricedFree`].
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,8 +15,10 @@ use crate::envelope::{EnvelopeStyle, GatewayError, RenderRejection};
 
 /// Decides whether a request is free, and so limited by the free tier.
 ///
-/// Implemented for every `Fn(&Request<B>) -> bool`; a gateway reads the model
-/// its parse layer put into the request extensions.
+/// Implemented for every `Fn(&Request<B>) -> bool`, so the layer works on its
+/// own with any predicate. A gateway that also takes x402 payments uses
+/// `IsPricedFree` (feature `x402`) instead, so the free tier and the payment
+/// layer read one decision.
 pub trait IsFreeRequest<B> {
     /// Whether `request` is free.
     fn is_free(&self, request: &Request<B>) -> bool;
@@ -28,6 +30,42 @@ where
 {
     fn is_free(&self, request: &Request<B>) -> bool {
         self(request)
+    }
+}
+
+/// Free exactly when the request's [`RequestPrice`](crate::x402::RequestPrice)
+/// is [`Price::Free`](crate::x402::Price::Free): the price a pipeline step
+/// decided once, which the payment layer reads too
+/// ([`RequestPrice::pricing`](crate::x402::RequestPrice::pricing)), so the two
+/// layers cannot disagree on "free".
+///
+/// A request without a `RequestPrice` is not free: it goes on to the payment
+/// layer, which refuses it as a wiring fault, so a missing step never serves
+/// unlimited free requests.
+///
+/// ```
+/// use walletgate::free_tier::{FreeTierLimitLayer, IsFreeRequest, IsPricedFree};
+/// use walletgate::x402::{Price, RequestPrice};
+///
+/// let layer = FreeTierLimitLayer::new(IsPricedFree);
+/// let mut request = http::Request::new(());
+/// assert!(!IsPricedFree.is_free(&request));
+/// request.extensions_mut().insert(RequestPrice(Price::Free));
+/// assert!(IsPricedFree.is_free(&request));
+/// # let _ = layer;
+/// ```
+#[cfg(feature = "x402")]
+#[cfg_attr(docsrs, doc(cfg(feature = "x402")))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IsPricedFree;
+
+#[cfg(feature = "x402")]
+impl<B> IsFreeRequest<B> for IsPricedFree {
+    fn is_free(&self, request: &Request<B>) -> bool {
+        request
+            .extensions()
+            .get::<crate::x402::RequestPrice>()
+            .is_some_and(|price| price.0.is_free())
     }
 }
 
@@ -132,5 +170,27 @@ impl<S, P: Clone, L> Layer<S> for FreeTierLimitLayer<P, L> {
 
     fn layer(&self, inner: S) -> Self::Service {
         FreeTierLimit::new(inner, self.clone())
+    }
+}
+
+#[cfg(all(test, feature = "x402"))]
+mod tests {
+    use super::*;
+    use crate::x402::{Price, RequestPrice};
+
+    #[test]
+    fn priced_free_is_free_and_anything_else_or_nothing_is_not() {
+        let with = |price: Option<Price>| {
+            let mut request = Request::new(());
+            if let Some(price) = price {
+                request.extensions_mut().insert(RequestPrice(price));
+            }
+            IsPricedFree.is_free(&request)
+        };
+        assert!(with(Some(Price::Free)));
+        assert!(!with(Some(Price::usd("0.002").unwrap())));
+        assert!(!with(Some(Price::usd_all_in("0.005").unwrap())));
+        // No decision: not free; the payment layer refuses it as a wiring fault.
+        assert!(!with(None));
     }
 }

@@ -1,9 +1,15 @@
 //! Per-client-IP limits for free models: [`FreeTierLimitLayer`].
 //!
-//! Free requests (those an [`IsFreeRequest`] predicate picks; for the gateway,
-//! the parsed model is free) are limited per client to 30 per minute and 300
-//! per hour (specification, sections 1 and 8). Every other request passes
-//! untouched, never resolved, counted or limited.
+//! Free requests (those an [`IsFreeRequest`] predicate picks; for a gateway
+//! that takes x402 payments, `IsPricedFree`: the request's x402
+//! `RequestPrice` is `Price::Free`, the one decision the payment layer reads
+//! too) are limited per client to 30 per minute and 300 per hour
+//! (specification, sections 1 and 8). Every other request passes untouched,
+//! never resolved, counted or limited.
+//!
+//! * **Trace.** Each decision is a `free_tier` span with `client_ip`, the
+//!   `model` an earlier step left as a
+//!   [`RequestModel`](crate::gateway::RequestModel), `outcome` and `remaining`.
 //!
 //! * **Sliding windows.** "30 per minute, 300 per hour" means at most 30
 //!   admitted requests in any 60 s and at most 300 in any hour, exactly; a
@@ -140,6 +146,8 @@ pub use client_ip::{
 };
 pub use future::ResponseFuture;
 pub use key::{ClientKey, KeyPrefixes};
+#[cfg(feature = "x402")]
+pub use layer::IsPricedFree;
 pub use layer::{FreeTierLimitLayer, IsFreeRequest};
 pub use limiter::{FreeTierStore, InMemoryLimiter, SweepReport};
 pub use service::FreeTierLimit;

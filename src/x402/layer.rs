@@ -73,6 +73,12 @@ impl X402Layer {
         X402LayerBuilder::default()
     }
 
+    /// The flat fee this layer adds to every [`Price::Usd`](super::Price::Usd)
+    /// (set with [`with_flat_fee`](X402LayerBuilder::with_flat_fee)).
+    pub fn flat_fee(&self) -> UsdAmount {
+        self.config.flat_fee
+    }
+
     /// How many calls of the [settlement hook](X402LayerBuilder::on_settlement)
     /// failed since the layer was built (shared by every service it made).
     pub fn settlement_hook_failures(&self) -> u64 {
@@ -180,7 +186,10 @@ impl X402LayerBuilder {
         self
     }
 
-    /// The fee added to every price (default 0.001 USD).
+    /// The fee added to every [`Price::Usd`](super::Price::Usd) (default
+    /// [`UsdAmount::FLAT_FEE`], 0.001 USD); a [`Price::UsdAllIn`](super::Price::UsdAllIn)
+    /// already includes it. The only fee a server configures: no pricing
+    /// subtracts or adds it.
     pub fn with_flat_fee(mut self, fee: UsdAmount) -> Self {
         self.flat_fee = fee;
         self

@@ -8,7 +8,9 @@
 //!    `WWW-Authenticate: X402 requirements="…"` (one value, standard base64 of
 //!    compact JSON), `Cache-Control: no-store`, and a JSON body whose
 //!    `x402Version` and `accepts` equal the decoded header. Every amount
-//!    includes the flat fee (0.001 USD by default).
+//!    includes the layer's flat fee (0.001 USD by default): added to a
+//!    [`Price::Usd`], already inside a
+//!    [`Price::UsdAllIn`] ([`Price::total`]).
 //! 2. **decode and match** — the offers are rebuilt for the retried request
 //!    and the payment's `accepted` must equal one on every core field
 //!    (`PAYMENT_INVALID` otherwise).
@@ -150,7 +152,7 @@ pub use layer::{X402Layer, X402LayerBuilder};
 pub use ledger::{DevLedger, Ledger, LedgerError, Transfer};
 pub use local_evm::{LocalEvmFacilitator, MIN_REMAINING_VALIDITY_SECS};
 pub use payer::{Payer, PayerError};
-pub use pricing::{Price, PriceRefusal, PriceTable, Pricing};
+pub use pricing::{Price, PriceRefusal, PriceTable, Pricing, RequestPrice};
 pub use quote::{
     AUTHORIZATION_CLOCK_SKEW_SECS, BASE_SEPOLIA_USDC, BASE_USDC, DEFAULT_MAX_TIMEOUT_SECS,
     PaymentOption, QUOTE_ERROR, QUOTE_MESSAGE, matching_offer,

@@ -4,13 +4,35 @@
 //! sees the request head, including what earlier layers put in the extensions
 //! (a parsed model, for instance), and answers [`Price::Free`], a USD price,
 //! or a [`PriceRefusal`] when the request cannot be priced (what it reads is
-//! missing: a wiring fault, answered 500, never served free). The layer then
-//! adds the flat fee ([`UsdAmount::FLAT_FEE`]) and turns the sum into each
-//! offer's atomic amount. The quote and the paid retry are priced by the same
-//! call, so the price must depend only on the request, never on time or load.
+//! missing: a wiring fault, answered 500, never served free). The quote and
+//! the paid retry are priced by the same call, so the price must depend only
+//! on the request, never on time or load.
+//!
+//! # The flat fee
+//!
+//! The layer owns the fee ([`with_flat_fee`](super::X402LayerBuilder::with_flat_fee),
+//! default [`UsdAmount::FLAT_FEE`]); a pricing never subtracts or adds it. A
+//! price says which side of the fee it is on, and [`Price::total`] is the one
+//! place the two meet:
+//!
+//! * [`Price::usd`] / [`Price::Usd`]: the price **before** the fee; the client
+//!   signs it plus the layer's configured fee (per-token, per-image, and most
+//!   per-request prices).
+//! * [`Price::usd_all_in`] / [`Price::UsdAllIn`]: the **signed total**, fee
+//!   included; the layer adds nothing (a price listed to clients as what they
+//!   pay, e.g. a flat per-request model). It stays the listed total whatever
+//!   fee the server configures.
+//!
+//! # One decision, read twice
+//!
+//! A pipeline step that knows the request (its model, its size) can price it
+//! once and leave the decision in the extensions as a [`RequestPrice`]: the
+//! layer reads it with [`RequestPrice::pricing`], and the free tier reads the
+//! same value with [`IsPricedFree`](crate::free_tier::IsPricedFree), so "free"
+//! is decided in one place and the two layers cannot disagree.
 //!
 //! ```
-//! use walletgate::x402::{Price, PriceTable, Pricing};
+//! use walletgate::x402::{Price, PriceTable, Pricing, UsdAmount};
 //!
 //! /// What an earlier parse layer put in the extensions.
 //! #[derive(Clone)]
@@ -21,12 +43,18 @@
 //!
 //! let table = PriceTable::by_extension::<Model>()
 //!     .with_usd("openai/gpt-4o", "0.002")?
+//!     .with_price("acme/flat-model", Price::usd_all_in("0.005")?)
 //!     .with_price("nvidia/free-model", Price::Free);
 //!
 //! let mut request = http::Request::new(());
 //! request.extensions_mut().insert(Model("openai/gpt-4o".into()));
 //! let (parts, ()) = request.into_parts();
-//! assert_eq!(table.price(&parts), Ok(Price::usd("0.002")?));
+//! let price = table.price(&parts).unwrap();
+//! assert_eq!(price, Price::usd("0.002")?);
+//! // Signed under a layer whose fee is 0.005 USD: the price plus that fee.
+//! let fee: UsdAmount = "0.005".parse()?;
+//! assert_eq!(price.total(fee), Some("0.007".parse()?));
+//! assert_eq!(Price::usd_all_in("0.005")?.total(fee), Some("0.005".parse()?));
 //! # Ok::<(), walletgate::x402::ValueError>(())
 //! ```
 
@@ -39,20 +67,78 @@ use http::request::Parts;
 use super::types::{UsdAmount, ValueError};
 use crate::envelope::{ErrorCode, GatewayError};
 
-/// The price of one request, before the flat fee.
+/// The price of one request, and which side of the flat fee it is on: the
+/// layer adds its configured fee to a [`Usd`](Self::Usd) price and nothing to
+/// a [`UsdAllIn`](Self::UsdAllIn) total ([`total`](Self::total)), so no
+/// pricing ever subtracts or adds the fee itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Price {
     /// No payment: the request passes through untouched.
     Free,
-    /// A USD price; the flat fee is added on top.
+    /// A USD price before the fee: the layer adds its configured flat fee.
     Usd(UsdAmount),
+    /// The USD total the client signs, fee included: the layer adds nothing.
+    UsdAllIn(UsdAmount),
 }
 
 impl Price {
-    /// A USD price parsed exactly from a decimal such as `"0.002"`.
+    /// A USD price before the fee, parsed exactly from a decimal such as `"0.002"`.
     pub fn usd(decimal: &str) -> Result<Self, ValueError> {
         decimal.parse().map(Self::Usd)
+    }
+
+    /// A signed total, fee included, parsed exactly from a decimal such as `"0.005"`.
+    pub fn usd_all_in(decimal: &str) -> Result<Self, ValueError> {
+        decimal.parse().map(Self::UsdAllIn)
+    }
+
+    /// Whether the request is free (no payment asked).
+    pub fn is_free(self) -> bool {
+        self == Self::Free
+    }
+
+    /// What the client signs under a layer whose flat fee is `flat_fee`:
+    /// zero when free, the price plus `flat_fee` for [`Usd`](Self::Usd), the
+    /// price itself for [`UsdAllIn`](Self::UsdAllIn); `None` on overflow.
+    #[must_use]
+    pub fn total(self, flat_fee: UsdAmount) -> Option<UsdAmount> {
+        match self {
+            Self::Free => Some(UsdAmount::from_micros(0)),
+            Self::Usd(before_fee) => before_fee.checked_add(flat_fee),
+            Self::UsdAllIn(total) => Some(total),
+        }
+    }
+}
+
+/// The price a pipeline step decided for a request, left in its extensions
+/// for the layers after it: the payment layer reads it through
+/// [`RequestPrice::pricing`] and the free tier through
+/// [`IsPricedFree`](crate::free_tier::IsPricedFree), so "free" is decided
+/// once, where the request is priced.
+///
+/// ```
+/// use walletgate::x402::{Price, RequestPrice};
+///
+/// let mut request = http::Request::new(());
+/// request.extensions_mut().insert(RequestPrice(Price::Free));
+/// let (parts, ()) = request.into_parts();
+/// assert_eq!(RequestPrice::pricing(&parts), Ok(Price::Free));
+/// assert!(RequestPrice::pricing(&http::Request::new(()).into_parts().0).is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestPrice(pub Price);
+
+impl RequestPrice {
+    /// The [`Pricing`] that reads the `RequestPrice` in the extensions:
+    /// `X402Layer::builder().with_pricing(RequestPrice::pricing)`. A request
+    /// without one is refused (a wiring fault, 500), never served free.
+    pub fn pricing(request: &Parts) -> Result<Price, PriceRefusal> {
+        request
+            .extensions
+            .get::<Self>()
+            .map(|Self(price)| *price)
+            .ok_or_else(|| PriceRefusal::missing("RequestPrice"))
     }
 }
 
@@ -171,7 +257,7 @@ impl PriceTable {
         self
     }
 
-    /// Sets a USD price for `key`, parsed exactly.
+    /// Sets a USD price before the fee for `key`, parsed exactly.
     pub fn with_usd(self, key: impl Into<String>, usd: &str) -> Result<Self, ValueError> {
         Ok(self.with_price(key, Price::usd(usd)?))
     }
@@ -229,6 +315,42 @@ mod tests {
             strict.price(&parts("GET", "/v1/models")),
             Ok(Price::usd("1").unwrap())
         );
+    }
+
+    #[test]
+    fn the_fee_is_added_to_a_price_before_it_and_never_to_an_all_in_total() {
+        let fee = UsdAmount::from_micros(5_000);
+        assert_eq!(
+            Price::usd("0.002").unwrap().total(fee),
+            Some(UsdAmount::from_micros(7_000))
+        );
+        assert_eq!(
+            Price::usd_all_in("0.002").unwrap().total(fee),
+            Some(UsdAmount::from_micros(2_000))
+        );
+        assert_eq!(Price::Free.total(fee), Some(UsdAmount::from_micros(0)));
+        assert_eq!(
+            Price::Usd(UsdAmount::from_micros(u128::MAX)).total(fee),
+            None
+        );
+        assert!(Price::Free.is_free());
+        assert!(!Price::usd_all_in("0").unwrap().is_free());
+    }
+
+    #[test]
+    fn request_price_reads_the_decision_and_refuses_without_one() {
+        let mut request = http::Request::new(());
+        request
+            .extensions_mut()
+            .insert(RequestPrice(Price::usd_all_in("0.005").unwrap()));
+        let (with, ()) = request.into_parts();
+        assert_eq!(
+            RequestPrice::pricing(&with),
+            Ok(Price::UsdAllIn(UsdAmount::from_micros(5_000)))
+        );
+        let refusal = RequestPrice::pricing(&parts("POST", "/x")).unwrap_err();
+        assert_eq!(refusal.error().code(), ErrorCode::InternalError);
+        assert!(refusal.error().message().contains("RequestPrice missing"));
     }
 
     #[test]

@@ -75,8 +75,7 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        let usd = match self.config.pricing.price(&parts) {
-            Ok(Price::Usd(usd)) => usd,
+        let price = match self.config.pricing.price(&parts) {
             Ok(Price::Free) => {
                 let request = Request::from_parts(parts, body);
                 return ResponseFuture::passthrough(self.inner.call(request));
@@ -89,9 +88,10 @@ where
                         .map(X402Body::plain),
                 );
             }
+            Ok(price) => price,
         };
         let request = Request::from_parts(parts, body);
-        match prepare(&self.config, &request, usd) {
+        match prepare(&self.config, &request, price) {
             Err(answer) => ResponseFuture::ready(rejection(answer).map(X402Body::plain)),
             Ok(payment) => {
                 // Move the service that was polled ready into the future; keep a fresh clone.
@@ -122,10 +122,11 @@ struct Payment {
 fn prepare<B>(
     config: &Config,
     request: &Request<B>,
-    usd: super::UsdAmount,
+    price: Price,
 ) -> Result<Payment, Response<Bytes>> {
     let style = EnvelopeStyle::of_request(request);
-    let Some(total) = usd.checked_add(config.flat_fee) else {
+    // The one place the configured fee meets the price (`Price::total`).
+    let Some(total) = price.total(config.flat_fee) else {
         let error = GatewayError::new(ErrorCode::InternalError).with_debug("price overflow");
         return Err(config.reject.render(error, style));
     };

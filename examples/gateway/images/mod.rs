@@ -32,10 +32,10 @@ use serde_json::{Map, Value, json};
 use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, UnknownModelBody};
 use walletgate::gateway::{BodyCheck, ParsedJson, at, invalid_request_body};
 use walletgate::store::StoreError;
-use walletgate::x402::PaymentReceipt;
+use walletgate::x402::{PaymentReceipt, RequestPrice};
 
 use self::jobs::{Job, Progress};
-use crate::extensions::{ImagePrice, ImageRequest, missing};
+use crate::extensions::{ImageRequest, missing};
 use crate::reply::{json, reject};
 use crate::state::AppState;
 
@@ -81,7 +81,7 @@ pub(crate) async fn validate_image(
         check.fail(&at(&[], "model"), "not an image model");
         return invalid(check);
     };
-    request.extensions_mut().insert(ImagePrice(price));
+    request.extensions_mut().insert(RequestPrice(price));
     request.extensions_mut().insert(ImageRequest {
         model,
         prompt: prompt.to_owned(),
@@ -173,7 +173,7 @@ pub(crate) async fn find_job(
 ) -> Response {
     match gateway.images.get(&id).await {
         Ok(Some(job)) => {
-            request.extensions_mut().insert(ImagePrice(job.price));
+            request.extensions_mut().insert(RequestPrice(job.price));
             next.run(request).await
         }
         Ok(None) => job_not_found(),
@@ -217,8 +217,8 @@ pub(crate) async fn create_image(
         let Some(request) = parts.extensions.get::<ImageRequest>().cloned() else {
             return missing::<ImageRequest>("validate_image", EnvelopeStyle::Chat);
         };
-        let Some(price) = parts.extensions.get::<ImagePrice>().map(|price| price.0) else {
-            return missing::<ImagePrice>("validate_image", EnvelopeStyle::Chat);
+        let Some(RequestPrice(price)) = parts.extensions.get::<RequestPrice>().copied() else {
+            return missing::<RequestPrice>("validate_image", EnvelopeStyle::Chat);
         };
         match gateway
             .images

@@ -32,11 +32,9 @@ use walletgate::x402::payer::sequential_nonce;
 use walletgate::x402::{DevLedger, Payer, PaymentRequired, SettleResponse, TokenId, codec};
 
 use crate::app;
-use crate::catalogue::{Catalogue, Model, Pricing, micro_usd};
+use crate::catalogue::{Catalogue, Model, Pricing};
 use crate::config::Config;
-use crate::extensions::{ParsedRequest, ResolvedModel};
-use crate::gates::request_price;
-use crate::request::{ChatRequest, Endpoint};
+use crate::request::Endpoint;
 use crate::upstream::{ApiKey, Fault};
 
 pub(crate) const ENDPOINTS: [Endpoint; 3] =

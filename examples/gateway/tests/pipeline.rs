@@ -1,4 +1,4 @@
-//! The pipeline's order, the echo family's provider-like rejections, the price hook.
+//! The pipeline's order, the echo family's provider-like rejections, the one price decision.
 
 use super::*;
 
@@ -60,25 +60,88 @@ async fn the_echo_family_rejects_like_a_real_provider() {
     assert_envelope(Endpoint::Chat, &reply, ErrorCode::InvalidImageUrl);
 }
 
-#[tokio::test]
-async fn price_hook_reads_what_the_pipeline_inserted() {
-    let catalogue = Catalogue::embedded();
-    let model = catalogue
-        .get("anthropic/claude-sonnet-4.6")
-        .unwrap()
-        .clone();
-    let request = ChatRequest::from_json(
-        Endpoint::Messages,
-        json!({"model": model.id, "max_tokens": 100, "messages": [{"role": "user", "content": "a".repeat(40)}]}),
-    )
-    .unwrap();
-    let mut http_request = Request::new(());
-    let refusal = request_price(&http_request.clone().into_parts().0).unwrap_err();
-    assert_eq!(refusal.error().code(), ErrorCode::InternalError);
-    http_request
-        .extensions_mut()
-        .insert(ParsedRequest(Arc::new(request)));
-    http_request.extensions_mut().insert(ResolvedModel(model));
-    let (parts, ()) = http_request.into_parts();
-    assert_eq!(request_price(&parts), Ok(micro_usd(1_530)));
+/// The log lines a `fmt` subscriber writes, kept for the test to read.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Self;
+
+    fn make_writer(&'a self) -> Self {
+        self.clone()
+    }
+}
+
+/// The model step prices a request once: a free model is limited by the free
+/// tier (whose trace names the model, though the step took the model out of
+/// the parsed body) and passes the payment layer; a paid one is quoted and
+/// never counted by the free tier.
+#[tokio::test(flavor = "current_thread")]
+async fn the_model_steps_price_decides_free_for_both_gates_and_names_the_model() {
+    use tower::ServiceExt;
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(captured.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let router = app(Config::default()).unwrap();
+    let request = |model: &str| {
+        let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+        let mut request = Request::post("/v1/chat/completions")
+            .header("host", "gateway.test")
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(body.to_string()))
+            .unwrap();
+        let peer: SocketAddr = "203.0.113.9:40000".parse().unwrap();
+        request.extensions_mut().insert(peer);
+        request
+    };
+
+    let free = router
+        .clone()
+        .oneshot(request("nvidia/nemotron-super"))
+        .await
+        .unwrap();
+    assert_eq!(free.status(), StatusCode::OK);
+    assert_eq!(free.headers()["x-ratelimit-remaining"], "29");
+    assert!(!free.headers().contains_key("payment-required"));
+    let paid = router
+        .oneshot(request("anthropic/claude-sonnet-4.6"))
+        .await
+        .unwrap();
+    assert_eq!(paid.status(), StatusCode::PAYMENT_REQUIRED);
+    assert!(!paid.headers().contains_key("x-ratelimit-limit"));
+
+    let text = captured.text();
+    let spans: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("free_tier{"))
+        .collect();
+    assert_eq!(spans.len(), 1, "one free-tier decision in:\n{text}");
+    for field in [
+        "model=\"nvidia/nemotron-super\"",
+        "client_ip=203.0.113.9",
+        "outcome=\"admitted\"",
+    ] {
+        assert!(spans[0].contains(field), "{field} in {}", spans[0]);
+    }
 }
