@@ -103,6 +103,9 @@ pub(crate) struct Config {
     pub(crate) tls: ClientTls,
     /// The Redis the replicas share (`GATEWAY_REDIS_URL`); `None`: in memory.
     pub(crate) redis: Option<RedisSettings>,
+    /// Whether `GET /readyz` answers 200: false while the facilitator has not
+    /// yet confirmed it settles the quoted network.
+    pub(crate) ready: Arc<AtomicBool>,
 }
 
 /// Payment-side faults for tests and demos, and the settle timeout.
@@ -218,6 +221,7 @@ impl Default for Config {
             payment_faults: Arc::default(),
             tls: ClientTls::webpki_roots(),
             redis: None,
+            ready: Arc::new(AtomicBool::new(true)),
         }
     }
 }
@@ -579,6 +583,7 @@ mod tests {
             ("GATEWAY_UPSTREAM_TIMEOUT_SECS", "5"),
             ("GATEWAY_UPSTREAMS", "openai=http://127.0.0.1:9/v1"),
             ("GATEWAY_UPSTREAM_KEY_OPENAI", "test-key-not-real"),
+            ("GATEWAY_DEV_LEDGER", "1"),
             ("GATEWAY_FAULTS", "anthropic/claude-sonnet-4.6=rate_limited"),
             (
                 "GATEWAY_PAY_TO",
@@ -639,6 +644,110 @@ mod tests {
             assert!(error.starts_with("GATEWAY_REDIS_URL:"), "{error}");
         }
         assert_eq!(Config::from_vars(vars(&[])).unwrap().redis, None);
+    }
+
+    #[test]
+    fn any_evm_network_settles_through_its_facilitator() {
+        let base = Config::from_vars(vars(&[
+            ("GATEWAY_NETWORK", "base"),
+            (
+                "GATEWAY_FACILITATOR_URL",
+                "https://facilitator.example/x402",
+            ),
+        ]))
+        .unwrap();
+        let PaymentNetwork::Evm(evm) = &base.network else {
+            panic!("base is an EVM network");
+        };
+        assert_eq!(evm.network.as_str(), "eip155:8453");
+        assert_eq!(evm.usdc, walletgate::x402::BASE_USDC);
+        // Base's USDC signs as "USD Coin", Base Sepolia's as "USDC".
+        assert_eq!(evm.eip712_name, "USD Coin");
+        assert!(!base.on_development_ledger());
+
+        let sepolia = Config::from_vars(vars(&[(
+            "GATEWAY_FACILITATOR_URL",
+            "http://127.0.0.1:4020",
+        )]))
+        .unwrap();
+        let PaymentNetwork::Evm(evm) = &sepolia.network else {
+            panic!("base-sepolia is an EVM network");
+        };
+        assert_eq!(
+            evm.facilitator_url.as_deref(),
+            Some("http://127.0.0.1:4020")
+        );
+        assert_eq!(evm.eip712_name, "USDC");
+
+        let custom = Config::from_vars(vars(&[
+            ("GATEWAY_NETWORK", "eip155:31337"),
+            ("GATEWAY_FACILITATOR_URL", "http://127.0.0.1:4020"),
+            (
+                "GATEWAY_USDC_ADDRESS",
+                "0x5FbDB2315678afecb367f032d93F642f64180aa3",
+            ),
+            ("GATEWAY_USDC_NAME", "USD Coin"),
+            ("GATEWAY_USDC_VERSION", "2"),
+        ]))
+        .unwrap();
+        let PaymentNetwork::Evm(evm) = &custom.network else {
+            panic!("eip155:31337 is an EVM network");
+        };
+        let offer = evm
+            .option(&custom.pay_to)
+            .unwrap()
+            .requirements_for_amount(walletgate::x402::AtomicAmount::new(1_000));
+        assert_eq!(offer.network.as_str(), "eip155:31337");
+        assert_eq!(offer.asset, "0x5FbDB2315678afecb367f032d93F642f64180aa3");
+    }
+
+    #[test]
+    fn refuses_the_development_ledger_where_it_would_be_unsafe_or_ignored() {
+        let refused = |list: &'static [(&'static str, &'static str)], variable: &str| {
+            let error = Config::from_vars(vars(list)).err().unwrap().to_string();
+            assert!(error.starts_with(variable), "{variable}: {error}");
+        };
+        // Mainnet quotes settled on public keys.
+        refused(&[("GATEWAY_NETWORK", "base")], "GATEWAY_FACILITATOR_URL");
+        refused(
+            &[
+                ("GATEWAY_NETWORK", "eip155:31337"),
+                ("GATEWAY_FACILITATOR_URL", "http://127.0.0.1:4020"),
+            ],
+            "GATEWAY_USDC_ADDRESS",
+        );
+        refused(&[("GATEWAY_NETWORK", "eip155:bogus")], "GATEWAY_NETWORK");
+        // Real upstreams paid for on the development ledger.
+        refused(
+            &[
+                ("GATEWAY_UPSTREAMS", "openai=http://127.0.0.1:9/v1"),
+                ("GATEWAY_UPSTREAM_KEY_OPENAI", "test-key-not-real"),
+            ],
+            "GATEWAY_UPSTREAMS",
+        );
+        // Variables the chosen network would ignore.
+        refused(&[("GATEWAY_USDC_NAME", "USD Coin")], "GATEWAY_USDC_NAME");
+        refused(
+            &[(
+                "GATEWAY_SOLANA_PAY_TO",
+                "PayTo1111111111111111111111111111111111111",
+            )],
+            "GATEWAY_SOLANA_PAY_TO",
+        );
+        refused(
+            &[
+                ("GATEWAY_FACILITATOR_URL", "http://127.0.0.1:4020"),
+                ("GATEWAY_DEV_LEDGER", "1"),
+            ],
+            "GATEWAY_DEV_LEDGER",
+        );
+        // With a facilitator, real upstreams are fine.
+        Config::from_vars(vars(&[
+            ("GATEWAY_FACILITATOR_URL", "http://127.0.0.1:4020"),
+            ("GATEWAY_UPSTREAMS", "openai=http://127.0.0.1:9/v1"),
+            ("GATEWAY_UPSTREAM_KEY_OPENAI", "test-key-not-real"),
+        ]))
+        .unwrap();
     }
 
     #[test]

@@ -76,10 +76,12 @@ mod tls_support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::routing::{get, post};
-use walletgate::x402::{DevLedger, HttpFacilitator, Network};
+use http::StatusCode;
+use walletgate::x402::{DevLedger, Facilitator, HttpFacilitator, Network};
 
 use crate::config::{Config, PaymentNetwork};
 use crate::gates::{Gates, PaymentSettings, RedisConnection, free_tier};
@@ -118,6 +120,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             fee_payer
                 .map_err(|error| format!("{}: {}", settings.facilitator_url, error.detail()))?,
         );
+    }
+    if let PaymentNetwork::Evm(evm) = &config.network
+        && let Some(url) = &evm.facilitator_url
+    {
+        check_facilitator(url, &evm.network, &config.tls, Arc::clone(&config.ready)).await?;
     }
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
@@ -163,6 +170,61 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// Asks the facilitator at `url` which kinds it settles: a definite "not
+/// `exact` on `network`" refuses to start, naming both; an unreachable one
+/// starts the gateway not ready (`/readyz` 503) and is asked again every 2 s
+/// until it answers, so a facilitator that starts later is never a crash loop.
+async fn check_facilitator(
+    url: &str,
+    network: &Network,
+    tls: &walletgate::tls::ClientTls,
+    ready: Arc<std::sync::atomic::AtomicBool>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let facilitator =
+        HttpFacilitator::with_tls(url, tls)?.with_timeout(std::time::Duration::from_secs(5));
+    fn settles(supported: &walletgate::x402::SupportedResponse, network: &Network) -> bool {
+        supported
+            .kinds
+            .iter()
+            .any(|kind| kind.scheme == "exact" && kind.network == *network)
+    }
+    match facilitator.supported().await {
+        Ok(supported) if settles(&supported, network) => Ok(()),
+        Ok(_) => Err(format!(
+            "the facilitator at {url} does not settle `exact` payments on {network} \
+             (GATEWAY_FACILITATOR_URL, GATEWAY_NETWORK)"
+        )
+        .into()),
+        Err(error) => {
+            eprintln!(
+                "gateway: the facilitator at {url} did not answer ({}); starting not ready \
+                 (GET /readyz answers 503) and asking again every 2 s",
+                error.detail()
+            );
+            ready.store(false, Ordering::Release);
+            let (url, network) = (url.to_owned(), network.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                    match facilitator.supported().await {
+                        Ok(supported) if settles(&supported, &network) => {
+                            eprintln!("gateway: the facilitator at {url} answered; ready");
+                            ready.store(true, Ordering::Release);
+                            return;
+                        }
+                        Ok(_) => eprintln!(
+                            "gateway: the facilitator at {url} does not settle `exact` payments \
+                             on {network}; staying not ready"
+                        ),
+                        Err(_) => {}
+                    }
+                }
+            });
+            Ok(())
+        }
+    }
+}
+
 /// Inference paths and their endpoints; each is also served under `/api`.
 const INFERENCE_ROUTES: &[(&str, Endpoint)] = &[
     ("/v1/chat/completions", Endpoint::Chat),
@@ -188,6 +250,7 @@ pub(crate) type AppError = Box<dyn std::error::Error + Send + Sync>;
 /// The whole gateway for `config`; fails only on an unusable payment or
 /// Redis setting.
 pub(crate) fn app(config: Config) -> Result<Router, AppError> {
+    let config_ready = Arc::clone(&config.ready);
     let redis = redis_connection(&config)?;
     let mut router = ProviderRouter::new(Arc::new(EchoUpstream));
     for (provider, upstream) in config.providers {
@@ -242,7 +305,26 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         images,
     ));
 
+    let ready = Arc::clone(&config_ready);
     let mut served = Router::new()
+        // Probes sit outside every gate and need no credentials.
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.load(Ordering::Acquire);
+                async move {
+                    if ready {
+                        (StatusCode::OK, "ready")
+                    } else {
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "not ready: the facilitator has not answered",
+                        )
+                    }
+                }
+            }),
+        )
         .route("/v1/models", get(models))
         .route("/api/v1/models", get(models));
     for &(path, endpoint) in INFERENCE_ROUTES {
