@@ -50,6 +50,11 @@ mod state;
 mod stores;
 mod upstream;
 
+#[cfg(test)]
+#[path = "../../tests/chain_support/mod.rs"]
+mod chain_support;
+#[cfg(test)]
+mod chain_tests;
 #[cfg(all(test, feature = "client", feature = "reqwest"))]
 mod client_tests;
 #[cfg(test)]
@@ -174,7 +179,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// `exact` on `network`" refuses to start, naming both; an unreachable one
 /// starts the gateway not ready (`/readyz` 503) and is asked again every 2 s
 /// until it answers, so a facilitator that starts later is never a crash loop.
-async fn check_facilitator(
+pub(crate) async fn check_facilitator(
     url: &str,
     network: &Network,
     tls: &walletgate::tls::ClientTls,

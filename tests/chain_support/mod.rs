@@ -162,7 +162,19 @@ pub async fn mint(rpc_url: &str, to: Address, amount: u64) {
     )
     .await;
     let hash: B256 = serde_json::from_value(hash).expect("a transaction hash");
-    assert_eq!(receipt_status(rpc_url, hash).await, Some(1), "mint reverted");
+    assert_eq!(mined_status(rpc_url, hash).await, 1, "mint reverted");
+}
+
+/// The status of transaction `hash` once mined (anvil mines at once, but the
+/// receipt may trail the hash by a moment); panics after 10 s.
+pub async fn mined_status(rpc_url: &str, hash: B256) -> u64 {
+    for _ in 0..200 {
+        if let Some(status) = receipt_status(rpc_url, hash).await {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("transaction {hash} was not mined within 10 s");
 }
 
 /// `account`'s USDC balance in units.

@@ -1,13 +1,15 @@
 // Pays the walletgate reference gateway's chat endpoint with the official
 // x402 v2 client (@x402/fetch + @x402/evm), unchanged.
 //
-// usage: node pay_gateway.mjs <base url> <account index> <model> <prompt>
+// usage: node pay_gateway.mjs <base url> <account index | env> <model> <prompt>
+// `env`: the payer's key comes from PAYER_PRIVATE_KEY (a throwaway test key,
+// never on the command line).
 // Prints one JSON line: {status, payer, quotedAmount, settlement, answer}.
 // `quotedAmount` is read from the unpaid 402 the client first receives;
 // `settlement` is PAYMENT-RESPONSE decoded by the client's own helper.
 import { decodePaymentResponseHeader, wrapFetchWithPayment, x402Client } from "@x402/fetch";
 import { registerExactEvmScheme } from "@x402/evm/exact/client";
-import { mnemonicToAccount } from "viem/accounts";
+import { mnemonicToAccount, privateKeyToAccount } from "viem/accounts";
 
 // PUBLIC development mnemonic of Hardhat/Anvil: its keys are known to everyone
 // and worthless on any real chain. Test use only.
@@ -15,11 +17,14 @@ const PUBLIC_DEV_MNEMONIC = "test test test test test test test test test test t
 
 const [base, index, model, prompt] = process.argv.slice(2);
 if (!base || !index || !model || !prompt) {
-  console.error("usage: node pay_gateway.mjs <base url> <account index> <model> <prompt>");
+  console.error("usage: node pay_gateway.mjs <base url> <account index | env> <model> <prompt>");
   process.exit(2);
 }
 
-const account = mnemonicToAccount(PUBLIC_DEV_MNEMONIC, { addressIndex: Number(index) });
+const account =
+  index === "env"
+    ? privateKeyToAccount(process.env.PAYER_PRIVATE_KEY)
+    : mnemonicToAccount(PUBLIC_DEV_MNEMONIC, { addressIndex: Number(index) });
 const client = new x402Client();
 registerExactEvmScheme(client, { signer: account });
 

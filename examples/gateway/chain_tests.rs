@@ -1,0 +1,211 @@
+//! Real money on a real chain: the gateway quotes Base Sepolia USDC and
+//! settles through the official x402 TS facilitator on anvil, where Circle's
+//! USDC sits at Base Sepolia's address (`tests/chain_support`). Each test
+//! mints to fresh payers and pays a fresh `payTo`, so balances are asserted
+//! to the unit whatever else runs on the chain.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use alloy_primitives::{Address, B256, U256};
+use http::StatusCode;
+use serde_json::{Value, json};
+use walletgate::x402::{Payer, SettleResponse, codec};
+
+use crate::chain_support::{
+    OfficialFacilitator, balance, fresh_payer_key, mined_status, mint, shared_rpc_url,
+};
+use crate::config::{Config, EvmSettings, PaymentNetwork};
+use crate::tests::{Server, now_secs};
+
+const CHAT: &str = "/v1/chat/completions";
+
+/// A gateway settling through `facilitator`, paying a fresh address.
+async fn gateway(facilitator: &OfficialFacilitator) -> (Server, Address) {
+    let pay_to = payer(fresh_payer_key()).address_bytes();
+    let config = Config {
+        pay_to: pay_to.to_checksum(None),
+        network: PaymentNetwork::Evm(EvmSettings {
+            facilitator_url: Some(facilitator.url()),
+            ..EvmSettings::base_sepolia()
+        }),
+        ..Config::default()
+    };
+    (Server::start(config).await, pay_to)
+}
+
+fn payer(key: B256) -> Payer {
+    Payer::from_key(key.0).expect("a valid test key")
+}
+
+fn chat(text: &str) -> String {
+    json!({"model": "openai/gpt-5-mini", "max_tokens": 64,
+           "messages": [{"role": "user", "content": text}]})
+    .to_string()
+}
+
+/// The settlement a `PAYMENT-RESPONSE` header carries.
+fn settlement(header: &str) -> SettleResponse {
+    codec::decode(header.as_bytes()).expect("a PAYMENT-RESPONSE")
+}
+
+#[tokio::test]
+async fn the_official_fetch_client_pays_a_chat_in_usdc_on_chain() {
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/x402");
+    assert!(
+        folder.join("node_modules/@x402/fetch").is_dir(),
+        "run `npm ci --prefix tests/interop/x402` (or `bash .ci/run`)"
+    );
+    let rpc = shared_rpc_url();
+    let facilitator = OfficialFacilitator::start(&rpc);
+    let (server, pay_to) = gateway(&facilitator).await;
+    let key = fresh_payer_key();
+    let from = payer(key).address_bytes();
+    mint(&rpc, from, 1_000_000).await;
+
+    let output = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new("node")
+            .arg("pay_gateway.mjs")
+            .arg(server.url(""))
+            .arg("env")
+            .arg("openai/gpt-5-mini")
+            .arg("hello from a real chain")
+            .env("PAYER_PRIVATE_KEY", key.to_string())
+            .current_dir(&folder)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the client finishes")
+    .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(result["status"], 200, "{result}");
+    assert_eq!(result["answer"], "echo: hello from a real chain");
+    assert_eq!(result["settlement"]["success"], true, "{result}");
+    let quoted: u64 = result["quotedAmount"].as_str().unwrap().parse().unwrap();
+    let transaction: B256 = result["settlement"]["transaction"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(mined_status(&rpc, transaction).await, 1);
+    assert_eq!(balance(&rpc, from).await, U256::from(1_000_000 - quoted));
+    assert_eq!(balance(&rpc, pay_to).await, U256::from(quoted));
+}
+
+#[tokio::test]
+async fn walletgate_pays_once_on_chain_and_refused_payments_move_nothing() {
+    let rpc = shared_rpc_url();
+    let facilitator = OfficialFacilitator::start(&rpc);
+    let (server, pay_to) = gateway(&facilitator).await;
+    let funded = payer(fresh_payer_key());
+    mint(&rpc, funded.address_bytes(), 1_000_000).await;
+
+    let quote = server.post_once(CHAT, chat("pay me"), None).await;
+    assert_eq!(quote.status, StatusCode::PAYMENT_REQUIRED);
+    let offer = quote.quote().accepts[0].clone();
+    let amount: u64 = offer.amount.to_string().parse().unwrap();
+
+    // Paid once: the transfer is on chain, to the unit.
+    let payment = funded.payment_header(&offer, now_secs()).unwrap();
+    let paid = server.post_once(CHAT, chat("pay me"), Some(&payment)).await;
+    assert_eq!(paid.status, StatusCode::OK, "{}", paid.text());
+    let settled = settlement(paid.header("payment-response").unwrap());
+    assert!(settled.success);
+    let transaction: B256 = settled.transaction.parse().unwrap();
+    assert_eq!(mined_status(&rpc, transaction).await, 1);
+    let after_payment = (
+        balance(&rpc, funded.address_bytes()).await,
+        balance(&rpc, pay_to).await,
+    );
+    assert_eq!(
+        after_payment,
+        (U256::from(1_000_000 - amount), U256::from(amount))
+    );
+
+    // The same payment again: refused, nothing moves twice.
+    let replay = server.post_once(CHAT, chat("pay me"), Some(&payment)).await;
+    assert_eq!(replay.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(replay.json()["code"], "PAYMENT_REPLAY", "{}", replay.text());
+
+    // A payment for less than the quote: refused before the chain.
+    let mut cheaper = offer.clone();
+    cheaper.amount = walletgate::x402::AtomicAmount::new(u128::from(amount) - 1);
+    let tampered = funded.payment_header(&cheaper, now_secs()).unwrap();
+    let refused = server
+        .post_once(CHAT, chat("pay me"), Some(&tampered))
+        .await;
+    assert_eq!(refused.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(
+        refused.json()["code"],
+        "PAYMENT_INVALID",
+        "{}",
+        refused.text()
+    );
+
+    // A payer without USDC: the facilitator's simulation refuses it.
+    let unfunded = payer(fresh_payer_key());
+    let broke = unfunded.payment_header(&offer, now_secs()).unwrap();
+    let refused = server.post_once(CHAT, chat("pay me"), Some(&broke)).await;
+    assert_eq!(refused.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(
+        refused.json()["code"],
+        "PAYMENT_UNFUNDED",
+        "{}",
+        refused.text()
+    );
+
+    assert_eq!(
+        (
+            balance(&rpc, funded.address_bytes()).await,
+            balance(&rpc, pay_to).await,
+        ),
+        after_payment,
+        "a refused payment moved funds"
+    );
+    assert_eq!(balance(&rpc, unfunded.address_bytes()).await, U256::ZERO);
+}
+
+#[tokio::test]
+async fn a_facilitator_that_settles_another_network_is_refused_at_start() {
+    let rpc = shared_rpc_url();
+    let facilitator = OfficialFacilitator::start(&rpc);
+    let probe = Config {
+        network: PaymentNetwork::Evm(EvmSettings {
+            facilitator_url: Some(facilitator.url()),
+            ..EvmSettings::base_sepolia()
+        }),
+        ..Config::default()
+    };
+    let PaymentNetwork::Evm(evm) = &probe.network else {
+        unreachable!()
+    };
+    // The facilitator settles eip155:84532, and not Base mainnet.
+    crate::check_facilitator(
+        &facilitator.url(),
+        &evm.network,
+        &probe.tls,
+        probe.ready.clone(),
+    )
+    .await
+    .unwrap();
+    let error = crate::check_facilitator(
+        &facilitator.url(),
+        &walletgate::x402::Network::base(),
+        &probe.tls,
+        probe.ready.clone(),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("eip155:8453"), "{error}");
+    assert!(error.contains("GATEWAY_FACILITATOR_URL"), "{error}");
+}
