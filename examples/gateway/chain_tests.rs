@@ -209,3 +209,56 @@ async fn a_facilitator_that_settles_another_network_is_refused_at_start() {
     assert!(error.contains("eip155:8453"), "{error}");
     assert!(error.contains("GATEWAY_FACILITATOR_URL"), "{error}");
 }
+
+/// walletgate's paying client (the tower layer, over hyper) pays a whole and
+/// a streamed chat on chain: each receipt's transaction is mined, and the
+/// payer's balance falls by exactly what the receipts say.
+#[cfg(feature = "client")]
+#[tokio::test]
+async fn the_paying_client_layer_pays_whole_and_streamed_chats_on_chain() {
+    use alloy_signer_local::PrivateKeySigner;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    use tower::{ServiceBuilder, ServiceExt};
+    use walletgate::client::pay::{Receipt, X402PaymentLayer};
+
+    let rpc = shared_rpc_url();
+    let facilitator = OfficialFacilitator::start(&rpc);
+    let (server, pay_to) = gateway(&facilitator).await;
+    let key = fresh_payer_key();
+    let signer = PrivateKeySigner::from_bytes(&key).unwrap();
+    let from = signer.address();
+    mint(&rpc, from, 1_000_000).await;
+    let client = ServiceBuilder::new()
+        .layer(X402PaymentLayer::new(signer))
+        .service(Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>());
+
+    let mut paid = 0;
+    for stream in [false, true] {
+        let body = json!({"model": "openai/gpt-5-mini", "max_tokens": 64, "stream": stream,
+                          "messages": [{"role": "user", "content": "hello"}]});
+        let request = http::Request::post(server.url(CHAT))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let response = client.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let receipt = response.extensions().get::<Receipt>().cloned();
+        let answer = response.into_body().collect().await.unwrap().to_bytes();
+        assert!(
+            String::from_utf8_lossy(&answer).contains("hello"),
+            "stream={stream}"
+        );
+        let receipt = receipt.expect("a paid answer has a receipt");
+        let settlement = receipt.settlement().expect("settled");
+        assert!(settlement.success, "stream={stream}");
+        let transaction: B256 = settlement.transaction.parse().unwrap();
+        assert_eq!(mined_status(&rpc, transaction).await, 1);
+        paid += receipt.amount().units();
+    }
+    let paid = u64::try_from(paid).unwrap();
+    assert_eq!(balance(&rpc, from).await, U256::from(1_000_000 - paid));
+    assert_eq!(balance(&rpc, pay_to).await, U256::from(paid));
+}
