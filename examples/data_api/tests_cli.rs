@@ -366,7 +366,7 @@ async fn cli_refuses_an_auth_file_others_may_read_and_a_login_without_scopes() {
         &[("WALLETGATE_PRIVATE_KEY", DEV_KEY_0)],
     )
     .await;
-    assert_eq!(no_scopes.0, 2, "{no_scopes:?}");
+    assert_eq!(no_scopes.0, 64, "a usage error: {no_scopes:?}");
     assert_eq!(server.requests(), 0);
     server.sync_clock();
     let login = walletgate(
