@@ -804,3 +804,31 @@ async fn walletgate_pay_signs_with_a_keystore_file() {
     assert!(stderr.contains("keystore"), "{stderr}");
     assert_eq!(server.ledger.settlements(), 1);
 }
+
+#[tokio::test]
+async fn walletgate_pay_polls_a_paid_image_job_to_completion() {
+    let server = Server::start(Config {
+        image_job: Duration::from_millis(1_200),
+        ..Config::default()
+    })
+    .await;
+    let url = server.url("/api/v1/images/generations");
+    let data = json!({"model": "openai/dall-e-3", "prompt": "a red fox", "n": 1}).to_string();
+    let key = format!("0x{}", DEV_KEYS[4]);
+    let (code, stdout, stderr) = walletgate_pay(&[&url, "-d", &data], Some(&key)).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let done: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(stderr.contains(DevLedger::DEV_ACCOUNTS[4]), "{stderr}");
+    // Polling replays the payment uncharged: one settlement, charged once
+    // what the receipt line says.
+    assert_eq!(server.ledger.settlements(), 1);
+    let moved = DevLedger::DEV_ACCOUNT_FUNDS - server.balance(DevLedger::DEV_ACCOUNTS[4]);
+    let usd = walletgate::x402::AtomicAmount::new(moved).to_decimal_string(6);
+    assert!(
+        stderr.contains(&format!("paid {usd} USD")),
+        "{stderr} vs {usd}"
+    );
+    assert_no_secret(&stdout, &[&key]);
+    assert_no_secret(&stderr, &[&key]);
+}
