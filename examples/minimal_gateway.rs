@@ -1,7 +1,7 @@
 //! A paid chat endpoint composed from the library alone.
 //!
 //! ```sh
-//! cargo run --example minimal_gateway --features axum
+//! cargo run --example minimal_gateway --features gateway,x402,axum
 //! ```
 //!
 //! `POST /v1/chat/completions` passes, outer to inner: the body limit and the

@@ -16,7 +16,7 @@ target=${CARGO_TARGET_DIR:-target}
 DATA_API_KEY=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
 export DATA_API_KEY
 
-cargo build --quiet --example data_api --features tokens,siwe,mcp,tracing
+cargo build --quiet --example data_api --features tokens,siwe,mcp,tracing,jwks-url
 DATA_API_LISTEN="127.0.0.1:$server_port" "$target/debug/examples/data_api" >/dev/null &
 server=$!
 node tests/interop/mcp-conformance/keyproxy.mjs "$proxy_port" "$server_port" &

@@ -33,7 +33,7 @@ mod trace;
 #[cfg(feature = "api-key")]
 pub mod api_key;
 pub mod body;
-#[cfg(feature = "client")]
+#[cfg(any(feature = "client-pay", feature = "client-wallet"))]
 pub mod client;
 pub mod clock;
 pub mod envelope;
@@ -44,13 +44,14 @@ pub mod gateway;
 mod random;
 #[cfg(feature = "redis")]
 pub mod redis;
-#[cfg(feature = "siwe")]
+#[cfg(feature = "siwe-message")]
 pub mod siwe;
 pub mod store;
 #[cfg(feature = "rustls")]
 pub mod tls;
 #[cfg(feature = "tokens")]
 pub mod tokens;
+#[cfg(feature = "gateway")]
 pub mod upstream;
 #[cfg(feature = "wallet-jwt")]
 pub mod wallet_jwt;

@@ -3,7 +3,7 @@
 //! with planted secrets, `tests/fixtures/upstream_errors.json`).
 
 use serde::Deserialize;
-use walletgate::upstream::redact;
+use walletgate::envelope::redact;
 
 #[derive(Deserialize)]
 struct Case {

@@ -1,6 +1,6 @@
 //! The Area A reference server: a wallet-authenticated data API.
 //!
-//! `cargo run --example data_api --features tokens,siwe,mcp,tracing` listens on
+//! `cargo run --example data_api --features tokens,siwe,mcp,tracing,jwks-url` listens on
 //! `DATA_API_LISTEN` (default `127.0.0.1:8080`) with embedded defaults:
 //! in-memory stores, one development API key (`DATA_API_KEY`, else generated
 //! and printed once), a few wallets with favorites, and an Ed25519 signing key

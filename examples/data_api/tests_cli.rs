@@ -30,11 +30,19 @@ struct Counted {
 
 impl Counted {
     async fn start() -> Self {
+        Self::start_with_quota(None).await
+    }
+
+    /// With the API key's quota at `per_minute` (else the default).
+    async fn start_with_quota(per_minute: Option<u32>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address: SocketAddr = listener.local_addr().unwrap();
         let origin = format!("http://{address}");
         let mut config = Config::for_origin(address, &origin).unwrap();
         config.api_key = Some(API_KEY.to_owned());
+        if let Some(per_minute) = per_minute.and_then(std::num::NonZeroU32::new) {
+            config.key_per_minute = per_minute;
+        }
         let clock = FakeClock::at_unix_secs(walletgate::SystemClock.now_unix_secs());
         let (router, _) = build_with_clock(&config, Arc::new(clock.clone())).unwrap();
         let requests = Arc::new(AtomicUsize::new(0));
@@ -366,7 +374,7 @@ async fn cli_refuses_an_auth_file_others_may_read_and_a_login_without_scopes() {
         &[("WALLETGATE_PRIVATE_KEY", DEV_KEY_0)],
     )
     .await;
-    assert_eq!(no_scopes.0, 2, "{no_scopes:?}");
+    assert_eq!(no_scopes.0, 64, "a usage error: {no_scopes:?}");
     assert_eq!(server.requests(), 0);
     server.sync_clock();
     let login = walletgate(
@@ -381,6 +389,90 @@ async fn cli_refuses_an_auth_file_others_may_read_and_a_login_without_scopes() {
     let whoami = walletgate(&home, base, &["whoami"], &[]).await;
     assert_eq!(whoami.0, 2, "{whoami:?}");
     assert!(whoami.2.contains("chmod 600"), "{}", whoami.2);
+}
+
+#[tokio::test]
+async fn cli_exit_codes_json_errors_auth_login_status_and_flags_where_they_act() {
+    walletgate_binary();
+    // Four requests a minute: exactly a sign-in (nonce, verify, PAT, exchange).
+    let server = Counted::start_with_quota(Some(4)).await;
+    let home = Home::new("contract");
+    let base = server.base.as_str();
+
+    // Usage (64): `whoami` calls no API, so it takes no --base-url.
+    let usage = walletgate(&home, base, &["whoami", "--base-url", base], &[]).await;
+    assert_eq!(usage.0, 64, "{usage:?}");
+    // Authentication (2), as one JSON document: not signed in.
+    let status = walletgate(&home, base, &["auth", "status", "--format", "json"], &[]).await;
+    assert_eq!(status.0, 2, "{status:?}");
+    let error: Value = serde_json::from_str(&status.1).unwrap();
+    assert_eq!(error["error"]["kind"], "authentication");
+    assert_eq!(error["error"]["exit"], 2);
+    assert!(status.2.contains("not signed in"), "{}", status.2);
+
+    server.sync_clock();
+    let login = walletgate(
+        &home,
+        base,
+        &["auth", "login", "--scopes", "read:favorites"],
+        &[("WALLETGATE_PRIVATE_KEY", DEV_KEY_0)],
+    )
+    .await;
+    assert_eq!(login.0, 0, "{login:?}");
+    let mut secrets = vec![DEV_KEY_0.to_owned(), API_KEY.to_owned()];
+    secrets.extend(home.secrets());
+
+    let status = walletgate(&home, base, &["auth", "status", "--format", "json"], &[]).await;
+    assert_eq!(status.0, 0, "{status:?}");
+    let shown: Value = serde_json::from_str(&status.1).unwrap();
+    assert_eq!(shown["address"], DEV_WALLET_0);
+    assert_eq!(shown["baseUrl"], base);
+    assert_eq!(shown["scopes"], json!(["read:favorites"]));
+    assert!(shown["expiresAt"].is_string() && shown["patExpiresAt"].is_string());
+
+    // A fresh minute: four calls with -X and -H, then the fifth is rate
+    // limited (3) with a Retry-After longer than the client waits.
+    server.clock.advance(Duration::from_secs(61));
+    let path = format!("{}?limit=1", favorites_path(DEV_WALLET_0));
+    let request = [
+        "api",
+        "request",
+        "-X",
+        "GET",
+        path.as_str(),
+        "-H",
+        "X-Request-Id: 7",
+    ];
+    let mut outputs = vec![login, status];
+    for _ in 0..4 {
+        let page = walletgate(&home, base, &request, &[]).await;
+        assert_eq!(page.0, 0, "{page:?}");
+        outputs.push(page);
+    }
+    let limited = walletgate(&home, base, &request, &[]).await;
+    assert_eq!(limited.0, 3, "{limited:?}");
+    outputs.push(limited);
+
+    // The method twice is a usage error, found before any request.
+    let before = server.requests();
+    let twice = walletgate(
+        &home,
+        base,
+        &["api", "request", "GET", "/x", "-X", "POST"],
+        &[],
+    )
+    .await;
+    assert_eq!(twice.0, 64, "{twice:?}");
+    assert_eq!(server.requests(), before);
+
+    for (_, stdout, stderr) in &outputs {
+        for secret in &secrets {
+            assert!(
+                !stdout.contains(secret.as_str()) && !stderr.contains(secret.as_str()),
+                "a secret was printed"
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -521,9 +521,15 @@ fn walletgate_binary() -> std::path::PathBuf {
 
 /// Runs `walletgate pay` with `key` in the environment (or none); exit code, stdout, stderr.
 async fn walletgate_pay(args: &[&str], key: Option<&str>) -> (i32, String, String) {
+    let mut all = vec!["pay"];
+    all.extend_from_slice(args);
+    walletgate(&all, key).await
+}
+
+/// Runs `walletgate` with `key` in the environment (or none); exit code, stdout, stderr.
+async fn walletgate(args: &[&str], key: Option<&str>) -> (i32, String, String) {
     let mut command = tokio::process::Command::new(walletgate_binary());
     command
-        .arg("pay")
         .args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -595,7 +601,7 @@ async fn walletgate_pay_prints_the_answer_and_one_receipt_line() {
     assert_no_secret(&stdout, &[&key]);
     assert_no_secret(&stderr, &[&key]);
 
-    // A key with no funds (from a file): exit 2, "check balance", nothing settled twice.
+    // A key with no funds (from a file): exit 4 (payment), "check balance", nothing settled twice.
     let stranger = format!("{:x}", B256::repeat_byte(0x42));
     let key_file = std::env::temp_dir().join(format!("walletgate-key-{}", std::process::id()));
     std::fs::write(&key_file, &stranger).unwrap();
@@ -611,18 +617,218 @@ async fn walletgate_pay_prints_the_answer_and_one_receipt_line() {
     )
     .await;
     let _ = std::fs::remove_file(&key_file);
-    assert_eq!(code, 2, "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(code, 4, "stdout: {stdout}\nstderr: {stderr}");
     assert!(stderr.contains("check balance"), "{stderr}");
     assert_no_secret(&stdout, &[&stranger]);
     assert_no_secret(&stderr, &[&stranger]);
     assert_eq!(server.ledger.settlements(), 1);
 
-    // Over --max-usd: exit 2, nothing signed; no key at all: exit 2.
+    // Over --max-usd: exit 4 (payment declined), nothing signed; no key at
+    // all: exit 2 (authentication).
     let (code, _, stderr) =
         walletgate_pay(&[&url, "--data", &data, "--max-usd", "0.0001"], Some(&key)).await;
-    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(code, 4, "{stderr}");
     assert!(stderr.contains("maximum per payment"), "{stderr}");
     let (code, _, stderr) = walletgate_pay(&[&url, "--data", &data], None).await;
     assert_eq!(code, 2, "{stderr}");
     assert_eq!(server.ledger.settlements(), 1);
+}
+
+/// The one JSON document `--format json` prints on stdout.
+fn json_out(stdout: &str) -> Value {
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|_| panic!("not one JSON document: {stdout}"))
+}
+
+#[tokio::test]
+async fn walletgate_pay_dry_run_prints_the_offer_and_signs_nothing() {
+    let server = Server::start(Config::default()).await;
+    let url = server.url("/v1/chat/completions");
+    let data = body(Endpoint::Chat, PAID_MODEL, "only a quote", false).to_string();
+    // No key at all: nothing could be signed.
+    let (code, stdout, stderr) =
+        walletgate_pay(&[&url, "-d", &data, "--dry-run", "--format", "json"], None).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let report = json_out(&stdout);
+    assert_eq!(report["wouldPay"], true, "{report}");
+    assert_eq!(report["offer"]["network"], "eip155:84532", "{report}");
+    assert!(report["offer"]["amount"].as_str().is_some(), "{report}");
+    assert_no_secret(&stdout, &[]);
+
+    // The same offer over --max-usd: the verdict says why, exit 4.
+    let (code, stdout, _) = walletgate_pay(
+        &[&url, "-d", &data, "--dry-run", "--max-usd", "0.0001"],
+        None,
+    )
+    .await;
+    assert_eq!(code, 4, "{stdout}");
+    assert!(stdout.contains("maximum per payment"), "{stdout}");
+    server.assert_nothing_settled();
+}
+
+#[tokio::test]
+async fn walletgate_exit_codes_and_json_errors_follow_the_contract() {
+    let server = Server::start(Config::default()).await;
+    let url = server.url("/v1/chat/completions");
+    let data = body(Endpoint::Chat, PAID_MODEL, "contract", false).to_string();
+    let key = format!("0x{}", DEV_KEYS[8]);
+
+    // Usage (64): a flag clap does not know, as a JSON error too.
+    let (code, stdout, stderr) =
+        walletgate_pay(&[&url, "--no-such-flag", "--format", "json"], Some(&key)).await;
+    assert_eq!(code, 64, "{stderr}");
+    let error = json_out(&stdout);
+    assert_eq!(error["error"]["kind"], "usage");
+    assert_eq!(error["error"]["exit"], 64);
+    assert!(stderr.contains("--no-such-flag"), "{stderr}");
+
+    // Usage with a cause: the file that cannot be read, on stdout as JSON
+    // and on stderr as one plain chain.
+    let (code, stdout, stderr) = walletgate_pay(
+        &[
+            &url,
+            "--data-file",
+            "/nonexistent/body.json",
+            "--format",
+            "json",
+        ],
+        Some(&key),
+    )
+    .await;
+    assert_eq!(code, 64, "{stderr}");
+    let error = json_out(&stdout);
+    let causes = error["error"]["causes"].as_array().unwrap();
+    assert!(!causes.is_empty(), "{error}");
+    assert!(stderr.contains("/nonexistent/body.json: "), "{stderr}");
+    assert!(stderr.contains(causes[0].as_str().unwrap()), "{stderr}");
+
+    // Authentication (2): no key.
+    let (code, stdout, _) = walletgate_pay(&[&url, "-d", &data, "--format", "json"], None).await;
+    assert_eq!(code, 2);
+    assert_eq!(json_out(&stdout)["error"]["kind"], "authentication");
+
+    // Payment (4): over the cap, nothing signed.
+    let (code, stdout, stderr) = walletgate_pay(
+        &[&url, "-d", &data, "--max-usd", "0.0001", "--format", "json"],
+        Some(&key),
+    )
+    .await;
+    assert_eq!(code, 4, "{stderr}");
+    let error = json_out(&stdout);
+    assert_eq!(error["error"]["kind"], "payment");
+    assert!(stderr.contains("maximum per payment"), "{stderr}");
+    assert_no_secret(&stdout, &[&key]);
+    assert_no_secret(&stderr, &[&key]);
+
+    // A key on the command line is refused before anything reads it.
+    let (code, stdout, stderr) = walletgate_pay(&[&url, "--private-key", &key], None).await;
+    assert_eq!(code, 64);
+    assert_no_secret(&stdout, &[&key]);
+    assert_no_secret(&stderr, &[&key]);
+    server.assert_nothing_settled();
+
+    // Help and version are answers (0, on stdout); `pay --help` lists no
+    // data API flag and ends with the exit-code table.
+    let (code, help, _) = walletgate_pay(&["--help"], None).await;
+    assert_eq!(code, 0);
+    for ignored in ["--base-url", "--api-key", "--params"] {
+        assert!(!help.contains(ignored), "pay --help lists {ignored}");
+    }
+    assert!(
+        help.contains("--dry-run") && help.contains("Examples:"),
+        "{help}"
+    );
+    assert!(help.contains("[env: WALLETGATE_PRIVATE_KEY]"), "{help}");
+    assert!(
+        help.trim_end()
+            .ends_with("64  usage (an unknown flag, a missing argument, unusable input)"),
+        "{help}"
+    );
+    let (code, version, _) = walletgate(&["--version"], None).await;
+    assert_eq!((code, version.starts_with("walletgate ")), (0, true));
+    let (code, script, _) = walletgate(&["completions", "bash"], None).await;
+    assert_eq!(code, 0);
+    assert!(script.contains("walletgate"), "{script}");
+}
+
+#[tokio::test]
+async fn walletgate_pay_signs_with_a_keystore_file() {
+    use rand::SeedableRng;
+
+    let server = Server::start(Config::default()).await;
+    let url = server.url("/v1/chat/completions");
+    let data = body(Endpoint::Chat, PAID_MODEL, "from a keystore", false).to_string();
+    let dir = std::env::temp_dir().join(format!("walletgate-keystore-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let password = "correct horse battery staple";
+    let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+    let key = alloy_primitives::hex::decode(DEV_KEYS[6]).unwrap();
+    let (signer, _) =
+        PrivateKeySigner::encrypt_keystore(&dir, &mut rng, &key, password, Some("dev6")).unwrap();
+    assert_eq!(
+        signer.address().to_checksum(None),
+        DevLedger::DEV_ACCOUNTS[6]
+    );
+    let keystore = dir.join("dev6");
+    let password_file = dir.join("password");
+    std::fs::write(&password_file, format!("{password}\n")).unwrap();
+    let keystore_args = |password_file: &std::path::Path| {
+        vec![
+            "--keystore".to_owned(),
+            keystore.to_str().unwrap().to_owned(),
+            "--keystore-password-file".to_owned(),
+            password_file.to_str().unwrap().to_owned(),
+        ]
+    };
+    let mut args = vec![url.clone(), "-d".to_owned(), data.clone()];
+    args.extend(keystore_args(&password_file));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, stdout, stderr) = walletgate_pay(&args, None).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stderr.contains(DevLedger::DEV_ACCOUNTS[6]), "{stderr}");
+    assert_eq!(server.ledger.settlements(), 1);
+    for printed in [&stdout, &stderr] {
+        assert_no_secret(printed, &[DEV_KEYS[6]]);
+        assert!(!printed.contains(password));
+    }
+
+    // A wrong password: authentication (2), nothing paid.
+    let wrong = dir.join("wrong");
+    std::fs::write(&wrong, "not the password").unwrap();
+    let mut args = vec![url.clone(), "-d".to_owned(), data.clone()];
+    args.extend(keystore_args(&wrong));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, stderr) = walletgate_pay(&args, None).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("keystore"), "{stderr}");
+    assert_eq!(server.ledger.settlements(), 1);
+}
+
+#[tokio::test]
+async fn walletgate_pay_polls_a_paid_image_job_to_completion() {
+    let server = Server::start(Config {
+        image_job: Duration::from_millis(1_200),
+        ..Config::default()
+    })
+    .await;
+    let url = server.url("/api/v1/images/generations");
+    let data = json!({"model": "openai/dall-e-3", "prompt": "a red fox", "n": 1}).to_string();
+    let key = format!("0x{}", DEV_KEYS[4]);
+    let (code, stdout, stderr) = walletgate_pay(&[&url, "-d", &data], Some(&key)).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let done: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(stderr.contains(DevLedger::DEV_ACCOUNTS[4]), "{stderr}");
+    // Polling replays the payment uncharged: one settlement, charged once
+    // what the receipt line says.
+    assert_eq!(server.ledger.settlements(), 1);
+    let moved = DevLedger::DEV_ACCOUNT_FUNDS - server.balance(DevLedger::DEV_ACCOUNTS[4]);
+    let usd = walletgate::x402::AtomicAmount::new(moved).to_decimal_string(6);
+    assert!(
+        stderr.contains(&format!("paid {usd} USD")),
+        "{stderr} vs {usd}"
+    );
+    assert_no_secret(&stdout, &[&key]);
+    assert_no_secret(&stderr, &[&key]);
 }

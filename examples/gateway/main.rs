@@ -1,8 +1,8 @@
 //! The paid model gateway's reference server (specification, Area B).
 //!
 //! ```sh
-//! cargo run --example gateway --features axum,http-facilitator,rustls,tracing
-//! cargo run --example gateway --features axum,http-facilitator,rustls,tracing -- --network solana
+//! cargo run --example gateway --features gateway,axum,http-facilitator,rustls,tracing
+//! cargo run --example gateway --features gateway,axum,http-facilitator,rustls,tracing -- --network solana
 //! ```
 //!
 //! (`scripts/serve.sh` starts it with the right features.)

@@ -1,4 +1,5 @@
-//! HTTP clients of walletgate services (feature `client`).
+//! HTTP clients of walletgate services (features `client-pay` and
+//! `client-wallet`; `client` is both).
 //!
 //! * [`pay`]: a tower layer for HTTP *client* services that answers x402
 //!   quotes — signs the first offer within the caller's spend controls and
@@ -7,5 +8,7 @@
 //! * [`wallet`]: sign in to a wallet-authenticated data API (Area A) with an
 //!   Ethereum key, keep a wallet JWT fresh and send requests with it.
 
+#[cfg(feature = "client-pay")]
 pub mod pay;
+#[cfg(feature = "client-wallet")]
 pub mod wallet;

@@ -6,7 +6,7 @@
 //! description of the fault.
 //!
 //! ```
-//! use walletgate::upstream::redact;
+//! use walletgate::envelope::redact;
 //!
 //! let raw = "401 Unauthorized: Incorrect API key provided: sk-proj-abc123def456ghi789. \
 //!            See https://platform.example.com/account/api-keys (request id req_8f2a9c)";

@@ -27,12 +27,9 @@ use serde_json::Value;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use super::ParsedJson;
 use crate::body::ResponseBody;
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection};
-
-/// The request body parsed as JSON, put into the extensions by [`JsonBody`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct ParsedJson(pub Value);
 
 /// Limits a request body to `limit_bytes` and parses it as JSON, once.
 #[derive(Clone)]

@@ -11,11 +11,25 @@
 //! With [`EnvelopeStyleLayer`](crate::envelope::EnvelopeStyleLayer) setting
 //! the route's envelope, the free-tier limit and the x402 layer after them,
 //! they make a paid endpoint: see `examples/minimal_gateway.rs`.
+//!
+//! The layer and the validation builder come with feature `gateway`, so a
+//! data API server does not build them. [`ParsedJson`] and [`RequestModel`]
+//! are always here: they are the extensions other layers read (the free tier
+//! traces the model from `RequestModel`), whoever put them there.
 
+#[cfg(feature = "gateway")]
 mod json_body;
 mod request_model;
+#[cfg(feature = "gateway")]
 mod validate;
 
-pub use json_body::{JsonBody, JsonBodyLayer, ParsedJson, ResponseFuture};
+#[cfg(feature = "gateway")]
+pub use json_body::{JsonBody, JsonBodyLayer, ResponseFuture};
 pub use request_model::RequestModel;
+#[cfg(feature = "gateway")]
 pub use validate::{BodyCheck, DetailPath, at, invalid_request_body};
+
+/// The request body parsed as JSON, in the request extensions (put there by
+/// `JsonBody` with feature `gateway`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParsedJson(pub serde_json::Value);

@@ -106,19 +106,27 @@
 //! # }
 //! ```
 
+//! With feature `siwe-message` alone (what a signing client needs), only the
+//! message, its fields and timestamps are here: no nonces, no recovery, no
+//! libsecp256k1. Feature `siwe` adds the verifier.
+
 mod message;
+#[cfg(feature = "siwe")]
 mod nonce;
 mod syntax;
 mod timestamp;
+#[cfg(feature = "siwe")]
 mod verifier;
 
 pub use alloy_primitives::Address;
 pub use message::{AddressPolicy, ParseError, SiweMessage, SiweMessageFields};
+#[cfg(feature = "siwe")]
 pub use nonce::{
     DEFAULT_MAX_NONCES, InMemoryNonceStore, NONCE_LEN, NonceConsumption, NonceStore,
     NonceStoreError, generate_nonce,
 };
 pub use timestamp::{InvalidTimestamp, Timestamp};
+#[cfg(feature = "siwe")]
 pub use verifier::{
     ConfigError, DEFAULT_LEEWAY_SECS, DEFAULT_MAX_ISSUED_AGE_SECS, DEFAULT_NONCE_TTL_SECS,
     SiweVerifier, SiweVerifierBuilder, VerifiedSignIn, VerifyError,

@@ -1,99 +1,70 @@
-//! `walletgate pay [--method POST] URL [--data JSON | --data-file F] [--max-usd 0.10] [--header K:V]…`
+//! `walletgate pay [-X POST] URL [-d JSON | --data-file F] [--max-usd 0.10] [-H K:V]… [--dry-run]`
 //!
-//! The key comes from `WALLETGATE_PRIVATE_KEY` or `--key-file` (hex, with or
-//! without `0x`), never from the command line. The body goes to stdout,
-//! one receipt line (payer, amount, network, transaction) to stderr.
+//! The key comes from a keystore, a key file or `WALLETGATE_PRIVATE_KEY`
+//! ([`KeyArgs`]), never from the command line. The body goes to stdout, one
+//! receipt line (payer, amount, network, transaction) to stderr. A paid
+//! image job (202) is polled with the same payment until it is done.
 //! Nothing printed ever holds the key, a signature or an authorization header.
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use alloy_signer_local::PrivateKeySigner;
 use bytes::Bytes;
 use clap::Args;
-use http::{HeaderName, HeaderValue, Method, Request};
+use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
 use tower_layer::Layer;
 use tower_service::Service;
-use walletgate::client::pay::{ClientError, Receipt, SpendPolicy, X402PaymentLayer};
+use walletgate::client::pay::{ImageJob, Receipt, SpendPolicy, X402PaymentLayer, parse_quote};
 use walletgate::tls::ClientTls;
 
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure, Format};
+use crate::signer::KeyArgs;
 
-/// The environment variable holding the paying key.
-const KEY_VARIABLE: &str = "WALLETGATE_PRIVATE_KEY";
+/// How often a paid image job is polled, and for how long at most.
+const JOB_POLL_INTERVAL: Duration = Duration::from_secs(1);
+const JOB_POLL_LIMIT: Duration = Duration::from_secs(600);
 
 /// `walletgate pay`.
-#[derive(Debug, Args)]
+#[derive(Args)]
 pub(crate) struct PayArgs {
-    /// The full URL to call (e.g. http://127.0.0.1:8402/v1/chat/completions).
+    /// The full URL to call (e.g. http://127.0.0.1:8402/v1/chat/completions)
     url: String,
-    /// The HTTP method.
+    /// The HTTP method
     #[arg(long, short = 'X', default_value = "POST")]
     method: String,
-    /// The JSON request body.
+    /// The JSON request body
     #[arg(long, short = 'd', conflicts_with = "data_file")]
     data: Option<String>,
-    /// A file holding the request body.
-    #[arg(long)]
+    /// A file holding the request body
+    #[arg(long, value_name = "FILE")]
     data_file: Option<PathBuf>,
-    /// The most one payment may cost, in USD.
+    /// The most one payment may cost, in USD
     #[arg(long, default_value = "0.10")]
     max_usd: String,
-    /// An extra request header, `Name: value` (repeatable).
-    #[arg(long = "header", short = 'H')]
+    /// An extra request header, `Name: value` (repeatable)
+    #[arg(long = "header", short = 'H', value_name = "NAME: VALUE")]
     headers: Vec<String>,
-    /// A file holding the private key (instead of WALLETGATE_PRIVATE_KEY).
+    /// Ask for the quote only: print the offer that would be signed and the
+    /// spend policy's verdict; sign nothing, settle nothing
     #[arg(long)]
-    key_file: Option<PathBuf>,
+    dry_run: bool,
+    #[command(flatten)]
+    key: KeyArgs,
 }
 
-/// A failure before any request: unusable input.
-fn usage(message: impl std::fmt::Display) -> Exit {
-    eprintln!("walletgate pay: {message}");
-    Exit::Api
-}
-
-/// The paying key; errors never repeat it.
-fn signer(args: &PayArgs) -> Result<PrivateKeySigner, Exit> {
-    let (text, source) = match &args.key_file {
-        Some(path) => (
-            std::fs::read_to_string(path).map_err(|error| {
-                usage(format!(
-                    "cannot read --key-file {}: {error}",
-                    path.display()
-                ))
-            })?,
-            "--key-file",
-        ),
-        None => (
-            std::env::var(KEY_VARIABLE).map_err(|_| {
-                eprintln!("walletgate pay: set {KEY_VARIABLE} or pass --key-file PATH");
-                Exit::PaymentOrAuth
-            })?,
-            KEY_VARIABLE,
-        ),
-    };
-    let hex = text.trim();
-    let hex = hex.strip_prefix("0x").unwrap_or(hex);
-    hex.parse::<PrivateKeySigner>().map_err(|_| {
-        eprintln!("walletgate pay: {source} does not hold a 32-byte hex secp256k1 key");
-        Exit::PaymentOrAuth
-    })
-}
-
-fn request(args: &PayArgs) -> Result<Request<Full<Bytes>>, Exit> {
+fn request(args: &PayArgs) -> Result<Request<Full<Bytes>>, Failure> {
     let method = Method::from_bytes(args.method.to_ascii_uppercase().as_bytes())
-        .map_err(|_| usage(format!("not an HTTP method: {}", args.method)))?;
+        .map_err(|_| Failure::usage(format!("not an HTTP method: {}", args.method)))?;
     let body = match (&args.data, &args.data_file) {
         (Some(data), _) => Bytes::from(data.clone()),
         (None, Some(path)) => Bytes::from(std::fs::read(path).map_err(|error| {
-            usage(format!(
-                "cannot read --data-file {}: {error}",
-                path.display()
-            ))
+            Failure::usage(format!("cannot read --data-file {}", path.display()))
+                .with_cause(error.to_string())
         })?),
         (None, None) => Bytes::new(),
     };
@@ -103,59 +74,84 @@ fn request(args: &PayArgs) -> Result<Request<Full<Bytes>>, Exit> {
     }
     let mut request = request
         .body(Full::new(body))
-        .map_err(|_| usage(format!("not a URL: {}", args.url)))?;
+        .map_err(|_| Failure::usage(format!("not a URL: {}", args.url)))?;
     for header in &args.headers {
-        let (name, value) = header
-            .split_once(':')
-            .ok_or_else(|| usage(format!("--header wants `Name: value`, got `{header}`")))?;
+        let (name, value) = header.split_once(':').ok_or_else(|| {
+            Failure::usage(format!("--header wants `Name: value`, got `{header}`"))
+        })?;
         let name = HeaderName::from_bytes(name.trim().as_bytes())
-            .map_err(|_| usage(format!("not a header name: `{}`", name.trim())))?;
+            .map_err(|_| Failure::usage(format!("not a header name: `{}`", name.trim())))?;
         // The value is not echoed: it may be a credential.
         let value = HeaderValue::from_str(value.trim())
-            .map_err(|_| usage(format!("the value of header `{name}` is not valid")))?;
+            .map_err(|_| Failure::usage(format!("the value of header `{name}` is not valid")))?;
         request.headers_mut().insert(name, value);
     }
     Ok(request)
 }
 
 /// Runs `walletgate pay`.
-pub(crate) async fn run(args: PayArgs) -> Exit {
-    match pay(args).await {
-        Ok(()) => Exit::Ok,
-        Err(exit) => exit,
+pub(crate) async fn run(args: PayArgs, format: Format) -> Exit {
+    match pay(args, format).await {
+        Ok(exit) => exit,
+        Err(failure) => failure.report("pay", format),
     }
 }
 
-async fn pay(args: PayArgs) -> Result<(), Exit> {
-    let signer = signer(&args)?;
+type Http = Client<walletgate::tls::HttpsConnector, Full<Bytes>>;
+
+fn http() -> Result<Http, Failure> {
+    let connector = ClientTls::webpki_roots()
+        .https_connector()
+        .map_err(|error| Failure::from_error(Exit::Api, &error))?;
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
+}
+
+async fn pay(args: PayArgs, format: Format) -> Result<Exit, Failure> {
     let request = request(&args)?;
     let policy = SpendPolicy::new()
         .with_max_per_payment_usd(&args.max_usd)
-        .map_err(|error| usage(format!("--max-usd {}: {error}", args.max_usd)))?;
-    let connector = ClientTls::webpki_roots()
-        .https_connector()
-        .map_err(|error| usage(format!("TLS: {error}")))?;
-    let http = Client::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(connector);
+        .map_err(|error| {
+            Failure::usage(format!("--max-usd {}", args.max_usd)).with_cause(error.to_string())
+        })?;
+    if args.dry_run {
+        return dry_run(request, &policy, format).await;
+    }
+    let signer = args.key.signer()?;
+    let http = http()?;
+    let uri = request.uri().clone();
     let mut client = X402PaymentLayer::new(signer)
         .with_policy(policy)
-        .layer(http);
+        .layer(http.clone());
     let sent = async {
         std::future::poll_fn(|cx| Service::<Request<Full<Bytes>>>::poll_ready(&mut client, cx))
             .await?;
         client.call(request).await
     };
-    let response = match sent.await {
-        Ok(response) => response,
-        Err(error) => return Err(fail(&error)),
-    };
+    let response = sent.await.map_err(|error| Failure::from(&error))?;
+    let status = response.status();
     let receipt = response.extensions().get::<Receipt>().cloned();
     let mut body = response.into_body();
+    if status == StatusCode::ACCEPTED
+        && let Some(receipt) = receipt.clone()
+    {
+        // A paid job: its answer is the job, polled with the same payment.
+        let answer = body
+            .collect()
+            .await
+            .map_err(|error| Failure::api("the answer broke off").with_cause(error.to_string()))?
+            .to_bytes();
+        let done = match ImageJob::new(&uri, &answer, receipt.clone()) {
+            Some(job) => poll(&job, &http).await?,
+            None => serde_json::from_slice(&answer).unwrap_or(Value::Null),
+        };
+        println!("{done}");
+        eprintln!("{}", receipt.summary());
+        return Ok(Exit::Ok);
+    }
     let mut stdout = std::io::stdout().lock();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|error| {
-            eprintln!("walletgate pay: the answer broke off: {error}");
-            Exit::Api
-        })?;
+        let frame = frame
+            .map_err(|error| Failure::api("the answer broke off").with_cause(error.to_string()))?;
         if let Some(data) = frame.data_ref() {
             // A closed stdout (e.g. `| head`) ends the output, not the payment.
             let _ = stdout.write_all(data).and_then(|()| stdout.flush());
@@ -165,15 +161,88 @@ async fn pay(args: PayArgs) -> Result<(), Exit> {
     if let Some(receipt) = receipt {
         eprintln!("{}", receipt.summary());
     }
-    Ok(())
+    Ok(Exit::Ok)
 }
 
-fn fail(error: &ClientError) -> Exit {
-    eprintln!("walletgate pay: {error}");
-    if let ClientError::Api(api) = error
-        && !api.body.is_empty()
-    {
-        eprintln!("{}", String::from_utf8_lossy(&api.body));
+/// Polls a paid job until it is done (the server answers a replay of its
+/// payment uncharged).
+async fn poll(job: &ImageJob, http: &Http) -> Result<Value, Failure> {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(done) = job
+            .poll(http)
+            .await
+            .map_err(|error| Failure::from(&error))?
+        {
+            return Ok(done);
+        }
+        if started.elapsed() > JOB_POLL_LIMIT {
+            return Err(Failure::api(format!(
+                "the paid job {} was not done after {} s; poll {} again later",
+                job.id,
+                JOB_POLL_LIMIT.as_secs(),
+                job.poll_url
+            )));
+        }
+        tokio::time::sleep(JOB_POLL_INTERVAL).await;
     }
-    Exit::from(error)
+}
+
+/// Sends the request unpaid and reports the quote: the offer the payer would
+/// sign (the first, as the paying layer picks it) and the policy's verdict.
+async fn dry_run(
+    request: Request<Full<Bytes>>,
+    policy: &SpendPolicy,
+    format: Format,
+) -> Result<Exit, Failure> {
+    let response = http()?
+        .request(request)
+        .await
+        .map_err(|error| Failure::from_error(Exit::Api, &error))?;
+    let status = response.status();
+    let (parts, body) = response.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map_err(|error| Failure::api("the answer broke off").with_cause(error.to_string()))?
+        .to_bytes();
+    if status != StatusCode::PAYMENT_REQUIRED {
+        let text = format!("no payment asked: the server answered {status}");
+        match format {
+            Format::Json => println!("{}", json!({ "status": status.as_u16(), "offer": null })),
+            Format::Text => println!("{text}"),
+        }
+        return Ok(Exit::Ok);
+    }
+    let quote = parse_quote(&parts.headers, &body)
+        .ok_or_else(|| Failure::api("the 402 answer holds no x402 quote"))?;
+    let offer = quote
+        .accepts
+        .first()
+        .ok_or_else(|| Failure::new(Exit::Payment, "the quote offers no way to pay"))?;
+    let verdict = policy.authorize(offer);
+    let offer_json = serde_json::to_value(offer).unwrap_or(Value::Null);
+    match format {
+        Format::Json => println!(
+            "{}",
+            json!({
+                "offer": offer_json,
+                "verdict": match &verdict { Ok(()) => "would pay".to_owned(), Err(refusal) => refusal.to_string() },
+                "wouldPay": verdict.is_ok(),
+            })
+        ),
+        Format::Text => {
+            println!("offer: {offer_json:#}");
+            match &verdict {
+                Ok(()) => println!("verdict: would pay (nothing signed, nothing settled)"),
+                Err(refusal) => println!("verdict: would refuse: {refusal}"),
+            }
+        }
+    }
+    // The verdict is printed above; the exit code repeats it.
+    Ok(if verdict.is_ok() {
+        Exit::Ok
+    } else {
+        Exit::Payment
+    })
 }

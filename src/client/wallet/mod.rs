@@ -25,13 +25,15 @@
 //! ```no_run
 //! # async fn run() -> Result<(), walletgate::client::wallet::WalletError> {
 //! use walletgate::client::wallet::{WalletAuth, WalletConfig};
-//! use walletgate::x402::Payer;
+//! use alloy_signer_local::PrivateKeySigner;
 //!
 //! let config = WalletConfig::new("http://127.0.0.1:8080", "my-api-key")?;
 //! let auth = WalletAuth::new(config)?;
-//! // Any alloy `Signer`: `Payer` (a key in memory, libsecp256k1), alloy's
-//! // `PrivateKeySigner`, a keystore or a KMS signer.
-//! let signer = Payer::from_hex_key(&std::env::var("WALLET_KEY").unwrap_or_default())
+//! // Any alloy `Signer`: alloy's `PrivateKeySigner` (a key in memory), a
+//! // keystore, a KMS signer, or x402's `Payer` with `client-pay`.
+//! let signer: PrivateKeySigner = std::env::var("WALLET_KEY")
+//!     .unwrap_or_default()
+//!     .parse()
 //!     .map_err(|_| walletgate::client::wallet::WalletError::Config("WALLET_KEY: not a key".into()))?;
 //! auth.authenticate(&signer, &["read:favorites"]).await?;
 //! let request = http::Request::get("/api/v2/account/0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266/favorites")

@@ -10,57 +10,40 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use clap::{Args, Subcommand, ValueEnum};
-use http::{Method, Request, StatusCode, header};
+use clap::{Args, Subcommand};
+use http::{HeaderName, HeaderValue, Method, Request, StatusCode, header};
 use serde_json::{Value, json};
 use walletgate::client::wallet::{Credentials, WalletAuth, WalletConfig, WalletError};
 use walletgate::siwe::Timestamp;
-use walletgate::x402::Payer;
 
 use self::auth_file::AuthFile;
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure, Format};
+use crate::signer::KeyArgs;
 
 /// The data API's address when neither `--base-url` nor a sign-in names one.
 const DEFAULT_BASE_URL: &str = "http://127.0.0.1:8080";
-/// The environment variable holding the wallet key for `login`.
-const PRIVATE_KEY_VAR: &str = "WALLETGATE_PRIVATE_KEY";
 
-/// Options of every data-API command.
+/// Where the data API is and its key: only on the commands that call it.
 #[derive(Args)]
-pub(crate) struct DataGlobals {
+pub(crate) struct Connection {
     /// The data API's base URL [default: the saved sign-in's, else http://127.0.0.1:8080]
-    #[arg(long, env = "WALLETGATE_BASE_URL", global = true)]
+    #[arg(long, env = "WALLETGATE_BASE_URL")]
     base_url: Option<String>,
     /// The API key, sent as X-API-KEY
-    #[arg(
-        long,
-        env = "WALLETGATE_API_KEY",
-        global = true,
-        hide_env_values = true
-    )]
+    #[arg(long, env = "WALLETGATE_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
-    /// Output format
-    #[arg(long, value_enum, default_value_t = Format::Text, global = true)]
-    format: Format,
-}
-
-/// How results are printed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Format {
-    Json,
-    Text,
 }
 
 /// The data-API commands.
 #[derive(Subcommand)]
 pub(crate) enum DataCommand {
     /// Sign in with a wallet (SIWE), create a personal access token with the
-    /// given scopes and mint a wallet JWT. The key comes from
-    /// WALLETGATE_PRIVATE_KEY or --key-file, never from the command line.
+    /// given scopes and mint a wallet JWT (also `auth login`)
     Login(LoginArgs),
-    /// The signed-in wallet and when its tokens expire (never a token)
+    /// Who is signed in, where, with which scopes and until when (never a
+    /// token; also `auth status`)
     Whoami,
-    /// The saved sign-in: scopes, refresh, revoke, clear
+    /// The saved sign-in: login, status, scopes, refresh, revoke, clear
     Auth {
         #[command(subcommand)]
         command: AuthCommand,
@@ -81,9 +64,8 @@ pub(crate) struct LoginArgs {
     /// Comma-separated scopes, for example read:favorites,read:wallets
     #[arg(long, value_delimiter = ',', required = true)]
     scopes: Vec<String>,
-    /// A file holding the private key (hex), instead of WALLETGATE_PRIVATE_KEY
-    #[arg(long)]
-    key_file: Option<PathBuf>,
+    #[command(flatten)]
+    key: KeyArgs,
     /// Lifetime of the personal access token
     #[arg(long, default_value_t = walletgate::client::wallet::DEFAULT_PAT_EXPIRES_IN_DAYS)]
     expires_in_days: u32,
@@ -96,17 +78,23 @@ pub(crate) struct LoginArgs {
     /// The SIWE chain id
     #[arg(long, default_value_t = 1)]
     chain_id: u64,
+    #[command(flatten)]
+    connection: Connection,
 }
 
 /// `auth …`.
 #[derive(Subcommand)]
 pub(crate) enum AuthCommand {
+    /// Sign in with a wallet (the same as `walletgate login`)
+    Login(LoginArgs),
+    /// Who is signed in, where, with which scopes and until when (never a token)
+    Status,
     /// The scopes of the saved sign-in
     Scopes,
     /// Mint a new wallet JWT from the personal access token now
-    Refresh,
+    Refresh(Connection),
     /// Revoke the personal access token on the server, then forget it
-    Revoke,
+    Revoke(Connection),
     /// Delete the local sign-in only (the token stays valid on the server)
     Clear,
 }
@@ -114,23 +102,34 @@ pub(crate) enum AuthCommand {
 /// `api …`.
 #[derive(Subcommand)]
 pub(crate) enum ApiCommand {
-    /// Send METHOD PATH with the API key and the wallet JWT (refreshed once on 401)
+    /// Send METHOD PATH (or -X METHOD PATH) with the API key and the wallet
+    /// JWT (refreshed once on 401)
     Request(RequestArgs),
 }
 
 /// `api request`.
 #[derive(Args)]
 pub(crate) struct RequestArgs {
-    /// GET, POST, PUT, DELETE, …
-    method: String,
+    /// GET, POST, PUT, DELETE, … (or the PATH, with -X naming the method)
+    #[arg(value_name = "METHOD")]
+    first: String,
     /// The path, for example /api/v2/account/0x…/favorites
-    path: String,
+    #[arg(value_name = "PATH")]
+    path: Option<String>,
+    /// The method, as `curl -X` and `walletgate pay -X` take it [default: GET]
+    #[arg(long = "method", short = 'X')]
+    method: Option<String>,
     /// Query parameters as a JSON object
     #[arg(long)]
     params: Option<String>,
     /// A JSON request body
-    #[arg(long)]
+    #[arg(long, short = 'd')]
     data: Option<String>,
+    /// An extra request header, `Name: value` (repeatable)
+    #[arg(long = "header", short = 'H', value_name = "NAME: VALUE")]
+    headers: Vec<String>,
+    #[command(flatten)]
+    connection: Connection,
 }
 
 /// `mcp-bridge`.
@@ -139,73 +138,39 @@ pub(crate) struct BridgeArgs {
     /// The MCP endpoint [default: {base-url}/mcp]
     #[arg(long)]
     url: Option<String>,
+    #[command(flatten)]
+    connection: Connection,
 }
 
-/// Why a command failed: the message for standard error and the exit code.
-#[derive(Debug)]
-struct Failure {
-    exit: Exit,
-    message: String,
-}
-
-impl Failure {
-    fn auth(message: impl Into<String>) -> Self {
-        Self {
-            exit: Exit::PaymentOrAuth,
-            message: message.into(),
-        }
-    }
-
-    fn api(message: impl Into<String>) -> Self {
-        Self {
-            exit: Exit::Api,
-            message: message.into(),
-        }
-    }
-}
-
-impl From<WalletError> for Failure {
-    fn from(error: WalletError) -> Self {
-        let exit = match &error {
-            WalletError::RateLimited { .. } => Exit::RateLimited,
-            error if error.is_auth() => Exit::PaymentOrAuth,
-            _ => Exit::Api,
-        };
-        Self {
-            exit,
-            message: error.to_string(),
-        }
-    }
-}
-
-/// Runs `command`; errors go to standard error.
-pub(crate) async fn run(globals: DataGlobals, command: DataCommand) -> Exit {
-    let result = match command {
-        DataCommand::Login(args) => login(&globals, args).await,
-        DataCommand::Whoami => whoami(&globals),
+/// Runs `command`; errors go to standard error (and stdout with `--format json`).
+pub(crate) async fn run(command: DataCommand, format: Format) -> Exit {
+    let (name, result) = match command {
+        DataCommand::Login(args) => ("login", login(format, args).await),
+        DataCommand::Whoami => ("whoami", status(format)),
         DataCommand::Auth { command } => match command {
-            AuthCommand::Scopes => scopes(&globals),
-            AuthCommand::Refresh => refresh(&globals).await,
-            AuthCommand::Revoke => revoke(&globals).await,
-            AuthCommand::Clear => clear(&globals),
+            AuthCommand::Login(args) => ("auth login", login(format, args).await),
+            AuthCommand::Status => ("auth status", status(format)),
+            AuthCommand::Scopes => ("auth scopes", scopes(format)),
+            AuthCommand::Refresh(connection) => {
+                ("auth refresh", refresh(format, &connection).await)
+            }
+            AuthCommand::Revoke(connection) => ("auth revoke", revoke(format, &connection).await),
+            AuthCommand::Clear => ("auth clear", clear(format)),
         },
         DataCommand::Api {
             command: ApiCommand::Request(args),
-        } => request(&globals, args).await,
-        DataCommand::McpBridge(args) => bridge(&globals, args).await,
+        } => ("api request", request(format, args).await),
+        DataCommand::McpBridge(args) => ("mcp-bridge", bridge(args).await),
     };
     match result {
         Ok(()) => Exit::Ok,
-        Err(failure) => {
-            eprintln!("walletgate: {}", failure.message);
-            failure.exit
-        }
+        Err(failure) => failure.report(name, format),
     }
 }
 
 /// Prints `text` or `json` as `--format` asks.
-fn print(globals: &DataGlobals, text: &str, json: &Value) {
-    match globals.format {
+fn print(format: Format, text: &str, json: &Value) {
+    match format {
         Format::Text => println!("{text}"),
         Format::Json => println!("{json:#}"),
     }
@@ -219,13 +184,13 @@ fn rfc3339(at: SystemTime) -> String {
 }
 
 /// A client for the base URL of `--base-url`, else of `saved`, else the default.
-fn client(globals: &DataGlobals, saved: Option<&AuthFile>) -> Result<WalletAuth, Failure> {
-    let base_url = globals
+fn client(connection: &Connection, saved: Option<&AuthFile>) -> Result<WalletAuth, Failure> {
+    let base_url = connection
         .base_url
         .as_deref()
         .or(saved.map(|file| file.base_url.as_str()))
         .unwrap_or(DEFAULT_BASE_URL);
-    let api_key = globals
+    let api_key = connection
         .api_key
         .as_deref()
         .ok_or_else(|| Failure::auth("set WALLETGATE_API_KEY (or --api-key) to the API key"))?;
@@ -247,10 +212,10 @@ fn credentials(saved: &AuthFile) -> Result<Credentials, Failure> {
 }
 
 /// A client resumed from the saved sign-in.
-fn signed_in(globals: &DataGlobals) -> Result<(WalletAuth, AuthFile), Failure> {
+fn signed_in(connection: &Connection) -> Result<(WalletAuth, AuthFile), Failure> {
     let saved = saved()?;
     let credentials = credentials(&saved)?;
-    let auth = client(globals, Some(&saved))?.resume(credentials)?;
+    let auth = client(connection, Some(&saved))?.resume(credentials)?;
     Ok((auth, saved))
 }
 
@@ -260,31 +225,19 @@ fn persist(auth: &WalletAuth, saved: &mut AuthFile) -> Result<PathBuf, Failure> 
     auth_file::save(saved).map_err(Failure::api)
 }
 
-fn private_key(args: &LoginArgs) -> Result<Payer, Failure> {
-    let text = match &args.key_file {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|error| Failure::auth(format!("{}: {error}", path.display())))?,
-        None => std::env::var(PRIVATE_KEY_VAR).map_err(|_| {
-            Failure::auth(format!(
-                "set {PRIVATE_KEY_VAR} to the wallet's private key, or pass --key-file"
-            ))
-        })?,
-    };
-    // The error says what is wrong with the key, never the key.
-    Payer::from_hex_key(&text).map_err(|_| {
-        Failure::auth("the private key must be 64 hex digits of a valid secp256k1 key")
-    })
-}
-
-async fn login(globals: &DataGlobals, args: LoginArgs) -> Result<(), Failure> {
-    let signer = private_key(&args)?;
+async fn login(format: Format, args: LoginArgs) -> Result<(), Failure> {
+    if args.scopes.iter().all(|scope| scope.trim().is_empty()) {
+        return Err(Failure::usage("--scopes names no scope"));
+    }
+    let signer = args.key.signer()?;
     let previous = auth_file::load().ok().flatten();
-    let base_url = globals
+    let connection = &args.connection;
+    let base_url = connection
         .base_url
         .as_deref()
         .or(previous.as_ref().map(|file| file.base_url.as_str()))
         .unwrap_or(DEFAULT_BASE_URL);
-    let api_key = globals
+    let api_key = connection
         .api_key
         .as_deref()
         .ok_or_else(|| Failure::auth("set WALLETGATE_API_KEY (or --api-key) to the API key"))?;
@@ -309,7 +262,7 @@ async fn login(globals: &DataGlobals, args: LoginArgs) -> Result<(), Failure> {
     };
     let path = persist(&auth, &mut file)?;
     print(
-        globals,
+        format,
         &format!(
             "Signed in to {} as {} with scopes {}.\nThe wallet JWT expires at {} and is re-minted \
              from the personal access token (valid until {}).\nSaved to {}.",
@@ -332,12 +285,12 @@ async fn login(globals: &DataGlobals, args: LoginArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn whoami(globals: &DataGlobals) -> Result<(), Failure> {
+fn status(format: Format) -> Result<(), Failure> {
     let saved = saved()?;
     let credentials = credentials(&saved)?;
     let jwt_expires_at = credentials.jwt_expires_at().map(rfc3339);
     print(
-        globals,
+        format,
         &format!(
             "{} on {}\nscopes: {}\nwallet JWT expires at: {}\npersonal access token expires at: {}",
             saved.address,
@@ -357,24 +310,24 @@ fn whoami(globals: &DataGlobals) -> Result<(), Failure> {
     Ok(())
 }
 
-fn scopes(globals: &DataGlobals) -> Result<(), Failure> {
+fn scopes(format: Format) -> Result<(), Failure> {
     let saved = saved()?;
     let credentials = credentials(&saved)?;
     print(
-        globals,
+        format,
         &credentials.scopes().join("\n"),
         &json!({ "scopes": credentials.scopes() }),
     );
     Ok(())
 }
 
-async fn refresh(globals: &DataGlobals) -> Result<(), Failure> {
-    let (auth, mut saved) = signed_in(globals)?;
+async fn refresh(format: Format, connection: &Connection) -> Result<(), Failure> {
+    let (auth, mut saved) = signed_in(connection)?;
     let refreshed = auth.refresh().await;
     persist(&auth, &mut saved)?;
     let token = refreshed?;
     print(
-        globals,
+        format,
         &format!(
             "Minted a new wallet JWT; it expires at {}.",
             rfc3339(token.expires_at)
@@ -384,12 +337,12 @@ async fn refresh(globals: &DataGlobals) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn revoke(globals: &DataGlobals) -> Result<(), Failure> {
-    let (auth, mut saved) = signed_in(globals)?;
+async fn revoke(format: Format, connection: &Connection) -> Result<(), Failure> {
+    let (auth, mut saved) = signed_in(connection)?;
     auth.revoke().await?;
     persist(&auth, &mut saved)?;
     print(
-        globals,
+        format,
         "Revoked the personal access token and forgot it and its JWT; sign in again with \
          `walletgate login` to call wallet routes.",
         &json!({ "revoked": true }),
@@ -397,7 +350,7 @@ async fn revoke(globals: &DataGlobals) -> Result<(), Failure> {
     Ok(())
 }
 
-fn clear(globals: &DataGlobals) -> Result<(), Failure> {
+fn clear(format: Format) -> Result<(), Failure> {
     let path = auth_file::path().map_err(Failure::api)?;
     let removed = auth_file::remove().map_err(Failure::api)?;
     let note = "The personal access token stays valid on the server until it is revoked or \
@@ -408,7 +361,7 @@ fn clear(globals: &DataGlobals) -> Result<(), Failure> {
         format!("No sign-in was saved at {}.", path.display())
     };
     print(
-        globals,
+        format,
         &text,
         &json!({ "removed": removed, "authFile": path, "note": note }),
     );
@@ -418,7 +371,7 @@ fn clear(globals: &DataGlobals) -> Result<(), Failure> {
 /// `key=value&…` from a JSON object (arrays repeat the key).
 fn query(params: &str) -> Result<String, Failure> {
     let Ok(Value::Object(params)) = serde_json::from_str::<Value>(params) else {
-        return Err(Failure::api("--params must be a JSON object"));
+        return Err(Failure::usage("--params must be a JSON object"));
     };
     let mut pairs = Vec::new();
     for (name, value) in &params {
@@ -454,15 +407,24 @@ fn percent_encode(text: &str) -> String {
     encoded
 }
 
-async fn request(globals: &DataGlobals, args: RequestArgs) -> Result<(), Failure> {
-    let method = Method::from_bytes(args.method.to_ascii_uppercase().as_bytes())
-        .map_err(|_| Failure::api(format!("{} is not an HTTP method", args.method)))?;
-    if !args.path.starts_with('/') {
-        return Err(Failure::api(
+async fn request(format: Format, args: RequestArgs) -> Result<(), Failure> {
+    let (method, path) = match (&args.path, &args.method) {
+        (Some(_), Some(_)) => {
+            return Err(Failure::usage(
+                "the method is named twice: give METHOD PATH or -X METHOD PATH",
+            ));
+        }
+        (Some(path), None) => (args.first.as_str(), path.clone()),
+        (None, method) => (method.as_deref().unwrap_or("GET"), args.first.clone()),
+    };
+    let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes())
+        .map_err(|_| Failure::usage(format!("{method} is not an HTTP method")))?;
+    if !path.starts_with('/') {
+        return Err(Failure::usage(
             "PATH must start with / (for example /api/v2/collections)",
         ));
     }
-    let mut path = args.path.clone();
+    let mut path = path;
     if let Some(params) = &args.params {
         let query = query(params)?;
         if !query.is_empty() {
@@ -471,9 +433,22 @@ async fn request(globals: &DataGlobals, args: RequestArgs) -> Result<(), Failure
         }
     }
     let mut builder = Request::builder().method(method).uri(&path);
+    for header in &args.headers {
+        let (name, value) = header.split_once(':').ok_or_else(|| {
+            Failure::usage(format!("--header wants `Name: value`, got `{header}`"))
+        })?;
+        let name = HeaderName::from_bytes(name.trim().as_bytes())
+            .map_err(|_| Failure::usage(format!("not a header name: `{}`", name.trim())))?;
+        // The value is not echoed: it may be a credential.
+        let value = HeaderValue::from_str(value.trim())
+            .map_err(|_| Failure::usage(format!("the value of header `{name}` is not valid")))?;
+        builder = builder.header(name, value);
+    }
     let body = match &args.data {
         Some(data) => {
-            serde_json::from_str::<Value>(data).map_err(|_| Failure::api("--data must be JSON"))?;
+            serde_json::from_str::<Value>(data).map_err(|error| {
+                Failure::usage("--data must be JSON").with_cause(error.to_string())
+            })?;
             builder = builder.header(header::CONTENT_TYPE, "application/json");
             Bytes::from(data.clone())
         }
@@ -481,9 +456,9 @@ async fn request(globals: &DataGlobals, args: RequestArgs) -> Result<(), Failure
     };
     let request = builder
         .body(body)
-        .map_err(|_| Failure::api(format!("{path} is not a valid request path")))?;
+        .map_err(|_| Failure::usage(format!("{path} is not a valid request path")))?;
 
-    let (auth, mut saved) = signed_in(globals)?;
+    let (auth, mut saved) = signed_in(&args.connection)?;
     let sent = auth.send(request).await;
     // A refresh or a refused PAT changed what is held: keep it.
     if auth.credentials() != saved.credentials {
@@ -494,7 +469,7 @@ async fn request(globals: &DataGlobals, args: RequestArgs) -> Result<(), Failure
     let body = response.body();
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     if status.is_success() {
-        match (&parsed, globals.format) {
+        match (&parsed, format) {
             (Some(json), Format::Text) => println!("{json:#}"),
             (Some(json), Format::Json) => println!("{json}"),
             (None, _) => println!("{}", String::from_utf8_lossy(body)),
@@ -505,19 +480,16 @@ async fn request(globals: &DataGlobals, args: RequestArgs) -> Result<(), Failure
         .as_ref()
         .and_then(|json| json["error"]["message"].as_str())
         .map_or_else(|| String::from_utf8_lossy(body).into_owned(), str::to_owned);
-    let failure = format!("{status}: {message}");
-    Err(match status {
-        StatusCode::TOO_MANY_REQUESTS => Failure {
-            exit: Exit::RateLimited,
-            message: failure,
-        },
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Failure::auth(failure),
-        _ => Failure::api(failure),
-    })
+    let exit = match status {
+        StatusCode::TOO_MANY_REQUESTS => Exit::RateLimited,
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Exit::Auth,
+        _ => Exit::Api,
+    };
+    Err(Failure::new(exit, format!("the API answered {status}")).with_cause(message))
 }
 
-async fn bridge(globals: &DataGlobals, args: BridgeArgs) -> Result<(), Failure> {
-    let (auth, saved) = signed_in(globals)?;
+async fn bridge(args: BridgeArgs) -> Result<(), Failure> {
+    let (auth, saved) = signed_in(&args.connection)?;
     let url = args
         .url
         .unwrap_or_else(|| format!("{}/mcp", auth.config().base_url()));
