@@ -27,7 +27,8 @@ use walletgate::envelope::{DetailPathSegment, EnvelopeStyle};
 use walletgate::free_tier::FreeTierLimitLayer;
 use walletgate::gateway::{BodyCheck, JsonBodyLayer, ParsedJson};
 use walletgate::x402::{
-    DevLedger, LocalEvmFacilitator, PaymentOption, Price, PriceRefusal, X402Layer,
+    facilitator::{DevLedger, LocalEvmFacilitator},
+    server::{PaymentOption, Price, PriceRefusal, X402Layer},
 };
 
 /// The requested model, put into the extensions by [`check_model`].

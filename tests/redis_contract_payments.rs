@@ -1,7 +1,7 @@
 //! One contract per payment store, run against the in-memory default and the
 //! Redis backend with the same assertions, so the two cannot drift:
-//! `x402::NonceStore` (claims, releases, spent authorizations) and
-//! `x402::Ledger` (check, atomic transfer, used authorizations).
+//! `x402::server::NonceStore` (claims, releases, spent authorizations) and
+//! `x402::facilitator::Ledger` (check, atomic transfer, used authorizations).
 //!
 //! Redis: `WALLETGATE_TEST_REDIS_URL`, or a redis-server started for this
 //! binary; every test takes its own key prefix.
@@ -18,8 +18,9 @@ use alloy_primitives::{Address, B256};
 use walletgate::clock::{Clock, FakeClock, SharedClock, SystemClock};
 use walletgate::redis::{RedisConfig, RedisConnection, RedisLedger, RedisNonceStore};
 use walletgate::x402::{
-    AtomicAmount, AuthorizationKey, Claim, DevLedger, Ledger, LedgerError, Network, NonceStore,
-    PaymentReceipt, SpentAuthorization, TokenId, Transfer,
+    facilitator::{DevLedger, Ledger, LedgerError, Transfer},
+    server::{AuthorizationKey, Claim, NonceStore, PaymentReceipt, SpentAuthorization},
+    wire::{AtomicAmount, Network, TokenId},
 };
 
 type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -36,7 +37,7 @@ fn in_memory_replay() -> Replay {
     let clock = FakeClock::at_unix_secs(1_750_000_000);
     let advanced = clock.clone();
     Replay {
-        store: Arc::new(walletgate::x402::InMemoryNonceStore::new(Arc::new(
+        store: Arc::new(walletgate::x402::server::InMemoryNonceStore::new(Arc::new(
             clock.clone(),
         ))),
         clock: Arc::new(clock),
@@ -408,8 +409,12 @@ async fn a_release_dropped_unawaited_still_reaches_redis() {
 async fn a_paid_request_costs_two_redis_round_trips() {
     use http_body_util::Full;
     use tower::ServiceExt;
-    use walletgate::x402::payer::sequential_nonce;
-    use walletgate::x402::{LocalEvmFacilitator, Payer, PaymentRequired, codec};
+    use walletgate::client::payer::Payer;
+    use walletgate::client::payer::sequential_nonce;
+    use walletgate::x402::{
+        facilitator::LocalEvmFacilitator,
+        wire::{PaymentRequired, codec},
+    };
 
     let conn = connection("round_trips");
     let clock: SharedClock = Arc::new(SystemClock);

@@ -18,14 +18,20 @@ use serde_json::Value;
 use tokio::sync::{Notify, Semaphore};
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceExt};
+use walletgate::client::payer::Payer;
+use walletgate::client::payer::sequential_nonce;
 use walletgate::clock::FakeClock;
 use walletgate::store::BoxFuture;
-use walletgate::x402::payer::sequential_nonce;
-use walletgate::x402::{AtomicAmount, ExactEvmDomain, Payer};
+use walletgate::x402::wire::{AtomicAmount, ExactEvmDomain};
 use walletgate::x402::{
-    DevLedger, Facilitator, FacilitatorError, FacilitatorRequest, LocalEvmFacilitator, Network,
-    PaymentOption, PaymentReceipt, PaymentRequired, PaymentRequirements, PriceTable,
-    SettleResponse, SupportedResponse, TokenId, VerifyResponse, X402, X402Body, X402Layer, codec,
+    facilitator::{
+        DevLedger, Facilitator, FacilitatorError, FacilitatorRequest, LocalEvmFacilitator,
+    },
+    server::{PaymentOption, PaymentReceipt, PriceTable, X402, X402Body, X402Layer},
+    wire::{
+        Network, PaymentRequired, PaymentRequirements, SettleResponse, SupportedResponse, TokenId,
+        VerifyResponse, codec,
+    },
 };
 use x402_fixtures::{CHAT, PAY_TO, QUOTED_UNITS};
 

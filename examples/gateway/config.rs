@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use walletgate::free_tier::FreeTierQuotas;
 use walletgate::tls::ClientTls;
-use walletgate::x402::DevLedger;
+use walletgate::x402::facilitator::DevLedger;
 use walletgate::{SharedClock, SystemClock};
 
 use crate::catalogue::Catalogue;
@@ -153,7 +153,7 @@ impl Default for Config {
             providers: Vec::new(),
             faults: HashMap::new(),
             pay_to: DevLedger::DEV_ACCOUNTS[9].to_owned(),
-            max_timeout_secs: walletgate::x402::DEFAULT_MAX_TIMEOUT_SECS,
+            max_timeout_secs: walletgate::x402::server::DEFAULT_MAX_TIMEOUT_SECS,
             // Used authorizations are forgotten once their validBefore passes.
             ledger: Arc::new(DevLedger::new().with_expiry_clock(clock.clone())),
             clock,
@@ -219,7 +219,7 @@ impl Config {
             config.upstream_timeout = Duration::from_secs(secs);
         }
         if let Some(pay_to) = var("GATEWAY_PAY_TO") {
-            walletgate::x402::PaymentOption::base_sepolia_usdc(&pay_to)
+            walletgate::x402::server::PaymentOption::base_sepolia_usdc(&pay_to)
                 .map_err(|error| invalid("GATEWAY_PAY_TO", error.to_string()))?;
             config.pay_to = pay_to;
         }

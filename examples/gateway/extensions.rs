@@ -13,7 +13,7 @@ use axum::extract::FromRequestParts;
 use axum::response::{IntoResponse, Response};
 use http::request::Parts;
 use walletgate::envelope::{EnvelopeStyle, MissingExtension};
-use walletgate::x402::Price;
+use walletgate::x402::server::Price;
 
 use crate::catalogue::Model;
 use crate::request::ChatRequest;

@@ -20,10 +20,16 @@ use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, FreeTierStore, I
 use walletgate::store::BoxFuture;
 use walletgate::tls::ClientTls;
 use walletgate::x402::{
-    ConfigError, Facilitator, FacilitatorError, FacilitatorRequest, HttpFacilitator,
-    InMemoryNonceStore, Ledger, LocalEvmFacilitator, NonceStore, PaymentOption, Price,
-    PriceRefusal, SettleResponse, SettledPayment, SettlementHookError, SupportedResponse,
-    VerifyResponse, X402Layer,
+    ConfigError,
+    facilitator::{
+        Facilitator, FacilitatorError, FacilitatorRequest, HttpFacilitator, Ledger,
+        LocalEvmFacilitator,
+    },
+    server::{
+        InMemoryNonceStore, NonceStore, PaymentOption, Price, PriceRefusal, SettledPayment,
+        SettlementHookError, X402Layer,
+    },
+    wire::{SettleResponse, SupportedResponse, VerifyResponse},
 };
 
 use crate::config::{PaymentFaults, SolanaSettings};
@@ -313,7 +319,10 @@ impl Facilitator for FaultyFacilitator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use walletgate::x402::{AtomicAmount, DevLedger, Network};
+    use walletgate::x402::{
+        facilitator::DevLedger,
+        wire::{AtomicAmount, Network},
+    };
 
     #[test]
     fn every_offer_quotes_the_configured_max_timeout() {

@@ -79,7 +79,10 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::{get, post};
-use walletgate::x402::{DevLedger, HttpFacilitator, Network};
+use walletgate::x402::{
+    facilitator::{DevLedger, HttpFacilitator},
+    wire::Network,
+};
 
 use crate::config::{Config, PaymentNetwork};
 use crate::gates::{Gates, PaymentSettings, RedisConnection, free_tier};

@@ -17,8 +17,8 @@ use serde_json::json;
 use walletgate::envelope::ErrorCode;
 use walletgate::tls::ClientTls;
 use walletgate::x402::{
-    AtomicAmount, FacilitatorRequest, HttpFacilitator, Network, PaymentPayload,
-    PaymentRequirements, SOLANA_MAINNET, SOLANA_USDC_MINT, SettleResponse, codec,
+    facilitator::{FacilitatorRequest, HttpFacilitator, SOLANA_MAINNET, SOLANA_USDC_MINT},
+    wire::{AtomicAmount, Network, PaymentPayload, PaymentRequirements, SettleResponse, codec},
 };
 
 use crate::config::{Config, PaymentNetwork, SolanaSettings};
@@ -282,7 +282,7 @@ async fn the_fee_payer_is_read_from_supported_for_its_network_only() {
     let error = evm.unwrap_err();
     assert_eq!(
         error.kind(),
-        &walletgate::x402::FacilitatorErrorKind::Protocol
+        &walletgate::x402::facilitator::FacilitatorErrorKind::Protocol
     );
     assert!(
         error.detail().contains("no feePayer for eip155:84532"),

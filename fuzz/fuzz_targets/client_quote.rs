@@ -21,7 +21,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 use walletgate::client::pay::{X402PaymentLayer, parse_quote};
 use walletgate::clock::FakeClock;
-use walletgate::x402::payer::DEV_KEYS;
+use walletgate::client::payer::DEV_KEYS;
 use walletgate_fuzz::{ready, split_once};
 
 const NOW: u64 = 1_750_000_000;

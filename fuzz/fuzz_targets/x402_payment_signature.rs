@@ -21,10 +21,7 @@ use libfuzzer_sys::fuzz_target;
 use tower_layer::Layer;
 use tower_service::Service;
 use walletgate::clock::FakeClock;
-use walletgate::x402::{
-    DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator, PaymentOption, PaymentPayload,
-    PaymentRequirements, PriceTable, UsdAmount, X402, X402Layer, codec, matching_offer,
-};
+use walletgate::x402::{facilitator::{DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator}, server::{matching_offer, PaymentOption, PriceTable, X402, X402Layer}, wire::{codec, PaymentPayload, PaymentRequirements, UsdAmount}};
 use walletgate_fuzz::ready;
 
 /// The time the seed corpus was signed for.

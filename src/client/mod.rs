@@ -1,4 +1,5 @@
-//! HTTP clients of walletgate services (feature `client`).
+//! HTTP clients of walletgate services (feature `client`), and the payer's
+//! signing (feature `x402`).
 //!
 //! * [`pay`]: a tower layer for HTTP *client* services that answers x402
 //!   quotes — signs the first offer within the caller's spend controls and
@@ -6,6 +7,13 @@
 //!   from API failures from network failures.
 //! * [`wallet`]: sign in to a wallet-authenticated data API (Area A) with an
 //!   Ethereum key, keep a wallet JWT fresh and send requests with it.
+//! * [`payer`]: EIP-3009 signing of a quote's offer with one secp256k1 key
+//!   (`Payer`), which `pay` signs through and tests, benches and
+//!   `examples/gateway_presign.rs` use directly; it needs only `x402`.
 
+#[cfg(feature = "client")]
 pub mod pay;
+#[cfg(feature = "x402")]
+pub mod payer;
+#[cfg(feature = "client")]
 pub mod wallet;

@@ -14,7 +14,7 @@
 //!
 //! Payments (with the `x402` feature): [`RedisNonceStore`] (claims, releases,
 //! spent authorizations) and [`RedisLedger`] (the development ledger). Paired
-//! with [`RedisNonceStore::prefetching_for`], a paid request costs two round
+//! with [`RedisNonceStore::with_ledger_prefetch`], a paid request costs two round
 //! trips: the claim, which also reads what the ledger's check needs, and the
 //! transfer, which also writes the spent record.
 

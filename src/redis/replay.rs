@@ -10,7 +10,7 @@
 //! Each operation is one round trip: the claim is a Lua script (read, and set
 //! `F` only if absent), the release a script (delete only an `F`), marking
 //! spent one `SET … EX`, or none when paired with a [`RedisLedger`] through
-//! [`prefetching_for`](RedisNonceStore::prefetching_for): the claim then also
+//! [`with_ledger_prefetch`](RedisNonceStore::with_ledger_prefetch): the claim then also
 //! reads the ledger state the check needs, and the transfer script writes the
 //! spent record (see the ledger's docs). Expiry is relative (seconds from the
 //! store's clock), so the replicas' clocks never need to agree with Redis's.
@@ -30,7 +30,7 @@ use super::ledger::{Announced, RedisLedger, Snapshot};
 use super::spent::{decode_spent, encode_spent};
 use crate::clock::SharedClock;
 use crate::store::{BoxFuture, StoreError};
-use crate::x402::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
+use crate::x402::server::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
 
 /// The key seam of the replay guard.
 const SEAM: &str = "x402-replay";
@@ -381,7 +381,10 @@ fn decode_snapshot(items: &[String]) -> Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::x402::{AtomicAmount, Network, PaymentReceipt};
+    use crate::x402::{
+        server::PaymentReceipt,
+        wire::{AtomicAmount, Network},
+    };
 
     #[test]
     fn a_spent_entry_reads_back_as_written() {

@@ -4,7 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::x402::{BASE_SEPOLIA_USDC, Network, PaymentRequirements, UsdAmount, ValueError};
+use crate::x402::{
+    server::BASE_SEPOLIA_USDC,
+    wire::{Network, PaymentRequirements, UsdAmount, ValueError},
+};
 
 /// USDC on Base mainnet.
 pub const BASE_USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
@@ -112,7 +115,7 @@ impl fmt::Display for Refusal {
 
 /// Micro-dollars as a decimal USD string.
 pub(crate) fn usd(micros: u128) -> String {
-    crate::x402::AtomicAmount::new(micros).to_decimal_string(UsdAmount::DECIMALS)
+    crate::x402::wire::AtomicAmount::new(micros).to_decimal_string(UsdAmount::DECIMALS)
 }
 
 /// A total spend shared by every clone of the policy (and so of the layer).
@@ -270,7 +273,7 @@ fn micros(units: u128, decimals: u8) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::x402::{AtomicAmount, DevLedger, PaymentOption};
+    use crate::x402::{facilitator::DevLedger, server::PaymentOption, wire::AtomicAmount};
 
     fn offer(units: u128) -> PaymentRequirements {
         PaymentOption::base_sepolia_usdc(DevLedger::DEV_ACCOUNTS[9])

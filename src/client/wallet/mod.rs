@@ -25,7 +25,7 @@
 //! ```no_run
 //! # async fn run() -> Result<(), walletgate::client::wallet::WalletError> {
 //! use walletgate::client::wallet::{WalletAuth, WalletConfig};
-//! use walletgate::x402::Payer;
+//! use walletgate::client::payer::Payer;
 //!
 //! let config = WalletConfig::new("http://127.0.0.1:8080", "my-api-key")?;
 //! let auth = WalletAuth::new(config)?;

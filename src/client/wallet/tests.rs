@@ -210,8 +210,8 @@ impl Service<Request<Full<Bytes>>> for FakeTransport {
     }
 }
 
-fn signer() -> crate::x402::Payer {
-    crate::x402::Payer::from_hex_key(DEV_KEY_0).unwrap()
+fn signer() -> crate::client::payer::Payer {
+    crate::client::payer::Payer::from_hex_key(DEV_KEY_0).unwrap()
 }
 
 fn data_request() -> Request<Bytes> {

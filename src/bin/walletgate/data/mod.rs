@@ -13,9 +13,9 @@ use bytes::Bytes;
 use clap::{Args, Subcommand, ValueEnum};
 use http::{Method, Request, StatusCode, header};
 use serde_json::{Value, json};
+use walletgate::client::payer::Payer;
 use walletgate::client::wallet::{Credentials, WalletAuth, WalletConfig, WalletError};
 use walletgate::siwe::Timestamp;
-use walletgate::x402::Payer;
 
 use self::auth_file::AuthFile;
 use crate::exit::Exit;

@@ -23,7 +23,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use walletgate::clock::FakeClock;
-//! use walletgate::x402::{DevLedger, LocalEvmFacilitator};
+//! use walletgate::x402::facilitator::{DevLedger, LocalEvmFacilitator};
 //!
 //! let ledger = Arc::new(DevLedger::new());
 //! let facilitator = LocalEvmFacilitator::new(ledger.clone(), Arc::new(FakeClock::at_unix_secs(1_750_000_000)));
@@ -37,17 +37,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use alloy_primitives::{Address, B256, Signature, U256};
 
-use super::eip712::{
+use super::api::{Facilitator, FacilitatorError, FacilitatorRequest, reason};
+use super::ledger::{Ledger, LedgerError, Transfer};
+use crate::clock::SharedClock;
+use crate::store::BoxFuture;
+use crate::x402::wire::eip712::{
     DomainCache, TokenId, TransferWithAuthorization, parse_b256, parse_evm_address, parse_signature,
 };
-use super::facilitator::{Facilitator, FacilitatorError, FacilitatorRequest, reason};
-use super::ledger::{Ledger, LedgerError, Transfer};
-use super::types::{
+use crate::x402::wire::types::{
     Eip3009AuthorizationRef, ExactEvmPayloadRef, Network, SCHEME_EXACT, SettleResponse,
     SupportedKind, SupportedResponse, VerifyResponse, X402_VERSION,
 };
-use crate::clock::SharedClock;
-use crate::store::BoxFuture;
 
 /// Seconds an authorization must still be valid for at verification, as the
 /// reference facilitator requires (room for settlement).
@@ -324,10 +324,10 @@ impl Facilitator for LocalEvmFacilitator {
 mod tests {
     use super::*;
     use crate::clock::FakeClock;
-    use crate::x402::quote::PaymentOption;
-    use crate::x402::types::{AtomicAmount, PaymentPayload, PaymentRequirements};
+    use crate::x402::server::PaymentOption;
+    use crate::x402::wire::{AtomicAmount, PaymentPayload, PaymentRequirements};
 
-    use crate::x402::ledger::DevLedger;
+    use crate::x402::facilitator::DevLedger;
 
     fn addr(text: &str) -> Address {
         parse_evm_address(text).unwrap()

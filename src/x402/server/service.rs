@@ -8,8 +8,6 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
 
-use super::codec;
-use super::facilitator::{FacilitatorRequest, code_for_reason, reason};
 use super::future::ResponseFuture;
 use super::layer::{Config, X402Layer};
 use super::pricing::Price;
@@ -17,9 +15,11 @@ use super::quote::{Quote, check_authorization, matching_offer, write_quote_heade
 use super::receipt::{PaymentReceipt, SettledPayment};
 use super::replay::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
 use super::stream::{X402Body, receipt_event};
-use super::types::{PaymentPayload, PaymentRequired, ResourceInfo, SettleResponse};
 use crate::body::{ResponseBody, rejection};
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection, header};
+use crate::x402::facilitator::{FacilitatorRequest, code_for_reason, reason};
+use crate::x402::wire::codec;
+use crate::x402::wire::types::{PaymentPayload, PaymentRequired, ResourceInfo, SettleResponse};
 
 /// Seconds a spent authorization is remembered at least, whatever its
 /// `validBefore` (for paid replay), unless its offer's `maxTimeoutSeconds` is
@@ -122,7 +122,7 @@ struct Payment {
 fn prepare<B>(
     config: &Config,
     request: &Request<B>,
-    usd: super::UsdAmount,
+    usd: crate::x402::wire::UsdAmount,
 ) -> Result<Payment, Response<Bytes>> {
     let style = EnvelopeStyle::of_request(request);
     let Some(total) = usd.checked_add(config.flat_fee) else {
@@ -161,7 +161,7 @@ fn prepare<B>(
     // Borrowed from the payload: no copies of its strings.
     let evm = payload.exact_evm_ref();
     let payer = evm.as_ref().map(|evm| evm.authorization.from.to_owned());
-    if payload.x402_version != super::X402_VERSION {
+    if payload.x402_version != crate::x402::wire::X402_VERSION {
         return Err(invalid(reason::INVALID_X402_VERSION, payer.as_deref()));
     }
     let Some(offer) = matching_offer(&quote.required().accepts, &payload.accepted).cloned() else {
@@ -638,8 +638,8 @@ mod tests {
     use crate::store::BoxFuture;
     use crate::x402::facilitator::{Facilitator, FacilitatorError};
     use crate::x402::{
-        PaymentOption, PriceTable, SettlementHookError, SupportedResponse, VerifyResponse,
-        X402Layer,
+        server::{PaymentOption, PriceTable, SettlementHookError, X402Layer},
+        wire::{SupportedResponse, VerifyResponse},
     };
 
     const NOW: u64 = 1_750_000_000;
@@ -658,7 +658,7 @@ mod tests {
         fn verify<'a>(
             &'a self,
             _request: &'a FacilitatorRequest,
-        ) -> BoxFuture<'a, Result<crate::x402::VerifyResponse, FacilitatorError>> {
+        ) -> BoxFuture<'a, Result<crate::x402::wire::VerifyResponse, FacilitatorError>> {
             let verdict = if self.refuse.load(Ordering::SeqCst) {
                 VerifyResponse::invalid(reason::SIGNATURE, Some(PAYER.into()))
             } else {
@@ -703,7 +703,7 @@ mod tests {
     }
 
     /// The chat route at 0.002 USD over `facade`, on the fake clock.
-    fn chat_layer(facade: &Arc<Facade>) -> crate::x402::X402LayerBuilder {
+    fn chat_layer(facade: &Arc<Facade>) -> crate::x402::server::X402LayerBuilder {
         X402Layer::builder()
             .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
             .with_pricing(

@@ -10,7 +10,7 @@
 //! call, so the price must depend only on the request, never on time or load.
 //!
 //! ```
-//! use walletgate::x402::{Price, PriceTable, Pricing};
+//! use walletgate::x402::server::{Price, PriceTable, Pricing};
 //!
 //! /// What an earlier parse layer put in the extensions.
 //! #[derive(Clone)]
@@ -27,7 +27,7 @@
 //! request.extensions_mut().insert(Model("openai/gpt-4o".into()));
 //! let (parts, ()) = request.into_parts();
 //! assert_eq!(table.price(&parts), Ok(Price::usd("0.002")?));
-//! # Ok::<(), walletgate::x402::ValueError>(())
+//! # Ok::<(), walletgate::x402::wire::ValueError>(())
 //! ```
 
 use std::collections::HashMap;
@@ -36,8 +36,8 @@ use std::sync::Arc;
 
 use http::request::Parts;
 
-use super::types::{UsdAmount, ValueError};
 use crate::envelope::{ErrorCode, GatewayError};
+use crate::x402::wire::types::{UsdAmount, ValueError};
 
 /// The price of one request, before the flat fee.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,7 +265,10 @@ mod tests {
 
         use crate::clock::{FakeClock, SharedClock};
         use crate::envelope::{EnvelopeStyle, EnvelopeStyleLayer};
-        use crate::x402::{DevLedger, LocalEvmFacilitator, PaymentOption, X402Layer};
+        use crate::x402::{
+            facilitator::{DevLedger, LocalEvmFacilitator},
+            server::{PaymentOption, X402Layer},
+        };
 
         let clock: SharedClock = Arc::new(FakeClock::at_unix_secs(1_700_000_000));
         let layer = X402Layer::builder()

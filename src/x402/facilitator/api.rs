@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::types::{
-    PaymentPayload, PaymentRequirements, SettleResponse, SupportedResponse, VerifyResponse,
-};
 use crate::envelope::ErrorCode;
 use crate::store::BoxFuture;
+use crate::x402::wire::types::{
+    PaymentPayload, PaymentRequirements, SettleResponse, SupportedResponse, VerifyResponse,
+};
 
 /// The body of `POST /verify` and `POST /settle`.
 ///
@@ -182,7 +182,7 @@ pub mod reason {
 ///
 /// ```
 /// use walletgate::envelope::ErrorCode;
-/// use walletgate::x402::code_for_reason;
+/// use walletgate::x402::facilitator::code_for_reason;
 ///
 /// assert_eq!(code_for_reason("insufficient_funds"), ErrorCode::PaymentUnfunded);
 /// assert_eq!(code_for_reason("invalid_exact_evm_payload_signature"), ErrorCode::PaymentInvalid);

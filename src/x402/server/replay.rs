@@ -12,7 +12,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use walletgate::clock::FakeClock;
-//! use walletgate::x402::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, Network};
+//! use walletgate::x402::{server::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore}, wire::Network};
 //!
 //! # tokio_test_block_on(async {
 //! let clock = Arc::new(FakeClock::at_unix_secs(1000));
@@ -34,13 +34,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use alloy_primitives::{Address, B256, keccak256};
 
-use super::eip712::{parse_b256, parse_evm_address};
-use super::expiring::ExpiringMap;
 use super::receipt::PaymentReceipt;
-use super::types::{AtomicAmount, Network};
 use crate::clock::SharedClock;
 use crate::store::BoxFuture;
 use crate::store::StoreError;
+use crate::x402::expiring::ExpiringMap;
+use crate::x402::wire::eip712::{parse_b256, parse_evm_address};
+use crate::x402::wire::types::{AtomicAmount, Network};
 
 /// Identifies one authorization: network, payer and nonce, lowercased.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -418,7 +418,7 @@ mod tests {
 
     use super::*;
     use crate::clock::FakeClock;
-    use crate::x402::types::AtomicAmount;
+    use crate::x402::wire::AtomicAmount;
 
     fn spent() -> SpentAuthorization {
         let receipt = PaymentReceipt::new(

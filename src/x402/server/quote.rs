@@ -7,15 +7,15 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{Map, Value};
 
-use super::codec;
-use super::eip712::{parse_evm_address, parse_signature};
-use super::error::ConfigError;
-use super::facilitator::reason;
-use super::types::{
+use crate::envelope::{PaymentInfo, QuoteBody, QuotePrice, header};
+use crate::x402::ConfigError;
+use crate::x402::facilitator::reason;
+use crate::x402::wire::codec;
+use crate::x402::wire::eip712::{parse_evm_address, parse_signature};
+use crate::x402::wire::types::{
     AtomicAmount, ExactEvmPayloadRef, Network, PaymentRequired, PaymentRequirements, ResourceInfo,
     SCHEME_EXACT, UsdAmount, ValueError, X402_VERSION,
 };
-use crate::envelope::{PaymentInfo, QuoteBody, QuotePrice, header};
 
 /// Base Sepolia USDC, the embedded default asset.
 pub const BASE_SEPOLIA_USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
@@ -351,7 +351,7 @@ fn offer_matches(offer: &PaymentRequirements, accepted: &PaymentRequirements) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::x402::types::{Eip3009AuthorizationRef, PaymentRequired};
+    use crate::x402::wire::{PaymentRequired, types::Eip3009AuthorizationRef};
 
     const PAY_TO: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 
@@ -466,11 +466,11 @@ mod tests {
         );
         assert_eq!(check_authorization(&offer(), None, now), Ok(()));
         assert_eq!(
-            crate::x402::code_for_reason(reason::AUTHORIZATION_TOO_LONG),
+            crate::x402::facilitator::code_for_reason(reason::AUTHORIZATION_TOO_LONG),
             crate::envelope::ErrorCode::PaymentInvalid
         );
         assert_eq!(
-            crate::x402::code_for_reason(reason::SIGNATURE_NOT_CANONICAL),
+            crate::x402::facilitator::code_for_reason(reason::SIGNATURE_NOT_CANONICAL),
             crate::envelope::ErrorCode::PaymentInvalid
         );
     }
