@@ -21,7 +21,11 @@ use libfuzzer_sys::fuzz_target;
 use tower_layer::Layer;
 use tower_service::Service;
 use walletgate::clock::FakeClock;
-use walletgate::x402::{facilitator::{DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator}, server::{matching_offer, PaymentOption, PriceTable, X402, X402Layer}, wire::{codec, PaymentPayload, PaymentRequirements, UsdAmount}};
+use walletgate::x402::{
+    facilitator::{DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator},
+    server::{PaymentOption, PriceTable, X402, X402Layer, matching_offer},
+    wire::{PaymentPayload, PaymentRequirements, UsdAmount, codec},
+};
 use walletgate_fuzz::ready;
 
 /// The time the seed corpus was signed for.
