@@ -141,11 +141,7 @@ fn bench_x402(c: &mut Criterion) {
         b.iter(|| {
             let payment: PaymentPayload = codec::decode(black_box(header.as_bytes())).unwrap();
             let offer = matching_offer(&offers, &payment.accepted).unwrap().clone();
-            let request = FacilitatorRequest {
-                x402_version: payment.x402_version,
-                payment_payload: payment,
-                payment_requirements: offer,
-            };
+            let request = FacilitatorRequest::new(payment, offer);
             let verdict = ready(facilitator.verify(&request)).unwrap();
             assert!(verdict.is_valid);
         })

@@ -87,7 +87,7 @@ impl Facilitator for ScriptedFacilitator {
     ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
         self.settle_calls.fetch_add(1, Ordering::SeqCst);
         if self.fail_settlements.load(Ordering::SeqCst) {
-            let network = request.payment_requirements.network.clone();
+            let network = request.payment_requirements().network.clone();
             return Box::pin(async move {
                 Ok(SettleResponse::failure(
                     network,

@@ -292,7 +292,7 @@ impl Facilitator for FaultyFacilitator {
     ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
         Box::pin(async move {
             if self.faults.refuse_settle.load(Ordering::SeqCst) {
-                let network = request.payment_requirements.network.clone();
+                let network = request.payment_requirements().network.clone();
                 return Ok(SettleResponse::failure(
                     network,
                     "invalid_exact_evm_transaction_failed",

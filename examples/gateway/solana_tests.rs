@@ -48,7 +48,7 @@ fn transaction(name: &str) -> String {
 }
 
 fn script_of(request: &FacilitatorRequest) -> String {
-    let encoded = request.payment_payload.payload["transaction"]
+    let encoded = request.payment_payload().payload["transaction"]
         .as_str()
         .unwrap_or_default();
     let bytes = base64::engine::general_purpose::STANDARD
@@ -80,7 +80,7 @@ async fn verify(State(state): State<Shared>, body: Bytes) -> (StatusCode, String
 
 async fn settle(State(state): State<Shared>, body: Bytes) -> String {
     let request: FacilitatorRequest = serde_json::from_slice(&body).unwrap();
-    let amount = request.payment_requirements.amount;
+    let amount = request.payment_requirements().amount;
     let mut state = state.lock().unwrap();
     state.settled.push(amount);
     let signature = format!("5oLanaSettlementSignature{}", state.settled.len());
@@ -179,7 +179,10 @@ async fn solana_quotes_carry_the_fee_payer_and_settle_through_the_facilitator() 
         // The facilitator was asked with the server's own offer, and settled exactly it.
         {
             let state = state.lock().unwrap();
-            assert_eq!(state.verified.last().unwrap().payment_requirements, offer);
+            assert_eq!(
+                state.verified.last().unwrap().payment_requirements(),
+                &offer
+            );
             assert_eq!(state.settled.last(), Some(&offer.amount));
         }
         // One transaction, one charge: sent again, it is a replay.

@@ -108,11 +108,7 @@ fn decode_match_verify(header: &[u8]) {
     let Some(offer) = matching_offer(&harness.offers, &payment.accepted).cloned() else {
         return;
     };
-    let request = FacilitatorRequest {
-        x402_version: payment.x402_version,
-        payment_payload: payment,
-        payment_requirements: offer,
-    };
+    let request = FacilitatorRequest::new(payment, offer);
     let verdict = ready(harness.facilitator.verify(&request)).unwrap();
     assert_eq!(verdict.is_valid, verdict.invalid_reason.is_none());
     if verdict.is_valid {

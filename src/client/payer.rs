@@ -389,11 +389,7 @@ mod tests {
         let evm = payment.exact_evm().unwrap();
         assert_eq!(evm.authorization.valid_before, NOW + 300);
         assert_eq!(evm.authorization.to, offer().pay_to);
-        let request = FacilitatorRequest {
-            x402_version: 2,
-            payment_payload: payment,
-            payment_requirements: offer(),
-        };
+        let request = FacilitatorRequest::new(payment, offer());
         let verdict = facilitator.verify(&request).await.unwrap();
         assert!(verdict.is_valid, "{verdict:?}");
         assert!(facilitator.settle(&request).await.unwrap().success);

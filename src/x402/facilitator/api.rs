@@ -8,8 +8,9 @@
 //! maps any of them to the specification's codes.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use alloy_primitives::{Address, B256};
 use serde::{Deserialize, Serialize};
 
 use crate::envelope::ErrorCode;
@@ -17,22 +18,138 @@ use crate::store::BoxFuture;
 use crate::x402::wire::types::{
     PaymentPayload, PaymentRequirements, SettleResponse, SupportedResponse, VerifyResponse,
 };
+use crate::x402::wire::{EvmDecoding, ExactEvmPayment};
 
-/// The body of `POST /verify` and `POST /settle`.
+/// A payment a facilitator is asked about: the client's payload, the
+/// server's matching offer, and the payload read once into typed values.
 ///
-/// `payment_requirements` is the server's own matching offer, not the
-/// client's echo.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// It serialises as the body of `POST /verify` and `POST /settle`
+/// (`{x402Version, paymentPayload, paymentRequirements}`, the payload as the
+/// client sent it) and reads back from one. `payment_requirements` is the
+/// server's own matching offer, not the client's echo. The exact-EVM
+/// authorization is decoded when the request is built and its signer
+/// recovered at most once, however often it is verified and settled.
+#[derive(Clone)]
 pub struct FacilitatorRequest {
+    x402_version: u8,
+    payment_payload: PaymentPayload,
+    payment_requirements: PaymentRequirements,
+    evm: EvmDecoding,
+    /// The EIP-712 digest last checked and the signer it recovered to.
+    pub(super) recovered: OnceLock<(B256, Option<Address>)>,
+}
+
+impl FacilitatorRequest {
+    /// `payload` offered against `requirements` (the server's offer it
+    /// matched); its exact-EVM authorization, if it is one, is decoded here.
+    pub fn new(payload: PaymentPayload, requirements: PaymentRequirements) -> Self {
+        Self {
+            x402_version: payload.x402_version,
+            evm: EvmDecoding::of(&payload),
+            payment_payload: payload,
+            payment_requirements: requirements,
+            recovered: OnceLock::new(),
+        }
+    }
+
     /// The payload's version.
-    #[serde(rename = "x402Version")]
-    pub x402_version: u8,
-    /// The client's payment.
-    #[serde(rename = "paymentPayload")]
-    pub payment_payload: PaymentPayload,
+    pub fn x402_version(&self) -> u8 {
+        self.x402_version
+    }
+
+    /// The client's payment, as received.
+    pub fn payment_payload(&self) -> &PaymentPayload {
+        &self.payment_payload
+    }
+
     /// The offer it matched.
+    pub fn payment_requirements(&self) -> &PaymentRequirements {
+        &self.payment_requirements
+    }
+
+    /// The exact-EVM payment, typed, if the payload is one whose fields parse.
+    pub fn exact_evm(&self) -> Option<&ExactEvmPayment> {
+        self.evm.payment()
+    }
+
+    pub(crate) fn evm_decoding(&self) -> &EvmDecoding {
+        &self.evm
+    }
+
+    /// The signer of `digest`: recovered once per request (verify and settle
+    /// check the same digest), again only for a different digest.
+    pub(crate) fn signer(
+        &self,
+        digest: B256,
+        recover: impl Fn() -> Option<Address>,
+    ) -> Option<Address> {
+        let (checked, signer) = self.recovered.get_or_init(|| (digest, recover()));
+        if *checked == digest {
+            *signer
+        } else {
+            recover()
+        }
+    }
+}
+
+impl fmt::Debug for FacilitatorRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FacilitatorRequest")
+            .field("x402_version", &self.x402_version)
+            .field("payment_requirements", &self.payment_requirements)
+            .field("exact_evm", &self.exact_evm())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for FacilitatorRequest {
+    fn eq(&self, other: &Self) -> bool {
+        self.x402_version == other.x402_version
+            && self.payment_payload == other.payment_payload
+            && self.payment_requirements == other.payment_requirements
+    }
+}
+
+/// The wire body, borrowed for writing.
+#[derive(Serialize)]
+struct WireRequestRef<'a> {
+    #[serde(rename = "x402Version")]
+    x402_version: u8,
+    #[serde(rename = "paymentPayload")]
+    payment_payload: &'a PaymentPayload,
     #[serde(rename = "paymentRequirements")]
-    pub payment_requirements: PaymentRequirements,
+    payment_requirements: &'a PaymentRequirements,
+}
+
+/// The wire body, owned for reading.
+#[derive(Deserialize)]
+struct WireRequest {
+    #[serde(rename = "x402Version")]
+    x402_version: u8,
+    #[serde(rename = "paymentPayload")]
+    payment_payload: PaymentPayload,
+    #[serde(rename = "paymentRequirements")]
+    payment_requirements: PaymentRequirements,
+}
+
+impl Serialize for FacilitatorRequest {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        WireRequestRef {
+            x402_version: self.x402_version,
+            payment_payload: &self.payment_payload,
+            payment_requirements: &self.payment_requirements,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for FacilitatorRequest {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = WireRequest::deserialize(deserializer)?;
+        let mut request = Self::new(wire.payment_payload, wire.payment_requirements);
+        request.x402_version = wire.x402_version;
+        Ok(request)
+    }
 }
 
 /// Verifies and settles payments.

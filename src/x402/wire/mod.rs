@@ -8,9 +8,12 @@
 
 pub mod codec;
 pub(crate) mod eip712;
+mod evm;
 pub(crate) mod types;
 
 pub use eip712::{ExactEvmDomain, TokenId, TransferWithAuthorization};
+pub(crate) use evm::EvmDecoding;
+pub use evm::ExactEvmPayment;
 pub use types::{
     AtomicAmount, Eip3009Authorization, ExactEvmPayload, Network, PaymentPayload, PaymentRequired,
     PaymentRequirements, ResourceInfo, SCHEME_EXACT, SettleResponse, SupportedKind,
