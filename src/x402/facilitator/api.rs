@@ -35,8 +35,9 @@ pub struct FacilitatorRequest {
     payment_payload: PaymentPayload,
     payment_requirements: PaymentRequirements,
     evm: EvmDecoding,
-    /// The EIP-712 digest last checked and the signer it recovered to.
+    /// The EIP-712 digest checked and the signer it recovered to.
     pub(super) recovered: OnceLock<(B256, Option<Address>)>,
+    payer_checksum: OnceLock<String>,
 }
 
 impl FacilitatorRequest {
@@ -49,6 +50,7 @@ impl FacilitatorRequest {
             payment_payload: payload,
             payment_requirements: requirements,
             recovered: OnceLock::new(),
+            payer_checksum: OnceLock::new(),
         }
     }
 
@@ -76,19 +78,31 @@ impl FacilitatorRequest {
         &self.evm
     }
 
-    /// The signer of `digest`: recovered once per request (verify and settle
-    /// check the same digest), again only for a different digest.
+    /// The EIP-712 digest of the authorization and its signer, computed and
+    /// recovered once per request: the payload and the offer it is checked
+    /// against cannot change after [`new`](Self::new), so verify and then
+    /// settle ask once.
     pub(crate) fn signer(
         &self,
-        digest: B256,
-        recover: impl Fn() -> Option<Address>,
+        digest: impl FnOnce() -> B256,
+        recover: impl FnOnce(&B256) -> Option<Address>,
     ) -> Option<Address> {
-        let (checked, signer) = self.recovered.get_or_init(|| (digest, recover()));
-        if *checked == digest {
-            *signer
-        } else {
-            recover()
-        }
+        self.recovered
+            .get_or_init(|| {
+                let digest = digest();
+                let signer = recover(&digest);
+                (digest, signer)
+            })
+            .1
+    }
+
+    /// The payer's checksummed address (EIP-55), hashed once for every verdict that names it.
+    pub(crate) fn payer_checksum(&self) -> Option<&str> {
+        let evm = self.exact_evm()?;
+        Some(
+            self.payer_checksum
+                .get_or_init(|| evm.from.to_checksum(None)),
+        )
     }
 }
 

@@ -8,11 +8,11 @@
 //! the [`Ledger`]: nonce unused and balance sufficient. Settlement re-runs the
 //! checks and moves the funds through the same ledger.
 //!
-//! A paid request recovers its signer once: the [`FacilitatorRequest`]
-//! carries the authorization decoded when it was built and the signer of the
-//! digest it was checked against, so `settle` after `verify` rebuilds the
-//! digest (two Keccak-256 hashes) but does not recover again. The window,
-//! the amount and the ledger (nonce unused, funds) are checked again.
+//! A paid request hashes and recovers its signer once: the
+//! [`FacilitatorRequest`] carries the authorization decoded when it was
+//! built and, once checked, its EIP-712 digest and signer, which cannot
+//! change with it; `settle` after `verify` checks the window, the amount and
+//! the ledger (nonce unused, funds) again.
 //!
 //! [`DevLedger`](super::DevLedger) is an in-memory USDC ledger that
 //! pre-funds the ten public Hardhat/Anvil development accounts on Base
@@ -119,9 +119,11 @@ impl LocalEvmFacilitator {
         let payer = Some(evm.from);
         let signature = evm.signature.ok_or(refuse(reason::SIGNATURE, payer))?;
 
-        let domain = self.domains.get(name, version, TokenId { chain_id, asset });
-        let digest = domain.signing_hash(&evm.transfer());
-        let recover = || signature.recover_address_from_prehash(&digest).ok();
+        let digest = || {
+            let domain = self.domains.get(name, version, TokenId { chain_id, asset });
+            domain.signing_hash(&evm.transfer())
+        };
+        let recover = |digest: &_| signature.recover_address_from_prehash(digest).ok();
         if request.signer(digest, recover) != Some(evm.from) {
             return Err(refuse(reason::SIGNATURE, payer));
         }
@@ -173,7 +175,9 @@ impl Facilitator for LocalEvmFacilitator {
                     return Ok(VerifyResponse::invalid(refusal.reason, payer));
                 }
             };
-            let payer = transfer.from.to_checksum(None);
+            let payer = request
+                .payer_checksum()
+                .map_or_else(|| transfer.from.to_checksum(None), str::to_owned);
             match self.ledger.check(&transfer).await {
                 Ok(()) => Ok(VerifyResponse::valid(payer)),
                 Err(error) => match ledger_reason(&error) {
@@ -197,7 +201,9 @@ impl Facilitator for LocalEvmFacilitator {
                     return Ok(SettleResponse::failure(network, refusal.reason, payer));
                 }
             };
-            let payer = transfer.from.to_checksum(None);
+            let payer = request
+                .payer_checksum()
+                .map_or_else(|| transfer.from.to_checksum(None), str::to_owned);
             match self.ledger.transfer_with_authorization(&transfer).await {
                 Ok(transaction) => Ok(SettleResponse {
                     success: true,
@@ -402,11 +408,11 @@ mod tests {
         let request = vector_b3_request(|_, _| {});
         assert_eq!(verdict(&facilitator, &request).await, None);
         let evm = request.exact_evm().unwrap();
-        let (digest, signer) = *request.recovered.get().unwrap();
+        let (_, signer) = *request.recovered.get().unwrap();
         assert_eq!(signer, Some(evm.from));
-        // The remembered signer is the one given for this digest, whatever recovery would say now.
-        assert_eq!(request.signer(digest, || None), Some(evm.from));
-        assert_eq!(request.signer(B256::ZERO, || None), None);
+        // Asked again, the request answers what it recovered: no digest, no recovery.
+        let never = || -> B256 { unreachable!("hashed once") };
+        assert_eq!(request.signer(never, |_| None), Some(evm.from));
         assert!(facilitator.settle(&request).await.unwrap().success);
         assert_eq!(ledger.settlements(), 1);
     }
