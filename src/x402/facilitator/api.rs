@@ -347,6 +347,48 @@ pub fn code_for_reason(reason: &str) -> ErrorCode {
 mod tests {
     use super::*;
 
+    /// The standard `/verify` and `/settle` body: the three members in this
+    /// order, the payload exactly as the client sent it; read back, the same
+    /// request with its authorization decoded.
+    #[test]
+    fn a_request_is_the_standard_body_and_reads_back_decoded() {
+        let offer = crate::x402::server::PaymentOption::base_sepolia_usdc(
+            "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+        )
+        .unwrap()
+        .requirements_for_amount(crate::x402::wire::AtomicAmount::new(10_000));
+        let authorization = serde_json::json!({
+            "from": "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+            "to": "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+            "value": "10000",
+            "validAfter": "0",
+            "validBefore": "1750000300",
+            "nonce": format!("0x{}", "11".repeat(32)),
+        });
+        let payload = PaymentPayload {
+            x402_version: 2,
+            resource: None,
+            accepted: offer.clone(),
+            payload: serde_json::json!({"signature": "0x00", "authorization": authorization}),
+            extensions: None,
+        };
+        let request = FacilitatorRequest::new(payload.clone(), offer.clone());
+        let body = serde_json::to_string(&request).unwrap();
+        let expected = format!(
+            r#"{{"x402Version":2,"paymentPayload":{},"paymentRequirements":{}}}"#,
+            serde_json::to_string(&payload).unwrap(),
+            serde_json::to_string(&offer).unwrap(),
+        );
+        assert_eq!(body, expected);
+        let back: FacilitatorRequest = serde_json::from_str(&body).unwrap();
+        assert_eq!(back, request);
+        let evm = back.exact_evm().unwrap();
+        assert_eq!(evm.valid_before, 1_750_000_300);
+        assert_eq!(evm.nonce.0, [0x11; 32]);
+        // A signature the chain would not take is kept as none, refused later.
+        assert_eq!(evm.signature, None);
+    }
+
     #[test]
     fn every_known_reason_maps_to_its_code() {
         let cases = [
