@@ -204,7 +204,8 @@ fn prepare<B>(
             fingerprint,
         ),
         None => {
-            // Another scheme: the header as sent identifies the payment.
+            // Another scheme, or exact-EVM hex that does not parse (the facilitator
+            // refuses it): the header as sent identifies the payment.
             let fingerprint = keccak256(header_value.as_bytes().trim_ascii()).0;
             (
                 AuthorizationKey::of_payload(&offer.network, &fingerprint),
