@@ -17,10 +17,12 @@ use alloy_signer_local::PrivateKeySigner;
 use criterion::{Criterion, criterion_main};
 use secp256k1::{Message, SECP256K1, SecretKey};
 use walletgate::client::pay::PaymentSigner;
-use walletgate::x402::payer::DEV_KEYS;
+use walletgate::client::payer::DEV_KEYS;
+use walletgate::client::payer::Payer;
 use walletgate::x402::{
-    DevLedger, ExactEvmDomain, Payer, PaymentOption, ResourceInfo, TransferWithAuthorization,
-    UsdAmount,
+    facilitator::DevLedger,
+    server::PaymentOption,
+    wire::{ExactEvmDomain, ResourceInfo, TransferWithAuthorization, UsdAmount},
 };
 
 const NOW: u64 = 1_750_000_000;

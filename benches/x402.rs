@@ -22,13 +22,18 @@ use criterion::{BatchSize, Criterion};
 use http::{Request, Response};
 use http_body_util::Full;
 use tower::ServiceExt;
+use walletgate::client::payer::Payer;
+use walletgate::client::payer::sequential_nonce;
 use walletgate::clock::FakeClock;
-use walletgate::x402::payer::sequential_nonce;
 use walletgate::x402::{
-    DevLedger, ExactEvmDomain, ExactEvmPayload, Facilitator, FacilitatorRequest,
-    InMemoryNonceStore, LocalEvmFacilitator, NonceStore, Payer, PaymentOption, PaymentPayload,
-    PaymentRequirements, PriceTable, TransferWithAuthorization, UsdAmount, X402Layer, codec,
-    matching_offer,
+    facilitator::{DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator},
+    server::{
+        InMemoryNonceStore, NonceStore, PaymentOption, PriceTable, X402Layer, matching_offer,
+    },
+    wire::{
+        ExactEvmDomain, ExactEvmPayload, PaymentPayload, PaymentRequirements,
+        TransferWithAuthorization, UsdAmount, codec,
+    },
 };
 
 #[global_allocator]
@@ -56,7 +61,7 @@ fn paid_chat(
     nonce_store: Arc<dyn NonceStore>,
 ) -> impl tower::Service<
     Request<Full<Bytes>>,
-    Response = Response<walletgate::x402::X402Body<Full<Bytes>>>,
+    Response = Response<walletgate::x402::server::X402Body<Full<Bytes>>>,
     Error = Infallible,
     Future: Send,
 > + Clone {
@@ -136,11 +141,7 @@ fn bench_x402(c: &mut Criterion) {
         b.iter(|| {
             let payment: PaymentPayload = codec::decode(black_box(header.as_bytes())).unwrap();
             let offer = matching_offer(&offers, &payment.accepted).unwrap().clone();
-            let request = FacilitatorRequest {
-                x402_version: payment.x402_version,
-                payment_payload: payment,
-                payment_requirements: offer,
-            };
+            let request = FacilitatorRequest::new(payment, offer);
             let verdict = ready(facilitator.verify(&request)).unwrap();
             assert!(verdict.is_valid);
         })
@@ -191,7 +192,7 @@ fn pay(
     service: &(
          impl tower::Service<
         Request<Full<Bytes>>,
-        Response = Response<walletgate::x402::X402Body<Full<Bytes>>>,
+        Response = Response<walletgate::x402::server::X402Body<Full<Bytes>>>,
         Error = Infallible,
         Future: Send,
     > + Clone

@@ -15,8 +15,9 @@
 
 use std::io::Write;
 
-use walletgate::x402::payer::sequential_nonce;
-use walletgate::x402::{Payer, PaymentRequired, codec};
+use walletgate::client::payer::Payer;
+use walletgate::client::payer::sequential_nonce;
+use walletgate::x402::wire::{PaymentRequired, codec};
 
 /// At most this many authorizations per run (the load runs are bounded).
 const MAX_COUNT: u64 = 1_000_000;

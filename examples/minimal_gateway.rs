@@ -28,7 +28,9 @@ use walletgate::envelope::{DetailPathSegment, EnvelopeStyle};
 use walletgate::free_tier::{FreeTierLimitLayer, IsPricedFree};
 use walletgate::gateway::{BodyCheck, JsonBodyLayer, ParsedJson, RequestModel};
 use walletgate::x402::{
-    DevLedger, LocalEvmFacilitator, PaymentOption, Price, RequestPrice, UsdAmount, X402Layer,
+    facilitator::{DevLedger, LocalEvmFacilitator},
+    server::{PaymentOption, Price, RequestPrice, X402Layer},
+    wire::UsdAmount,
 };
 
 /// What a paid model costs before the flat fee: 0.002 USD.

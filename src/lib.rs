@@ -33,7 +33,9 @@ mod trace;
 #[cfg(feature = "api-key")]
 pub mod api_key;
 pub mod body;
-#[cfg(any(feature = "client-pay", feature = "client-wallet"))]
+// The payer (`client::payer`) comes with `x402`: its tests, benches and
+// examples sign payments without the paying client.
+#[cfg(any(feature = "client-pay", feature = "client-wallet", feature = "x402"))]
 pub mod client;
 pub mod clock;
 pub mod envelope;

@@ -25,13 +25,13 @@
 //! | `tokens::PatStore` | PAT digests and records | `BoxFuture<'a, _>` | [`StoreError`] | `InMemoryPatStore` | `RedisPatStore` |
 //! | `tokens::SessionStore` | session cookie digests | `BoxFuture<'a, _>` | [`StoreError`] | `InMemorySessionStore` | `RedisSessionStore` |
 //! | `wallet_jwt::RevocationCheck` | revoked PATs, until their last JWT expires | `BoxFuture<'a, _>` | [`StoreError`] | `InMemoryRevocations` | `RedisRevocations` |
-//! | `x402::NonceStore` | claimed and spent payment authorizations | `BoxFuture<'a, _>` (`release`: `BoxFuture<'static, ()>`) | [`StoreError`] | `x402::InMemoryNonceStore` | `RedisNonceStore` |
-//! | `x402::Ledger` | balances and used EIP-3009 authorizations | `BoxFuture<'a, _>` | `LedgerError` | `DevLedger` | `RedisLedger` |
-//! | `x402::Facilitator` | verifies and settles payments | `BoxFuture<'a, _>` | `FacilitatorError` | `LocalEvmFacilitator` | (`HttpFacilitator`: the HTTP API) |
+//! | `x402::server::NonceStore` | claimed and spent payment authorizations | `BoxFuture<'a, _>` (`release`: `BoxFuture<'static, ()>`) | [`StoreError`] | `x402::server::InMemoryNonceStore` | `RedisNonceStore` |
+//! | `x402::facilitator::Ledger` | balances and used EIP-3009 authorizations | `BoxFuture<'a, _>` | `LedgerError` | `DevLedger` | `RedisLedger` |
+//! | `x402::facilitator::Facilitator` | verifies and settles payments | `BoxFuture<'a, _>` | `FacilitatorError` | `LocalEvmFacilitator` | (`HttpFacilitator`: the HTTP API) |
 //!
 //! A backend that could not answer is a [`StoreError`] (or the seam's own
 //! error wrapping one, or saying "unavailable"); the layers turn it into a
-//! 5xx and never into a decision. `x402::SettlementHook` and `x402::Pricing`
+//! 5xx and never into a decision. `x402::server::SettlementHook` and `x402::server::Pricing`
 //! are hooks, not seams: the hook returns a `BoxFuture<'static, _>` too, the
 //! pricing is synchronous, and both take closures.
 

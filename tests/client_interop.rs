@@ -41,12 +41,16 @@ use tower::{Layer, ServiceExt};
 use walletgate::client::pay::{
     ClientError, PaymentError, PaymentErrorKind, Receipt, Refusal, SpendPolicy, X402PaymentLayer,
 };
+use walletgate::client::payer::Payer;
+use walletgate::client::payer::{DEV_KEYS, sequential_nonce};
 use walletgate::clock::{Clock, FakeClock, SystemClock};
 use walletgate::envelope::ErrorCode;
-use walletgate::x402::payer::{DEV_KEYS, sequential_nonce};
 use walletgate::x402::{
-    DevLedger, ExactEvmDomain, ExactEvmPayload, Payer, PaymentPayload, PaymentRequired,
-    PaymentRequirements, SettleResponse, TokenId, codec,
+    facilitator::DevLedger,
+    wire::{
+        ExactEvmDomain, ExactEvmPayload, PaymentPayload, PaymentRequired, PaymentRequirements,
+        SettleResponse, TokenId, codec,
+    },
 };
 
 /// Where the servers are paid: development account 9.

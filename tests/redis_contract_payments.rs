@@ -1,7 +1,7 @@
 //! One contract per payment store, run against the in-memory default and the
 //! Redis backend with the same assertions, so the two cannot drift:
-//! `x402::NonceStore` (claims, releases, spent authorizations) and
-//! `x402::Ledger` (check, atomic transfer, used authorizations).
+//! `x402::server::NonceStore` (claims, releases, spent authorizations) and
+//! `x402::facilitator::Ledger` (check, atomic transfer, used authorizations).
 //!
 //! Redis: `WALLETGATE_TEST_REDIS_URL`, or a redis-server started for this
 //! binary; every test takes its own key prefix.
@@ -18,8 +18,9 @@ use alloy_primitives::{Address, B256};
 use walletgate::clock::{Clock, FakeClock, SharedClock, SystemClock};
 use walletgate::redis::{RedisConfig, RedisConnection, RedisLedger, RedisNonceStore};
 use walletgate::x402::{
-    AtomicAmount, AuthorizationKey, Claim, DevLedger, Ledger, LedgerError, Network, NonceStore,
-    PaymentReceipt, SpentAuthorization, TokenId, Transfer,
+    facilitator::{DevLedger, Ledger, LedgerError, Transfer},
+    server::{AuthorizationKey, Claim, NonceStore, PaymentReceipt, SpentAuthorization},
+    wire::{AtomicAmount, Network, TokenId},
 };
 
 type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -36,7 +37,7 @@ fn in_memory_replay() -> Replay {
     let clock = FakeClock::at_unix_secs(1_750_000_000);
     let advanced = clock.clone();
     Replay {
-        store: Arc::new(walletgate::x402::InMemoryNonceStore::new(Arc::new(
+        store: Arc::new(walletgate::x402::server::InMemoryNonceStore::new(Arc::new(
             clock.clone(),
         ))),
         clock: Arc::new(clock),
@@ -66,8 +67,12 @@ fn redis_replay(test: &str) -> Replay {
     }
 }
 
-fn key(nonce: &str) -> AuthorizationKey {
-    AuthorizationKey::new(&Network::base_sepolia(), "0xAbC", nonce)
+fn key(nonce: u8) -> AuthorizationKey {
+    AuthorizationKey::new(
+        &Network::base_sepolia(),
+        Address::repeat_byte(0xab),
+        B256::with_last_byte(nonce),
+    )
 }
 
 fn spent(transaction: &str) -> SpentAuthorization {
@@ -75,7 +80,7 @@ fn spent(transaction: &str) -> SpentAuthorization {
         "0xAbC".into(),
         AtomicAmount::new(1_010_000),
         Network::base_sepolia(),
-        key("0x01").as_str().to_owned(),
+        key(0x01).as_str().to_owned(),
     );
     SpentAuthorization {
         receipt: receipt.settled(transaction.into()),
@@ -87,27 +92,31 @@ async fn claims_are_exclusive_until_released(replay: Replay) {
     let now = replay.clock.now_unix_secs();
     let store = &replay.store;
     assert_eq!(
-        store.claim(&key("0x01"), now + 600).await.unwrap(),
+        store.claim(&key(0x01), now + 600).await.unwrap(),
         Claim::Claimed
     );
     assert_eq!(
-        store.claim(&key("0x01"), now + 600).await.unwrap(),
+        store.claim(&key(0x01), now + 600).await.unwrap(),
         Claim::InFlight
     );
-    // Keys compare case-insensitively.
-    let upper = AuthorizationKey::new(&Network::base_sepolia(), "0XABC", "0x01");
+    // A key is its typed parts: the payer's text case does not matter.
+    let upper = AuthorizationKey::new(
+        &Network::base_sepolia(),
+        format!("0x{}", "AB".repeat(20)).parse().unwrap(),
+        B256::with_last_byte(1),
+    );
     assert_eq!(
         store.claim(&upper, now + 600).await.unwrap(),
         Claim::InFlight
     );
-    store.release(&key("0x01")).await;
+    store.release(&key(0x01)).await;
     assert_eq!(
-        store.claim(&key("0x01"), now + 600).await.unwrap(),
+        store.claim(&key(0x01), now + 600).await.unwrap(),
         Claim::Claimed
     );
     // Another authorization is independent.
     assert_eq!(
-        store.claim(&key("0x02"), now + 600).await.unwrap(),
+        store.claim(&key(0x02), now + 600).await.unwrap(),
         Claim::Claimed
     );
 }
@@ -116,16 +125,16 @@ async fn spent_stays_spent_and_release_keeps_it(replay: Replay) {
     let now = replay.clock.now_unix_secs();
     let store = &replay.store;
     assert_eq!(
-        store.claim(&key("0x01"), now + 600).await.unwrap(),
+        store.claim(&key(0x01), now + 600).await.unwrap(),
         Claim::Claimed
     );
     store
-        .mark_spent(&key("0x01"), spent("0xt1"), now + 600)
+        .mark_spent(&key(0x01), spent("0xt1"), now + 600)
         .await
         .unwrap();
-    store.release(&key("0x01")).await;
+    store.release(&key(0x01)).await;
     assert_eq!(
-        store.claim(&key("0x01"), now + 600).await.unwrap(),
+        store.claim(&key(0x01), now + 600).await.unwrap(),
         Claim::Spent(spent("0xt1"))
     );
 }
@@ -135,25 +144,25 @@ async fn entries_expire(replay: Replay) {
     let store = &replay.store;
     // A claim held one second, a spent authorization kept one second.
     assert_eq!(
-        store.claim(&key("0x01"), now + 1).await.unwrap(),
+        store.claim(&key(0x01), now + 1).await.unwrap(),
         Claim::Claimed
     );
     assert_eq!(
-        store.claim(&key("0x02"), now + 600).await.unwrap(),
+        store.claim(&key(0x02), now + 600).await.unwrap(),
         Claim::Claimed
     );
     store
-        .mark_spent(&key("0x02"), spent("0xt2"), now + 1)
+        .mark_spent(&key(0x02), spent("0xt2"), now + 1)
         .await
         .unwrap();
     (replay.pass)(1).await;
     let now = replay.clock.now_unix_secs();
     assert_eq!(
-        store.claim(&key("0x01"), now + 600).await.unwrap(),
+        store.claim(&key(0x01), now + 600).await.unwrap(),
         Claim::Claimed
     );
     assert_eq!(
-        store.claim(&key("0x02"), now + 600).await.unwrap(),
+        store.claim(&key(0x02), now + 600).await.unwrap(),
         Claim::Claimed
     );
 }
@@ -162,7 +171,7 @@ async fn one_of_many_concurrent_claims_wins(replay: Replay) {
     let now = replay.clock.now_unix_secs();
     let claims = (0..20).map(|_| {
         let store = replay.store.clone();
-        tokio::spawn(async move { store.claim(&key("0x09"), now + 600).await.unwrap() })
+        tokio::spawn(async move { store.claim(&key(0x09), now + 600).await.unwrap() })
     });
     let mut won = 0;
     for claim in claims {
@@ -365,11 +374,11 @@ async fn an_unreachable_redis_is_a_store_error_not_a_decision() {
         .with_timeout(Duration::from_millis(250));
     let conn = RedisConnection::open(&config).unwrap();
     let store = RedisNonceStore::new(conn.clone(), Arc::new(SystemClock));
-    assert!(store.claim(&key("0x01"), u64::MAX).await.is_err());
-    let spent_result = store.mark_spent(&key("0x01"), spent("0x"), u64::MAX).await;
+    assert!(store.claim(&key(0x01), u64::MAX).await.is_err());
+    let spent_result = store.mark_spent(&key(0x01), spent("0x"), u64::MAX).await;
     assert!(spent_result.is_err());
     // A release that cannot be delivered does not hang or panic.
-    store.release(&key("0x01")).await;
+    store.release(&key(0x01)).await;
     let ledger = RedisLedger::new(conn);
     assert!(matches!(
         ledger.transfer_with_authorization(&transfer(1, 1)).await,
@@ -387,13 +396,13 @@ async fn a_release_dropped_unawaited_still_reaches_redis() {
     let replay = redis_replay("dropped_release");
     let now = replay.clock.now_unix_secs();
     assert_eq!(
-        replay.store.claim(&key("0x01"), now + 600).await.unwrap(),
+        replay.store.claim(&key(0x01), now + 600).await.unwrap(),
         Claim::Claimed
     );
-    drop(replay.store.release(&key("0x01")));
+    drop(replay.store.release(&key(0x01)));
     let mut freed = false;
     for _ in 0..100 {
-        match replay.store.claim(&key("0x01"), now + 600).await.unwrap() {
+        match replay.store.claim(&key(0x01), now + 600).await.unwrap() {
             Claim::Claimed => {
                 freed = true;
                 break;
@@ -408,8 +417,12 @@ async fn a_release_dropped_unawaited_still_reaches_redis() {
 async fn a_paid_request_costs_two_redis_round_trips() {
     use http_body_util::Full;
     use tower::ServiceExt;
-    use walletgate::x402::payer::sequential_nonce;
-    use walletgate::x402::{LocalEvmFacilitator, Payer, PaymentRequired, codec};
+    use walletgate::client::payer::Payer;
+    use walletgate::client::payer::sequential_nonce;
+    use walletgate::x402::{
+        facilitator::LocalEvmFacilitator,
+        wire::{PaymentRequired, codec},
+    };
 
     let conn = connection("round_trips");
     let clock: SharedClock = Arc::new(SystemClock);
@@ -460,8 +473,8 @@ async fn a_paid_request_costs_two_redis_round_trips() {
     // for a replay (or a paid replay) to read.
     let key = AuthorizationKey::new(
         &Network::base_sepolia(),
-        &Payer::dev(0).address(),
-        &sequential_nonce(100).to_string(),
+        Payer::dev(0).address_bytes(),
+        sequential_nonce(100),
     );
     let reader = RedisNonceStore::new(conn.clone(), clock.clone());
     match reader.claim(&key, u64::MAX).await.unwrap() {
@@ -490,11 +503,7 @@ async fn a_check_read_ahead_by_the_claim_decides_as_a_check_of_its_own() {
     let ledger = RedisLedger::new(conn.clone());
     let store = RedisNonceStore::new(conn, Arc::new(SystemClock)).with_ledger_prefetch(&ledger);
     let claim = |nonce: u8| {
-        let key = AuthorizationKey::new(
-            &Network::base_sepolia(),
-            &PAYER.to_string(),
-            &B256::repeat_byte(nonce).to_string(),
-        );
+        let key = AuthorizationKey::new(&Network::base_sepolia(), PAYER, B256::repeat_byte(nonce));
         let store = store.clone();
         async move { store.claim(&key, u64::MAX).await.unwrap() }
     };
@@ -520,8 +529,8 @@ async fn a_check_read_ahead_by_the_claim_decides_as_a_check_of_its_own() {
     store
         .release(&AuthorizationKey::new(
             &Network::base_sepolia(),
-            &PAYER.to_string(),
-            &B256::repeat_byte(2).to_string(),
+            PAYER,
+            B256::repeat_byte(2),
         ))
         .await;
     assert_eq!(claim(2).await, Claim::Claimed);
@@ -542,7 +551,7 @@ async fn a_claim_that_timed_out_is_taken_back_once_redis_moves_again() {
     );
     let now = SystemClock.now_unix_secs();
     assert_eq!(
-        store.claim(&key("0x05"), now + 600).await.unwrap(),
+        store.claim(&key(0x05), now + 600).await.unwrap(),
         Claim::Claimed
     );
     let pauser = RedisConnection::open(&config).unwrap();
@@ -558,10 +567,10 @@ async fn a_claim_that_timed_out_is_taken_back_once_redis_moves_again() {
         .await
         .unwrap();
     // Redis runs this claim only after the pause, long after the caller gave up.
-    assert!(store.claim(&key("0x01"), now + 600).await.is_err());
+    assert!(store.claim(&key(0x01), now + 600).await.is_err());
     let mut outcome = None;
     for _ in 0..40 {
-        match store.claim(&key("0x01"), now + 600).await {
+        match store.claim(&key(0x01), now + 600).await {
             Ok(Claim::InFlight) | Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             Ok(other) => {
                 outcome = Some(other);

@@ -16,13 +16,16 @@ use http::Request;
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use tower::ServiceExt;
+use walletgate::client::payer::Payer;
+use walletgate::client::payer::sequential_nonce;
 use walletgate::clock::FakeClock;
 use walletgate::tls::{ClientTls, HttpsConnector};
-use walletgate::x402::Payer;
-use walletgate::x402::payer::sequential_nonce;
 use walletgate::x402::{
-    DevLedger, Facilitator, FacilitatorErrorKind, FacilitatorRequest, HttpFacilitator,
-    LocalEvmFacilitator, PaymentRequired, codec,
+    facilitator::{
+        DevLedger, Facilitator, FacilitatorErrorKind, FacilitatorRequest, HttpFacilitator,
+        LocalEvmFacilitator,
+    },
+    wire::{PaymentRequired, codec},
 };
 use x402_fixtures::{CHAT, answering, chat_layer};
 

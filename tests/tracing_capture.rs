@@ -20,15 +20,19 @@ use http_body_util::{BodyExt, Full};
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 use tracing_subscriber::fmt::MakeWriter;
 use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore};
+use walletgate::client::payer::Payer;
+use walletgate::client::payer::sequential_nonce;
 use walletgate::clock::FakeClock;
 use walletgate::envelope::ErrorCode;
 use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter};
 use walletgate::gateway::{JsonBodyLayer, ParsedJson, RequestModel};
 use walletgate::wallet_jwt::{RequireScopesLayer, Scope, WalletJwtLayer};
-use walletgate::x402::payer::sequential_nonce;
 use walletgate::x402::{
-    DevLedger, LocalEvmFacilitator, Payer, PaymentOption, PaymentPayload, PaymentRequired, Price,
-    RequestPrice, SettleResponse, SettledPayment, SettlementHookError, X402, X402Layer, codec,
+    facilitator::{DevLedger, LocalEvmFacilitator},
+    server::{
+        PaymentOption, Price, RequestPrice, SettledPayment, SettlementHookError, X402, X402Layer,
+    },
+    wire::{PaymentPayload, PaymentRequired, SettleResponse, codec},
 };
 use x402_fixtures::{Answering, CHAT, QUOTED_UNITS, answering, chat_layer_builder};
 

@@ -16,13 +16,19 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use tower::ServiceExt;
+use walletgate::client::payer::Payer;
+use walletgate::client::payer::sequential_nonce;
 use walletgate::clock::FakeClock;
 use walletgate::store::BoxFuture;
-use walletgate::x402::payer::sequential_nonce;
 use walletgate::x402::{
-    AUTHORIZATION_CLOCK_SKEW_SECS, DevLedger, Facilitator, FacilitatorError, FacilitatorRequest,
-    LocalEvmFacilitator, Payer, PaymentPayload, PaymentRequirements, SettleResponse,
-    SupportedResponse, VerifyResponse, X402Layer, codec,
+    facilitator::{
+        DevLedger, Facilitator, FacilitatorError, FacilitatorRequest, LocalEvmFacilitator,
+    },
+    server::{AUTHORIZATION_CLOCK_SKEW_SECS, X402Layer},
+    wire::{
+        PaymentPayload, PaymentRequirements, SettleResponse, SupportedResponse, VerifyResponse,
+        codec,
+    },
 };
 use x402_fixtures::{CHAT, chat_layer};
 
@@ -118,7 +124,7 @@ impl Harness {
             .oneshot(Request::post(CHAT).body(Full::default()).unwrap())
             .await
             .unwrap();
-        let quote: walletgate::x402::PaymentRequired =
+        let quote: walletgate::x402::wire::PaymentRequired =
             codec::decode(response.headers()["payment-required"].as_bytes()).unwrap();
         quote.accepts[0].clone()
     }

@@ -18,12 +18,16 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use tower::ServiceExt;
+use walletgate::client::payer::Payer;
+use walletgate::client::payer::sequential_nonce;
 use walletgate::clock::FakeClock;
-use walletgate::x402::Payer;
-use walletgate::x402::payer::sequential_nonce;
 use walletgate::x402::{
-    DevLedger, Facilitator, FacilitatorErrorKind, FacilitatorRequest, HttpFacilitator,
-    LocalEvmFacilitator, PaymentRequired, X402, codec,
+    facilitator::{
+        DevLedger, Facilitator, FacilitatorErrorKind, FacilitatorRequest, HttpFacilitator,
+        LocalEvmFacilitator,
+    },
+    server::X402,
+    wire::{PaymentRequired, codec},
 };
 use x402_fixtures::{Answering, CHAT, answering, chat_layer};
 
@@ -140,7 +144,7 @@ fn chat(payment: Option<&str>) -> Request<Full<Bytes>> {
     builder.body(Full::default()).unwrap()
 }
 
-async fn offer_of(service: &X402<Answering>) -> walletgate::x402::PaymentRequirements {
+async fn offer_of(service: &X402<Answering>) -> walletgate::x402::wire::PaymentRequirements {
     let quote = service.clone().oneshot(chat(None)).await.unwrap();
     let quote: PaymentRequired =
         codec::decode(quote.headers()["payment-required"].as_bytes()).unwrap();

@@ -14,7 +14,10 @@ use std::time::Duration;
 use axum::routing::post;
 use serde_json::Value;
 use walletgate::clock::SystemClock;
-use walletgate::x402::{DevLedger, LocalEvmFacilitator, PaymentReceipt};
+use walletgate::x402::{
+    facilitator::{DevLedger, LocalEvmFacilitator},
+    server::PaymentReceipt,
+};
 use x402_fixtures::{CHAT, PAY_TO, QUOTED_UNITS, chat_layer};
 
 /// The payer: account 0, as the script signs.

@@ -18,14 +18,20 @@ use serde_json::Value;
 use tokio::sync::{Notify, Semaphore};
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceExt};
+use walletgate::client::payer::Payer;
+use walletgate::client::payer::sequential_nonce;
 use walletgate::clock::FakeClock;
 use walletgate::store::BoxFuture;
-use walletgate::x402::payer::sequential_nonce;
-use walletgate::x402::{AtomicAmount, ExactEvmDomain, Payer};
+use walletgate::x402::wire::{AtomicAmount, ExactEvmDomain};
 use walletgate::x402::{
-    DevLedger, Facilitator, FacilitatorError, FacilitatorRequest, LocalEvmFacilitator, Network,
-    PaymentOption, PaymentReceipt, PaymentRequired, PaymentRequirements, PriceTable,
-    SettleResponse, SupportedResponse, TokenId, VerifyResponse, X402, X402Body, X402Layer, codec,
+    facilitator::{
+        DevLedger, Facilitator, FacilitatorError, FacilitatorRequest, LocalEvmFacilitator,
+    },
+    server::{PaymentOption, PaymentReceipt, PriceTable, X402, X402Body, X402Layer},
+    wire::{
+        Network, PaymentRequired, PaymentRequirements, SettleResponse, SupportedResponse, TokenId,
+        VerifyResponse, codec,
+    },
 };
 use x402_fixtures::{CHAT, PAY_TO, QUOTED_UNITS};
 
@@ -81,7 +87,7 @@ impl Facilitator for ScriptedFacilitator {
     ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
         self.settle_calls.fetch_add(1, Ordering::SeqCst);
         if self.fail_settlements.load(Ordering::SeqCst) {
-            let network = request.payment_requirements.network.clone();
+            let network = request.payment_requirements().network.clone();
             return Box::pin(async move {
                 Ok(SettleResponse::failure(
                     network,
@@ -782,7 +788,10 @@ async fn a_thousand_parallel_requests_settle_each_authorization_once() {
 /// settled as it is.
 #[tokio::test]
 async fn a_configured_flat_fee_is_added_exactly_once_to_every_price_before_it() {
-    use walletgate::x402::{Price, PriceRefusal, SettledPayment, SettlementHookError, UsdAmount};
+    use walletgate::x402::{
+        server::Price, server::PriceRefusal, server::SettledPayment, server::SettlementHookError,
+        wire::UsdAmount,
+    };
 
     let clock = FakeClock::at_unix_secs(NOW);
     let ledger = Arc::new(DevLedger::new());

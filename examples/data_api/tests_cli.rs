@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use walletgate::Clock;
+use walletgate::client::payer::Payer;
 use walletgate::client::wallet::{WalletAuth, WalletConfig, WalletError};
-use walletgate::x402::Payer;
 
 use super::mcp::{interop_dir, python_client};
 use super::*;

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use walletgate::x402::{Price, UsdAmount};
+use walletgate::x402::{server::Price, wire::UsdAmount};
 
 use crate::request::ChatRequest;
 

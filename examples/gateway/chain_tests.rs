@@ -10,7 +10,8 @@ use std::time::Duration;
 use alloy_primitives::{Address, B256, U256};
 use http::StatusCode;
 use serde_json::{Value, json};
-use walletgate::x402::{Payer, SettleResponse, codec};
+use walletgate::client::payer::Payer;
+use walletgate::x402::wire::{SettleResponse, codec};
 
 use crate::chain_support::{
     OfficialFacilitator, balance, fresh_payer_key, mined_status, mint, shared_rpc_url,
@@ -138,7 +139,7 @@ async fn walletgate_pays_once_on_chain_and_refused_payments_move_nothing() {
 
     // A payment for less than the quote: refused before the chain.
     let mut cheaper = offer.clone();
-    cheaper.amount = walletgate::x402::AtomicAmount::new(u128::from(amount) - 1);
+    cheaper.amount = walletgate::x402::wire::AtomicAmount::new(u128::from(amount) - 1);
     let tampered = funded.payment_header(&cheaper, now_secs()).unwrap();
     let refused = server
         .post_once(CHAT, chat("pay me"), Some(&tampered))
@@ -199,7 +200,7 @@ async fn a_facilitator_that_settles_another_network_is_refused_at_start() {
     .unwrap();
     let error = crate::check_facilitator(
         &facilitator.url(),
-        &walletgate::x402::Network::base(),
+        &walletgate::x402::wire::Network::base(),
         &probe.tls,
         probe.ready.clone(),
     )

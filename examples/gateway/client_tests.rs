@@ -30,11 +30,11 @@ use walletgate::client::pay::{
     ClientError, Failover, ImageJob, PaidBody, PaymentErrorKind, Receipt, Refusal, RetryPolicy,
     SharedSleeper, Sleeper, SpendPolicy, X402PaymentLayer,
 };
+use walletgate::client::payer::DEV_KEYS;
 use walletgate::envelope::ErrorCode;
 use walletgate::store::BoxFuture;
 use walletgate::tls::ClientTls;
-use walletgate::x402::DevLedger;
-use walletgate::x402::payer::DEV_KEYS;
+use walletgate::x402::facilitator::DevLedger;
 
 use crate::config::{Config, PaymentFaults};
 use crate::request::Endpoint;
@@ -593,7 +593,7 @@ async fn walletgate_pay_prints_the_answer_and_one_receipt_line() {
         "{stderr}"
     );
     let moved = DevLedger::DEV_ACCOUNT_FUNDS - server.balance(payer);
-    let usd = walletgate::x402::AtomicAmount::new(moved).to_decimal_string(6);
+    let usd = walletgate::x402::wire::AtomicAmount::new(moved).to_decimal_string(6);
     assert!(
         receipt[0].contains(&format!("paid {usd} USD")),
         "{stderr} vs {usd}"
@@ -824,7 +824,7 @@ async fn walletgate_pay_polls_a_paid_image_job_to_completion() {
     // what the receipt line says.
     assert_eq!(server.ledger.settlements(), 1);
     let moved = DevLedger::DEV_ACCOUNT_FUNDS - server.balance(DevLedger::DEV_ACCOUNTS[4]);
-    let usd = walletgate::x402::AtomicAmount::new(moved).to_decimal_string(6);
+    let usd = walletgate::x402::wire::AtomicAmount::new(moved).to_decimal_string(6);
     assert!(
         stderr.contains(&format!("paid {usd} USD")),
         "{stderr} vs {usd}"

@@ -39,7 +39,10 @@ use std::time::Duration;
 
 use walletgate::free_tier::FreeTierQuotas;
 use walletgate::tls::ClientTls;
-use walletgate::x402::{ConfigError as X402ConfigError, DevLedger, Network, PaymentOption};
+use walletgate::x402::ConfigError as X402ConfigError;
+use walletgate::x402::facilitator::DevLedger;
+use walletgate::x402::server::PaymentOption;
+use walletgate::x402::wire::Network;
 use walletgate::{SharedClock, SystemClock};
 
 use crate::catalogue::Catalogue;
@@ -161,7 +164,7 @@ impl EvmSettings {
         Self {
             name: "base-sepolia".to_owned(),
             network: Network::base_sepolia(),
-            usdc: walletgate::x402::BASE_SEPOLIA_USDC.to_owned(),
+            usdc: walletgate::x402::server::BASE_SEPOLIA_USDC.to_owned(),
             eip712_name: "USDC".to_owned(),
             eip712_version: "2".to_owned(),
             facilitator_url: None,
@@ -173,7 +176,7 @@ impl EvmSettings {
         Self {
             name: "base".to_owned(),
             network: Network::base(),
-            usdc: walletgate::x402::BASE_USDC.to_owned(),
+            usdc: walletgate::x402::server::BASE_USDC.to_owned(),
             eip712_name: "USD Coin".to_owned(),
             ..Self::base_sepolia()
         }
@@ -211,7 +214,7 @@ impl Default for Config {
             providers: Vec::new(),
             faults: HashMap::new(),
             pay_to: DevLedger::DEV_ACCOUNTS[9].to_owned(),
-            max_timeout_secs: walletgate::x402::DEFAULT_MAX_TIMEOUT_SECS,
+            max_timeout_secs: walletgate::x402::server::DEFAULT_MAX_TIMEOUT_SECS,
             // Used authorizations are forgotten once their validBefore passes.
             ledger: Arc::new(DevLedger::new().with_expiry_clock(clock.clone())),
             clock,
@@ -660,7 +663,7 @@ mod tests {
             panic!("base is an EVM network");
         };
         assert_eq!(evm.network.as_str(), "eip155:8453");
-        assert_eq!(evm.usdc, walletgate::x402::BASE_USDC);
+        assert_eq!(evm.usdc, walletgate::x402::server::BASE_USDC);
         // Base's USDC signs as "USD Coin", Base Sepolia's as "USDC".
         assert_eq!(evm.eip712_name, "USD Coin");
         assert!(!base.on_development_ledger());
@@ -696,7 +699,7 @@ mod tests {
         let offer = evm
             .option(&custom.pay_to)
             .unwrap()
-            .requirements_for_amount(walletgate::x402::AtomicAmount::new(1_000));
+            .requirements_for_amount(walletgate::x402::wire::AtomicAmount::new(1_000));
         assert_eq!(offer.network.as_str(), "eip155:31337");
         assert_eq!(offer.asset, "0x5FbDB2315678afecb367f032d93F642f64180aa3");
     }

@@ -4,7 +4,7 @@
 //! Both read the one price the pipeline decided and left in the request
 //! extensions ([`RequestPrice`]: the model step for inference, the image
 //! steps for images), so neither re-parses the body and "free" is decided
-//! once: the free tier limits what is priced [`Price::Free`](walletgate::x402::Price::Free)
+//! once: the free tier limits what is priced [`Price::Free`](walletgate::x402::server::Price::Free)
 //! ([`IsPricedFree`]), the payment layer charges the rest
 //! ([`RequestPrice::pricing`]). The same request always gets the same price,
 //! so a client's signed retry matches its quote.
@@ -23,10 +23,16 @@ use walletgate::free_tier::{
 use walletgate::store::BoxFuture;
 use walletgate::tls::ClientTls;
 use walletgate::x402::{
-    ConfigError, Facilitator, FacilitatorError, FacilitatorRequest, HttpFacilitator,
-    InMemoryNonceStore, Ledger, LocalEvmFacilitator, NonceStore, PaymentOption, RequestPrice,
-    SettleResponse, SettledPayment, SettlementHookError, SupportedResponse, VerifyResponse,
-    X402Layer,
+    ConfigError,
+    facilitator::{
+        Facilitator, FacilitatorError, FacilitatorRequest, HttpFacilitator, Ledger,
+        LocalEvmFacilitator,
+    },
+    server::{
+        InMemoryNonceStore, NonceStore, PaymentOption, RequestPrice, SettledPayment,
+        SettlementHookError, X402Layer,
+    },
+    wire::{SettleResponse, SupportedResponse, VerifyResponse},
 };
 
 use crate::config::{EvmSettings, PaymentFaults, SolanaSettings};
@@ -268,7 +274,7 @@ impl Facilitator for FaultyFacilitator {
     ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
         Box::pin(async move {
             if self.faults.refuse_settle.load(Ordering::SeqCst) {
-                let network = request.payment_requirements.network.clone();
+                let network = request.payment_requirements().network.clone();
                 return Ok(SettleResponse::failure(
                     network,
                     "invalid_exact_evm_transaction_failed",
@@ -295,7 +301,10 @@ impl Facilitator for FaultyFacilitator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use walletgate::x402::{AtomicAmount, DevLedger, Network};
+    use walletgate::x402::{
+        facilitator::DevLedger,
+        wire::{AtomicAmount, Network},
+    };
 
     #[test]
     fn every_offer_quotes_the_configured_max_timeout() {

@@ -86,7 +86,10 @@ use std::sync::atomic::Ordering;
 use axum::Router;
 use axum::routing::{get, post};
 use http::StatusCode;
-use walletgate::x402::{DevLedger, Facilitator, HttpFacilitator, Network};
+use walletgate::x402::{
+    facilitator::{DevLedger, Facilitator, HttpFacilitator},
+    wire::Network,
+};
 
 use crate::config::{Config, PaymentNetwork};
 use crate::gates::{Gates, PaymentSettings, RedisConnection, free_tier};
@@ -187,7 +190,7 @@ pub(crate) async fn check_facilitator(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let facilitator =
         HttpFacilitator::with_tls(url, tls)?.with_timeout(std::time::Duration::from_secs(5));
-    fn settles(supported: &walletgate::x402::SupportedResponse, network: &Network) -> bool {
+    fn settles(supported: &walletgate::x402::wire::SupportedResponse, network: &Network) -> bool {
         supported
             .kinds
             .iter()

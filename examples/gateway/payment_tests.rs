@@ -10,8 +10,9 @@ use tokio::sync::Notify;
 use walletgate::envelope::ErrorCode;
 use walletgate::free_tier::FreeTierQuotas;
 use walletgate::x402::{
-    AtomicAmount, BASE_SEPOLIA_USDC, DevLedger, ExactEvmDomain, PaymentPayload, SettleResponse,
-    UsdAmount, codec,
+    facilitator::DevLedger,
+    server::BASE_SEPOLIA_USDC,
+    wire::{AtomicAmount, ExactEvmDomain, PaymentPayload, SettleResponse, UsdAmount, codec},
 };
 use walletgate::{Clock, FakeClock};
 
@@ -23,8 +24,8 @@ use crate::tests::{
     now_secs, path,
 };
 use crate::upstream::{BoxFuture, Completion, EchoUpstream, EventStream, Upstream, UpstreamFault};
-use walletgate::x402::Payer;
-use walletgate::x402::payer::sequential_nonce;
+use walletgate::client::payer::Payer;
+use walletgate::client::payer::sequential_nonce;
 
 const PAID_MODEL: &str = "anthropic/claude-sonnet-4.6";
 const FREE_MODEL: &str = "nvidia/nemotron-super";

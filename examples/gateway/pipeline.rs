@@ -37,7 +37,7 @@ use walletgate::envelope::{
     EnvelopeStyle, EnvelopeStyleLayer, ErrorCode, GatewayError, UnknownModelBody,
 };
 use walletgate::gateway::{JsonBodyLayer, ParsedJson, RequestModel, invalid_request_body};
-use walletgate::x402::RequestPrice;
+use walletgate::x402::server::RequestPrice;
 
 use crate::extensions::{ParsedRequest, ResolvedModel, missing};
 use crate::images::{find_job, validate_image};

@@ -14,7 +14,8 @@ use walletgate::envelope::ErrorCode;
 use walletgate::redis::{RedisConnection, RedisLedger};
 
 use crate::redis_settings::RedisSettings;
-use walletgate::x402::{DevLedger, Payer};
+use walletgate::client::payer::Payer;
+use walletgate::x402::facilitator::DevLedger;
 
 use crate::config::Config;
 use crate::payment_tests::assert_payment_rejection;

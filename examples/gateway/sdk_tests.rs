@@ -7,12 +7,12 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
-use walletgate::x402::DevLedger;
+use walletgate::x402::facilitator::DevLedger;
 
 use crate::config::Config;
 use crate::tests::Server;
-use walletgate::x402::Payer;
-use walletgate::x402::payer::DEV_KEYS as PUBLIC_DEV_KEYS;
+use walletgate::client::payer::DEV_KEYS as PUBLIC_DEV_KEYS;
+use walletgate::client::payer::Payer;
 
 /// Longest a client run may take (the image job alone waits one 5 s poll).
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(180);

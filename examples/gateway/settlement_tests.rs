@@ -13,7 +13,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, mpsc};
 use walletgate::envelope::ErrorCode;
-use walletgate::x402::{PAYMENT_RESPONSE_EVENT, SettleResponse, codec};
+use walletgate::x402::{
+    server::PAYMENT_RESPONSE_EVENT,
+    wire::{SettleResponse, codec},
+};
 
 use crate::catalogue::Model;
 use crate::config::Config;

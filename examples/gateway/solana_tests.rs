@@ -17,8 +17,8 @@ use serde_json::json;
 use walletgate::envelope::ErrorCode;
 use walletgate::tls::ClientTls;
 use walletgate::x402::{
-    AtomicAmount, FacilitatorRequest, HttpFacilitator, Network, PaymentPayload,
-    PaymentRequirements, SOLANA_MAINNET, SOLANA_USDC_MINT, SettleResponse, codec,
+    facilitator::{FacilitatorRequest, HttpFacilitator, SOLANA_MAINNET, SOLANA_USDC_MINT},
+    wire::{AtomicAmount, Network, PaymentPayload, PaymentRequirements, SettleResponse, codec},
 };
 
 use crate::config::{Config, PaymentNetwork, SolanaSettings};
@@ -48,7 +48,7 @@ fn transaction(name: &str) -> String {
 }
 
 fn script_of(request: &FacilitatorRequest) -> String {
-    let encoded = request.payment_payload.payload["transaction"]
+    let encoded = request.payment_payload().payload["transaction"]
         .as_str()
         .unwrap_or_default();
     let bytes = base64::engine::general_purpose::STANDARD
@@ -80,7 +80,7 @@ async fn verify(State(state): State<Shared>, body: Bytes) -> (StatusCode, String
 
 async fn settle(State(state): State<Shared>, body: Bytes) -> String {
     let request: FacilitatorRequest = serde_json::from_slice(&body).unwrap();
-    let amount = request.payment_requirements.amount;
+    let amount = request.payment_requirements().amount;
     let mut state = state.lock().unwrap();
     state.settled.push(amount);
     let signature = format!("5oLanaSettlementSignature{}", state.settled.len());
@@ -179,7 +179,10 @@ async fn solana_quotes_carry_the_fee_payer_and_settle_through_the_facilitator() 
         // The facilitator was asked with the server's own offer, and settled exactly it.
         {
             let state = state.lock().unwrap();
-            assert_eq!(state.verified.last().unwrap().payment_requirements, offer);
+            assert_eq!(
+                state.verified.last().unwrap().payment_requirements(),
+                &offer
+            );
             assert_eq!(state.settled.last(), Some(&offer.amount));
         }
         // One transaction, one charge: sent again, it is a replay.
@@ -282,7 +285,7 @@ async fn the_fee_payer_is_read_from_supported_for_its_network_only() {
     let error = evm.unwrap_err();
     assert_eq!(
         error.kind(),
-        &walletgate::x402::FacilitatorErrorKind::Protocol
+        &walletgate::x402::facilitator::FacilitatorErrorKind::Protocol
     );
     assert!(
         error.detail().contains("no feePayer for eip155:84532"),

@@ -12,7 +12,10 @@
 use std::sync::Arc;
 
 use walletgate::SharedClock;
-use walletgate::x402::{DevLedger, InMemoryNonceStore, Ledger, NonceStore};
+use walletgate::x402::{
+    facilitator::{DevLedger, Ledger},
+    server::{InMemoryNonceStore, NonceStore},
+};
 #[cfg(feature = "redis")]
 use {
     crate::catalogue::Catalogue,

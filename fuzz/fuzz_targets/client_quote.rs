@@ -20,8 +20,8 @@ use libfuzzer_sys::fuzz_target;
 use tower_layer::Layer;
 use tower_service::Service;
 use walletgate::client::pay::{X402PaymentLayer, parse_quote};
+use walletgate::client::payer::DEV_KEYS;
 use walletgate::clock::FakeClock;
-use walletgate::x402::payer::DEV_KEYS;
 use walletgate_fuzz::{ready, split_once};
 
 const NOW: u64 = 1_750_000_000;
@@ -73,6 +73,12 @@ fuzz_target!(|data: &[u8]| {
     let mut client = X402PaymentLayer::new(key)
         .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
         .layer(server.clone());
-    let _ = ready(client.call(Request::post("http://gateway/v1/chat/completions").body(Full::new(Bytes::from_static(b"{}"))).unwrap()));
+    let _ = ready(
+        client.call(
+            Request::post("http://gateway/v1/chat/completions")
+                .body(Full::new(Bytes::from_static(b"{}")))
+                .unwrap(),
+        ),
+    );
     assert!(server.payments.load(Ordering::SeqCst) <= 1);
 });

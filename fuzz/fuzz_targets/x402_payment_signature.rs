@@ -22,8 +22,9 @@ use tower_layer::Layer;
 use tower_service::Service;
 use walletgate::clock::FakeClock;
 use walletgate::x402::{
-    DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator, PaymentOption, PaymentPayload,
-    PaymentRequirements, PriceTable, UsdAmount, X402, X402Layer, codec, matching_offer,
+    facilitator::{DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator},
+    server::{PaymentOption, PriceTable, X402, X402Layer, matching_offer},
+    wire::{PaymentPayload, PaymentRequirements, UsdAmount, codec},
 };
 use walletgate_fuzz::ready;
 
@@ -107,11 +108,7 @@ fn decode_match_verify(header: &[u8]) {
     let Some(offer) = matching_offer(&harness.offers, &payment.accepted).cloned() else {
         return;
     };
-    let request = FacilitatorRequest {
-        x402_version: payment.x402_version,
-        payment_payload: payment,
-        payment_requirements: offer,
-    };
+    let request = FacilitatorRequest::new(payment, offer);
     let verdict = ready(harness.facilitator.verify(&request)).unwrap();
     assert_eq!(verdict.is_valid, verdict.invalid_reason.is_none());
     if verdict.is_valid {

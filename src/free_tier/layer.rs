@@ -33,10 +33,10 @@ where
     }
 }
 
-/// Free exactly when the request's [`RequestPrice`](crate::x402::RequestPrice)
-/// is [`Price::Free`](crate::x402::Price::Free): the price a pipeline step
+/// Free exactly when the request's [`RequestPrice`](crate::x402::server::RequestPrice)
+/// is [`Price::Free`](crate::x402::server::Price::Free): the price a pipeline step
 /// decided once, which the payment layer reads too
-/// ([`RequestPrice::pricing`](crate::x402::RequestPrice::pricing)), so the two
+/// ([`RequestPrice::pricing`](crate::x402::server::RequestPrice::pricing)), so the two
 /// layers cannot disagree on "free".
 ///
 /// A request without a `RequestPrice` is not free: it goes on to the payment
@@ -45,7 +45,7 @@ where
 ///
 /// ```
 /// use walletgate::free_tier::{FreeTierLimitLayer, IsFreeRequest, IsPricedFree};
-/// use walletgate::x402::{Price, RequestPrice};
+/// use walletgate::x402::{server::Price, server::RequestPrice};
 ///
 /// let layer = FreeTierLimitLayer::new(IsPricedFree);
 /// let mut request = http::Request::new(());
@@ -64,7 +64,7 @@ impl<B> IsFreeRequest<B> for IsPricedFree {
     fn is_free(&self, request: &Request<B>) -> bool {
         request
             .extensions()
-            .get::<crate::x402::RequestPrice>()
+            .get::<crate::x402::server::RequestPrice>()
             .is_some_and(|price| price.0.is_free())
     }
 }
@@ -176,7 +176,7 @@ impl<S, P: Clone, L> Layer<S> for FreeTierLimitLayer<P, L> {
 #[cfg(all(test, feature = "x402"))]
 mod tests {
     use super::*;
-    use crate::x402::{Price, RequestPrice};
+    use crate::x402::server::{Price, RequestPrice};
 
     #[test]
     fn priced_free_is_free_and_anything_else_or_nothing_is_not() {

@@ -1,6 +1,6 @@
 //! The development ledger on Redis: [`RedisLedger`].
 //!
-//! The same rules as [`DevLedger`](crate::x402::DevLedger), shared by every
+//! The same rules as [`DevLedger`](crate::x402::facilitator::DevLedger), shared by every
 //! replica:
 //!
 //! | key | holds |
@@ -21,7 +21,7 @@
 //! script also reads the payer's balances and the nonce's used state, and
 //! [`check`](Ledger::check) answers from that snapshot instead of asking
 //! Redis again. The store also announces, just before settlement
-//! ([`NonceStore::settling`](crate::x402::NonceStore::settling)), the spent
+//! ([`NonceStore::settling`](crate::x402::server::NonceStore::settling)), the spent
 //! record it will be asked to write; the transfer script writes it with the
 //! debit, and `mark_spent` skips its own write. A paid request then costs two
 //! round trips (claim, transfer), not four (claim, check, transfer, mark
@@ -39,7 +39,11 @@ use redis::Script;
 use super::RedisConnection;
 use super::spent::encode_spent;
 use crate::store::{BoxFuture, StoreError};
-use crate::x402::{DevLedger, Ledger, LedgerError, SpentAuthorization, TokenId, Transfer};
+use crate::x402::{
+    facilitator::{DevLedger, Ledger, LedgerError, Transfer},
+    server::SpentAuthorization,
+    wire::TokenId,
+};
 
 /// The key seam of the ledger.
 const SEAM: &str = "x402-ledger";

@@ -30,7 +30,7 @@ use super::ledger::{Announced, RedisLedger, Snapshot};
 use super::spent::{decode_spent, encode_spent};
 use crate::clock::SharedClock;
 use crate::store::{BoxFuture, StoreError};
-use crate::x402::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
+use crate::x402::server::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
 
 /// The key seam of the replay guard.
 const SEAM: &str = "x402-replay";
@@ -120,16 +120,12 @@ impl RedisNonceStore {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The ledger to read ahead for, and the payer and nonce of an EVM `key`.
+    /// The ledger to read ahead for, and the payer and nonce of an EVM `key`
+    /// (its typed parts, as the key was built).
     fn read_ahead(&self, key: &AuthorizationKey) -> Option<(&RedisLedger, Address, B256)> {
         let ledger = self.ledger.as_ref()?;
-        let mut parts = key.as_str().rsplitn(3, '/');
-        let nonce = parts.next()?.parse::<B256>().ok()?;
-        let payer = parts.next()?.parse::<Address>().ok()?;
-        parts
-            .next()?
-            .starts_with("eip155:")
-            .then_some((ledger, payer, nonce))
+        key.network().eip155_chain_id()?;
+        Some((ledger, key.payer()?, key.nonce()?))
     }
 
     /// Seconds from now until `unix_secs`: at least one (Redis refuses zero),
@@ -381,7 +377,10 @@ fn decode_snapshot(items: &[String]) -> Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::x402::{AtomicAmount, Network, PaymentReceipt};
+    use crate::x402::{
+        server::PaymentReceipt,
+        wire::{AtomicAmount, Network},
+    };
 
     #[test]
     fn a_spent_entry_reads_back_as_written() {

@@ -6,7 +6,10 @@
 
 use serde_json::{Value, json};
 
-use crate::x402::{AtomicAmount, Network, PaymentReceipt, SpentAuthorization};
+use crate::x402::{
+    server::{PaymentReceipt, SpentAuthorization},
+    wire::{AtomicAmount, Network},
+};
 
 /// `S` and the spent authorization as JSON.
 pub(crate) fn encode_spent(spent: &SpentAuthorization) -> String {

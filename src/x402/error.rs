@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::types::ValueError;
+use super::wire::ValueError;
 
 /// Why an x402 configuration was refused (at build time, never per request).
 #[derive(Clone, Debug, PartialEq, Eq)]

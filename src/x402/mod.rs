@@ -1,7 +1,22 @@
 //! x402 v2 payments: HTTP 402 quotes, verify before, settle after.
 //!
-//! [`X402Layer`] puts a price on requests. For each request it asks its
-//! [`Pricing`]; a free request passes through untouched. A paid one goes:
+//! Three modules by role, as the x402-rs crates split them; every public
+//! name has one path:
+//!
+//! - [`wire`]: the protocol's types, the header [`codec`](wire::codec) and
+//!   the EIP-712 typed data an exact-EVM payment signs;
+//! - [`server`]: the layer, its service and future, prices, quotes,
+//!   receipts and the settlement hook, the settling stream body, the replay
+//!   guard;
+//! - [`facilitator`]: the verify/settle seam, the in-process EVM facilitator
+//!   and its ledgers, the HTTP facilitator client, the Solana options.
+//!
+//! [`ConfigError`], shared by the layer's builder and the HTTP facilitator, is
+//! the only name at the top. The paying side (signing a quote's offer) is
+//! `client::payer`.
+//!
+//! [`X402Layer`](server::X402Layer) puts a price on requests. For each request it asks its
+//! [`Pricing`](server::Pricing); a free request passes through untouched. A paid one goes:
 //!
 //! 1. **quote** — no `PAYMENT-SIGNATURE`: 402 with the offers in
 //!    `PAYMENT-REQUIRED`, `X-Payment-Required` and
@@ -9,21 +24,21 @@
 //!    compact JSON), `Cache-Control: no-store`, and a JSON body whose
 //!    `x402Version` and `accepts` equal the decoded header. Every amount
 //!    includes the layer's flat fee (0.001 USD by default): added to a
-//!    [`Price::Usd`], already inside a
-//!    [`Price::UsdAllIn`] ([`Price::total`]).
+//!    [`Price::Usd`](server::Price::Usd), already inside a
+//!    [`Price::UsdAllIn`](server::Price::UsdAllIn) ([`Price::total`](server::Price::total)).
 //! 2. **decode and match** — the offers are rebuilt for the retried request
 //!    and the payment's `accepted` must equal one on every core field
 //!    (`PAYMENT_INVALID` otherwise).
 //! 3. **claim** — the authorization (network, payer, nonce) is claimed in a
-//!    [`NonceStore`]; a duplicate in flight or already settled gets
+//!    [`NonceStore`](server::NonceStore); a duplicate in flight or already settled gets
 //!    `PAYMENT_REPLAY` (see [`replay`](self#replay)).
-//! 4. **verify** — the [`Facilitator`] checks signature, recipient, amount,
+//! 4. **verify** — the [`Facilitator`](facilitator::Facilitator) checks signature, recipient, amount,
 //!    window and funds; its reason becomes `PAYMENT_INVALID`,
 //!    `PAYMENT_UNFUNDED`, `PAYMENT_REPLAY` or `PAYMENT_BLOCKHASH_STALE`
-//!    ([`code_for_reason`]). An unreachable facilitator is
+//!    ([`code_for_reason`](facilitator::code_for_reason)). An unreachable facilitator is
 //!    `PAYMENT_VERIFICATION_UNAVAILABLE` (503, `Retry-After`); nothing is
 //!    consumed, so the same payment can be resent.
-//! 5. **inner service** — with a [`PaymentReceipt`] in the extensions.
+//! 5. **inner service** — with a [`PaymentReceipt`](server::PaymentReceipt) in the extensions.
 //! 6. **settle** — only on a 2xx answer. A whole answer is settled while
 //!    its head is held and its body unread: success adds `PAYMENT-RESPONSE`;
 //!    failure answers 402 `SETTLEMENT_FAILED` with
@@ -33,15 +48,15 @@
 //!    every unsettled case the claim is released, so the same payment can be
 //!    sent again.
 //! 7. **hook** — each settled payment is handed once to the
-//!    [`SettlementHook`] set with
-//!    [`on_settlement`](X402LayerBuilder::on_settlement), before a whole
+//!    [`SettlementHook`](server::SettlementHook) set with
+//!    [`on_settlement`](server::X402LayerBuilder::on_settlement), before a whole
 //!    answer is released or when a stream ends.
 //!
 //! # Streams
 //!
 //! A 2xx answer whose `Content-Type` is `text/event-stream` is a stream. Its
 //! head goes out at once, without `PAYMENT-RESPONSE`, and the layer reads
-//! the Server-Sent Events as they pass ([`X402Body`]). The stream is paid
+//! the Server-Sent Events as they pass ([`X402Body`](server::X402Body)). The stream is paid
 //! for only if it **completes successfully**: its terminal event arrives —
 //! `data: [DONE]` (chat completions), `event: message_stop` (messages) or
 //! `event: response.completed` (responses) — with no error event before it
@@ -69,18 +84,18 @@
 //!
 //! # Facilitators
 //!
-//! [`LocalEvmFacilitator`] verifies exact-EVM payments in-process and settles
-//! them through a [`Ledger`]; [`DevLedger`] pre-funds the public development
+//! [`LocalEvmFacilitator`](facilitator::LocalEvmFacilitator) verifies exact-EVM payments in-process and settles
+//! them through a [`Ledger`](facilitator::Ledger); [`DevLedger`](facilitator::DevLedger) pre-funds the public development
 //! accounts on Base Sepolia, so the official clients can pay a local server.
 //! With the `http-facilitator` feature, `HttpFacilitator` calls a standard
-//! facilitator over HTTP. Any other backend implements [`Facilitator`].
+//! facilitator over HTTP. Any other backend implements [`Facilitator`](facilitator::Facilitator).
 //!
 //! # Replay
 //!
 //! A settled authorization stays spent until its `validBefore` (at least two
-//! minutes). With [`with_paid_replay`](X402LayerBuilder::with_paid_replay) a route lets
+//! minutes). With [`with_paid_replay`](server::X402LayerBuilder::with_paid_replay) a route lets
 //! the very same payment through again with the original receipt
-//! ([`PaymentReceipt::is_replay`]) and no charge: clients poll paid jobs
+//! ([`PaymentReceipt::is_replay`](server::PaymentReceipt::is_replay)) and no charge: clients poll paid jobs
 //! with the signature they paid with.
 //!
 //! # Example
@@ -92,7 +107,9 @@
 //! use http_body_util::Full;
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
 //! use walletgate::clock::SystemClock;
-//! use walletgate::x402::{codec, DevLedger, LocalEvmFacilitator, PaymentOption, PaymentRequired, PriceTable, X402Layer};
+//! use walletgate::x402::facilitator::{DevLedger, LocalEvmFacilitator};
+//! use walletgate::x402::server::{PaymentOption, PriceTable, X402Layer};
+//! use walletgate::x402::wire::{PaymentRequired, codec};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -117,53 +134,10 @@
 //! # }
 //! ```
 
-pub mod codec;
-pub(crate) mod eip712;
 mod error;
 mod expiring;
-mod facilitator;
-mod future;
-#[cfg(feature = "http-facilitator")]
-mod http_facilitator;
-mod layer;
-mod ledger;
-mod local_evm;
-pub mod payer;
-mod pricing;
-mod quote;
-mod receipt;
-pub mod replay;
-mod service;
-mod solana;
-mod stream;
-mod types;
+pub mod facilitator;
+pub mod server;
+pub mod wire;
 
-pub use codec::DecodeError;
-pub use eip712::{ExactEvmDomain, TokenId, TransferWithAuthorization};
 pub use error::ConfigError;
-pub use facilitator::{
-    Facilitator, FacilitatorError, FacilitatorErrorKind, FacilitatorRequest, code_for_reason,
-    reason,
-};
-pub use future::ResponseFuture;
-#[cfg(feature = "http-facilitator")]
-pub use http_facilitator::{DEFAULT_FACILITATOR_TIMEOUT, HttpFacilitator};
-pub use layer::{X402Layer, X402LayerBuilder};
-pub use ledger::{DevLedger, Ledger, LedgerError, Transfer};
-pub use local_evm::{LocalEvmFacilitator, MIN_REMAINING_VALIDITY_SECS};
-pub use payer::{Payer, PayerError};
-pub use pricing::{Price, PriceRefusal, PriceTable, Pricing, RequestPrice};
-pub use quote::{
-    AUTHORIZATION_CLOCK_SKEW_SECS, BASE_SEPOLIA_USDC, BASE_USDC, DEFAULT_MAX_TIMEOUT_SECS,
-    PaymentOption, QUOTE_ERROR, QUOTE_MESSAGE, matching_offer,
-};
-pub use receipt::{PaymentReceipt, SettledPayment, SettlementHook, SettlementHookError};
-pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
-pub use service::X402;
-pub use solana::{SOLANA_MAINNET, SOLANA_USDC_MINT};
-pub use stream::{PAYMENT_RESPONSE_EVENT, X402Body};
-pub use types::{
-    AtomicAmount, Eip3009Authorization, ExactEvmPayload, Network, PaymentPayload, PaymentRequired,
-    PaymentRequirements, ResourceInfo, SCHEME_EXACT, SettleResponse, SupportedKind,
-    SupportedResponse, UsdAmount, ValueError, VerifyResponse, X402_VERSION,
-};

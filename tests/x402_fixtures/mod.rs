@@ -1,32 +1,34 @@
 //! Fixtures shared by the x402 integration tests: the paid route, its price
 //! and payee, and a layer over a handler that answers at once. (The payer
-//! is the library's: `walletgate::x402::Payer`.)
+//! is the library's: `walletgate::client::payer::Payer`.)
 #![allow(dead_code, unreachable_pub)]
 
 /// The paid route of the tests.
 pub const CHAT: &str = "/v1/chat/completions";
 /// The payee: development account 9.
-pub const PAY_TO: &str = walletgate::x402::DevLedger::DEV_ACCOUNTS[9];
+pub const PAY_TO: &str = walletgate::x402::facilitator::DevLedger::DEV_ACCOUNTS[9];
 /// The route's price, 0.002 USD, plus the 0.001 USD fee, in USDC units.
 pub const QUOTED_UNITS: u128 = 3000;
 
 /// `POST /v1/chat/completions` at 0.002 USD, paid in Base Sepolia USDC to [`PAY_TO`].
 pub fn chat_layer(
-    facilitator: impl walletgate::x402::Facilitator,
+    facilitator: impl walletgate::x402::facilitator::Facilitator,
     clock: walletgate::SharedClock,
-) -> walletgate::x402::X402Layer {
+) -> walletgate::x402::server::X402Layer {
     chat_layer_builder(facilitator, clock).build().unwrap()
 }
 
 /// [`chat_layer`]'s configuration, to add to before building.
 pub fn chat_layer_builder(
-    facilitator: impl walletgate::x402::Facilitator,
+    facilitator: impl walletgate::x402::facilitator::Facilitator,
     clock: walletgate::SharedClock,
-) -> walletgate::x402::X402LayerBuilder {
-    walletgate::x402::X402Layer::builder()
-        .with_payment_option(walletgate::x402::PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+) -> walletgate::x402::server::X402LayerBuilder {
+    walletgate::x402::server::X402Layer::builder()
+        .with_payment_option(
+            walletgate::x402::server::PaymentOption::base_sepolia_usdc(PAY_TO).unwrap(),
+        )
         .with_pricing(
-            walletgate::x402::PriceTable::by_route()
+            walletgate::x402::server::PriceTable::by_route()
                 .with_usd(format!("POST {CHAT}"), "0.002")
                 .unwrap(),
         )
@@ -42,7 +44,9 @@ pub type Answering = tower::util::BoxCloneService<
 >;
 
 /// `layer` over a handler that answers 200 `answer` at once.
-pub fn answering(layer: &walletgate::x402::X402Layer) -> walletgate::x402::X402<Answering> {
+pub fn answering(
+    layer: &walletgate::x402::server::X402Layer,
+) -> walletgate::x402::server::X402<Answering> {
     let inner = tower::service_fn(
         |_request: http::Request<http_body_util::Full<bytes::Bytes>>| async {
             Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use walletgate::SharedClock;
 use walletgate::store::StoreError;
-use walletgate::x402::Price;
+use walletgate::x402::server::Price;
 
 use crate::extensions::ImageRequest;
 use crate::upstream::BoxFuture;

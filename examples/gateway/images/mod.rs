@@ -32,7 +32,7 @@ use serde_json::{Map, Value, json};
 use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, UnknownModelBody};
 use walletgate::gateway::{BodyCheck, ParsedJson, at, invalid_request_body};
 use walletgate::store::StoreError;
-use walletgate::x402::{PaymentReceipt, RequestPrice};
+use walletgate::x402::server::{PaymentReceipt, RequestPrice};
 
 use self::jobs::{Job, Progress};
 use crate::extensions::{ImageRequest, missing};

@@ -27,9 +27,13 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use walletgate::client::payer::Payer;
+use walletgate::client::payer::sequential_nonce;
 use walletgate::envelope::ErrorCode;
-use walletgate::x402::payer::sequential_nonce;
-use walletgate::x402::{DevLedger, Payer, PaymentRequired, SettleResponse, TokenId, codec};
+use walletgate::x402::{
+    facilitator::DevLedger,
+    wire::{PaymentRequired, SettleResponse, TokenId, codec},
+};
 
 use crate::app;
 use crate::catalogue::{Catalogue, Model, Pricing};

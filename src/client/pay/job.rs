@@ -100,7 +100,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::x402::{AtomicAmount, DevLedger, PaymentOption};
+    use crate::x402::{facilitator::DevLedger, server::PaymentOption, wire::AtomicAmount};
 
     #[test]
     fn a_relative_poll_url_is_resolved_against_the_request() {

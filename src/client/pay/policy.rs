@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::x402::{
-    BASE_SEPOLIA_USDC, BASE_USDC, Network, PaymentRequirements, UsdAmount, ValueError,
+    server::{BASE_SEPOLIA_USDC, BASE_USDC},
+    wire::{Network, PaymentRequirements, UsdAmount, ValueError},
 };
 
 /// The default maximum per payment: 0.10 USD.
@@ -111,7 +112,7 @@ impl fmt::Display for Refusal {
 
 /// Micro-dollars as a decimal USD string.
 pub(crate) fn usd(micros: u128) -> String {
-    crate::x402::AtomicAmount::new(micros).to_decimal_string(UsdAmount::DECIMALS)
+    crate::x402::wire::AtomicAmount::new(micros).to_decimal_string(UsdAmount::DECIMALS)
 }
 
 /// A total spend shared by every clone of the policy (and so of the layer).
@@ -269,7 +270,7 @@ fn micros(units: u128, decimals: u8) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::x402::{AtomicAmount, DevLedger, PaymentOption};
+    use crate::x402::{facilitator::DevLedger, server::PaymentOption, wire::AtomicAmount};
 
     fn offer(units: u128) -> PaymentRequirements {
         PaymentOption::base_sepolia_usdc(DevLedger::DEV_ACCOUNTS[9])

@@ -13,7 +13,8 @@ use pin_project_lite::pin_project;
 
 use super::policy::usd;
 use crate::x402::{
-    AtomicAmount, Network, PAYMENT_RESPONSE_EVENT, PaymentRequirements, SettleResponse, codec,
+    server::PAYMENT_RESPONSE_EVENT,
+    wire::{AtomicAmount, Network, PaymentRequirements, SettleResponse, codec},
 };
 
 /// The payment behind a paid answer, in its extensions.
@@ -236,8 +237,8 @@ mod tests {
     use http_body_util::BodyExt;
 
     use super::*;
-    use crate::x402::DevLedger;
-    use crate::x402::PaymentOption;
+    use crate::x402::facilitator::DevLedger;
+    use crate::x402::server::PaymentOption;
 
     fn receipt() -> Receipt {
         let offer = PaymentOption::base_sepolia_usdc(DevLedger::DEV_ACCOUNTS[9])

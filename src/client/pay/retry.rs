@@ -9,7 +9,10 @@ use serde_json::Value;
 
 use crate::envelope::ErrorCode;
 use crate::store::BoxFuture;
-use crate::x402::{PaymentRequired, code_for_reason, codec};
+use crate::x402::{
+    facilitator::code_for_reason,
+    wire::{PaymentRequired, codec},
+};
 
 /// Waits between retries; tests inject one that records and returns at once.
 pub trait Sleeper: Send + Sync + 'static {
@@ -180,7 +183,7 @@ pub(crate) fn read_error(
     };
     let by_quote = || {
         let reason = quote?.error.as_deref()?;
-        (status == StatusCode::PAYMENT_REQUIRED && reason != crate::x402::QUOTE_ERROR)
+        (status == StatusCode::PAYMENT_REQUIRED && reason != crate::x402::server::QUOTE_ERROR)
             .then(|| code_for_reason(reason).as_str().to_owned())
     };
     let by_type = || text(json.as_ref()?.get("error")?.get("type"));
@@ -231,7 +234,7 @@ mod tests {
         .unwrap();
         let answer = read_error(StatusCode::PAYMENT_REQUIRED, b"{}", Some(&quote));
         assert_eq!(answer.known, Some(ErrorCode::PaymentUnfunded));
-        quote.error = Some(crate::x402::QUOTE_ERROR.into());
+        quote.error = Some(crate::x402::server::QUOTE_ERROR.into());
         let answer = read_error(StatusCode::PAYMENT_REQUIRED, b"{}", Some(&quote));
         assert_eq!(answer.known, None);
     }

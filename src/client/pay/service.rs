@@ -19,7 +19,7 @@ use super::receipt::{PaidBody, Receipt, is_event_stream};
 use super::retry::{parse_quote, read_error, retry_after};
 use super::transport::{read_capped, send};
 use crate::envelope::ErrorCode;
-use crate::x402::PaymentRequirements;
+use crate::x402::wire::PaymentRequirements;
 
 /// The header a payment travels in.
 const PAYMENT_SIGNATURE: &str = "payment-signature";
@@ -274,11 +274,15 @@ mod tests {
 
     use super::*;
     use crate::client::pay::{Failover, RetryPolicy};
+    use crate::client::payer::DEV_KEYS;
     use crate::clock::FakeClock;
-    use crate::x402::payer::DEV_KEYS;
     use crate::x402::{
-        AtomicAmount, DevLedger, LocalEvmFacilitator, Network, PaymentOption, PaymentPayload,
-        PaymentRequired, PriceTable, ResourceInfo, SettleResponse, X402Layer, codec,
+        facilitator::{DevLedger, LocalEvmFacilitator},
+        server::{PaymentOption, PriceTable, X402Layer},
+        wire::{
+            AtomicAmount, Network, PaymentPayload, PaymentRequired, ResourceInfo, SettleResponse,
+            codec,
+        },
     };
 
     const NOW: u64 = 1_750_000_000;
@@ -304,7 +308,7 @@ mod tests {
     fn quote(units: u128) -> PaymentRequired {
         PaymentRequired {
             x402_version: 2,
-            error: Some(crate::x402::QUOTE_ERROR.into()),
+            error: Some(crate::x402::server::QUOTE_ERROR.into()),
             resource: ResourceInfo {
                 url: "http://gateway/v1/chat/completions".into(),
                 ..Default::default()

@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use alloy_signer::Signer;
 
-use crate::x402::eip712::{DomainCache, parse_evm_address};
-use crate::x402::payer::{
+use crate::client::payer::PayerError;
+use crate::client::payer::{
     authorization_for, offer_domain, random_nonce, signed_payment, transfer_digest,
 };
-use crate::x402::{
-    ExactEvmDomain, PayerError, PaymentPayload, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
-    TokenId, codec,
+use crate::x402::wire::eip712::{DomainCache, parse_evm_address};
+use crate::x402::wire::{
+    ExactEvmDomain, PaymentPayload, PaymentRequirements, ResourceInfo, SCHEME_EXACT, TokenId, codec,
 };
 
 /// Why an offer could not be signed.
@@ -133,10 +133,10 @@ impl PaymentSigner {
     }
 }
 
-/// [`Payer`](crate::x402::Payer) is an alloy signer too: libsecp256k1, the
+/// [`Payer`](crate::client::payer::Payer) is an alloy signer too: libsecp256k1, the
 /// fastest in-memory signer (`alloy-signer-local`'s k256 takes about 2.7x as
 /// long per signature; see `benches/client.rs`). It carries no chain id.
-impl Signer for crate::x402::Payer {
+impl Signer for crate::client::payer::Payer {
     fn sign_hash<'a, 'b, 'c>(
         &'a self,
         hash: &'b alloy_primitives::B256,
@@ -174,8 +174,9 @@ mod tests {
     use alloy_signer_local::PrivateKeySigner;
 
     use super::*;
-    use crate::x402::payer::DEV_KEYS;
-    use crate::x402::{DevLedger, Payer, PaymentOption, UsdAmount};
+    use crate::client::payer::DEV_KEYS;
+    use crate::client::payer::Payer;
+    use crate::x402::{facilitator::DevLedger, server::PaymentOption, wire::UsdAmount};
 
     #[tokio::test]
     async fn an_alloy_signature_is_the_one_the_payer_makes() {

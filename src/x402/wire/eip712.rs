@@ -2,7 +2,7 @@
 //! token's domain, a small cache of domains, and strict hex parsers.
 //!
 //! ```
-//! use walletgate::x402::{ExactEvmDomain, TokenId};
+//! use walletgate::x402::wire::{ExactEvmDomain, TokenId};
 //!
 //! let token = TokenId::base_sepolia_usdc();
 //! let domain = ExactEvmDomain::new("USDC", "2", token.chain_id, token.asset);

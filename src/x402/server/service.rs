@@ -8,8 +8,6 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
 
-use super::codec;
-use super::facilitator::{FacilitatorRequest, code_for_reason, reason};
 use super::future::ResponseFuture;
 use super::layer::{Config, X402Layer};
 use super::pricing::Price;
@@ -17,9 +15,13 @@ use super::quote::{Quote, check_authorization, matching_offer, write_quote_heade
 use super::receipt::{PaymentReceipt, SettledPayment};
 use super::replay::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
 use super::stream::{X402Body, receipt_event};
-use super::types::{PaymentPayload, PaymentRequired, ResourceInfo, SettleResponse};
 use crate::body::{ResponseBody, rejection};
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection, header};
+use crate::x402::facilitator::{FacilitatorRequest, code_for_reason, reason};
+use crate::x402::wire::codec;
+use crate::x402::wire::types::{
+    PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SettleResponse,
+};
 
 /// Seconds a spent authorization is remembered at least, whatever its
 /// `validBefore` (for paid replay), unless its offer's `maxTimeoutSeconds` is
@@ -104,16 +106,34 @@ where
     }
 }
 
-/// A payment that decoded and matched an offer, ready to claim and verify.
+/// A paid request from its decoded header to its settlement: the typed
+/// payment the facilitator verifies and settles, its replay key and
+/// fingerprint, and what its answers need. Built once by `prepare`, moved
+/// whole into the settlement.
 struct Payment {
-    request: FacilitatorRequest,
+    facilitation: FacilitatorRequest,
     quote: Arc<Quote>,
     key: AuthorizationKey,
     fingerprint: [u8; 32],
-    payer: Option<String>,
-    valid_before: Option<u64>,
     style: EnvelopeStyle,
     request_id: Option<String>,
+}
+
+impl Payment {
+    /// The payer as the client wrote it, for refusals before any verdict.
+    fn claimed_payer(&self) -> Option<&str> {
+        claimed_payer(self.facilitation.payment_payload())
+    }
+
+    /// The server's offer the payment matched.
+    fn offer(&self) -> &PaymentRequirements {
+        self.facilitation.payment_requirements()
+    }
+}
+
+/// `payload.authorization.from`, borrowed as sent.
+fn claimed_payer(payload: &PaymentPayload) -> Option<&str> {
+    payload.payload.get("authorization")?.get("from")?.as_str()
 }
 
 /// The synchronous part: price, quote, decode, match. `Err` is the answer.
@@ -159,43 +179,46 @@ fn prepare<B>(
         Ok(payload) => payload,
         Err(error) => return Err(invalid(error.reason(), None)),
     };
-    // Borrowed from the payload: no copies of its strings.
-    let evm = payload.exact_evm_ref();
-    let payer = evm.as_ref().map(|evm| evm.authorization.from.to_owned());
-    if payload.x402_version != super::X402_VERSION {
-        return Err(invalid(reason::INVALID_X402_VERSION, payer.as_deref()));
+    if payload.x402_version != crate::x402::wire::X402_VERSION {
+        return Err(invalid(
+            reason::INVALID_X402_VERSION,
+            claimed_payer(&payload),
+        ));
     }
     let Some(offer) = matching_offer(&quote.required().accepts, &payload.accepted).cloned() else {
-        return Err(invalid(reason::NO_MATCHING_REQUIREMENTS, payer.as_deref()));
+        return Err(invalid(
+            reason::NO_MATCHING_REQUIREMENTS,
+            claimed_payer(&payload),
+        ));
     };
-    if let Err(why) = check_authorization(&offer, evm.as_ref(), config.clock.now_unix_secs()) {
-        return Err(invalid(why, payer.as_deref()));
+    // The payload is read into typed values here, once, for every step after.
+    let facilitation = FacilitatorRequest::new(payload, offer);
+    let evm = facilitation.exact_evm();
+    let offer = facilitation.payment_requirements();
+    if let Err(why) = check_authorization(offer, evm, config.clock.now_unix_secs()) {
+        return Err(invalid(why, claimed_payer(facilitation.payment_payload())));
     }
-    let fingerprint = keccak256(serde_json::to_vec(&payload.payload).unwrap_or_default()).0;
-    let key = match &evm {
-        Some(evm) => AuthorizationKey::new(
-            &offer.network,
-            evm.authorization.from,
-            evm.authorization.nonce,
+    let typed = evm.and_then(|evm| Some((evm, evm.fingerprint()?)));
+    let (key, fingerprint) = match typed {
+        Some((evm, fingerprint)) => (
+            AuthorizationKey::new(&offer.network, evm.from, evm.nonce),
+            fingerprint,
         ),
-        None => AuthorizationKey::new(
-            &offer.network,
-            "payload",
-            &alloy_primitives::hex::encode(fingerprint),
-        ),
+        None => {
+            // Another scheme, or exact-EVM hex that does not parse (the facilitator
+            // refuses it): the header as sent identifies the payment.
+            let fingerprint = keccak256(header_value.as_bytes().trim_ascii()).0;
+            (
+                AuthorizationKey::of_payload(&offer.network, &fingerprint),
+                fingerprint,
+            )
+        }
     };
-    let valid_before = evm.map(|evm| evm.authorization.valid_before);
     Ok(Payment {
-        request: FacilitatorRequest {
-            x402_version: payload.x402_version,
-            payment_payload: payload,
-            payment_requirements: offer,
-        },
+        facilitation,
         quote,
         key,
         fingerprint,
-        payer,
-        valid_before,
         style,
         request_id: request
             .headers()
@@ -297,41 +320,34 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     ResBody: Send + 'static,
 {
-    let Payment {
-        request: facilitation,
-        quote,
-        key,
-        fingerprint,
-        payer,
-        valid_before,
-        style,
-        request_id,
-    } = payment;
-    let reject = |code: ErrorCode, why: &str, payer: Option<&str>| {
+    let reject = |payment: &Payment, code: ErrorCode, why: &str, payer: Option<&str>| {
         Ok(rejection(payment_rejection(
             &config.reject,
             code,
             why,
             payer,
-            style,
-            quote.required(),
+            payment.style,
+            payment.quote.required(),
         ))
         .map(X402Body::plain))
     };
-    let offer = &facilitation.payment_requirements;
     let now = config.clock.now_unix_secs();
-    let hold_until = now.saturating_add(offer.max_timeout_seconds.max(MIN_CLAIM_HOLD_SECS));
+    let hold_until =
+        now.saturating_add(payment.offer().max_timeout_seconds.max(MIN_CLAIM_HOLD_SECS));
 
-    match config.nonce_store.claim(&key, hold_until).await {
+    match config.nonce_store.claim(&payment.key, hold_until).await {
         Ok(Claim::Claimed) => {}
         Ok(Claim::InFlight) => {
             return reject(
+                &payment,
                 ErrorCode::PaymentReplay,
                 "authorization_in_flight",
-                payer.as_deref(),
+                payment.claimed_payer(),
             );
         }
-        Ok(Claim::Spent(spent)) if config.paid_replay && spent.fingerprint == fingerprint => {
+        Ok(Claim::Spent(spent))
+            if config.paid_replay && spent.fingerprint == payment.fingerprint =>
+        {
             trace_decision!(
                 INFO,
                 "x402",
@@ -351,49 +367,55 @@ where
         }
         Ok(_) => {
             return reject(
+                &payment,
                 ErrorCode::PaymentReplay,
                 "authorization_already_settled",
-                payer.as_deref(),
+                payment.claimed_payer(),
             );
         }
         Err(error) => {
             return reject(
+                &payment,
                 ErrorCode::PaymentVerificationUnavailable,
                 &error.to_string(),
-                payer.as_deref(),
+                payment.claimed_payer(),
             );
         }
     }
     let claim = ClaimGuard {
         store: config.nonce_store.clone(),
-        key: Some(key.clone()),
+        key: Some(payment.key.clone()),
     };
 
-    let verdict = match config.facilitator.verify(&facilitation).await {
+    let verdict = match config.facilitator.verify(&payment.facilitation).await {
         Ok(verdict) => verdict,
         Err(error) => {
             claim.release().await;
             return reject(
+                &payment,
                 ErrorCode::PaymentVerificationUnavailable,
                 &error.to_string(),
-                payer.as_deref(),
+                payment.claimed_payer(),
             );
         }
     };
-    let payer = verdict.payer.clone().or(payer);
+    let payer = verdict
+        .payer
+        .or_else(|| payment.claimed_payer().map(str::to_owned));
     if !verdict.is_valid {
         let why = verdict
             .invalid_reason
             .as_deref()
             .unwrap_or(reason::INVALID_PAYLOAD);
         claim.release().await;
-        return reject(code_for_reason(why), why, payer.as_deref());
+        return reject(&payment, code_for_reason(why), why, payer.as_deref());
     }
+    let offer = payment.offer();
     let receipt = PaymentReceipt::new(
-        payer.clone().unwrap_or_default(),
+        payer.unwrap_or_default(),
         offer.amount,
         offer.network.clone(),
-        key.as_str().to_owned(),
+        payment.key.as_str().to_owned(),
     );
     request.extensions_mut().insert(receipt.clone());
 
@@ -404,23 +426,19 @@ where
         trace_decision!(
             INFO,
             "x402",
-            payer = payer.as_deref(),
+            payer = receipt.payer(),
             status = response.status().as_u16(),
             outcome = "unsettled",
         );
         claim.release().await;
         return Ok(plain(response));
     }
+    let style = payment.style;
     let job = SettleJob {
         config: config.clone(),
-        facilitation,
+        payment,
         claim,
-        key,
-        fingerprint,
-        valid_before,
         receipt,
-        resource: quote.required().resource.url.clone(),
-        request_id,
     };
     mark_private(response.headers_mut());
 
@@ -430,7 +448,7 @@ where
         let settle = Box::new(move || -> crate::store::BoxFuture<'static, Bytes> {
             Box::pin(async move {
                 let settlement = match job.run().await {
-                    Ok((settlement, _)) | Err(settlement) => settlement,
+                    Ok((settlement, _)) | Err((settlement, _)) => settlement,
                 };
                 receipt_event(&codec::encode(&settlement))
             })
@@ -452,14 +470,14 @@ where
             response.extensions_mut().insert(receipt);
             Ok(plain(response))
         }
-        Err(settlement) => {
+        Err((settlement, receipt)) => {
             let why = settlement
                 .error_reason
                 .as_deref()
                 .unwrap_or(reason::UNEXPECTED_SETTLE_ERROR);
             let mut error = GatewayError::new(ErrorCode::SettlementFailed).with_debug(why);
-            if let Some(payer) = payer.as_deref() {
-                error = error.with_payer(payer);
+            if !receipt.payer().is_empty() {
+                error = error.with_payer(receipt.payer());
             }
             let mut failed = config.reject.render(error, style);
             if let Some(value) = settle_header(&settlement) {
@@ -489,46 +507,43 @@ fn is_event_stream<B>(response: &Response<B>) -> bool {
         })
 }
 
-/// Everything needed to settle a verified, served payment, once.
+/// A verified, served payment, its claim held, settled once.
 struct SettleJob {
     config: Arc<Config>,
-    facilitation: FacilitatorRequest,
+    payment: Payment,
     claim: ClaimGuard,
-    key: AuthorizationKey,
-    fingerprint: [u8; 32],
-    valid_before: Option<u64>,
     receipt: PaymentReceipt,
-    resource: String,
-    request_id: Option<String>,
 }
 
 impl SettleJob {
     /// Settles; on success marks the authorization spent and tells the hook.
-    /// `Err` is the failed settlement, its claim released.
-    async fn run(self) -> Result<(SettleResponse, PaymentReceipt), SettleResponse> {
+    /// `Err` is the failed settlement (its claim released) and the receipt.
+    async fn run(
+        self,
+    ) -> Result<(SettleResponse, PaymentReceipt), (SettleResponse, PaymentReceipt)> {
         let Self {
             config,
-            facilitation,
+            payment,
             claim,
-            key,
-            fingerprint,
-            valid_before,
             receipt,
-            resource,
-            request_id,
         } = self;
-        let offer = &facilitation.payment_requirements;
+        let offer = payment.offer();
         let now = config.clock.now_unix_secs();
         let floor_secs = MIN_SPENT_RETENTION_SECS.min(offer.max_timeout_seconds);
-        let keep_until = valid_before
-            .unwrap_or(now)
+        let keep_until = payment
+            .facilitation
+            .exact_evm()
+            .map_or(now, |evm| evm.valid_before)
             .max(now.saturating_add(floor_secs));
         let unsettled = SpentAuthorization {
-            receipt: receipt.clone(),
-            fingerprint,
+            receipt,
+            fingerprint: payment.fingerprint,
         };
-        config.nonce_store.settling(&key, &unsettled, keep_until);
-        let settlement = match config.facilitator.settle(&facilitation).await {
+        config
+            .nonce_store
+            .settling(&payment.key, &unsettled, keep_until);
+        let receipt = unsettled.receipt;
+        let settlement = match config.facilitator.settle(&payment.facilitation).await {
             Ok(settlement) => settlement,
             Err(error) => SettleResponse::failure(
                 offer.network.clone(),
@@ -548,7 +563,7 @@ impl SettleJob {
                 reason = settlement.error_reason.as_deref(),
             );
             claim.release().await;
-            return Err(settlement);
+            return Err((settlement, receipt));
         }
         trace_decision!(
             INFO,
@@ -557,17 +572,21 @@ impl SettleJob {
             amount = %receipt.amount(),
             network = %receipt.network(),
             transaction = settlement.transaction.as_str(),
-            resource = resource.as_str(),
+            resource = payment.quote.required().resource.url.as_str(),
             outcome = "settled",
         );
         let receipt = receipt.settled(settlement.transaction.clone());
         let spent = SpentAuthorization {
             receipt: receipt.clone(),
-            fingerprint,
+            fingerprint: payment.fingerprint,
         };
         // Settled on the ledger either way: a store failure here only weakens paid replay,
         // since the ledger itself refuses the used nonce.
-        if let Err(_error) = config.nonce_store.mark_spent(&key, spent, keep_until).await {
+        if let Err(_error) = config
+            .nonce_store
+            .mark_spent(&payment.key, spent, keep_until)
+            .await
+        {
             trace_warn!(
                 error = %_error,
                 transaction = settlement.transaction.as_str(),
@@ -575,6 +594,9 @@ impl SettleJob {
             );
         }
         claim.keep();
+        let Payment {
+            quote, request_id, ..
+        } = payment;
         config
             .report_settled(|| {
                 SettledPayment::new(
@@ -582,7 +604,7 @@ impl SettleJob {
                     receipt.amount(),
                     receipt.network().clone(),
                     settlement.transaction.clone(),
-                    resource,
+                    quote.required().resource.url.clone(),
                     request_id,
                 )
             })
@@ -639,8 +661,8 @@ mod tests {
     use crate::store::BoxFuture;
     use crate::x402::facilitator::{Facilitator, FacilitatorError};
     use crate::x402::{
-        PaymentOption, PriceTable, SettlementHookError, SupportedResponse, VerifyResponse,
-        X402Layer,
+        server::{PaymentOption, PriceTable, SettlementHookError, X402Layer},
+        wire::{SupportedResponse, VerifyResponse},
     };
 
     const NOW: u64 = 1_750_000_000;
@@ -659,7 +681,7 @@ mod tests {
         fn verify<'a>(
             &'a self,
             _request: &'a FacilitatorRequest,
-        ) -> BoxFuture<'a, Result<crate::x402::VerifyResponse, FacilitatorError>> {
+        ) -> BoxFuture<'a, Result<crate::x402::wire::VerifyResponse, FacilitatorError>> {
             let verdict = if self.refuse.load(Ordering::SeqCst) {
                 VerifyResponse::invalid(reason::SIGNATURE, Some(PAYER.into()))
             } else {
@@ -672,8 +694,8 @@ mod tests {
             &'a self,
             request: &'a FacilitatorRequest,
         ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
-            let network = request.payment_requirements.network.clone();
-            let amount = request.payment_requirements.amount;
+            let network = request.payment_requirements().network.clone();
+            let amount = request.payment_requirements().amount;
             let answer = if self.fail_settle.load(Ordering::SeqCst) {
                 SettleResponse::failure(network, "invalid_exact_evm_transaction_failed", None)
             } else {
@@ -704,7 +726,7 @@ mod tests {
     }
 
     /// The chat route at 0.002 USD over `facade`, on the fake clock.
-    fn chat_layer(facade: &Arc<Facade>) -> crate::x402::X402LayerBuilder {
+    fn chat_layer(facade: &Arc<Facade>) -> crate::x402::server::X402LayerBuilder {
         X402Layer::builder()
             .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
             .with_pricing(

@@ -9,10 +9,11 @@
 //! [`sign`](Payer::sign)) let a caller choose or change any field first.
 //!
 //! [`Payer::dev`] uses the public Hardhat/Anvil development keys, which
-//! [`DevLedger`](super::DevLedger) funds: for development and tests only.
+//! [`DevLedger`](crate::x402::facilitator::DevLedger) funds: for development and tests only.
 //!
 //! ```
-//! use walletgate::x402::{codec, ExactEvmPayload, PaymentOption, PaymentPayload, Payer, UsdAmount};
+//! use walletgate::x402::{server::PaymentOption, wire::{codec, ExactEvmPayload, PaymentPayload, UsdAmount}};
+//! use walletgate::client::payer::Payer;
 //!
 //! let offer = PaymentOption::base_sepolia_usdc("0x70997970C51812dc3A010C7d01b50e0d17dc79C8")?
 //!     .requirements(UsdAmount::from_micros(3000))
@@ -31,9 +32,11 @@ use std::fmt;
 use alloy_primitives::{Address, B256, U256};
 use secp256k1::{Message, PublicKey, SECP256K1, SecretKey};
 
-use super::codec;
-use super::eip712::{ExactEvmDomain, TransferWithAuthorization, parse_evm_address, prefixed_hex};
-use super::types::{
+use crate::x402::wire::codec;
+use crate::x402::wire::eip712::{
+    ExactEvmDomain, TransferWithAuthorization, parse_evm_address, prefixed_hex,
+};
+use crate::x402::wire::types::{
     Eip3009Authorization, ExactEvmPayload, PaymentPayload, PaymentRequired, PaymentRequirements,
     SCHEME_EXACT, X402_VERSION,
 };
@@ -73,7 +76,7 @@ impl std::error::Error for PayerError {}
 
 /// The PUBLIC keys of the ten Hardhat/Anvil development accounts (mnemonic
 /// `test test … junk`), in the order of
-/// [`DevLedger::DEV_ACCOUNTS`](super::DevLedger::DEV_ACCOUNTS). Published
+/// [`DevLedger::DEV_ACCOUNTS`](crate::x402::facilitator::DevLedger::DEV_ACCOUNTS). Published
 /// everywhere and worthless on any real chain: development and tests only.
 pub const DEV_KEYS: [&str; 10] = [
     "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
@@ -339,10 +342,10 @@ mod tests {
 
     use super::*;
     use crate::clock::FakeClock;
+    use crate::x402::facilitator::{DevLedger, LocalEvmFacilitator};
     use crate::x402::facilitator::{Facilitator, FacilitatorRequest};
-    use crate::x402::quote::PaymentOption;
-    use crate::x402::types::{AtomicAmount, Network};
-    use crate::x402::{DevLedger, LocalEvmFacilitator};
+    use crate::x402::server::PaymentOption;
+    use crate::x402::wire::{AtomicAmount, Network};
 
     const NOW: u64 = 1_750_000_000;
 
@@ -386,11 +389,7 @@ mod tests {
         let evm = payment.exact_evm().unwrap();
         assert_eq!(evm.authorization.valid_before, NOW + 300);
         assert_eq!(evm.authorization.to, offer().pay_to);
-        let request = FacilitatorRequest {
-            x402_version: 2,
-            payment_payload: payment,
-            payment_requirements: offer(),
-        };
+        let request = FacilitatorRequest::new(payment, offer());
         let verdict = facilitator.verify(&request).await.unwrap();
         assert!(verdict.is_valid, "{verdict:?}");
         assert!(facilitator.settle(&request).await.unwrap().success);
@@ -427,7 +426,7 @@ mod tests {
         let mut quote = PaymentRequired {
             x402_version: 2,
             error: None,
-            resource: crate::x402::ResourceInfo {
+            resource: crate::x402::wire::ResourceInfo {
                 url: "http://localhost/v1/chat/completions".into(),
                 ..Default::default()
             },

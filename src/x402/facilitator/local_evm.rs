@@ -8,12 +8,11 @@
 //! the [`Ledger`]: nonce unused and balance sufficient. Settlement re-runs the
 //! checks and moves the funds through the same ledger.
 //!
-//! A paid request recovers its signer once: `verify` remembers the signer of
-//! the digest and signature it checked (a bounded memo), and `settle` takes
-//! that entry instead of recovering again. Settle still rebuilds the digest
-//! from the payment it is given, so a changed amount, recipient, window or
-//! nonce misses the memo and is recovered (and refused) afresh; the window,
-//! the amount and the ledger (nonce unused, funds) are checked again.
+//! A paid request hashes and recovers its signer once: the
+//! [`FacilitatorRequest`] carries the authorization decoded when it was
+//! built and, once checked, its EIP-712 digest and signer, which cannot
+//! change with it; `settle` after `verify` checks the window, the amount and
+//! the ledger (nonce unused, funds) again.
 //!
 //! [`DevLedger`](super::DevLedger) is an in-memory USDC ledger that
 //! pre-funds the ten public Hardhat/Anvil development accounts on Base
@@ -23,7 +22,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use walletgate::clock::FakeClock;
-//! use walletgate::x402::{DevLedger, LocalEvmFacilitator};
+//! use walletgate::x402::facilitator::{DevLedger, LocalEvmFacilitator};
 //!
 //! let ledger = Arc::new(DevLedger::new());
 //! let facilitator = LocalEvmFacilitator::new(ledger.clone(), Arc::new(FakeClock::at_unix_secs(1_750_000_000)));
@@ -31,23 +30,21 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
-use alloy_primitives::{Address, B256, Signature, U256};
+use alloy_primitives::Address;
 
-use super::eip712::{
-    DomainCache, TokenId, TransferWithAuthorization, parse_b256, parse_evm_address, parse_signature,
-};
-use super::facilitator::{Facilitator, FacilitatorError, FacilitatorRequest, reason};
+use super::api::{Facilitator, FacilitatorError, FacilitatorRequest, reason};
 use super::ledger::{Ledger, LedgerError, Transfer};
-use super::types::{
-    Eip3009AuthorizationRef, ExactEvmPayloadRef, Network, SCHEME_EXACT, SettleResponse,
-    SupportedKind, SupportedResponse, VerifyResponse, X402_VERSION,
-};
 use crate::clock::SharedClock;
 use crate::store::BoxFuture;
+use crate::x402::wire::EvmDecoding;
+use crate::x402::wire::eip712::{DomainCache, TokenId, parse_evm_address};
+use crate::x402::wire::types::{
+    Network, SCHEME_EXACT, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse,
+    X402_VERSION,
+};
 
 /// Seconds an authorization must still be valid for at verification, as the
 /// reference facilitator requires (room for settlement).
@@ -59,59 +56,6 @@ pub struct LocalEvmFacilitator {
     ledger: Arc<dyn Ledger>,
     clock: SharedClock,
     domains: Arc<DomainCache>,
-    recovered: Arc<RecoveryMemo>,
-}
-
-/// Signers recovered by `verify`, keyed by EIP-712 digest, each taken once by `settle`.
-#[derive(Default)]
-struct RecoveryMemo {
-    state: Mutex<MemoState>,
-}
-
-#[derive(Default)]
-struct MemoState {
-    signers: HashMap<B256, (Signature, Address)>,
-    /// Insertion order, for eviction; may name digests already taken.
-    order: VecDeque<B256>,
-}
-
-/// Verified payments remembered for settlement: more than the requests a
-/// server has between verify and settle at once. An evicted entry only costs
-/// a second recovery.
-const RECOVERY_MEMO_LEN: usize = 4096;
-
-impl RecoveryMemo {
-    fn remember(&self, digest: B256, signature: Signature, signer: Address) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.order.len() >= RECOVERY_MEMO_LEN
-            && let Some(oldest) = state.order.pop_front()
-        {
-            state.signers.remove(&oldest);
-        }
-        if state.signers.insert(digest, (signature, signer)).is_none() {
-            state.order.push_back(digest);
-        }
-    }
-
-    /// The signer `verify` recovered for exactly this digest and signature, once.
-    fn take(&self, digest: &B256, signature: &Signature) -> Option<Address> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        match state.signers.get(digest) {
-            Some((remembered, signer)) if remembered == signature => {
-                let signer = *signer;
-                state.signers.remove(digest);
-                Some(signer)
-            }
-            _ => None,
-        }
-    }
-}
-
-/// Whether a check remembers its recovery for settlement or takes one remembered.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Stage {
-    Verify,
-    Settle,
 }
 
 impl fmt::Debug for LocalEvmFacilitator {
@@ -138,27 +82,12 @@ impl LocalEvmFacilitator {
             ledger,
             clock,
             domains: Arc::default(),
-            recovered: Arc::default(),
         }
     }
 
-    /// The signer of `digest`: remembered from `verify` at settlement, else recovered.
-    fn signer(&self, stage: Stage, digest: &B256, signature: &Signature) -> Option<Address> {
-        if stage == Stage::Settle
-            && let Some(signer) = self.recovered.take(digest, signature)
-        {
-            return Some(signer);
-        }
-        signature.recover_address_from_prehash(digest).ok()
-    }
-
-    fn check_offline(
-        &self,
-        request: &FacilitatorRequest,
-        stage: Stage,
-    ) -> Result<Transfer, Refusal> {
-        let offer = &request.payment_requirements;
-        let payment = &request.payment_payload;
+    fn check_offline(&self, request: &FacilitatorRequest) -> Result<Transfer, Refusal> {
+        let offer = request.payment_requirements();
+        let payment = request.payment_payload();
         if payment.x402_version != X402_VERSION {
             return Err(refuse(reason::INVALID_X402_VERSION, None));
         }
@@ -180,61 +109,44 @@ impl LocalEvmFacilitator {
             .ok_or(refuse(reason::INVALID_PAYMENT_REQUIREMENTS, None))?;
         let pay_to = parse_evm_address(&offer.pay_to)
             .ok_or(refuse(reason::INVALID_PAYMENT_REQUIREMENTS, None))?;
-        let ExactEvmPayloadRef {
-            signature,
-            authorization,
-        } = payment
-            .exact_evm_ref()
-            .ok_or(refuse(reason::INVALID_PAYLOAD, None))?;
-        let Eip3009AuthorizationRef {
-            from,
-            to,
-            value,
-            valid_after,
-            valid_before,
-            nonce,
-        } = authorization;
-        let from = parse_evm_address(from).ok_or(refuse(reason::INVALID_PAYLOAD, None))?;
-        let payer = Some(from);
-        let to = parse_evm_address(to).ok_or(refuse(reason::INVALID_PAYLOAD, payer))?;
-        let nonce = parse_b256(nonce).ok_or(refuse(reason::INVALID_PAYLOAD, payer))?;
-        let signature = parse_signature(signature).ok_or(refuse(reason::SIGNATURE, payer))?;
+        let evm = match request.evm_decoding() {
+            EvmDecoding::Decoded(evm) => evm,
+            EvmDecoding::Malformed { payer } => {
+                return Err(refuse(reason::INVALID_PAYLOAD, *payer));
+            }
+            EvmDecoding::NotExactEvm => return Err(refuse(reason::INVALID_PAYLOAD, None)),
+        };
+        let payer = Some(evm.from);
+        let signature = evm.signature.ok_or(refuse(reason::SIGNATURE, payer))?;
 
-        let domain = self.domains.get(name, version, TokenId { chain_id, asset });
-        let digest = domain.signing_hash(&TransferWithAuthorization {
-            from,
-            to,
-            value: U256::from(value.units()),
-            validAfter: U256::from(valid_after),
-            validBefore: U256::from(valid_before),
-            nonce,
-        });
-        if self.signer(stage, &digest, &signature) != Some(from) {
+        let digest = || {
+            let domain = self.domains.get(name, version, TokenId { chain_id, asset });
+            domain.signing_hash(&evm.transfer())
+        };
+        let recover = |digest: &_| signature.recover_address_from_prehash(digest).ok();
+        if request.signer(digest, recover) != Some(evm.from) {
             return Err(refuse(reason::SIGNATURE, payer));
         }
-        if to != pay_to {
+        if evm.to != pay_to {
             return Err(refuse(reason::RECIPIENT_MISMATCH, payer));
         }
         let now = self.clock.now_unix_secs();
-        if valid_before < now.saturating_add(MIN_REMAINING_VALIDITY_SECS) {
+        if evm.valid_before < now.saturating_add(MIN_REMAINING_VALIDITY_SECS) {
             return Err(refuse(reason::VALID_BEFORE, payer));
         }
-        if valid_after > now {
+        if evm.valid_after > now {
             return Err(refuse(reason::VALID_AFTER, payer));
         }
-        if value != offer.amount {
+        if evm.value != offer.amount {
             return Err(refuse(reason::VALUE_MISMATCH, payer));
-        }
-        if stage == Stage::Verify {
-            self.recovered.remember(digest, signature, from);
         }
         Ok(Transfer {
             token: TokenId { chain_id, asset },
-            from,
-            to,
-            value: value.units(),
-            nonce,
-            valid_before_unix_secs: valid_before,
+            from: evm.from,
+            to: evm.to,
+            value: evm.value.units(),
+            nonce: evm.nonce,
+            valid_before_unix_secs: evm.valid_before,
         })
     }
 }
@@ -256,14 +168,16 @@ impl Facilitator for LocalEvmFacilitator {
         request: &'a FacilitatorRequest,
     ) -> BoxFuture<'a, Result<VerifyResponse, FacilitatorError>> {
         Box::pin(async move {
-            let transfer = match self.check_offline(request, Stage::Verify) {
+            let transfer = match self.check_offline(request) {
                 Ok(transfer) => transfer,
                 Err(refusal) => {
                     let payer = refusal.payer.map(|a| a.to_checksum(None));
                     return Ok(VerifyResponse::invalid(refusal.reason, payer));
                 }
             };
-            let payer = transfer.from.to_checksum(None);
+            let payer = request
+                .payer_checksum()
+                .map_or_else(|| transfer.from.to_checksum(None), str::to_owned);
             match self.ledger.check(&transfer).await {
                 Ok(()) => Ok(VerifyResponse::valid(payer)),
                 Err(error) => match ledger_reason(&error) {
@@ -279,15 +193,17 @@ impl Facilitator for LocalEvmFacilitator {
         request: &'a FacilitatorRequest,
     ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
         Box::pin(async move {
-            let network = request.payment_requirements.network.clone();
-            let transfer = match self.check_offline(request, Stage::Settle) {
+            let network = request.payment_requirements().network.clone();
+            let transfer = match self.check_offline(request) {
                 Ok(transfer) => transfer,
                 Err(refusal) => {
                     let payer = refusal.payer.map(|a| a.to_checksum(None));
                     return Ok(SettleResponse::failure(network, refusal.reason, payer));
                 }
             };
-            let payer = transfer.from.to_checksum(None);
+            let payer = request
+                .payer_checksum()
+                .map_or_else(|| transfer.from.to_checksum(None), str::to_owned);
             match self.ledger.transfer_with_authorization(&transfer).await {
                 Ok(transaction) => Ok(SettleResponse {
                     success: true,
@@ -296,7 +212,7 @@ impl Facilitator for LocalEvmFacilitator {
                     payer: Some(payer),
                     transaction,
                     network,
-                    amount: Some(request.payment_requirements.amount),
+                    amount: Some(request.payment_requirements().amount),
                 }),
                 Err(error) => match ledger_reason(&error) {
                     Some(reason) => Ok(SettleResponse::failure(network, reason, Some(payer))),
@@ -324,10 +240,11 @@ impl Facilitator for LocalEvmFacilitator {
 mod tests {
     use super::*;
     use crate::clock::FakeClock;
-    use crate::x402::quote::PaymentOption;
-    use crate::x402::types::{AtomicAmount, PaymentPayload, PaymentRequirements};
+    use crate::x402::server::PaymentOption;
+    use crate::x402::wire::{AtomicAmount, PaymentPayload, PaymentRequirements};
+    use alloy_primitives::B256;
 
-    use crate::x402::ledger::DevLedger;
+    use crate::x402::facilitator::DevLedger;
 
     fn addr(text: &str) -> Address {
         parse_evm_address(text).unwrap()
@@ -353,17 +270,16 @@ mod tests {
         });
         let mut server_offer = offer.clone();
         mutate(&mut server_offer, &mut payload);
-        FacilitatorRequest {
-            x402_version: 2,
-            payment_payload: PaymentPayload {
+        FacilitatorRequest::new(
+            PaymentPayload {
                 x402_version: 2,
                 resource: None,
                 accepted: offer,
                 payload,
                 extensions: None,
             },
-            payment_requirements: server_offer,
-        }
+            server_offer,
+        )
     }
 
     fn facilitator_at(unix_secs: u64) -> (LocalEvmFacilitator, Arc<DevLedger>) {
@@ -486,18 +402,18 @@ mod tests {
         assert_eq!(reason.as_deref(), Some(reason::INSUFFICIENT_FUNDS));
     }
 
-    fn memo_len(facilitator: &LocalEvmFacilitator) -> usize {
-        facilitator.recovered.state.lock().unwrap().signers.len()
-    }
-
     #[tokio::test]
-    async fn settle_takes_the_signer_verify_recovered_once() {
+    async fn settle_reuses_the_signer_verify_recovered() {
         let (facilitator, ledger) = facilitator_at(1_750_000_000);
         let request = vector_b3_request(|_, _| {});
         assert_eq!(verdict(&facilitator, &request).await, None);
-        assert_eq!(memo_len(&facilitator), 1);
+        let evm = request.exact_evm().unwrap();
+        let (_, signer) = *request.recovered.get().unwrap();
+        assert_eq!(signer, Some(evm.from));
+        // Asked again, the request answers what it recovered: no digest, no recovery.
+        let never = || -> B256 { unreachable!("hashed once") };
+        assert_eq!(request.signer(never, |_| None), Some(evm.from));
         assert!(facilitator.settle(&request).await.unwrap().success);
-        assert_eq!(memo_len(&facilitator), 0);
         assert_eq!(ledger.settlements(), 1);
     }
 
@@ -507,10 +423,7 @@ mod tests {
         let request = vector_b3_request(|_, _| {});
         assert_eq!(verdict(&facilitator, &request).await, None);
         // Another settlement of the same authorization lands first.
-        let transfer = facilitator
-            .check_offline(&request, Stage::Settle)
-            .ok()
-            .unwrap();
+        let transfer = facilitator.check_offline(&request).ok().unwrap();
         ledger.transfer_with_authorization(&transfer).await.unwrap();
         let settled = facilitator.settle(&request).await.unwrap();
         assert!(!settled.success);
@@ -569,18 +482,5 @@ mod tests {
             assert_eq!(settled.error_reason.as_deref(), Some(expected));
             assert_eq!(ledger.settlements(), 0);
         }
-    }
-
-    #[test]
-    fn recovery_memo_is_bounded() {
-        let memo = RecoveryMemo::default();
-        let signature = parse_signature("0xde455c78879fd9219b2b89a4b1e80bc039788cfb436f8550cad4cae17e35220a5a820f16fef5223f1e8b1cd8784f40707ec8e18283e8a1b357680fe6a9fa7abc1c").unwrap();
-        for n in 0..RECOVERY_MEMO_LEN as u64 + 10 {
-            memo.remember(B256::from(U256::from(n)), signature, Address::ZERO);
-        }
-        let state = memo.state.lock().unwrap();
-        assert_eq!(state.signers.len(), RECOVERY_MEMO_LEN);
-        assert_eq!(state.order.len(), RECOVERY_MEMO_LEN);
-        assert!(!state.signers.contains_key(&B256::from(U256::from(0u64))));
     }
 }

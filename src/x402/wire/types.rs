@@ -182,13 +182,13 @@ impl<'de> Deserialize<'de> for AtomicAmount {
 /// A USD price held exactly in millionths of a dollar; never a float.
 ///
 /// ```
-/// use walletgate::x402::UsdAmount;
+/// use walletgate::x402::wire::UsdAmount;
 ///
 /// let price: UsdAmount = "0.0025".parse()?;
 /// assert_eq!(price.micros(), 2500);
 /// assert!("0.0000001".parse::<UsdAmount>().is_err()); // finer than a micro-dollar
 /// assert!("1e-3".parse::<UsdAmount>().is_err());
-/// # Ok::<(), walletgate::x402::ValueError>(())
+/// # Ok::<(), walletgate::x402::wire::ValueError>(())
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct UsdAmount {

@@ -18,7 +18,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use walletgate::x402::HttpFacilitator;
+//! use walletgate::x402::facilitator::HttpFacilitator;
 //!
 //! let facilitator = HttpFacilitator::new("http://127.0.0.1:4020/facilitator")?
 //!     .with_timeout(Duration::from_secs(10))
@@ -39,10 +39,10 @@ use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::error::ConfigError;
-use super::facilitator::{Facilitator, FacilitatorError, FacilitatorRequest};
-use super::types::{SettleResponse, SupportedResponse, VerifyResponse};
+use super::api::{Facilitator, FacilitatorError, FacilitatorRequest};
 use crate::store::BoxFuture;
+use crate::x402::ConfigError;
+use crate::x402::wire::types::{SettleResponse, SupportedResponse, VerifyResponse};
 
 /// Default bound on one facilitator call, connection included.
 pub const DEFAULT_FACILITATOR_TIMEOUT: Duration = Duration::from_secs(30);
@@ -78,7 +78,7 @@ impl HttpFacilitator<crate::tls::HttpsConnector> {
     ///
     /// ```
     /// use walletgate::tls::ClientTls;
-    /// use walletgate::x402::HttpFacilitator;
+    /// use walletgate::x402::facilitator::HttpFacilitator;
     ///
     /// let facilitator =
     ///     HttpFacilitator::with_tls("https://x402.example/facilitator", &ClientTls::webpki_roots())?;
@@ -304,12 +304,12 @@ mod tests {
         );
         assert_eq!(
             outage.unwrap_err().kind(),
-            &super::super::FacilitatorErrorKind::Unavailable
+            &crate::x402::facilitator::FacilitatorErrorKind::Unavailable
         );
         let garbage = read_verdict::<VerifyResponse>("/verify", StatusCode::OK, b"{}", "isValid");
         assert_eq!(
             garbage.unwrap_err().kind(),
-            &super::super::FacilitatorErrorKind::Protocol
+            &crate::x402::facilitator::FacilitatorErrorKind::Protocol
         );
         let settled: SettleResponse = read_verdict(
             "/settle",

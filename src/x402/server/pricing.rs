@@ -32,7 +32,8 @@
 //! is decided in one place and the two layers cannot disagree.
 //!
 //! ```
-//! use walletgate::x402::{Price, PriceTable, Pricing, UsdAmount};
+//! use walletgate::x402::server::{Price, PriceTable, Pricing};
+//! use walletgate::x402::wire::UsdAmount;
 //!
 //! /// What an earlier parse layer put in the extensions.
 //! #[derive(Clone)]
@@ -55,7 +56,7 @@
 //! let fee: UsdAmount = "0.005".parse()?;
 //! assert_eq!(price.total(fee), Some("0.007".parse()?));
 //! assert_eq!(Price::usd_all_in("0.005")?.total(fee), Some("0.005".parse()?));
-//! # Ok::<(), walletgate::x402::ValueError>(())
+//! # Ok::<(), walletgate::x402::wire::ValueError>(())
 //! ```
 
 use std::collections::HashMap;
@@ -64,8 +65,8 @@ use std::sync::Arc;
 
 use http::request::Parts;
 
-use super::types::{UsdAmount, ValueError};
 use crate::envelope::{ErrorCode, GatewayError};
+use crate::x402::wire::types::{UsdAmount, ValueError};
 
 /// The price of one request, and which side of the flat fee it is on: the
 /// layer adds its configured fee to a [`Usd`](Self::Usd) price and nothing to
@@ -118,7 +119,7 @@ impl Price {
 /// once, where the request is priced.
 ///
 /// ```
-/// use walletgate::x402::{Price, RequestPrice};
+/// use walletgate::x402::server::{Price, RequestPrice};
 ///
 /// let mut request = http::Request::new(());
 /// request.extensions_mut().insert(RequestPrice(Price::Free));
@@ -387,7 +388,10 @@ mod tests {
 
         use crate::clock::{FakeClock, SharedClock};
         use crate::envelope::{EnvelopeStyle, EnvelopeStyleLayer};
-        use crate::x402::{DevLedger, LocalEvmFacilitator, PaymentOption, X402Layer};
+        use crate::x402::{
+            facilitator::{DevLedger, LocalEvmFacilitator},
+            server::{PaymentOption, X402Layer},
+        };
 
         let clock: SharedClock = Arc::new(FakeClock::at_unix_secs(1_700_000_000));
         let layer = X402Layer::builder()

@@ -12,12 +12,15 @@
 //! ```
 //! use std::sync::Arc;
 //! use walletgate::clock::FakeClock;
-//! use walletgate::x402::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, Network};
+//! use walletgate::x402::server::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore};
+//! use walletgate::x402::wire::Network;
 //!
 //! # tokio_test_block_on(async {
 //! let clock = Arc::new(FakeClock::at_unix_secs(1000));
 //! let store = InMemoryNonceStore::new(clock);
-//! let key = AuthorizationKey::new(&Network::base_sepolia(), "0xAbC", "0x01");
+//! let payer = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266".parse().expect("an address");
+//! let nonce = "0x1111111111111111111111111111111111111111111111111111111111111111".parse().expect("32 bytes");
+//! let key = AuthorizationKey::new(&Network::base_sepolia(), payer, nonce);
 //! assert!(matches!(store.claim(&key, 1600).await?, Claim::Claimed));
 //! assert!(matches!(store.claim(&key, 1600).await?, Claim::InFlight));
 //! store.release(&key).await;
@@ -34,29 +37,70 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use alloy_primitives::{Address, B256, keccak256};
 
-use super::eip712::{parse_b256, parse_evm_address};
-use super::expiring::ExpiringMap;
 use super::receipt::PaymentReceipt;
-use super::types::{AtomicAmount, Network};
 use crate::clock::SharedClock;
 use crate::store::BoxFuture;
 use crate::store::StoreError;
+use crate::x402::expiring::ExpiringMap;
+use crate::x402::wire::eip712::{parse_b256, parse_evm_address};
+use crate::x402::wire::types::{AtomicAmount, Network};
 
-/// Identifies one authorization: network, payer and nonce, lowercased.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// Identifies one authorization: an exact-EVM payer and nonce on a network,
+/// or, for another scheme, the payload's fingerprint on a network.
+///
+/// The typed parts are kept as they are; the text (`network/payer/nonce`,
+/// lowercase, usable as a storage key) and its digest are derived once, when
+/// the key is built: a request hands its key to the store several times
+/// (claim, settling, spent).
+#[derive(Clone, Debug)]
 pub struct AuthorizationKey {
+    network: Network,
+    evm: Option<(Address, B256)>,
     text: String,
-    /// Keccak-256 of `text`, hashed once: a request hands its key to the store
-    /// several times (claim, settling, spent).
     digest: KeyDigest,
 }
 
 impl AuthorizationKey {
     /// The key of `payer`'s authorization `nonce` on `network`.
-    pub fn new(network: &Network, payer: &str, nonce: &str) -> Self {
-        let text = format!("{network}/{payer}/{nonce}").to_ascii_lowercase();
+    pub fn new(network: &Network, payer: Address, nonce: B256) -> Self {
+        let text = key_text(
+            network,
+            &alloy_primitives::hex::encode_prefixed(payer),
+            &nonce[..],
+        );
+        Self::with_text(network, Some((payer, nonce)), text)
+    }
+
+    /// The key of a payment without an EVM payer and nonce (another scheme):
+    /// its `fingerprint` on `network`.
+    pub fn of_payload(network: &Network, fingerprint: &[u8; 32]) -> Self {
+        let text = key_text(network, "payload", fingerprint);
+        Self::with_text(network, None, text)
+    }
+
+    fn with_text(network: &Network, evm: Option<(Address, B256)>, text: String) -> Self {
         let digest = keccak256(text.as_bytes()).0;
-        Self { text, digest }
+        Self {
+            network: network.clone(),
+            evm,
+            text,
+            digest,
+        }
+    }
+
+    /// The network.
+    pub fn network(&self) -> &Network {
+        &self.network
+    }
+
+    /// The payer, for an exact-EVM authorization.
+    pub fn payer(&self) -> Option<Address> {
+        self.evm.map(|(payer, _)| payer)
+    }
+
+    /// The authorization's nonce, for an exact-EVM authorization.
+    pub fn nonce(&self) -> Option<B256> {
+        self.evm.map(|(_, nonce)| nonce)
     }
 
     /// The key as text (usable as a storage key).
@@ -67,6 +111,30 @@ impl AuthorizationKey {
     /// Keccak-256 of [`as_str`](Self::as_str): a fixed-size stand-in for the key.
     pub fn digest(&self) -> &[u8; 32] {
         &self.digest
+    }
+}
+
+/// `network/payer/0x{nonce}`, lowercase.
+fn key_text(network: &Network, payer: &str, nonce: &[u8]) -> String {
+    let mut text = format!(
+        "{network}/{payer}/{}",
+        alloy_primitives::hex::encode_prefixed(nonce)
+    );
+    text.make_ascii_lowercase();
+    text
+}
+
+impl PartialEq for AuthorizationKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.digest == other.digest && self.text == other.text
+    }
+}
+
+impl Eq for AuthorizationKey {}
+
+impl std::hash::Hash for AuthorizationKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.digest.hash(state);
     }
 }
 
@@ -418,7 +486,16 @@ mod tests {
 
     use super::*;
     use crate::clock::FakeClock;
-    use crate::x402::types::AtomicAmount;
+    use crate::x402::wire::AtomicAmount;
+    use alloy_primitives::U256;
+
+    fn key_of(payer: u8, nonce: usize) -> AuthorizationKey {
+        AuthorizationKey::new(
+            &Network::base_sepolia(),
+            Address::repeat_byte(payer),
+            B256::from(U256::from(nonce)),
+        )
+    }
 
     fn spent() -> SpentAuthorization {
         let receipt = PaymentReceipt::new(
@@ -437,7 +514,7 @@ mod tests {
     async fn spent_keys_stay_spent_until_they_expire() {
         let clock = FakeClock::at_unix_secs(1000);
         let store = InMemoryNonceStore::new(Arc::new(clock.clone()));
-        let key = AuthorizationKey::new(&Network::base_sepolia(), "0xA", "0x1");
+        let key = key_of(0x0a, 0x1);
         assert_eq!(store.claim(&key, 2000).await.unwrap(), Claim::Claimed);
         store.mark_spent(&key, spent(), 1300).await.unwrap();
         // Releasing a spent key does nothing.
@@ -450,20 +527,29 @@ mod tests {
         assert_eq!(store.claim(&key, 2000).await.unwrap(), Claim::Claimed);
     }
 
-    #[tokio::test]
-    async fn keys_compare_case_insensitively() {
-        let store = InMemoryNonceStore::new(Arc::new(FakeClock::at_unix_secs(0)));
-        let upper = AuthorizationKey::new(&Network::base_sepolia(), "0xABC", "0xFF");
-        let lower = AuthorizationKey::new(&Network::base_sepolia(), "0xabc", "0xff");
-        assert_eq!(store.claim(&upper, 10).await.unwrap(), Claim::Claimed);
-        assert_eq!(store.claim(&lower, 10).await.unwrap(), Claim::InFlight);
+    #[test]
+    fn a_key_keeps_its_typed_parts_and_lowercase_text() {
+        let key = key_of(0xab, 0xff);
+        assert_eq!(key.payer(), Some(Address::repeat_byte(0xab)));
+        assert_eq!(key.nonce(), Some(B256::from(U256::from(0xffu64))));
+        assert_eq!(key.network(), &Network::base_sepolia());
+        assert_eq!(
+            key.as_str(),
+            format!("eip155:84532/0x{}/0x{}ff", "ab".repeat(20), "0".repeat(62))
+        );
+        let payload = AuthorizationKey::of_payload(&Network::base_sepolia(), &[0xCD; 32]);
+        assert_eq!((payload.payer(), payload.nonce()), (None, None));
+        assert_eq!(
+            payload.as_str(),
+            format!("eip155:84532/payload/0x{}", "cd".repeat(32))
+        );
     }
 
     #[test]
     fn a_key_carries_the_digest_of_its_text() {
-        let key = AuthorizationKey::new(&Network::base_sepolia(), "0xABC", "0xFF");
+        let key = key_of(0xab, 0xff);
         assert_eq!(key.digest(), &keccak256(key.as_str().as_bytes()).0);
-        let other = AuthorizationKey::new(&Network::base_sepolia(), "0xabc", "0xfe");
+        let other = key_of(0xab, 0xfe);
         assert_ne!(key.digest(), other.digest());
     }
 
@@ -473,18 +559,18 @@ mod tests {
         let store = InMemoryNonceStore::new(Arc::new(clock.clone()));
         let old = 1024;
         for n in 0..old {
-            let key = AuthorizationKey::new(&Network::base_sepolia(), "0xa", &n.to_string());
+            let key = key_of(0x0a, n);
             store.claim(&key, 10).await.unwrap();
         }
         clock.advance(Duration::from_secs(11));
         // One operation removes a few, never the whole backlog at once.
-        let key = AuthorizationKey::new(&Network::base_sepolia(), "0xb", "0x0");
+        let key = key_of(0x0b, 0x0);
         store.claim(&key, 100).await.unwrap();
         assert!(store.len() >= old + 1 - SWEEP_STEP);
         // Enough operations drain it: memory follows the live set.
         let fresh = 1024;
         for n in 1..fresh {
-            let key = AuthorizationKey::new(&Network::base_sepolia(), "0xb", &n.to_string());
+            let key = key_of(0x0b, n);
             store.claim(&key, 100).await.unwrap();
         }
         assert_eq!(store.len(), fresh);
@@ -501,7 +587,7 @@ mod tests {
     async fn released_claims_leave_nothing_behind() {
         let store = InMemoryNonceStore::new(Arc::new(FakeClock::at_unix_secs(0)));
         for n in 0..100 {
-            let key = AuthorizationKey::new(&Network::base_sepolia(), "0xc", &n.to_string());
+            let key = key_of(0x0c, n);
             store.claim(&key, 600).await.unwrap();
             store.release(&key).await;
         }
@@ -518,13 +604,13 @@ mod tests {
     async fn an_entry_re_marked_later_outlives_its_first_index_time() {
         let clock = FakeClock::at_unix_secs(0);
         let store = InMemoryNonceStore::new(Arc::new(clock.clone()));
-        let key = AuthorizationKey::new(&Network::base_sepolia(), "0xA", "0x1");
+        let key = key_of(0x0a, 0x1);
         assert_eq!(store.claim(&key, 10).await.unwrap(), Claim::Claimed);
         store.mark_spent(&key, spent(), 500).await.unwrap();
         clock.advance(Duration::from_secs(20));
         // The claim's time (10) has passed; the spent entry (500) stays.
         for n in 0..64 {
-            let other = AuthorizationKey::new(&Network::base_sepolia(), "0xA", &format!("0x1{n}"));
+            let other = key_of(0x0a, 0x100 + n);
             store.claim(&other, 30).await.unwrap();
         }
         assert_eq!(store.claim(&key, 600).await.unwrap(), Claim::Spent(spent()));
@@ -544,7 +630,7 @@ mod tests {
     #[tokio::test]
     async fn a_usual_receipt_is_kept_compact_and_comes_back_exactly() {
         let store = InMemoryNonceStore::new(Arc::new(FakeClock::at_unix_secs(0)));
-        let key = AuthorizationKey::new(&Network::base_sepolia(), "0xF39f", "0x2");
+        let key = key_of(0x9f, 0x2);
         let spent = SpentAuthorization {
             receipt: usual_receipt(&key),
             fingerprint: [9; 32],
@@ -574,7 +660,7 @@ mod tests {
     #[tokio::test]
     async fn receipts_of_other_shapes_are_kept_whole_and_come_back_exactly() {
         let store = InMemoryNonceStore::new(Arc::new(FakeClock::at_unix_secs(0)));
-        let key = AuthorizationKey::new(&Network::base_sepolia(), "0xa", "0x3");
+        let key = key_of(0x0a, 0x3);
         let lowercase_payer = PaymentReceipt::new(
             "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266".into(),
             AtomicAmount::new(5),
@@ -595,7 +681,7 @@ mod tests {
             .into_iter()
             .enumerate()
         {
-            let key = AuthorizationKey::new(&Network::base_sepolia(), "0xa", &n.to_string());
+            let key = key_of(0x0a, n);
             let spent = SpentAuthorization {
                 receipt,
                 fingerprint: [1; 32],

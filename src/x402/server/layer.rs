@@ -8,16 +8,16 @@ use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
 
-use super::error::ConfigError;
-use super::facilitator::Facilitator;
 use super::pricing::Pricing;
 use super::quote::{PaymentOption, QuoteCache};
 use super::receipt::{SettledPayment, SettlementHook, SettlementHookError};
 use super::replay::{InMemoryNonceStore, NonceStore};
 use super::service::X402;
-use super::types::UsdAmount;
 use crate::clock::{SharedClock, SystemClock};
 use crate::envelope::{EnvelopeStyle, GatewayError, RenderRejection};
+use crate::x402::ConfigError;
+use crate::x402::facilitator::Facilitator;
+use crate::x402::wire::types::UsdAmount;
 
 /// Applies x402 payment to a service: quote, verify before, settle after.
 ///
@@ -234,7 +234,7 @@ impl X402LayerBuilder {
     /// [`SettlementHook`]); default none.
     ///
     /// ```
-    /// use walletgate::x402::{SettledPayment, SettlementHookError, X402Layer};
+    /// use walletgate::x402::server::{SettledPayment, SettlementHookError, X402Layer};
     ///
     /// let builder = X402Layer::builder().on_settlement(|payment: SettledPayment| async move {
     ///     println!("{} units from {} in {}", payment.amount, payment.payer, payment.transaction);
@@ -300,7 +300,10 @@ mod tests {
     use super::*;
     use crate::clock::FakeClock;
     use crate::envelope::header;
-    use crate::x402::{DevLedger, LocalEvmFacilitator, PriceTable};
+    use crate::x402::{
+        facilitator::{DevLedger, LocalEvmFacilitator},
+        server::PriceTable,
+    };
 
     const NOW: u64 = 1_750_000_000;
     const PAY_TO: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";

@@ -7,7 +7,7 @@
 //! feature) and quotes [`PaymentOption::solana_usdc`].
 //!
 //! ```
-//! use walletgate::x402::{Network, PaymentOption, SOLANA_USDC_MINT, UsdAmount};
+//! use walletgate::x402::{facilitator::SOLANA_USDC_MINT, server::PaymentOption, wire::{Network, UsdAmount}};
 //!
 //! let option = PaymentOption::solana_usdc(
 //!     "PayTo1111111111111111111111111111111111111",
@@ -22,8 +22,8 @@
 
 use serde_json::{Map, Value};
 
-use super::quote::PaymentOption;
-use super::types::{Network, SupportedResponse};
+use crate::x402::server::quote::PaymentOption;
+use crate::x402::wire::types::{Network, SupportedResponse};
 
 /// Solana mainnet (CAIP-2), as the specification's Solana gateway quotes it.
 pub const SOLANA_MAINNET: &str = "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp";

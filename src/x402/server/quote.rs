@@ -7,15 +7,16 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{Map, Value};
 
-use super::codec;
-use super::eip712::{parse_evm_address, parse_signature};
-use super::error::ConfigError;
-use super::facilitator::reason;
-use super::types::{
-    AtomicAmount, ExactEvmPayloadRef, Network, PaymentRequired, PaymentRequirements, ResourceInfo,
-    SCHEME_EXACT, UsdAmount, ValueError, X402_VERSION,
-};
 use crate::envelope::{PaymentInfo, QuoteBody, QuotePrice, header};
+use crate::x402::ConfigError;
+use crate::x402::facilitator::reason;
+use crate::x402::wire::ExactEvmPayment;
+use crate::x402::wire::codec;
+use crate::x402::wire::eip712::parse_evm_address;
+use crate::x402::wire::types::{
+    AtomicAmount, Network, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
+    UsdAmount, ValueError, X402_VERSION,
+};
 
 /// Base Sepolia USDC, the embedded default asset.
 pub const BASE_SEPOLIA_USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
@@ -327,7 +328,7 @@ pub fn matching_offer<'a>(
 /// those answer `PAYMENT_UNFUNDED`.
 pub(crate) fn check_authorization(
     offer: &PaymentRequirements,
-    evm: Option<&ExactEvmPayloadRef<'_>>,
+    evm: Option<&ExactEvmPayment>,
     now_unix_secs: u64,
 ) -> Result<(), &'static str> {
     let Some(evm) = evm.filter(|_| offer.network.eip155_chain_id().is_some()) else {
@@ -336,10 +337,10 @@ pub(crate) fn check_authorization(
     let latest = now_unix_secs
         .saturating_add(offer.max_timeout_seconds)
         .saturating_add(AUTHORIZATION_CLOCK_SKEW_SECS);
-    if evm.authorization.valid_before > latest {
+    if evm.valid_before > latest {
         return Err(reason::AUTHORIZATION_TOO_LONG);
     }
-    if parse_signature(evm.signature).is_none() {
+    if evm.signature.is_none() {
         return Err(reason::SIGNATURE_NOT_CANONICAL);
     }
     Ok(())
@@ -361,7 +362,7 @@ fn offer_matches(offer: &PaymentRequirements, accepted: &PaymentRequirements) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::x402::types::{Eip3009AuthorizationRef, PaymentRequired};
+    use crate::x402::wire::PaymentRequired;
 
     const PAY_TO: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 
@@ -438,17 +439,14 @@ mod tests {
     fn authorizations_are_bounded_by_the_offer_timeout_and_canonical() {
         let now = 1_750_000_000;
         let signature = "0xde455c78879fd9219b2b89a4b1e80bc039788cfb436f8550cad4cae17e35220a5a820f16fef5223f1e8b1cd8784f40707ec8e18283e8a1b357680fe6a9fa7abc1c";
-        let nonce = format!("0x{}", "11".repeat(32));
-        let evm = |valid_before: u64, signature| ExactEvmPayloadRef {
-            signature,
-            authorization: Eip3009AuthorizationRef {
-                from: PAY_TO,
-                to: PAY_TO,
-                value: AtomicAmount::new(11_000),
-                valid_after: 0,
-                valid_before,
-                nonce: &nonce,
-            },
+        let evm = |valid_before: u64, signature: &str| ExactEvmPayment {
+            from: parse_evm_address(PAY_TO).unwrap(),
+            to: parse_evm_address(PAY_TO).unwrap(),
+            value: AtomicAmount::new(11_000),
+            valid_after: 0,
+            valid_before,
+            nonce: alloy_primitives::B256::repeat_byte(0x11),
+            signature: crate::x402::wire::eip712::parse_signature(signature),
         };
         let limit = now + 300 + AUTHORIZATION_CLOCK_SKEW_SECS;
         assert_eq!(
@@ -476,11 +474,11 @@ mod tests {
         );
         assert_eq!(check_authorization(&offer(), None, now), Ok(()));
         assert_eq!(
-            crate::x402::code_for_reason(reason::AUTHORIZATION_TOO_LONG),
+            crate::x402::facilitator::code_for_reason(reason::AUTHORIZATION_TOO_LONG),
             crate::envelope::ErrorCode::PaymentInvalid
         );
         assert_eq!(
-            crate::x402::code_for_reason(reason::SIGNATURE_NOT_CANONICAL),
+            crate::x402::facilitator::code_for_reason(reason::SIGNATURE_NOT_CANONICAL),
             crate::envelope::ErrorCode::PaymentInvalid
         );
     }

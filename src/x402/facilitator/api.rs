@@ -8,31 +8,162 @@
 //! maps any of them to the specification's codes.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use alloy_primitives::{Address, B256};
 use serde::{Deserialize, Serialize};
 
-use super::types::{
-    PaymentPayload, PaymentRequirements, SettleResponse, SupportedResponse, VerifyResponse,
-};
 use crate::envelope::ErrorCode;
 use crate::store::BoxFuture;
+use crate::x402::wire::types::{
+    PaymentPayload, PaymentRequirements, SettleResponse, SupportedResponse, VerifyResponse,
+};
+use crate::x402::wire::{EvmDecoding, ExactEvmPayment};
 
-/// The body of `POST /verify` and `POST /settle`.
+/// A payment a facilitator is asked about: the client's payload, the
+/// server's matching offer, and the payload read once into typed values.
 ///
-/// `payment_requirements` is the server's own matching offer, not the
-/// client's echo.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// It serialises as the body of `POST /verify` and `POST /settle`
+/// (`{x402Version, paymentPayload, paymentRequirements}`, the payload as the
+/// client sent it) and reads back from one. `payment_requirements` is the
+/// server's own matching offer, not the client's echo. The exact-EVM
+/// authorization is decoded when the request is built and its signer
+/// recovered at most once, however often it is verified and settled.
+#[derive(Clone)]
 pub struct FacilitatorRequest {
+    x402_version: u8,
+    payment_payload: PaymentPayload,
+    payment_requirements: PaymentRequirements,
+    evm: EvmDecoding,
+    /// The EIP-712 digest checked and the signer it recovered to.
+    pub(super) recovered: OnceLock<(B256, Option<Address>)>,
+    payer_checksum: OnceLock<String>,
+}
+
+impl FacilitatorRequest {
+    /// `payload` offered against `requirements` (the server's offer it
+    /// matched); its exact-EVM authorization, if it is one, is decoded here.
+    pub fn new(payload: PaymentPayload, requirements: PaymentRequirements) -> Self {
+        Self {
+            x402_version: payload.x402_version,
+            evm: EvmDecoding::of(&payload),
+            payment_payload: payload,
+            payment_requirements: requirements,
+            recovered: OnceLock::new(),
+            payer_checksum: OnceLock::new(),
+        }
+    }
+
     /// The payload's version.
-    #[serde(rename = "x402Version")]
-    pub x402_version: u8,
-    /// The client's payment.
-    #[serde(rename = "paymentPayload")]
-    pub payment_payload: PaymentPayload,
+    pub fn x402_version(&self) -> u8 {
+        self.x402_version
+    }
+
+    /// The client's payment, as received.
+    pub fn payment_payload(&self) -> &PaymentPayload {
+        &self.payment_payload
+    }
+
     /// The offer it matched.
+    pub fn payment_requirements(&self) -> &PaymentRequirements {
+        &self.payment_requirements
+    }
+
+    /// The exact-EVM payment, typed, if the payload is one whose fields parse.
+    pub fn exact_evm(&self) -> Option<&ExactEvmPayment> {
+        self.evm.payment()
+    }
+
+    pub(crate) fn evm_decoding(&self) -> &EvmDecoding {
+        &self.evm
+    }
+
+    /// The EIP-712 digest of the authorization and its signer, computed and
+    /// recovered once per request: the payload and the offer it is checked
+    /// against cannot change after [`new`](Self::new), so verify and then
+    /// settle ask once.
+    pub(crate) fn signer(
+        &self,
+        digest: impl FnOnce() -> B256,
+        recover: impl FnOnce(&B256) -> Option<Address>,
+    ) -> Option<Address> {
+        self.recovered
+            .get_or_init(|| {
+                let digest = digest();
+                let signer = recover(&digest);
+                (digest, signer)
+            })
+            .1
+    }
+
+    /// The payer's checksummed address (EIP-55), hashed once for every verdict that names it.
+    pub(crate) fn payer_checksum(&self) -> Option<&str> {
+        let evm = self.exact_evm()?;
+        Some(
+            self.payer_checksum
+                .get_or_init(|| evm.from.to_checksum(None)),
+        )
+    }
+}
+
+impl fmt::Debug for FacilitatorRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FacilitatorRequest")
+            .field("x402_version", &self.x402_version)
+            .field("payment_requirements", &self.payment_requirements)
+            .field("exact_evm", &self.exact_evm())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for FacilitatorRequest {
+    fn eq(&self, other: &Self) -> bool {
+        self.x402_version == other.x402_version
+            && self.payment_payload == other.payment_payload
+            && self.payment_requirements == other.payment_requirements
+    }
+}
+
+/// The wire body, borrowed for writing.
+#[derive(Serialize)]
+struct WireRequestRef<'a> {
+    #[serde(rename = "x402Version")]
+    x402_version: u8,
+    #[serde(rename = "paymentPayload")]
+    payment_payload: &'a PaymentPayload,
     #[serde(rename = "paymentRequirements")]
-    pub payment_requirements: PaymentRequirements,
+    payment_requirements: &'a PaymentRequirements,
+}
+
+/// The wire body, owned for reading.
+#[derive(Deserialize)]
+struct WireRequest {
+    #[serde(rename = "x402Version")]
+    x402_version: u8,
+    #[serde(rename = "paymentPayload")]
+    payment_payload: PaymentPayload,
+    #[serde(rename = "paymentRequirements")]
+    payment_requirements: PaymentRequirements,
+}
+
+impl Serialize for FacilitatorRequest {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        WireRequestRef {
+            x402_version: self.x402_version,
+            payment_payload: &self.payment_payload,
+            payment_requirements: &self.payment_requirements,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for FacilitatorRequest {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = WireRequest::deserialize(deserializer)?;
+        let mut request = Self::new(wire.payment_payload, wire.payment_requirements);
+        request.x402_version = wire.x402_version;
+        Ok(request)
+    }
 }
 
 /// Verifies and settles payments.
@@ -182,7 +313,7 @@ pub mod reason {
 ///
 /// ```
 /// use walletgate::envelope::ErrorCode;
-/// use walletgate::x402::code_for_reason;
+/// use walletgate::x402::facilitator::code_for_reason;
 ///
 /// assert_eq!(code_for_reason("insufficient_funds"), ErrorCode::PaymentUnfunded);
 /// assert_eq!(code_for_reason("invalid_exact_evm_payload_signature"), ErrorCode::PaymentInvalid);
@@ -215,6 +346,48 @@ pub fn code_for_reason(reason: &str) -> ErrorCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The standard `/verify` and `/settle` body: the three members in this
+    /// order, the payload exactly as the client sent it; read back, the same
+    /// request with its authorization decoded.
+    #[test]
+    fn a_request_is_the_standard_body_and_reads_back_decoded() {
+        let offer = crate::x402::server::PaymentOption::base_sepolia_usdc(
+            "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+        )
+        .unwrap()
+        .requirements_for_amount(crate::x402::wire::AtomicAmount::new(10_000));
+        let authorization = serde_json::json!({
+            "from": "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+            "to": "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+            "value": "10000",
+            "validAfter": "0",
+            "validBefore": "1750000300",
+            "nonce": format!("0x{}", "11".repeat(32)),
+        });
+        let payload = PaymentPayload {
+            x402_version: 2,
+            resource: None,
+            accepted: offer.clone(),
+            payload: serde_json::json!({"signature": "0x00", "authorization": authorization}),
+            extensions: None,
+        };
+        let request = FacilitatorRequest::new(payload.clone(), offer.clone());
+        let body = serde_json::to_string(&request).unwrap();
+        let expected = format!(
+            r#"{{"x402Version":2,"paymentPayload":{},"paymentRequirements":{}}}"#,
+            serde_json::to_string(&payload).unwrap(),
+            serde_json::to_string(&offer).unwrap(),
+        );
+        assert_eq!(body, expected);
+        let back: FacilitatorRequest = serde_json::from_str(&body).unwrap();
+        assert_eq!(back, request);
+        let evm = back.exact_evm().unwrap();
+        assert_eq!(evm.valid_before, 1_750_000_300);
+        assert_eq!(evm.nonce.0, [0x11; 32]);
+        // A signature the chain would not take is kept as none, refused later.
+        assert_eq!(evm.signature, None);
+    }
 
     #[test]
     fn every_known_reason_maps_to_its_code() {

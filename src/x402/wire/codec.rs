@@ -6,14 +6,13 @@
 //! and the JSON nesting depth are capped before anything is parsed.
 //!
 //! ```
-//! use walletgate::x402::codec;
-//! use walletgate::x402::SettleResponse;
+//! use walletgate::x402::wire::codec;
 //!
 //! let value = codec::encode(&serde_json::json!({"success": true}));
 //! assert_eq!(value, "eyJzdWNjZXNzIjp0cnVlfQ==");
 //! let back: serde_json::Value = codec::decode(b"  eyJzdWNjZXNzIjp0cnVlfQ  ")?;
 //! assert_eq!(back["success"], true);
-//! # Ok::<(), walletgate::x402::DecodeError>(())
+//! # Ok::<(), walletgate::x402::wire::codec::DecodeError>(())
 //! ```
 
 use std::fmt;
@@ -140,7 +139,7 @@ fn depth_within(json: &[u8], max: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::x402::types::{PaymentPayload, PaymentRequired};
+    use crate::x402::wire::types::{PaymentPayload, PaymentRequired};
 
     /// The specification's `PAYMENT-SIGNATURE` example payload, encoded as the TS client does.
     const SPEC_PAYMENT: &str = r#"{"x402Version":2,"resource":{"url":"https://api.example.com/premium-data","description":"Access to premium market data","mimeType":"application/json"},"accepted":{"scheme":"exact","network":"eip155:84532","amount":"10000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":60,"extra":{"name":"USDC","version":"2"}},"payload":{"signature":"0x2d6a7588d6acca505cbf0d9a4a227e0c52c6c34008c8e8986a1283259764173608a2ce6496642e377d6da8dbbf5836e9bd15092f9ecab05ded3d6293af148b571c","authorization":{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66","to":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","value":"10000","validAfter":"1740672089","validBefore":"1740672154","nonce":"0xf3746613c2d920b5fdabc0856f2aeb2d4f88ee6037b8cc5d04a71a4462f13480"}}}"#;

@@ -7,9 +7,9 @@ use std::future::Future;
 use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
 use http::request::Parts;
 
-use super::types::{AtomicAmount, Network};
 use crate::envelope::MissingExtension;
 use crate::store::BoxFuture;
+use crate::x402::wire::types::{AtomicAmount, Network};
 
 /// A verified payment, in the request extensions of every paid request that
 /// reaches the inner service.

@@ -2,7 +2,7 @@
 //! settles through, and [`DevLedger`], an in-memory stand-in for development.
 //!
 //! ```
-//! use walletgate::x402::DevLedger;
+//! use walletgate::x402::facilitator::DevLedger;
 //!
 //! let ledger = DevLedger::new();
 //! assert_eq!(ledger.balance_of(&DevLedger::base_sepolia_usdc(), DevLedger::DEV_ACCOUNTS[0].parse()?), DevLedger::DEV_ACCOUNT_FUNDS);
@@ -15,10 +15,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use alloy_primitives::{Address, B256, keccak256};
 
-use super::eip712::{TokenId, parse_evm_address};
-use super::expiring::ExpiringMap;
 use crate::clock::SharedClock;
 use crate::store::BoxFuture;
+use crate::x402::expiring::ExpiringMap;
+use crate::x402::wire::eip712::{TokenId, parse_evm_address};
 
 /// A verified authorization, ready to settle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,27 @@
+//! Facilitators: who verifies a payment before the inner service runs and
+//! settles it after a 2xx answer.
+//!
+//! The [`Facilitator`] seam and its request/response types; the
+//! [`LocalEvmFacilitator`], which verifies exact-EVM payments in-process and
+//! settles them through a [`Ledger`] ([`DevLedger`] in memory, `RedisLedger`
+//! with the `redis` feature); with the `http-facilitator` feature,
+//! `HttpFacilitator`, a client of the standard facilitator HTTP API; and the
+//! Solana options such a facilitator settles. A chain settler is one more
+//! [`Ledger`] or [`Facilitator`] here.
+
+mod api;
+#[cfg(feature = "http-facilitator")]
+mod http;
+pub(crate) mod ledger;
+mod local_evm;
+mod solana;
+
+pub use api::{
+    Facilitator, FacilitatorError, FacilitatorErrorKind, FacilitatorRequest, code_for_reason,
+    reason,
+};
+#[cfg(feature = "http-facilitator")]
+pub use http::{DEFAULT_FACILITATOR_TIMEOUT, HttpFacilitator};
+pub use ledger::{DevLedger, Ledger, LedgerError, Transfer};
+pub use local_evm::{LocalEvmFacilitator, MIN_REMAINING_VALIDITY_SECS};
+pub use solana::{SOLANA_MAINNET, SOLANA_USDC_MINT};

@@ -1,0 +1,26 @@
+//! The server side of x402: [`X402Layer`] (and its builder), the [`X402`]
+//! service and its [`ResponseFuture`], prices, quotes, receipts and the
+//! settlement hook, the settling stream body, and the replay guard.
+//!
+//! See the [`x402` module docs](super) for the payment flow.
+
+mod future;
+pub(crate) mod layer;
+mod pricing;
+pub(crate) mod quote;
+mod receipt;
+pub(crate) mod replay;
+mod service;
+mod stream;
+
+pub use future::ResponseFuture;
+pub use layer::{X402Layer, X402LayerBuilder};
+pub use pricing::{Price, PriceRefusal, PriceTable, Pricing, RequestPrice};
+pub use quote::{
+    AUTHORIZATION_CLOCK_SKEW_SECS, BASE_SEPOLIA_USDC, BASE_USDC, DEFAULT_MAX_TIMEOUT_SECS,
+    PaymentOption, QUOTE_ERROR, QUOTE_MESSAGE, matching_offer,
+};
+pub use receipt::{PaymentReceipt, SettledPayment, SettlementHook, SettlementHookError};
+pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
+pub use service::X402;
+pub use stream::{PAYMENT_RESPONSE_EVENT, X402Body};

@@ -1,0 +1,21 @@
+//! The x402 v2 wire: the protocol's types, the header codec and the EIP-712
+//! typed data an exact-EVM payment signs.
+//!
+//! Everything here is what travels (headers, facilitator bodies, the signed
+//! struct), shared by the server, the facilitators and the paying client;
+//! nothing here decides anything. [`codec`] holds `encode`, `decode` and
+//! [`DecodeError`](codec::DecodeError).
+
+pub mod codec;
+pub(crate) mod eip712;
+mod evm;
+pub(crate) mod types;
+
+pub use eip712::{ExactEvmDomain, TokenId, TransferWithAuthorization};
+pub(crate) use evm::EvmDecoding;
+pub use evm::ExactEvmPayment;
+pub use types::{
+    AtomicAmount, Eip3009Authorization, ExactEvmPayload, Network, PaymentPayload, PaymentRequired,
+    PaymentRequirements, ResourceInfo, SCHEME_EXACT, SettleResponse, SupportedKind,
+    SupportedResponse, UsdAmount, ValueError, VerifyResponse, X402_VERSION,
+};
