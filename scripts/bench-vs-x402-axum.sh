@@ -48,7 +48,7 @@ exec > >(tee "$raw") 2>&1
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "building (release, nice -n 15): walletgate gateway example, presigner, x402-axum peer"
-nice -n 15 cargo build --quiet --release --features gateway,axum,http-facilitator,rustls,tracing --example gateway --example gateway_presign
+nice -n 15 cargo build --quiet --release --features gateway,axum,http-facilitator,cdp,rustls,tracing --example gateway --example gateway_presign
 CARGO_TARGET_DIR=$peer_target nice -n 15 cargo build --quiet --release --manifest-path benches/peer/Cargo.toml
 
 gateway_bin=$target/release/examples/gateway

@@ -70,7 +70,7 @@ exec > >(tee "$raw") 2>&1
 
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "per kind: ${warmup_slices}x${slice}s warm-up (paid: ${paid_warmup_slices}x${slice}s; not judged), then ${seconds}s judged; quotes maxTimeoutSeconds $max_timeout"
-cargo build --quiet --release --features gateway,axum,http-facilitator,rustls,tracing --example gateway --example gateway_presign
+cargo build --quiet --release --features gateway,axum,http-facilitator,cdp,rustls,tracing --example gateway --example gateway_presign
 
 work=$(mktemp -d)
 server=""

@@ -194,6 +194,7 @@ async fn a_facilitator_that_settles_another_network_is_refused_at_start() {
         &facilitator.url(),
         &evm.network,
         &probe.tls,
+        None,
         probe.ready.clone(),
     )
     .await
@@ -202,6 +203,7 @@ async fn a_facilitator_that_settles_another_network_is_refused_at_start() {
         &facilitator.url(),
         &walletgate::x402::wire::Network::base(),
         &probe.tls,
+        None,
         probe.ready.clone(),
     )
     .await

@@ -16,6 +16,7 @@
 //! | `GATEWAY_NETWORK` | `base-sepolia` | `base-sepolia`, `base`, `solana` (or `--network solana`), or `eip155:<chain id>` (then the three `GATEWAY_USDC_*`) |
 //! | `GATEWAY_FACILITATOR_URL` | none (development ledger) | the x402 facilitator that verifies and settles (`https://host[/path]` or `http://`); required on every network but `base-sepolia` |
 //! | `GATEWAY_USDC_ADDRESS`, `GATEWAY_USDC_NAME`, `GATEWAY_USDC_VERSION` | none | `eip155:<id>`: the token's address and EIP-712 domain name and version |
+//! | `GATEWAY_CDP_KEY_FILE` | none | the hosted CDP facilitator's API key file (`{"id", "privateKey"}`): every facilitator call carries a fresh JWT made with it (never printed) |
 //! | `GATEWAY_DEV_LEDGER` | unset | `1`: serve real upstreams (`GATEWAY_UPSTREAMS`) although payments settle on the development ledger |
 //! | `GATEWAY_EXTRA_CA_FILE` | none | PEM root(s) trusted besides Mozilla's, for upstreams and the facilitator |
 //! | `GATEWAY_SOLANA_PAY_TO` | none | Solana: the wallet paid (its USDC account receives) |
@@ -40,7 +41,7 @@ use std::time::Duration;
 use walletgate::free_tier::FreeTierQuotas;
 use walletgate::tls::ClientTls;
 use walletgate::x402::ConfigError as X402ConfigError;
-use walletgate::x402::facilitator::DevLedger;
+use walletgate::x402::facilitator::{CdpAuth, DevLedger, FacilitatorAuth};
 use walletgate::x402::server::PaymentOption;
 use walletgate::x402::wire::Network;
 use walletgate::{SharedClock, SystemClock};
@@ -109,6 +110,9 @@ pub(crate) struct Config {
     /// Whether `GET /readyz` answers 200: false while the facilitator has not
     /// yet confirmed it settles the quoted network.
     pub(crate) ready: Arc<AtomicBool>,
+    /// Signs every facilitator call (`GATEWAY_CDP_KEY_FILE`: the hosted CDP
+    /// facilitator's per-call JWT); never printed.
+    pub(crate) facilitator_auth: Option<Arc<dyn FacilitatorAuth>>,
 }
 
 /// Payment-side faults for tests and demos, and the settle timeout.
@@ -225,6 +229,7 @@ impl Default for Config {
             tls: ClientTls::webpki_roots(),
             redis: None,
             ready: Arc::new(AtomicBool::new(true)),
+            facilitator_auth: None,
         }
     }
 }
@@ -319,6 +324,27 @@ impl Config {
         config.redis = RedisSettings::from_vars(&var, "GATEWAY")
             .map_err(|(variable, reason)| invalid(&variable, reason))?;
         config.network = payment_network(&var)?;
+        if let Some(path) = var("GATEWAY_CDP_KEY_FILE") {
+            let uses_facilitator = match &config.network {
+                PaymentNetwork::Evm(evm) => evm.facilitator_url.is_some(),
+                PaymentNetwork::Solana(_) => true,
+            };
+            if !uses_facilitator {
+                return Err(invalid(
+                    "GATEWAY_CDP_KEY_FILE",
+                    "is only read with GATEWAY_FACILITATOR_URL",
+                ));
+            }
+            let json = std::fs::read_to_string(&path).map_err(|error| {
+                invalid(
+                    "GATEWAY_CDP_KEY_FILE",
+                    format!("cannot read {path}: {error}"),
+                )
+            })?;
+            let auth = CdpAuth::from_json(&json)
+                .map_err(|error| invalid("GATEWAY_CDP_KEY_FILE", error.to_string()))?;
+            config.facilitator_auth = Some(Arc::new(auth));
+        }
         if let PaymentNetwork::Evm(evm) = &config.network {
             evm.option(&config.pay_to)
                 .map_err(|error| invalid("GATEWAY_PAY_TO", error.to_string()))?;
@@ -751,6 +777,44 @@ mod tests {
             ("GATEWAY_UPSTREAM_KEY_OPENAI", "test-key-not-real"),
         ]))
         .unwrap();
+    }
+
+    #[test]
+    fn a_cdp_key_file_signs_facilitator_calls_and_is_never_echoed() {
+        use base64::Engine as _;
+        let key = ed25519_dalek::SigningKey::from_bytes(&[21; 32]);
+        let mut bytes = key.to_bytes().to_vec();
+        bytes.extend_from_slice(key.verifying_key().as_bytes());
+        let secret = base64::engine::general_purpose::STANDARD.encode(bytes);
+        let dir = std::env::temp_dir();
+        let good = dir.join(format!("walletgate-cdp-{}.json", std::process::id()));
+        let bad = dir.join(format!("walletgate-cdp-bad-{}.json", std::process::id()));
+        std::fs::write(&good, format!(r#"{{"id": "k", "privateKey": "{secret}"}}"#)).unwrap();
+        std::fs::write(&bad, format!(r#"{{"id": "k", "privateKey": "x{secret}"}}"#)).unwrap();
+        let leak = |path: &std::path::Path, facilitator: bool| {
+            let path = path.to_str().unwrap().to_owned();
+            let mut list = vec![("GATEWAY_CDP_KEY_FILE", path)];
+            if facilitator {
+                list.push((
+                    "GATEWAY_FACILITATOR_URL",
+                    "http://127.0.0.1:4020".to_owned(),
+                ));
+            }
+            Config::from_vars(move |name| {
+                list.iter()
+                    .find(|(key, _)| *key == name)
+                    .map(|(_, value)| value.clone())
+            })
+        };
+        let config = leak(&good, true).unwrap();
+        assert!(config.facilitator_auth.is_some());
+        for (path, facilitator) in [(&good, false), (&bad, true)] {
+            let error = leak(path, facilitator).err().unwrap().to_string();
+            assert!(error.starts_with("GATEWAY_CDP_KEY_FILE"), "{error}");
+            assert!(!error.contains(&secret[..12]), "{error}");
+        }
+        let _ = std::fs::remove_file(good);
+        let _ = std::fs::remove_file(bad);
     }
 
     #[test]

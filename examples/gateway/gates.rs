@@ -25,8 +25,8 @@ use walletgate::tls::ClientTls;
 use walletgate::x402::{
     ConfigError,
     facilitator::{
-        Facilitator, FacilitatorError, FacilitatorRequest, HttpFacilitator, Ledger,
-        LocalEvmFacilitator,
+        Facilitator, FacilitatorAuth, FacilitatorError, FacilitatorRequest, HttpFacilitator,
+        Ledger, LocalEvmFacilitator,
     },
     server::{
         InMemoryNonceStore, NonceStore, PaymentOption, RequestPrice, SettledPayment,
@@ -76,6 +76,24 @@ pub(crate) type RedisConnection = walletgate::redis::RedisConnection;
 #[cfg(not(feature = "redis"))]
 pub(crate) enum RedisConnection {}
 
+/// Bound on one verify or settle call to a facilitator.
+const SETTLE_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The facilitator at `url`, over `tls`, each call signed by `auth` (a hosted
+/// facilitator's per-call JWT) when given.
+pub(crate) fn facilitator_client(
+    url: &str,
+    tls: &ClientTls,
+    auth: Option<&Arc<dyn FacilitatorAuth>>,
+    timeout: std::time::Duration,
+) -> Result<HttpFacilitator<walletgate::tls::HttpsConnector>, ConfigError> {
+    let client = HttpFacilitator::with_tls(url, tls)?.with_timeout(timeout);
+    Ok(match auth {
+        Some(auth) => client.with_auth(Arc::clone(auth)),
+        None => client,
+    })
+}
+
 /// Where payments go and who checks them.
 #[derive(Clone)]
 pub(crate) struct PaymentSettings {
@@ -99,13 +117,11 @@ impl PaymentSettings {
         pay_to: &str,
         ledger: Arc<dyn Ledger>,
         tls: &ClientTls,
+        auth: Option<&Arc<dyn FacilitatorAuth>>,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
         let facilitator: Arc<dyn Facilitator> = match &settings.facilitator_url {
-            Some(url) => Arc::new(
-                HttpFacilitator::with_tls(url, tls)?
-                    .with_timeout(std::time::Duration::from_secs(10)),
-            ),
+            Some(url) => Arc::new(facilitator_client(url, tls, auth, SETTLE_CALL_TIMEOUT)?),
             None => Arc::new(LocalEvmFacilitator::new(ledger, clock.clone())),
         };
         Ok(Self {
@@ -127,10 +143,11 @@ impl PaymentSettings {
         settings: &SolanaSettings,
         fee_payer: &str,
         tls: &ClientTls,
+        auth: Option<&Arc<dyn FacilitatorAuth>>,
         clock: SharedClock,
     ) -> Result<Self, ConfigError> {
-        let facilitator = HttpFacilitator::with_tls(&settings.facilitator_url, tls)?
-            .with_timeout(std::time::Duration::from_secs(10));
+        let facilitator =
+            facilitator_client(&settings.facilitator_url, tls, auth, SETTLE_CALL_TIMEOUT)?;
         Ok(Self {
             options: vec![PaymentOption::solana_usdc(&settings.pay_to, fee_payer)],
             facilitator: Arc::new(facilitator),
@@ -314,6 +331,7 @@ mod tests {
             DevLedger::DEV_ACCOUNTS[9],
             Arc::new(DevLedger::new()),
             &walletgate::tls::ClientTls::webpki_roots(),
+            None,
             clock,
         )
         .unwrap();

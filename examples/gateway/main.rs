@@ -87,12 +87,12 @@ use axum::Router;
 use axum::routing::{get, post};
 use http::StatusCode;
 use walletgate::x402::{
-    facilitator::{DevLedger, Facilitator, HttpFacilitator},
+    facilitator::{DevLedger, Facilitator},
     wire::Network,
 };
 
 use crate::config::{Config, PaymentNetwork};
-use crate::gates::{Gates, PaymentSettings, RedisConnection, free_tier};
+use crate::gates::{Gates, PaymentSettings, RedisConnection, facilitator_client, free_tier};
 use crate::images::jobs::ImageJobs;
 use crate::images::{create_image, poll_image};
 use crate::inference::{infer, models};
@@ -122,7 +122,12 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     if let PaymentNetwork::Solana(settings) = &mut config.network
         && settings.fee_payer.is_none()
     {
-        let facilitator = HttpFacilitator::with_tls(&settings.facilitator_url, &config.tls)?;
+        let facilitator = facilitator_client(
+            &settings.facilitator_url,
+            &config.tls,
+            config.facilitator_auth.as_ref(),
+            walletgate::x402::facilitator::DEFAULT_FACILITATOR_TIMEOUT,
+        )?;
         let fee_payer = facilitator.fee_payer(&Network::solana_mainnet()).await;
         settings.fee_payer = Some(
             fee_payer
@@ -132,7 +137,14 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     if let PaymentNetwork::Evm(evm) = &config.network
         && let Some(url) = &evm.facilitator_url
     {
-        check_facilitator(url, &evm.network, &config.tls, Arc::clone(&config.ready)).await?;
+        check_facilitator(
+            url,
+            &evm.network,
+            &config.tls,
+            config.facilitator_auth.as_ref(),
+            Arc::clone(&config.ready),
+        )
+        .await?;
     }
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
@@ -186,10 +198,10 @@ pub(crate) async fn check_facilitator(
     url: &str,
     network: &Network,
     tls: &walletgate::tls::ClientTls,
+    auth: Option<&Arc<dyn walletgate::x402::facilitator::FacilitatorAuth>>,
     ready: Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let facilitator =
-        HttpFacilitator::with_tls(url, tls)?.with_timeout(std::time::Duration::from_secs(5));
+    let facilitator = facilitator_client(url, tls, auth, std::time::Duration::from_secs(5))?;
     fn settles(supported: &walletgate::x402::wire::SupportedResponse, network: &Network) -> bool {
         supported
             .kinds
@@ -278,6 +290,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
             &config.pay_to,
             stores.ledger,
             &config.tls,
+            config.facilitator_auth.as_ref(),
             config.clock.clone(),
         )?,
         PaymentNetwork::Solana(settings) => {
@@ -290,7 +303,13 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
                     .into(),
                 );
             };
-            PaymentSettings::solana(settings, fee_payer, &config.tls, config.clock.clone())?
+            PaymentSettings::solana(
+                settings,
+                fee_payer,
+                &config.tls,
+                config.facilitator_auth.as_ref(),
+                config.clock.clone(),
+            )?
         }
     };
     let payments = payments

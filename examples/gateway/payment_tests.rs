@@ -776,6 +776,7 @@ async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
         DevLedger::DEV_ACCOUNTS[9],
         Arc::new(DevLedger::new()),
         &walletgate::tls::ClientTls::webpki_roots(),
+        None,
         Arc::new(walletgate::SystemClock),
     )
     .unwrap();

@@ -26,6 +26,9 @@ pub enum ConfigError {
     InvalidFacilitatorUrl(String),
     /// A header name or value is not valid HTTP.
     InvalidHeader(String),
+    /// A facilitator credential that cannot be used (its message names the
+    /// key, never its secret).
+    InvalidCredential(String),
     /// The TLS setting of an HTTPS client was refused.
     #[cfg(feature = "rustls")]
     Tls(crate::tls::TlsError),
@@ -48,6 +51,7 @@ impl fmt::Display for ConfigError {
             Self::InvalidBaseUrl(url) => write!(f, "invalid public base URL {url:?}"),
             Self::InvalidFacilitatorUrl(url) => write!(f, "invalid facilitator URL {url:?}"),
             Self::InvalidHeader(name) => write!(f, "invalid header {name:?}"),
+            Self::InvalidCredential(why) => write!(f, "invalid credential: {why}"),
             #[cfg(feature = "rustls")]
             Self::Tls(error) => write!(f, "TLS: {error}"),
         }

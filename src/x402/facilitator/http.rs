@@ -28,6 +28,7 @@
 //! ```
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -40,6 +41,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::api::{Facilitator, FacilitatorError, FacilitatorRequest};
+use super::auth::FacilitatorAuth;
 use crate::store::BoxFuture;
 use crate::x402::ConfigError;
 use crate::x402::wire::types::{SettleResponse, SupportedResponse, VerifyResponse};
@@ -57,6 +59,8 @@ pub struct HttpFacilitator<C = HttpConnector> {
     base_url: String,
     timeout: Duration,
     headers: HeaderMap,
+    /// The `Authorization` of each call, computed per call.
+    auth: Option<Arc<dyn FacilitatorAuth>>,
 }
 
 impl HttpFacilitator<HttpConnector> {
@@ -110,6 +114,7 @@ where
             base_url,
             timeout: DEFAULT_FACILITATOR_TIMEOUT,
             headers: HeaderMap::new(),
+            auth: None,
         })
     }
 
@@ -131,6 +136,14 @@ where
         Ok(self)
     }
 
+    /// Signs every call with `auth`'s `Authorization`, made for that call's
+    /// method and URL (e.g. [`CdpAuth`](super::CdpAuth), feature `cdp`).
+    #[must_use]
+    pub fn with_auth(mut self, auth: Arc<dyn FacilitatorAuth>) -> Self {
+        self.auth = Some(auth);
+        self
+    }
+
     /// One call: the status and body, bounded by the timeout.
     async fn call(
         &self,
@@ -138,10 +151,18 @@ where
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Bytes), FacilitatorError> {
-        let uri = format!("{}{path}", self.base_url);
-        let mut builder = Request::builder().method(method).uri(&uri);
+        let uri: Uri = format!("{}{path}", self.base_url)
+            .parse()
+            .map_err(|_| FacilitatorError::protocol(format!("request to {path}: not a URL")))?;
+        let mut builder = Request::builder().method(method.clone()).uri(uri.clone());
         for (name, value) in &self.headers {
             builder = builder.header(name, value);
+        }
+        if let Some(auth) = &self.auth {
+            let authorization = auth
+                .authorization(&method, &uri)
+                .map_err(|error| FacilitatorError::unavailable(format!("{path}: {error}")))?;
+            builder = builder.header(http::header::AUTHORIZATION, authorization);
         }
         if body.is_some() {
             builder = builder.header(http::header::CONTENT_TYPE, "application/json");
@@ -244,6 +265,7 @@ impl<C> fmt::Debug for HttpFacilitator<C> {
             .field("base_url", &self.base_url)
             .field("timeout", &self.timeout)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("auth", &self.auth.is_some())
             .finish_non_exhaustive()
     }
 }

@@ -11,6 +11,10 @@
 
 mod api;
 #[cfg(feature = "http-facilitator")]
+mod auth;
+#[cfg(feature = "cdp")]
+mod cdp;
+#[cfg(feature = "http-facilitator")]
 mod http;
 pub(crate) mod ledger;
 mod local_evm;
@@ -20,6 +24,10 @@ pub use api::{
     Facilitator, FacilitatorError, FacilitatorErrorKind, FacilitatorRequest, code_for_reason,
     reason,
 };
+#[cfg(feature = "http-facilitator")]
+pub use auth::{AuthError, FacilitatorAuth};
+#[cfg(feature = "cdp")]
+pub use cdp::CdpAuth;
 #[cfg(feature = "http-facilitator")]
 pub use http::{DEFAULT_FACILITATOR_TIMEOUT, HttpFacilitator};
 pub use ledger::{DevLedger, Ledger, LedgerError, Transfer};
