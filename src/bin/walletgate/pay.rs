@@ -57,6 +57,19 @@ pub(crate) struct PayArgs {
     key: KeyArgs,
 }
 
+/// One `-H 'Name: value'` argument, as curl takes it (`pay` and `api request`).
+pub(crate) fn header_arg(header: &str) -> Result<(HeaderName, HeaderValue), Failure> {
+    let (name, value) = header
+        .split_once(':')
+        .ok_or_else(|| Failure::usage(format!("--header wants `Name: value`, got `{header}`")))?;
+    let name = HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| Failure::usage(format!("not a header name: `{}`", name.trim())))?;
+    // The value is not echoed: it may be a credential.
+    let value = HeaderValue::from_str(value.trim())
+        .map_err(|_| Failure::usage(format!("the value of header `{name}` is not valid")))?;
+    Ok((name, value))
+}
+
 fn request(args: &PayArgs) -> Result<Request<Full<Bytes>>, Failure> {
     let method = Method::from_bytes(args.method.to_ascii_uppercase().as_bytes())
         .map_err(|_| Failure::usage(format!("not an HTTP method: {}", args.method)))?;
@@ -76,14 +89,7 @@ fn request(args: &PayArgs) -> Result<Request<Full<Bytes>>, Failure> {
         .body(Full::new(body))
         .map_err(|_| Failure::usage(format!("not a URL: {}", args.url)))?;
     for header in &args.headers {
-        let (name, value) = header.split_once(':').ok_or_else(|| {
-            Failure::usage(format!("--header wants `Name: value`, got `{header}`"))
-        })?;
-        let name = HeaderName::from_bytes(name.trim().as_bytes())
-            .map_err(|_| Failure::usage(format!("not a header name: `{}`", name.trim())))?;
-        // The value is not echoed: it may be a credential.
-        let value = HeaderValue::from_str(value.trim())
-            .map_err(|_| Failure::usage(format!("the value of header `{name}` is not valid")))?;
+        let (name, value) = header_arg(header)?;
         request.headers_mut().insert(name, value);
     }
     Ok(request)

@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use clap::{Args, Subcommand};
-use http::{HeaderName, HeaderValue, Method, Request, StatusCode, header};
+use http::{Method, Request, StatusCode, header};
 use serde_json::{Value, json};
 use walletgate::client::wallet::{Credentials, WalletAuth, WalletConfig, WalletError};
 use walletgate::siwe::Timestamp;
@@ -434,14 +434,7 @@ async fn request(format: Format, args: RequestArgs) -> Result<(), Failure> {
     }
     let mut builder = Request::builder().method(method).uri(&path);
     for header in &args.headers {
-        let (name, value) = header.split_once(':').ok_or_else(|| {
-            Failure::usage(format!("--header wants `Name: value`, got `{header}`"))
-        })?;
-        let name = HeaderName::from_bytes(name.trim().as_bytes())
-            .map_err(|_| Failure::usage(format!("not a header name: `{}`", name.trim())))?;
-        // The value is not echoed: it may be a credential.
-        let value = HeaderValue::from_str(value.trim())
-            .map_err(|_| Failure::usage(format!("the value of header `{name}` is not valid")))?;
+        let (name, value) = crate::pay::header_arg(header)?;
         builder = builder.header(name, value);
     }
     let body = match &args.data {
