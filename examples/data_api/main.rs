@@ -11,7 +11,7 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `DATA_API_LISTEN` | `127.0.0.1:8080` | listen address |
-//! | `DATA_API_ORIGIN` | `http://<listen>` | this server's origin: JWT `iss` and `aud` |
+//! | `DATA_API_ORIGIN` | `http://` + the bound address | this server's public origin: JWT `iss` and `aud`, the SIWE domain and URI (set it behind a proxy or on a wildcard bind) |
 //! | `DATA_API_KEY` | generated | the development API key |
 //! | `DATA_API_SIWE_DOMAIN` | the origin's authority | SIWE `domain` to accept |
 //! | `DATA_API_SIWE_URI` | the origin | SIWE `URI` to accept |
@@ -110,12 +110,23 @@ impl Config {
 
     /// The settings from `lookup` (the environment, or a test's table).
     pub(crate) fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        Self::from_lookup_bound(lookup, None)
+    }
+
+    /// The configuration once the listener is bound to `bound`: without
+    /// `DATA_API_ORIGIN` the origin is the bound address, so
+    /// `DATA_API_LISTEN=127.0.0.1:0` names the port it got, not `:0`.
+    pub(crate) fn from_lookup_bound(
+        lookup: impl Fn(&str) -> Option<String>,
+        bound: Option<SocketAddr>,
+    ) -> Result<Self, String> {
         let var = |name: &str| lookup(name).filter(|value| !value.is_empty());
         let listen: SocketAddr = var("DATA_API_LISTEN")
             .unwrap_or_else(|| "127.0.0.1:8080".to_owned())
             .parse()
             .map_err(|_| "DATA_API_LISTEN must be an address such as 127.0.0.1:8080")?;
-        let origin = var("DATA_API_ORIGIN").unwrap_or_else(|| format!("http://{listen}"));
+        let origin =
+            var("DATA_API_ORIGIN").unwrap_or_else(|| format!("http://{}", bound.unwrap_or(listen)));
         let mut config = Self::for_origin(listen, &origin)?;
         config.api_key = var("DATA_API_KEY");
         if let Some(domain) = var("DATA_API_SIWE_DOMAIN") {
@@ -373,12 +384,19 @@ async fn main() {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let config = Config::from_env()?;
+    let listen = Config::from_env()?.listen;
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let address = listener.local_addr()?;
+    let config = Config::from_lookup_bound(|name| std::env::var(name).ok(), Some(address))?;
+    if address.ip().is_unspecified() && std::env::var_os("DATA_API_ORIGIN").is_none() {
+        eprintln!(
+            "data_api: WARNING: listening on the wildcard address {address} without \
+             DATA_API_ORIGIN: tokens and SIWE name http://{address}; set DATA_API_ORIGIN"
+        );
+    }
     let (router, dev) = build(&config)?;
     logging::init(config.access_log.as_deref())?;
     let router = access_log::AccessLog::global().around(router);
-    let listener = tokio::net::TcpListener::bind(config.listen).await?;
-    let address = listener.local_addr()?;
     println!(
         "data API listening on http://{address} (origin {})",
         config.origin

@@ -816,3 +816,22 @@ async fn api_key_quota_answers_429_with_retry_after() {
         StatusCode::OK
     );
 }
+
+#[test]
+fn the_origin_is_the_bound_address_unless_configured() {
+    let bound: std::net::SocketAddr = "127.0.0.1:41234".parse().unwrap();
+    let listen_on_zero = |name: &str| (name == "DATA_API_LISTEN").then(|| "127.0.0.1:0".to_owned());
+    let config = Config::from_lookup_bound(listen_on_zero, Some(bound)).unwrap();
+    assert_eq!(config.origin, "http://127.0.0.1:41234");
+    assert_eq!(config.siwe_domain, "127.0.0.1:41234");
+    assert_eq!(config.siwe_uri, "http://127.0.0.1:41234");
+
+    let configured = |name: &str| match name {
+        "DATA_API_LISTEN" => Some("0.0.0.0:0".to_owned()),
+        "DATA_API_ORIGIN" => Some("https://data.example".to_owned()),
+        _ => None,
+    };
+    let config = Config::from_lookup_bound(configured, Some(bound)).unwrap();
+    assert_eq!(config.origin, "https://data.example");
+    assert_eq!(config.siwe_domain, "data.example");
+}

@@ -3,6 +3,7 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `GATEWAY_LISTEN` | `127.0.0.1:8402` | address to listen on |
+//! | `GATEWAY_PUBLIC_URL` | `http://` + the bound address | `https://host[:port][/prefix]` clients reach the gateway at: every quote's `resource.url` starts with it (never the request's `Host`); set it behind a proxy or on a wildcard bind |
 //! | `GATEWAY_BODY_LIMIT_BYTES` | `4194304` | largest request body (`REQUEST_TOO_LARGE` above) |
 //! | `GATEWAY_UPSTREAM_TIMEOUT_SECS` | `120` | upstream answer timeout (`TIMEOUT` after) |
 //! | `GATEWAY_UPSTREAMS` | none | `provider=https://host/v1,…` (or `http://`): OpenAI-compatible upstreams |
@@ -77,6 +78,9 @@ fn invalid(variable: &str, reason: impl Into<String>) -> ConfigError {
 
 pub(crate) struct Config {
     pub(crate) listen: SocketAddr,
+    /// `GATEWAY_PUBLIC_URL`; `None` until [`Config::bound_to`] sets the bound
+    /// address.
+    pub(crate) public_url: Option<String>,
     pub(crate) body_limit_bytes: usize,
     pub(crate) upstream_timeout: Duration,
     pub(crate) catalogue: Catalogue,
@@ -205,6 +209,7 @@ impl Default for Config {
         let clock: SharedClock = Arc::new(SystemClock);
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8402)),
+            public_url: None,
             body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
             upstream_timeout: Duration::from_secs(DEFAULT_UPSTREAM_TIMEOUT_SECS),
             catalogue: Catalogue::embedded(),
@@ -254,6 +259,18 @@ impl Config {
             config.listen = listen.parse().map_err(|_| {
                 invalid("GATEWAY_LISTEN", "expected host:port, e.g. 127.0.0.1:8402")
             })?;
+        }
+        if let Some(url) = var("GATEWAY_PUBLIC_URL") {
+            // The library's rule for a base URL, checked at start, not first quote.
+            let _ = walletgate::x402::X402Layer::builder()
+                .with_public_base_url(&url)
+                .map_err(|_| {
+                    invalid(
+                        "GATEWAY_PUBLIC_URL",
+                        "expected http(s)://host[:port][/path], no query, fragment or user",
+                    )
+                })?;
+            config.public_url = Some(url.trim_end_matches('/').to_owned());
         }
         if let Some(limit) = var("GATEWAY_BODY_LIMIT_BYTES") {
             config.body_limit_bytes =
@@ -363,6 +380,30 @@ impl Config {
         }
         Ok(config)
     }
+    /// Settles the public URL once the listener is bound to `address`:
+    /// `GATEWAY_PUBLIC_URL` if set, else `http://` + the bound address (so
+    /// `:0` names the real port). A wildcard bind without a public URL
+    /// quotes an address no client can reach: the warning to print is returned.
+    pub(crate) fn bound_to(&mut self, address: SocketAddr) -> Option<String> {
+        if self.public_url.is_some() {
+            return None;
+        }
+        self.public_url = Some(format!("http://{address}"));
+        address.ip().is_unspecified().then(|| {
+            format!(
+                "listening on the wildcard address {address} without GATEWAY_PUBLIC_URL: quotes \
+                 name http://{address}, which clients cannot reach; set GATEWAY_PUBLIC_URL"
+            )
+        })
+    }
+
+    /// What every quote's `resource.url` starts with.
+    pub(crate) fn public_url(&self) -> String {
+        self.public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.listen))
+    }
+
     /// Whether paid requests settle on the in-process development ledger.
     pub(crate) fn on_development_ledger(&self) -> bool {
         matches!(&self.network, PaymentNetwork::Evm(evm) if evm.facilitator_url.is_none())

@@ -82,6 +82,8 @@ pub(crate) struct PaymentSettings {
     pub(crate) clock: SharedClock,
     /// Every settlement of every paid route, logged with a running total.
     pub(crate) settled: Arc<SettlementTally>,
+    /// What every quote's `resource.url` starts with; never the client's `Host`.
+    pub(crate) public_url: String,
 }
 
 impl PaymentSettings {
@@ -108,6 +110,7 @@ impl PaymentSettings {
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
             clock,
             settled: Arc::default(),
+            public_url: String::new(),
         })
     }
 
@@ -131,7 +134,14 @@ impl PaymentSettings {
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
             clock,
             settled: Arc::default(),
+            public_url: String::new(),
         })
+    }
+
+    /// The same settings quoting `url` + the path as every `resource.url`.
+    pub(crate) fn with_public_url(mut self, url: &str) -> Self {
+        url.clone_into(&mut self.public_url);
+        self
     }
 
     /// The same settings with claims and spent authorizations kept in `store`.
@@ -178,6 +188,7 @@ impl PaymentSettings {
             .with_paid_replay(paid_replay)
             .with_description(description)
             .with_mime_type("application/json")
+            .with_public_base_url(&self.public_url)?
             .on_settlement(self.settled.hook());
         for option in &self.options {
             builder = builder.with_payment_option(option.clone());

@@ -133,6 +133,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
+    if let Some(warning) = config.bound_to(address) {
+        eprintln!("gateway: WARNING: {warning}");
+    }
     println!("gateway listening on http://{address} (clients: api_url http://{address}/api)");
     match &config.network {
         PaymentNetwork::Evm(evm) => match &evm.facilitator_url {
@@ -256,6 +259,7 @@ pub(crate) type AppError = Box<dyn std::error::Error + Send + Sync>;
 /// Redis setting.
 pub(crate) fn app(config: Config) -> Result<Router, AppError> {
     let config_ready = Arc::clone(&config.ready);
+    let public_url = config.public_url();
     let redis = redis_connection(&config)?;
     let mut router = ProviderRouter::new(Arc::new(EchoUpstream));
     for (provider, upstream) in config.providers {
@@ -291,6 +295,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         }
     };
     let payments = payments
+        .with_public_url(&public_url)
         .with_nonce_store(stores.nonce_store)
         .with_faults(config.payment_faults)
         .with_max_timeout_secs(config.max_timeout_secs)?;

@@ -799,3 +799,66 @@ async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
         assert_eq!(response.status(), 500);
     }
 }
+
+/// A quote asked for with `Host: evil.example`, as the payer's decoded quote.
+async fn quote_for_host(server: &Server, host: &str) -> walletgate::x402::PaymentRequired {
+    let request = http::Request::post(server.url(path(Endpoint::Chat)))
+        .header("host", host)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(axum::body::Bytes::from(
+            body(Endpoint::Chat, PAID_MODEL, "hello", false).to_string(),
+        )))
+        .unwrap();
+    let reply = server.send(request).await;
+    assert_eq!(reply.status, 402, "{}", reply.text());
+    reply.quote()
+}
+
+#[tokio::test]
+async fn a_quote_never_names_the_requests_host() {
+    // Without GATEWAY_PUBLIC_URL: the bound address, never the Host header.
+    let server = Server::start(Config::default()).await;
+    let quote = quote_for_host(&server, "evil.example").await;
+    assert_eq!(quote.resource.url, server.url(path(Endpoint::Chat)));
+    assert!(!quote.resource.url.contains("evil"));
+
+    // With it: that base and its path prefix, whatever the Host said.
+    let config = Config::from_vars(|name| {
+        (name == "GATEWAY_PUBLIC_URL").then(|| "https://pay.example/gw/".to_owned())
+    })
+    .unwrap();
+    let server = Server::start(config).await;
+    let quote = quote_for_host(&server, "evil.example").await;
+    assert_eq!(
+        quote.resource.url,
+        "https://pay.example/gw/v1/chat/completions"
+    );
+}
+
+#[test]
+fn an_unusable_public_url_is_refused_at_start() {
+    for bad in [
+        "pay.example",
+        "https://pay.example/gw?x=1",
+        "https://u@pay.example",
+    ] {
+        let error =
+            Config::from_vars(|name| (name == "GATEWAY_PUBLIC_URL").then(|| bad.to_owned()))
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+        assert!(
+            error.to_string().starts_with("GATEWAY_PUBLIC_URL"),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn a_wildcard_bind_without_a_public_url_warns() {
+    let mut config = Config::default();
+    let warning = config.bound_to("0.0.0.0:8402".parse().unwrap()).unwrap();
+    assert!(warning.contains("GATEWAY_PUBLIC_URL"), "{warning}");
+    let mut config = Config::default();
+    assert_eq!(config.bound_to("127.0.0.1:41234".parse().unwrap()), None);
+    assert_eq!(config.public_url(), "http://127.0.0.1:41234");
+}

@@ -24,6 +24,7 @@ pub fn chat_layer_builder(
     clock: walletgate::SharedClock,
 ) -> walletgate::x402::X402LayerBuilder {
     walletgate::x402::X402Layer::builder()
+        .with_host_derived_resource_url()
         .with_payment_option(walletgate::x402::PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
         .with_pricing(
             walletgate::x402::PriceTable::by_route()
