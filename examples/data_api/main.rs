@@ -13,6 +13,7 @@
 //! | `DATA_API_LISTEN` | `127.0.0.1:8080` | listen address |
 //! | `DATA_API_ORIGIN` | `http://` + the bound address | this server's public origin: JWT `iss` and `aud`, the SIWE domain and URI (set it behind a proxy or on a wildcard bind) |
 //! | `DATA_API_KEY` | generated | the development API key |
+//! | `DATA_API_DRAIN_SECS` | `30` | on SIGTERM/SIGINT: how long requests in flight may take before the server exits 1 anyway (open `/mcp` streams are closed at once) |
 //! | `DATA_API_SIWE_DOMAIN` | the origin's authority | SIWE `domain` to accept |
 //! | `DATA_API_SIWE_URI` | the origin | SIWE `URI` to accept |
 //! | `DATA_API_SIWE_CHAIN_ID` | `1` | SIWE `Chain ID` to accept |
@@ -33,6 +34,7 @@
 mod access_log;
 mod auth;
 mod favorites;
+mod health;
 #[path = "../common/logging.rs"]
 mod logging;
 mod mcp;
@@ -43,6 +45,8 @@ mod redis_settings;
 mod relationships;
 mod rest;
 mod routes;
+#[path = "../common/shutdown.rs"]
+mod shutdown;
 mod state;
 mod stores;
 #[cfg(test)]
@@ -68,6 +72,7 @@ use walletgate::wallet_jwt::{JwksUrl, JwtVerifier, KeySet, WalletJwtLayer};
 use crate::favorites::Favorites;
 use crate::openapi::{Access, Operation};
 use crate::relationships::Relationships;
+use crate::shutdown::Draining;
 use crate::state::{AppState, SharedState};
 use crate::stores::Stores;
 
@@ -88,6 +93,10 @@ pub(crate) struct Config {
     pub(crate) redis: Option<RedisSettings>,
     /// An external issuer whose JWTs are accepted besides this server's own.
     pub(crate) external_issuer: Option<ExternalIssuer>,
+    /// How long a drain may take (`DATA_API_DRAIN_SECS`).
+    pub(crate) drain: std::time::Duration,
+    /// Set on SIGTERM/SIGINT: `GET /readyz` answers 503 from then on.
+    pub(crate) draining: Draining,
 }
 
 /// An external issuer's JWTs (`DATA_API_JWKS_URL` and friends).
@@ -150,6 +159,7 @@ impl Config {
                 .parse()
                 .map_err(|_| "DATA_API_KEY_PER_MINUTE must be a positive integer")?;
         }
+        config.drain = shutdown::drain_secs(var("DATA_API_DRAIN_SECS"), "DATA_API_DRAIN_SECS")?;
         config.signing_key_file = var("DATA_API_SIGNING_KEY_FILE").map(Into::into);
         config.access_log = var("DATA_API_ACCESS_LOG").map(Into::into);
         config.redis = RedisSettings::from_vars(&var, "DATA_API")
@@ -199,6 +209,8 @@ impl Config {
             access_log: None,
             redis: None,
             external_issuer: None,
+            drain: std::time::Duration::from_secs(shutdown::DEFAULT_DRAIN_SECS),
+            draining: Draining::default(),
         })
     }
 }
@@ -207,6 +219,8 @@ impl Config {
 pub(crate) struct DevInfo {
     pub(crate) generated_api_key: Option<String>,
     pub(crate) seeded_wallets: Vec<String>,
+    /// Ends the open `/mcp` streams (on shutdown).
+    pub(crate) close_mcp_streams: mcp::CloseStreams,
 }
 
 /// Wallets with development favorites: the first three Hardhat/Anvil accounts.
@@ -237,6 +251,7 @@ pub(crate) fn build_with_clock(
     let issuer_config = IssuerConfig::new(&config.origin, &config.origin)?
         .with_jwt_lifetime_secs(config.jwt_lifetime_secs)?;
     let stores = Stores::from_config(config)?;
+    let readiness = health::Readiness::new(config.draining.clone(), stores.redis.clone());
     // Revoking a PAT refuses the JWTs already minted from it at once (on
     // every replica when the list is in Redis).
     let revocations = stores.revocations;
@@ -289,8 +304,11 @@ pub(crate) fn build_with_clock(
         openapi: openapi::serialised(&operations, &config.origin)?,
     });
     let api_keys = ApiKeyLayer::new(key_store).with_quota_store(key_quotas(config, clock)?);
-    let router = router(state, operations, api_keys, verifier, &config.origin);
+    let (router, close_mcp_streams) = router(state, operations, api_keys, verifier, &config.origin);
+    // Probes sit outside every gate and need no credentials.
+    let router = health::routes(readiness).merge(router);
     let dev = DevInfo {
+        close_mcp_streams,
         generated_api_key,
         seeded_wallets: SEEDED_WALLETS
             .iter()
@@ -334,7 +352,7 @@ fn router(
     api_keys: ApiKeys,
     verifier: JwtVerifier,
     origin: &str,
-) -> Router {
+) -> (Router, mcp::CloseStreams) {
     let mut public = Router::new();
     let mut keyed = Router::new();
     let mut token_management = Router::new();
@@ -366,13 +384,12 @@ fn router(
     // MCP: one service that applies the same `ApiKeyLayer` (same quotas) itself,
     // inside its JSON-RPC rejection rewriter; the table describes it through
     // `mcp_operation`, and the described tests probe it.
-    public
-        .nest_service(
-            "/mcp",
-            mcp::service(state.clone(), api_keys, verifier, origin),
-        )
+    let (mcp, close_mcp_streams) = mcp::service(state.clone(), api_keys, verifier, origin);
+    let router = public
+        .nest_service("/mcp", mcp)
         .merge(keyed)
-        .with_state(state)
+        .with_state(state);
+    (router, close_mcp_streams)
 }
 
 #[tokio::main]
@@ -420,6 +437,15 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("wallets with favorites: {}", dev.seeded_wallets.join(", "));
     println!("OpenAPI description: http://{address}/api/v2/openapi.json");
     println!("MCP (streamable HTTP): http://{address}/mcp");
-    axum::serve(listener, router).await?;
+    let close_mcp_streams = dev.close_mcp_streams;
+    let signalled =
+        shutdown::on_signal(config.draining.clone(), move || close_mcp_streams.close())?;
+    let stop = signalled.clone().wait();
+    let server = async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(stop)
+            .await
+    };
+    shutdown::until_drained("data_api", server, signalled, config.drain).await?;
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `GATEWAY_LISTEN` | `127.0.0.1:8402` | address to listen on |
 //! | `GATEWAY_PUBLIC_URL` | `http://` + the bound address | `https://host[:port][/prefix]` clients reach the gateway at: every quote's `resource.url` starts with it (never the request's `Host`); set it behind a proxy or on a wildcard bind |
+//! | `GATEWAY_DRAIN_SECS` | `30` | on SIGTERM/SIGINT: how long requests in flight (paid streams to their settlement) may take before the gateway exits 1 anyway |
 //! | `GATEWAY_BODY_LIMIT_BYTES` | `4194304` | largest request body (`REQUEST_TOO_LARGE` above) |
 //! | `GATEWAY_UPSTREAM_TIMEOUT_SECS` | `120` | upstream answer timeout (`TIMEOUT` after) |
 //! | `GATEWAY_UPSTREAMS` | none | `provider=https://host/v1,…` (or `http://`): OpenAI-compatible upstreams |
@@ -45,6 +46,7 @@ use walletgate::{SharedClock, SystemClock};
 
 use crate::catalogue::Catalogue;
 use crate::redis_settings::RedisSettings;
+use crate::shutdown::Draining;
 use crate::upstream::{ApiKey, Fault, OpenAiUpstream, SharedUpstream};
 
 pub(crate) const DEFAULT_BODY_LIMIT_BYTES: usize = 4 * 1024 * 1024;
@@ -110,6 +112,10 @@ pub(crate) struct Config {
     /// Whether `GET /readyz` answers 200: false while the facilitator has not
     /// yet confirmed it settles the quoted network.
     pub(crate) ready: Arc<AtomicBool>,
+    /// Set on SIGTERM/SIGINT: `GET /readyz` answers 503 from then on.
+    pub(crate) draining: Draining,
+    /// How long a drain may take (`GATEWAY_DRAIN_SECS`).
+    pub(crate) drain: Duration,
 }
 
 /// Payment-side faults for tests and demos, and the settle timeout.
@@ -227,6 +233,8 @@ impl Default for Config {
             tls: ClientTls::webpki_roots(),
             redis: None,
             ready: Arc::new(AtomicBool::new(true)),
+            draining: Draining::default(),
+            drain: Duration::from_secs(crate::shutdown::DEFAULT_DRAIN_SECS),
         }
     }
 }
@@ -234,9 +242,8 @@ impl Default for Config {
 impl Config {
     /// The defaults, overridden by the `GATEWAY_*` environment variables and
     /// the command line (`--network solana`).
-    pub(crate) fn from_env() -> Result<Self, ConfigError> {
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        let network_arg = match args.as_slice() {
+    pub(crate) fn from_env(args: &[String]) -> Result<Self, ConfigError> {
+        let network_arg = match args {
             [] => None,
             [flag, network] if flag == "--network" => Some(network.clone()),
             _ => {
@@ -272,6 +279,8 @@ impl Config {
                 })?;
             config.public_url = Some(url.trim_end_matches('/').to_owned());
         }
+        config.drain = crate::shutdown::drain_secs(var("GATEWAY_DRAIN_SECS"), "GATEWAY_DRAIN_SECS")
+            .map_err(|reason| invalid("GATEWAY_DRAIN_SECS", reason))?;
         if let Some(limit) = var("GATEWAY_BODY_LIMIT_BYTES") {
             config.body_limit_bytes =
                 limit

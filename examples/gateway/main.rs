@@ -46,6 +46,8 @@ mod redis_settings;
 mod render;
 mod reply;
 mod request;
+#[path = "../common/shutdown.rs"]
+mod shutdown;
 mod state;
 mod stores;
 mod upstream;
@@ -70,6 +72,8 @@ mod replica_tests;
 mod sdk_tests;
 #[cfg(test)]
 mod settlement_tests;
+#[cfg(test)]
+mod shutdown_tests;
 #[cfg(test)]
 mod solana_tests;
 #[cfg(test)]
@@ -107,15 +111,18 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() {
-    if let Err(error) = run().await {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Err(error) = run(&args).await {
         eprintln!("gateway: {error}");
         std::process::exit(1);
     }
 }
 
-async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// The server for `args` (the command line without the program) and the
+/// environment, until it is signalled and drained.
+async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     logging::init(None)?;
-    let mut config = Config::from_env()?;
+    let mut config = Config::from_env(args)?;
     if let PaymentNetwork::Solana(settings) = &mut config.network
         && settings.fee_payer.is_none()
     {
@@ -171,10 +178,18 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         "quote:   curl -i http://{address}/v1/chat/completions -H 'content-type: application/json' \
          -d '{{\"model\":\"openai/gpt-5-mini\",\"max_tokens\":64,\"messages\":[{{\"role\":\"user\",\"content\":\"hello\"}}]}}'"
     );
+    let (draining, drain) = (config.draining.clone(), config.drain);
     // Connection addresses ride along for the per-IP free-tier limit.
     let router = app(config).map_err(|error| error as Box<dyn std::error::Error>)?;
     let service = router.into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, service).await?;
+    let signalled = shutdown::on_signal(draining, || {})?;
+    let stop = signalled.clone().wait();
+    let server = async move {
+        axum::serve(listener, service)
+            .with_graceful_shutdown(stop)
+            .await
+    };
+    shutdown::until_drained("gateway", server, signalled, drain).await?;
     Ok(())
 }
 
@@ -259,6 +274,7 @@ pub(crate) type AppError = Box<dyn std::error::Error + Send + Sync>;
 /// Redis setting.
 pub(crate) fn app(config: Config) -> Result<Router, AppError> {
     let config_ready = Arc::clone(&config.ready);
+    let config_draining = config.draining.clone();
     let public_url = config.public_url();
     let redis = redis_connection(&config)?;
     let mut router = ProviderRouter::new(Arc::new(EchoUpstream));
@@ -316,23 +332,24 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
     ));
 
     let ready = Arc::clone(&config_ready);
+    let draining = config_draining;
     let mut served = Router::new()
         // Probes sit outside every gate and need no credentials.
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/readyz",
             get(move || {
-                let ready = ready.load(Ordering::Acquire);
-                async move {
-                    if ready {
-                        (StatusCode::OK, "ready")
-                    } else {
-                        (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "not ready: the facilitator has not answered",
-                        )
-                    }
-                }
+                let answer = if draining.is_draining() {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready: draining")
+                } else if ready.load(Ordering::Acquire) {
+                    (StatusCode::OK, "ready")
+                } else {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "not ready: the facilitator has not answered",
+                    )
+                };
+                async move { answer }
             }),
         )
         .route("/v1/models", get(models))
