@@ -27,7 +27,7 @@ impl Draining {
         self.0.load(Ordering::Acquire)
     }
 
-    fn start(&self) {
+    pub(crate) fn start(&self) {
         self.0.store(true, Ordering::Release);
     }
 }

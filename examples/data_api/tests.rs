@@ -835,3 +835,21 @@ fn the_origin_is_the_bound_address_unless_configured() {
     assert_eq!(config.origin, "https://data.example");
     assert_eq!(config.siwe_domain, "data.example");
 }
+
+#[tokio::test]
+async fn probes_need_no_credentials_and_readiness_fails_while_draining() {
+    let draining = crate::shutdown::Draining::default();
+    let server = start_configured(START, |config| {
+        config.draining = draining.clone();
+    })
+    .await;
+    let probe = |path: &'static str| {
+        let request = http::Request::builder().uri(format!("{}{path}", server.base));
+        async { server.send(request, Bytes::new()).await.status() }
+    };
+    assert_eq!(probe("/healthz").await, StatusCode::OK);
+    assert_eq!(probe("/readyz").await, StatusCode::OK);
+    draining.start();
+    assert_eq!(probe("/readyz").await, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(probe("/healthz").await, StatusCode::OK);
+}
