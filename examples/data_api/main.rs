@@ -33,6 +33,8 @@
 
 mod access_log;
 mod auth;
+#[path = "../common/cli.rs"]
+mod cli;
 mod favorites;
 mod health;
 #[path = "../common/logging.rs"]
@@ -394,10 +396,29 @@ fn router(
 
 #[tokio::main]
 async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match cli::command(&args) {
+        cli::Command::Help => return println!("{}", help()),
+        cli::Command::Version => return println!("{}", cli::version("data_api")),
+        cli::Command::Run if !args.is_empty() => {
+            eprintln!("data_api: unexpected arguments {args:?} (see --help)");
+            std::process::exit(2);
+        }
+        cli::Command::Run => {}
+    }
     if let Err(error) = run().await {
         eprintln!("data_api: {error}");
         std::process::exit(1);
     }
+}
+
+/// `--help`: the usage and every variable of this file's table.
+fn help() -> String {
+    cli::help(
+        "data_api: the wallet-authenticated data API's reference server (API key, wallet JWT, \
+         SIWE, MCP at /mcp)\n\nUSAGE: data_api [--help] [--version]",
+        include_str!("main.rs"),
+    )
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {

@@ -853,3 +853,23 @@ async fn probes_need_no_credentials_and_readiness_fails_while_draining() {
     assert_eq!(probe("/readyz").await, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(probe("/healthz").await, StatusCode::OK);
 }
+
+#[test]
+fn help_and_version_are_answered_and_list_every_variable() {
+    use crate::cli::{Command, command};
+    assert_eq!(command(&["--help".to_owned()]), Command::Help);
+    assert_eq!(command(&["--version".to_owned()]), Command::Version);
+    let help = crate::help();
+    let read = crate::cli::variables_read(include_str!("main.rs"), "DATA_API_");
+    assert!(read.len() > 15, "{read:?}");
+    for variable in read {
+        assert!(
+            help.contains(&variable),
+            "--help misses {variable}:\n{help}"
+        );
+    }
+    assert!(
+        help.contains("DATA_API_LISTEN\n      default: 127.0.0.1:8080"),
+        "{help}"
+    );
+}

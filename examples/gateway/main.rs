@@ -33,6 +33,8 @@
 //! `render.rs` and `upstream/` the requests, models, answers and providers.
 
 mod catalogue;
+#[path = "../common/cli.rs"]
+mod cli;
 mod config;
 mod extensions;
 mod gates;
@@ -112,10 +114,24 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    match cli::command(&args) {
+        cli::Command::Help => return println!("{}", help()),
+        cli::Command::Version => return println!("{}", cli::version("gateway")),
+        cli::Command::Run => {}
+    }
     if let Err(error) = run(&args).await {
         eprintln!("gateway: {error}");
         std::process::exit(1);
     }
+}
+
+/// `--help`: the usage and every variable of `config.rs`'s table.
+fn help() -> String {
+    cli::help(
+        "gateway: the paid model gateway's reference server (x402 quotes, a free tier per client IP)\n\n\
+         USAGE: gateway [--network solana] [--help] [--version]",
+        include_str!("config.rs"),
+    )
 }
 
 /// The server for `args` (the command line without the program) and the

@@ -862,3 +862,36 @@ fn a_wildcard_bind_without_a_public_url_warns() {
     assert_eq!(config.bound_to("127.0.0.1:41234".parse().unwrap()), None);
     assert_eq!(config.public_url(), "http://127.0.0.1:41234");
 }
+
+#[test]
+fn help_and_version_are_answered_and_list_every_variable() {
+    use crate::cli::{Command, command};
+    let args = |list: &[&str]| list.iter().map(|arg| (*arg).to_owned()).collect::<Vec<_>>();
+    assert_eq!(command(&args(&["--help"])), Command::Help);
+    assert_eq!(
+        command(&args(&["--network", "solana", "-h"])),
+        Command::Help
+    );
+    assert_eq!(command(&args(&["--version"])), Command::Version);
+    assert_eq!(command(&args(&["--network", "solana"])), Command::Run);
+    let help = crate::help();
+    let read = crate::cli::variables_read(
+        // The module, not its tests (which name made-up providers).
+        include_str!("config.rs")
+            .split("#[cfg(test)]")
+            .next()
+            .unwrap(),
+        "GATEWAY_",
+    );
+    assert!(read.len() > 20, "{read:?}");
+    for variable in read {
+        assert!(
+            help.contains(&variable),
+            "--help misses {variable}:\n{help}"
+        );
+    }
+    assert!(
+        help.contains("GATEWAY_LISTEN\n      default: 127.0.0.1:8402"),
+        "{help}"
+    );
+}
