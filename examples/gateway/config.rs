@@ -14,6 +14,8 @@
 //! | `GATEWAY_MAX_TIMEOUT_SECS` | `300` | `maxTimeoutSeconds` of every quote: how long a signed payment stays valid, and so how long its nonce is remembered |
 //! | `GATEWAY_FREE_PER_MINUTE` | `30` | free-model requests per client IP per minute |
 //! | `GATEWAY_FREE_PER_HOUR` | `300` | free-model requests per client IP per hour |
+//! | `GATEWAY_TRUSTED_PROXIES` | none | comma-separated CIDRs (`10.0.0.0/8, ::1`) of proxies whose forwarding header names the client; without them the socket peer is the client |
+//! | `GATEWAY_FORWARDED_HEADER` | `x-forwarded-for` | the header those proxies write: `x-forwarded-for` or `forwarded` (RFC 7239) |
 //! | `GATEWAY_IMAGE_JOB_MILLIS` | `2000` | how long an image job runs (`0`: answered at once) |
 //! | `GATEWAY_NETWORK` | `base-sepolia` | `base-sepolia`, `base`, `solana` (or `--network solana`), or `eip155:<chain id>` (then the three `GATEWAY_USDC_*`) |
 //! | `GATEWAY_FACILITATOR_URL` | none (development ledger) | the x402 facilitator that verifies and settles (`https://host[/path]` or `http://`); required on every network but `base-sepolia` |
@@ -39,7 +41,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::time::Duration;
 
-use walletgate::free_tier::FreeTierQuotas;
+use walletgate::free_tier::{ClientIpResolver, FreeTierQuotas};
 use walletgate::tls::ClientTls;
 use walletgate::x402::{ConfigError as X402ConfigError, DevLedger, Network, PaymentOption};
 use walletgate::{SharedClock, SystemClock};
@@ -99,6 +101,8 @@ pub(crate) struct Config {
     pub(crate) ledger: Arc<DevLedger>,
     /// Free-model quotas per client IP.
     pub(crate) free_tier: FreeTierQuotas,
+    /// Who the client is: the peer, or what a trusted proxy says.
+    pub(crate) client_ip: ClientIpResolver,
     /// How long an image job takes before its result is ready.
     pub(crate) image_job: Duration,
     /// Where payments are quoted and settled.
@@ -227,6 +231,7 @@ impl Default for Config {
             ledger: Arc::new(DevLedger::new().with_expiry_clock(clock.clone())),
             clock,
             free_tier: FreeTierQuotas::default(),
+            client_ip: ClientIpResolver::new(),
             image_job: Duration::from_millis(DEFAULT_IMAGE_JOB_MILLIS),
             network: PaymentNetwork::Evm(EvmSettings::base_sepolia()),
             payment_faults: Arc::default(),
@@ -325,6 +330,8 @@ impl Config {
             )
             .map_err(|error| invalid("GATEWAY_FREE_PER_MINUTE", error.to_string()))?;
         }
+        config.client_ip = crate::proxies::client_ip_from_vars(&var, "GATEWAY")
+            .map_err(|(variable, reason)| invalid(&variable, reason))?;
         if let Some(millis) = var("GATEWAY_IMAGE_JOB_MILLIS") {
             let millis: u64 = millis.parse().map_err(|_| {
                 invalid(

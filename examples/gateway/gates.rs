@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex};
 
 use walletgate::SharedClock;
 use walletgate::free_tier::{
-    FreeTierLimitLayer, FreeTierQuotas, FreeTierStore, InMemoryLimiter, IsPricedFree,
+    ClientIpResolver, FreeTierLimitLayer, FreeTierQuotas, FreeTierStore, InMemoryLimiter,
+    IsPricedFree,
 };
 use walletgate::store::BoxFuture;
 use walletgate::tls::ClientTls;
@@ -51,7 +52,11 @@ pub(crate) type FreeTier = FreeTierLimitLayer<IsPricedFree, FreeTierBackend>;
 
 /// The free-tier limit for free models, keyed by the connection's peer;
 /// counted on `redis` when the replicas share one, else in this process.
-pub(crate) fn free_tier(quotas: FreeTierQuotas, redis: Option<&RedisConnection>) -> FreeTier {
+pub(crate) fn free_tier(
+    quotas: FreeTierQuotas,
+    client_ip: ClientIpResolver,
+    redis: Option<&RedisConnection>,
+) -> FreeTier {
     let backend: FreeTierBackend = match redis {
         None => Arc::new(InMemoryLimiter::new(quotas)),
         #[cfg(feature = "redis")]
@@ -59,7 +64,9 @@ pub(crate) fn free_tier(quotas: FreeTierQuotas, redis: Option<&RedisConnection>)
         #[cfg(not(feature = "redis"))]
         Some(never) => match *never {},
     };
-    FreeTierLimitLayer::new(IsPricedFree).with_store(backend)
+    FreeTierLimitLayer::new(IsPricedFree)
+        .with_store(backend)
+        .with_client_ip(client_ip)
 }
 
 /// The shared Redis connection (feature `redis`).

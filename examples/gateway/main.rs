@@ -43,6 +43,8 @@ mod inference;
 #[path = "../common/logging.rs"]
 mod logging;
 mod pipeline;
+#[path = "../common/proxies.rs"]
+mod proxies;
 #[path = "../common/redis.rs"]
 mod redis_settings;
 mod render;
@@ -332,7 +334,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         .with_faults(config.payment_faults)
         .with_max_timeout_secs(config.max_timeout_secs)?;
     let gates = Gates {
-        free_tier: free_tier(config.free_tier, redis.as_ref()),
+        free_tier: free_tier(config.free_tier, config.client_ip, redis.as_ref()),
         inference_payment: payments.inference_layer()?,
         image_payment: payments.image_layer()?,
     };

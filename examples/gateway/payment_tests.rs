@@ -895,3 +895,74 @@ fn help_and_version_are_answered_and_list_every_variable() {
         "{help}"
     );
 }
+
+/// A free request from the loopback peer, forwarded for `client` if given:
+/// its `X-RateLimit-Remaining`.
+async fn free_remaining(server: &Server, forwarded_for: Option<&str>) -> String {
+    let mut request = http::Request::post(server.url(path(Endpoint::Chat)))
+        .header("content-type", "application/json");
+    if let Some(client) = forwarded_for {
+        request = request.header("x-forwarded-for", client);
+    }
+    let request = request
+        .body(http_body_util::Full::new(axum::body::Bytes::from(
+            body(Endpoint::Chat, FREE_MODEL, "hi", false).to_string(),
+        )))
+        .unwrap();
+    let reply = server.send(request).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    reply.header("x-ratelimit-remaining").unwrap().to_owned()
+}
+
+fn proxied_config(trusted: Option<&str>) -> Config {
+    let mut config = Config::from_vars(|name| match name {
+        "GATEWAY_TRUSTED_PROXIES" => trusted.map(str::to_owned),
+        "GATEWAY_FORWARDED_HEADER" => Some("x-forwarded-for".to_owned()),
+        _ => None,
+    })
+    .unwrap();
+    config.free_tier = FreeTierQuotas::new(5, 300).unwrap();
+    config
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_bucket() {
+    // The test's loopback peer plays the proxy.
+    let server = Server::start(proxied_config(Some("127.0.0.0/8, ::1"))).await;
+    assert_eq!(free_remaining(&server, Some("198.51.100.7")).await, "4");
+    assert_eq!(free_remaining(&server, Some("198.51.100.7")).await, "3");
+    assert_eq!(free_remaining(&server, Some("203.0.113.9")).await, "4");
+    // A client-written entry left of the real one is not believed.
+    assert_eq!(
+        free_remaining(&server, Some("10.9.9.9, 203.0.113.9")).await,
+        "3"
+    );
+}
+
+#[tokio::test]
+async fn an_untrusted_peers_forwarded_for_is_ignored() {
+    let server = Server::start(proxied_config(None)).await;
+    assert_eq!(free_remaining(&server, Some("198.51.100.7")).await, "4");
+    assert_eq!(free_remaining(&server, Some("203.0.113.9")).await, "3");
+    assert_eq!(free_remaining(&server, None).await, "2");
+}
+
+#[test]
+fn proxy_variables_are_checked_at_start() {
+    let with = |name: &'static str, value: &'static str| {
+        Config::from_vars(move |asked| (asked == name).then(|| value.to_owned()))
+            .err()
+            .map(|error| error.to_string())
+    };
+    assert!(
+        with("GATEWAY_TRUSTED_PROXIES", "10.0.0.0/33")
+            .unwrap()
+            .starts_with("GATEWAY_TRUSTED_PROXIES")
+    );
+    assert!(
+        with("GATEWAY_FORWARDED_HEADER", "x-real-ip")
+            .unwrap()
+            .starts_with("GATEWAY_FORWARDED_HEADER")
+    );
+    assert_eq!(with("GATEWAY_FORWARDED_HEADER", "forwarded"), None);
+}
