@@ -56,6 +56,10 @@ async fn record(State(log): State<AccessLog>, request: Request, next: Next) -> R
             path = %path,
             status = response.status().as_u16(),
             elapsed_ms = format_args!("{:.1}", started.elapsed().as_secs_f64() * 1000.0),
+            request_id = response
+                .headers()
+                .get(crate::request_id::X_REQUEST_ID)
+                .and_then(|id| id.to_str().ok()),
             error = error.map(DataApiError::message),
         );
     };

@@ -45,6 +45,8 @@ mod quotas;
 #[path = "../common/redis.rs"]
 mod redis_settings;
 mod relationships;
+#[path = "../common/request_id.rs"]
+mod request_id;
 mod rest;
 mod routes;
 #[path = "../common/shutdown.rs"]
@@ -308,7 +310,10 @@ pub(crate) fn build_with_clock(
     let api_keys = ApiKeyLayer::new(key_store).with_quota_store(key_quotas(config, clock)?);
     let (router, close_mcp_streams) = router(state, operations, api_keys, verifier, &config.origin);
     // Probes sit outside every gate and need no credentials.
-    let router = health::routes(readiness).merge(router);
+    let router = health::routes(readiness)
+        .merge(router)
+        // Outermost: every answer carries the id, every gate sees it.
+        .layer(axum::middleware::from_fn(request_id::layer));
     let dev = DevInfo {
         close_mcp_streams,
         generated_api_key,

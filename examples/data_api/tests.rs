@@ -873,3 +873,20 @@ fn help_and_version_are_answered_and_list_every_variable() {
         "{help}"
     );
 }
+
+#[tokio::test]
+async fn every_answer_carries_a_request_id() {
+    let server = start_at(START).await;
+    let request = http::Request::builder()
+        .uri(format!("{}/healthz", server.base))
+        .header("x-request-id", "abc-123");
+    let response = server.send(request, Bytes::new()).await;
+    assert_eq!(response.headers()["x-request-id"], "abc-123");
+    // Any answer carries one; an unsafe id is replaced.
+    let request = http::Request::builder()
+        .uri(format!("{}/api/v2/favorites", server.base))
+        .header("x-request-id", "not ok!");
+    let response = server.send(request, Bytes::new()).await;
+    let id = response.headers()["x-request-id"].to_str().unwrap();
+    assert_eq!(id.len(), 32, "{id}");
+}

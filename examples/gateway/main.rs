@@ -50,6 +50,8 @@ mod redis_settings;
 mod render;
 mod reply;
 mod request;
+#[path = "../common/request_id.rs"]
+mod request_id;
 #[path = "../common/shutdown.rs"]
 mod shutdown;
 mod state;
@@ -390,5 +392,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
     Ok(served
         .merge(with_image_pipeline(image_jobs, &state))
         .merge(with_poll_pipeline(image_polls, &state))
-        .with_state(state))
+        .with_state(state)
+        // Outermost: every answer carries the id, every gate sees it.
+        .layer(axum::middleware::from_fn(request_id::layer)))
 }

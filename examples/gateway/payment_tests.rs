@@ -966,3 +966,48 @@ fn proxy_variables_are_checked_at_start() {
     );
     assert_eq!(with("GATEWAY_FORWARDED_HEADER", "forwarded"), None);
 }
+
+#[tokio::test]
+async fn every_answer_carries_a_request_id_kept_only_when_safe() {
+    let server = Server::start(Config::default()).await;
+    let send = |id: Option<&'static str>| {
+        let mut request = http::Request::get(server.url("/v1/models"));
+        if let Some(id) = id {
+            request = request.header("x-request-id", id);
+        }
+        let request = request.body(http_body_util::Full::default()).unwrap();
+        let server = server.clone();
+        async move {
+            server
+                .send(request)
+                .await
+                .header("x-request-id")
+                .unwrap()
+                .to_owned()
+        }
+    };
+    assert_eq!(send(Some("trace-7.a_B")).await, "trace-7.a_B");
+    let long = "a".repeat(65);
+    for refused in [
+        None,
+        Some("has space"),
+        Some("semi;colon"),
+        Some(long.leak() as &str),
+    ] {
+        let generated = send(refused).await;
+        assert_eq!(generated.len(), 32, "{generated}");
+        assert!(generated.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(Some(generated.as_str()), refused);
+    }
+    // A quote (a rejection by a gate) carries it too.
+    let request = http::Request::post(server.url(path(Endpoint::Chat)))
+        .header("content-type", "application/json")
+        .header("x-request-id", "quote-1")
+        .body(http_body_util::Full::new(axum::body::Bytes::from(
+            body(Endpoint::Chat, PAID_MODEL, "hi", false).to_string(),
+        )))
+        .unwrap();
+    let reply = server.send(request).await;
+    assert_eq!(reply.status, 402);
+    assert_eq!(reply.header("x-request-id"), Some("quote-1"));
+}
