@@ -20,6 +20,8 @@
 //! | `DATA_API_JWT_LIFETIME_SECS` | `900` | wallet JWT lifetime |
 //! | `DATA_API_KEY_PER_MINUTE` | `600` | requests per minute of the API key |
 //! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed (required with Redis: every replica signs with it) |
+//! | `DATA_API_TRUSTED_PROXIES` | none | comma-separated CIDRs of proxies whose forwarding header names the client (the access log's `client`); without them the socket peer is the client |
+//! | `DATA_API_FORWARDED_HEADER` | `x-forwarded-for` | the header those proxies write: `x-forwarded-for` or `forwarded` (RFC 7239) |
 //! | `DATA_API_ACCESS_LOG` | standard error | file for the log (access lines and the layers' events) |
 //! | `DATA_API_REDIS_URL` | none | `redis://host:port/db` (feature `redis`): replicas share nonces, sessions, PATs, revocations and the API key's quota there |
 //! | `DATA_API_REDIS_PREFIX` | `walletgate` | key prefix in that Redis (one per data API deployment) |
@@ -41,6 +43,8 @@ mod health;
 mod logging;
 mod mcp;
 mod openapi;
+#[path = "../common/proxies.rs"]
+mod proxies;
 mod quotas;
 #[path = "../common/redis.rs"]
 mod redis_settings;
@@ -97,6 +101,8 @@ pub(crate) struct Config {
     pub(crate) redis: Option<RedisSettings>,
     /// An external issuer whose JWTs are accepted besides this server's own.
     pub(crate) external_issuer: Option<ExternalIssuer>,
+    /// Who the client is: the peer, or what a trusted proxy says.
+    pub(crate) client_ip: walletgate::free_tier::ClientIpResolver,
     /// How long a drain may take (`DATA_API_DRAIN_SECS`).
     pub(crate) drain: std::time::Duration,
     /// Set on SIGTERM/SIGINT: `GET /readyz` answers 503 from then on.
@@ -163,6 +169,8 @@ impl Config {
                 .parse()
                 .map_err(|_| "DATA_API_KEY_PER_MINUTE must be a positive integer")?;
         }
+        config.client_ip = proxies::client_ip_from_vars(&var, "DATA_API")
+            .map_err(|(variable, reason)| format!("{variable}: {reason}"))?;
         config.drain = shutdown::drain_secs(var("DATA_API_DRAIN_SECS"), "DATA_API_DRAIN_SECS")?;
         config.signing_key_file = var("DATA_API_SIGNING_KEY_FILE").map(Into::into);
         config.access_log = var("DATA_API_ACCESS_LOG").map(Into::into);
@@ -213,6 +221,7 @@ impl Config {
             access_log: None,
             redis: None,
             external_issuer: None,
+            client_ip: walletgate::free_tier::ClientIpResolver::new(),
             drain: std::time::Duration::from_secs(shutdown::DEFAULT_DRAIN_SECS),
             draining: Draining::default(),
         })
@@ -439,7 +448,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     let (router, dev) = build(&config)?;
     logging::init(config.access_log.as_deref())?;
-    let router = access_log::AccessLog::global().around(router);
+    let router = access_log::AccessLog::global()
+        .with_client_ip(config.client_ip.clone())
+        .around(router);
     println!(
         "data API listening on http://{address} (origin {})",
         config.origin
@@ -468,7 +479,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         shutdown::on_signal(config.draining.clone(), move || close_mcp_streams.close())?;
     let stop = signalled.clone().wait();
     let server = async move {
-        axum::serve(listener, router)
+        // The peer address rides along for the access log's client.
+        let service = router.into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(listener, service)
             .with_graceful_shutdown(stop)
             .await
     };

@@ -890,3 +890,21 @@ async fn every_answer_carries_a_request_id() {
     let id = response.headers()["x-request-id"].to_str().unwrap();
     assert_eq!(id.len(), 32, "{id}");
 }
+
+#[test]
+fn proxy_variables_configure_the_client_address() {
+    let config = Config::from_lookup(|name| match name {
+        "DATA_API_TRUSTED_PROXIES" => Some("10.0.0.0/8, ::1".to_owned()),
+        "DATA_API_FORWARDED_HEADER" => Some("forwarded".to_owned()),
+        _ => None,
+    })
+    .unwrap();
+    let trusted = config.client_ip.trusted_proxies();
+    assert!(trusted.contains("10.1.2.3".parse().unwrap()));
+    assert!(!trusted.contains("192.0.2.1".parse().unwrap()));
+    let refused = |name: &'static str, value: &'static str| {
+        Config::from_lookup(move |asked| (asked == name).then(|| value.to_owned())).unwrap_err()
+    };
+    assert!(refused("DATA_API_TRUSTED_PROXIES", "nope").starts_with("DATA_API_TRUSTED_PROXIES"));
+    assert!(refused("DATA_API_FORWARDED_HEADER", "via").starts_with("DATA_API_FORWARDED_HEADER"));
+}
