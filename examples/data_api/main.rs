@@ -20,6 +20,7 @@
 //! | `DATA_API_JWT_LIFETIME_SECS` | `900` | wallet JWT lifetime |
 //! | `DATA_API_KEY_PER_MINUTE` | `600` | requests per minute of the API key |
 //! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed (required with Redis: every replica signs with it) |
+//! | `DATA_API_CORS_ORIGINS` | none | comma-separated browser origins (`https://app.example`) allowed to call the API with a key or token (no cookies); none: no CORS |
 //! | `DATA_API_TRUSTED_PROXIES` | none | comma-separated CIDRs of proxies whose forwarding header names the client (the access log's `client`); without them the socket peer is the client |
 //! | `DATA_API_FORWARDED_HEADER` | `x-forwarded-for` | the header those proxies write: `x-forwarded-for` or `forwarded` (RFC 7239) |
 //! | `DATA_API_ACCESS_LOG` | standard error | file for the log (access lines and the layers' events) |
@@ -37,6 +38,8 @@ mod access_log;
 mod auth;
 #[path = "../common/cli.rs"]
 mod cli;
+#[path = "../common/cors.rs"]
+mod cors;
 mod favorites;
 mod health;
 #[path = "../common/logging.rs"]
@@ -101,6 +104,8 @@ pub(crate) struct Config {
     pub(crate) redis: Option<RedisSettings>,
     /// An external issuer whose JWTs are accepted besides this server's own.
     pub(crate) external_issuer: Option<ExternalIssuer>,
+    /// Browser origins allowed (`DATA_API_CORS_ORIGINS`); empty: no CORS.
+    pub(crate) cors_origins: Vec<http::HeaderValue>,
     /// Who the client is: the peer, or what a trusted proxy says.
     pub(crate) client_ip: walletgate::free_tier::ClientIpResolver,
     /// How long a drain may take (`DATA_API_DRAIN_SECS`).
@@ -169,6 +174,8 @@ impl Config {
                 .parse()
                 .map_err(|_| "DATA_API_KEY_PER_MINUTE must be a positive integer")?;
         }
+        config.cors_origins = cors::origins_from_vars(&var, "DATA_API")
+            .map_err(|(variable, reason)| format!("{variable}: {reason}"))?;
         config.client_ip = proxies::client_ip_from_vars(&var, "DATA_API")
             .map_err(|(variable, reason)| format!("{variable}: {reason}"))?;
         config.drain = shutdown::drain_secs(var("DATA_API_DRAIN_SECS"), "DATA_API_DRAIN_SECS")?;
@@ -221,6 +228,7 @@ impl Config {
             access_log: None,
             redis: None,
             external_issuer: None,
+            cors_origins: Vec::new(),
             client_ip: walletgate::free_tier::ClientIpResolver::new(),
             drain: std::time::Duration::from_secs(shutdown::DEFAULT_DRAIN_SECS),
             draining: Draining::default(),
@@ -321,8 +329,13 @@ pub(crate) fn build_with_clock(
     // Probes sit outside every gate and need no credentials.
     let router = health::routes(readiness)
         .merge(router)
-        // Outermost: every answer carries the id, every gate sees it.
+        // Every answer carries the id, every gate sees it.
         .layer(axum::middleware::from_fn(request_id::layer));
+    // Outermost: preflights are answered before any gate.
+    let router = match cors::layer(&config.cors_origins) {
+        Some(cors) => router.layer(cors),
+        None => router,
+    };
     let dev = DevInfo {
         close_mcp_streams,
         generated_api_key,

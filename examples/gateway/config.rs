@@ -14,6 +14,7 @@
 //! | `GATEWAY_MAX_TIMEOUT_SECS` | `300` | `maxTimeoutSeconds` of every quote: how long a signed payment stays valid, and so how long its nonce is remembered |
 //! | `GATEWAY_FREE_PER_MINUTE` | `30` | free-model requests per client IP per minute |
 //! | `GATEWAY_FREE_PER_HOUR` | `300` | free-model requests per client IP per hour |
+//! | `GATEWAY_CORS_ORIGINS` | none | comma-separated browser origins (`https://app.example`) allowed to call the gateway and read its quotes, receipts and rate limits; none: no CORS |
 //! | `GATEWAY_TRUSTED_PROXIES` | none | comma-separated CIDRs (`10.0.0.0/8, ::1`) of proxies whose forwarding header names the client; without them the socket peer is the client |
 //! | `GATEWAY_FORWARDED_HEADER` | `x-forwarded-for` | the header those proxies write: `x-forwarded-for` or `forwarded` (RFC 7239) |
 //! | `GATEWAY_IMAGE_JOB_MILLIS` | `2000` | how long an image job runs (`0`: answered at once) |
@@ -103,6 +104,8 @@ pub(crate) struct Config {
     pub(crate) free_tier: FreeTierQuotas,
     /// Who the client is: the peer, or what a trusted proxy says.
     pub(crate) client_ip: ClientIpResolver,
+    /// Browser origins allowed (`GATEWAY_CORS_ORIGINS`); empty: no CORS.
+    pub(crate) cors_origins: Vec<http::HeaderValue>,
     /// How long an image job takes before its result is ready.
     pub(crate) image_job: Duration,
     /// Where payments are quoted and settled.
@@ -232,6 +235,7 @@ impl Default for Config {
             clock,
             free_tier: FreeTierQuotas::default(),
             client_ip: ClientIpResolver::new(),
+            cors_origins: Vec::new(),
             image_job: Duration::from_millis(DEFAULT_IMAGE_JOB_MILLIS),
             network: PaymentNetwork::Evm(EvmSettings::base_sepolia()),
             payment_faults: Arc::default(),
@@ -331,6 +335,8 @@ impl Config {
             .map_err(|error| invalid("GATEWAY_FREE_PER_MINUTE", error.to_string()))?;
         }
         config.client_ip = crate::proxies::client_ip_from_vars(&var, "GATEWAY")
+            .map_err(|(variable, reason)| invalid(&variable, reason))?;
+        config.cors_origins = crate::cors::origins_from_vars(&var, "GATEWAY")
             .map_err(|(variable, reason)| invalid(&variable, reason))?;
         if let Some(millis) = var("GATEWAY_IMAGE_JOB_MILLIS") {
             let millis: u64 = millis.parse().map_err(|_| {

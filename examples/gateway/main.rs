@@ -36,6 +36,8 @@ mod catalogue;
 #[path = "../common/cli.rs"]
 mod cli;
 mod config;
+#[path = "../common/cors.rs"]
+mod cors;
 mod extensions;
 mod gates;
 mod images;
@@ -296,6 +298,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
     let config_ready = Arc::clone(&config.ready);
     let config_draining = config.draining.clone();
     let public_url = config.public_url();
+    let cors = cors::layer(&config.cors_origins);
     let redis = redis_connection(&config)?;
     let mut router = ProviderRouter::new(Arc::new(EchoUpstream));
     for (provider, upstream) in config.providers {
@@ -389,10 +392,15 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
             get(poll_image),
         );
     }
-    Ok(served
+    let router = served
         .merge(with_image_pipeline(image_jobs, &state))
         .merge(with_poll_pipeline(image_polls, &state))
         .with_state(state)
-        // Outermost: every answer carries the id, every gate sees it.
-        .layer(axum::middleware::from_fn(request_id::layer)))
+        // Every answer carries the id, every gate sees it.
+        .layer(axum::middleware::from_fn(request_id::layer));
+    // Outermost: preflights are answered before any gate.
+    Ok(match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    })
 }

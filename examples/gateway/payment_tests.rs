@@ -1011,3 +1011,83 @@ async fn every_answer_carries_a_request_id_kept_only_when_safe() {
     assert_eq!(reply.status, 402);
     assert_eq!(reply.header("x-request-id"), Some("quote-1"));
 }
+
+fn cors_config() -> Config {
+    Config::from_vars(|name| {
+        (name == "GATEWAY_CORS_ORIGINS")
+            .then(|| "https://app.example, http://127.0.0.1:9".to_owned())
+    })
+    .unwrap()
+}
+
+#[tokio::test]
+async fn preflights_are_answered_before_the_gates_for_allowed_origins_only() {
+    let server = Server::start(cors_config()).await;
+    let preflight = |origin: &'static str| {
+        let request = http::Request::builder()
+            .method(http::Method::OPTIONS)
+            .uri(server.url(path(Endpoint::Chat)))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "content-type,payment-signature",
+            )
+            .body(http_body_util::Full::default())
+            .unwrap();
+        let server = server.clone();
+        async move { server.send(request).await }
+    };
+    let allowed = preflight("https://app.example").await;
+    assert_eq!(allowed.status, 200, "{}", allowed.text());
+    assert_eq!(
+        allowed.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    let headers = allowed.header("access-control-allow-headers").unwrap();
+    for header in [
+        "payment-signature",
+        "sign-in-with-x",
+        "x-api-key",
+        "authorization",
+    ] {
+        assert!(headers.contains(header), "{headers}");
+    }
+    assert!(allowed.header("access-control-allow-credentials").is_none());
+    let foreign = preflight("https://evil.example").await;
+    assert!(foreign.header("access-control-allow-origin").is_none());
+
+    // The 402 lets the allowed origin read its quote.
+    let request = http::Request::post(server.url(path(Endpoint::Chat)))
+        .header("origin", "https://app.example")
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(axum::body::Bytes::from(
+            body(Endpoint::Chat, PAID_MODEL, "hi", false).to_string(),
+        )))
+        .unwrap();
+    let quote = server.send(request).await;
+    assert_eq!(quote.status, 402);
+    let exposed = quote.header("access-control-expose-headers").unwrap();
+    for header in [
+        "payment-required",
+        "payment-response",
+        "x-request-id",
+        "retry-after",
+    ] {
+        assert!(exposed.contains(header), "{exposed}");
+    }
+}
+
+#[test]
+fn cors_origins_are_origins() {
+    let error = Config::from_vars(|name| {
+        (name == "GATEWAY_CORS_ORIGINS").then(|| "https://app.example/path".to_owned())
+    })
+    .err()
+    .unwrap();
+    assert!(
+        error.to_string().starts_with("GATEWAY_CORS_ORIGINS"),
+        "{error}"
+    );
+    assert!(Config::default().cors_origins.is_empty());
+}
