@@ -36,6 +36,9 @@
 
 mod access_log;
 mod auth;
+#[cfg(test)]
+#[path = "../common/chromium.rs"]
+mod chromium;
 #[path = "../common/cli.rs"]
 mod cli;
 #[path = "../common/cors.rs"]

@@ -23,6 +23,8 @@ use crate::wire::rfc3339;
 #[cfg(feature = "cli")]
 #[path = "tests_cli.rs"]
 mod cli;
+#[path = "tests_cors.rs"]
+mod cors;
 mod described;
 /// Wallet JWTs of an external issuer, and instant revocation.
 #[path = "tests_jwt.rs"]

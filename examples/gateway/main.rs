@@ -65,8 +65,13 @@ mod upstream;
 mod chain_support;
 #[cfg(test)]
 mod chain_tests;
+#[cfg(test)]
+#[path = "../common/chromium.rs"]
+mod chromium;
 #[cfg(all(test, feature = "client", feature = "reqwest"))]
 mod client_tests;
+#[cfg(test)]
+mod cors_tests;
 #[cfg(test)]
 mod payment_tests;
 #[cfg(all(test, feature = "redis"))]
