@@ -777,7 +777,8 @@ async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
         &walletgate::tls::ClientTls::webpki_roots(),
         Arc::new(walletgate::SystemClock),
     )
-    .unwrap();
+    .unwrap()
+    .with_public_url("http://gateway.test");
     for layer in [
         settings.inference_layer().unwrap(),
         settings.image_layer().unwrap(),
