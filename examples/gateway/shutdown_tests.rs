@@ -23,8 +23,12 @@ const PAID_MODEL: &str = "anthropic/claude-sonnet-4.6";
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "the child process of a_sigterm_drains_a_paid_stream_to_its_settlement"]
 async fn serve_as_child() {
-    if std::env::var_os(CHILD).is_some() {
-        crate::run(&[]).await.expect("drained within the deadline");
+    if std::env::var_os(CHILD).is_some()
+        && let Err(error) = crate::run(&[]).await
+    {
+        // As `main` does.
+        eprintln!("gateway: {error}");
+        std::process::exit(1);
     }
 }
 
@@ -58,8 +62,15 @@ fn header<'a>(answer: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_sigterm_drains_a_paid_stream_to_its_settlement() {
+/// A gateway child process whose paid model streams slowly, draining for
+/// `drain_secs`: the child, its address, and its standard error once it exits.
+async fn spawn_gateway(
+    drain_secs: &str,
+) -> (
+    tokio::process::Child,
+    String,
+    tokio::task::JoinHandle<String>,
+) {
     let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -70,7 +81,7 @@ async fn a_sigterm_drains_a_paid_stream_to_its_settlement() {
         .env(CHILD, "1")
         .env("GATEWAY_LISTEN", "127.0.0.1:0")
         .env("GATEWAY_FAULTS", format!("{PAID_MODEL}=slow_stream"))
-        .env("GATEWAY_DRAIN_SECS", "20")
+        .env("GATEWAY_DRAIN_SECS", drain_secs)
         .env("RUST_LOG", "info")
         .env("LOG_FORMAT", "text")
         .stdin(Stdio::null())
@@ -99,8 +110,12 @@ async fn a_sigterm_drains_a_paid_stream_to_its_settlement() {
         }
     });
     tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
+    (child, address, stderr)
+}
 
-    let quote = exchange(&address, &post(None, true)).await;
+/// A paid stream on `address`, its first bytes read: in flight.
+async fn paid_stream_in_flight(address: &str) -> TcpStream {
+    let quote = exchange(address, &post(None, true)).await;
     let quote: PaymentRequired =
         codec::decode(header(&quote, "payment-required").unwrap().as_bytes()).unwrap();
     let payment = Payer::dev(1)
@@ -110,12 +125,7 @@ async fn a_sigterm_drains_a_paid_stream_to_its_settlement() {
             sequential_nonce(fresh_nonce()),
         )
         .unwrap();
-
-    // A keep-alive connection with a request begun before the signal.
-    let mut probe = TcpStream::connect(&address).await.unwrap();
-    probe.write_all(b"GET /readyz HTTP/1.1\r\n").await.unwrap();
-    // The paid stream, in flight (its first bytes read) when the signal comes.
-    let mut paid = TcpStream::connect(&address).await.unwrap();
+    let mut paid = TcpStream::connect(address).await.unwrap();
     paid.write_all(post(Some(&payment), true).as_bytes())
         .await
         .unwrap();
@@ -126,13 +136,28 @@ async fn a_sigterm_drains_a_paid_stream_to_its_settlement() {
         "{:?}",
         &first[..read]
     );
+    paid
+}
 
-    let signalled = Instant::now();
+fn sigterm(child: &tokio::process::Child) {
     let kill = std::process::Command::new("kill")
         .args(["-TERM", &child.id().unwrap().to_string()])
         .status()
         .unwrap();
     assert!(kill.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sigterm_drains_a_paid_stream_to_its_settlement() {
+    let (mut child, address, stderr) = spawn_gateway("20").await;
+
+    // A keep-alive connection with a request begun before the signal.
+    let mut probe = TcpStream::connect(&address).await.unwrap();
+    probe.write_all(b"GET /readyz HTTP/1.1\r\n").await.unwrap();
+    let mut paid = paid_stream_in_flight(&address).await;
+
+    let signalled = Instant::now();
+    sigterm(&child);
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let refused = TcpStream::connect(&address).await;
@@ -174,4 +199,21 @@ async fn a_sigterm_drains_a_paid_stream_to_its_settlement() {
     );
     assert!(!stderr.contains("total_settlements=2"), "{stderr}");
     assert!(stderr.contains("drained; exiting"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_cut_by_its_deadline_exits_1_and_settles_nothing() {
+    let (mut child, address, stderr) = spawn_gateway("0").await;
+    let mut paid = paid_stream_in_flight(&address).await;
+    sigterm(&child);
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exited at once")
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = paid.read_to_end(&mut rest).await;
+    let stderr = stderr.await.unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cut requests still in flight"), "{stderr}");
+    assert!(!stderr.contains("total_settlements="), "{stderr}");
 }
