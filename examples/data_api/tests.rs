@@ -36,6 +36,8 @@ mod newcomer;
 #[cfg(feature = "redis")]
 mod redis_quota;
 mod replicas;
+#[path = "tests_shutdown.rs"]
+mod shutdown;
 
 /// Public Hardhat/Anvil development keys #0 and #1 (never real funds).
 const DEV_KEY_0: &str = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
