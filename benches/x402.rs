@@ -66,6 +66,7 @@ fn paid_chat(
     Future: Send,
 > + Clone {
     let layer = X402Layer::builder()
+        .with_host_derived_resource_url()
         .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
         .with_pricing(
             PriceTable::by_route()

@@ -45,8 +45,13 @@ fn price(model: &str) -> Price {
     }
 }
 
-/// The gateway, its payments settled on `ledger` and paid to `pay_to`.
-fn gateway(ledger: Arc<DevLedger>, pay_to: &str) -> Result<Router, Box<dyn std::error::Error>> {
+/// The gateway, its payments settled on `ledger` and paid to `pay_to`; quotes
+/// name `public_url` (never the client's `Host`).
+fn gateway(
+    ledger: Arc<DevLedger>,
+    pay_to: &str,
+    public_url: &str,
+) -> Result<Router, Box<dyn std::error::Error>> {
     let clock = Arc::new(SystemClock);
     // Charges the price `check_model` decided; a request it never saw is refused.
     let payment = X402Layer::builder()
@@ -54,6 +59,7 @@ fn gateway(ledger: Arc<DevLedger>, pay_to: &str) -> Result<Router, Box<dyn std::
         .with_pricing(RequestPrice::pricing)
         .with_facilitator(LocalEvmFacilitator::new(ledger, clock.clone()))
         .with_clock(clock)
+        .with_public_base_url(public_url)?
         .build()?;
     Ok(Router::new()
         .route("/v1/chat/completions", post(chat))
@@ -108,9 +114,14 @@ async fn chat(Extension(ParsedJson(body)): Extension<ParsedJson>) -> Json<Value>
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let app = gateway(Arc::new(DevLedger::new()), DevLedger::DEV_ACCOUNTS[9])?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:8403").await?;
-    println!("minimal gateway on http://{}", listener.local_addr()?);
+    let base = format!("http://{}", listener.local_addr()?);
+    let app = gateway(
+        Arc::new(DevLedger::new()),
+        DevLedger::DEV_ACCOUNTS[9],
+        &base,
+    )?;
+    println!("minimal gateway on {base}");
     let service = app.into_make_service_with_connect_info::<SocketAddr>();
     Ok(axum::serve(listener, service).await?)
 }
@@ -157,9 +168,9 @@ mod tests {
     async fn the_official_x402_fetch_client_pays_over_tcp_and_free_models_pass_free() {
         let ledger = Arc::new(DevLedger::new());
         let (payer, pay_to) = (DevLedger::DEV_ACCOUNTS[4], DevLedger::DEV_ACCOUNTS[9]);
-        let app = gateway(ledger.clone(), pay_to).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
+        let app = gateway(ledger.clone(), pay_to, &base).unwrap();
         let service = app.into_make_service_with_connect_info::<SocketAddr>();
         tokio::spawn(async move { axum::serve(listener, service).await });
         let balance = |owner: &str| {
@@ -191,7 +202,12 @@ mod tests {
         use http_body_util::BodyExt;
         use tower::ServiceExt;
 
-        let app = gateway(Arc::new(DevLedger::new()), DevLedger::DEV_ACCOUNTS[9]).unwrap();
+        let app = gateway(
+            Arc::new(DevLedger::new()),
+            DevLedger::DEV_ACCOUNTS[9],
+            "http://127.0.0.1:8403",
+        )
+        .unwrap();
         for (body, code, path) in [
             ("{nope", "INVALID_JSON", Value::Null),
             (

@@ -334,6 +334,7 @@ async fn a_free_request_on_the_gateway_stack_names_its_model_after_the_body_was_
     let clock = FakeClock::at_unix_secs(NOW);
     let limiter = InMemoryLimiter::with_clock(FreeTierQuotas::default(), Arc::new(clock.clone()));
     let payment = X402Layer::builder()
+        .with_host_derived_resource_url()
         .with_payment_option(PaymentOption::base_sepolia_usdc(x402_fixtures::PAY_TO).unwrap())
         .with_pricing(RequestPrice::pricing)
         .with_facilitator(LocalEvmFacilitator::new(

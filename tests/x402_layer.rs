@@ -185,6 +185,7 @@ impl Harness {
         )
         .unwrap();
         let layer = X402Layer::builder()
+            .with_host_derived_resource_url()
             .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
             .with_payment_option(mainnet)
             .with_pricing(
@@ -815,6 +816,7 @@ async fn a_configured_flat_fee_is_added_exactly_once_to_every_price_before_it() 
     let hook_settled = settled.clone();
     let fee: UsdAmount = "0.005".parse().unwrap();
     let layer = X402Layer::builder()
+        .with_host_derived_resource_url()
         .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
         .with_pricing(pricing)
         .with_facilitator(facilitator)

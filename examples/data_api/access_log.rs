@@ -18,12 +18,16 @@ use walletgate::envelope::DataApiError;
 #[derive(Clone)]
 pub(crate) struct AccessLog {
     dispatch: Option<Dispatch>,
+    client_ip: walletgate::free_tier::ClientIpResolver,
 }
 
 impl AccessLog {
     /// Through the process's subscriber (`logging::init`).
     pub(crate) fn global() -> Self {
-        Self { dispatch: None }
+        Self {
+            dispatch: None,
+            client_ip: walletgate::free_tier::ClientIpResolver::new(),
+        }
     }
 
     /// Into `path`, whatever the process's subscriber is.
@@ -31,7 +35,17 @@ impl AccessLog {
     pub(crate) fn to_file(path: &std::path::Path) -> std::io::Result<Self> {
         Ok(Self {
             dispatch: Some(crate::logging::dispatch(Some(path))?),
+            client_ip: walletgate::free_tier::ClientIpResolver::new(),
         })
+    }
+
+    /// Names the client `client_ip` resolves (trusted proxies) in each line.
+    pub(crate) fn with_client_ip(
+        mut self,
+        client_ip: walletgate::free_tier::ClientIpResolver,
+    ) -> Self {
+        self.client_ip = client_ip;
+        self
     }
 
     /// Wraps every route of `router`.
@@ -44,6 +58,7 @@ async fn record(State(log): State<AccessLog>, request: Request, next: Next) -> R
     let started = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
+    let client = log.client_ip.resolve(&request).ok();
     let response = match &log.dispatch {
         Some(dispatch) => next.run(request).with_subscriber(dispatch.clone()).await,
         None => next.run(request).await,
@@ -53,9 +68,14 @@ async fn record(State(log): State<AccessLog>, request: Request, next: Next) -> R
         tracing::info!(
             target: "access",
             method = %method,
+            client = client.map(tracing::field::display),
             path = %path,
             status = response.status().as_u16(),
             elapsed_ms = format_args!("{:.1}", started.elapsed().as_secs_f64() * 1000.0),
+            request_id = response
+                .headers()
+                .get(crate::request_id::X_REQUEST_ID)
+                .and_then(|id| id.to_str().ok()),
             error = error.map(DataApiError::message),
         );
     };

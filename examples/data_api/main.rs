@@ -11,14 +11,18 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `DATA_API_LISTEN` | `127.0.0.1:8080` | listen address |
-//! | `DATA_API_ORIGIN` | `http://<listen>` | this server's origin: JWT `iss` and `aud` |
+//! | `DATA_API_ORIGIN` | `http://` + the bound address | this server's public origin: JWT `iss` and `aud`, the SIWE domain and URI (set it behind a proxy or on a wildcard bind) |
 //! | `DATA_API_KEY` | generated | the development API key |
+//! | `DATA_API_DRAIN_SECS` | `30` | on SIGTERM/SIGINT: how long requests in flight may take before the server exits 1 anyway (open `/mcp` streams are closed at once) |
 //! | `DATA_API_SIWE_DOMAIN` | the origin's authority | SIWE `domain` to accept |
 //! | `DATA_API_SIWE_URI` | the origin | SIWE `URI` to accept |
 //! | `DATA_API_SIWE_CHAIN_ID` | `1` | SIWE `Chain ID` to accept |
 //! | `DATA_API_JWT_LIFETIME_SECS` | `900` | wallet JWT lifetime |
 //! | `DATA_API_KEY_PER_MINUTE` | `600` | requests per minute of the API key |
 //! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed (required with Redis: every replica signs with it) |
+//! | `DATA_API_CORS_ORIGINS` | none | comma-separated browser origins (`https://app.example`) allowed to call the API with a key or token (no cookies); none: no CORS |
+//! | `DATA_API_TRUSTED_PROXIES` | none | comma-separated CIDRs of proxies whose forwarding header names the client (the access log's `client`); without them the socket peer is the client |
+//! | `DATA_API_FORWARDED_HEADER` | `x-forwarded-for` | the header those proxies write: `x-forwarded-for` or `forwarded` (RFC 7239) |
 //! | `DATA_API_ACCESS_LOG` | standard error | file for the log (access lines and the layers' events) |
 //! | `DATA_API_REDIS_URL` | none | `redis://host:port/db` (feature `redis`): replicas share nonces, sessions, PATs, revocations and the API key's quota there |
 //! | `DATA_API_REDIS_PREFIX` | `walletgate` | key prefix in that Redis (one per data API deployment) |
@@ -32,17 +36,31 @@
 
 mod access_log;
 mod auth;
+#[cfg(test)]
+#[path = "../common/chromium.rs"]
+mod chromium;
+#[path = "../common/cli.rs"]
+mod cli;
+#[path = "../common/cors.rs"]
+mod cors;
 mod favorites;
+mod health;
 #[path = "../common/logging.rs"]
 mod logging;
 mod mcp;
 mod openapi;
+#[path = "../common/proxies.rs"]
+mod proxies;
 mod quotas;
 #[path = "../common/redis.rs"]
 mod redis_settings;
 mod relationships;
+#[path = "../common/request_id.rs"]
+mod request_id;
 mod rest;
 mod routes;
+#[path = "../common/shutdown.rs"]
+mod shutdown;
 mod state;
 mod stores;
 #[cfg(test)]
@@ -68,6 +86,7 @@ use walletgate::wallet_jwt::{JwksUrl, JwtVerifier, KeySet, WalletJwtLayer};
 use crate::favorites::Favorites;
 use crate::openapi::{Access, Operation};
 use crate::relationships::Relationships;
+use crate::shutdown::Draining;
 use crate::state::{AppState, SharedState};
 use crate::stores::Stores;
 
@@ -88,6 +107,14 @@ pub(crate) struct Config {
     pub(crate) redis: Option<RedisSettings>,
     /// An external issuer whose JWTs are accepted besides this server's own.
     pub(crate) external_issuer: Option<ExternalIssuer>,
+    /// Browser origins allowed (`DATA_API_CORS_ORIGINS`); empty: no CORS.
+    pub(crate) cors_origins: Vec<http::HeaderValue>,
+    /// Who the client is: the peer, or what a trusted proxy says.
+    pub(crate) client_ip: walletgate::free_tier::ClientIpResolver,
+    /// How long a drain may take (`DATA_API_DRAIN_SECS`).
+    pub(crate) drain: std::time::Duration,
+    /// Set on SIGTERM/SIGINT: `GET /readyz` answers 503 from then on.
+    pub(crate) draining: Draining,
 }
 
 /// An external issuer's JWTs (`DATA_API_JWKS_URL` and friends).
@@ -110,12 +137,23 @@ impl Config {
 
     /// The settings from `lookup` (the environment, or a test's table).
     pub(crate) fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        Self::from_lookup_bound(lookup, None)
+    }
+
+    /// The configuration once the listener is bound to `bound`: without
+    /// `DATA_API_ORIGIN` the origin is the bound address, so
+    /// `DATA_API_LISTEN=127.0.0.1:0` names the port it got, not `:0`.
+    pub(crate) fn from_lookup_bound(
+        lookup: impl Fn(&str) -> Option<String>,
+        bound: Option<SocketAddr>,
+    ) -> Result<Self, String> {
         let var = |name: &str| lookup(name).filter(|value| !value.is_empty());
         let listen: SocketAddr = var("DATA_API_LISTEN")
             .unwrap_or_else(|| "127.0.0.1:8080".to_owned())
             .parse()
             .map_err(|_| "DATA_API_LISTEN must be an address such as 127.0.0.1:8080")?;
-        let origin = var("DATA_API_ORIGIN").unwrap_or_else(|| format!("http://{listen}"));
+        let origin =
+            var("DATA_API_ORIGIN").unwrap_or_else(|| format!("http://{}", bound.unwrap_or(listen)));
         let mut config = Self::for_origin(listen, &origin)?;
         config.api_key = var("DATA_API_KEY");
         if let Some(domain) = var("DATA_API_SIWE_DOMAIN") {
@@ -139,6 +177,11 @@ impl Config {
                 .parse()
                 .map_err(|_| "DATA_API_KEY_PER_MINUTE must be a positive integer")?;
         }
+        config.cors_origins = cors::origins_from_vars(&var, "DATA_API")
+            .map_err(|(variable, reason)| format!("{variable}: {reason}"))?;
+        config.client_ip = proxies::client_ip_from_vars(&var, "DATA_API")
+            .map_err(|(variable, reason)| format!("{variable}: {reason}"))?;
+        config.drain = shutdown::drain_secs(var("DATA_API_DRAIN_SECS"), "DATA_API_DRAIN_SECS")?;
         config.signing_key_file = var("DATA_API_SIGNING_KEY_FILE").map(Into::into);
         config.access_log = var("DATA_API_ACCESS_LOG").map(Into::into);
         config.redis = RedisSettings::from_vars(&var, "DATA_API")
@@ -188,6 +231,10 @@ impl Config {
             access_log: None,
             redis: None,
             external_issuer: None,
+            cors_origins: Vec::new(),
+            client_ip: walletgate::free_tier::ClientIpResolver::new(),
+            drain: std::time::Duration::from_secs(shutdown::DEFAULT_DRAIN_SECS),
+            draining: Draining::default(),
         })
     }
 }
@@ -196,6 +243,8 @@ impl Config {
 pub(crate) struct DevInfo {
     pub(crate) generated_api_key: Option<String>,
     pub(crate) seeded_wallets: Vec<String>,
+    /// Ends the open `/mcp` streams (on shutdown).
+    pub(crate) close_mcp_streams: mcp::CloseStreams,
 }
 
 /// Wallets with development favorites: the first three Hardhat/Anvil accounts.
@@ -226,6 +275,7 @@ pub(crate) fn build_with_clock(
     let issuer_config = IssuerConfig::new(&config.origin, &config.origin)?
         .with_jwt_lifetime_secs(config.jwt_lifetime_secs)?;
     let stores = Stores::from_config(config)?;
+    let readiness = health::Readiness::new(config.draining.clone(), stores.redis.clone());
     // Revoking a PAT refuses the JWTs already minted from it at once (on
     // every replica when the list is in Redis).
     let revocations = stores.revocations;
@@ -278,8 +328,19 @@ pub(crate) fn build_with_clock(
         openapi: openapi::serialised(&operations, &config.origin)?,
     });
     let api_keys = ApiKeyLayer::new(key_store).with_quota_store(key_quotas(config, clock)?);
-    let router = router(state, operations, api_keys, verifier, &config.origin);
+    let (router, close_mcp_streams) = router(state, operations, api_keys, verifier, &config.origin);
+    // Probes sit outside every gate and need no credentials.
+    let router = health::routes(readiness)
+        .merge(router)
+        // Every answer carries the id, every gate sees it.
+        .layer(axum::middleware::from_fn(request_id::layer));
+    // Outermost: preflights are answered before any gate.
+    let router = match cors::layer(&config.cors_origins) {
+        Some(cors) => router.layer(cors),
+        None => router,
+    };
     let dev = DevInfo {
+        close_mcp_streams,
         generated_api_key,
         seeded_wallets: SEEDED_WALLETS
             .iter()
@@ -323,7 +384,7 @@ fn router(
     api_keys: ApiKeys,
     verifier: JwtVerifier,
     origin: &str,
-) -> Router {
+) -> (Router, mcp::CloseStreams) {
     let mut public = Router::new();
     let mut keyed = Router::new();
     let mut token_management = Router::new();
@@ -355,30 +416,57 @@ fn router(
     // MCP: one service that applies the same `ApiKeyLayer` (same quotas) itself,
     // inside its JSON-RPC rejection rewriter; the table describes it through
     // `mcp_operation`, and the described tests probe it.
-    public
-        .nest_service(
-            "/mcp",
-            mcp::service(state.clone(), api_keys, verifier, origin),
-        )
+    let (mcp, close_mcp_streams) = mcp::service(state.clone(), api_keys, verifier, origin);
+    let router = public
+        .nest_service("/mcp", mcp)
         .merge(keyed)
-        .with_state(state)
+        .with_state(state);
+    (router, close_mcp_streams)
 }
 
 #[tokio::main]
 async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match cli::command(&args) {
+        cli::Command::Help => return println!("{}", help()),
+        cli::Command::Version => return println!("{}", cli::version("data_api")),
+        cli::Command::Run if !args.is_empty() => {
+            eprintln!("data_api: unexpected arguments {args:?} (see --help)");
+            std::process::exit(2);
+        }
+        cli::Command::Run => {}
+    }
     if let Err(error) = run().await {
         eprintln!("data_api: {error}");
         std::process::exit(1);
     }
 }
 
+/// `--help`: the usage and every variable of this file's table.
+fn help() -> String {
+    cli::help(
+        "data_api: the wallet-authenticated data API's reference server (API key, wallet JWT, \
+         SIWE, MCP at /mcp)\n\nUSAGE: data_api [--help] [--version]",
+        include_str!("main.rs"),
+    )
+}
+
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let config = Config::from_env()?;
+    let listen = Config::from_env()?.listen;
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let address = listener.local_addr()?;
+    let config = Config::from_lookup_bound(|name| std::env::var(name).ok(), Some(address))?;
+    if address.ip().is_unspecified() && std::env::var_os("DATA_API_ORIGIN").is_none() {
+        eprintln!(
+            "data_api: WARNING: listening on the wildcard address {address} without \
+             DATA_API_ORIGIN: tokens and SIWE name http://{address}; set DATA_API_ORIGIN"
+        );
+    }
     let (router, dev) = build(&config)?;
     logging::init(config.access_log.as_deref())?;
-    let router = access_log::AccessLog::global().around(router);
-    let listener = tokio::net::TcpListener::bind(config.listen).await?;
-    let address = listener.local_addr()?;
+    let router = access_log::AccessLog::global()
+        .with_client_ip(config.client_ip.clone())
+        .around(router);
     println!(
         "data API listening on http://{address} (origin {})",
         config.origin
@@ -402,6 +490,17 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("wallets with favorites: {}", dev.seeded_wallets.join(", "));
     println!("OpenAPI description: http://{address}/api/v2/openapi.json");
     println!("MCP (streamable HTTP): http://{address}/mcp");
-    axum::serve(listener, router).await?;
+    let close_mcp_streams = dev.close_mcp_streams;
+    let signalled =
+        shutdown::on_signal(config.draining.clone(), move || close_mcp_streams.close())?;
+    let stop = signalled.clone().wait();
+    let server = async move {
+        // The peer address rides along for the access log's client.
+        let service = router.into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(listener, service)
+            .with_graceful_shutdown(stop)
+            .await
+    };
+    shutdown::until_drained("data_api", server, signalled, config.drain).await?;
     Ok(())
 }

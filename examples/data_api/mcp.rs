@@ -28,6 +28,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::ApiKeys;
@@ -77,6 +78,17 @@ fn end_session_without_bearer(mut request: Request<axum::body::Body>) -> Request
 
 type RmcpService = StreamableHttpService<DataApiTools, LocalSessionManager>;
 
+/// Ends every open `/mcp` stream and session: on shutdown, since an SSE
+/// stream never ends by itself and would hold the drain to its deadline.
+#[derive(Clone)]
+pub(crate) struct CloseStreams(Arc<dyn Fn() + Send + Sync>);
+
+impl CloseStreams {
+    pub(crate) fn close(&self) {
+        (self.0)();
+    }
+}
+
 /// The `/mcp` service, ready for `Router::nest_service`.
 ///
 /// `api_keys` should be the layer the REST routes use: clones share the
@@ -86,10 +98,13 @@ pub(crate) fn service(
     api_keys: ApiKeys,
     verifier: JwtVerifier,
     origin: &str,
-) -> McpService {
+) -> (McpService, CloseStreams) {
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(allowed_hosts(origin))
         .with_allowed_origins(allowed_origins(origin));
+    // Every session and stream runs under a child of this token.
+    let token = config.cancellation_token.clone();
+    let close = CloseStreams(Arc::new(move || token.cancel()));
     let tools = StreamableHttpService::new(
         move || Ok(DataApiTools::new(state.clone())),
         LocalSessionManager::default().into(),
@@ -102,7 +117,10 @@ pub(crate) fn service(
         .layer(tools);
     let tools = MapRequest::new(tools, end_session_without_bearer as EndSessionFn);
     // Same store and quota buckets as the REST routes' layer; its own answers.
-    api_keys.with_rejection(jsonrpc_rejection).layer(tools)
+    (
+        api_keys.with_rejection(jsonrpc_rejection).layer(tools),
+        close,
+    )
 }
 
 /// The authority of `origin` plus loopback: rmcp refuses every other `Host`

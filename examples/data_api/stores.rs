@@ -29,6 +29,8 @@ pub(crate) struct Stores {
     pub(crate) sessions: Sessions,
     /// Revoked PATs, whose JWTs the verifier refuses.
     pub(crate) revocations: Arc<dyn RevocationCheck>,
+    /// The Redis behind them, if any: `/readyz` asks it.
+    pub(crate) redis: Option<crate::health::Redis>,
 }
 
 impl Stores {
@@ -39,6 +41,7 @@ impl Stores {
             pats: Arc::new(InMemoryPatStore::new()),
             sessions: Arc::new(InMemorySessionStore::new()),
             revocations: Arc::new(InMemoryRevocations::new()),
+            redis: None,
         }
     }
 
@@ -57,7 +60,8 @@ impl Stores {
                 nonces: Arc::new(RedisSiweNonceStore::new(conn.clone())),
                 pats: Arc::new(RedisPatStore::new(conn.clone())),
                 sessions: Arc::new(RedisSessionStore::new(conn.clone())),
-                revocations: Arc::new(RedisRevocations::new(conn)),
+                revocations: Arc::new(RedisRevocations::new(conn.clone())),
+                redis: Some(conn),
             })
         }
         #[cfg(not(feature = "redis"))]

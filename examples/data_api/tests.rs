@@ -23,6 +23,8 @@ use crate::wire::rfc3339;
 #[cfg(feature = "cli")]
 #[path = "tests_cli.rs"]
 mod cli;
+#[path = "tests_cors.rs"]
+mod cors;
 mod described;
 /// Wallet JWTs of an external issuer, and instant revocation.
 #[path = "tests_jwt.rs"]
@@ -34,6 +36,8 @@ mod newcomer;
 #[cfg(feature = "redis")]
 mod redis_quota;
 mod replicas;
+#[path = "tests_shutdown.rs"]
+mod shutdown;
 
 /// Public Hardhat/Anvil development keys #0 and #1 (never real funds).
 const DEV_KEY_0: &str = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
@@ -815,4 +819,96 @@ async fn api_key_quota_answers_429_with_retry_after() {
         server.keyed(Method::GET, &path, &[], None).await.status,
         StatusCode::OK
     );
+}
+
+#[test]
+fn the_origin_is_the_bound_address_unless_configured() {
+    let bound: std::net::SocketAddr = "127.0.0.1:41234".parse().unwrap();
+    let listen_on_zero = |name: &str| (name == "DATA_API_LISTEN").then(|| "127.0.0.1:0".to_owned());
+    let config = Config::from_lookup_bound(listen_on_zero, Some(bound)).unwrap();
+    assert_eq!(config.origin, "http://127.0.0.1:41234");
+    assert_eq!(config.siwe_domain, "127.0.0.1:41234");
+    assert_eq!(config.siwe_uri, "http://127.0.0.1:41234");
+
+    let configured = |name: &str| match name {
+        "DATA_API_LISTEN" => Some("0.0.0.0:0".to_owned()),
+        "DATA_API_ORIGIN" => Some("https://data.example".to_owned()),
+        _ => None,
+    };
+    let config = Config::from_lookup_bound(configured, Some(bound)).unwrap();
+    assert_eq!(config.origin, "https://data.example");
+    assert_eq!(config.siwe_domain, "data.example");
+}
+
+#[tokio::test]
+async fn probes_need_no_credentials_and_readiness_fails_while_draining() {
+    let draining = crate::shutdown::Draining::default();
+    let server = start_configured(START, |config| {
+        config.draining = draining.clone();
+    })
+    .await;
+    let probe = |path: &'static str| {
+        let request = http::Request::builder().uri(format!("{}{path}", server.base));
+        async { server.send(request, Bytes::new()).await.status() }
+    };
+    assert_eq!(probe("/healthz").await, StatusCode::OK);
+    assert_eq!(probe("/readyz").await, StatusCode::OK);
+    draining.start();
+    assert_eq!(probe("/readyz").await, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(probe("/healthz").await, StatusCode::OK);
+}
+
+#[test]
+fn help_and_version_are_answered_and_list_every_variable() {
+    use crate::cli::{Command, command};
+    assert_eq!(command(&["--help".to_owned()]), Command::Help);
+    assert_eq!(command(&["--version".to_owned()]), Command::Version);
+    let help = crate::help();
+    let read = crate::cli::variables_read(include_str!("main.rs"), "DATA_API_");
+    assert!(read.len() > 15, "{read:?}");
+    for variable in read {
+        assert!(
+            help.contains(&variable),
+            "--help misses {variable}:\n{help}"
+        );
+    }
+    assert!(
+        help.contains("DATA_API_LISTEN\n      default: 127.0.0.1:8080"),
+        "{help}"
+    );
+}
+
+#[tokio::test]
+async fn every_answer_carries_a_request_id() {
+    let server = start_at(START).await;
+    let request = http::Request::builder()
+        .uri(format!("{}/healthz", server.base))
+        .header("x-request-id", "abc-123");
+    let response = server.send(request, Bytes::new()).await;
+    assert_eq!(response.headers()["x-request-id"], "abc-123");
+    // Any answer carries one; an unsafe id is replaced.
+    let request = http::Request::builder()
+        .uri(format!("{}/api/v2/favorites", server.base))
+        .header("x-request-id", "not ok!");
+    let response = server.send(request, Bytes::new()).await;
+    let id = response.headers()["x-request-id"].to_str().unwrap();
+    assert_eq!(id.len(), 32, "{id}");
+}
+
+#[test]
+fn proxy_variables_configure_the_client_address() {
+    let config = Config::from_lookup(|name| match name {
+        "DATA_API_TRUSTED_PROXIES" => Some("10.0.0.0/8, ::1".to_owned()),
+        "DATA_API_FORWARDED_HEADER" => Some("forwarded".to_owned()),
+        _ => None,
+    })
+    .unwrap();
+    let trusted = config.client_ip.trusted_proxies();
+    assert!(trusted.contains("10.1.2.3".parse().unwrap()));
+    assert!(!trusted.contains("192.0.2.1".parse().unwrap()));
+    let refused = |name: &'static str, value: &'static str| {
+        Config::from_lookup(move |asked| (asked == name).then(|| value.to_owned())).unwrap_err()
+    };
+    assert!(refused("DATA_API_TRUSTED_PROXIES", "nope").starts_with("DATA_API_TRUSTED_PROXIES"));
+    assert!(refused("DATA_API_FORWARDED_HEADER", "via").starts_with("DATA_API_FORWARDED_HEADER"));
 }

@@ -3,6 +3,8 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `GATEWAY_LISTEN` | `127.0.0.1:8402` | address to listen on |
+//! | `GATEWAY_PUBLIC_URL` | `http://` + the bound address | `https://host[:port][/prefix]` clients reach the gateway at: every quote's `resource.url` starts with it (never the request's `Host`); set it behind a proxy or on a wildcard bind |
+//! | `GATEWAY_DRAIN_SECS` | `30` | on SIGTERM/SIGINT: how long requests in flight (paid streams to their settlement) may take before the gateway exits 1 anyway |
 //! | `GATEWAY_BODY_LIMIT_BYTES` | `4194304` | largest request body (`REQUEST_TOO_LARGE` above) |
 //! | `GATEWAY_UPSTREAM_TIMEOUT_SECS` | `120` | upstream answer timeout (`TIMEOUT` after) |
 //! | `GATEWAY_UPSTREAMS` | none | `provider=https://host/v1,…` (or `http://`): OpenAI-compatible upstreams |
@@ -12,6 +14,9 @@
 //! | `GATEWAY_MAX_TIMEOUT_SECS` | `300` | `maxTimeoutSeconds` of every quote: how long a signed payment stays valid, and so how long its nonce is remembered |
 //! | `GATEWAY_FREE_PER_MINUTE` | `30` | free-model requests per client IP per minute |
 //! | `GATEWAY_FREE_PER_HOUR` | `300` | free-model requests per client IP per hour |
+//! | `GATEWAY_CORS_ORIGINS` | none | comma-separated browser origins (`https://app.example`) allowed to call the gateway and read its quotes, receipts and rate limits; none: no CORS |
+//! | `GATEWAY_TRUSTED_PROXIES` | none | comma-separated CIDRs (`10.0.0.0/8, ::1`) of proxies whose forwarding header names the client; without them the socket peer is the client |
+//! | `GATEWAY_FORWARDED_HEADER` | `x-forwarded-for` | the header those proxies write: `x-forwarded-for` or `forwarded` (RFC 7239) |
 //! | `GATEWAY_IMAGE_JOB_MILLIS` | `2000` | how long an image job runs (`0`: answered at once) |
 //! | `GATEWAY_NETWORK` | `base-sepolia` | `base-sepolia`, `base`, `solana` (or `--network solana`), or `eip155:<chain id>` (then the three `GATEWAY_USDC_*`) |
 //! | `GATEWAY_FACILITATOR_URL` | none (development ledger) | the x402 facilitator that verifies and settles (`https://host[/path]` or `http://`); required on every network but `base-sepolia` |
@@ -38,7 +43,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::time::Duration;
 
-use walletgate::free_tier::FreeTierQuotas;
+use walletgate::free_tier::{ClientIpResolver, FreeTierQuotas};
 use walletgate::tls::ClientTls;
 use walletgate::x402::ConfigError as X402ConfigError;
 use walletgate::x402::facilitator::{CdpAuth, DevLedger, FacilitatorAuth};
@@ -48,6 +53,7 @@ use walletgate::{SharedClock, SystemClock};
 
 use crate::catalogue::Catalogue;
 use crate::redis_settings::RedisSettings;
+use crate::shutdown::Draining;
 use crate::upstream::{ApiKey, Fault, OpenAiUpstream, SharedUpstream};
 
 pub(crate) const DEFAULT_BODY_LIMIT_BYTES: usize = 4 * 1024 * 1024;
@@ -81,6 +87,9 @@ fn invalid(variable: &str, reason: impl Into<String>) -> ConfigError {
 
 pub(crate) struct Config {
     pub(crate) listen: SocketAddr,
+    /// `GATEWAY_PUBLIC_URL`; `None` until [`Config::bound_to`] sets the bound
+    /// address.
+    pub(crate) public_url: Option<String>,
     pub(crate) body_limit_bytes: usize,
     pub(crate) upstream_timeout: Duration,
     pub(crate) catalogue: Catalogue,
@@ -97,6 +106,10 @@ pub(crate) struct Config {
     pub(crate) ledger: Arc<DevLedger>,
     /// Free-model quotas per client IP.
     pub(crate) free_tier: FreeTierQuotas,
+    /// Who the client is: the peer, or what a trusted proxy says.
+    pub(crate) client_ip: ClientIpResolver,
+    /// Browser origins allowed (`GATEWAY_CORS_ORIGINS`); empty: no CORS.
+    pub(crate) cors_origins: Vec<http::HeaderValue>,
     /// How long an image job takes before its result is ready.
     pub(crate) image_job: Duration,
     /// Where payments are quoted and settled.
@@ -113,6 +126,10 @@ pub(crate) struct Config {
     /// Signs every facilitator call (`GATEWAY_CDP_KEY_FILE`: the hosted CDP
     /// facilitator's per-call JWT); never printed.
     pub(crate) facilitator_auth: Option<Arc<dyn FacilitatorAuth>>,
+    /// Set on SIGTERM/SIGINT: `GET /readyz` answers 503 from then on.
+    pub(crate) draining: Draining,
+    /// How long a drain may take (`GATEWAY_DRAIN_SECS`).
+    pub(crate) drain: Duration,
 }
 
 /// Payment-side faults for tests and demos, and the settle timeout.
@@ -212,6 +229,7 @@ impl Default for Config {
         let clock: SharedClock = Arc::new(SystemClock);
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8402)),
+            public_url: None,
             body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
             upstream_timeout: Duration::from_secs(DEFAULT_UPSTREAM_TIMEOUT_SECS),
             catalogue: Catalogue::embedded(),
@@ -223,6 +241,8 @@ impl Default for Config {
             ledger: Arc::new(DevLedger::new().with_expiry_clock(clock.clone())),
             clock,
             free_tier: FreeTierQuotas::default(),
+            client_ip: ClientIpResolver::new(),
+            cors_origins: Vec::new(),
             image_job: Duration::from_millis(DEFAULT_IMAGE_JOB_MILLIS),
             network: PaymentNetwork::Evm(EvmSettings::base_sepolia()),
             payment_faults: Arc::default(),
@@ -230,6 +250,8 @@ impl Default for Config {
             redis: None,
             ready: Arc::new(AtomicBool::new(true)),
             facilitator_auth: None,
+            draining: Draining::default(),
+            drain: Duration::from_secs(crate::shutdown::DEFAULT_DRAIN_SECS),
         }
     }
 }
@@ -237,9 +259,8 @@ impl Default for Config {
 impl Config {
     /// The defaults, overridden by the `GATEWAY_*` environment variables and
     /// the command line (`--network solana`).
-    pub(crate) fn from_env() -> Result<Self, ConfigError> {
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        let network_arg = match args.as_slice() {
+    pub(crate) fn from_env(args: &[String]) -> Result<Self, ConfigError> {
+        let network_arg = match args {
             [] => None,
             [flag, network] if flag == "--network" => Some(network.clone()),
             _ => {
@@ -263,6 +284,20 @@ impl Config {
                 invalid("GATEWAY_LISTEN", "expected host:port, e.g. 127.0.0.1:8402")
             })?;
         }
+        if let Some(url) = var("GATEWAY_PUBLIC_URL") {
+            // The library's rule for a base URL, checked at start, not first quote.
+            let _ = walletgate::x402::server::X402Layer::builder()
+                .with_public_base_url(&url)
+                .map_err(|_| {
+                    invalid(
+                        "GATEWAY_PUBLIC_URL",
+                        "expected http(s)://host[:port][/path], no query, fragment or user",
+                    )
+                })?;
+            config.public_url = Some(url.trim_end_matches('/').to_owned());
+        }
+        config.drain = crate::shutdown::drain_secs(var("GATEWAY_DRAIN_SECS"), "GATEWAY_DRAIN_SECS")
+            .map_err(|reason| invalid("GATEWAY_DRAIN_SECS", reason))?;
         if let Some(limit) = var("GATEWAY_BODY_LIMIT_BYTES") {
             config.body_limit_bytes =
                 limit
@@ -307,6 +342,10 @@ impl Config {
             )
             .map_err(|error| invalid("GATEWAY_FREE_PER_MINUTE", error.to_string()))?;
         }
+        config.client_ip = crate::proxies::client_ip_from_vars(&var, "GATEWAY")
+            .map_err(|(variable, reason)| invalid(&variable, reason))?;
+        config.cors_origins = crate::cors::origins_from_vars(&var, "GATEWAY")
+            .map_err(|(variable, reason)| invalid(&variable, reason))?;
         if let Some(millis) = var("GATEWAY_IMAGE_JOB_MILLIS") {
             let millis: u64 = millis.parse().map_err(|_| {
                 invalid(
@@ -392,6 +431,30 @@ impl Config {
         }
         Ok(config)
     }
+    /// Settles the public URL once the listener is bound to `address`:
+    /// `GATEWAY_PUBLIC_URL` if set, else `http://` + the bound address (so
+    /// `:0` names the real port). A wildcard bind without a public URL
+    /// quotes an address no client can reach: the warning to print is returned.
+    pub(crate) fn bound_to(&mut self, address: SocketAddr) -> Option<String> {
+        if self.public_url.is_some() {
+            return None;
+        }
+        self.public_url = Some(format!("http://{address}"));
+        address.ip().is_unspecified().then(|| {
+            format!(
+                "listening on the wildcard address {address} without GATEWAY_PUBLIC_URL: quotes \
+                 name http://{address}, which clients cannot reach; set GATEWAY_PUBLIC_URL"
+            )
+        })
+    }
+
+    /// What every quote's `resource.url` starts with.
+    pub(crate) fn public_url(&self) -> String {
+        self.public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.listen))
+    }
+
     /// Whether paid requests settle on the in-process development ledger.
     pub(crate) fn on_development_ledger(&self) -> bool {
         matches!(&self.network, PaymentNetwork::Evm(evm) if evm.facilitator_url.is_none())

@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex};
 
 use walletgate::SharedClock;
 use walletgate::free_tier::{
-    FreeTierLimitLayer, FreeTierQuotas, FreeTierStore, InMemoryLimiter, IsPricedFree,
+    ClientIpResolver, FreeTierLimitLayer, FreeTierQuotas, FreeTierStore, InMemoryLimiter,
+    IsPricedFree,
 };
 use walletgate::store::BoxFuture;
 use walletgate::tls::ClientTls;
@@ -57,7 +58,11 @@ pub(crate) type FreeTier = FreeTierLimitLayer<IsPricedFree, FreeTierBackend>;
 
 /// The free-tier limit for free models, keyed by the connection's peer;
 /// counted on `redis` when the replicas share one, else in this process.
-pub(crate) fn free_tier(quotas: FreeTierQuotas, redis: Option<&RedisConnection>) -> FreeTier {
+pub(crate) fn free_tier(
+    quotas: FreeTierQuotas,
+    client_ip: ClientIpResolver,
+    redis: Option<&RedisConnection>,
+) -> FreeTier {
     let backend: FreeTierBackend = match redis {
         None => Arc::new(InMemoryLimiter::new(quotas)),
         #[cfg(feature = "redis")]
@@ -65,7 +70,9 @@ pub(crate) fn free_tier(quotas: FreeTierQuotas, redis: Option<&RedisConnection>)
         #[cfg(not(feature = "redis"))]
         Some(never) => match *never {},
     };
-    FreeTierLimitLayer::new(IsPricedFree).with_store(backend)
+    FreeTierLimitLayer::new(IsPricedFree)
+        .with_store(backend)
+        .with_client_ip(client_ip)
 }
 
 /// The shared Redis connection (feature `redis`).
@@ -106,6 +113,8 @@ pub(crate) struct PaymentSettings {
     pub(crate) clock: SharedClock,
     /// Every settlement of every paid route, logged with a running total.
     pub(crate) settled: Arc<SettlementTally>,
+    /// What every quote's `resource.url` starts with; never the client's `Host`.
+    pub(crate) public_url: String,
 }
 
 impl PaymentSettings {
@@ -130,6 +139,7 @@ impl PaymentSettings {
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
             clock,
             settled: Arc::default(),
+            public_url: String::new(),
         })
     }
 
@@ -154,7 +164,14 @@ impl PaymentSettings {
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
             clock,
             settled: Arc::default(),
+            public_url: String::new(),
         })
+    }
+
+    /// The same settings quoting `url` + the path as every `resource.url`.
+    pub(crate) fn with_public_url(mut self, url: &str) -> Self {
+        url.clone_into(&mut self.public_url);
+        self
     }
 
     /// The same settings with claims and spent authorizations kept in `store`.
@@ -201,6 +218,7 @@ impl PaymentSettings {
             .with_paid_replay(paid_replay)
             .with_description(description)
             .with_mime_type("application/json")
+            .with_public_base_url(&self.public_url)?
             .on_settlement(self.settled.hook());
         for option in &self.options {
             builder = builder.with_payment_option(option.clone());

@@ -33,7 +33,11 @@
 //! `render.rs` and `upstream/` the requests, models, answers and providers.
 
 mod catalogue;
+#[path = "../common/cli.rs"]
+mod cli;
 mod config;
+#[path = "../common/cors.rs"]
+mod cors;
 mod extensions;
 mod gates;
 mod images;
@@ -41,11 +45,17 @@ mod inference;
 #[path = "../common/logging.rs"]
 mod logging;
 mod pipeline;
+#[path = "../common/proxies.rs"]
+mod proxies;
 #[path = "../common/redis.rs"]
 mod redis_settings;
 mod render;
 mod reply;
 mod request;
+#[path = "../common/request_id.rs"]
+mod request_id;
+#[path = "../common/shutdown.rs"]
+mod shutdown;
 mod state;
 mod stores;
 mod upstream;
@@ -55,8 +65,13 @@ mod upstream;
 mod chain_support;
 #[cfg(test)]
 mod chain_tests;
+#[cfg(test)]
+#[path = "../common/chromium.rs"]
+mod chromium;
 #[cfg(all(test, feature = "client", feature = "reqwest"))]
 mod client_tests;
+#[cfg(test)]
+mod cors_tests;
 #[cfg(test)]
 mod payment_tests;
 #[cfg(all(test, feature = "redis"))]
@@ -70,6 +85,8 @@ mod replica_tests;
 mod sdk_tests;
 #[cfg(test)]
 mod settlement_tests;
+#[cfg(test)]
+mod shutdown_tests;
 #[cfg(test)]
 mod solana_tests;
 #[cfg(test)]
@@ -110,15 +127,32 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() {
-    if let Err(error) = run().await {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match cli::command(&args) {
+        cli::Command::Help => return println!("{}", help()),
+        cli::Command::Version => return println!("{}", cli::version("gateway")),
+        cli::Command::Run => {}
+    }
+    if let Err(error) = run(&args).await {
         eprintln!("gateway: {error}");
         std::process::exit(1);
     }
 }
 
-async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// `--help`: the usage and every variable of `config.rs`'s table.
+fn help() -> String {
+    cli::help(
+        "gateway: the paid model gateway's reference server (x402 quotes, a free tier per client IP)\n\n\
+         USAGE: gateway [--network solana] [--help] [--version]",
+        include_str!("config.rs"),
+    )
+}
+
+/// The server for `args` (the command line without the program) and the
+/// environment, until it is signalled and drained.
+async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     logging::init(None)?;
-    let mut config = Config::from_env()?;
+    let mut config = Config::from_env(args)?;
     if let PaymentNetwork::Solana(settings) = &mut config.network
         && settings.fee_payer.is_none()
     {
@@ -148,6 +182,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let address = listener.local_addr()?;
+    if let Some(warning) = config.bound_to(address) {
+        eprintln!("gateway: WARNING: {warning}");
+    }
     println!("gateway listening on http://{address} (clients: api_url http://{address}/api)");
     match &config.network {
         PaymentNetwork::Evm(evm) => match &evm.facilitator_url {
@@ -183,10 +220,18 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         "quote:   curl -i http://{address}/v1/chat/completions -H 'content-type: application/json' \
          -d '{{\"model\":\"openai/gpt-5-mini\",\"max_tokens\":64,\"messages\":[{{\"role\":\"user\",\"content\":\"hello\"}}]}}'"
     );
+    let (draining, drain) = (config.draining.clone(), config.drain);
     // Connection addresses ride along for the per-IP free-tier limit.
     let router = app(config).map_err(|error| error as Box<dyn std::error::Error>)?;
     let service = router.into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, service).await?;
+    let signalled = shutdown::on_signal(draining, || {})?;
+    let stop = signalled.clone().wait();
+    let server = async move {
+        axum::serve(listener, service)
+            .with_graceful_shutdown(stop)
+            .await
+    };
+    shutdown::until_drained("gateway", server, signalled, drain).await?;
     Ok(())
 }
 
@@ -271,6 +316,9 @@ pub(crate) type AppError = Box<dyn std::error::Error + Send + Sync>;
 /// Redis setting.
 pub(crate) fn app(config: Config) -> Result<Router, AppError> {
     let config_ready = Arc::clone(&config.ready);
+    let config_draining = config.draining.clone();
+    let public_url = config.public_url();
+    let cors = cors::layer(&config.cors_origins);
     let redis = redis_connection(&config)?;
     let mut router = ProviderRouter::new(Arc::new(EchoUpstream));
     for (provider, upstream) in config.providers {
@@ -313,11 +361,12 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         }
     };
     let payments = payments
+        .with_public_url(&public_url)
         .with_nonce_store(stores.nonce_store)
         .with_faults(config.payment_faults)
         .with_max_timeout_secs(config.max_timeout_secs)?;
     let gates = Gates {
-        free_tier: free_tier(config.free_tier, redis.as_ref()),
+        free_tier: free_tier(config.free_tier, config.client_ip, redis.as_ref()),
         inference_payment: payments.inference_layer()?,
         image_payment: payments.image_layer()?,
     };
@@ -333,23 +382,24 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
     ));
 
     let ready = Arc::clone(&config_ready);
+    let draining = config_draining;
     let mut served = Router::new()
         // Probes sit outside every gate and need no credentials.
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/readyz",
             get(move || {
-                let ready = ready.load(Ordering::Acquire);
-                async move {
-                    if ready {
-                        (StatusCode::OK, "ready")
-                    } else {
-                        (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "not ready: the facilitator has not answered",
-                        )
-                    }
-                }
+                let answer = if draining.is_draining() {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready: draining")
+                } else if ready.load(Ordering::Acquire) {
+                    (StatusCode::OK, "ready")
+                } else {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "not ready: the facilitator has not answered",
+                    )
+                };
+                async move { answer }
             }),
         )
         .route("/v1/models", get(models))
@@ -369,8 +419,15 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
             get(poll_image),
         );
     }
-    Ok(served
+    let router = served
         .merge(with_image_pipeline(image_jobs, &state))
         .merge(with_poll_pipeline(image_polls, &state))
-        .with_state(state))
+        .with_state(state)
+        // Every answer carries the id, every gate sees it.
+        .layer(axum::middleware::from_fn(request_id::layer));
+    // Outermost: preflights are answered before any gate.
+    Ok(match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    })
 }

@@ -779,7 +779,8 @@ async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
         None,
         Arc::new(walletgate::SystemClock),
     )
-    .unwrap();
+    .unwrap()
+    .with_public_url("http://gateway.test");
     for layer in [
         settings.inference_layer().unwrap(),
         settings.image_layer().unwrap(),
@@ -800,4 +801,296 @@ async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
         let response = service.oneshot(request).await.unwrap();
         assert_eq!(response.status(), 500);
     }
+}
+
+/// A quote asked for with `Host: evil.example`, as the payer's decoded quote.
+async fn quote_for_host(server: &Server, host: &str) -> walletgate::x402::wire::PaymentRequired {
+    let request = http::Request::post(server.url(path(Endpoint::Chat)))
+        .header("host", host)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(axum::body::Bytes::from(
+            body(Endpoint::Chat, PAID_MODEL, "hello", false).to_string(),
+        )))
+        .unwrap();
+    let reply = server.send(request).await;
+    assert_eq!(reply.status, 402, "{}", reply.text());
+    reply.quote()
+}
+
+#[tokio::test]
+async fn a_quote_never_names_the_requests_host() {
+    // Without GATEWAY_PUBLIC_URL: the bound address, never the Host header.
+    let server = Server::start(Config::default()).await;
+    let quote = quote_for_host(&server, "evil.example").await;
+    assert_eq!(quote.resource.url, server.url(path(Endpoint::Chat)));
+    assert!(!quote.resource.url.contains("evil"));
+
+    // With it: that base and its path prefix, whatever the Host said.
+    let config = Config::from_vars(|name| {
+        (name == "GATEWAY_PUBLIC_URL").then(|| "https://pay.example/gw/".to_owned())
+    })
+    .unwrap();
+    let server = Server::start(config).await;
+    let quote = quote_for_host(&server, "evil.example").await;
+    assert_eq!(
+        quote.resource.url,
+        "https://pay.example/gw/v1/chat/completions"
+    );
+}
+
+#[test]
+fn an_unusable_public_url_is_refused_at_start() {
+    for bad in [
+        "pay.example",
+        "https://pay.example/gw?x=1",
+        "https://u@pay.example",
+    ] {
+        let error =
+            Config::from_vars(|name| (name == "GATEWAY_PUBLIC_URL").then(|| bad.to_owned()))
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+        assert!(
+            error.to_string().starts_with("GATEWAY_PUBLIC_URL"),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn a_wildcard_bind_without_a_public_url_warns() {
+    let mut config = Config::default();
+    let warning = config.bound_to("0.0.0.0:8402".parse().unwrap()).unwrap();
+    assert!(warning.contains("GATEWAY_PUBLIC_URL"), "{warning}");
+    let mut config = Config::default();
+    assert_eq!(config.bound_to("127.0.0.1:41234".parse().unwrap()), None);
+    assert_eq!(config.public_url(), "http://127.0.0.1:41234");
+}
+
+#[test]
+fn help_and_version_are_answered_and_list_every_variable() {
+    use crate::cli::{Command, command};
+    let args = |list: &[&str]| list.iter().map(|arg| (*arg).to_owned()).collect::<Vec<_>>();
+    assert_eq!(command(&args(&["--help"])), Command::Help);
+    assert_eq!(
+        command(&args(&["--network", "solana", "-h"])),
+        Command::Help
+    );
+    assert_eq!(command(&args(&["--version"])), Command::Version);
+    assert_eq!(command(&args(&["--network", "solana"])), Command::Run);
+    let help = crate::help();
+    let read = crate::cli::variables_read(
+        // The module, not its tests (which name made-up providers).
+        include_str!("config.rs")
+            .split("#[cfg(test)]")
+            .next()
+            .unwrap(),
+        "GATEWAY_",
+    );
+    assert!(read.len() > 20, "{read:?}");
+    for variable in read {
+        assert!(
+            help.contains(&variable),
+            "--help misses {variable}:\n{help}"
+        );
+    }
+    assert!(
+        help.contains("GATEWAY_LISTEN\n      default: 127.0.0.1:8402"),
+        "{help}"
+    );
+}
+
+/// A free request from the loopback peer, forwarded for `client` if given:
+/// its `X-RateLimit-Remaining`.
+async fn free_remaining(server: &Server, forwarded_for: Option<&str>) -> String {
+    let mut request = http::Request::post(server.url(path(Endpoint::Chat)))
+        .header("content-type", "application/json");
+    if let Some(client) = forwarded_for {
+        request = request.header("x-forwarded-for", client);
+    }
+    let request = request
+        .body(http_body_util::Full::new(axum::body::Bytes::from(
+            body(Endpoint::Chat, FREE_MODEL, "hi", false).to_string(),
+        )))
+        .unwrap();
+    let reply = server.send(request).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    reply.header("x-ratelimit-remaining").unwrap().to_owned()
+}
+
+fn proxied_config(trusted: Option<&str>) -> Config {
+    let mut config = Config::from_vars(|name| match name {
+        "GATEWAY_TRUSTED_PROXIES" => trusted.map(str::to_owned),
+        "GATEWAY_FORWARDED_HEADER" => Some("x-forwarded-for".to_owned()),
+        _ => None,
+    })
+    .unwrap();
+    config.free_tier = FreeTierQuotas::new(5, 300).unwrap();
+    config
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_bucket() {
+    // The test's loopback peer plays the proxy.
+    let server = Server::start(proxied_config(Some("127.0.0.0/8, ::1"))).await;
+    assert_eq!(free_remaining(&server, Some("198.51.100.7")).await, "4");
+    assert_eq!(free_remaining(&server, Some("198.51.100.7")).await, "3");
+    assert_eq!(free_remaining(&server, Some("203.0.113.9")).await, "4");
+    // A client-written entry left of the real one is not believed.
+    assert_eq!(
+        free_remaining(&server, Some("10.9.9.9, 203.0.113.9")).await,
+        "3"
+    );
+}
+
+#[tokio::test]
+async fn an_untrusted_peers_forwarded_for_is_ignored() {
+    let server = Server::start(proxied_config(None)).await;
+    assert_eq!(free_remaining(&server, Some("198.51.100.7")).await, "4");
+    assert_eq!(free_remaining(&server, Some("203.0.113.9")).await, "3");
+    assert_eq!(free_remaining(&server, None).await, "2");
+}
+
+#[test]
+fn proxy_variables_are_checked_at_start() {
+    let with = |name: &'static str, value: &'static str| {
+        Config::from_vars(move |asked| (asked == name).then(|| value.to_owned()))
+            .err()
+            .map(|error| error.to_string())
+    };
+    assert!(
+        with("GATEWAY_TRUSTED_PROXIES", "10.0.0.0/33")
+            .unwrap()
+            .starts_with("GATEWAY_TRUSTED_PROXIES")
+    );
+    assert!(
+        with("GATEWAY_FORWARDED_HEADER", "x-real-ip")
+            .unwrap()
+            .starts_with("GATEWAY_FORWARDED_HEADER")
+    );
+    assert_eq!(with("GATEWAY_FORWARDED_HEADER", "forwarded"), None);
+}
+
+#[tokio::test]
+async fn every_answer_carries_a_request_id_kept_only_when_safe() {
+    let server = Server::start(Config::default()).await;
+    let send = |id: Option<&'static str>| {
+        let mut request = http::Request::get(server.url("/v1/models"));
+        if let Some(id) = id {
+            request = request.header("x-request-id", id);
+        }
+        let request = request.body(http_body_util::Full::default()).unwrap();
+        let server = server.clone();
+        async move {
+            server
+                .send(request)
+                .await
+                .header("x-request-id")
+                .unwrap()
+                .to_owned()
+        }
+    };
+    assert_eq!(send(Some("trace-7.a_B")).await, "trace-7.a_B");
+    let long = "a".repeat(65);
+    for refused in [
+        None,
+        Some("has space"),
+        Some("semi;colon"),
+        Some(long.leak() as &str),
+    ] {
+        let generated = send(refused).await;
+        assert_eq!(generated.len(), 32, "{generated}");
+        assert!(generated.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(Some(generated.as_str()), refused);
+    }
+    // A quote (a rejection by a gate) carries it too.
+    let request = http::Request::post(server.url(path(Endpoint::Chat)))
+        .header("content-type", "application/json")
+        .header("x-request-id", "quote-1")
+        .body(http_body_util::Full::new(axum::body::Bytes::from(
+            body(Endpoint::Chat, PAID_MODEL, "hi", false).to_string(),
+        )))
+        .unwrap();
+    let reply = server.send(request).await;
+    assert_eq!(reply.status, 402);
+    assert_eq!(reply.header("x-request-id"), Some("quote-1"));
+}
+
+fn cors_config() -> Config {
+    Config::from_vars(|name| {
+        (name == "GATEWAY_CORS_ORIGINS")
+            .then(|| "https://app.example, http://127.0.0.1:9".to_owned())
+    })
+    .unwrap()
+}
+
+#[tokio::test]
+async fn preflights_are_answered_before_the_gates_for_allowed_origins_only() {
+    let server = Server::start(cors_config()).await;
+    let preflight = |origin: &'static str| {
+        let request = http::Request::builder()
+            .method(http::Method::OPTIONS)
+            .uri(server.url(path(Endpoint::Chat)))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "content-type,payment-signature",
+            )
+            .body(http_body_util::Full::default())
+            .unwrap();
+        let server = server.clone();
+        async move { server.send(request).await }
+    };
+    let allowed = preflight("https://app.example").await;
+    assert_eq!(allowed.status, 200, "{}", allowed.text());
+    assert_eq!(
+        allowed.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    let headers = allowed.header("access-control-allow-headers").unwrap();
+    for header in [
+        "payment-signature",
+        "sign-in-with-x",
+        "x-api-key",
+        "authorization",
+    ] {
+        assert!(headers.contains(header), "{headers}");
+    }
+    assert!(allowed.header("access-control-allow-credentials").is_none());
+    let foreign = preflight("https://evil.example").await;
+    assert!(foreign.header("access-control-allow-origin").is_none());
+
+    // The 402 lets the allowed origin read its quote.
+    let request = http::Request::post(server.url(path(Endpoint::Chat)))
+        .header("origin", "https://app.example")
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(axum::body::Bytes::from(
+            body(Endpoint::Chat, PAID_MODEL, "hi", false).to_string(),
+        )))
+        .unwrap();
+    let quote = server.send(request).await;
+    assert_eq!(quote.status, 402);
+    let exposed = quote.header("access-control-expose-headers").unwrap();
+    for header in [
+        "payment-required",
+        "payment-response",
+        "x-request-id",
+        "retry-after",
+    ] {
+        assert!(exposed.contains(header), "{exposed}");
+    }
+}
+
+#[test]
+fn cors_origins_are_origins() {
+    let error = Config::from_vars(|name| {
+        (name == "GATEWAY_CORS_ORIGINS").then(|| "https://app.example/path".to_owned())
+    })
+    .err()
+    .unwrap();
+    assert!(
+        error.to_string().starts_with("GATEWAY_CORS_ORIGINS"),
+        "{error}"
+    );
+    assert!(Config::default().cors_origins.is_empty());
 }

@@ -65,6 +65,7 @@ fn harness() -> &'static Harness {
         let option = PaymentOption::base_sepolia_usdc(PAY_TO).unwrap();
         let offers = vec![option.requirements(UsdAmount::from_micros(3000)).unwrap()];
         let layer = X402Layer::builder()
+            .with_host_derived_resource_url()
             .with_payment_option(option)
             .with_pricing(
                 PriceTable::by_route()

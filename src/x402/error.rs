@@ -20,8 +20,11 @@ pub enum ConfigError {
     MissingPricing,
     /// The layer has no facilitator.
     MissingFacilitator,
-    /// A base URL is not `http(s)://host[:port]`.
+    /// A base URL is not `http(s)://host[:port][/path]`.
     InvalidBaseUrl(String),
+    /// The layer has no public base URL for `resource.url` and was not told
+    /// to derive one from the request's `Host`.
+    MissingPublicBaseUrl,
     /// A facilitator URL could not be used.
     InvalidFacilitatorUrl(String),
     /// A header name or value is not valid HTTP.
@@ -49,6 +52,11 @@ impl fmt::Display for ConfigError {
             Self::MissingPricing => f.write_str("X402Layer needs a pricing"),
             Self::MissingFacilitator => f.write_str("X402Layer needs a facilitator"),
             Self::InvalidBaseUrl(url) => write!(f, "invalid public base URL {url:?}"),
+            Self::MissingPublicBaseUrl => write!(
+                f,
+                "no public base URL for quotes' resource.url (with_public_base_url, or \
+                 with_host_derived_resource_url to trust the Host header)"
+            ),
             Self::InvalidFacilitatorUrl(url) => write!(f, "invalid facilitator URL {url:?}"),
             Self::InvalidHeader(name) => write!(f, "invalid header {name:?}"),
             Self::InvalidCredential(why) => write!(f, "invalid credential: {why}"),

@@ -117,6 +117,7 @@
 //!     .with_payment_option(PaymentOption::base_sepolia_usdc("0x70997970C51812dc3A010C7d01b50e0d17dc79C8")?)
 //!     .with_pricing(PriceTable::by_route().with_usd("POST /v1/chat/completions", "0.002")?)
 //!     .with_facilitator(LocalEvmFacilitator::new(Arc::new(DevLedger::new()), Arc::new(SystemClock)))
+//!     .with_public_base_url("https://pay.example")?
 //!     .build()?;
 //! let service = ServiceBuilder::new().layer(layer).service(service_fn(|_req: Request<Full<Bytes>>| async {
 //!     Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from_static(b"answer"))))

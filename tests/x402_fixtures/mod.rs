@@ -24,6 +24,7 @@ pub fn chat_layer_builder(
     clock: walletgate::SharedClock,
 ) -> walletgate::x402::server::X402LayerBuilder {
     walletgate::x402::server::X402Layer::builder()
+        .with_host_derived_resource_url()
         .with_payment_option(
             walletgate::x402::server::PaymentOption::base_sepolia_usdc(PAY_TO).unwrap(),
         )

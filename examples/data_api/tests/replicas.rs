@@ -224,3 +224,36 @@ async fn a_stopped_redis_answers_503_and_service_resumes() {
     let verified = server.verify(nonce.body["nonce"].as_str().unwrap()).await;
     assert_eq!(verified.status, StatusCode::OK, "{}", verified.body);
 }
+
+/// The status of `GET path` without credentials.
+async fn probe(server: &Server, path: &str) -> StatusCode {
+    let request = http::Request::builder().uri(format!("{}{path}", server.base));
+    server.send(request, bytes::Bytes::new()).await.status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_redis_and_health_does_not() {
+    let mut redis = redis_support::RedisServer::start();
+    let key_file = shared_key_file("readiness");
+    let server = replica(&redis.url(), "data-api-readiness", &key_file).await;
+    assert_eq!(probe(&server, "/healthz").await, StatusCode::OK);
+    assert_eq!(probe(&server, "/readyz").await, StatusCode::OK);
+
+    redis.stop();
+    assert_eq!(
+        probe(&server, "/readyz").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(probe(&server, "/healthz").await, StatusCode::OK);
+
+    let _restarted = redis_support::RedisServer::start_on(redis.port());
+    let mut status = StatusCode::SERVICE_UNAVAILABLE;
+    for _ in 0..20 {
+        status = probe(&server, "/readyz").await;
+        if status == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, StatusCode::OK, "ready again once Redis answers");
+}

@@ -138,6 +138,11 @@ pub(crate) struct Server {
 /// Serves `router` on a fresh loopback port, as `main` does (with the peer address).
 pub(crate) async fn serve(router: Router) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    serve_on(listener, router)
+}
+
+/// Serves `router` on `listener`.
+pub(crate) fn serve_on(listener: TcpListener, router: Router) -> SocketAddr {
     let address = listener.local_addr().unwrap();
     let service = router.into_make_service_with_connect_info::<SocketAddr>();
     tokio::spawn(async move { axum::serve(listener, service).await.unwrap() });
@@ -145,10 +150,14 @@ pub(crate) async fn serve(router: Router) -> SocketAddr {
 }
 
 impl Server {
-    pub(crate) async fn start(config: Config) -> Self {
+    /// Serves `config` on a fresh loopback port; its quotes name that port
+    /// unless `config` has a public URL, as in `main`.
+    pub(crate) async fn start(mut config: Config) -> Self {
         let ledger = config.ledger.clone();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        config.bound_to(listener.local_addr().unwrap());
         Self {
-            address: serve(app(config).unwrap()).await,
+            address: serve_on(listener, app(config).unwrap()),
             client: Client::builder(TokioExecutor::new()).build_http(),
             ledger,
             payer: Payer::dev(1),

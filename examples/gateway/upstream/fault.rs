@@ -30,7 +30,14 @@ pub(crate) enum Fault {
     /// A stream starts, sends one piece of text, then falls silent; a whole
     /// answer never comes.
     StallStream,
+    /// Not a failure: the answer streams whole, with a pause before each
+    /// event, so a stream is still in flight when something else happens
+    /// (a shutdown signal, in the drain test).
+    SlowStream,
 }
+
+/// The pause of [`Fault::SlowStream`] before each event.
+const SLOW_STREAM_PAUSE: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Named presets, for `GATEWAY_FAULTS` and the tests: `(name, status, text)`.
 const PRESETS: &[(&str, u16, &str)] = &[
@@ -108,6 +115,7 @@ impl Fault {
                 });
             }
             "stall_stream" => return Some(Self::StallStream),
+            "slow_stream" => return Some(Self::SlowStream),
             "break_stream" => {
                 return Some(Self::BreakStream {
                     text: "upstream connect error or disconnect/reset before headers. reset reason: connection termination".into(),
@@ -133,6 +141,7 @@ impl Fault {
             "connect_refused",
             "break_stream",
             "stall_stream",
+            "slow_stream",
         ])
     }
 }
@@ -167,6 +176,7 @@ impl Upstream for FaultInjecting {
                     Err(UpstreamFault::new(None, text.clone()))
                 }
                 Fault::Hang | Fault::StallStream => pending().await,
+                Fault::SlowStream => self.inner.complete(model, request).await,
             }
         })
     }
@@ -181,6 +191,19 @@ impl Upstream for FaultInjecting {
         };
         Box::pin(async move {
             match fault {
+                Fault::SlowStream => {
+                    let mut events = self.inner.stream(model, request).await?;
+                    let (sender, receiver) = mpsc::channel(1);
+                    tokio::spawn(async move {
+                        while let Some(event) = events.recv().await {
+                            tokio::time::sleep(SLOW_STREAM_PAUSE).await;
+                            if sender.send(event).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                    Ok(receiver)
+                }
                 Fault::Hang => pending().await,
                 Fault::BreakStream { text } => {
                     let (sender, receiver) = mpsc::channel(2);

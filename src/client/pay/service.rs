@@ -426,6 +426,7 @@ mod tests {
         let ledger = Arc::new(DevLedger::new());
         let clock = Arc::new(FakeClock::at_unix_secs(NOW));
         let server_layer = X402Layer::builder()
+            .with_host_derived_resource_url()
             .with_payment_option(
                 PaymentOption::base_sepolia_usdc(DevLedger::DEV_ACCOUNTS[9]).unwrap(),
             )

@@ -37,6 +37,7 @@ pub(crate) struct Config {
     pub(crate) options: Vec<PaymentOption>,
     pub(crate) flat_fee: UsdAmount,
     pub(crate) paid_replay: bool,
+    /// `None` only when the caller opted into a `Host`-derived URL.
     pub(crate) public_base_url: Option<String>,
     pub(crate) description: String,
     pub(crate) mime_type: String,
@@ -123,6 +124,7 @@ pub struct X402LayerBuilder {
     flat_fee: UsdAmount,
     paid_replay: bool,
     public_base_url: Option<String>,
+    host_derived_resource_url: bool,
     description: String,
     mime_type: String,
     settlement_hook: Option<Arc<dyn SettlementHook>>,
@@ -140,6 +142,7 @@ impl Default for X402LayerBuilder {
             flat_fee: UsdAmount::FLAT_FEE,
             paid_replay: false,
             public_base_url: None,
+            host_derived_resource_url: false,
             description: String::new(),
             mime_type: String::new(),
             settlement_hook: None,
@@ -202,20 +205,37 @@ impl X402LayerBuilder {
         self
     }
 
-    /// The public `scheme://host[:port]` used in `resource.url` (default:
-    /// `http://` and the request's `Host`).
+    /// The public `http(s)://host[:port][/prefix]` every quote's `resource.url`
+    /// starts with (required, unless
+    /// [`with_host_derived_resource_url`](Self::with_host_derived_resource_url)):
+    /// the request's path and query
+    /// follow it. A path prefix is for a gateway served under one behind a
+    /// proxy (`https://pay.example/gw`).
     pub fn with_public_base_url(mut self, base_url: &str) -> Result<Self, ConfigError> {
+        let invalid = || ConfigError::InvalidBaseUrl(base_url.to_owned());
         let trimmed = base_url.trim_end_matches('/');
-        let host = trimmed
+        let rest = trimmed
             .strip_prefix("https://")
-            .or_else(|| trimmed.strip_prefix("http://"));
-        match host {
-            Some(host) if !host.is_empty() && !host.contains(['/', ' ', '?', '#']) => {
-                self.public_base_url = Some(trimmed.to_owned());
-                Ok(self)
-            }
-            _ => Err(ConfigError::InvalidBaseUrl(base_url.to_owned())),
+            .or_else(|| trimmed.strip_prefix("http://"))
+            .ok_or_else(invalid)?;
+        let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        // Quotes are signed: anything a client could read two ways is refused.
+        let clean = |text: &str| {
+            !text.contains(|c: char| c.is_whitespace() || c.is_control() || "?#\\\"@".contains(c))
+        };
+        if host.is_empty() || !clean(host) || !clean(path) || path.contains("//") {
+            return Err(invalid());
         }
+        self.public_base_url = Some(trimmed.to_owned());
+        Ok(self)
+    }
+
+    /// Builds `resource.url` from the request's `Host` header and `http://`
+    /// when no public base URL is set. The client chooses that header, so a
+    /// quote can then name any host: only for tests and loopback demos.
+    pub fn with_host_derived_resource_url(mut self) -> Self {
+        self.host_derived_resource_url = true;
+        self
     }
 
     /// `resource.description` of quotes.
@@ -264,6 +284,9 @@ impl X402LayerBuilder {
         let facilitator = self.facilitator.ok_or(ConfigError::MissingFacilitator)?;
         if self.options.is_empty() {
             return Err(ConfigError::NoPaymentOptions);
+        }
+        if self.public_base_url.is_none() && !self.host_derived_resource_url {
+            return Err(ConfigError::MissingPublicBaseUrl);
         }
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let nonce_store = self
@@ -325,6 +348,7 @@ mod tests {
     /// Everything required: a price table, a facilitator and one offer.
     fn complete() -> X402LayerBuilder {
         X402Layer::builder()
+            .with_host_derived_resource_url()
             .with_pricing(pricing())
             .with_facilitator(facilitator())
             .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
@@ -359,6 +383,7 @@ mod tests {
         assert_eq!(
             missing(
                 X402Layer::builder()
+                    .with_host_derived_resource_url()
                     .with_pricing(pricing())
                     .with_facilitator(facilitator())
             ),
@@ -368,28 +393,70 @@ mod tests {
     }
 
     #[test]
-    fn a_base_url_is_a_scheme_and_a_host_only() {
+    fn a_base_url_is_a_scheme_a_host_and_an_optional_path() {
+        let base = |url: &str| X402Layer::builder().with_public_base_url(url);
         for bad in [
             "gateway.test",
             "ftp://gateway.test",
             "https://",
-            "https://a/b",
+            "https:///gw",
             "https://a b",
+            "https://a/b c",
+            "https://a/b?q=1",
+            "https://a/b#f",
+            "https://user@a/b",
+            "https://a//b",
         ] {
             assert_eq!(
-                complete().with_public_base_url(bad).err(),
+                base(bad).err(),
                 Some(ConfigError::InvalidBaseUrl(bad.to_owned())),
                 "{bad}"
             );
         }
+        for (url, kept) in [
+            ("https://gateway.test:8443/", "https://gateway.test:8443"),
+            ("https://pay.example/gw", "https://pay.example/gw"),
+            ("http://[::1]:8402/a/b/", "http://[::1]:8402/a/b"),
+        ] {
+            assert_eq!(base(url).unwrap().public_base_url.as_deref(), Some(kept));
+        }
+    }
+
+    #[test]
+    fn a_host_derived_resource_url_is_only_an_explicit_choice() {
+        let without = X402Layer::builder()
+            .with_pricing(pricing())
+            .with_facilitator(facilitator())
+            .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap());
+        assert_eq!(
+            without.build().err(),
+            Some(ConfigError::MissingPublicBaseUrl)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_quote_names_the_public_base_url_and_never_the_host() {
         let layer = complete()
-            .with_public_base_url("https://gateway.test:8443/")
+            .with_public_base_url("https://pay.example/gw")
             .unwrap()
             .build()
             .unwrap();
+        let mut request = request("POST", "/v1/chat/completions?x=1");
+        request
+            .headers_mut()
+            .insert(http::header::HOST, "evil.example".parse().unwrap());
+        let response = layer
+            .layer(service_fn(inner))
+            .oneshot(request)
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
+        let quote: crate::x402::wire::PaymentRequired =
+            crate::x402::wire::codec::decode(response.headers()["payment-required"].as_bytes())
+                .unwrap();
         assert_eq!(
-            layer.config.public_base_url.as_deref(),
-            Some("https://gateway.test:8443")
+            quote.resource.url,
+            "https://pay.example/gw/v1/chat/completions?x=1"
         );
     }
 

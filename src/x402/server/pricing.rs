@@ -395,6 +395,7 @@ mod tests {
 
         let clock: SharedClock = Arc::new(FakeClock::at_unix_secs(1_700_000_000));
         let layer = X402Layer::builder()
+            .with_host_derived_resource_url()
             .with_payment_option(
                 PaymentOption::base_sepolia_usdc("0x70997970C51812dc3A010C7d01b50e0d17dc79C8")
                     .unwrap(),

@@ -228,7 +228,8 @@ fn prepare<B>(
     })
 }
 
-/// `resource.url`: the configured public base, else `http://` + `Host`, plus the path and query.
+/// `resource.url`: the configured public base, else (only when the caller
+/// opted in: the builder refuses otherwise) `http://` + `Host`; then the path and query.
 fn resource_url<B>(config: &Config, request: &Request<B>) -> String {
     let path = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
     match &config.public_base_url {
@@ -728,6 +729,7 @@ mod tests {
     /// The chat route at 0.002 USD over `facade`, on the fake clock.
     fn chat_layer(facade: &Arc<Facade>) -> crate::x402::server::X402LayerBuilder {
         X402Layer::builder()
+            .with_host_derived_resource_url()
             .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
             .with_pricing(
                 PriceTable::by_route()
