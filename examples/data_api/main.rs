@@ -37,6 +37,9 @@
 mod access_log;
 mod auth;
 #[cfg(test)]
+#[path = "../common/child_server.rs"]
+mod child_server;
+#[cfg(test)]
 #[path = "../common/chromium.rs"]
 mod chromium;
 #[path = "../common/cli.rs"]

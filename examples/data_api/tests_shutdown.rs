@@ -3,13 +3,13 @@
 //! The child is this test binary re-run on [`serve_as_child`] (the server's
 //! own `run()`: signals, listener, drain and exit code as in production).
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::API_KEY;
+use crate::child_server::{exchange, header, spawn_child_server};
 
 const CHILD: &str = "WALLETGATE_DATA_API_DRAIN_CHILD";
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"walletgate-drain-test","version":"1"}}}"#;
@@ -37,17 +37,10 @@ fn mcp_request(method: &str, address: &str, extra: &str, body: &str) -> String {
     )
 }
 
-async fn exchange(address: &str, request: &str) -> String {
-    let mut stream = TcpStream::connect(address).await.unwrap();
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).await.unwrap();
-    String::from_utf8_lossy(&answer).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sigterm_closes_open_mcp_streams_and_exits_0() {
-    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+    let mut command = tokio::process::Command::new(std::env::current_exe().unwrap());
+    command
         .args([
             "--exact",
             "tests::shutdown::serve_as_child",
@@ -57,35 +50,13 @@ async fn a_sigterm_closes_open_mcp_streams_and_exits_0() {
         .env(CHILD, "1")
         .env("DATA_API_LISTEN", "127.0.0.1:0")
         .env("DATA_API_KEY", API_KEY)
-        .env("DATA_API_DRAIN_SECS", "20")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let address = loop {
-        let line = tokio::time::timeout(Duration::from_secs(30), stdout.next_line())
-            .await
-            .expect("the data API started")
-            .unwrap()
-            .expect("the data API printed its address");
-        if let Some(rest) = line.strip_prefix("data API listening on http://") {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
-    tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
+        .env("DATA_API_DRAIN_SECS", "20");
+    let (mut child, address) = spawn_child_server(command, "data API listening on http://").await;
 
     let init = exchange(&address, &mcp_request("POST", &address, "", INITIALIZE)).await;
-    let session = init
-        .lines()
-        .find_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            name.eq_ignore_ascii_case("mcp-session-id")
-                .then(|| value.trim().to_owned())
-        })
-        .unwrap_or_else(|| panic!("no session: {init}"));
+    let session = header(&init, "mcp-session-id")
+        .unwrap_or_else(|| panic!("no session: {init}"))
+        .to_owned();
     let in_session = format!("mcp-session-id: {session}\r\nmcp-protocol-version: 2025-11-25\r\n");
     let initialized = exchange(
         &address,

@@ -66,6 +66,9 @@ mod chain_support;
 #[cfg(test)]
 mod chain_tests;
 #[cfg(test)]
+#[path = "../common/child_server.rs"]
+mod child_server;
+#[cfg(test)]
 #[path = "../common/chromium.rs"]
 mod chromium;
 #[cfg(all(test, feature = "client", feature = "reqwest"))]

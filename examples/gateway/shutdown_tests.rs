@@ -4,14 +4,14 @@
 //! gateway's own `run()` (signals, listener, drain and exit code as in
 //! production); the parent talks to it over TCP and signals it with `kill`.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use walletgate::client::payer::{Payer, sequential_nonce};
 use walletgate::x402::wire::{PaymentRequired, codec};
 
+use crate::child_server::{exchange, header, spawn_child_server};
 use crate::request::Endpoint;
 use crate::tests::{body, fresh_nonce, now_secs, path};
 
@@ -32,15 +32,6 @@ async fn serve_as_child() {
     }
 }
 
-/// `request` on a fresh connection, the answer read to its end.
-async fn exchange(address: &str, request: &str) -> String {
-    let mut stream = TcpStream::connect(address).await.unwrap();
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).await.unwrap();
-    String::from_utf8_lossy(&answer).into_owned()
-}
-
 fn post(payment: Option<&str>, stream: bool) -> String {
     let body = body(Endpoint::Chat, PAID_MODEL, "one two three four", stream).to_string();
     let payment = payment
@@ -54,14 +45,6 @@ fn post(payment: Option<&str>, stream: bool) -> String {
     )
 }
 
-fn header<'a>(answer: &'a str, name: &str) -> Option<&'a str> {
-    let head = answer.split("\r\n\r\n").next()?;
-    head.lines().find_map(|line| {
-        let (key, value) = line.split_once(':')?;
-        key.eq_ignore_ascii_case(name).then(|| value.trim())
-    })
-}
-
 /// A gateway child process whose paid model streams slowly, draining for
 /// `drain_secs`: the child, its address, and its standard error once it exits.
 async fn spawn_gateway(
@@ -71,7 +54,8 @@ async fn spawn_gateway(
     String,
     tokio::task::JoinHandle<String>,
 ) {
-    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+    let mut command = tokio::process::Command::new(std::env::current_exe().unwrap());
+    command
         .args([
             "--exact",
             "shutdown_tests::serve_as_child",
@@ -83,24 +67,8 @@ async fn spawn_gateway(
         .env("GATEWAY_FAULTS", format!("{PAID_MODEL}=slow_stream"))
         .env("GATEWAY_DRAIN_SECS", drain_secs)
         .env("RUST_LOG", "info")
-        .env("LOG_FORMAT", "text")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let address = loop {
-        let line = tokio::time::timeout(Duration::from_secs(30), stdout.next_line())
-            .await
-            .expect("the gateway started")
-            .unwrap()
-            .expect("the gateway printed its address");
-        if let Some(rest) = line.strip_prefix("gateway listening on http://") {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
+        .env("LOG_FORMAT", "text");
+    let (mut child, address) = spawn_child_server(command, "gateway listening on http://").await;
     let stderr = tokio::spawn({
         let mut stderr = child.stderr.take().unwrap();
         async move {
@@ -109,7 +77,6 @@ async fn spawn_gateway(
             text
         }
     });
-    tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
     (child, address, stderr)
 }
 
