@@ -212,6 +212,11 @@ pub enum FacilitatorErrorKind {
     Unavailable,
     /// Answered something that is not the protocol.
     Protocol,
+    /// Settlement broadcast a transaction whose outcome is not known yet (no
+    /// receipt within the wait): the transfer may still land, so the
+    /// authorization must stay claimed. Asking to settle the same payment
+    /// again reports its outcome; [`FacilitatorError::transaction`] names it.
+    Pending,
 }
 
 /// A failure to get a verdict from a facilitator.
@@ -219,6 +224,7 @@ pub enum FacilitatorErrorKind {
 pub struct FacilitatorError {
     kind: FacilitatorErrorKind,
     detail: String,
+    transaction: Option<String>,
 }
 
 impl FacilitatorError {
@@ -227,6 +233,7 @@ impl FacilitatorError {
         Self {
             kind: FacilitatorErrorKind::Unavailable,
             detail: detail.into(),
+            transaction: None,
         }
     }
 
@@ -235,7 +242,22 @@ impl FacilitatorError {
         Self {
             kind: FacilitatorErrorKind::Protocol,
             detail: detail.into(),
+            transaction: None,
         }
+    }
+
+    /// Transaction `transaction` was broadcast and its outcome is not known yet.
+    pub fn pending(transaction: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            kind: FacilitatorErrorKind::Pending,
+            detail: detail.into(),
+            transaction: Some(transaction.into()),
+        }
+    }
+
+    /// The transaction broadcast, when the settlement is [pending](FacilitatorErrorKind::Pending).
+    pub fn transaction(&self) -> Option<&str> {
+        self.transaction.as_deref()
     }
 
     /// Which kind of failure.
@@ -258,6 +280,12 @@ impl fmt::Display for FacilitatorError {
             FacilitatorErrorKind::Protocol => {
                 write!(f, "facilitator protocol error: {}", self.detail)
             }
+            FacilitatorErrorKind::Pending => write!(
+                f,
+                "settlement pending: transaction {} has no receipt yet: {}",
+                self.transaction.as_deref().unwrap_or_default(),
+                self.detail
+            ),
         }
     }
 }
