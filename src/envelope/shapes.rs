@@ -215,6 +215,10 @@ pub struct QuoteBody<Req, Res> {
     pub payment_info: PaymentInfo,
     /// The resource being paid for.
     pub resource: Res,
+    /// The quote's declared extensions (`bazaar`, …), as in
+    /// `PAYMENT-REQUIRED`; omitted when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// `price` of a [`QuoteBody`].

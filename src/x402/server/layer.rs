@@ -8,6 +8,7 @@ use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
 
+use super::extensions::QuoteExtensions;
 use super::pricing::Pricing;
 use super::quote::{PaymentOption, QuoteCache};
 use super::receipt::{SettledPayment, SettlementHook, SettlementHookError};
@@ -42,6 +43,8 @@ pub(crate) struct Config {
     pub(crate) description: String,
     pub(crate) mime_type: String,
     pub(crate) quotes: QuoteCache,
+    /// The server's own 402 extensions, per request.
+    pub(crate) quote_extensions: Option<Arc<dyn QuoteExtensions>>,
     pub(crate) settlement_hook: Option<Arc<dyn SettlementHook>>,
     /// Renders every rejection (the route's envelope by default).
     pub(crate) reject: RenderRejection,
@@ -127,6 +130,7 @@ pub struct X402LayerBuilder {
     host_derived_resource_url: bool,
     description: String,
     mime_type: String,
+    quote_extensions: Option<Arc<dyn QuoteExtensions>>,
     settlement_hook: Option<Arc<dyn SettlementHook>>,
     reject: RenderRejection,
 }
@@ -145,6 +149,7 @@ impl Default for X402LayerBuilder {
             host_derived_resource_url: false,
             description: String::new(),
             mime_type: String::new(),
+            quote_extensions: None,
             settlement_hook: None,
             reject: RenderRejection::default(),
         }
@@ -250,6 +255,32 @@ impl X402LayerBuilder {
         self
     }
 
+    /// Extensions every 402 declares besides the layer's own (discovery's
+    /// `bazaar`, say), decided per request by `extensions` (see
+    /// [`QuoteExtensions`]); default none. They ride in `PAYMENT-REQUIRED`
+    /// and the body, not in the two older headers.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use walletgate::x402::server::{Price, QuoteExtensionMap, X402Layer};
+    ///
+    /// let bazaar: QuoteExtensionMap = Arc::new(
+    ///     serde_json::json!({"bazaar": {"info": {"input": {"type": "http", "method": "GET"}}}})
+    ///         .as_object()
+    ///         .cloned()
+    ///         .unwrap_or_default(),
+    /// );
+    /// let builder = X402Layer::builder().with_quote_extensions(
+    ///     move |request: &http::request::Parts, _: &Price| {
+    ///         (request.uri.path() == "/weather").then(|| bazaar.clone())
+    ///     },
+    /// );
+    /// ```
+    pub fn with_quote_extensions(mut self, extensions: impl QuoteExtensions) -> Self {
+        self.quote_extensions = Some(Arc::new(extensions));
+        self
+    }
+
     /// Receives every settled payment once, right after settlement (see
     /// [`SettlementHook`]); default none.
     ///
@@ -305,6 +336,7 @@ impl X402LayerBuilder {
                 description: self.description,
                 mime_type: self.mime_type,
                 quotes: QuoteCache::default(),
+                quote_extensions: self.quote_extensions,
                 settlement_hook: self.settlement_hook,
                 reject: self.reject,
                 hook_failures: AtomicU64::new(0),

@@ -4,6 +4,7 @@
 //!
 //! See the [`x402` module docs](super) for the payment flow.
 
+mod extensions;
 mod future;
 pub(crate) mod layer;
 mod pricing;
@@ -13,6 +14,7 @@ pub(crate) mod replay;
 mod service;
 mod stream;
 
+pub use extensions::{QuoteExtensionMap, QuoteExtensions};
 pub use future::ResponseFuture;
 pub use layer::{X402Layer, X402LayerBuilder};
 pub use pricing::{Price, PriceRefusal, PriceTable, Pricing, RequestPrice};

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{Map, Value};
 
+use super::extensions::{QuoteExtensionMap, merge_extensions, same_extensions};
 use crate::envelope::{PaymentInfo, QuoteBody, QuotePrice, header};
 use crate::x402::ConfigError;
 use crate::x402::facilitator::reason;
@@ -173,14 +174,27 @@ impl PaymentOption {
 
 /// Writes the quote into the three headers: `PAYMENT-REQUIRED`,
 /// `X-Payment-Required` and `WWW-Authenticate: X402 requirements="…"`.
+///
+/// Only `PAYMENT-REQUIRED` (what x402 v2 clients read and echo) carries the
+/// `extensions`; the two older names repeat the rest, so a 402 with large
+/// extensions stays within a proxy's header buffers (the body has them too).
 pub(crate) fn write_quote_headers(headers: &mut HeaderMap, required: &PaymentRequired) {
     let encoded = codec::encode(required);
+    let lean = required.extensions.as_ref().map(|_| {
+        codec::encode(&PaymentRequired {
+            extensions: None,
+            ..required.clone()
+        })
+    });
+    let repeated = lean.as_deref().unwrap_or(&encoded);
     // Base64 is always a valid header value.
     if let Ok(value) = HeaderValue::from_str(&encoded) {
-        headers.insert(header::PAYMENT_REQUIRED, value.clone());
+        headers.insert(header::PAYMENT_REQUIRED, value);
+    }
+    if let Ok(value) = HeaderValue::from_str(repeated) {
         headers.insert(header::X_PAYMENT_REQUIRED, value);
     }
-    if let Ok(value) = HeaderValue::from_str(&format!("X402 requirements=\"{encoded}\"")) {
+    if let Ok(value) = HeaderValue::from_str(&format!("X402 requirements=\"{repeated}\"")) {
         headers.insert(http::header::WWW_AUTHENTICATE, value);
     }
 }
@@ -202,6 +216,7 @@ pub(crate) fn quote_response(required: &PaymentRequired, first: &PaymentOption) 
             x402_version: X402_VERSION,
         },
         resource: required.resource.clone(),
+        extensions: required.extensions.clone(),
     };
     let mut response = crate::envelope::json_response(StatusCode::PAYMENT_REQUIRED, &body);
     write_quote_headers(response.headers_mut(), required);
@@ -214,23 +229,35 @@ pub(crate) struct Quote {
     required: PaymentRequired,
     body: Bytes,
     headers: HeaderMap,
+    /// The server's extensions it was built with (see `QuoteExtensions`).
+    extensions: Option<QuoteExtensionMap>,
 }
 
 impl Quote {
-    /// The quote of `options` at `total` for `resource`; `None` if no option
-    /// can express `total` in whole units of its asset.
-    fn build(options: &[PaymentOption], total: UsdAmount, resource: ResourceInfo) -> Option<Self> {
+    /// The quote of `options` at `total` for `resource`, declaring
+    /// `extensions`; `None` if no option can express `total` in whole units
+    /// of its asset.
+    fn build(
+        options: &[PaymentOption],
+        total: UsdAmount,
+        resource: ResourceInfo,
+        extensions: Option<QuoteExtensionMap>,
+    ) -> Option<Self> {
         let offers: Vec<_> = options
             .iter()
             .filter_map(|option| option.requirements(total))
             .collect();
         let first = options.first().filter(|_| !offers.is_empty())?;
-        let required = payment_required(resource, offers, QUOTE_ERROR);
+        let mut required = payment_required(resource, offers, QUOTE_ERROR);
+        if let Some(extensions) = &extensions {
+            merge_extensions(&mut required, extensions);
+        }
         let (parts, body) = quote_response(&required, first).into_parts();
         Some(Self {
             required,
             body,
             headers: parts.headers,
+            extensions,
         })
     }
 
@@ -248,9 +275,9 @@ impl Quote {
     }
 }
 
-/// Quotes by resource URL, each for the price it was built at: a request for
-/// the same resource at the same price gets the same bytes; a new price
-/// rebuilds the entry. The offers are the layer's own and never change.
+/// Quotes by resource URL, each for the price and server extensions it was
+/// built with: a request for the same resource at the same price declaring
+/// the same extensions gets the same bytes; anything else rebuilds the entry. The offers are the layer's own and never change.
 #[derive(Debug, Default)]
 pub(crate) struct QuoteCache {
     quotes: RwLock<HashMap<String, (UsdAmount, Arc<Quote>)>>,
@@ -261,13 +288,14 @@ pub(crate) struct QuoteCache {
 const QUOTE_CACHE_LEN: usize = 1024;
 
 impl QuoteCache {
-    /// The quote of `options` at `total` for the resource at `url`, built on
-    /// first use; `resource` describes it only then, so a cached quote costs
-    /// no copies of the layer's description.
+    /// The quote of `options` at `total` for the resource at `url`, declaring
+    /// `extensions`, built on first use; `resource` describes it only then,
+    /// so a cached quote costs no copies of the layer's description.
     pub(crate) fn quote(
         &self,
         options: &[PaymentOption],
         total: UsdAmount,
+        extensions: Option<QuoteExtensionMap>,
         url: String,
         resource: impl FnOnce(String) -> ResourceInfo,
     ) -> Option<Arc<Quote>> {
@@ -276,12 +304,19 @@ impl QuoteCache {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&url)
-            .filter(|(price, _)| *price == total)
+            .filter(|(price, quote)| {
+                *price == total && same_extensions(quote.extensions.as_ref(), extensions.as_ref())
+            })
             .map(|(_, quote)| quote.clone());
         if cached.is_some() {
             return cached;
         }
-        let quote = Arc::new(Quote::build(options, total, resource(url.clone()))?);
+        let quote = Arc::new(Quote::build(
+            options,
+            total,
+            resource(url.clone()),
+            extensions,
+        )?);
         let mut quotes = self.quotes.write().unwrap_or_else(PoisonError::into_inner);
         if quotes.len() >= QUOTE_CACHE_LEN && !quotes.contains_key(&url) {
             quotes.clear();
@@ -497,10 +532,10 @@ mod tests {
         let options = [PaymentOption::base_sepolia_usdc(PAY_TO).unwrap()];
         let price = UsdAmount::from_micros(11_000);
         let first = cache
-            .quote(&options, price, "http://a/x".to_owned(), bare)
+            .quote(&options, price, None, "http://a/x".to_owned(), bare)
             .unwrap();
         let again = cache
-            .quote(&options, price, "http://a/x".to_owned(), bare)
+            .quote(&options, price, None, "http://a/x".to_owned(), bare)
             .unwrap();
         assert!(Arc::ptr_eq(&first, &again));
         // Same bytes as building afresh.
@@ -517,13 +552,14 @@ mod tests {
             .quote(
                 &options,
                 UsdAmount::from_micros(12_000),
+                None,
                 "http://a/x".to_owned(),
                 bare,
             )
             .unwrap();
         assert_eq!(dearer.required().accepts[0].amount.units(), 12_000);
         let other = cache
-            .quote(&options, price, "http://a/y".to_owned(), bare)
+            .quote(&options, price, None, "http://a/y".to_owned(), bare)
             .unwrap();
         assert_eq!(other.required().resource.url, "http://a/y");
         assert!(!Arc::ptr_eq(&other, &first));
@@ -534,11 +570,59 @@ mod tests {
                 .quote(
                     &cents,
                     UsdAmount::from_micros(1),
+                    None,
                     "http://a/z".to_owned(),
                     bare
                 )
                 .is_none()
         );
+    }
+
+    #[test]
+    fn other_extensions_rebuild_the_quote_and_only_payment_required_carries_them() {
+        let cache = QuoteCache::default();
+        let options = [PaymentOption::base_sepolia_usdc(PAY_TO).unwrap()];
+        let price = UsdAmount::from_micros(11_000);
+        let declare = |value: Value| -> Option<QuoteExtensionMap> {
+            let mut map = Map::new();
+            map.insert("bazaar".into(), value);
+            Some(Arc::new(map))
+        };
+        let url = || "http://a/x".to_owned();
+        let plain = cache.quote(&options, price, None, url(), bare).unwrap();
+        let one = declare(Value::from(1));
+        let first = cache
+            .quote(&options, price, one.clone(), url(), bare)
+            .unwrap();
+        assert!(!Arc::ptr_eq(&plain, &first));
+        // Equal by value is the same quote; another value rebuilds it.
+        let again = cache
+            .quote(&options, price, declare(Value::from(1)), url(), bare)
+            .unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        let other = cache
+            .quote(&options, price, declare(Value::from(2)), url(), bare)
+            .unwrap();
+        assert_eq!(other.required().extensions.as_ref().unwrap()["bazaar"], 2);
+
+        let response = first.response();
+        let headers = response.headers();
+        let full: PaymentRequired = codec::decode(headers["payment-required"].as_bytes()).unwrap();
+        assert_eq!(full.extensions.as_ref().unwrap()["bazaar"], 1);
+        let lean: PaymentRequired =
+            codec::decode(headers["x-payment-required"].as_bytes()).unwrap();
+        assert_eq!(lean.extensions, None);
+        assert_eq!(lean.accepts, full.accepts);
+        let challenge = headers["www-authenticate"].to_str().unwrap();
+        assert_eq!(
+            challenge,
+            format!(
+                "X402 requirements=\"{}\"",
+                headers["x-payment-required"].to_str().unwrap()
+            )
+        );
+        let body: Value = serde_json::from_slice(response.body()).unwrap();
+        assert_eq!(body["extensions"]["bazaar"], 1);
     }
 
     #[test]
@@ -548,7 +632,7 @@ mod tests {
         let price = UsdAmount::from_micros(11_000);
         for n in 0..QUOTE_CACHE_LEN + 5 {
             cache
-                .quote(&options, price, format!("http://a/{n}"), bare)
+                .quote(&options, price, None, format!("http://a/{n}"), bare)
                 .unwrap();
         }
         assert!(cache.quotes.read().unwrap().len() <= QUOTE_CACHE_LEN);

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
 
+use super::extensions::QuoteExtensionMap;
 use super::future::ResponseFuture;
 use super::layer::{Config, X402Layer};
 use super::pricing::Price;
@@ -92,8 +93,10 @@ where
             }
             Ok(price) => price,
         };
+        let extensions = (self.config.quote_extensions.as_ref())
+            .and_then(|extensions| extensions.extensions(&parts, &price));
         let request = Request::from_parts(parts, body);
-        match prepare(&self.config, &request, price) {
+        match prepare(&self.config, &request, price, extensions) {
             Err(answer) => ResponseFuture::ready(rejection(answer).map(X402Body::plain)),
             Ok(payment) => {
                 // Move the service that was polled ready into the future; keep a fresh clone.
@@ -143,6 +146,7 @@ fn prepare<B>(
     config: &Config,
     request: &Request<B>,
     price: Price,
+    extensions: Option<QuoteExtensionMap>,
 ) -> Result<Payment, Response<Bytes>> {
     let style = EnvelopeStyle::of_request(request);
     // The one place the configured fee meets the price (`Price::total`).
@@ -156,7 +160,10 @@ fn prepare<B>(
         mime_type: config.mime_type.clone(),
     };
     let url = resource_url(config, request);
-    let Some(quote) = config.quotes.quote(&config.options, total, url, describe) else {
+    let Some(quote) = config
+        .quotes
+        .quote(&config.options, total, extensions, url, describe)
+    else {
         let error = GatewayError::new(ErrorCode::InternalError)
             .with_debug("price is not a whole number of the asset's units");
         return Err(config.reject.render(error, style));
