@@ -52,6 +52,8 @@ mod health;
 mod logging;
 mod mcp;
 mod openapi;
+#[path = "../common/openapi.rs"]
+mod openapi_common;
 #[path = "../common/proxies.rs"]
 mod proxies;
 mod quotas;

@@ -18,9 +18,9 @@ use std::collections::BTreeMap;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::handler::Handler;
-use axum::response::IntoResponse;
+use axum::response::Response;
 use axum::routing::MethodRouter;
-use http::{HeaderValue, Method, header};
+use http::Method;
 use rmcp::schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 use walletgate::wallet_jwt::RequireScopesLayer;
@@ -30,6 +30,10 @@ use crate::auth::{
     TokenView, VerifyBody,
 };
 use crate::favorites::Page;
+use crate::openapi_common::{json_request_body, json_response, openapi_schema};
+pub(crate) use crate::openapi_common::{
+    path_parameter, query_parameter, required_query_parameter, schema_ref,
+};
 use crate::relationships::CallerRole;
 use crate::rest::{AgentDeclaration, Counterparty, RelationshipChange, RelationshipList, Removed};
 use crate::state::SharedState;
@@ -248,10 +252,7 @@ impl Operation {
 
     /// A JSON request body with `schema`, required.
     pub(crate) fn json_body(mut self, schema: Value) -> Self {
-        self.request_body = Some(json!({
-            "required": true,
-            "content": { "application/json": { "schema": schema } }
-        }));
+        self.request_body = Some(json_request_body(schema));
         self
     }
 
@@ -307,14 +308,7 @@ impl Operation {
             responses.insert(status.to_string(), error_response(text));
         }
         for (status, (text, schema)) in &self.responses {
-            let response = match schema {
-                Some(schema) => json!({
-                    "description": text,
-                    "content": { "application/json": { "schema": schema } }
-                }),
-                None => json!({ "description": text }),
-            };
-            responses.insert(status.to_string(), response);
+            responses.insert(status.to_string(), json_response(text, schema.clone()));
         }
         if let Some(too_many) = responses.get_mut("429") {
             too_many["headers"] = json!({
@@ -369,30 +363,7 @@ impl Operation {
 }
 
 fn error_response(description: &str) -> Value {
-    json!({
-        "description": description,
-        "content": { "application/json": { "schema": schema_ref("Error") } }
-    })
-}
-
-/// `{"$ref": "#/components/schemas/<name>"}`.
-pub(crate) fn schema_ref(name: &str) -> Value {
-    json!({ "$ref": format!("#/components/schemas/{name}") })
-}
-
-/// A required path parameter.
-pub(crate) fn path_parameter(name: &str, description: &str, schema: Value) -> Value {
-    json!({ "name": name, "in": "path", "required": true, "description": description, "schema": schema })
-}
-
-/// An optional query parameter.
-pub(crate) fn query_parameter(name: &str, description: &str, schema: Value) -> Value {
-    json!({ "name": name, "in": "query", "required": false, "description": description, "schema": schema })
-}
-
-/// A required query parameter.
-pub(crate) fn required_query_parameter(name: &str, description: &str, schema: Value) -> Value {
-    json!({ "name": name, "in": "query", "required": true, "description": description, "schema": schema })
+    json_response(description, Some(schema_ref("Error")))
 }
 
 /// The whole document for a server at `origin`.
@@ -404,28 +375,24 @@ pub(crate) fn document(operations: &[Operation], origin: &str) -> Value {
             .or_insert_with(|| json!({}));
         item[operation.method.as_str().to_ascii_lowercase()] = operation.render();
     }
-    json!({
-        "openapi": "3.1.0",
-        "info": {
-            "title": "walletgate data API",
-            "version": env!("CARGO_PKG_VERSION"),
-            "description": "The Area A reference server: REST under `/api/v2` and MCP at `/mcp`, acting for a wallet only through a verified wallet JWT. Every operation but the discovery documents needs `X-API-KEY`; wallet-scoped operations list the scopes their JWT needs in their security requirement. Sign in with SIWE (nonce, verify), create a personal access token with the session cookie, exchange it for a short-lived wallet JWT.",
-            "license": { "name": "MIT OR Apache-2.0", "identifier": "MIT OR Apache-2.0" }
-        },
-        "servers": [{ "url": origin }],
-        "tags": [
+    let info = json!({
+        "title": "walletgate data API",
+        "version": env!("CARGO_PKG_VERSION"),
+        "description": "The Area A reference server: REST under `/api/v2` and MCP at `/mcp`, acting for a wallet only through a verified wallet JWT. Every operation but the discovery documents needs `X-API-KEY`; wallet-scoped operations list the scopes their JWT needs in their security requirement. Sign in with SIWE (nonce, verify), create a personal access token with the session cookie, exchange it for a short-lived wallet JWT.",
+        "license": { "name": "MIT OR Apache-2.0", "identifier": "MIT OR Apache-2.0" }
+    });
+    let tags = json!([
             { "name": "discovery", "description": "Public documents" },
             { "name": "auth", "description": "SIWE sign-in, sessions, personal access tokens and the JWT exchange" },
             { "name": "favorites", "description": "A wallet's favorite NFTs" },
             { "name": "agents", "description": "Agent declarations and the agent-relationship handshake" },
-            { "name": "mcp", "description": "Model Context Protocol, streamable HTTP" }
-        ],
-        "paths": paths,
-        "components": {
-            "securitySchemes": security_schemes(),
-            "schemas": schemas()
-        }
-    })
+        { "name": "mcp", "description": "Model Context Protocol, streamable HTTP" }
+    ]);
+    let components = json!({
+        "securitySchemes": security_schemes(),
+        "schemas": schemas()
+    });
+    crate::openapi_common::document(info, origin, tags, paths, components)
 }
 
 fn security_schemes() -> Value {
@@ -521,21 +488,7 @@ fn library_schemas() -> [(&'static str, Value); 4] {
                 }}}
             }),
         ),
-        (
-            "OpenApi",
-            json!({
-                "type": "object",
-                "required": ["openapi", "info", "paths", "components"],
-                "properties": {
-                    "openapi": { "type": "string", "const": "3.1.0" },
-                    "info": { "type": "object" },
-                    "servers": { "type": "array" },
-                    "tags": { "type": "array" },
-                    "paths": { "type": "object" },
-                    "components": { "type": "object" }
-                }
-            }),
-        ),
+        ("OpenApi", openapi_schema()),
         (
             "JsonRpcMessage",
             json!({
@@ -555,12 +508,6 @@ pub(crate) fn serialised(operations: &[Operation], origin: &str) -> serde_json::
 
 /// `GET /api/v2/openapi.json`: the bytes serialised at startup, shared (a
 /// `Bytes` clone is a reference count, not a copy).
-pub(crate) async fn openapi_json(State(state): State<SharedState>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        state.openapi.clone(),
-    )
+pub(crate) async fn openapi_json(State(state): State<SharedState>) -> Response {
+    crate::openapi_common::json_bytes(state.openapi.clone())
 }

@@ -344,7 +344,7 @@ impl Catalogue {
         self.get(id).filter(|model| model.is_image())
     }
 
-    #[cfg(test)]
+    /// Every model, in catalogue order.
     pub(crate) fn models(&self) -> &[Arc<Model>] {
         &self.models
     }

@@ -17,6 +17,7 @@
 //! | `GATEWAY_CORS_ORIGINS` | none | comma-separated browser origins (`https://app.example`) allowed to call the gateway and read its quotes, receipts and rate limits; none: no CORS |
 //! | `GATEWAY_TRUSTED_PROXIES` | none | comma-separated CIDRs (`10.0.0.0/8, ::1`) of proxies whose forwarding header names the client; without them the socket peer is the client |
 //! | `GATEWAY_FORWARDED_HEADER` | `x-forwarded-for` | the header those proxies write: `x-forwarded-for` or `forwarded` (RFC 7239) |
+//! | `GATEWAY_BAZAAR` | `on` | `off`: 402s declare no `bazaar` discovery extension (`/.well-known/x402` and `/openapi.json` stay) |
 //! | `GATEWAY_IMAGE_JOB_MILLIS` | `2000` | how long an image job runs (`0`: answered at once) |
 //! | `GATEWAY_NETWORK` | `base-sepolia` | `base-sepolia`, `base`, `solana` (or `--network solana`), or `eip155:<chain id>` (then the three `GATEWAY_USDC_*`) |
 //! | `GATEWAY_FACILITATOR_URL` | none (development ledger) | the x402 facilitator that verifies and settles (`https://host[/path]` or `http://`); required on every network but `base-sepolia` |
@@ -112,6 +113,8 @@ pub(crate) struct Config {
     pub(crate) cors_origins: Vec<http::HeaderValue>,
     /// How long an image job takes before its result is ready.
     pub(crate) image_job: Duration,
+    /// Whether every 402 declares the `bazaar` discovery extension (`GATEWAY_BAZAAR`).
+    pub(crate) bazaar: bool,
     /// Where payments are quoted and settled.
     pub(crate) network: PaymentNetwork,
     /// The settle timeout, and payment faults for tests and demos.
@@ -244,6 +247,7 @@ impl Default for Config {
             client_ip: ClientIpResolver::new(),
             cors_origins: Vec::new(),
             image_job: Duration::from_millis(DEFAULT_IMAGE_JOB_MILLIS),
+            bazaar: true,
             network: PaymentNetwork::Evm(EvmSettings::base_sepolia()),
             payment_faults: Arc::default(),
             tls: ClientTls::webpki_roots(),
@@ -346,6 +350,11 @@ impl Config {
             .map_err(|(variable, reason)| invalid(&variable, reason))?;
         config.cors_origins = crate::cors::origins_from_vars(&var, "GATEWAY")
             .map_err(|(variable, reason)| invalid(&variable, reason))?;
+        match var("GATEWAY_BAZAAR").as_deref() {
+            None | Some("on") => {}
+            Some("off") => config.bazaar = false,
+            Some(_) => return Err(invalid("GATEWAY_BAZAAR", "expected on or off")),
+        }
         if let Some(millis) = var("GATEWAY_IMAGE_JOB_MILLIS") {
             let millis: u64 = millis.parse().map_err(|_| {
                 invalid(

@@ -37,6 +37,7 @@ use walletgate::x402::{
 };
 
 use crate::config::{EvmSettings, PaymentFaults, SolanaSettings};
+use crate::discovery::Bazaar;
 
 /// The layers after validation, built once from the configuration.
 pub(crate) struct Gates {
@@ -205,10 +206,13 @@ impl PaymentSettings {
     /// `paid_replay` lets the very payment that was settled through again,
     /// uncharged: the image routes use it so clients poll a paid job (and
     /// recover a lost answer) with the signature they paid with.
+    ///
+    /// `bazaar`, when given, declares each 402's discovery extension.
     pub(crate) fn layer(
         &self,
         paid_replay: bool,
         description: &str,
+        bazaar: Option<&Arc<Bazaar>>,
     ) -> Result<X402Layer, ConfigError> {
         let mut builder = X402Layer::builder()
             .with_pricing(RequestPrice::pricing)
@@ -223,19 +227,33 @@ impl PaymentSettings {
         for option in &self.options {
             builder = builder.with_payment_option(option.clone());
         }
+        if let Some(bazaar) = bazaar {
+            let bazaar = Arc::clone(bazaar);
+            builder = builder.with_quote_extensions(
+                move |request: &http::request::Parts, _: &walletgate::x402::server::Price| {
+                    bazaar.entry(request)
+                },
+            );
+        }
         builder.build()
     }
 
     /// The layer of the image routes: priced per image by `validate_image`,
     /// polls by their job (`find_job`).
-    pub(crate) fn image_layer(&self) -> Result<X402Layer, ConfigError> {
-        self.layer(true, "Image generation")
+    pub(crate) fn image_layer(
+        &self,
+        bazaar: Option<&Arc<Bazaar>>,
+    ) -> Result<X402Layer, ConfigError> {
+        self.layer(true, "Image generation", bazaar)
     }
 
     /// The layer of the inference routes: priced by model and request in the
     /// pipeline's model step.
-    pub(crate) fn inference_layer(&self) -> Result<X402Layer, ConfigError> {
-        self.layer(false, "Model inference")
+    pub(crate) fn inference_layer(
+        &self,
+        bazaar: Option<&Arc<Bazaar>>,
+    ) -> Result<X402Layer, ConfigError> {
+        self.layer(false, "Model inference", bazaar)
     }
 }
 

@@ -21,7 +21,8 @@ pub(crate) async fn models(State(gateway): State<AppState>) -> Response {
     response
 }
 
-fn id_prefix(endpoint: Endpoint) -> &'static str {
+/// The id prefix of `endpoint`'s answers (`chatcmpl-`, `msg_`, `resp_`).
+pub(crate) fn id_prefix(endpoint: Endpoint) -> &'static str {
     match endpoint {
         Endpoint::Chat => "chatcmpl-",
         Endpoint::Messages => "msg_",

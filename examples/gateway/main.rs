@@ -38,12 +38,15 @@ mod cli;
 mod config;
 #[path = "../common/cors.rs"]
 mod cors;
+mod discovery;
 mod extensions;
 mod gates;
 mod images;
 mod inference;
 #[path = "../common/logging.rs"]
 mod logging;
+#[path = "../common/openapi.rs"]
+mod openapi_common;
 mod pipeline;
 #[path = "../common/proxies.rs"]
 mod proxies;
@@ -54,6 +57,7 @@ mod reply;
 mod request;
 #[path = "../common/request_id.rs"]
 mod request_id;
+mod routes;
 #[path = "../common/shutdown.rs"]
 mod shutdown;
 mod state;
@@ -117,7 +121,7 @@ use crate::images::jobs::ImageJobs;
 use crate::images::{create_image, poll_image};
 use crate::inference::{infer, models};
 use crate::pipeline::{with_image_pipeline, with_pipeline, with_poll_pipeline};
-use crate::request::Endpoint;
+use crate::routes::Kind;
 use crate::state::{AppState, Gateway};
 use crate::stores::Stores;
 use crate::upstream::{EchoUpstream, FaultInjecting, ProviderRouter, SharedUpstream};
@@ -293,13 +297,6 @@ pub(crate) async fn check_facilitator(
     }
 }
 
-/// Inference paths and their endpoints; each is also served under `/api`.
-const INFERENCE_ROUTES: &[(&str, Endpoint)] = &[
-    ("/v1/chat/completions", Endpoint::Chat),
-    ("/v1/messages", Endpoint::Messages),
-    ("/v1/responses", Endpoint::Responses),
-];
-
 /// The shared Redis of the replicas (`GATEWAY_REDIS_URL`), if configured.
 fn redis_connection(config: &Config) -> Result<Option<RedisConnection>, AppError> {
     match &config.redis {
@@ -368,11 +365,22 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         .with_nonce_store(stores.nonce_store)
         .with_faults(config.payment_faults)
         .with_max_timeout_secs(config.max_timeout_secs)?;
+    let bazaar = config
+        .bazaar
+        .then(|| Arc::new(discovery::Bazaar::new(&config.catalogue)));
     let gates = Gates {
         free_tier: free_tier(config.free_tier, config.client_ip, redis.as_ref()),
-        inference_payment: payments.inference_layer()?,
-        image_payment: payments.image_layer()?,
+        inference_payment: payments.inference_layer(bazaar.as_ref())?,
+        image_payment: payments.image_layer(bazaar.as_ref())?,
     };
+    let documents = discovery::Documents::new(
+        &config.catalogue,
+        &discovery::Quoting {
+            options: &payments.options,
+            flat_fee: gates.inference_payment.flat_fee(),
+        },
+        &public_url,
+    );
     let images = ImageJobs::new(config.clock.clone(), config.image_job, stores.jobs);
     let state: AppState = Arc::new(Gateway::new(
         config.catalogue,
@@ -386,41 +394,49 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
 
     let ready = Arc::clone(&config_ready);
     let draining = config_draining;
-    let mut served = Router::new()
-        // Probes sit outside every gate and need no credentials.
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let answer = if draining.is_draining() {
-                    (StatusCode::SERVICE_UNAVAILABLE, "not ready: draining")
-                } else if ready.load(Ordering::Acquire) {
-                    (StatusCode::OK, "ready")
-                } else {
-                    (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "not ready: the facilitator has not answered",
-                    )
-                };
-                async move { answer }
-            }),
-        )
-        .route("/v1/models", get(models))
-        .route("/api/v1/models", get(models));
-    for &(path, endpoint) in INFERENCE_ROUTES {
-        let routes = Router::new()
-            .route(path, post(infer))
-            .route(&format!("/api{path}"), post(infer));
-        served = served.merge(with_pipeline(routes, &state, endpoint));
-    }
+    let readiness = move || {
+        let answer = if draining.is_draining() {
+            (StatusCode::SERVICE_UNAVAILABLE, "not ready: draining")
+        } else if ready.load(Ordering::Acquire) {
+            (StatusCode::OK, "ready")
+        } else {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: the facilitator has not answered",
+            )
+        };
+        async move { answer }
+    };
+    // Mounted from the route table, the same one the documents describe.
+    let mut served = Router::new();
     let mut image_jobs = Router::new();
     let mut image_polls = Router::new();
-    for base in ["", "/api"] {
-        image_jobs = image_jobs.route(&format!("{base}/v1/images/generations"), post(create_image));
-        image_polls = image_polls.route(
-            &format!("{base}/v1/images/generations/{{id}}"),
-            get(poll_image),
-        );
+    for route in routes::ROUTES {
+        let mut inference = Router::new();
+        for path in route.paths() {
+            let document = |bytes: bytes::Bytes| {
+                get(move || {
+                    let bytes = bytes.clone();
+                    async move { openapi_common::json_bytes(bytes) }
+                })
+            };
+            match route.kind {
+                // Probes sit outside every gate and need no credentials.
+                Kind::Health => served = served.route(&path, get(|| async { "ok" })),
+                Kind::Ready => served = served.route(&path, get(readiness.clone())),
+                Kind::Models => served = served.route(&path, get(models)),
+                Kind::WellKnownX402 => {
+                    served = served.route(&path, document(documents.well_known_x402.clone()));
+                }
+                Kind::OpenApi => served = served.route(&path, document(documents.openapi.clone())),
+                Kind::Inference(_) => inference = inference.route(&path, post(infer)),
+                Kind::ImageJob => image_jobs = image_jobs.route(&path, post(create_image)),
+                Kind::ImagePoll => image_polls = image_polls.route(&path, get(poll_image)),
+            }
+        }
+        if let Kind::Inference(endpoint) = route.kind {
+            served = served.merge(with_pipeline(inference, &state, endpoint));
+        }
     }
     let router = served
         .merge(with_image_pipeline(image_jobs, &state))

@@ -782,8 +782,8 @@ async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
     .unwrap()
     .with_public_url("http://gateway.test");
     for layer in [
-        settings.inference_layer().unwrap(),
-        settings.image_layer().unwrap(),
+        settings.inference_layer(None).unwrap(),
+        settings.image_layer(None).unwrap(),
     ] {
         let service = tower::ServiceBuilder::new()
             .layer(layer)

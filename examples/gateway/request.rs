@@ -32,6 +32,86 @@ impl Endpoint {
     }
 }
 
+impl Endpoint {
+    /// The body this endpoint's validation below accepts, as a JSON Schema
+    /// (draft 2020-12), `model` one of `models`; kept beside the validator,
+    /// and the tests check the two agree on the examples.
+    pub(crate) fn body_schema(self, models: &[&str]) -> Value {
+        let model = json!({"type": "string", "enum": models});
+        let count = json!({"type": "integer", "minimum": 1});
+        let number = json!({"type": "number"});
+        let content = json!({"type": ["string", "array"]});
+        match self {
+            Self::Chat => json!({
+                "type": "object",
+                "required": ["model", "messages"],
+                "properties": {
+                    "model": model,
+                    "messages": {"type": "array", "items": {
+                        "type": "object",
+                        "required": ["role"],
+                        "properties": {
+                            "role": {"type": "string", "enum": CHAT_ROLES},
+                            "content": {"type": ["string", "array", "null"]},
+                        },
+                    }},
+                    "stream": {"type": "boolean"},
+                    "max_tokens": count,
+                    "max_completion_tokens": count,
+                    "temperature": number,
+                    "top_p": number,
+                },
+            }),
+            Self::Messages => json!({
+                "type": "object",
+                "required": ["model", "max_tokens", "messages"],
+                "properties": {
+                    "model": model,
+                    "max_tokens": count,
+                    "system": {"type": ["string", "array"]},
+                    "messages": {"type": "array", "items": {
+                        "type": "object",
+                        "required": ["role", "content"],
+                        "properties": {
+                            "role": {"type": "string", "enum": ["user", "assistant"]},
+                            "content": content,
+                        },
+                    }},
+                    "stream": {"type": "boolean"},
+                    "temperature": number,
+                },
+            }),
+            Self::Responses => json!({
+                "type": "object",
+                "required": ["model", "input"],
+                "properties": {
+                    "model": model,
+                    "input": {"type": ["string", "array"]},
+                    "instructions": {"type": "string"},
+                    "max_output_tokens": count,
+                    "stream": {"type": "boolean"},
+                    "temperature": number,
+                },
+            }),
+        }
+    }
+
+    /// A one-turn body for `model` that the validation accepts.
+    pub(crate) fn example_body(self, model: &str) -> Value {
+        match self {
+            Self::Chat => json!({"model": model, "max_tokens": 64, "messages": [
+                {"role": "user", "content": "Say hello"}
+            ]}),
+            Self::Messages => json!({"model": model, "max_tokens": 64, "messages": [
+                {"role": "user", "content": "Say hello"}
+            ]}),
+            Self::Responses => {
+                json!({"model": model, "max_output_tokens": 64, "input": "Say hello"})
+            }
+        }
+    }
+}
+
 /// A validated request of any endpoint, in OpenAI chat form.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ChatRequest {

@@ -154,6 +154,38 @@ fn image_fields<'a>(check: &mut BodyCheck, object: &'a Map<String, Value>) -> Im
     }
 }
 
+/// The body [`image_fields`] accepts, as a JSON Schema (draft 2020-12),
+/// `model` one of `models`.
+pub(crate) fn body_schema(models: &[&str]) -> Value {
+    json!({
+        "type": "object",
+        "required": ["model", "prompt"],
+        "properties": {
+            "model": {"type": "string", "enum": models},
+            "prompt": {"type": "string", "minLength": 1},
+            "size": {"type": "string", "pattern": "^[0-9]+x[0-9]+$", "default": "1024x1024"},
+            "n": {"type": "integer", "minimum": 1, "maximum": MAX_IMAGES, "default": 1},
+        },
+    })
+}
+
+/// A body for `model` that [`image_fields`] accepts.
+pub(crate) fn example_body(model: &str) -> Value {
+    json!({"model": model, "prompt": "A lighthouse at dawn", "size": "1024x1024", "n": 1})
+}
+
+/// The 202 answer of a job still running (also each poll until it is done).
+pub(crate) fn running_job(id: &str, percent: u64, model: &str, poll_url: &str) -> Value {
+    json!({
+        "id": id,
+        "object": "image.generation.job",
+        "status": if percent == 0 { "queued" } else { "in_progress" },
+        "progress": percent,
+        "model": model,
+        "poll_url": poll_url,
+    })
+}
+
 fn is_size(text: &str) -> bool {
     text.split_once('x').is_some_and(|(width, height)| {
         [width, height].iter().all(|side| {
@@ -263,14 +295,12 @@ fn job_state(
     let mut response = match gateway.images.progress(job) {
         Progress::Running { percent } => json(
             StatusCode::ACCEPTED,
-            &json!({
-                "id": job.id,
-                "object": "image.generation.job",
-                "status": if percent == 0 { "queued" } else { "in_progress" },
-                "progress": percent,
-                "model": job.request.model.id,
-                "poll_url": format!("{prefix}/v1/images/generations/{}", job.id),
-            }),
+            &running_job(
+                &job.id,
+                percent,
+                job.request.model.id,
+                &format!("{prefix}/v1/images/generations/{}", job.id),
+            ),
         ),
         Progress::Done => json(
             StatusCode::OK,

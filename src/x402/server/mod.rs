@@ -4,6 +4,7 @@
 //!
 //! See the [`x402` module docs](super) for the payment flow.
 
+mod bazaar;
 mod extensions;
 mod future;
 pub(crate) mod layer;
@@ -14,6 +15,7 @@ pub(crate) mod replay;
 mod service;
 mod stream;
 
+pub use bazaar::{BAZAAR, BazaarRoute, JSON_SCHEMA_2020_12};
 pub use extensions::{QuoteExtensionMap, QuoteExtensions};
 pub use future::ResponseFuture;
 pub use layer::{X402Layer, X402LayerBuilder};

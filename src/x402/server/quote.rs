@@ -144,6 +144,11 @@ impl PaymentOption {
         self.decimals
     }
 
+    /// The asset's currency label (`USDC`), as quotes name it.
+    pub fn currency(&self) -> &str {
+        &self.currency
+    }
+
     /// The `accepts[]` entry for a total price; `None` if it is not a whole
     /// number of the asset's units.
     pub fn requirements(&self, total: UsdAmount) -> Option<PaymentRequirements> {
