@@ -80,6 +80,8 @@ mod client_tests;
 #[cfg(test)]
 mod cors_tests;
 #[cfg(test)]
+mod discovery_tests;
+#[cfg(test)]
 mod payment_tests;
 #[cfg(all(test, feature = "redis"))]
 mod redis_limits_tests;
