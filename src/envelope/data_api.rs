@@ -371,7 +371,12 @@ type RenderFn<E> = dyn Fn(E) -> Response<Bytes> + Send + Sync;
 /// carries the typed rejection in its extensions and the rendering is
 /// traced. The default holds no closure; a caller's is one `Arc`, cloned
 /// with the layer, never per request.
-pub struct RenderDataApiRejection<E>(Option<Arc<RenderFn<E>>>);
+pub struct RenderDataApiRejection<E> {
+    render: Option<Arc<RenderFn<E>>>,
+    /// Auth-params a layer adds to every `Bearer` challenge, whoever renders
+    /// (the wallet JWT layers' RFC 9728 `resource_metadata="…"`).
+    bearer_params: Option<Arc<str>>,
+}
 
 impl<E: DataApiRejection> RenderDataApiRejection<E> {
     /// Rejections rendered by `render`.
@@ -379,12 +384,15 @@ impl<E: DataApiRejection> RenderDataApiRejection<E> {
     where
         F: Fn(E) -> Response<Bytes> + Send + Sync + 'static,
     {
-        Self(Some(Arc::new(render)))
+        Self {
+            render: Some(Arc::new(render)),
+            bearer_params: None,
+        }
     }
 
     /// The response for `rejection`.
     pub fn render(&self, rejection: E) -> Response<Bytes> {
-        match &self.0 {
+        let mut response = match &self.render {
             None => rejection.into_data_api_response(),
             Some(render) => {
                 trace_rendered(&rejection);
@@ -393,26 +401,78 @@ impl<E: DataApiRejection> RenderDataApiRejection<E> {
                 response.extensions_mut().insert(kept);
                 response
             }
+        };
+        if let Some(params) = &self.bearer_params {
+            add_bearer_params(response.headers_mut(), params);
         }
+        response
+    }
+}
+
+impl<E> RenderDataApiRejection<E> {
+    /// The same rendering, with `render` in place of the current one (the
+    /// layer's bearer auth-params stay).
+    pub(crate) fn replace_render(&mut self, render: Self) {
+        self.render = render.render;
+    }
+
+    /// Adds `params` (`name="value"`, comma-separated) to every `Bearer`
+    /// challenge this renders, also a caller's.
+    // Unused when no wallet JWT layer is compiled in.
+    #[allow(dead_code)]
+    pub(crate) fn set_bearer_params(&mut self, params: Option<Arc<str>>) {
+        self.bearer_params = params;
+    }
+}
+
+/// Appends `params` to a `Bearer` challenge in `headers`; other challenges
+/// (an API key's) stay as they are.
+fn add_bearer_params(headers: &mut HeaderMap, params: &str) {
+    let Some(challenge) = headers.get(http::header::WWW_AUTHENTICATE) else {
+        return;
+    };
+    let Ok(text) = challenge.to_str() else {
+        return;
+    };
+    let is_bearer = text
+        .get(..6)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("bearer"))
+        && (text.len() == 6 || text.as_bytes()[6] == b' ');
+    if !is_bearer {
+        return;
+    }
+    let joined = if text.len() == 6 {
+        format!("{text} {params}")
+    } else {
+        format!("{text}, {params}")
+    };
+    if let Ok(value) = HeaderValue::from_str(&joined) {
+        headers.insert(http::header::WWW_AUTHENTICATE, value);
     }
 }
 
 impl<E> Default for RenderDataApiRejection<E> {
     /// The Area A envelope.
     fn default() -> Self {
-        Self(None)
+        Self {
+            render: None,
+            bearer_params: None,
+        }
     }
 }
 
 impl<E> Clone for RenderDataApiRejection<E> {
     fn clone(&self) -> Self {
-        Self(self.0.clone())
+        Self {
+            render: self.render.clone(),
+            bearer_params: self.bearer_params.clone(),
+        }
     }
 }
 
 impl<E> fmt::Debug for RenderDataApiRejection<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let who = if self.0.is_some() {
+        let who = if self.render.is_some() {
             "caller"
         } else {
             "default"
@@ -493,5 +553,49 @@ mod tests {
         );
         assert_eq!(response.extensions().get::<Probe>(), Some(&Probe));
         assert_eq!(format!("{render:?}"), "RenderDataApiRejection(\"caller\")");
+    }
+
+    #[test]
+    fn bearer_params_reach_bearer_challenges_only_whoever_renders() {
+        let params: Arc<str> = Arc::from(
+            "resource_metadata=\"https://api.test/.well-known/oauth-protected-resource\"",
+        );
+        let mut render = RenderDataApiRejection::default();
+        render.set_bearer_params(Some(params.clone()));
+        let response = render.render(Probe);
+        assert_eq!(
+            response.headers()["www-authenticate"],
+            format!("Bearer error=\"invalid_token\", {params}").as_str()
+        );
+        render.replace_render(RenderDataApiRejection::new(|probe: Probe| {
+            let mut response = Response::new(Bytes::new());
+            probe
+                .to_data_api_error()
+                .write_headers(response.headers_mut());
+            response
+        }));
+        let response = render.render(Probe);
+        assert!(
+            response.headers()["www-authenticate"]
+                .to_str()
+                .unwrap()
+                .ends_with(&*params)
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::WWW_AUTHENTICATE, API_KEY_CHALLENGE);
+        add_bearer_params(&mut headers, &params);
+        assert_eq!(headers["www-authenticate"], API_KEY_CHALLENGE);
+        headers.insert(
+            http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer"),
+        );
+        add_bearer_params(&mut headers, "a=\"b\"");
+        assert_eq!(headers["www-authenticate"], "Bearer a=\"b\"");
+        headers.insert(
+            http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearerish x"),
+        );
+        add_bearer_params(&mut headers, "a=\"b\"");
+        assert_eq!(headers["www-authenticate"], "Bearerish x");
     }
 }

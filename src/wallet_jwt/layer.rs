@@ -8,7 +8,7 @@ use http::Response;
 use tower_layer::{Layer, Stack};
 
 use super::service::WalletJwt;
-use super::{JwtError, JwtVerifier, RequireScopesLayer, ScopeSet};
+use super::{JwtError, JwtVerifier, RequireScopesLayer, ResourceMetadataUrl, ScopeSet};
 use crate::envelope::RenderDataApiRejection;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +24,7 @@ pub(super) struct Config {
     pub(super) verifier: JwtVerifier,
     pub(super) mode: BearerMode,
     pub(super) reject: RenderDataApiRejection<JwtError>,
+    pub(super) resource_metadata: Option<ResourceMetadataUrl>,
 }
 
 impl fmt::Debug for Config {
@@ -53,6 +54,7 @@ impl WalletJwtLayer {
                 verifier,
                 mode: BearerMode::Required,
                 reject: RenderDataApiRejection::default(),
+                resource_metadata: None,
             }),
         }
     }
@@ -66,7 +68,21 @@ impl WalletJwtLayer {
     where
         F: Fn(JwtError) -> Response<Bytes> + Send + Sync + 'static,
     {
-        Arc::make_mut(&mut self.config).reject = RenderDataApiRejection::new(render);
+        Arc::make_mut(&mut self.config)
+            .reject
+            .replace_render(RenderDataApiRejection::new(render));
+        self
+    }
+
+    /// Names the protected resource's metadata document (RFC 9728) in every
+    /// `Bearer` challenge of a 401, also one a
+    /// [`with_rejection`](Self::with_rejection) renders:
+    /// `WWW-Authenticate: Bearer error="invalid_token", resource_metadata="<url>"`.
+    /// [`require`](Self::require) hands it to its scope guard.
+    pub fn with_resource_metadata(mut self, url: ResourceMetadataUrl) -> Self {
+        let config = Arc::make_mut(&mut self.config);
+        config.reject.set_bearer_params(Some(url.param()));
+        config.resource_metadata = Some(url);
         self
     }
 
@@ -96,7 +112,11 @@ impl WalletJwtLayer {
     /// # Ok::<(), walletgate::wallet_jwt::ConfigError>(())
     /// ```
     pub fn require(self, scopes: impl Into<ScopeSet>) -> Stack<RequireScopesLayer, WalletJwtLayer> {
-        Stack::new(RequireScopesLayer::new(scopes), self)
+        let mut guard = RequireScopesLayer::new(scopes);
+        if let Some(url) = &self.config.resource_metadata {
+            guard = guard.with_resource_metadata(url.clone());
+        }
+        Stack::new(guard, self)
     }
 }
 
@@ -187,6 +207,39 @@ mod tests {
         let layer = WalletJwtLayer::new(verifier()).optional_bearer();
         assert_eq!(layer.config.mode, BearerMode::Optional);
         assert_eq!(layer.verifier().keys().len(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_resource_metadata_url_rides_every_401_and_reaches_the_scope_guard() {
+        let url = ResourceMetadataUrl::new(&format!(
+            "{ORIGIN}/.well-known/oauth-protected-resource/mcp"
+        ))
+        .unwrap();
+        let expected = format!(
+            "Bearer error=\"invalid_token\", resource_metadata=\"{}\"",
+            url.as_str()
+        );
+        let layer = WalletJwtLayer::new(verifier()).with_resource_metadata(url.clone());
+        for authorization in [None, Some("Bearer not.a.jwt"), Some("Basic abc")] {
+            let (status, challenge, _) = answer(layer.clone(), authorization).await;
+            assert_eq!((status, challenge.as_str()), (401, expected.as_str()));
+        }
+        // A caller's rendering keeps it, whichever setter came first.
+        let rendered = WalletJwtLayer::new(verifier())
+            .with_resource_metadata(url.clone())
+            .with_rejection(|error| {
+                let mut response = Response::new(Bytes::new());
+                *response.status_mut() = error.status();
+                error
+                    .to_data_api_error()
+                    .write_headers(response.headers_mut());
+                response
+            });
+        assert_eq!(answer(rendered, None).await.1, expected);
+        let guarded = WalletJwtLayer::new(verifier())
+            .with_resource_metadata(url)
+            .require(Scope::ReadFavorites);
+        assert_eq!(answer(guarded, None).await.1, expected);
     }
 
     #[tokio::test]

@@ -152,6 +152,7 @@ pub mod jwt;
 mod keys;
 mod layer;
 mod require;
+mod resource_metadata;
 mod revocation;
 mod scope;
 mod service;
@@ -167,6 +168,7 @@ pub use jwks::JwksUrl;
 pub use keys::{KeySet, VerificationKey};
 pub use layer::WalletJwtLayer;
 pub use require::{RequireScopes, RequireScopesLayer, RequireScopesRejection};
+pub use resource_metadata::ResourceMetadataUrl;
 pub use revocation::{InMemoryRevocations, RevocationCheck};
 pub use scope::{CustomScope, InvalidScope, Scope, ScopeError, ScopeSet};
 pub use service::WalletJwt;
@@ -201,6 +203,9 @@ pub enum ConfigError {
     InvalidJwksUrl(String),
     /// A JWKS URL could not be fetched, and why.
     JwksUnavailable(String),
+    /// A protected resource metadata URL (RFC 9728) that is not an absolute
+    /// `http(s)://` URL a challenge can quote.
+    InvalidResourceMetadataUrl(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -217,6 +222,10 @@ impl fmt::Display for ConfigError {
             Self::EmptyPatPrefix => f.write_str("empty PAT prefix"),
             Self::InvalidJwksUrl(url) => write!(f, "invalid JWKS URL: {url}"),
             Self::JwksUnavailable(reason) => write!(f, "JWKS unavailable: {reason}"),
+            Self::InvalidResourceMetadataUrl(url) => write!(
+                f,
+                "invalid protected resource metadata URL (absolute http(s), no quotes, spaces, query or fragment): {url}"
+            ),
         }
     }
 }

@@ -13,7 +13,7 @@ use tower_service::Service;
 use super::extract::NoBearer;
 use super::extract::WalletClaimsRejection;
 use super::future::ResponseFuture;
-use super::{ScopeError, ScopeSet, WalletClaims, WalletMismatch};
+use super::{ResourceMetadataUrl, ScopeError, ScopeSet, WalletClaims, WalletMismatch};
 use crate::body::ResponseBody;
 use crate::envelope::{DataApiRejection, RenderDataApiRejection, data_api_rejection};
 
@@ -135,7 +135,19 @@ impl RequireScopesLayer {
     where
         F: Fn(RequireScopesRejection) -> Response<Bytes> + Send + Sync + 'static,
     {
-        Arc::make_mut(&mut self.config).reject = RenderDataApiRejection::new(render);
+        Arc::make_mut(&mut self.config)
+            .reject
+            .replace_render(RenderDataApiRejection::new(render));
+        self
+    }
+
+    /// Names the protected resource's metadata document (RFC 9728) in the
+    /// `Bearer` challenge of every 401 and 403 `insufficient_scope`, also
+    /// one a [`with_rejection`](Self::with_rejection) renders.
+    pub fn with_resource_metadata(mut self, url: ResourceMetadataUrl) -> Self {
+        Arc::make_mut(&mut self.config)
+            .reject
+            .set_bearer_params(Some(url.param()));
         self
     }
 
@@ -379,6 +391,51 @@ mod tests {
         let guard = RequireScopes::layer(Scope::ReadFavorites);
         assert_eq!(status(guard.clone(), "/", Some(NoBearer)).await, 401);
         assert_eq!(status(guard, "/", None::<NoBearer>).await, 500);
+    }
+
+    #[tokio::test]
+    async fn the_resource_metadata_url_is_in_every_bearer_challenge() {
+        let url = "https://api.test/.well-known/oauth-protected-resource";
+        let guard = RequireScopesLayer::new(Scope::ReadFavorites)
+            .with_resource_metadata(ResourceMetadataUrl::new(url).unwrap());
+        let inner = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(())) });
+        let service = tower_layer::Layer::layer(&guard, inner);
+        let challenge = |extension: Result<WalletClaims, NoBearer>| {
+            let mut request = Request::get("/").body(()).unwrap();
+            match extension {
+                Ok(claims) => {
+                    request.extensions_mut().insert(claims);
+                }
+                Err(none) => {
+                    request.extensions_mut().insert(none);
+                }
+            }
+            let service = service.clone();
+            async move {
+                let response = service.oneshot(request).await.unwrap();
+                let value = response.headers()["www-authenticate"]
+                    .to_str()
+                    .unwrap()
+                    .to_owned();
+                (response.status().as_u16(), value)
+            }
+        };
+        assert_eq!(
+            challenge(Err(NoBearer)).await,
+            (
+                401,
+                format!("Bearer error=\"invalid_token\", resource_metadata=\"{url}\"")
+            )
+        );
+        assert_eq!(
+            challenge(Ok(claims("read:wallets"))).await,
+            (
+                403,
+                format!(
+                    "Bearer error=\"insufficient_scope\", scope=\"read:favorites\", resource_metadata=\"{url}\""
+                )
+            )
+        );
     }
 
     #[test]
