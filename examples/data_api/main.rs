@@ -54,6 +54,7 @@ mod mcp;
 mod openapi;
 #[path = "../common/openapi.rs"]
 mod openapi_common;
+mod protected_resource;
 #[path = "../common/proxies.rs"]
 mod proxies;
 mod quotas;
@@ -86,7 +87,7 @@ use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore,
 use walletgate::clock::{SharedClock, SystemClock};
 use walletgate::siwe::SiweVerifier;
 use walletgate::tokens::{IssuerConfig, SigningKeys, TokenIssuer};
-use walletgate::wallet_jwt::{JwksUrl, JwtVerifier, KeySet, WalletJwtLayer};
+use walletgate::wallet_jwt::{JwksUrl, JwtVerifier, KeySet, ResourceMetadataUrl, WalletJwtLayer};
 
 use crate::favorites::Favorites;
 use crate::openapi::{Access, Operation};
@@ -331,9 +332,21 @@ pub(crate) fn build_with_clock(
         relationships: Relationships::default(),
         clock: clock.clone(),
         openapi: openapi::serialised(&operations, &config.origin)?,
+        protected_resource: protected_resource::Documents::new(&config.origin, &operations),
     });
+    let metadata = ResourceMetadata {
+        api: protected_resource::metadata_url(&config.origin, "")?,
+        mcp: protected_resource::metadata_url(&config.origin, protected_resource::MCP_RESOURCE)?,
+    };
     let api_keys = ApiKeyLayer::new(key_store).with_quota_store(key_quotas(config, clock)?);
-    let (router, close_mcp_streams) = router(state, operations, api_keys, verifier, &config.origin);
+    let (router, close_mcp_streams) = router(
+        state,
+        operations,
+        api_keys,
+        verifier,
+        &config.origin,
+        &metadata,
+    );
     // Probes sit outside every gate and need no credentials.
     let router = health::routes(readiness)
         .merge(router)
@@ -383,13 +396,22 @@ fn external_verifier(
 /// documents needs `X-API-KEY`; wallet-scoped routes also need a wallet JWT
 /// with the scopes their guard names; token management needs the SIWE
 /// session cookie instead.
+/// The RFC 9728 metadata URLs every bearer challenge names: the REST API's
+/// and the MCP endpoint's.
+struct ResourceMetadata {
+    api: ResourceMetadataUrl,
+    mcp: ResourceMetadataUrl,
+}
+
 fn router(
     state: SharedState,
     operations: Vec<Operation>,
     api_keys: ApiKeys,
     verifier: JwtVerifier,
     origin: &str,
+    metadata: &ResourceMetadata,
 ) -> (Router, mcp::CloseStreams) {
+    let jwt = || WalletJwtLayer::new(verifier.clone()).with_resource_metadata(metadata.api.clone());
     let mut public = Router::new();
     let mut keyed = Router::new();
     let mut token_management = Router::new();
@@ -402,16 +424,16 @@ fn router(
             }
             Access::Session => token_management = token_management.route(path, handler),
             Access::Wallet(guard) => {
+                let guard = guard.with_resource_metadata(metadata.api.clone());
                 wallet_scoped = wallet_scoped.route(path, handler.route_layer(guard));
             }
         }
     }
 
-    let wallet_scoped = wallet_scoped.route_layer(WalletJwtLayer::new(verifier.clone()));
+    let wallet_scoped = wallet_scoped.route_layer(jwt());
     // Token management reads the session cookie; a bearer, if sent, is
     // verified so revocation can insist it names the same wallet.
-    let token_management =
-        token_management.route_layer(WalletJwtLayer::new(verifier.clone()).optional_bearer());
+    let token_management = token_management.route_layer(jwt().optional_bearer());
 
     let keyed = keyed
         .merge(wallet_scoped)
@@ -421,7 +443,13 @@ fn router(
     // MCP: one service that applies the same `ApiKeyLayer` (same quotas) itself,
     // inside its JSON-RPC rejection rewriter; the table describes it through
     // `mcp_operation`, and the described tests probe it.
-    let (mcp, close_mcp_streams) = mcp::service(state.clone(), api_keys, verifier, origin);
+    let (mcp, close_mcp_streams) = mcp::service(
+        state.clone(),
+        api_keys,
+        verifier,
+        origin,
+        metadata.mcp.clone(),
+    );
     let router = public
         .nest_service("/mcp", mcp)
         .merge(keyed)

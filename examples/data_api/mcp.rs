@@ -43,7 +43,7 @@ use tower::Layer;
 use tower::Service;
 use tower::util::MapRequest;
 use walletgate::envelope::DataApiRejection;
-use walletgate::wallet_jwt::{JwtVerifier, WalletJwtLayer};
+use walletgate::wallet_jwt::{JwtVerifier, ResourceMetadataUrl, WalletJwtLayer};
 
 use crate::state::SharedState;
 use crate::tools::DataApiTools;
@@ -98,6 +98,7 @@ pub(crate) fn service(
     api_keys: ApiKeys,
     verifier: JwtVerifier,
     origin: &str,
+    resource_metadata: ResourceMetadataUrl,
 ) -> (McpService, CloseStreams) {
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(allowed_hosts(origin))
@@ -112,6 +113,7 @@ pub(crate) fn service(
     );
     let tools = JsonRpcParse { inner: tools };
     let tools = WalletJwtLayer::new(verifier)
+        .with_resource_metadata(resource_metadata)
         .optional_bearer()
         .with_rejection(jsonrpc_rejection)
         .layer(tools);

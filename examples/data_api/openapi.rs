@@ -366,6 +366,22 @@ fn error_response(description: &str) -> Value {
     json_response(description, Some(schema_ref("Error")))
 }
 
+/// Every scope a wallet-scoped operation's security requirement lists,
+/// sorted: what the RFC 9728 metadata offers (`scopes_supported`).
+pub(crate) fn scopes(operations: &[Operation]) -> Vec<String> {
+    let mut scopes: Vec<String> = operations
+        .iter()
+        .filter_map(|operation| match &operation.access {
+            Access::Wallet(guard) => Some(guard.scopes()),
+            _ => None,
+        })
+        .flat_map(|scopes| scopes.iter().map(|scope| scope.as_str().to_owned()))
+        .collect();
+    scopes.sort();
+    scopes.dedup();
+    scopes
+}
+
 /// The whole document for a server at `origin`.
 pub(crate) fn document(operations: &[Operation], origin: &str) -> Value {
     let mut paths = Map::new();
@@ -451,8 +467,23 @@ fn schemas() -> Value {
 }
 
 /// Bodies whose type is the library's or a protocol's, not this server's.
-fn library_schemas() -> [(&'static str, Value); 4] {
+fn library_schemas() -> [(&'static str, Value); 5] {
     [
+        (
+            "ProtectedResourceMetadata",
+            json!({
+                "type": "object",
+                "description": "RFC 9728 protected resource metadata.",
+                "required": ["resource", "bearer_methods_supported", "scopes_supported"],
+                "properties": {
+                    "resource": { "type": "string", "format": "uri" },
+                    "bearer_methods_supported": { "type": "array", "items": { "type": "string", "enum": ["header"] } },
+                    "scopes_supported": { "type": "array", "items": { "type": "string" } },
+                    "resource_name": { "type": "string" },
+                    "resource_documentation": { "type": "string", "format": "uri" }
+                }
+            }),
+        ),
         (
             "Error",
             json!({

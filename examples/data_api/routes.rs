@@ -11,7 +11,7 @@ use crate::favorites::{DEFAULT_LIMIT, MAX_LIMIT, MIN_LIMIT};
 use crate::openapi::{
     Access, Operation, path_parameter, query_parameter, required_query_parameter, schema_ref,
 };
-use crate::{auth, openapi, rest};
+use crate::{auth, openapi, protected_resource, rest};
 
 /// Every operation of the API, in the order the document lists them.
 pub(crate) fn operations() -> Vec<Operation> {
@@ -23,6 +23,16 @@ pub(crate) fn operations() -> Vec<Operation> {
             .access(Access::Public)
             .doc("discovery", "This document")
             .response(200, "The OpenAPI 3.1 description of this server", schema_ref("OpenApi")),
+        Operation::get(protected_resource::WELL_KNOWN, "getProtectedResourceMetadata", protected_resource::api_metadata)
+            .access(Access::Public)
+            .doc("discovery", "RFC 9728 metadata of the REST API")
+            .description("How the API wants its bearer (the `Authorization` header) and the scopes its operations require; every bearer 401 and scope 403 names this document in `WWW-Authenticate: Bearer … resource_metadata`. No authorization server: wallet JWTs come from the SIWE and token exchange operations.")
+            .response(200, "The protected resource metadata", schema_ref("ProtectedResourceMetadata")),
+        Operation::get("/.well-known/oauth-protected-resource/mcp", "getMcpProtectedResourceMetadata", protected_resource::mcp_metadata)
+            .access(Access::Public)
+            .doc("discovery", "RFC 9728 metadata of the MCP endpoint")
+            .description("The same for the resource `/mcp`; its 401s name this document.")
+            .response(200, "The protected resource metadata", schema_ref("ProtectedResourceMetadata")),
         Operation::get("/.well-known/jwks.json", "getJwks", auth::jwks)
             .access(Access::Public)
             .doc("discovery", "Public keys that verify wallet JWTs")

@@ -23,6 +23,8 @@ pub(crate) struct AppState {
     pub(crate) clock: SharedClock,
     /// The live description, rendered and serialised once from the route table.
     pub(crate) openapi: Bytes,
+    /// The RFC 9728 metadata documents, serialised once.
+    pub(crate) protected_resource: crate::protected_resource::Documents,
 }
 
 pub(crate) type SharedState = Arc<AppState>;

@@ -33,6 +33,9 @@ mod jwt;
 #[path = "tests_mcp.rs"]
 mod mcp;
 mod newcomer;
+/// RFC 9728 metadata and the challenges that name it.
+#[path = "tests_protected_resource.rs"]
+mod protected_resource;
 #[cfg(feature = "redis")]
 mod redis_quota;
 mod replicas;

@@ -167,10 +167,10 @@ fn assert_invalid_token(reply: &Reply, case: &str) {
         "{case}: {}",
         reply.body
     );
-    assert_eq!(
-        reply.headers[header::WWW_AUTHENTICATE],
-        "Bearer error=\"invalid_token\"",
-        "{case}"
+    let challenge = reply.headers[header::WWW_AUTHENTICATE].to_str().unwrap();
+    assert!(
+        challenge.starts_with("Bearer error=\"invalid_token\", resource_metadata=\"http://"),
+        "{case}: {challenge}"
     );
 }
 
@@ -307,6 +307,12 @@ async fn a_revoked_pats_jwt_is_refused_on_the_next_rest_and_mcp_request() {
     assert!(rest.body.to_string().contains("revoked"), "{}", rest.body);
     let (status, challenge, text) = mcp_initialize(&server, &mcp_headers).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{text}");
-    assert_eq!(challenge, "Bearer error=\"invalid_token\"");
+    assert_eq!(
+        challenge,
+        format!(
+            "Bearer error=\"invalid_token\", resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"",
+            server.base
+        )
+    );
     assert!(text.contains("revoked"), "{text}");
 }

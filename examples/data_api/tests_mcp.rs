@@ -13,15 +13,23 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use super::*;
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"walletgate-test","version":"1"}}}"#;
+pub(super) const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"walletgate-test","version":"1"}}}"#;
 /// Past the default 15-minute JWT lifetime and its leeway.
-const PAST_EXPIRY: Duration = Duration::from_secs(15 * 60 + 31);
+pub(super) const PAST_EXPIRY: Duration = Duration::from_secs(15 * 60 + 31);
 
 /// A raw `/mcp` answer: JSON-RPC replies arrive as SSE `data:` lines.
-struct McpReply {
-    status: StatusCode,
-    headers: HeaderMap,
+pub(super) struct McpReply {
+    pub(super) status: StatusCode,
+    pub(super) headers: HeaderMap,
     text: String,
+}
+
+/// `/mcp`'s bearer 401 challenge: RFC 6750's, naming its RFC 9728 metadata.
+fn mcp_invalid_token(server: &Server) -> String {
+    format!(
+        "Bearer error=\"invalid_token\", resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"",
+        server.base
+    )
 }
 
 impl McpReply {
@@ -39,7 +47,7 @@ impl McpReply {
 }
 
 impl Server {
-    async fn mcp(&self, headers: &[(&str, &str)], body: &str) -> McpReply {
+    pub(super) async fn mcp(&self, headers: &[(&str, &str)], body: &str) -> McpReply {
         let mut request = Request::builder()
             .method(Method::POST)
             .uri(format!("{}/mcp", self.base))
@@ -141,7 +149,7 @@ async fn mcps_401_is_the_body_its_with_rejection_renders() {
     assert_eq!(malformed.text.as_bytes(), expected.body().as_ref());
     assert_eq!(
         malformed.headers[header::WWW_AUTHENTICATE],
-        "Bearer error=\"invalid_token\""
+        mcp_invalid_token(&server).as_str()
     );
 }
 
@@ -201,7 +209,7 @@ async fn mcp_with_an_expired_jwt_is_a_jsonrpc_401_invalid_token() {
     assert!(message.contains("expired"), "{message}");
     assert_eq!(
         expired.headers[header::WWW_AUTHENTICATE],
-        "Bearer error=\"invalid_token\""
+        mcp_invalid_token(&server).as_str()
     );
 
     // The client refreshes and reconnects.
