@@ -8,7 +8,7 @@
 //! | layer | answers |
 //! |---|---|
 //! | `ApiKeyLayer` (the REST routes' own, so quotas are shared) | 401 without a valid `X-API-KEY`, 429 over quota, 503 when a store cannot answer |
-//! | `WalletJwtLayer::optional_bearer` | 401 `invalid_token` for a present but invalid or expired JWT; no JWT passes |
+//! | `WalletJwtLayer::optional_bearer` | 401 `invalid_token` for a present but invalid or expired JWT, naming `/.well-known/oauth-protected-resource/mcp` (RFC 9728 `resource_metadata`); no JWT passes |
 //! | [`JsonRpcParse`] | 400 `-32700` for a POST's JSON body that does not parse (rmcp says a bare 415); 204 for an accepted `DELETE` (session termination; rmcp says 202, which the Python client reports as a failure) |
 //!
 //! Both gates render their refusals as JSON-RPC errors themselves

@@ -10,7 +10,8 @@
 //! Listens on `GATEWAY_LISTEN` (default `127.0.0.1:8402`) and serves
 //! `/v1/chat/completions`, `/v1/messages`, `/v1/responses`, `/v1/models` and
 //! `/v1/images/generations` (paid jobs, polled; see `images/`), each also
-//! under `/api/v1/…`. Answers come from the embedded echo family
+//! under `/api/v1/…`, and the discovery documents `/.well-known/x402` and
+//! `/openapi.json` (`discovery.rs`). Answers come from the embedded echo family
 //! unless a provider's OpenAI-compatible upstream is configured; see
 //! `config.rs` for every variable. Logs go to standard error through
 //! `tracing`: `RUST_LOG` filters (default `info`: settlements and refusals),
@@ -25,7 +26,8 @@
 //! settled by the x402 facilitator at `GATEWAY_FACILITATOR_URL`.
 //!
 //! Where things live: this file reads the configuration and wires the
-//! layers ([`app`]); `pipeline.rs` orders the steps of each route;
+//! layers ([`app`]), mounting the route table of `routes.rs`, which
+//! `discovery.rs` also renders; `pipeline.rs` orders the steps of each route;
 //! `extensions.rs` holds what a step hands on to the next; `gates.rs` the
 //! free-tier limit and the payment layers with their pricing hooks;
 //! `state.rs` what every request shares, and the upstream call;
