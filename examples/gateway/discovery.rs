@@ -82,7 +82,8 @@ fn bazaar_route(route: &Route, model: &Model, catalogue: &Catalogue) -> Map<Stri
         bazaar = bazaar.with_path_params(params, route.path.replace("{id}", ":id"));
     }
     if let Some((_, answer)) = route.example_answer(model) {
-        bazaar = bazaar.with_json_output(answer, None);
+        let schema = schema_of(&answer);
+        bazaar = bazaar.with_json_output(answer, Some(schema));
     }
     bazaar.to_extensions()
 }

@@ -934,6 +934,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_servers_extensions_reach_each_402_by_request_and_payments_still_match() {
+        let facade = Arc::new(Facade::default());
+        let layer = chat_layer(&facade)
+            .with_quote_extensions(|request: &http::request::Parts, price: &Price| {
+                let flavour = request.headers.get("x-flavour")?.to_str().ok()?.to_owned();
+                let mut map = serde_json::Map::new();
+                map.insert(
+                    "bazaar".into(),
+                    serde_json::json!({"flavour": flavour, "paid": !price.is_free()}),
+                );
+                Some(Arc::new(map))
+            })
+            .build()
+            .unwrap();
+        let quote = |flavour: Option<&'static str>| {
+            let mut request = Request::post("http://gw.test/v1/chat/completions");
+            if let Some(flavour) = flavour {
+                request = request.header("x-flavour", flavour);
+            }
+            service(&layer).oneshot(request.body(Full::default()).unwrap())
+        };
+        // Same URL and price, other extensions: never the cached quote of another.
+        for flavour in [Some("a"), Some("b"), None, Some("a")] {
+            let response = quote(flavour).await.unwrap();
+            assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
+            let required: PaymentRequired =
+                codec::decode(response.headers()[header::PAYMENT_REQUIRED].as_bytes()).unwrap();
+            let declared = required
+                .extensions
+                .map(|extensions| extensions["bazaar"]["flavour"].clone());
+            assert_eq!(declared, flavour.map(serde_json::Value::from));
+        }
+        let paid = service(&layer)
+            .oneshot(paid(&payment(9), None))
+            .await
+            .unwrap();
+        assert_eq!(paid.status(), 200);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
     async fn a_failing_hook_is_counted_and_never_charges_twice() {
         let f = fixture();
         f.hook_fails.store(true, Ordering::SeqCst);
