@@ -285,3 +285,78 @@ fn each_body_schema_agrees_with_its_validator_on_examples() {
         }
     }
 }
+
+/// Bodies one field away from `route`'s example that its validator refuses.
+fn refused_variants(kind: Kind, example: &Value) -> Vec<(&'static str, Value)> {
+    let with = |field: &str, value: Value| {
+        let mut body = example.clone();
+        body[field] = value;
+        body
+    };
+    let mut variants = vec![
+        ("model not a string", with("model", json!(7))),
+        ("unknown model", with("model", json!("nobody/nothing"))),
+    ];
+    match kind {
+        Kind::Inference(endpoint) => {
+            let (list, count) = match endpoint {
+                Endpoint::Chat => ("messages", "max_tokens"),
+                Endpoint::Messages => ("messages", "max_tokens"),
+                Endpoint::Responses => ("input", "max_output_tokens"),
+            };
+            variants.push(("stream not a boolean", with("stream", json!("yes"))));
+            variants.push(("zero tokens", with(count, json!(0))));
+            variants.push(("conversation not a list", with(list, json!(5))));
+            if endpoint != Endpoint::Responses {
+                variants.push((
+                    "unknown role",
+                    with(list, json!([{"role": "robot", "content": "hi"}])),
+                ));
+            }
+        }
+        Kind::ImageJob => {
+            variants.push(("empty prompt", with("prompt", json!(""))));
+            variants.push(("too many images", with("n", json!(5))));
+            variants.push(("bad size", with("size", json!("large"))));
+        }
+        _ => {}
+    }
+    variants
+}
+
+#[tokio::test]
+async fn what_a_body_schema_refuses_the_server_refuses_too() {
+    let server = Server::start(Config::default()).await;
+    let catalogue = Catalogue::embedded();
+    for route in ROUTES {
+        let Some(schema) = route.body_schema(&catalogue) else {
+            continue;
+        };
+        let model = route
+            .models(&catalogue)
+            .into_iter()
+            .find(|model| !model.is_free())
+            .unwrap();
+        let example = route.example_body(model).unwrap();
+        validate(&schema, &example).unwrap();
+        let quoted = server
+            .post_once(route.path, example.to_string(), None)
+            .await;
+        assert_eq!(quoted.status, StatusCode::PAYMENT_REQUIRED, "{}", route.id);
+        for (why, body) in refused_variants(route.kind, &example) {
+            assert!(
+                validate(&schema, &body).is_err(),
+                "{} {why}: schema accepts",
+                route.id
+            );
+            let reply = server.post_once(route.path, body.to_string(), None).await;
+            assert!(
+                reply.status == StatusCode::BAD_REQUEST || reply.status == StatusCode::NOT_FOUND,
+                "{} {why}: {} {}",
+                route.id,
+                reply.status,
+                reply.text()
+            );
+        }
+    }
+}
