@@ -412,14 +412,14 @@ impl<E: DataApiRejection> RenderDataApiRejection<E> {
 impl<E> RenderDataApiRejection<E> {
     /// The same rendering, with `render` in place of the current one (the
     /// layer's bearer auth-params stay).
+    #[cfg_attr(not(feature = "wallet-jwt"), allow(dead_code))]
     pub(crate) fn replace_render(&mut self, render: Self) {
         self.render = render.render;
     }
 
     /// Adds `params` (`name="value"`, comma-separated) to every `Bearer`
     /// challenge this renders, also a caller's.
-    // Unused when no wallet JWT layer is compiled in.
-    #[allow(dead_code)]
+    #[cfg_attr(not(feature = "wallet-jwt"), allow(dead_code))]
     pub(crate) fn set_bearer_params(&mut self, params: Option<Arc<str>>) {
         self.bearer_params = params;
     }
