@@ -360,3 +360,28 @@ async fn what_a_body_schema_refuses_the_server_refuses_too() {
         }
     }
 }
+
+#[tokio::test]
+async fn paid_answers_follow_the_documented_answer_schemas() {
+    let server = Server::start(Config::default()).await;
+    let catalogue = Catalogue::embedded();
+    let openapi = server.get("/openapi.json").await.json();
+    let schemas = &openapi["components"]["schemas"];
+    for route in ROUTES
+        .iter()
+        .filter(|route| route.method == http::Method::POST)
+    {
+        let responses = &openapi["paths"][route.path]["post"]["responses"];
+        for model in route.models(&catalogue) {
+            let body = route.example_body(model).unwrap();
+            let reply = server.post(route.path, &body).await;
+            let status = reply.status.as_u16().to_string();
+            let reference = responses[&status]["content"]["application/json"]["schema"]["$ref"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{} {}: undocumented {status}", route.id, model.id));
+            let name = reference.rsplit('/').next().unwrap();
+            validate(&schemas[name], &reply.json())
+                .unwrap_or_else(|error| panic!("{} {}: {error}", route.id, model.id));
+        }
+    }
+}
