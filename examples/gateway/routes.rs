@@ -260,3 +260,37 @@ pub(crate) fn serving(path: &str) -> Option<&'static Route> {
                     .is_some_and(|rest| matches(route.path, rest)))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_path_finds_its_route_with_or_without_the_api_prefix() {
+        let id = |path| serving(path).map(|route| route.id);
+        assert_eq!(id("/v1/chat/completions"), Some("chatCompletions"));
+        assert_eq!(id("/api/v1/messages"), Some("messages"));
+        assert_eq!(id("/api/v1/images/generations/img_7"), Some("pollImage"));
+        assert_eq!(id("/v1/images/generations"), Some("createImage"));
+        assert_eq!(id("/v1/images/generations/"), None);
+        assert_eq!(id("/v1/images/generations/a/b"), None);
+        // Not aliased under /api.
+        assert_eq!(id("/api/healthz"), None);
+        assert_eq!(id("/healthz"), Some("health"));
+    }
+
+    #[test]
+    fn every_route_is_listed_once() {
+        for route in ROUTES {
+            let same = ROUTES
+                .iter()
+                .filter(|other| other.path == route.path && other.method == route.method)
+                .count();
+            assert_eq!(same, 1, "{} {}", route.method, route.path);
+            assert_eq!(
+                ROUTES.iter().filter(|other| other.id == route.id).count(),
+                1
+            );
+        }
+    }
+}
