@@ -116,6 +116,10 @@ async fn the_model_steps_price_decides_free_for_both_gates_and_names_the_model()
         request
     };
 
+    // Tests on other threads run without a subscriber; a callsite they
+    // registered while this subscriber was being set may be cached as
+    // uninteresting to it. Recompute just before the requests it reads.
+    tracing::callsite::rebuild_interest_cache();
     let free = router
         .clone()
         .oneshot(request("nvidia/nemotron-super"))
