@@ -8,6 +8,7 @@ use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
 
+use super::answers::{AnswerLimits, AnswerStore, InMemoryAnswerStore};
 use super::pricing::Pricing;
 use super::quote::{PaymentOption, QuoteCache};
 use super::receipt::{SettledPayment, SettlementHook, SettlementHookError};
@@ -33,6 +34,8 @@ pub(crate) struct Config {
     pub(crate) pricing: Arc<dyn Pricing>,
     pub(crate) facilitator: Arc<dyn Facilitator>,
     pub(crate) nonce_store: Arc<dyn NonceStore>,
+    pub(crate) answer_store: Arc<dyn AnswerStore>,
+    pub(crate) answer_limits: AnswerLimits,
     pub(crate) clock: SharedClock,
     pub(crate) options: Vec<PaymentOption>,
     pub(crate) flat_fee: UsdAmount,
@@ -119,6 +122,8 @@ pub struct X402LayerBuilder {
     pricing: Option<Arc<dyn Pricing>>,
     facilitator: Option<Arc<dyn Facilitator>>,
     nonce_store: Option<Arc<dyn NonceStore>>,
+    answer_store: Option<Arc<dyn AnswerStore>>,
+    answer_limits: AnswerLimits,
     clock: Option<SharedClock>,
     options: Vec<PaymentOption>,
     flat_fee: UsdAmount,
@@ -137,6 +142,8 @@ impl Default for X402LayerBuilder {
             pricing: None,
             facilitator: None,
             nonce_store: None,
+            answer_store: None,
+            answer_limits: AnswerLimits::default(),
             clock: None,
             options: Vec::new(),
             flat_fee: UsdAmount::FLAT_FEE,
@@ -174,6 +181,23 @@ impl X402LayerBuilder {
     /// Share one store between layers that take the same payments.
     pub fn with_nonce_store(mut self, store: Arc<dyn NonceStore>) -> Self {
         self.nonce_store = Some(store);
+        self
+    }
+
+    /// Where paid answers are kept for a resend (default: an
+    /// [`InMemoryAnswerStore`] on the layer's clock). A settlement whose
+    /// outcome is not known keeps its answer here, so the resend of the same
+    /// payment, on any replica sharing the store, gets it without a second
+    /// upstream call. Share one store between replicas with the nonce store.
+    pub fn with_answer_store(mut self, store: Arc<dyn AnswerStore>) -> Self {
+        self.answer_store = Some(store);
+        self
+    }
+
+    /// How large a kept answer may be and how long it is kept (default
+    /// [`AnswerLimits::default`]: 1 MiB, an hour).
+    pub fn with_answer_limits(mut self, limits: AnswerLimits) -> Self {
+        self.answer_limits = limits;
         self
     }
 
@@ -292,11 +316,16 @@ impl X402LayerBuilder {
         let nonce_store = self
             .nonce_store
             .unwrap_or_else(|| Arc::new(InMemoryNonceStore::new(clock.clone())));
+        let answer_store = self
+            .answer_store
+            .unwrap_or_else(|| Arc::new(InMemoryAnswerStore::new(clock.clone())));
         Ok(X402Layer {
             config: Arc::new(Config {
                 pricing,
                 facilitator,
                 nonce_store,
+                answer_store,
+                answer_limits: self.answer_limits,
                 clock,
                 options: self.options,
                 flat_fee: self.flat_fee,

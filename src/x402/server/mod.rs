@@ -4,6 +4,7 @@
 //!
 //! See the [`x402` module docs](super) for the payment flow.
 
+mod answers;
 mod future;
 pub(crate) mod layer;
 mod pricing;
@@ -13,6 +14,10 @@ pub(crate) mod replay;
 mod service;
 mod stream;
 
+pub use answers::{
+    AnswerLimits, AnswerStore, Begun, DEFAULT_ANSWER_MAX_BYTES, DEFAULT_ANSWER_RETENTION_SECS,
+    DEFAULT_ANSWER_STORE_BYTES, InMemoryAnswerStore, KeptAnswer,
+};
 pub use future::ResponseFuture;
 pub use layer::{X402Layer, X402LayerBuilder};
 pub use pricing::{Price, PriceRefusal, PriceTable, Pricing, RequestPrice};
@@ -22,5 +27,5 @@ pub use quote::{
 };
 pub use receipt::{PaymentReceipt, SettledPayment, SettlementHook, SettlementHookError};
 pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
-pub use service::X402;
+pub use service::{SETTLEMENT_PENDING, X402};
 pub use stream::{PAYMENT_RESPONSE_EVENT, X402Body};

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
 
+use super::answers::KeptAnswer;
 use super::future::ResponseFuture;
 use super::layer::{Config, X402Layer};
 use super::pricing::Price;
@@ -17,7 +18,7 @@ use super::replay::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
 use super::stream::{X402Body, receipt_event};
 use crate::body::{ResponseBody, rejection};
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection, header};
-use crate::x402::facilitator::{FacilitatorRequest, code_for_reason, reason};
+use crate::x402::facilitator::{FacilitatorErrorKind, FacilitatorRequest, code_for_reason, reason};
 use crate::x402::wire::codec;
 use crate::x402::wire::types::{
     PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SettleResponse,
@@ -28,6 +29,11 @@ use crate::x402::wire::types::{
 /// shorter: then that long (a server quoting short timeouts keeps its replay
 /// store that short).
 const MIN_SPENT_RETENTION_SECS: u64 = 120;
+
+/// The `errorReason` of a settlement whose outcome is not known yet (its
+/// `transaction` names the broadcast transaction when one is known): the
+/// payer is told to resend the same payment for the outcome.
+pub const SETTLEMENT_PENDING: &str = "settlement_pending";
 
 /// The request id header handed to the settlement hook.
 const X_REQUEST_ID: &str = "x-request-id";
@@ -65,7 +71,7 @@ where
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     ReqBody: Send + 'static,
-    ResBody: Send + 'static,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
 {
     type Response = Response<X402Body<ResBody>>;
     type Error = S::Error;
@@ -278,13 +284,30 @@ fn payment_rejection(
     response
 }
 
-/// Gives the claim back unless told to keep it, also when the future is dropped.
+/// Gives the claim back unless told to keep it, also when the future is
+/// dropped (unless built [`kept_on_drop`](Self::kept_on_drop)).
 struct ClaimGuard {
     store: Arc<dyn NonceStore>,
     key: Option<AuthorizationKey>,
+    release_on_drop: bool,
 }
 
 impl ClaimGuard {
+    fn new(config: &Config, key: &AuthorizationKey) -> Self {
+        Self {
+            store: config.nonce_store.clone(),
+            key: Some(key.clone()),
+            release_on_drop: true,
+        }
+    }
+
+    /// A guard of a settling record: given back only when its settlement
+    /// failed, never because the request went away (the transfer may land).
+    fn kept_on_drop(mut self) -> Self {
+        self.release_on_drop = false;
+        self
+    }
+
     fn keep(mut self) {
         self.key = None;
     }
@@ -303,6 +326,9 @@ impl Drop for ClaimGuard {
     /// The request went away (client gone, inner error): the store starts the
     /// release itself, and its claim's hold-until is the safety net.
     fn drop(&mut self) {
+        if !self.release_on_drop {
+            return;
+        }
         if let Some(key) = self.key.take() {
             trace_decision!(DEBUG, "x402", outcome = "released");
             drop(self.store.release(&key));
@@ -319,7 +345,7 @@ async fn pay_and_call<S, ReqBody, ResBody>(
 ) -> Result<Response<X402Body<ResBody>>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    ResBody: Send + 'static,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
 {
     let reject = |payment: &Payment, code: ErrorCode, why: &str, payer: Option<&str>| {
         Ok(rejection(payment_rejection(
@@ -346,25 +372,53 @@ where
                 payment.claimed_payer(),
             );
         }
-        Ok(Claim::Spent(spent))
-            if config.paid_replay && spent.fingerprint == payment.fingerprint =>
-        {
-            trace_decision!(
-                INFO,
-                "x402",
-                payer = spent.receipt.payer(),
-                transaction = spent.receipt.transaction(),
-                outcome = "replayed",
-            );
-            let receipt_header = settle_header(&receipt_settlement(&spent.receipt));
-            request.extensions_mut().insert(spent.receipt.replayed());
-            let mut response = inner.call(request).await?;
-            if let Some(value) = receipt_header {
-                response
-                    .headers_mut()
-                    .insert(header::PAYMENT_RESPONSE, value);
+        Ok(Claim::Spent(spent)) if spent.fingerprint == payment.fingerprint => {
+            // The very payment that was settled: its kept answer, if one was kept
+            // (a settlement first reported pending), else the route's paid replay.
+            if let Some(answer) = kept_answer(&config, &payment).await {
+                trace_decision!(
+                    INFO,
+                    "x402",
+                    payer = spent.receipt.payer(),
+                    outcome = "kept answer"
+                );
+                return Ok(kept_response(&answer));
             }
-            return Ok(plain(response));
+            if config.paid_replay {
+                trace_decision!(
+                    INFO,
+                    "x402",
+                    payer = spent.receipt.payer(),
+                    transaction = spent.receipt.transaction(),
+                    outcome = "replayed",
+                );
+                let receipt_header = settle_header(&receipt_settlement(&spent.receipt));
+                request.extensions_mut().insert(spent.receipt.replayed());
+                let mut response = inner.call(request).await?;
+                if let Some(value) = receipt_header {
+                    response
+                        .headers_mut()
+                        .insert(header::PAYMENT_RESPONSE, value);
+                }
+                return Ok(plain(response));
+            }
+            return reject(
+                &payment,
+                ErrorCode::PaymentReplay,
+                "authorization_already_settled",
+                payment.claimed_payer(),
+            );
+        }
+        Ok(Claim::Settling(settling)) if settling.fingerprint == payment.fingerprint => {
+            return resolve(config, inner, request, payment, settling).await;
+        }
+        Ok(Claim::Settling(_)) => {
+            return reject(
+                &payment,
+                ErrorCode::PaymentReplay,
+                "authorization_in_flight",
+                payment.claimed_payer(),
+            );
         }
         Ok(_) => {
             return reject(
@@ -383,10 +437,7 @@ where
             );
         }
     }
-    let claim = ClaimGuard {
-        store: config.nonce_store.clone(),
-        key: Some(payment.key.clone()),
-    };
+    let claim = ClaimGuard::new(&config, &payment.key);
 
     let verdict = match config.facilitator.verify(&payment.facilitation).await {
         Ok(verdict) => verdict,
@@ -435,6 +486,9 @@ where
         return Ok(plain(response));
     }
     let style = payment.style;
+    let answer_key = answer_key(&payment.key);
+    let keep_until = answer_keep_until(&config, &payment);
+    let binding = binding(&payment);
     let job = SettleJob {
         config: config.clone(),
         payment,
@@ -446,23 +500,40 @@ where
     if is_event_stream(&response) {
         // Settled when the stream completes; its receipt is the last event.
         let (parts, body) = response.into_parts();
-        let settle = Box::new(move || -> crate::store::BoxFuture<'static, Bytes> {
-            Box::pin(async move {
-                let settlement = match job.run().await {
-                    Ok((settlement, _)) | Err((settlement, _)) => settlement,
-                };
-                receipt_event(&codec::encode(&settlement))
-            })
-        });
+        let kept_head = (parts.status, parts.headers.clone());
+        let limit = config.answer_limits.max_answer_bytes;
+        let config = config.clone();
+        let settle = Box::new(
+            move |recorded: Option<Bytes>| -> crate::store::BoxFuture<'static, Bytes> {
+                Box::pin(async move {
+                    let settlement = match job.run().await {
+                        Outcome::Pending(settlement, _) => {
+                            // The stream went out; it is kept for the resend that learns the outcome.
+                            if let Some(stream) = recorded {
+                                let (status, headers) = kept_head;
+                                let answer = KeptAnswer::new(status.as_u16(), binding, stream)
+                                    .with_headers(&headers);
+                                keep_answer(&config, &answer_key, &answer, keep_until).await;
+                            }
+                            settlement
+                        }
+                        Outcome::Settled(settlement, _) | Outcome::Failed(settlement, _) => {
+                            settlement
+                        }
+                    };
+                    receipt_event(&codec::encode(&settlement))
+                })
+            },
+        );
         return Ok(Response::from_parts(
             parts,
-            X402Body::settling(body, settle),
+            X402Body::settling(body, settle, limit),
         ));
     }
 
     // The response head is held and its body unpolled until settlement succeeds.
     match job.run().await {
-        Ok((settlement, receipt)) => {
+        Outcome::Settled(settlement, receipt) => {
             if let Some(value) = settle_header(&settlement) {
                 response
                     .headers_mut()
@@ -471,22 +542,216 @@ where
             response.extensions_mut().insert(receipt);
             Ok(plain(response))
         }
-        Err((settlement, receipt)) => {
-            let why = settlement
-                .error_reason
-                .as_deref()
-                .unwrap_or(reason::UNEXPECTED_SETTLE_ERROR);
-            let mut error = GatewayError::new(ErrorCode::SettlementFailed).with_debug(why);
-            if !receipt.payer().is_empty() {
-                error = error.with_payer(receipt.payer());
+        Outcome::Failed(settlement, receipt) => {
+            Ok(settlement_failed(&config, style, &settlement, &receipt))
+        }
+        Outcome::Pending(settlement, receipt) => {
+            // Not sent now: kept whole (within its bound) for the resend.
+            let (parts, body) = response.into_parts();
+            let limit = config.answer_limits.max_answer_bytes;
+            if let Some(body) = collect_within(body, limit).await {
+                let answer = KeptAnswer::new(parts.status.as_u16(), binding, body)
+                    .with_headers(&parts.headers);
+                keep_answer(&config, &answer_key, &answer, keep_until).await;
             }
-            let mut failed = config.reject.render(error, style);
-            if let Some(value) = settle_header(&settlement) {
-                failed.headers_mut().insert(header::PAYMENT_RESPONSE, value);
-            }
-            Ok(rejection(failed).map(X402Body::plain))
+            Ok(settlement_pending(&config, style, &settlement, &receipt))
         }
     }
+}
+
+/// The resend of a payment whose settlement was pending: the facilitator is
+/// asked again (a settler answers for the transaction it broadcast; an HTTP
+/// facilitator settles or refuses). Landed → the kept answer with its
+/// `PAYMENT-RESPONSE`, or, if none was kept, the inner service's answer
+/// again, charged once; still pending → 503 again; failed → released.
+async fn resolve<S, ReqBody, ResBody>(
+    config: Arc<Config>,
+    mut inner: S,
+    mut request: Request<ReqBody>,
+    payment: Payment,
+    settling: SpentAuthorization,
+) -> Result<Response<X402Body<ResBody>>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: Send + 'static,
+{
+    let pending = settling.receipt;
+    let receipt = PaymentReceipt::new(
+        pending.payer().to_owned(),
+        pending.amount(),
+        pending.network().clone(),
+        pending.authorization_id().to_owned(),
+    );
+    trace_decision!(
+        INFO,
+        "x402",
+        payer = receipt.payer(),
+        transaction = pending.transaction(),
+        outcome = "resolving",
+    );
+    let style = payment.style;
+    let answer_key = answer_key(&payment.key);
+    let keep_until = answer_keep_until(&config, &payment);
+    let kept = kept_answer(&config, &payment).await;
+    // A resend that goes away mid-settlement must not give the record back.
+    let claim = ClaimGuard::new(&config, &payment.key).kept_on_drop();
+    let job = SettleJob {
+        config: config.clone(),
+        payment,
+        claim,
+        receipt,
+    };
+    match job.run().await {
+        Outcome::Settled(settlement, receipt) => {
+            let header_value = settle_header(&settlement);
+            if let Some(mut answer) = kept {
+                if answer.is_event_stream() {
+                    answer = answer.with_appended(&receipt_event(&codec::encode(&settlement)));
+                }
+                if let Some(value) = header_value.as_ref().and_then(|v| v.to_str().ok()) {
+                    answer = answer.with_payment_response(value);
+                }
+                // Kept on: a resend that loses this answer too gets it again.
+                keep_answer(&config, &answer_key, &answer, keep_until).await;
+                return Ok(kept_response(&answer));
+            }
+            // Nothing kept (too large, or lost with a replica's memory): served again, charged once.
+            request.extensions_mut().insert(receipt);
+            let mut response = inner.call(request).await?;
+            if let Some(value) = header_value {
+                response
+                    .headers_mut()
+                    .insert(header::PAYMENT_RESPONSE, value);
+            }
+            Ok(plain(response))
+        }
+        Outcome::Pending(settlement, receipt) => {
+            Ok(settlement_pending(&config, style, &settlement, &receipt))
+        }
+        Outcome::Failed(settlement, receipt) => {
+            forget_answer(&config, &answer_key).await;
+            Ok(settlement_failed(&config, style, &settlement, &receipt))
+        }
+    }
+}
+
+/// Where an authorization's answer is kept.
+fn answer_key(key: &AuthorizationKey) -> String {
+    format!("x402-authorization:{}", key.as_str())
+}
+
+/// What a kept answer is bound to: the very payment (its fingerprint).
+fn binding(payment: &Payment) -> String {
+    alloy_primitives::hex::encode(payment.fingerprint)
+}
+
+/// The answer kept for this very payment, if any (a store failure is none:
+/// the resend is then served again, charged once).
+async fn kept_answer(config: &Config, payment: &Payment) -> Option<KeptAnswer> {
+    match config.answer_store.kept(&answer_key(&payment.key)).await {
+        Ok(answer) => answer.filter(|answer| answer.binding() == binding(payment)),
+        Err(_error) => {
+            trace_warn!(error = %_error, "the answer store could not be read");
+            None
+        }
+    }
+}
+
+/// Keeps `answer`; a failure only costs the resend a second upstream call.
+async fn keep_answer(config: &Config, key: &str, answer: &KeptAnswer, keep_until: u64) {
+    if answer.size() > config.answer_limits.max_answer_bytes {
+        return;
+    }
+    match config.answer_store.keep(key, answer, keep_until).await {
+        Ok(true) => {}
+        Ok(false) => trace_warn!("the answer store refused an answer as too large"),
+        Err(_error) => trace_warn!(error = %_error, "the answer store could not keep an answer"),
+    }
+}
+
+async fn forget_answer(config: &Config, key: &str) {
+    if let Err(_error) = config.answer_store.forget(key).await {
+        trace_warn!(error = %_error, "the answer store could not forget an answer");
+    }
+}
+
+/// Until when a payment's answer is kept: the retention, and at least as
+/// long as its authorization is remembered.
+fn answer_keep_until(config: &Config, payment: &Payment) -> u64 {
+    let now = config.clock.now_unix_secs();
+    spent_keep_until(config, payment).max(now.saturating_add(config.answer_limits.retention_secs))
+}
+
+/// A kept answer as the response.
+fn kept_response<B>(answer: &KeptAnswer) -> Response<X402Body<B>> {
+    rejection(answer.to_response()).map(X402Body::plain)
+}
+
+/// The body of an answer, if it ends within `limit` bytes without an error.
+async fn collect_within<B: http_body::Body<Data = Bytes>>(body: B, limit: usize) -> Option<Bytes> {
+    use http_body_util::BodyExt;
+    let mut body = std::pin::pin!(body);
+    let mut collected = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { return None };
+        if let Ok(data) = frame.into_data() {
+            if collected.len() + data.len() > limit {
+                return None;
+            }
+            collected.extend_from_slice(&data);
+        }
+    }
+    Some(Bytes::from(collected))
+}
+
+/// 402 `SETTLEMENT_FAILED` with the failed settlement: nothing charged.
+fn settlement_failed<B>(
+    config: &Config,
+    style: EnvelopeStyle,
+    settlement: &SettleResponse,
+    receipt: &PaymentReceipt,
+) -> Response<X402Body<B>> {
+    let why = settlement
+        .error_reason
+        .as_deref()
+        .unwrap_or(reason::UNEXPECTED_SETTLE_ERROR);
+    let mut error = GatewayError::new(ErrorCode::SettlementFailed).with_debug(why);
+    if !receipt.payer().is_empty() {
+        error = error.with_payer(receipt.payer());
+    }
+    let mut failed = config.reject.render(error, style);
+    if let Some(value) = settle_header(settlement) {
+        failed.headers_mut().insert(header::PAYMENT_RESPONSE, value);
+    }
+    rejection(failed).map(X402Body::plain)
+}
+
+/// 503 `PAYMENT_VERIFICATION_UNAVAILABLE` with `Retry-After` for a
+/// settlement whose outcome is not known: the claim is kept (the one 503 that
+/// may be charged), the answer kept, and the client told to resend the same
+/// payment. `PAYMENT-RESPONSE` says `settlement_pending` and names the
+/// transaction when one is known.
+fn settlement_pending<B>(
+    config: &Config,
+    style: EnvelopeStyle,
+    settlement: &SettleResponse,
+    receipt: &PaymentReceipt,
+) -> Response<X402Body<B>> {
+    let debug = match settlement.transaction.as_str() {
+        "" => format!("{SETTLEMENT_PENDING}: resend the same payment for its outcome"),
+        transaction => format!(
+            "{SETTLEMENT_PENDING}: transaction {transaction} has no receipt yet; resend the same payment for its outcome"
+        ),
+    };
+    let mut error = GatewayError::new(ErrorCode::PaymentVerificationUnavailable).with_debug(&debug);
+    if !receipt.payer().is_empty() {
+        error = error.with_payer(receipt.payer());
+    }
+    let mut answer = config.reject.render(error, style);
+    if let Some(value) = settle_header(settlement) {
+        answer.headers_mut().insert(header::PAYMENT_RESPONSE, value);
+    }
+    rejection(answer).map(X402Body::plain)
 }
 
 /// The inner service's answer, passed on as it is.
@@ -516,12 +781,34 @@ struct SettleJob {
     receipt: PaymentReceipt,
 }
 
+/// How a settlement ended.
+enum Outcome {
+    /// Landed: the authorization is marked spent and the hook told.
+    Settled(SettleResponse, PaymentReceipt),
+    /// Refused or failed: the claim was given back.
+    Failed(SettleResponse, PaymentReceipt),
+    /// Not known yet (the facilitator reported it pending): the claim is kept
+    /// as a settling record until the authorization expires. The settlement
+    /// says [`SETTLEMENT_PENDING`] and names the transaction if known.
+    Pending(SettleResponse, PaymentReceipt),
+}
+
+/// Until when a settled (or settling) authorization is remembered: at least
+/// its `validBefore`, and a floor for paid replay.
+fn spent_keep_until(config: &Config, payment: &Payment) -> u64 {
+    let now = config.clock.now_unix_secs();
+    let floor_secs = MIN_SPENT_RETENTION_SECS.min(payment.offer().max_timeout_seconds);
+    payment
+        .facilitation
+        .exact_evm()
+        .map_or(now, |evm| evm.valid_before)
+        .max(now.saturating_add(floor_secs))
+}
+
 impl SettleJob {
-    /// Settles; on success marks the authorization spent and tells the hook.
-    /// `Err` is the failed settlement (its claim released) and the receipt.
-    async fn run(
-        self,
-    ) -> Result<(SettleResponse, PaymentReceipt), (SettleResponse, PaymentReceipt)> {
+    /// Settles; on success marks the authorization spent and tells the hook;
+    /// on failure gives the claim back; when pending keeps it as settling.
+    async fn run(self) -> Outcome {
         let Self {
             config,
             payment,
@@ -529,13 +816,7 @@ impl SettleJob {
             receipt,
         } = self;
         let offer = payment.offer();
-        let now = config.clock.now_unix_secs();
-        let floor_secs = MIN_SPENT_RETENTION_SECS.min(offer.max_timeout_seconds);
-        let keep_until = payment
-            .facilitation
-            .exact_evm()
-            .map_or(now, |evm| evm.valid_before)
-            .max(now.saturating_add(floor_secs));
+        let keep_until = spent_keep_until(&config, &payment);
         let unsettled = SpentAuthorization {
             receipt,
             fingerprint: payment.fingerprint,
@@ -544,13 +825,47 @@ impl SettleJob {
             .nonce_store
             .settling(&payment.key, &unsettled, keep_until);
         let receipt = unsettled.receipt;
+        let payer = Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty());
         let settlement = match config.facilitator.settle(&payment.facilitation).await {
             Ok(settlement) => settlement,
-            Err(error) => SettleResponse::failure(
-                offer.network.clone(),
-                error.to_string(),
-                Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty()),
-            ),
+            Err(error) if *error.kind() == FacilitatorErrorKind::Pending => {
+                let transaction = error.transaction().unwrap_or_default().to_owned();
+                trace_decision!(
+                    WARN,
+                    "x402",
+                    payer = receipt.payer(),
+                    amount = %receipt.amount(),
+                    network = %receipt.network(),
+                    transaction = transaction.as_str(),
+                    outcome = "settlement pending",
+                );
+                let mut record = receipt.clone();
+                if !transaction.is_empty() {
+                    record = record.settled(transaction.clone());
+                }
+                let settling = SpentAuthorization {
+                    receipt: record,
+                    fingerprint: payment.fingerprint,
+                };
+                if let Err(_error) = config
+                    .nonce_store
+                    .mark_settling(&payment.key, settling, keep_until)
+                    .await
+                {
+                    // The claim stays held until its hold-until: never charged twice,
+                    // but its resend is refused as in flight until then.
+                    trace_warn!(error = %_error, "the nonce store could not record a pending settlement");
+                }
+                claim.keep();
+                let mut pending =
+                    SettleResponse::failure(offer.network.clone(), SETTLEMENT_PENDING, payer);
+                pending.transaction = transaction;
+                pending.error_message = Some(
+                    "the transfer may still land: resend the same payment for its outcome".into(),
+                );
+                return Outcome::Pending(pending, receipt);
+            }
+            Err(error) => SettleResponse::failure(offer.network.clone(), error.to_string(), payer),
         };
         if !settlement.success {
             trace_decision!(
@@ -564,7 +879,7 @@ impl SettleJob {
                 reason = settlement.error_reason.as_deref(),
             );
             claim.release().await;
-            return Err((settlement, receipt));
+            return Outcome::Failed(settlement, receipt);
         }
         trace_decision!(
             INFO,
@@ -610,7 +925,7 @@ impl SettleJob {
                 )
             })
             .await;
-        Ok((settlement, receipt))
+        Outcome::Settled(settlement, receipt)
     }
 }
 
@@ -676,6 +991,8 @@ mod tests {
         refuse: AtomicBool,
         fail_settle: AtomicBool,
         settled: AtomicUsize,
+        /// Settlements still to answer pending (no receipt within the wait).
+        pending: AtomicUsize,
     }
 
     impl Facilitator for Arc<Facade> {
@@ -697,6 +1014,18 @@ mod tests {
         ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
             let network = request.payment_requirements().network.clone();
             let amount = request.payment_requirements().amount;
+            let pending = self
+                .pending
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if pending {
+                return Box::pin(async {
+                    Err(FacilitatorError::pending(
+                        PENDING_TX,
+                        "no receipt within 30 s",
+                    ))
+                });
+            }
             let answer = if self.fail_settle.load(Ordering::SeqCst) {
                 SettleResponse::failure(network, "invalid_exact_evm_transaction_failed", None)
             } else {
@@ -766,30 +1095,46 @@ mod tests {
         }
     }
 
+    const PENDING_TX: &str = "0x00000000000000000000000000000000000000000000000000000000000feed1";
+
     /// Answers `x-test-body` (default "answer") with `x-test-type` and `x-test-status`.
     type Inner =
         tower::util::BoxCloneService<Request<Full<Bytes>>, Response<Full<Bytes>>, Infallible>;
 
     fn service(layer: &X402Layer) -> X402<Inner> {
+        counted_service(layer, &Arc::default())
+    }
+
+    /// [`service`], counting the inner service's calls in `calls`.
+    fn counted_service(layer: &X402Layer, calls: &Arc<AtomicUsize>) -> X402<Inner> {
+        let calls = calls.clone();
         layer.layer(Inner::new(service_fn(
-            |request: Request<Full<Bytes>>| async move {
-                let header = |name: &str, default: &str| {
-                    request.headers().get(name).map_or(default.to_owned(), |v| {
-                        v.to_str().unwrap().replace("\\n", "\n")
-                    })
-                };
-                let response = Response::builder()
-                    .status(header("x-test-status", "200").parse::<u16>().unwrap())
-                    .header("content-type", header("x-test-type", "application/json"))
-                    .body(Full::new(Bytes::from(header("x-test-body", "answer"))))
-                    .unwrap();
-                Ok::<_, Infallible>(response)
+            move |request: Request<Full<Bytes>>| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let header = |name: &str, default: &str| {
+                        request.headers().get(name).map_or(default.to_owned(), |v| {
+                            v.to_str().unwrap().replace("\\n", "\n")
+                        })
+                    };
+                    let response = Response::builder()
+                        .status(header("x-test-status", "200").parse::<u16>().unwrap())
+                        .header("content-type", header("x-test-type", "application/json"))
+                        .body(Full::new(Bytes::from(header("x-test-body", "answer"))))
+                        .unwrap();
+                    Ok::<_, Infallible>(response)
+                }
             },
         )))
     }
 
     /// A `PAYMENT-SIGNATURE` for the route's offer with authorization nonce `nonce`.
     fn payment(nonce: u8) -> String {
+        payment_signed(nonce, "11")
+    }
+
+    /// [`payment`] with the signature's `r` and `s` made of `byte` (hex).
+    fn payment_signed(nonce: u8, byte: &str) -> String {
         let offer = PaymentOption::base_sepolia_usdc(PAY_TO)
             .unwrap()
             .requirements("0.003".parse().unwrap())
@@ -800,7 +1145,7 @@ mod tests {
             accepted: offer.clone(),
             payload: json!({
                 // Canonical shape (low s, v = 27): the facade accepts any signer.
-                "signature": format!("0x{}1b", "11".repeat(64)),
+                "signature": format!("0x{}1b", byte.repeat(64)),
                 "authorization": {
                     "from": PAYER, "to": PAY_TO, "value": offer.amount.to_string(),
                     "validAfter": "0", "validBefore": (NOW + 300).to_string(),
@@ -1016,5 +1361,149 @@ mod tests {
         f.facade.fail_settle.store(false, Ordering::SeqCst);
         let retried = svc.oneshot(paid(&payment(1), None)).await.unwrap();
         assert_eq!(retried.status(), 200);
+    }
+
+    fn settlement_of(response: &Response<X402Body<Full<Bytes>>>) -> SettleResponse {
+        codec::decode(response.headers()[header::PAYMENT_RESPONSE].as_bytes()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_pending_settlement_is_503_and_its_resend_gets_the_kept_answer_once_landed() {
+        let f = fixture();
+        f.facade.pending.store(2, Ordering::SeqCst);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&f.layer, &calls);
+        let first = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(first.headers().contains_key(http::header::RETRY_AFTER));
+        let pending = settlement_of(&first);
+        assert!(!pending.success);
+        assert_eq!(pending.error_reason.as_deref(), Some(SETTLEMENT_PENDING));
+        assert_eq!(pending.transaction, PENDING_TX);
+        let body = text(first).await;
+        assert_eq!(code_of(&body), "PAYMENT_VERIFICATION_UNAVAILABLE");
+        assert!(!body.contains("answer"), "the answer is withheld: {body}");
+        // Another signature of the same authorization is not this payment.
+        let other = svc
+            .clone()
+            .oneshot(paid(&payment_signed(1, "22"), None))
+            .await
+            .unwrap();
+        assert_eq!(code_of(&text(other).await), "PAYMENT_REPLAY");
+        // Still pending on the resend: 503 again, nothing served, nothing hooked.
+        let again = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(again.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(f.hooked.lock().unwrap().is_empty());
+        // Landed: the kept answer, with its receipt, and the upstream called once.
+        for _ in 0..2 {
+            let landed = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+            assert_eq!(landed.status(), 200);
+            assert_eq!(landed.headers()["content-type"], "application/json");
+            assert!(settlement_of(&landed).success);
+            assert_eq!(text(landed).await, "answer");
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(f.facade.settled.load(Ordering::SeqCst), 1);
+        assert_eq!(f.hooked.lock().unwrap().len(), 1);
+        let other = svc
+            .oneshot(paid(&payment_signed(1, "22"), None))
+            .await
+            .unwrap();
+        assert_eq!(code_of(&text(other).await), "PAYMENT_REPLAY");
+    }
+
+    #[tokio::test]
+    async fn a_pending_settlement_that_then_fails_is_released_and_paid_afresh() {
+        let f = fixture();
+        f.facade.pending.store(1, Ordering::SeqCst);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&f.layer, &calls);
+        let first = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // The old transfer can no longer land: the facilitator refuses.
+        f.facade.fail_settle.store(true, Ordering::SeqCst);
+        let failed = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(code_of(&text(failed).await), "SETTLEMENT_FAILED");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // Released, its kept answer forgotten: the same signature pays afresh.
+        f.facade.fail_settle.store(false, Ordering::SeqCst);
+        let paid_again = svc.oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(paid_again.status(), 200);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(f.facade.settled.load(Ordering::SeqCst), 1);
+        assert_eq!(f.hooked.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_resend_that_goes_away_while_settling_keeps_the_settling_record() {
+        let f = fixture();
+        f.facade.pending.store(1, Ordering::SeqCst);
+        let svc = service(&f.layer);
+        svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        // The resend's future is dropped before it is polled to the end.
+        let resend = svc.clone().oneshot(paid(&payment(1), None));
+        drop(resend);
+        let landed = svc.oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(landed.status(), 200);
+        assert_eq!(f.facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_pending_stream_ends_with_a_pending_receipt_and_its_resend_gets_the_stream() {
+        let f = fixture();
+        f.facade.pending.store(1, Ordering::SeqCst);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&f.layer, &calls);
+        let body = text(
+            svc.clone()
+                .oneshot(paid(&payment(1), Some(COMPLETE)))
+                .await
+                .unwrap(),
+        )
+        .await;
+        let (answer, receipt) = body.split_once("event: payment-response\ndata: ").unwrap();
+        assert_eq!(answer, COMPLETE);
+        let pending: SettleResponse = codec::decode(receipt.trim_end().as_bytes()).unwrap();
+        assert_eq!(pending.error_reason.as_deref(), Some(SETTLEMENT_PENDING));
+        assert_eq!(pending.transaction, PENDING_TX);
+        assert!(f.hooked.lock().unwrap().is_empty());
+        // The resend: the kept stream, now ending with the settled receipt.
+        let resend = svc
+            .oneshot(paid(&payment(1), Some(COMPLETE)))
+            .await
+            .unwrap();
+        assert_eq!(resend.status(), 200);
+        assert_eq!(resend.headers()["content-type"], "text/event-stream");
+        let body = text(resend).await;
+        let (answer, receipt) = body.split_once("event: payment-response\ndata: ").unwrap();
+        assert_eq!(answer, COMPLETE);
+        let settled: SettleResponse = codec::decode(receipt.trim_end().as_bytes()).unwrap();
+        assert!(settled.success);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(f.hooked.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_its_bound_is_not_kept_and_the_landed_resend_is_served_again() {
+        let facade = Arc::new(Facade::default());
+        facade.pending.store(1, Ordering::SeqCst);
+        let layer = chat_layer(&facade)
+            .with_answer_limits(crate::x402::server::AnswerLimits {
+                max_answer_bytes: 3,
+                retention_secs: 60,
+            })
+            .build()
+            .unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&layer, &calls);
+        let first = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let landed = svc.oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(landed.status(), 200);
+        assert!(settlement_of(&landed).success);
+        assert_eq!(text(landed).await, "answer");
+        // Charged once, served twice: nothing was kept to answer with.
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
     }
 }
