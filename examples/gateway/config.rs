@@ -18,6 +18,9 @@
 //! | `GATEWAY_TRUSTED_PROXIES` | none | comma-separated CIDRs (`10.0.0.0/8, ::1`) of proxies whose forwarding header names the client; without them the socket peer is the client |
 //! | `GATEWAY_FORWARDED_HEADER` | `x-forwarded-for` | the header those proxies write: `x-forwarded-for` or `forwarded` (RFC 7239) |
 //! | `GATEWAY_IMAGE_JOB_MILLIS` | `2000` | how long an image job runs (`0`: answered at once) |
+//! | `GATEWAY_ANSWER_RETENTION_SECS` | `3600` | how long a paid answer is kept for a resend (a settlement first reported pending) |
+//! | `GATEWAY_ANSWER_MAX_BYTES` | `1048576` | the largest paid answer kept (a larger one is served again on the resend, charged once) |
+//! | `GATEWAY_ANSWER_STORE_BYTES` | `268435456` | the in-memory answer store's total (without Redis; the answers nearest their expiry make room) |
 //! | `GATEWAY_NETWORK` | `base-sepolia` | `base-sepolia`, `base`, `solana` (or `--network solana`), or `eip155:<chain id>` (then the three `GATEWAY_USDC_*`) |
 //! | `GATEWAY_FACILITATOR_URL` | none (development ledger) | the x402 facilitator that verifies and settles (`https://host[/path]` or `http://`); required on every network but `base-sepolia` |
 //! | `GATEWAY_USDC_ADDRESS`, `GATEWAY_USDC_NAME`, `GATEWAY_USDC_VERSION` | none | `eip155:<id>`: the token's address and EIP-712 domain name and version |
@@ -47,7 +50,7 @@ use walletgate::free_tier::{ClientIpResolver, FreeTierQuotas};
 use walletgate::tls::ClientTls;
 use walletgate::x402::ConfigError as X402ConfigError;
 use walletgate::x402::facilitator::{CdpAuth, DevLedger, FacilitatorAuth};
-use walletgate::x402::server::PaymentOption;
+use walletgate::x402::server::{AnswerLimits, DEFAULT_ANSWER_STORE_BYTES, PaymentOption};
 use walletgate::x402::wire::Network;
 use walletgate::{SharedClock, SystemClock};
 
@@ -112,6 +115,8 @@ pub(crate) struct Config {
     pub(crate) cors_origins: Vec<http::HeaderValue>,
     /// How long an image job takes before its result is ready.
     pub(crate) image_job: Duration,
+    /// How large and how long paid answers are kept for a resend.
+    pub(crate) answers: AnswerSettings,
     /// Where payments are quoted and settled.
     pub(crate) network: PaymentNetwork,
     /// The settle timeout, and payment faults for tests and demos.
@@ -130,6 +135,57 @@ pub(crate) struct Config {
     pub(crate) draining: Draining,
     /// How long a drain may take (`GATEWAY_DRAIN_SECS`).
     pub(crate) drain: Duration,
+}
+
+/// How paid answers are kept for a resend: each one's bound and retention,
+/// and the in-memory store's total.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AnswerSettings {
+    pub(crate) limits: AnswerLimits,
+    pub(crate) store_bytes: usize,
+}
+
+impl Default for AnswerSettings {
+    fn default() -> Self {
+        Self {
+            limits: AnswerLimits::default(),
+            store_bytes: DEFAULT_ANSWER_STORE_BYTES,
+        }
+    }
+}
+
+impl AnswerSettings {
+    /// `GATEWAY_ANSWER_{RETENTION_SECS,MAX_BYTES,STORE_BYTES}`, each a positive number.
+    fn from_vars(var: &impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let positive = |name: &str, default: u64| -> Result<u64, ConfigError> {
+            match var(name) {
+                None => Ok(default),
+                Some(text) => text
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| invalid(name, "expected a positive number")),
+            }
+        };
+        let defaults = Self::default();
+        let bytes = |name: &str, default: usize| -> Result<usize, ConfigError> {
+            let value = positive(name, default as u64)?;
+            usize::try_from(value).map_err(|_| invalid(name, "too large"))
+        };
+        Ok(Self {
+            limits: AnswerLimits {
+                max_answer_bytes: bytes(
+                    "GATEWAY_ANSWER_MAX_BYTES",
+                    defaults.limits.max_answer_bytes,
+                )?,
+                retention_secs: positive(
+                    "GATEWAY_ANSWER_RETENTION_SECS",
+                    defaults.limits.retention_secs,
+                )?,
+            },
+            store_bytes: bytes("GATEWAY_ANSWER_STORE_BYTES", defaults.store_bytes)?,
+        })
+    }
 }
 
 /// Payment-side faults for tests and demos, and the settle timeout.
@@ -244,6 +300,7 @@ impl Default for Config {
             client_ip: ClientIpResolver::new(),
             cors_origins: Vec::new(),
             image_job: Duration::from_millis(DEFAULT_IMAGE_JOB_MILLIS),
+            answers: AnswerSettings::default(),
             network: PaymentNetwork::Evm(EvmSettings::base_sepolia()),
             payment_faults: Arc::default(),
             tls: ClientTls::webpki_roots(),
@@ -355,6 +412,7 @@ impl Config {
             })?;
             config.image_job = Duration::from_millis(millis);
         }
+        config.answers = AnswerSettings::from_vars(&var)?;
         if let Some(path) = var("GATEWAY_EXTRA_CA_FILE") {
             config.tls = ClientTls::webpki_roots()
                 .with_extra_ca_file(&path)
@@ -684,8 +742,14 @@ mod tests {
             ("GATEWAY_FREE_PER_MINUTE", "1000"),
             ("GATEWAY_IMAGE_JOB_MILLIS", "0"),
             ("GATEWAY_MAX_TIMEOUT_SECS", "20"),
+            ("GATEWAY_ANSWER_RETENTION_SECS", "60"),
+            ("GATEWAY_ANSWER_MAX_BYTES", "2048"),
+            ("GATEWAY_ANSWER_STORE_BYTES", "65536"),
         ]))
         .unwrap();
+        assert_eq!(config.answers.limits.retention_secs, 60);
+        assert_eq!(config.answers.limits.max_answer_bytes, 2048);
+        assert_eq!(config.answers.store_bytes, 65536);
         assert_eq!(config.listen.port(), 9999);
         assert_eq!(config.body_limit_bytes, 1000);
         assert_eq!(config.upstream_timeout, Duration::from_secs(5));
@@ -893,6 +957,9 @@ mod tests {
             ("GATEWAY_FREE_PER_HOUR", "0"),
             ("GATEWAY_IMAGE_JOB_MILLIS", "soon"),
             ("GATEWAY_MAX_TIMEOUT_SECS", "0"),
+            ("GATEWAY_ANSWER_RETENTION_SECS", "0"),
+            ("GATEWAY_ANSWER_MAX_BYTES", "a lot"),
+            ("GATEWAY_ANSWER_STORE_BYTES", "-1"),
             ("GATEWAY_NETWORK", "dogecoin"),
             ("GATEWAY_NETWORK", "solana"),
             (

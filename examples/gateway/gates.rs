@@ -30,7 +30,8 @@ use walletgate::x402::{
         Ledger, LocalEvmFacilitator,
     },
     server::{
-        InMemoryNonceStore, NonceStore, PaymentOption, RequestPrice, SettledPayment,
+        AnswerLimits, AnswerStore, InMemoryAnswerStore, InMemoryNonceStore, NonceStore,
+        PaymentOption, RequestPrice, SettledPayment,
         SettlementHookError, X402Layer,
     },
     wire::{SettleResponse, SupportedResponse, VerifyResponse},
@@ -110,6 +111,9 @@ pub(crate) struct PaymentSettings {
     pub(crate) facilitator: Arc<dyn Facilitator>,
     /// Claims and spent authorizations, shared by every paid route.
     pub(crate) nonce_store: Arc<dyn NonceStore>,
+    /// Paid answers kept for a resend, and their bounds.
+    pub(crate) answer_store: Arc<dyn AnswerStore>,
+    pub(crate) answer_limits: AnswerLimits,
     pub(crate) clock: SharedClock,
     /// Every settlement of every paid route, logged with a running total.
     pub(crate) settled: Arc<SettlementTally>,
@@ -137,6 +141,8 @@ impl PaymentSettings {
             options: vec![settings.option(pay_to)?],
             facilitator,
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
+            answer_store: Arc::new(InMemoryAnswerStore::new(clock.clone())),
+            answer_limits: AnswerLimits::default(),
             clock,
             settled: Arc::default(),
             public_url: String::new(),
@@ -162,6 +168,8 @@ impl PaymentSettings {
             options: vec![PaymentOption::solana_usdc(&settings.pay_to, fee_payer)],
             facilitator: Arc::new(facilitator),
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
+            answer_store: Arc::new(InMemoryAnswerStore::new(clock.clone())),
+            answer_limits: AnswerLimits::default(),
             clock,
             settled: Arc::default(),
             public_url: String::new(),
@@ -171,6 +179,17 @@ impl PaymentSettings {
     /// The same settings quoting `url` + the path as every `resource.url`.
     pub(crate) fn with_public_url(mut self, url: &str) -> Self {
         url.clone_into(&mut self.public_url);
+        self
+    }
+
+    /// The same settings with paid answers kept in `store`, within `limits`.
+    pub(crate) fn with_answer_store(
+        mut self,
+        store: Arc<dyn AnswerStore>,
+        limits: AnswerLimits,
+    ) -> Self {
+        self.answer_store = store;
+        self.answer_limits = limits;
         self
     }
 
@@ -214,6 +233,8 @@ impl PaymentSettings {
             .with_pricing(RequestPrice::pricing)
             .with_shared_facilitator(self.facilitator.clone())
             .with_nonce_store(self.nonce_store.clone())
+            .with_answer_store(self.answer_store.clone())
+            .with_answer_limits(self.answer_limits)
             .with_clock(self.clock.clone())
             .with_paid_replay(paid_replay)
             .with_description(description)
