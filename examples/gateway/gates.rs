@@ -31,8 +31,7 @@ use walletgate::x402::{
     },
     server::{
         AnswerLimits, AnswerStore, InMemoryAnswerStore, InMemoryNonceStore, NonceStore,
-        PaymentOption, RequestPrice, SettledPayment,
-        SettlementHookError, X402Layer,
+        PaymentOption, RequestPrice, SettledPayment, SettlementHookError, X402Layer,
     },
     wire::{SettleResponse, SupportedResponse, VerifyResponse},
 };
@@ -222,8 +221,9 @@ impl PaymentSettings {
     /// earlier step decided (none there: refused as a wiring fault, 500).
     ///
     /// `paid_replay` lets the very payment that was settled through again,
-    /// uncharged: the image routes use it so clients poll a paid job (and
-    /// recover a lost answer) with the signature they paid with.
+    /// uncharged: its request gets the answer kept in the answer store
+    /// (a lost answer recovered), another request (a poll of the paid job)
+    /// runs again with the original receipt.
     pub(crate) fn layer(
         &self,
         paid_replay: bool,

@@ -123,6 +123,8 @@ struct Payment {
     fingerprint: [u8; 32],
     style: EnvelopeStyle,
     request_id: Option<String>,
+    /// `METHOD path?query`: a kept answer is for this request only.
+    request_line: String,
 }
 
 impl Payment {
@@ -231,6 +233,11 @@ fn prepare<B>(
             .get(X_REQUEST_ID)
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned),
+        request_line: format!(
+            "{} {}",
+            request.method(),
+            request.uri().path_and_query().map_or("/", |pq| pq.as_str())
+        ),
     })
 }
 
@@ -534,13 +541,37 @@ where
     // The response head is held and its body unpolled until settlement succeeds.
     match job.run().await {
         Outcome::Settled(settlement, receipt) => {
-            if let Some(value) = settle_header(&settlement) {
+            let header_value = settle_header(&settlement);
+            if let Some(value) = header_value.clone() {
                 response
                     .headers_mut()
                     .insert(header::PAYMENT_RESPONSE, value);
             }
             response.extensions_mut().insert(receipt);
-            Ok(plain(response))
+            // Paid replay: the answer is kept, so a resend of this request (on
+            // any replica) gets it again, uncharged; one of unknown or too large
+            // a size is served without being kept.
+            let limit = config.answer_limits.max_answer_bytes as u64;
+            let fits = http_body::Body::size_hint(response.body())
+                .upper()
+                .is_some_and(|bytes| bytes <= limit);
+            if !config.paid_replay || !fits {
+                return Ok(plain(response));
+            }
+            let (parts, body) = response.into_parts();
+            let Some(body) = collect_within(body, usize::MAX).await else {
+                let error = GatewayError::new(ErrorCode::InternalError)
+                    .with_debug("the paid answer broke off after settlement");
+                return Ok(rejection(config.reject.render(error, style)).map(X402Body::plain));
+            };
+            let mut answer =
+                KeptAnswer::new(parts.status.as_u16(), binding, body).with_headers(&parts.headers);
+            if let Some(value) = header_value.as_ref().and_then(|v| v.to_str().ok()) {
+                answer = answer.with_payment_response(value);
+            }
+            keep_answer(&config, &answer_key, &answer, keep_until).await;
+            let kept = Response::from_parts(parts, answer.body().clone());
+            Ok(rejection(kept).map(X402Body::plain))
         }
         Outcome::Failed(settlement, receipt) => {
             Ok(settlement_failed(&config, style, &settlement, &receipt))
@@ -640,9 +671,15 @@ fn answer_key(key: &AuthorizationKey) -> String {
     format!("x402-authorization:{}", key.as_str())
 }
 
-/// What a kept answer is bound to: the very payment (its fingerprint).
+/// What a kept answer is bound to: the very payment (its fingerprint) and
+/// the request it paid for (a poll of a paid job, paid by the same payment,
+/// is another request).
 fn binding(payment: &Payment) -> String {
-    alloy_primitives::hex::encode(payment.fingerprint)
+    format!(
+        "{} {}",
+        alloy_primitives::hex::encode(payment.fingerprint),
+        payment.request_line
+    )
 }
 
 /// The answer kept for this very payment, if any (a store failure is none:
@@ -1503,6 +1540,49 @@ mod tests {
         assert!(settlement_of(&landed).success);
         assert_eq!(text(landed).await, "answer");
         // Charged once, served twice: nothing was kept to answer with.
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn paid_replay_answers_the_same_request_from_the_answer_store_and_reruns_another() {
+        let facade = Arc::new(Facade::default());
+        let layer = X402Layer::builder()
+            .with_host_derived_resource_url()
+            .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+            .with_pricing(
+                PriceTable::by_route()
+                    .with_usd("POST /v1/chat/completions", "0.002")
+                    .unwrap()
+                    .with_usd("GET /v1/jobs/7", "0.002")
+                    .unwrap(),
+            )
+            .with_facilitator(facade.clone())
+            .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+            .with_paid_replay(true)
+            .build()
+            .unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&layer, &calls);
+        let first = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(first.status(), 200);
+        let settled = settlement_of(&first);
+        assert_eq!(text(first).await, "answer");
+        // The lost answer, recovered: the same request gets the kept answer.
+        let again = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(again.status(), 200);
+        assert_eq!(settlement_of(&again).transaction, settled.transaction);
+        assert_eq!(text(again).await, "answer");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // Another request paid by the same payment (a poll): run again, uncharged.
+        let poll = Request::get("http://gw.test/v1/jobs/7")
+            .header(header::PAYMENT_SIGNATURE, payment(1))
+            .header("x-test-body", "progress")
+            .body(Full::default())
+            .unwrap();
+        let polled = svc.oneshot(poll).await.unwrap();
+        assert_eq!(polled.status(), 200);
+        assert_eq!(text(polled).await, "progress");
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
     }
