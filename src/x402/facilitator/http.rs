@@ -6,8 +6,13 @@
 //! a 5xx, or an answer outside the protocol is a [`FacilitatorError`], which
 //! the layer answers with `PAYMENT_VERIFICATION_UNAVAILABLE` (503,
 //! `Retry-After`) and nothing consumed, so the client may resend the same
-//! payment. A non-2xx answer that still carries a verdict (`isValid` or
-//! `success`) counts as that verdict, as the official clients read it.
+//! payment. The exception is a `/settle` that was sent and got no answer
+//! within the timeout (or whose answer broke off): the transfer may have
+//! happened, so it is [pending](super::FacilitatorErrorKind::Pending) without a
+//! transaction ([`FacilitatorError::answer_lost`]); the layer keeps the claim
+//! and asks `/settle` again on the resend. A non-2xx answer that still carries
+//! a verdict (`isValid` or `success`) counts as that verdict, as the official
+//! clients read it.
 //!
 //! [`HttpFacilitator::new`] speaks plain HTTP (a facilitator on the same
 //! host). With the `rustls` feature, [`HttpFacilitator::with_tls`] speaks

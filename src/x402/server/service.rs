@@ -501,6 +501,7 @@ where
         payment,
         claim,
         receipt,
+        after_lost_answer: false,
     };
     mark_private(response.headers_mut());
 
@@ -631,6 +632,8 @@ where
         payment,
         claim,
         receipt,
+        // No transaction known: the first `/settle` was sent and its answer lost.
+        after_lost_answer: pending.transaction().is_none(),
     };
     match job.run().await {
         Outcome::Settled(settlement, receipt) => {
@@ -816,6 +819,10 @@ struct SettleJob {
     payment: Payment,
     claim: ClaimGuard,
     receipt: PaymentReceipt,
+    /// Asking again after a `/settle` whose answer was lost: a refusal for a
+    /// used authorization means that first settlement landed (the signed
+    /// authorization pays only `payTo`, only this amount).
+    after_lost_answer: bool,
 }
 
 /// How a settlement ended.
@@ -851,6 +858,7 @@ impl SettleJob {
             payment,
             claim,
             receipt,
+            after_lost_answer,
         } = self;
         let offer = payment.offer();
         let keep_until = spent_keep_until(&config, &payment);
@@ -903,6 +911,21 @@ impl SettleJob {
                 return Outcome::Pending(pending, receipt);
             }
             Err(error) => SettleResponse::failure(offer.network.clone(), error.to_string(), payer),
+        };
+        let settlement = match settlement.error_reason.as_deref() {
+            Some(why) if after_lost_answer && code_for_reason(why) == ErrorCode::PaymentReplay => {
+                SettleResponse {
+                    success: true,
+                    error_reason: None,
+                    error_message: None,
+                    payer: Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty()),
+                    // Landed by the first call, whose answer (and transaction) was lost.
+                    transaction: String::new(),
+                    network: offer.network.clone(),
+                    amount: Some(offer.amount),
+                }
+            }
+            _ => settlement,
         };
         if !settlement.success {
             trace_decision!(
