@@ -166,18 +166,29 @@ impl AnswerStore for RedisAnswerStore {
         })
     }
 
-    fn forget<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn forget(&self, key: &str) -> BoxFuture<'static, Result<(), StoreError>> {
         let redis_key = self.conn.key(SEAM, key);
-        Box::pin(async move {
-            self.conn
-                .call("x402 answer forget", |mut c| async move {
-                    redis::cmd("DEL")
-                        .arg(redis_key)
-                        .query_async::<()>(&mut c)
-                        .await
+        let conn = self.conn.clone();
+        let work = async move {
+            conn.call("x402 answer forget", |mut c| async move {
+                redis::cmd("DEL")
+                    .arg(redis_key)
+                    .query_async::<()>(&mut c)
+                    .await
+            })
+            .await
+        };
+        // Sent now, so a request dropped mid-flight still gives its marker back.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let task = runtime.spawn(work);
+                Box::pin(async move {
+                    task.await
+                        .unwrap_or_else(|_| Err(StoreError::new("x402 answer forget: abandoned")))
                 })
-                .await
-        })
+            }
+            Err(_) => Box::pin(work),
+        }
     }
 }
 

@@ -126,6 +126,13 @@ impl KeptAnswer {
         self
     }
 
+    /// The same answer bound to `binding`.
+    #[must_use]
+    pub fn with_binding(mut self, binding: impl Into<String>) -> Self {
+        self.binding = binding.into();
+        self
+    }
+
     /// The status.
     pub fn status(&self) -> u16 {
         self.status
@@ -298,7 +305,12 @@ pub trait AnswerStore: Send + Sync + 'static {
     fn kept<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<KeptAnswer>, StoreError>>;
 
     /// Removes what `key` holds (a marker given back, an answer no longer owed).
-    fn forget<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    ///
+    /// Like [`NonceStore::release`](super::NonceStore::release), it starts
+    /// when called (a request whose client went away gives its marker back
+    /// from `Drop`, unawaited); the future only waits for it. A marker that
+    /// cannot be removed expires at its hold-until.
+    fn forget(&self, key: &str) -> BoxFuture<'static, Result<(), StoreError>>;
 }
 
 impl<T: AnswerStore + ?Sized> AnswerStore for Arc<T> {
@@ -324,7 +336,7 @@ impl<T: AnswerStore + ?Sized> AnswerStore for Arc<T> {
         (**self).kept(key)
     }
 
-    fn forget<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn forget(&self, key: &str) -> BoxFuture<'static, Result<(), StoreError>> {
         (**self).forget(key)
     }
 }
@@ -496,7 +508,7 @@ impl AnswerStore for InMemoryAnswerStore {
         Box::pin(std::future::ready(Ok(answer)))
     }
 
-    fn forget<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn forget(&self, key: &str) -> BoxFuture<'static, Result<(), StoreError>> {
         let (mut held, _) = self.swept();
         held.remove(&digest(key));
         Box::pin(std::future::ready(Ok(())))

@@ -9,6 +9,7 @@ use http::Response;
 use tower_layer::Layer;
 
 use super::answers::{AnswerLimits, AnswerStore, InMemoryAnswerStore};
+use super::payment_id::{self, PaymentIdentifier};
 use super::pricing::Pricing;
 use super::quote::{PaymentOption, QuoteCache};
 use super::receipt::{SettledPayment, SettlementHook, SettlementHookError};
@@ -36,6 +37,7 @@ pub(crate) struct Config {
     pub(crate) nonce_store: Arc<dyn NonceStore>,
     pub(crate) answer_store: Arc<dyn AnswerStore>,
     pub(crate) answer_limits: AnswerLimits,
+    pub(crate) payment_identifier: PaymentIdentifier,
     pub(crate) clock: SharedClock,
     pub(crate) options: Vec<PaymentOption>,
     pub(crate) flat_fee: UsdAmount,
@@ -124,6 +126,7 @@ pub struct X402LayerBuilder {
     nonce_store: Option<Arc<dyn NonceStore>>,
     answer_store: Option<Arc<dyn AnswerStore>>,
     answer_limits: AnswerLimits,
+    payment_identifier: PaymentIdentifier,
     clock: Option<SharedClock>,
     options: Vec<PaymentOption>,
     flat_fee: UsdAmount,
@@ -144,6 +147,7 @@ impl Default for X402LayerBuilder {
             nonce_store: None,
             answer_store: None,
             answer_limits: AnswerLimits::default(),
+            payment_identifier: PaymentIdentifier::Off,
             clock: None,
             options: Vec::new(),
             flat_fee: UsdAmount::FLAT_FEE,
@@ -198,6 +202,15 @@ impl X402LayerBuilder {
     /// [`AnswerLimits::default`]: 1 MiB, an hour).
     pub fn with_answer_limits(mut self, limits: AnswerLimits) -> Self {
         self.answer_limits = limits;
+        self
+    }
+
+    /// Takes the `payment-identifier` extension (default
+    /// [`PaymentIdentifier::Off`]): declared in every 402, a payment's id
+    /// makes its request pay once, its answer kept in the answer store (see
+    /// the [`payment_id`](super::payment_id) module).
+    pub fn with_payment_identifier(mut self, mode: PaymentIdentifier) -> Self {
+        self.payment_identifier = mode;
         self
     }
 
@@ -326,6 +339,7 @@ impl X402LayerBuilder {
                 nonce_store,
                 answer_store,
                 answer_limits: self.answer_limits,
+                payment_identifier: self.payment_identifier,
                 clock,
                 options: self.options,
                 flat_fee: self.flat_fee,
@@ -333,13 +347,22 @@ impl X402LayerBuilder {
                 public_base_url: self.public_base_url,
                 description: self.description,
                 mime_type: self.mime_type,
-                quotes: QuoteCache::default(),
+                quotes: QuoteCache::with_extensions(quote_extensions(self.payment_identifier)),
                 settlement_hook: self.settlement_hook,
                 reject: self.reject,
                 hook_failures: AtomicU64::new(0),
             }),
         })
     }
+}
+
+/// The `extensions` every quote of the layer declares.
+fn quote_extensions(
+    payment_identifier: PaymentIdentifier,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut extensions = serde_json::Map::new();
+    payment_id::advertise(payment_identifier, &mut extensions);
+    extensions
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 mod answers;
 mod future;
 pub(crate) mod layer;
+pub mod payment_id;
 mod pricing;
 pub(crate) mod quote;
 mod receipt;
@@ -20,6 +21,7 @@ pub use answers::{
 };
 pub use future::ResponseFuture;
 pub use layer::{X402Layer, X402LayerBuilder};
+pub use payment_id::{PAYMENT_IDENTIFIER, PaymentIdentifier};
 pub use pricing::{Price, PriceRefusal, PriceTable, Pricing, RequestPrice};
 pub use quote::{
     AUTHORIZATION_CLOCK_SKEW_SECS, BASE_SEPOLIA_USDC, BASE_USDC, DEFAULT_MAX_TIMEOUT_SECS,
@@ -27,5 +29,5 @@ pub use quote::{
 };
 pub use receipt::{PaymentReceipt, SettledPayment, SettlementHook, SettlementHookError};
 pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
-pub use service::{SETTLEMENT_PENDING, X402};
+pub use service::{EXTENSION_ECHO_MISMATCH, SETTLEMENT_PENDING, X402};
 pub use stream::{PAYMENT_RESPONSE_EVENT, X402Body};

@@ -219,13 +219,19 @@ pub(crate) struct Quote {
 impl Quote {
     /// The quote of `options` at `total` for `resource`; `None` if no option
     /// can express `total` in whole units of its asset.
-    fn build(options: &[PaymentOption], total: UsdAmount, resource: ResourceInfo) -> Option<Self> {
+    fn build(
+        options: &[PaymentOption],
+        total: UsdAmount,
+        resource: ResourceInfo,
+        extensions: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Option<Self> {
         let offers: Vec<_> = options
             .iter()
             .filter_map(|option| option.requirements(total))
             .collect();
         let first = options.first().filter(|_| !offers.is_empty())?;
-        let required = payment_required(resource, offers, QUOTE_ERROR);
+        let mut required = payment_required(resource, offers, QUOTE_ERROR);
+        required.extensions = extensions.cloned();
         let (parts, body) = quote_response(&required, first).into_parts();
         Some(Self {
             required,
@@ -254,6 +260,8 @@ impl Quote {
 #[derive(Debug, Default)]
 pub(crate) struct QuoteCache {
     quotes: RwLock<HashMap<String, (UsdAmount, Arc<Quote>)>>,
+    /// The `extensions` every quote declares (none: omitted).
+    extensions: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Resources quoted at most; past it the cache starts afresh (URLs carry the
@@ -261,6 +269,14 @@ pub(crate) struct QuoteCache {
 const QUOTE_CACHE_LEN: usize = 1024;
 
 impl QuoteCache {
+    /// A cache whose quotes declare `extensions` (when not empty).
+    pub(crate) fn with_extensions(extensions: serde_json::Map<String, serde_json::Value>) -> Self {
+        Self {
+            quotes: RwLock::default(),
+            extensions: (!extensions.is_empty()).then_some(extensions),
+        }
+    }
+
     /// The quote of `options` at `total` for the resource at `url`, built on
     /// first use; `resource` describes it only then, so a cached quote costs
     /// no copies of the layer's description.
@@ -281,7 +297,12 @@ impl QuoteCache {
         if cached.is_some() {
             return cached;
         }
-        let quote = Arc::new(Quote::build(options, total, resource(url.clone()))?);
+        let quote = Arc::new(Quote::build(
+            options,
+            total,
+            resource(url.clone()),
+            self.extensions.as_ref(),
+        )?);
         let mut quotes = self.quotes.write().unwrap_or_else(PoisonError::into_inner);
         if quotes.len() >= QUOTE_CACHE_LEN && !quotes.contains_key(&url) {
             quotes.clear();

@@ -8,9 +8,10 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
 
-use super::answers::KeptAnswer;
+use super::answers::{Begun, KeptAnswer};
 use super::future::ResponseFuture;
 use super::layer::{Config, X402Layer};
+use super::payment_id::{self, IdBinding};
 use super::pricing::Price;
 use super::quote::{Quote, check_authorization, matching_offer, write_quote_headers};
 use super::receipt::{PaymentReceipt, SettledPayment};
@@ -34,6 +35,13 @@ const MIN_SPENT_RETENTION_SECS: u64 = 120;
 /// `transaction` names the broadcast transaction when one is known): the
 /// payer is told to resend the same payment for the outcome.
 pub const SETTLEMENT_PENDING: &str = "settlement_pending";
+
+/// Why a payment is refused whose echo of a declared extension lost what
+/// the 402 declared (402 `PAYMENT_INVALID`).
+pub const EXTENSION_ECHO_MISMATCH: &str = "extension_echo_mismatch";
+
+/// Why a payment under an id still in flight is told to retry (503).
+const ID_IN_FLIGHT: &str = "payment_identifier_in_flight";
 
 /// The request id header handed to the settlement hook.
 const X_REQUEST_ID: &str = "x-request-id";
@@ -125,6 +133,9 @@ struct Payment {
     request_id: Option<String>,
     /// `METHOD path?query`: a kept answer is for this request only.
     request_line: String,
+    /// The `payment-identifier` id and the fingerprint of the request it is
+    /// bound to, when the payment carries one.
+    payment_id: Option<(String, [u8; 32])>,
 }
 
 impl Payment {
@@ -199,6 +210,38 @@ fn prepare<B>(
             claimed_payer(&payload),
         ));
     };
+    if !payment_id::echo_matches(
+        quote.required().extensions.as_ref(),
+        payload.extensions.as_ref(),
+    ) {
+        return Err(invalid(EXTENSION_ECHO_MISMATCH, claimed_payer(&payload)));
+    }
+    let id = match payment_id::read_id(config.payment_identifier, payload.extensions.as_ref()) {
+        Ok(id) => id,
+        Err(why) => {
+            return Err(payment_rejection(
+                &config.reject,
+                ErrorCode::PaymentIdentifierInvalid,
+                why,
+                claimed_payer(&payload),
+                style,
+                quote.required(),
+            ));
+        }
+    };
+    let request_line = format!(
+        "{} {}",
+        request.method(),
+        request.uri().path_and_query().map_or("/", |pq| pq.as_str())
+    );
+    let payment_id = id.map(|id| {
+        let body = request
+            .extensions()
+            .get::<crate::gateway::ParsedJson>()
+            .map(|parsed| &parsed.0);
+        let bound = payment_id::request_fingerprint(&request_line, body, &offer);
+        (id, bound)
+    });
     // The payload is read into typed values here, once, for every step after.
     let facilitation = FacilitatorRequest::new(payload, offer);
     let evm = facilitation.exact_evm();
@@ -233,11 +276,8 @@ fn prepare<B>(
             .get(X_REQUEST_ID)
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned),
-        request_line: format!(
-            "{} {}",
-            request.method(),
-            request.uri().path_and_query().map_or("/", |pq| pq.as_str())
-        ),
+        request_line,
+        payment_id,
     })
 }
 
@@ -369,8 +409,31 @@ where
     let hold_until =
         now.saturating_add(payment.offer().max_timeout_seconds.max(MIN_CLAIM_HOLD_SECS));
 
+    // The payment identifier is looked up before the claim.
+    let mut id_guard = None;
+    if let Some((id, request)) = payment.payment_id.clone() {
+        match begin_id(&config, &payment, &id, request, hold_until).await {
+            IdStep::Proceed(guard) => id_guard = guard,
+            IdStep::Refuse(code, why) => {
+                return reject(&payment, code, &why, payment.claimed_payer());
+            }
+            IdStep::Stored(answer, stored) => {
+                return Ok(stored_answer(&config, &payment, &answer, &stored, hold_until).await);
+            }
+        }
+    }
+
     match config.nonce_store.claim(&payment.key, hold_until).await {
         Ok(Claim::Claimed) => {}
+        // The same payment under its id, still in flight: the one rule clients follow.
+        Ok(Claim::InFlight) if payment.payment_id.is_some() => {
+            return reject(
+                &payment,
+                ErrorCode::PaymentVerificationUnavailable,
+                ID_IN_FLIGHT,
+                payment.claimed_payer(),
+            );
+        }
         Ok(Claim::InFlight) => {
             return reject(
                 &payment,
@@ -496,6 +559,12 @@ where
     let answer_key = answer_key(&payment.key);
     let keep_until = answer_keep_until(&config, &payment);
     let binding = binding(&payment);
+    // What the id's answer is bound to: the verified payer.
+    let id_binding = payment.payment_id.as_ref().map(|(_, request)| IdBinding {
+        request: *request,
+        payer: receipt.payer().to_ascii_lowercase(),
+        payment: payment.fingerprint,
+    });
     let job = SettleJob {
         config: config.clone(),
         payment,
@@ -514,20 +583,35 @@ where
         let settle = Box::new(
             move |recorded: Option<Bytes>| -> crate::store::BoxFuture<'static, Bytes> {
                 Box::pin(async move {
+                    let (status, headers) = kept_head;
                     let settlement = match job.run().await {
                         Outcome::Pending(settlement, _) => {
                             // The stream went out; it is kept for the resend that learns the outcome.
                             if let Some(stream) = recorded {
-                                let (status, headers) = kept_head;
                                 let answer = KeptAnswer::new(status.as_u16(), binding, stream)
                                     .with_headers(&headers);
                                 keep_answer(&config, &answer_key, &answer, keep_until).await;
                             }
+                            if let Some(guard) = id_guard {
+                                guard.hold();
+                            }
                             settlement
                         }
-                        Outcome::Settled(settlement, _) | Outcome::Failed(settlement, _) => {
-                            settlement
+                        Outcome::Settled(settlement, _) => {
+                            // Under its id: the whole stream and its receipt, or nothing.
+                            let event = receipt_event(&codec::encode(&settlement));
+                            if let (Some(guard), Some(stream), Some(id_binding)) =
+                                (id_guard, recorded, id_binding)
+                            {
+                                let answer =
+                                    KeptAnswer::new(status.as_u16(), id_binding.encode(), stream)
+                                        .with_headers(&headers)
+                                        .with_appended(&event);
+                                guard.keep(&config, &answer, keep_until).await;
+                            }
+                            return event;
                         }
+                        Outcome::Failed(settlement, _) => settlement,
                     };
                     receipt_event(&codec::encode(&settlement))
                 })
@@ -556,7 +640,8 @@ where
             let fits = http_body::Body::size_hint(response.body())
                 .upper()
                 .is_some_and(|bytes| bytes <= limit);
-            if !config.paid_replay || !fits {
+            if !(config.paid_replay || id_guard.is_some()) || !fits {
+                // Not kept under its id either: the id is free again.
                 return Ok(plain(response));
             }
             let (parts, body) = response.into_parts();
@@ -570,7 +655,13 @@ where
             if let Some(value) = header_value.as_ref().and_then(|v| v.to_str().ok()) {
                 answer = answer.with_payment_response(value);
             }
-            keep_answer(&config, &answer_key, &answer, keep_until).await;
+            if config.paid_replay {
+                keep_answer(&config, &answer_key, &answer, keep_until).await;
+            }
+            if let (Some(guard), Some(id_binding)) = (id_guard, id_binding) {
+                let answer = answer.clone().with_binding(id_binding.encode());
+                guard.keep(&config, &answer, keep_until).await;
+            }
             let kept = Response::from_parts(parts, answer.body().clone());
             Ok(rejection(kept).map(X402Body::plain))
         }
@@ -585,6 +676,10 @@ where
                 let answer = KeptAnswer::new(parts.status.as_u16(), binding, body)
                     .with_headers(&parts.headers);
                 keep_answer(&config, &answer_key, &answer, keep_until).await;
+            }
+            // The id stays in flight until the resend learns the outcome.
+            if let Some(guard) = id_guard {
+                guard.hold();
             }
             Ok(settlement_pending(&config, style, &settlement, &receipt))
         }
@@ -625,6 +720,14 @@ where
     let answer_key = answer_key(&payment.key);
     let keep_until = answer_keep_until(&config, &payment);
     let kept = kept_answer(&config, &payment).await;
+    let id_binding = payment.payment_id.as_ref().map(|(id, request)| {
+        let binding = IdBinding {
+            request: *request,
+            payer: receipt.payer().to_ascii_lowercase(),
+            payment: payment.fingerprint,
+        };
+        (id.clone(), binding)
+    });
     // A resend that goes away mid-settlement must not give the record back.
     let claim = ClaimGuard::new(&config, &payment.key).kept_on_drop();
     let job = SettleJob {
@@ -647,6 +750,10 @@ where
                 }
                 // Kept on: a resend that loses this answer too gets it again.
                 keep_answer(&config, &answer_key, &answer, keep_until).await;
+                if let Some((id, binding)) = &id_binding {
+                    let answer = answer.clone().with_binding(binding.encode());
+                    keep_answer(&config, &payment_id::id_key(id), &answer, keep_until).await;
+                }
                 return Ok(kept_response(&answer));
             }
             // Nothing kept (too large, or lost with a replica's memory): served again, charged once.
@@ -664,7 +771,185 @@ where
         }
         Outcome::Failed(settlement, receipt) => {
             forget_answer(&config, &answer_key).await;
+            if let Some((id, _)) = &id_binding {
+                forget_answer(&config, &payment_id::id_key(id)).await;
+            }
             Ok(settlement_failed(&config, style, &settlement, &receipt))
+        }
+    }
+}
+
+/// What the payment identifier's lookup decided.
+enum IdStep {
+    /// On to the claim; with the marker this request now holds, if it took one.
+    Proceed(Option<IdGuard>),
+    /// Refused: 409 for another request or payer, 503 while in flight, or
+    /// the store could not answer.
+    Refuse(ErrorCode, String),
+    /// A kept answer for this request, and what it is bound to.
+    Stored(KeptAnswer, IdBinding),
+}
+
+/// Looks the payment's id up (marking it in flight when new).
+async fn begin_id(
+    config: &Config,
+    payment: &Payment,
+    id: &str,
+    request: [u8; 32],
+    hold_until: u64,
+) -> IdStep {
+    let key = payment_id::id_key(id);
+    let binding = IdBinding {
+        request,
+        payer: payment
+            .claimed_payer()
+            .unwrap_or_default()
+            .to_ascii_lowercase(),
+        payment: payment.fingerprint,
+    };
+    let conflict = || {
+        IdStep::Refuse(
+            ErrorCode::PaymentIdentifierConflict,
+            "payment_identifier_conflict".to_owned(),
+        )
+    };
+    match config
+        .answer_store
+        .begin(&key, &binding.encode(), hold_until)
+        .await
+    {
+        Err(error) => IdStep::Refuse(ErrorCode::PaymentVerificationUnavailable, error.to_string()),
+        Ok(Begun::Started) => IdStep::Proceed(Some(IdGuard {
+            store: config.answer_store.clone(),
+            key: Some(key),
+        })),
+        Ok(Begun::InFlight(marker)) => match IdBinding::decode(&marker) {
+            // The very payment: its claim decides (a pending settlement is resolved).
+            Some(other) if other == binding => IdStep::Proceed(None),
+            Some(other) if other.same_request_and_payer(&binding) => IdStep::Refuse(
+                ErrorCode::PaymentVerificationUnavailable,
+                ID_IN_FLIGHT.to_owned(),
+            ),
+            _ => conflict(),
+        },
+        Ok(Begun::Kept(answer)) => match IdBinding::decode(answer.binding()) {
+            Some(stored) if stored.request == binding.request => IdStep::Stored(answer, stored),
+            _ => conflict(),
+        },
+    }
+}
+
+/// The answer kept under the payment's id: for the identical payment at
+/// once; for a fresh one once it verifies from the same payer, its claim
+/// then released (never settled).
+async fn stored_answer<B>(
+    config: &Config,
+    payment: &Payment,
+    answer: &KeptAnswer,
+    stored: &IdBinding,
+    hold_until: u64,
+) -> Response<X402Body<B>> {
+    let refuse = |code: ErrorCode, why: &str, payer: Option<&str>| {
+        rejection(payment_rejection(
+            &config.reject,
+            code,
+            why,
+            payer,
+            payment.style,
+            payment.quote.required(),
+        ))
+        .map(X402Body::plain)
+    };
+    if stored.payment == payment.fingerprint {
+        trace_decision!(INFO, "x402", outcome = "stored answer");
+        return kept_response(answer);
+    }
+    match config.nonce_store.claim(&payment.key, hold_until).await {
+        Ok(Claim::Claimed) => {}
+        Ok(_) => {
+            return refuse(
+                ErrorCode::PaymentReplay,
+                "authorization_already_used",
+                payment.claimed_payer(),
+            );
+        }
+        Err(error) => {
+            return refuse(
+                ErrorCode::PaymentVerificationUnavailable,
+                &error.to_string(),
+                payment.claimed_payer(),
+            );
+        }
+    }
+    let claim = ClaimGuard::new(config, &payment.key);
+    let verdict = config.facilitator.verify(&payment.facilitation).await;
+    // Verified or not, this authorization is never settled.
+    claim.release().await;
+    let verdict = match verdict {
+        Ok(verdict) => verdict,
+        Err(error) => {
+            return refuse(
+                ErrorCode::PaymentVerificationUnavailable,
+                &error.to_string(),
+                payment.claimed_payer(),
+            );
+        }
+    };
+    let payer = verdict
+        .payer
+        .clone()
+        .or_else(|| payment.claimed_payer().map(str::to_owned))
+        .unwrap_or_default();
+    if !verdict.is_valid {
+        let why = verdict
+            .invalid_reason
+            .as_deref()
+            .unwrap_or(reason::INVALID_PAYLOAD);
+        return refuse(code_for_reason(why), why, Some(&payer));
+    }
+    if payer.to_ascii_lowercase() != stored.payer {
+        return refuse(
+            ErrorCode::PaymentIdentifierConflict,
+            "payment_identifier_conflict",
+            Some(&payer),
+        );
+    }
+    trace_decision!(
+        INFO,
+        "x402",
+        payer = payer.as_str(),
+        outcome = "stored answer"
+    );
+    kept_response(answer)
+}
+
+/// The in-flight marker of a payment's id: given back (the id free again)
+/// unless the answer is kept under it, or it is held for a pending
+/// settlement; also when the request goes away.
+struct IdGuard {
+    store: Arc<dyn super::AnswerStore>,
+    key: Option<String>,
+}
+
+impl IdGuard {
+    /// Keeps `answer` under the id in place of the marker.
+    async fn keep(mut self, config: &Config, answer: &KeptAnswer, keep_until: u64) {
+        if let Some(key) = self.key.take() {
+            keep_answer(config, &key, answer, keep_until).await;
+        }
+    }
+
+    /// Leaves the marker until its hold-until: the settlement is pending.
+    fn hold(mut self) {
+        self.key = None;
+    }
+}
+
+impl Drop for IdGuard {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            // Started at once by the store; its hold-until is the safety net.
+            drop(self.store.forget(&key));
         }
     }
 }
@@ -1058,12 +1343,16 @@ mod tests {
     impl Facilitator for Arc<Facade> {
         fn verify<'a>(
             &'a self,
-            _request: &'a FacilitatorRequest,
+            request: &'a FacilitatorRequest,
         ) -> BoxFuture<'a, Result<crate::x402::wire::VerifyResponse, FacilitatorError>> {
+            // The payer is whoever the authorization names (the facade checks no signature).
+            let payer = claimed_payer(request.payment_payload())
+                .unwrap_or(PAYER)
+                .to_owned();
             let verdict = if self.refuse.load(Ordering::SeqCst) {
-                VerifyResponse::invalid(reason::SIGNATURE, Some(PAYER.into()))
+                VerifyResponse::invalid(reason::SIGNATURE, Some(payer))
             } else {
-                VerifyResponse::valid(PAYER)
+                VerifyResponse::valid(payer)
             };
             Box::pin(async move { Ok(verdict) })
         }
@@ -1195,6 +1484,16 @@ mod tests {
 
     /// [`payment`] with the signature's `r` and `s` made of `byte` (hex).
     fn payment_signed(nonce: u8, byte: &str) -> String {
+        payment_of(nonce, byte, PAYER, None)
+    }
+
+    /// A payment from `from` carrying `extensions`.
+    fn payment_of(
+        nonce: u8,
+        byte: &str,
+        from: &str,
+        extensions: Option<serde_json::Value>,
+    ) -> String {
         let offer = PaymentOption::base_sepolia_usdc(PAY_TO)
             .unwrap()
             .requirements("0.003".parse().unwrap())
@@ -1207,12 +1506,15 @@ mod tests {
                 // Canonical shape (low s, v = 27): the facade accepts any signer.
                 "signature": format!("0x{}1b", byte.repeat(64)),
                 "authorization": {
-                    "from": PAYER, "to": PAY_TO, "value": offer.amount.to_string(),
+                                        "from": from, "to": PAY_TO, "value": offer.amount.to_string(),
                     "validAfter": "0", "validBefore": (NOW + 300).to_string(),
-                    "nonce": format!("0x{nonce:064x}"),
+                                        "nonce": format!("0x{nonce:064x}"),
                 },
             }),
-            extensions: None,
+            extensions: extensions.map(|value| match value {
+                serde_json::Value::Object(map) => map,
+                _ => panic!("extensions are an object"),
+            }),
         };
         codec::encode(&payload)
     }
@@ -1606,6 +1908,221 @@ mod tests {
         let polled = svc.oneshot(poll).await.unwrap();
         assert_eq!(polled.status(), 200);
         assert_eq!(text(polled).await, "progress");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    const ID: &str = "pay_7d5d747be160e280504c099d984bcfe0";
+    const OTHER_PAYER: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
+
+    /// A payment under the payment identifier `id`, echoing the declaration.
+    fn with_id(nonce: u8, id: &str) -> String {
+        with_id_from(nonce, id, PAYER)
+    }
+
+    fn with_id_from(nonce: u8, id: &str, from: &str) -> String {
+        let extensions = json!({"payment-identifier": {"info": {"required": false, "id": id}}});
+        payment_of(nonce, "11", from, Some(extensions))
+    }
+
+    fn id_layer(facade: &Arc<Facade>, mode: crate::x402::server::PaymentIdentifier) -> X402Layer {
+        chat_layer(facade)
+            .with_payment_identifier(mode)
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_402_declares_the_payment_identifier_when_on() {
+        use crate::x402::server::PaymentIdentifier;
+        let facade = Arc::new(Facade::default());
+        for (mode, required) in [
+            (PaymentIdentifier::Optional, Some(false)),
+            (PaymentIdentifier::Required, Some(true)),
+            (PaymentIdentifier::Off, None),
+        ] {
+            let quote = service(&id_layer(&facade, mode))
+                .oneshot(
+                    Request::post("http://gw.test/v1/chat/completions")
+                        .body(Full::default())
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            let required_header: PaymentRequired =
+                codec::decode(quote.headers()[header::PAYMENT_REQUIRED].as_bytes()).unwrap();
+            let declared = required_header
+                .extensions
+                .as_ref()
+                .and_then(|extensions| extensions.get("payment-identifier"));
+            assert_eq!(
+                declared.and_then(|entry| entry["info"]["required"].as_bool()),
+                required
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_id_pays_once_and_the_identical_or_a_fresh_payment_gets_the_stored_answer() {
+        let facade = Arc::new(Facade::default());
+        let layer = id_layer(&facade, crate::x402::server::PaymentIdentifier::Optional);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&layer, &calls);
+        let first = svc
+            .clone()
+            .oneshot(paid(&with_id(1, ID), None))
+            .await
+            .unwrap();
+        assert_eq!(first.status(), 200);
+        let receipt = first.headers()[header::PAYMENT_RESPONSE].clone();
+        assert_eq!(text(first).await, "answer");
+        // The identical payment again, and a fresh one for the same request.
+        for payment in [with_id(1, ID), with_id(2, ID)] {
+            let again = svc.clone().oneshot(paid(&payment, None)).await.unwrap();
+            assert_eq!(again.status(), 200);
+            assert_eq!(again.headers()[header::PAYMENT_RESPONSE], receipt);
+            assert_eq!(again.headers()["content-type"], "application/json");
+            assert_eq!(text(again).await, "answer");
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
+        // The fresh authorization was never settled: its claim was released.
+        let unused = svc.oneshot(paid(&payment(2), None)).await.unwrap();
+        assert_eq!(unused.status(), 200);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn an_id_reused_for_another_request_or_payer_is_409_and_charges_nothing() {
+        let facade = Arc::new(Facade::default());
+        let layer = id_layer(&facade, crate::x402::server::PaymentIdentifier::Optional);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&layer, &calls);
+        assert_eq!(
+            svc.clone()
+                .oneshot(paid(&with_id(1, ID), None))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+        // Another request (another query) under the same id.
+        let other_request = Request::post("http://gw.test/v1/chat/completions?x=1")
+            .header(header::PAYMENT_SIGNATURE, with_id(2, ID))
+            .body(Full::default())
+            .unwrap();
+        let conflict = svc.clone().oneshot(other_request).await.unwrap();
+        assert_eq!(conflict.status(), StatusCode::CONFLICT);
+        assert_eq!(
+            code_of(&text(conflict).await),
+            "PAYMENT_IDENTIFIER_CONFLICT"
+        );
+        // Another payer for the same request.
+        let stranger = svc
+            .clone()
+            .oneshot(paid(&with_id_from(3, ID, OTHER_PAYER), None))
+            .await
+            .unwrap();
+        assert_eq!(stranger.status(), StatusCode::CONFLICT);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn malformed_or_missing_required_ids_are_400_and_a_changed_echo_is_402() {
+        use crate::x402::server::PaymentIdentifier;
+        let facade = Arc::new(Facade::default());
+        let optional = service(&id_layer(&facade, PaymentIdentifier::Optional));
+        let malformed = optional
+            .clone()
+            .oneshot(paid(&with_id(1, "too-short"), None))
+            .await
+            .unwrap();
+        assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            code_of(&text(malformed).await),
+            "PAYMENT_IDENTIFIER_INVALID"
+        );
+        let required = service(&id_layer(&facade, PaymentIdentifier::Required));
+        let missing = required.oneshot(paid(&payment(2), None)).await.unwrap();
+        assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(code_of(&text(missing).await), "PAYMENT_IDENTIFIER_INVALID");
+        // The echo says `required: true` where the 402 said false.
+        let changed = json!({"payment-identifier": {"info": {"required": true, "id": ID}}});
+        let echo = optional
+            .oneshot(paid(&payment_of(3, "11", PAYER, Some(changed)), None))
+            .await
+            .unwrap();
+        assert_eq!(echo.status(), StatusCode::PAYMENT_REQUIRED);
+        let body = text(echo).await;
+        assert_eq!(code_of(&body), "PAYMENT_INVALID");
+        assert!(body.contains(EXTENSION_ECHO_MISMATCH), "{body}");
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn an_id_in_flight_is_503_until_its_pending_settlement_lands() {
+        let facade = Arc::new(Facade::default());
+        facade.pending.store(1, Ordering::SeqCst);
+        let layer = id_layer(&facade, crate::x402::server::PaymentIdentifier::Optional);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&layer, &calls);
+        let pending = svc
+            .clone()
+            .oneshot(paid(&with_id(1, ID), None))
+            .await
+            .unwrap();
+        assert_eq!(pending.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // A fresh payment under the id while the first is in flight: 503, nothing called.
+        let fresh = svc
+            .clone()
+            .oneshot(paid(&with_id(2, ID), None))
+            .await
+            .unwrap();
+        assert_eq!(fresh.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(fresh.headers().contains_key(http::header::RETRY_AFTER));
+        assert!(text(fresh).await.contains(ID_IN_FLIGHT));
+        // The very payment resent: its settlement landed, the kept answer.
+        let landed = svc
+            .clone()
+            .oneshot(paid(&with_id(1, ID), None))
+            .await
+            .unwrap();
+        assert_eq!(landed.status(), 200);
+        assert_eq!(text(landed).await, "answer");
+        // Now kept under the id: the fresh payment gets it too.
+        let fresh = svc.oneshot(paid(&with_id(2, ID), None)).await.unwrap();
+        assert_eq!(fresh.status(), 200);
+        assert_eq!(text(fresh).await, "answer");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_unsettled_answer_frees_its_id_and_a_stream_is_kept_whole_under_it() {
+        let facade = Arc::new(Facade::default());
+        let layer = id_layer(&facade, crate::x402::server::PaymentIdentifier::Optional);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&layer, &calls);
+        let mut failing = paid(&with_id(1, ID), None);
+        failing
+            .headers_mut()
+            .insert("x-test-status", HeaderValue::from_static("503"));
+        assert_eq!(svc.clone().oneshot(failing).await.unwrap().status(), 503);
+        // The id is free again; a stream under it is kept whole with its receipt.
+        let stream = svc
+            .clone()
+            .oneshot(paid(&with_id(1, ID), Some(COMPLETE)))
+            .await
+            .unwrap();
+        let first = text(stream).await;
+        assert!(first.contains("event: payment-response"));
+        let again = svc
+            .oneshot(paid(&with_id(2, ID), Some(COMPLETE)))
+            .await
+            .unwrap();
+        assert_eq!(again.headers()["content-type"], "text/event-stream");
+        assert_eq!(text(again).await, first);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
     }
