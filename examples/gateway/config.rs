@@ -20,6 +20,7 @@
 //! | `GATEWAY_IMAGE_JOB_MILLIS` | `2000` | how long an image job runs (`0`: answered at once) |
 //! | `GATEWAY_ANSWER_RETENTION_SECS` | `3600` | how long a paid answer is kept for a resend (a settlement first reported pending) |
 //! | `GATEWAY_ANSWER_MAX_BYTES` | `1048576` | the largest paid answer kept (a larger one is served again on the resend, charged once) |
+//! | `GATEWAY_PAYMENT_ID` | `optional` | the `payment-identifier` extension: `off`, `optional` (declared; a payment may carry an id and then pays once per id) or `required` (a payment without an id is 400) |
 //! | `GATEWAY_ANSWER_STORE_BYTES` | `268435456` | the in-memory answer store's total (without Redis; the answers nearest their expiry make room) |
 //! | `GATEWAY_NETWORK` | `base-sepolia` | `base-sepolia`, `base`, `solana` (or `--network solana`), or `eip155:<chain id>` (then the three `GATEWAY_USDC_*`) |
 //! | `GATEWAY_FACILITATOR_URL` | none (development ledger) | the x402 facilitator that verifies and settles (`https://host[/path]` or `http://`); required on every network but `base-sepolia` |
@@ -50,7 +51,9 @@ use walletgate::free_tier::{ClientIpResolver, FreeTierQuotas};
 use walletgate::tls::ClientTls;
 use walletgate::x402::ConfigError as X402ConfigError;
 use walletgate::x402::facilitator::{CdpAuth, DevLedger, FacilitatorAuth};
-use walletgate::x402::server::{AnswerLimits, DEFAULT_ANSWER_STORE_BYTES, PaymentOption};
+use walletgate::x402::server::{
+    AnswerLimits, DEFAULT_ANSWER_STORE_BYTES, PaymentIdentifier, PaymentOption,
+};
 use walletgate::x402::wire::Network;
 use walletgate::{SharedClock, SystemClock};
 
@@ -117,6 +120,8 @@ pub(crate) struct Config {
     pub(crate) image_job: Duration,
     /// How large and how long paid answers are kept for a resend.
     pub(crate) answers: AnswerSettings,
+    /// The `payment-identifier` extension (`GATEWAY_PAYMENT_ID`).
+    pub(crate) payment_id: PaymentIdentifier,
     /// Where payments are quoted and settled.
     pub(crate) network: PaymentNetwork,
     /// The settle timeout, and payment faults for tests and demos.
@@ -301,6 +306,7 @@ impl Default for Config {
             cors_origins: Vec::new(),
             image_job: Duration::from_millis(DEFAULT_IMAGE_JOB_MILLIS),
             answers: AnswerSettings::default(),
+            payment_id: PaymentIdentifier::Optional,
             network: PaymentNetwork::Evm(EvmSettings::base_sepolia()),
             payment_faults: Arc::default(),
             tls: ClientTls::webpki_roots(),
@@ -413,6 +419,11 @@ impl Config {
             config.image_job = Duration::from_millis(millis);
         }
         config.answers = AnswerSettings::from_vars(&var)?;
+        if let Some(mode) = var("GATEWAY_PAYMENT_ID") {
+            config.payment_id = PaymentIdentifier::parse(&mode).ok_or_else(|| {
+                invalid("GATEWAY_PAYMENT_ID", "expected off, optional or required")
+            })?;
+        }
         if let Some(path) = var("GATEWAY_EXTRA_CA_FILE") {
             config.tls = ClientTls::webpki_roots()
                 .with_extra_ca_file(&path)
@@ -745,8 +756,10 @@ mod tests {
             ("GATEWAY_ANSWER_RETENTION_SECS", "60"),
             ("GATEWAY_ANSWER_MAX_BYTES", "2048"),
             ("GATEWAY_ANSWER_STORE_BYTES", "65536"),
+            ("GATEWAY_PAYMENT_ID", "required"),
         ]))
         .unwrap();
+        assert_eq!(config.payment_id, PaymentIdentifier::Required);
         assert_eq!(config.answers.limits.retention_secs, 60);
         assert_eq!(config.answers.limits.max_answer_bytes, 2048);
         assert_eq!(config.answers.store_bytes, 65536);
@@ -960,6 +973,7 @@ mod tests {
             ("GATEWAY_ANSWER_RETENTION_SECS", "0"),
             ("GATEWAY_ANSWER_MAX_BYTES", "a lot"),
             ("GATEWAY_ANSWER_STORE_BYTES", "-1"),
+            ("GATEWAY_PAYMENT_ID", "sometimes"),
             ("GATEWAY_NETWORK", "dogecoin"),
             ("GATEWAY_NETWORK", "solana"),
             (

@@ -31,7 +31,8 @@ use walletgate::x402::{
     },
     server::{
         AnswerLimits, AnswerStore, InMemoryAnswerStore, InMemoryNonceStore, NonceStore,
-        PaymentOption, RequestPrice, SettledPayment, SettlementHookError, X402Layer,
+        PaymentIdentifier, PaymentOption, RequestPrice, SettledPayment, SettlementHookError,
+        X402Layer,
     },
     wire::{SettleResponse, SupportedResponse, VerifyResponse},
 };
@@ -113,6 +114,8 @@ pub(crate) struct PaymentSettings {
     /// Paid answers kept for a resend, and their bounds.
     pub(crate) answer_store: Arc<dyn AnswerStore>,
     pub(crate) answer_limits: AnswerLimits,
+    /// The `payment-identifier` extension of every paid route.
+    pub(crate) payment_id: PaymentIdentifier,
     pub(crate) clock: SharedClock,
     /// Every settlement of every paid route, logged with a running total.
     pub(crate) settled: Arc<SettlementTally>,
@@ -142,6 +145,7 @@ impl PaymentSettings {
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
             answer_store: Arc::new(InMemoryAnswerStore::new(clock.clone())),
             answer_limits: AnswerLimits::default(),
+            payment_id: PaymentIdentifier::Optional,
             clock,
             settled: Arc::default(),
             public_url: String::new(),
@@ -169,6 +173,7 @@ impl PaymentSettings {
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
             answer_store: Arc::new(InMemoryAnswerStore::new(clock.clone())),
             answer_limits: AnswerLimits::default(),
+            payment_id: PaymentIdentifier::Optional,
             clock,
             settled: Arc::default(),
             public_url: String::new(),
@@ -189,6 +194,12 @@ impl PaymentSettings {
     ) -> Self {
         self.answer_store = store;
         self.answer_limits = limits;
+        self
+    }
+
+    /// The same settings taking the `payment-identifier` extension as `mode` says.
+    pub(crate) fn with_payment_id(mut self, mode: PaymentIdentifier) -> Self {
+        self.payment_id = mode;
         self
     }
 
@@ -235,6 +246,7 @@ impl PaymentSettings {
             .with_nonce_store(self.nonce_store.clone())
             .with_answer_store(self.answer_store.clone())
             .with_answer_limits(self.answer_limits)
+            .with_payment_identifier(self.payment_id)
             .with_clock(self.clock.clone())
             .with_paid_replay(paid_replay)
             .with_description(description)

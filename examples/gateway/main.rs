@@ -372,6 +372,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         .with_public_url(&public_url)
         .with_nonce_store(stores.nonce_store)
         .with_answer_store(stores.answer_store, config.answers.limits)
+        .with_payment_id(config.payment_id)
         .with_faults(config.payment_faults)
         .with_max_timeout_secs(config.max_timeout_secs)?;
     let gates = Gates {

@@ -159,20 +159,17 @@ fn contains(whole: &Value, part: &Value) -> bool {
     }
 }
 
-/// The request an id is bound to: its method, path and query, a digest of its
-/// parsed JSON body (none when not parsed), and the accepted offer.
+/// The request an id is bound to: its method, path and query, the digest of
+/// its body (none when no body layer read it), and the accepted offer.
 pub(crate) fn request_fingerprint(
     request_line: &str,
-    body: Option<&Value>,
+    body_digest: Option<[u8; 32]>,
     offer: &PaymentRequirements,
 ) -> [u8; 32] {
     let mut text = Vec::with_capacity(256);
     text.extend_from_slice(request_line.as_bytes());
     text.push(b'\n');
-    let body = body.map_or([0; 32], |body| {
-        keccak256(serde_json::to_vec(body).unwrap_or_default()).0
-    });
-    text.extend_from_slice(&body);
+    text.extend_from_slice(&body_digest.unwrap_or_default());
     text.push(b'\n');
     text.extend_from_slice(&serde_json::to_vec(offer).unwrap_or_default());
     keccak256(&text).0

@@ -235,10 +235,13 @@ fn prepare<B>(
         request.uri().path_and_query().map_or("/", |pq| pq.as_str())
     );
     let payment_id = id.map(|id| {
-        let body = request
-            .extensions()
-            .get::<crate::gateway::ParsedJson>()
-            .map(|parsed| &parsed.0);
+        let extensions = request.extensions();
+        let body = match extensions.get::<crate::gateway::JsonBodyBytes>() {
+            Some(bytes) => Some(keccak256(&bytes.0).0),
+            None => extensions
+                .get::<crate::gateway::ParsedJson>()
+                .map(|parsed| keccak256(serde_json::to_vec(&parsed.0).unwrap_or_default()).0),
+        };
         let bound = payment_id::request_fingerprint(&request_line, body, &offer);
         (id, bound)
     });
@@ -2017,6 +2020,13 @@ mod tests {
             code_of(&text(conflict).await),
             "PAYMENT_IDENTIFIER_CONFLICT"
         );
+        // Another body (as the body layer read it) under the same id.
+        let mut other_body = paid(&with_id(4, ID), None);
+        other_body
+            .extensions_mut()
+            .insert(crate::gateway::JsonBodyBytes(Bytes::from_static(b"{}")));
+        let conflict = svc.clone().oneshot(other_body).await.unwrap();
+        assert_eq!(conflict.status(), StatusCode::CONFLICT);
         // Another payer for the same request.
         let stranger = svc
             .clone()
