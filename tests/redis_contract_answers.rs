@@ -1,6 +1,8 @@
 //! The x402 answer store's contract, run against the in-memory default and
-//! the Redis backend with the same assertions, and a settlement whose answer
-//! was lost resolved by a resend on another replica sharing one Redis.
+//! the Redis backend with the same assertions; a settlement whose answer
+//! was lost resolved by a resend on another replica sharing one Redis; and
+//! twenty copies of one payment under one payment identifier over two
+//! replicas: one upstream call, one settlement, one answer for all.
 //!
 //! Redis: `WALLETGATE_TEST_REDIS_URL`, or a redis-server started for this
 //! binary; every test takes its own key prefix.
@@ -309,4 +311,119 @@ async fn a_lost_settlement_answer_is_resolved_by_the_resend_on_another_replica()
 /// Base Sepolia USDC, the fixtures' asset.
 fn x402_fixtures_token() -> walletgate::x402::wire::TokenId {
     walletgate::x402::facilitator::DevLedger::base_sepolia_usdc()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_copies_of_one_payment_under_one_id_over_two_replicas_pay_and_call_once() {
+    use walletgate::client::payer::{Payer, sequential_nonce};
+    use walletgate::x402::server::PaymentIdentifier;
+    use walletgate::x402::wire::PaymentPayload;
+
+    let conn = connection("id_two_replicas");
+    let clock: SharedClock = Arc::new(SystemClock);
+    let ledger = RedisLedger::new(conn.clone());
+    ledger.fund_dev_accounts().await.unwrap();
+    let facilitator = Arc::new(LocalEvmFacilitator::new(
+        Arc::new(ledger.clone()),
+        clock.clone(),
+    ));
+    let upstream_calls = Arc::new(AtomicUsize::new(0));
+    let replica = || {
+        let layer = x402_fixtures::chat_layer_builder(facilitator.clone(), clock.clone())
+            .with_nonce_store(Arc::new(RedisNonceStore::new(conn.clone(), clock.clone())))
+            .with_answer_store(Arc::new(RedisAnswerStore::new(conn.clone(), clock.clone())))
+            .with_payment_identifier(PaymentIdentifier::Optional)
+            .build()
+            .unwrap();
+        let calls = upstream_calls.clone();
+        let inner = tower::service_fn(move |_request: http::Request<Full<Bytes>>| {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                // Long enough for the copies to overlap.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .header("content-type", "application/json")
+                        .body(Full::new(Bytes::from(format!("{{\"call\":{n}}}"))))
+                        .unwrap(),
+                )
+            }
+        });
+        tower::Layer::layer(&layer, tower::util::BoxCloneService::new(inner))
+    };
+    let replicas = [replica(), replica()];
+    let chat = |payment: Option<&str>| {
+        let mut request = http::Request::post(x402_fixtures::CHAT);
+        if let Some(payment) = payment {
+            request = request.header("payment-signature", payment);
+        }
+        request.body(Full::default()).unwrap()
+    };
+    let quote = replicas[0].clone().oneshot(chat(None)).await.unwrap();
+    let quote: PaymentRequired =
+        codec::decode(quote.headers()["payment-required"].as_bytes()).unwrap();
+    let declared = quote.extensions.clone().unwrap();
+    assert_eq!(declared["payment-identifier"]["info"]["required"], false);
+    let id = "pay_0123456789abcdef0123456789abcdef";
+    let under_id = |nonce: u8| {
+        let header = Payer::dev(0)
+            .header_with_nonce(
+                &quote.accepts[0],
+                clock.now_unix_secs(),
+                sequential_nonce(u64::from(nonce)),
+            )
+            .unwrap();
+        let mut payload: PaymentPayload = codec::decode(header.as_bytes()).unwrap();
+        let mut extensions = declared.clone();
+        extensions["payment-identifier"]["info"]["id"] = id.into();
+        payload.extensions = Some(extensions);
+        codec::encode(&payload)
+    };
+    let payment = Arc::new(under_id(1));
+    let settlements_before = ledger.settlements().await.unwrap();
+
+    // Twenty copies at once, alternating replicas; each resends on 503 as told.
+    let sends = (0..20).map(|copy| {
+        let replica = replicas[copy % 2].clone();
+        let payment = payment.clone();
+        tokio::spawn(async move {
+            let mut unavailable = 0;
+            loop {
+                let answer = replica.clone().oneshot(chat(Some(&payment))).await.unwrap();
+                if answer.status() == 503 {
+                    assert!(answer.headers().contains_key("retry-after"));
+                    unavailable += 1;
+                    assert!(unavailable < 100, "still in flight");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                assert_eq!(answer.status(), 200);
+                let receipt = answer.headers()["payment-response"].clone();
+                let body = answer.into_body().collect().await.unwrap().to_bytes();
+                return (body, receipt);
+            }
+        })
+    });
+    let mut answers = Vec::new();
+    for send in sends {
+        answers.push(send.await.unwrap());
+    }
+    assert!(answers.iter().all(|answer| *answer == answers[0]));
+    assert_eq!(upstream_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(ledger.settlements().await.unwrap(), settlements_before + 1);
+
+    // A fresh signature for the same request and payer under the id, on
+    // either replica: the stored answer, still one settlement.
+    for (replica, nonce) in replicas.iter().zip([2u8, 3]) {
+        let fresh = replica
+            .clone()
+            .oneshot(chat(Some(&under_id(nonce))))
+            .await
+            .unwrap();
+        assert_eq!(fresh.status(), 200);
+        let body = fresh.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, answers[0].0);
+    }
+    assert_eq!(upstream_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(ledger.settlements().await.unwrap(), settlements_before + 1);
 }
