@@ -103,8 +103,8 @@ pub(crate) fn read_id(
     }
 }
 
-/// 16–128 characters of `[A-Za-z0-9_-]`.
-pub(crate) fn is_valid_id(id: &str) -> bool {
+/// Whether `id` is a valid payment identifier: 16–128 characters of `[A-Za-z0-9_-]`.
+pub fn is_valid_id(id: &str) -> bool {
     (16..=128).contains(&id.len())
         && id
             .bytes()
