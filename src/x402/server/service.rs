@@ -827,8 +827,9 @@ async fn begin_id(
             key: Some(key),
         })),
         Ok(Begun::InFlight(marker)) => match IdBinding::decode(&marker) {
-            // The very payment: its claim decides (a pending settlement is resolved).
-            Some(other) if other == binding => IdStep::Proceed(None),
+            // The very payment (for this request, or a poll of what it paid for):
+            // its claim decides (a pending settlement is resolved, a paid replay replayed).
+            Some(other) if other.payment == binding.payment => IdStep::Proceed(None),
             Some(other) if other.same_request_and_payer(&binding) => IdStep::Refuse(
                 ErrorCode::PaymentVerificationUnavailable,
                 ID_IN_FLIGHT.to_owned(),
@@ -837,6 +838,7 @@ async fn begin_id(
         },
         Ok(Begun::Kept(answer)) => match IdBinding::decode(answer.binding()) {
             Some(stored) if stored.request == binding.request => IdStep::Stored(answer, stored),
+            Some(stored) if stored.payment == binding.payment => IdStep::Proceed(None),
             _ => conflict(),
         },
     }
@@ -2134,6 +2136,43 @@ mod tests {
         assert_eq!(again.headers()["content-type"], "text/event-stream");
         assert_eq!(text(again).await, first);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn the_very_payment_under_its_id_polls_another_request_without_a_conflict() {
+        let facade = Arc::new(Facade::default());
+        let layer = X402Layer::builder()
+            .with_host_derived_resource_url()
+            .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+            .with_pricing(
+                PriceTable::by_route()
+                    .with_usd("POST /v1/chat/completions", "0.002")
+                    .unwrap()
+                    .with_usd("GET /v1/jobs/7", "0.002")
+                    .unwrap(),
+            )
+            .with_facilitator(facade.clone())
+            .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+            .with_paid_replay(true)
+            .with_payment_identifier(crate::x402::server::PaymentIdentifier::Optional)
+            .build()
+            .unwrap();
+        let svc = service(&layer);
+        let paid_job = svc
+            .clone()
+            .oneshot(paid(&with_id(1, ID), None))
+            .await
+            .unwrap();
+        assert_eq!(paid_job.status(), 200);
+        let poll = Request::get("http://gw.test/v1/jobs/7")
+            .header(header::PAYMENT_SIGNATURE, with_id(1, ID))
+            .header("x-test-body", "progress")
+            .body(Full::default())
+            .unwrap();
+        let polled = svc.oneshot(poll).await.unwrap();
+        assert_eq!(polled.status(), 200);
+        assert_eq!(text(polled).await, "progress");
         assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
     }
 }
