@@ -557,6 +557,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn ten_thousand_distinct_ids_stay_within_the_bound() {
+        let clock = FakeClock::at_unix_secs(0);
+        let store = InMemoryAnswerStore::new(Arc::new(clock)).with_capacity_bytes(256 * 1024);
+        let mut most = 0;
+        for n in 0..10_000u64 {
+            let key = format!("x402-payment-id:pay_{n:032x}");
+            assert_eq!(
+                store.begin(&key, "binding", 600).await.unwrap(),
+                Begun::Started
+            );
+            assert!(store.keep(&key, &answer(1000), 3600 + n).await.unwrap());
+            most = most.max(store.held_bytes());
+        }
+        assert!(most <= 256 * 1024, "{most}");
+        // The newest answers are the ones kept.
+        assert_eq!(store.len(), 256 * 1024 / answer(1000).size());
+        assert!(
+            store
+                .kept("x402-payment-id:pay_0000000000000000000000000000270f")
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[tokio::test]
     async fn answers_and_markers_expire_and_their_bytes_are_given_back() {
         let clock = FakeClock::at_unix_secs(0);
         let store = InMemoryAnswerStore::new(Arc::new(clock.clone()));
