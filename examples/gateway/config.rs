@@ -204,6 +204,10 @@ pub(crate) struct PaymentFaults {
     pub(crate) refuse_settle: AtomicBool,
     /// The next this many `verify` calls find the facilitator unavailable.
     pub(crate) unavailable_verifies: AtomicU32,
+    /// The next this many settlements land but answer pending (their receipt
+    /// lost); asked again, each answers its landed settlement, as
+    /// walletgate's settler does.
+    pub(crate) lost_settle_receipts: AtomicU32,
 }
 
 impl Default for PaymentFaults {
@@ -213,6 +217,7 @@ impl Default for PaymentFaults {
             hang_settle: AtomicBool::new(false),
             refuse_settle: AtomicBool::new(false),
             unavailable_verifies: AtomicU32::new(0),
+            lost_settle_receipts: AtomicU32::new(0),
         }
     }
 }

@@ -13,6 +13,7 @@
 //! in-process by [`LocalEvmFacilitator`] on a [`DevLedger`] that pre-funds
 //! the ten public development accounts.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -214,6 +215,7 @@ impl PaymentSettings {
         self.facilitator = Arc::new(FaultyFacilitator {
             inner: self.facilitator,
             faults,
+            landed: Mutex::default(),
         });
         self
     }
@@ -316,6 +318,8 @@ impl SettlementTally {
 struct FaultyFacilitator {
     inner: Arc<dyn Facilitator>,
     faults: Arc<PaymentFaults>,
+    /// Settlements whose receipt was lost, by the payment's authorization.
+    landed: Mutex<HashMap<String, SettleResponse>>,
 }
 
 impl Facilitator for FaultyFacilitator {
@@ -347,6 +351,36 @@ impl Facilitator for FaultyFacilitator {
                     network,
                     "invalid_exact_evm_transaction_failed",
                     None,
+                ));
+            }
+            let authorization = request.payment_payload().payload.to_string();
+            let landed = self
+                .landed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&authorization)
+                .cloned();
+            if let Some(landed) = landed {
+                return Ok(landed);
+            }
+            let lose = self.faults.lost_settle_receipts.fetch_update(
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+                |left| left.checked_sub(1),
+            );
+            if lose.is_ok() {
+                let settled = self.inner.settle(request).await?;
+                if !settled.success {
+                    return Ok(settled);
+                }
+                let transaction = settled.transaction.clone();
+                self.landed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(authorization, settled);
+                return Err(FacilitatorError::pending(
+                    transaction,
+                    "no receipt within the wait (injected fault)",
                 ));
             }
             let settle = async {
