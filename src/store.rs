@@ -25,7 +25,8 @@
 //! | `tokens::PatStore` | PAT digests and records | `BoxFuture<'a, _>` | [`StoreError`] | `InMemoryPatStore` | `RedisPatStore` |
 //! | `tokens::SessionStore` | session cookie digests | `BoxFuture<'a, _>` | [`StoreError`] | `InMemorySessionStore` | `RedisSessionStore` |
 //! | `wallet_jwt::RevocationCheck` | revoked PATs, until their last JWT expires | `BoxFuture<'a, _>` | [`StoreError`] | `InMemoryRevocations` | `RedisRevocations` |
-//! | `x402::server::NonceStore` | claimed and spent payment authorizations | `BoxFuture<'a, _>` (`release`: `BoxFuture<'static, ()>`) | [`StoreError`] | `x402::server::InMemoryNonceStore` | `RedisNonceStore` |
+//! | `x402::server::AnswerStore` | paid answers kept for a resend, in-flight markers | `BoxFuture<'a, _>` | [`StoreError`] | `x402::server::InMemoryAnswerStore` | `RedisAnswerStore` |
+//! | `x402::server::NonceStore` | claimed, settling and spent payment authorizations | `BoxFuture<'a, _>` (`release`: `BoxFuture<'static, ()>`) | [`StoreError`] | `x402::server::InMemoryNonceStore` | `RedisNonceStore` |
 //! | `x402::facilitator::Ledger` | balances and used EIP-3009 authorizations | `BoxFuture<'a, _>` | `LedgerError` | `DevLedger` | `RedisLedger` |
 //! | `x402::facilitator::Facilitator` | verifies and settles payments | `BoxFuture<'a, _>` | `FacilitatorError` | `LocalEvmFacilitator` | (`HttpFacilitator`: the HTTP API) |
 //!

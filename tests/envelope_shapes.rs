@@ -60,14 +60,22 @@ fn code_table_matches_the_specification() {
         assert_eq!(code.error_type(), expected_type(status), "{name} type");
         assert!(!code.default_message().is_empty(), "{name} message");
     }
-    // Beyond the specification's table: the settlement failure, and the
-    // shared rate-limit store failing closed.
+    // Beyond the specification's table: the settlement failure, the payment
+    // identifier's two refusals, and the shared rate-limit store failing closed.
     let extra: Vec<_> = ErrorCode::ALL
         .iter()
         .filter(|code| !SPEC_CODES.iter().any(|(name, _)| *name == code.as_str()))
         .map(|code| code.as_str())
         .collect();
-    assert_eq!(extra, ["SETTLEMENT_FAILED", "RATE_LIMIT_UNAVAILABLE"]);
+    assert_eq!(
+        extra,
+        [
+            "SETTLEMENT_FAILED",
+            "PAYMENT_IDENTIFIER_INVALID",
+            "PAYMENT_IDENTIFIER_CONFLICT",
+            "RATE_LIMIT_UNAVAILABLE"
+        ]
+    );
 }
 
 #[test]

@@ -139,6 +139,48 @@ async fn spent_stays_spent_and_release_keeps_it(replay: Replay) {
     );
 }
 
+async fn a_settling_record_answers_settling_until_spent_or_given_back(replay: Replay) {
+    let now = replay.clock.now_unix_secs();
+    let store = &replay.store;
+    assert_eq!(
+        store.claim(&key(0x01), now + 600).await.unwrap(),
+        Claim::Claimed
+    );
+    // Outcome not known: the claim becomes a settling record, pending transaction named.
+    store
+        .mark_settling(&key(0x01), spent("0xpending"), now + 600)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&key(0x01), now + 600).await.unwrap(),
+        Claim::Settling(spent("0xpending"))
+    );
+    // Landed on the resend: spent.
+    store
+        .mark_spent(&key(0x01), spent("0xpending"), now + 600)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&key(0x01), now + 600).await.unwrap(),
+        Claim::Spent(spent("0xpending"))
+    );
+    // Failed on the resend: the resend that found it gives it back.
+    store.claim(&key(0x02), now + 600).await.unwrap();
+    store
+        .mark_settling(&key(0x02), spent("0xother"), now + 600)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim(&key(0x02), now + 600).await.unwrap(),
+        Claim::Settling(_)
+    ));
+    store.release(&key(0x02)).await;
+    assert_eq!(
+        store.claim(&key(0x02), now + 600).await.unwrap(),
+        Claim::Claimed
+    );
+}
+
 async fn entries_expire(replay: Replay) {
     let now = replay.clock.now_unix_secs();
     let store = &replay.store;
@@ -201,6 +243,7 @@ contract!(
     replay_redis = super::redis_replay;
     claims_are_exclusive_until_released,
     spent_stays_spent_and_release_keeps_it,
+    a_settling_record_answers_settling_until_spent_or_given_back,
     entries_expire,
     one_of_many_concurrent_claims_wins,
 );

@@ -36,6 +36,8 @@ const NOW: u64 = 1_750_000_000;
 const NORMAL: u8 = 0;
 const FAIL_500: u8 = 1;
 const SILENT: u8 = 2;
+/// `/settle` moves the funds, then never answers (its answer is lost).
+const SETTLES_SILENTLY: u8 = 3;
 
 #[derive(Clone)]
 struct Scripted {
@@ -64,7 +66,11 @@ async fn answer(state: &Scripted, path: &str, body: &[u8]) -> (AxumStatus, Strin
     let json = if path == "verify" {
         serde_json::to_string(&state.local.verify(&request).await.unwrap())
     } else {
-        serde_json::to_string(&state.local.settle(&request).await.unwrap())
+        let settled = state.local.settle(&request).await.unwrap();
+        if state.mode.load(Ordering::SeqCst) == SETTLES_SILENTLY {
+            std::future::pending::<()>().await;
+        }
+        serde_json::to_string(&settled)
     };
     (AxumStatus::OK, json.unwrap())
 }
@@ -264,4 +270,54 @@ async fn unreachable_or_silent_facilitators_are_unavailable() {
         .unwrap();
     assert_eq!(response.status(), 503);
     assert_eq!(code_of(response).await, "PAYMENT_VERIFICATION_UNAVAILABLE");
+}
+
+#[tokio::test]
+async fn a_settle_whose_answer_was_lost_keeps_the_claim_and_the_resend_gets_the_answer() {
+    let fixture = facilitator_server().await;
+    fixture
+        .scripted
+        .mode
+        .store(SETTLES_SILENTLY, Ordering::SeqCst);
+    let impatient = client(fixture.address).with_timeout(Duration::from_millis(300));
+    let service = gateway(impatient);
+    let offer = offer_of(&service).await;
+    let payer = Payer::dev(0);
+    let header = payer
+        .header_with_nonce(&offer, NOW, sequential_nonce(1))
+        .unwrap();
+    let token = DevLedger::base_sepolia_usdc();
+    let before = fixture.ledger.balance_of(&token, payer.address_bytes());
+
+    let lost = service.clone().oneshot(chat(Some(&header))).await.unwrap();
+    assert_eq!(lost.status(), 503);
+    assert!(lost.headers().contains_key("retry-after"));
+    let pending: walletgate::x402::wire::SettleResponse =
+        codec::decode(lost.headers()["payment-response"].as_bytes()).unwrap();
+    assert_eq!(
+        pending.error_reason.as_deref(),
+        Some(walletgate::x402::server::SETTLEMENT_PENDING)
+    );
+    assert_eq!(code_of(lost).await, "PAYMENT_VERIFICATION_UNAVAILABLE");
+    // The transfer did land.
+    assert_eq!(fixture.ledger.settlements(), 1);
+
+    // The resend: `/settle` asked again answers "nonce used": the first one
+    // landed, so the kept answer is served, and nothing moves twice.
+    fixture.scripted.mode.store(NORMAL, Ordering::SeqCst);
+    let resent = service.oneshot(chat(Some(&header))).await.unwrap();
+    assert_eq!(resent.status(), 200);
+    let settled: walletgate::x402::wire::SettleResponse =
+        codec::decode(resent.headers()["payment-response"].as_bytes()).unwrap();
+    assert!(settled.success);
+    let body = resent.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"answer");
+    assert_eq!(fixture.ledger.settlements(), 1);
+    assert_eq!(
+        before - fixture.ledger.balance_of(&token, payer.address_bytes()),
+        x402_fixtures::QUOTED_UNITS
+    );
+    let received = fixture.scripted.received.lock().unwrap().clone();
+    let paths: Vec<&str> = received.iter().map(|(path, _)| path.as_str()).collect();
+    assert_eq!(paths, ["verify", "settle", "settle"]);
 }

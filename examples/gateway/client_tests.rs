@@ -353,7 +353,13 @@ impl Service<Request<Full<Bytes>>> for Replaying {
 
 #[tokio::test]
 async fn a_replayed_payment_is_a_payment_error() {
-    let server = Server::start(Config::default()).await;
+    // Without the payment identifier (with it, the replayed payment carries
+    // the first request's id and gets its stored answer).
+    let server = Server::start(Config {
+        payment_id: walletgate::x402::server::PaymentIdentifier::Off,
+        ..Config::default()
+    })
+    .await;
     let waits = Arc::new(Waits::default());
     let replaying = Replaying {
         inner: hyper(),
@@ -632,6 +638,34 @@ async fn walletgate_pay_prints_the_answer_and_one_receipt_line() {
     let (code, _, stderr) = walletgate_pay(&[&url, "--data", &data], None).await;
     assert_eq!(code, 2, "{stderr}");
     assert_eq!(server.ledger.settlements(), 1);
+}
+
+#[tokio::test]
+async fn walletgate_pay_run_twice_with_one_idempotency_key_pays_once() {
+    let server = Server::start(Config::default()).await;
+    let payer = DevLedger::DEV_ACCOUNTS[6];
+    let key = format!("0x{}", DEV_KEYS[6]);
+    let url = server.url("/v1/chat/completions");
+    let data = body(Endpoint::Chat, PAID_MODEL, "once only", false).to_string();
+    let args = [&url, "-d", &data, "--idempotency-key", "order-2026-000001"];
+    let (code, first, stderr) = walletgate_pay(&args, Some(&key)).await;
+    assert_eq!(code, 0, "{stderr}");
+    let charged = server.balance(payer);
+    assert!(charged < DevLedger::DEV_ACCOUNT_FUNDS);
+    // The second run signs a fresh authorization: the gateway answers it from
+    // the id's stored answer and never settles it.
+    let (code, second, stderr) = walletgate_pay(&args, Some(&key)).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(first, second);
+    assert_eq!(server.ledger.settlements(), 1);
+    assert_eq!(server.balance(payer), charged);
+    // A malformed key is a usage error before anything is sent.
+    let (code, _, stderr) = walletgate_pay(
+        &[&url, "-d", &data, "--idempotency-key", "short"],
+        Some(&key),
+    )
+    .await;
+    assert_eq!(code, 64, "{stderr}");
 }
 
 /// The one JSON document `--format json` prints on stdout.

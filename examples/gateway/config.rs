@@ -19,6 +19,10 @@
 //! | `GATEWAY_FORWARDED_HEADER` | `x-forwarded-for` | the header those proxies write: `x-forwarded-for` or `forwarded` (RFC 7239) |
 //! | `GATEWAY_BAZAAR` | `on` | `off`: 402s declare no `bazaar` discovery extension (`/.well-known/x402` and `/openapi.json` stay) |
 //! | `GATEWAY_IMAGE_JOB_MILLIS` | `2000` | how long an image job runs (`0`: answered at once) |
+//! | `GATEWAY_ANSWER_RETENTION_SECS` | `3600` | how long a paid answer is kept for a resend (a settlement first reported pending) |
+//! | `GATEWAY_ANSWER_MAX_BYTES` | `1048576` | the largest paid answer kept (a larger one is served again on the resend, charged once) |
+//! | `GATEWAY_PAYMENT_ID` | `optional` | the `payment-identifier` extension: `off`, `optional` (declared; a payment may carry an id and then pays once per id) or `required` (a payment without an id is 400) |
+//! | `GATEWAY_ANSWER_STORE_BYTES` | `268435456` | the in-memory answer store's total (without Redis; the answers nearest their expiry make room) |
 //! | `GATEWAY_NETWORK` | `base-sepolia` | `base-sepolia`, `base`, `solana` (or `--network solana`), or `eip155:<chain id>` (then the three `GATEWAY_USDC_*`) |
 //! | `GATEWAY_FACILITATOR_URL` | none (development ledger) | the x402 facilitator that verifies and settles (`https://host[/path]` or `http://`); required on every network but `base-sepolia` |
 //! | `GATEWAY_USDC_ADDRESS`, `GATEWAY_USDC_NAME`, `GATEWAY_USDC_VERSION` | none | `eip155:<id>`: the token's address and EIP-712 domain name and version |
@@ -48,7 +52,9 @@ use walletgate::free_tier::{ClientIpResolver, FreeTierQuotas};
 use walletgate::tls::ClientTls;
 use walletgate::x402::ConfigError as X402ConfigError;
 use walletgate::x402::facilitator::{CdpAuth, DevLedger, FacilitatorAuth};
-use walletgate::x402::server::PaymentOption;
+use walletgate::x402::server::{
+    AnswerLimits, DEFAULT_ANSWER_STORE_BYTES, PaymentIdentifier, PaymentOption,
+};
 use walletgate::x402::wire::Network;
 use walletgate::{SharedClock, SystemClock};
 
@@ -115,6 +121,10 @@ pub(crate) struct Config {
     pub(crate) image_job: Duration,
     /// Whether every 402 declares the `bazaar` discovery extension (`GATEWAY_BAZAAR`).
     pub(crate) bazaar: bool,
+    /// How large and how long paid answers are kept for a resend.
+    pub(crate) answers: AnswerSettings,
+    /// The `payment-identifier` extension (`GATEWAY_PAYMENT_ID`).
+    pub(crate) payment_id: PaymentIdentifier,
     /// Where payments are quoted and settled.
     pub(crate) network: PaymentNetwork,
     /// The settle timeout, and payment faults for tests and demos.
@@ -135,6 +145,57 @@ pub(crate) struct Config {
     pub(crate) drain: Duration,
 }
 
+/// How paid answers are kept for a resend: each one's bound and retention,
+/// and the in-memory store's total.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AnswerSettings {
+    pub(crate) limits: AnswerLimits,
+    pub(crate) store_bytes: usize,
+}
+
+impl Default for AnswerSettings {
+    fn default() -> Self {
+        Self {
+            limits: AnswerLimits::default(),
+            store_bytes: DEFAULT_ANSWER_STORE_BYTES,
+        }
+    }
+}
+
+impl AnswerSettings {
+    /// `GATEWAY_ANSWER_{RETENTION_SECS,MAX_BYTES,STORE_BYTES}`, each a positive number.
+    fn from_vars(var: &impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let positive = |name: &str, default: u64| -> Result<u64, ConfigError> {
+            match var(name) {
+                None => Ok(default),
+                Some(text) => text
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| invalid(name, "expected a positive number")),
+            }
+        };
+        let defaults = Self::default();
+        let bytes = |name: &str, default: usize| -> Result<usize, ConfigError> {
+            let value = positive(name, default as u64)?;
+            usize::try_from(value).map_err(|_| invalid(name, "too large"))
+        };
+        Ok(Self {
+            limits: AnswerLimits {
+                max_answer_bytes: bytes(
+                    "GATEWAY_ANSWER_MAX_BYTES",
+                    defaults.limits.max_answer_bytes,
+                )?,
+                retention_secs: positive(
+                    "GATEWAY_ANSWER_RETENTION_SECS",
+                    defaults.limits.retention_secs,
+                )?,
+            },
+            store_bytes: bytes("GATEWAY_ANSWER_STORE_BYTES", defaults.store_bytes)?,
+        })
+    }
+}
+
 /// Payment-side faults for tests and demos, and the settle timeout.
 #[derive(Debug)]
 pub(crate) struct PaymentFaults {
@@ -146,6 +207,10 @@ pub(crate) struct PaymentFaults {
     pub(crate) refuse_settle: AtomicBool,
     /// The next this many `verify` calls find the facilitator unavailable.
     pub(crate) unavailable_verifies: AtomicU32,
+    /// The next this many settlements land but answer pending (their receipt
+    /// lost); asked again, each answers its landed settlement, as
+    /// walletgate's settler does.
+    pub(crate) lost_settle_receipts: AtomicU32,
 }
 
 impl Default for PaymentFaults {
@@ -155,6 +220,7 @@ impl Default for PaymentFaults {
             hang_settle: AtomicBool::new(false),
             refuse_settle: AtomicBool::new(false),
             unavailable_verifies: AtomicU32::new(0),
+            lost_settle_receipts: AtomicU32::new(0),
         }
     }
 }
@@ -248,6 +314,8 @@ impl Default for Config {
             cors_origins: Vec::new(),
             image_job: Duration::from_millis(DEFAULT_IMAGE_JOB_MILLIS),
             bazaar: true,
+            answers: AnswerSettings::default(),
+            payment_id: PaymentIdentifier::Optional,
             network: PaymentNetwork::Evm(EvmSettings::base_sepolia()),
             payment_faults: Arc::default(),
             tls: ClientTls::webpki_roots(),
@@ -363,6 +431,12 @@ impl Config {
                 )
             })?;
             config.image_job = Duration::from_millis(millis);
+        }
+        config.answers = AnswerSettings::from_vars(&var)?;
+        if let Some(mode) = var("GATEWAY_PAYMENT_ID") {
+            config.payment_id = PaymentIdentifier::parse(&mode).ok_or_else(|| {
+                invalid("GATEWAY_PAYMENT_ID", "expected off, optional or required")
+            })?;
         }
         if let Some(path) = var("GATEWAY_EXTRA_CA_FILE") {
             config.tls = ClientTls::webpki_roots()
@@ -693,8 +767,16 @@ mod tests {
             ("GATEWAY_FREE_PER_MINUTE", "1000"),
             ("GATEWAY_IMAGE_JOB_MILLIS", "0"),
             ("GATEWAY_MAX_TIMEOUT_SECS", "20"),
+            ("GATEWAY_ANSWER_RETENTION_SECS", "60"),
+            ("GATEWAY_ANSWER_MAX_BYTES", "2048"),
+            ("GATEWAY_ANSWER_STORE_BYTES", "65536"),
+            ("GATEWAY_PAYMENT_ID", "required"),
         ]))
         .unwrap();
+        assert_eq!(config.payment_id, PaymentIdentifier::Required);
+        assert_eq!(config.answers.limits.retention_secs, 60);
+        assert_eq!(config.answers.limits.max_answer_bytes, 2048);
+        assert_eq!(config.answers.store_bytes, 65536);
         assert_eq!(config.listen.port(), 9999);
         assert_eq!(config.body_limit_bytes, 1000);
         assert_eq!(config.upstream_timeout, Duration::from_secs(5));
@@ -902,6 +984,10 @@ mod tests {
             ("GATEWAY_FREE_PER_HOUR", "0"),
             ("GATEWAY_IMAGE_JOB_MILLIS", "soon"),
             ("GATEWAY_MAX_TIMEOUT_SECS", "0"),
+            ("GATEWAY_ANSWER_RETENTION_SECS", "0"),
+            ("GATEWAY_ANSWER_MAX_BYTES", "a lot"),
+            ("GATEWAY_ANSWER_STORE_BYTES", "-1"),
+            ("GATEWAY_PAYMENT_ID", "sometimes"),
             ("GATEWAY_NETWORK", "dogecoin"),
             ("GATEWAY_NETWORK", "solana"),
             (

@@ -203,8 +203,10 @@ async fn gateway_bazaar_off_declares_no_extension() {
         .post_once("/v1/chat/completions", body.to_string(), None)
         .await;
     assert_eq!(reply.status, StatusCode::PAYMENT_REQUIRED);
-    assert_eq!(reply.quote().extensions, None);
-    assert!(reply.json().get("extensions").is_none());
+    // Other extensions (the payment identifier) stay; discovery is gone.
+    let declared = reply.quote().extensions.unwrap_or_default();
+    assert!(!declared.contains_key("bazaar"), "{declared:?}");
+    assert!(reply.json()["extensions"].get("bazaar").is_none());
     // The documents stay.
     assert_eq!(server.get("/.well-known/x402").await.status, StatusCode::OK);
     assert!(

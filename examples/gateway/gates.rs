@@ -13,6 +13,7 @@
 //! in-process by [`LocalEvmFacilitator`] on a [`DevLedger`] that pre-funds
 //! the ten public development accounts.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -30,8 +31,9 @@ use walletgate::x402::{
         Ledger, LocalEvmFacilitator,
     },
     server::{
-        InMemoryNonceStore, NonceStore, PaymentOption, RequestPrice, SettledPayment,
-        SettlementHookError, X402Layer,
+        AnswerLimits, AnswerStore, InMemoryAnswerStore, InMemoryNonceStore, NonceStore,
+        PaymentIdentifier, PaymentOption, RequestPrice, SettledPayment, SettlementHookError,
+        X402Layer,
     },
     wire::{SettleResponse, SupportedResponse, VerifyResponse},
 };
@@ -111,6 +113,11 @@ pub(crate) struct PaymentSettings {
     pub(crate) facilitator: Arc<dyn Facilitator>,
     /// Claims and spent authorizations, shared by every paid route.
     pub(crate) nonce_store: Arc<dyn NonceStore>,
+    /// Paid answers kept for a resend, and their bounds.
+    pub(crate) answer_store: Arc<dyn AnswerStore>,
+    pub(crate) answer_limits: AnswerLimits,
+    /// The `payment-identifier` extension of every paid route.
+    pub(crate) payment_id: PaymentIdentifier,
     pub(crate) clock: SharedClock,
     /// Every settlement of every paid route, logged with a running total.
     pub(crate) settled: Arc<SettlementTally>,
@@ -138,6 +145,9 @@ impl PaymentSettings {
             options: vec![settings.option(pay_to)?],
             facilitator,
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
+            answer_store: Arc::new(InMemoryAnswerStore::new(clock.clone())),
+            answer_limits: AnswerLimits::default(),
+            payment_id: PaymentIdentifier::Optional,
             clock,
             settled: Arc::default(),
             public_url: String::new(),
@@ -163,6 +173,9 @@ impl PaymentSettings {
             options: vec![PaymentOption::solana_usdc(&settings.pay_to, fee_payer)],
             facilitator: Arc::new(facilitator),
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
+            answer_store: Arc::new(InMemoryAnswerStore::new(clock.clone())),
+            answer_limits: AnswerLimits::default(),
+            payment_id: PaymentIdentifier::Optional,
             clock,
             settled: Arc::default(),
             public_url: String::new(),
@@ -172,6 +185,23 @@ impl PaymentSettings {
     /// The same settings quoting `url` + the path as every `resource.url`.
     pub(crate) fn with_public_url(mut self, url: &str) -> Self {
         url.clone_into(&mut self.public_url);
+        self
+    }
+
+    /// The same settings with paid answers kept in `store`, within `limits`.
+    pub(crate) fn with_answer_store(
+        mut self,
+        store: Arc<dyn AnswerStore>,
+        limits: AnswerLimits,
+    ) -> Self {
+        self.answer_store = store;
+        self.answer_limits = limits;
+        self
+    }
+
+    /// The same settings taking the `payment-identifier` extension as `mode` says.
+    pub(crate) fn with_payment_id(mut self, mode: PaymentIdentifier) -> Self {
+        self.payment_id = mode;
         self
     }
 
@@ -186,6 +216,7 @@ impl PaymentSettings {
         self.facilitator = Arc::new(FaultyFacilitator {
             inner: self.facilitator,
             faults,
+            landed: Mutex::default(),
         });
         self
     }
@@ -204,8 +235,9 @@ impl PaymentSettings {
     /// earlier step decided (none there: refused as a wiring fault, 500).
     ///
     /// `paid_replay` lets the very payment that was settled through again,
-    /// uncharged: the image routes use it so clients poll a paid job (and
-    /// recover a lost answer) with the signature they paid with.
+    /// uncharged: its request gets the answer kept in the answer store
+    /// (a lost answer recovered), another request (a poll of the paid job)
+    /// runs again with the original receipt.
     ///
     /// `bazaar`, when given, declares each 402's discovery extension.
     pub(crate) fn layer(
@@ -218,6 +250,9 @@ impl PaymentSettings {
             .with_pricing(RequestPrice::pricing)
             .with_shared_facilitator(self.facilitator.clone())
             .with_nonce_store(self.nonce_store.clone())
+            .with_answer_store(self.answer_store.clone())
+            .with_answer_limits(self.answer_limits)
+            .with_payment_identifier(self.payment_id)
             .with_clock(self.clock.clone())
             .with_paid_replay(paid_replay)
             .with_description(description)
@@ -301,6 +336,8 @@ impl SettlementTally {
 struct FaultyFacilitator {
     inner: Arc<dyn Facilitator>,
     faults: Arc<PaymentFaults>,
+    /// Settlements whose receipt was lost, by the payment's authorization.
+    landed: Mutex<HashMap<String, SettleResponse>>,
 }
 
 impl Facilitator for FaultyFacilitator {
@@ -332,6 +369,36 @@ impl Facilitator for FaultyFacilitator {
                     network,
                     "invalid_exact_evm_transaction_failed",
                     None,
+                ));
+            }
+            let authorization = request.payment_payload().payload.to_string();
+            let landed = self
+                .landed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&authorization)
+                .cloned();
+            if let Some(landed) = landed {
+                return Ok(landed);
+            }
+            let lose = self.faults.lost_settle_receipts.fetch_update(
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+                |left| left.checked_sub(1),
+            );
+            if lose.is_ok() {
+                let settled = self.inner.settle(request).await?;
+                if !settled.success {
+                    return Ok(settled);
+                }
+                let transaction = settled.transaction.clone();
+                self.landed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(authorization, settled);
+                return Err(FacilitatorError::pending(
+                    transaction,
+                    "no receipt within the wait (injected fault)",
                 ));
             }
             let settle = async {

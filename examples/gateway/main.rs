@@ -330,9 +330,14 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
     }
     let upstream: SharedUpstream = Arc::new(FaultInjecting::new(Arc::new(router), config.faults));
     let stores = match &redis {
-        None => Stores::in_memory(config.ledger, config.clock.clone()),
+        None => Stores::in_memory(config.ledger, config.clock.clone(), &config.answers),
         #[cfg(feature = "redis")]
-        Some(conn) => Stores::redis(conn, &config.catalogue, config.clock.clone()),
+        Some(conn) => Stores::redis(
+            conn,
+            &config.catalogue,
+            config.clock.clone(),
+            &config.answers,
+        ),
         #[cfg(not(feature = "redis"))]
         Some(never) => match *never {},
     };
@@ -367,6 +372,8 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
     let payments = payments
         .with_public_url(&public_url)
         .with_nonce_store(stores.nonce_store)
+        .with_answer_store(stores.answer_store, config.answers.limits)
+        .with_payment_id(config.payment_id)
         .with_faults(config.payment_faults)
         .with_max_timeout_secs(config.max_timeout_secs)?;
     let bazaar = config

@@ -634,16 +634,14 @@ async fn an_image_job_is_paid_once_polled_with_its_signature_and_recovered_uncha
     assert_eq!(running.json()["progress"], 50);
     // Polling is not paying: no signature, a quote; the job's own signature, no charge.
     assert_eq!(poll(&server, &poll_url, None).await.status, 402);
-    // The answer to the paid POST was lost: the same signed POST finds the same job.
+    // The answer to the paid POST was lost: the same signed POST gets it
+    // again from the answer store, the same job, with its settlement.
     let recovered = server.post_once(url, request.clone(), Some(&payment)).await;
     assert_eq!(recovered.status, 202, "{}", recovered.text());
-    assert_eq!(recovered.json()["id"], id.as_str());
-    assert!(
-        recovered
-            .header("x-payment-receipt")
-            .unwrap()
-            .starts_with("0x")
-    );
+    assert_eq!(recovered.json(), job);
+    let settled: SettleResponse =
+        codec::decode(recovered.header("payment-response").unwrap().as_bytes()).unwrap();
+    assert!(settled.transaction.starts_with("0x"));
     // Another payer's payment of the same price does not open this job, and is not charged.
     let stranger = Payer::dev(2);
     let stranger_payment = stranger

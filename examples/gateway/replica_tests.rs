@@ -95,6 +95,62 @@ async fn one_authorization_sent_twenty_times_over_both_replicas_settles_once() {
     assert_eq!(gateways.balance(&a.payer).await, before - amount);
 }
 
+/// `payment` with the payment identifier `id` in its extensions, as the
+/// official client's helper writes it over the 402's declaration.
+fn under_id(quote: &Reply, payment: &str, id: &str) -> String {
+    let mut payload: walletgate::x402::wire::PaymentPayload =
+        walletgate::x402::wire::codec::decode(payment.as_bytes()).unwrap();
+    let mut extensions = quote.quote().extensions.clone().unwrap();
+    extensions["payment-identifier"]["info"]["id"] = id.into();
+    payload.extensions = Some(extensions);
+    walletgate::x402::wire::codec::encode(&payload)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_copies_under_one_payment_identifier_over_both_replicas_pay_and_answer_once() {
+    let gateways = Replicas::start(shared("twenty_copies_one_id")).await;
+    let [a, b] = &gateways.replicas;
+    let url = path(Endpoint::Chat);
+    let quote = a.post_once(url, chat(), None).await;
+    let id = "pay_0123456789abcdef0123456789abcdef";
+    let payment = Arc::new(under_id(&quote, &a.sign(&quote, &a.payer), id));
+    let before = gateways.balance(&a.payer).await;
+
+    let sends = (0..20).map(|copy| {
+        let server = if copy % 2 == 0 { a } else { b }.clone();
+        let payment = payment.clone();
+        async move {
+            // The documented rule: 503 with Retry-After means resend the same payment.
+            for _ in 0..200 {
+                let reply = server.post_once(url, chat(), Some(&payment)).await;
+                if reply.status != 503 {
+                    return reply;
+                }
+                assert!(reply.header("retry-after").is_some());
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            panic!("still in flight");
+        }
+    });
+    let replies = futures_join_all(sends).await;
+    for reply in &replies {
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.text(), replies[0].text());
+        assert_eq!(
+            reply.header("payment-response"),
+            replies[0].header("payment-response")
+        );
+    }
+    assert_eq!(gateways.ledger.settlements().await.unwrap(), 1);
+    let amount = quote.quote().accepts[0].amount.units();
+    assert_eq!(gateways.balance(&a.payer).await, before - amount);
+    // A fresh signature for the same request under the id: the same answer, not charged.
+    let fresh = under_id(&quote, &b.sign(&quote, &a.payer), id);
+    let again = b.post_once(url, chat(), Some(&fresh)).await;
+    assert_eq!(again.text(), replies[0].text());
+    assert_eq!(gateways.ledger.settlements().await.unwrap(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_authorizations_sent_ten_times_each_settle_a_hundred_times() {
     // A thousand requests at once on a shared two-core machine: the default

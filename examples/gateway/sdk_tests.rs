@@ -149,3 +149,46 @@ async fn the_official_x402_fetch_client_pays_chat_completions() {
     }
     assert_eq!(server.ledger.settlements(), 2);
 }
+
+#[tokio::test]
+async fn the_official_client_with_a_payment_identifier_pays_once() {
+    let folder = interop_dir("x402");
+    assert!(
+        folder.join("node_modules/@x402/extensions").is_dir(),
+        "the official x402 extensions are not installed; run `npm ci --prefix tests/interop/x402` \
+         (or `bash .ci/run`)"
+    );
+    let server = Server::start(Config::default()).await;
+    let payer = DevLedger::DEV_ACCOUNTS[4];
+    let before = server.balance(payer);
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg("pay_once.mjs")
+        .arg(server.url(""))
+        .arg("4")
+        .arg("openai/gpt-5-mini")
+        .current_dir(&folder);
+    let stdout = run_client(command, "node pay_once.mjs").await;
+    let result: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|_| panic!("one JSON line expected: {stdout}"));
+    assert!(
+        result["id"].as_str().unwrap().starts_with("pay_"),
+        "{result}"
+    );
+    assert_eq!(result["first"]["status"], 200, "{result}");
+    assert!(result["first"]["receipt"].is_string(), "{result}");
+    // The identical signature resent: the identical body and PAYMENT-RESPONSE.
+    assert_eq!(result["identical"], result["first"], "{result}");
+    // A fresh signature for the same request and payer: the stored answer.
+    assert_eq!(result["freshSigned"], true, "{result}");
+    assert_eq!(result["fresh"], result["first"], "{result}");
+    // Another request under the id: 409, nothing served.
+    assert_eq!(result["other"]["status"], 409, "{result}");
+    let other: Value = serde_json::from_str(result["other"]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(other["code"], "PAYMENT_IDENTIFIER_CONFLICT");
+    // One settlement, charged once.
+    assert_eq!(server.ledger.settlements(), 1);
+    assert!(server.balance(payer) < before);
+    let charged = before - server.balance(payer);
+    assert!(charged <= 10_000, "{charged}");
+}

@@ -423,3 +423,71 @@ async fn a_client_that_leaves_a_paid_stream_early_is_not_charged_and_can_retry()
     assert!(stream_receipt(&retried).success);
     assert_eq!(server.ledger.settlements(), 1);
 }
+
+#[tokio::test]
+async fn a_settlement_whose_receipt_was_lost_is_a_503_and_the_resend_gets_the_kept_answer() {
+    let faults = Arc::new(PaymentFaults::default());
+    let server = Server::start(with_payment_faults(&faults)).await;
+    faults.lost_settle_receipts.store(2, Ordering::SeqCst);
+    let whole = body(Endpoint::Chat, PAID_MODEL, "hello", false).to_string();
+    let stream = body(Endpoint::Messages, PAID_MODEL, "hello", true).to_string();
+    let whole_payment = signed(&server, Endpoint::Chat, &whole).await;
+    let stream_payment = signed(&server, Endpoint::Messages, &stream).await;
+
+    // The transfer landed, its receipt did not come: 503, resend the same payment.
+    let pending = server
+        .post_once(path(Endpoint::Chat), whole.clone(), Some(&whole_payment))
+        .await;
+    assert_payment_rejection(
+        Endpoint::Chat,
+        &pending,
+        ErrorCode::PaymentVerificationUnavailable,
+    );
+    assert!(pending.header("retry-after").is_some());
+    assert!(!pending.text().contains("echo:"), "the answer is withheld");
+    let receipt: SettleResponse =
+        codec::decode(pending.header("payment-response").unwrap().as_bytes()).unwrap();
+    assert_eq!(
+        receipt.error_reason.as_deref(),
+        Some(walletgate::x402::server::SETTLEMENT_PENDING)
+    );
+    assert!(receipt.transaction.starts_with("0x"), "{receipt:?}");
+    let resent = server
+        .post_once(path(Endpoint::Chat), whole, Some(&whole_payment))
+        .await;
+    assert_eq!(resent.status, 200, "{}", resent.text());
+    assert!(resent.text().contains("echo: hello"));
+    let settled: SettleResponse =
+        codec::decode(resent.header("payment-response").unwrap().as_bytes()).unwrap();
+    assert!(settled.success);
+    assert_eq!(settled.transaction, receipt.transaction);
+
+    // A stream: it went out, and ends with a pending receipt naming the transaction.
+    let first = server
+        .post_once(
+            path(Endpoint::Messages),
+            stream.clone(),
+            Some(&stream_payment),
+        )
+        .await;
+    let pending = stream_receipt(&first);
+    assert_eq!(
+        pending.error_reason.as_deref(),
+        Some(walletgate::x402::server::SETTLEMENT_PENDING)
+    );
+    let resent = server
+        .post_once(path(Endpoint::Messages), stream, Some(&stream_payment))
+        .await;
+    let landed = stream_receipt(&resent);
+    assert!(landed.success);
+    assert_eq!(landed.transaction, pending.transaction);
+    let events = |text: &str| {
+        text.split("event: payment-response")
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(events(&resent.text()), events(&first.text()));
+    // Each payment moved once.
+    assert_eq!(server.ledger.settlements(), 2);
+}

@@ -1,5 +1,6 @@
-//! Where the gateway keeps what its replicas must share: claimed and spent
-//! payment authorizations, the development ledger, and paid image jobs.
+//! Where the gateway keeps what its replicas must share: claimed, settling
+//! and spent payment authorizations, paid answers kept for a resend, the
+//! development ledger, and paid image jobs.
 //!
 //! Without `GATEWAY_REDIS_URL` they live in this process (one replica). With
 //! it they live in Redis under `GATEWAY_REDIS_PREFIX`, so any number of
@@ -14,29 +15,39 @@ use std::sync::Arc;
 use walletgate::SharedClock;
 use walletgate::x402::{
     facilitator::{DevLedger, Ledger},
-    server::{InMemoryNonceStore, NonceStore},
+    server::{AnswerStore, InMemoryAnswerStore, InMemoryNonceStore, NonceStore},
 };
 #[cfg(feature = "redis")]
 use {
     crate::catalogue::Catalogue,
     crate::images::redis_jobs::RedisJobs,
-    walletgate::redis::{RedisConnection, RedisLedger, RedisNonceStore},
+    walletgate::redis::{RedisAnswerStore, RedisConnection, RedisLedger, RedisNonceStore},
 };
 
+use crate::config::AnswerSettings;
 use crate::images::jobs::{InMemoryJobs, JobStore};
 
 /// The payment and job stores of one gateway process.
 pub(crate) struct Stores {
     pub(crate) nonce_store: Arc<dyn NonceStore>,
+    /// Paid answers kept for a resend (bounded per answer, and in memory in total).
+    pub(crate) answer_store: Arc<dyn AnswerStore>,
     pub(crate) ledger: Arc<dyn Ledger>,
     pub(crate) jobs: Arc<dyn JobStore>,
 }
 
 impl Stores {
     /// This process's own stores, settling on `ledger`.
-    pub(crate) fn in_memory(ledger: Arc<DevLedger>, clock: SharedClock) -> Self {
+    pub(crate) fn in_memory(
+        ledger: Arc<DevLedger>,
+        clock: SharedClock,
+        answers: &AnswerSettings,
+    ) -> Self {
         Self {
-            nonce_store: Arc::new(InMemoryNonceStore::new(clock)),
+            nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
+            answer_store: Arc::new(
+                InMemoryAnswerStore::new(clock).with_capacity_bytes(answers.store_bytes),
+            ),
             ledger,
             jobs: Arc::new(InMemoryJobs::default()),
         }
@@ -48,7 +59,12 @@ impl Stores {
     /// starts later, or restarts, does not refill them), in the background
     /// until Redis answers: the gateway starts while Redis is down.
     #[cfg(feature = "redis")]
-    pub(crate) fn redis(conn: &RedisConnection, catalogue: &Catalogue, clock: SharedClock) -> Self {
+    pub(crate) fn redis(
+        conn: &RedisConnection,
+        catalogue: &Catalogue,
+        clock: SharedClock,
+        answers: &AnswerSettings,
+    ) -> Self {
         let ledger = RedisLedger::new(conn.clone());
         let funding = ledger.clone();
         tokio::spawn(async move {
@@ -60,7 +76,12 @@ impl Stores {
         Self {
             // The claim reads ahead for the ledger's check, the transfer marks spent: two round trips.
             nonce_store: Arc::new(
-                RedisNonceStore::new(conn.clone(), clock).with_ledger_prefetch(&ledger),
+                RedisNonceStore::new(conn.clone(), clock.clone()).with_ledger_prefetch(&ledger),
+            ),
+            // Bounded per answer here; Redis's own maxmemory policy bounds the total.
+            answer_store: Arc::new(
+                RedisAnswerStore::new(conn.clone(), clock)
+                    .with_max_answer_bytes(answers.limits.max_answer_bytes),
             ),
             ledger: Arc::new(ledger),
             jobs: Arc::new(RedisJobs::new(conn.clone(), catalogue.clone())),

@@ -3,9 +3,10 @@
 //! Each input is tried three ways: as the raw header value through the whole
 //! `X402` layer; base64-encoded (so the bytes reach the JSON parser) through
 //! the layer; and through `codec::decode`, `matching_offer` and
-//! `LocalEvmFacilitator::verify` directly. The layer must answer 402 (or 200
-//! for a genuinely valid payment, with a settlement receipt), never panic,
-//! never wait.
+//! `LocalEvmFacilitator::verify` directly. The layer (payment identifier on)
+//! must answer 402, 400 for a malformed payment identifier, 409 for an id
+//! reused (or 200 for a genuinely valid payment, with a settlement receipt),
+//! never a 5xx, never panic, never wait.
 #![no_main]
 
 use std::convert::Infallible;
@@ -23,7 +24,7 @@ use tower_service::Service;
 use walletgate::clock::FakeClock;
 use walletgate::x402::{
     facilitator::{DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator},
-    server::{PaymentOption, PriceTable, X402, X402Layer, matching_offer},
+        server::{PaymentIdentifier, PaymentOption, PriceTable, X402, X402Layer, matching_offer},
     wire::{PaymentPayload, PaymentRequirements, UsdAmount, codec},
 };
 use walletgate_fuzz::ready;
@@ -72,8 +73,9 @@ fn harness() -> &'static Harness {
                     .with_usd(format!("POST {CHAT}"), "0.002")
                     .unwrap(),
             )
-            .with_facilitator(facilitator.clone())
+                        .with_facilitator(facilitator.clone())
             .with_clock(clock)
+            .with_payment_identifier(PaymentIdentifier::Optional)
             .build()
             .unwrap();
         Harness {
@@ -95,8 +97,8 @@ fn through_layer(header: &[u8]) {
     let mut service = harness().service.clone();
     let response = ready(service.call(request)).unwrap();
     match response.status().as_u16() {
-        200 => assert!(response.headers().contains_key("payment-response")),
-        402 => assert!(response.body().is_rejection()),
+                200 => assert!(response.headers().contains_key("payment-response")),
+        400 | 402 | 409 => assert!(response.body().is_rejection()),
         other => panic!("unexpected status {other} for a payment header"),
     }
 }

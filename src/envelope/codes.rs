@@ -53,6 +53,8 @@ pub(crate) enum PaymentPhase {
     Unavailable,
     /// Settlement failed after the upstream answered; nothing was charged.
     Settle,
+    /// The `payment-identifier` extension's id was refused.
+    Identifier,
 }
 
 impl PaymentPhase {
@@ -63,6 +65,7 @@ impl PaymentPhase {
             Self::Replay => "Payment authorization already used",
             Self::Unavailable => "Payment verification unavailable",
             Self::Settle => "Payment settlement failed",
+            Self::Identifier => "Payment identifier refused",
         }
     }
 }
@@ -110,7 +113,7 @@ macro_rules! code_table {
     };
 }
 
-use PaymentPhase::{Replay, Settle, Unavailable, Verify};
+use PaymentPhase::{Identifier, Replay, Settle, Unavailable, Verify};
 
 code_table! {
     /// Body is not valid JSON.
@@ -173,6 +176,17 @@ code_table! {
     /// know for this case and never retry blindly.
     SettlementFailed => "SETTLEMENT_FAILED", PAYMENT_REQUIRED, PaymentRequired,
         retry None, phase Some(Settle), "Payment settlement failed; nothing was charged";
+    /// The `payment-identifier` id is malformed (not 16-128 characters of
+    /// `[A-Za-z0-9_-]`), or missing where the server requires one; nothing charged.
+    ///
+    /// Not in the specification's table (its `INVALID_REQUEST` is about message history).
+    PaymentIdentifierInvalid => "PAYMENT_IDENTIFIER_INVALID", BAD_REQUEST, InvalidRequest,
+        retry None, phase Some(Identifier), "The payment identifier is missing or malformed; send 16-128 characters of A-Z, a-z, 0-9, _ or -";
+    /// The `payment-identifier` id was used for another request or by another payer; nothing charged.
+    ///
+    /// Not in the specification's table.
+    PaymentIdentifierConflict => "PAYMENT_IDENTIFIER_CONFLICT", CONFLICT, InvalidRequest,
+        retry None, phase Some(Identifier), "This payment identifier was used for another request or payer; use a fresh one";
     /// Upstream capacity for the model family is exhausted.
     RateLimited => "RATE_LIMITED", TOO_MANY_REQUESTS, RateLimit,
         retry Some(60), phase None, "Upstream capacity for this model is exhausted; retry later or use another provider";

@@ -27,7 +27,7 @@ use serde_json::Value;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::ParsedJson;
+use super::{JsonBodyBytes, ParsedJson};
 use crate::body::ResponseBody;
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection};
 
@@ -185,6 +185,7 @@ where
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(value) => {
             parts.extensions.insert(ParsedJson(value));
+            parts.extensions.insert(JsonBodyBytes(bytes.clone()));
             let response = inner
                 .call(Request::from_parts(parts, ReqBody::from(bytes)))
                 .await?;

@@ -33,3 +33,9 @@ pub use validate::{BodyCheck, DetailPath, at, invalid_request_body};
 /// `JsonBody` with feature `gateway`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParsedJson(pub serde_json::Value);
+
+/// The request body's bytes as read, in the request extensions beside
+/// [`ParsedJson`] (a shared buffer, no copy): what the x402 layer's request
+/// fingerprint digests, however a later step consumes the parsed value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JsonBodyBytes(pub bytes::Bytes);

@@ -13,11 +13,14 @@
 //! services can share one Redis: `{prefix}:{seam}:{id}`.
 //!
 //! Payments (with the `x402` feature): [`RedisNonceStore`] (claims, releases,
-//! spent authorizations) and [`RedisLedger`] (the development ledger). Paired
+//! settling and spent authorizations), [`RedisAnswerStore`] (paid answers kept
+//! for a resend) and [`RedisLedger`] (the development ledger). Paired
 //! with [`RedisNonceStore::with_ledger_prefetch`], a paid request costs two round
 //! trips: the claim, which also reads what the ledger's check needs, and the
 //! transfer, which also writes the spent record.
 
+#[cfg(feature = "x402")]
+mod answers;
 #[cfg(feature = "x402")]
 mod ledger;
 #[cfg(feature = "x402")]
@@ -25,6 +28,8 @@ mod replay;
 #[cfg(feature = "x402")]
 mod spent;
 
+#[cfg(feature = "x402")]
+pub use answers::RedisAnswerStore;
 #[cfg(feature = "x402")]
 pub use ledger::RedisLedger;
 #[cfg(feature = "x402")]

@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `F` | claimed, in flight | at the claim's hold-until |
 //! | `S{json}` | spent: the receipt and the payload's fingerprint | at keep-until (≥ `validBefore`) |
+//! | `P{json}` | settling (outcome unknown): the receipt, the pending transaction if known, the fingerprint | at keep-until |
 //!
 //! Each operation is one round trip: the claim is a Lua script (read, and set
 //! `F` only if absent), the release a script (delete only an `F`), marking
@@ -27,7 +28,7 @@ use redis::Script;
 
 use super::RedisConnection;
 use super::ledger::{Announced, RedisLedger, Snapshot};
-use super::spent::{decode_spent, encode_spent};
+use super::spent::{decode_spent, encode_record, encode_spent};
 use crate::clock::SharedClock;
 use crate::store::{BoxFuture, StoreError};
 use crate::x402::server::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
@@ -195,7 +196,12 @@ impl NonceStore for RedisNonceStore {
                     return Err(error);
                 }
             };
-            let claim = decode_claim(answer.first().map_or("", String::as_str))?;
+            let value = answer.first().map_or("", String::as_str);
+            let claim = decode_claim(value)?;
+            if matches!(claim, Claim::Settling(_)) {
+                // Held as the record itself: a release deletes it only while unchanged.
+                self.hold().insert(redis_key.clone(), value.to_owned());
+            }
             if claim == Claim::Claimed {
                 self.hold().insert(redis_key, token);
                 if let Some((ledger, payer, nonce)) = read_ahead {
@@ -234,6 +240,35 @@ impl NonceStore for RedisNonceStore {
             };
             ledger.prefetched().announce(payer, nonce, announced);
         }
+    }
+
+    fn mark_settling<'a>(
+        &'a self,
+        key: &'a AuthorizationKey,
+        settling: SpentAuthorization,
+        keep_until_unix_secs: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let redis_key = self.conn.key(SEAM, key.as_str());
+        // Kept, not held: this request no longer gives it back.
+        self.hold().remove(&redis_key);
+        if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
+            ledger.prefetched().forget(payer, nonce);
+        }
+        let ttl = self.ttl_secs(keep_until_unix_secs);
+        let value = encode_record('P', &settling);
+        Box::pin(async move {
+            self.conn
+                .call("x402 replay mark settling", |mut c| async move {
+                    redis::cmd("SET")
+                        .arg(redis_key)
+                        .arg(value)
+                        .arg("EX")
+                        .arg(ttl)
+                        .query_async::<()>(&mut c)
+                        .await
+                })
+                .await
+        })
     }
 
     fn mark_spent<'a>(
@@ -352,6 +387,9 @@ fn decode_claim(value: &str) -> Result<Claim, StoreError> {
         Some(b'S') => decode_spent(&value[1..])
             .map(Claim::Spent)
             .ok_or_else(|| StoreError::new("x402 replay: unreadable spent entry")),
+        Some(b'P') => decode_spent(&value[1..])
+            .map(Claim::Settling)
+            .ok_or_else(|| StoreError::new("x402 replay: unreadable settling entry")),
         _ => Err(StoreError::new("x402 replay: unknown entry")),
     }
 }
@@ -397,7 +435,11 @@ mod tests {
         };
         assert_eq!(
             decode_claim(&encode_spent(&spent)).unwrap(),
-            Claim::Spent(spent)
+            Claim::Spent(spent.clone())
+        );
+        assert_eq!(
+            decode_claim(&encode_record('P', &spent)).unwrap(),
+            Claim::Settling(spent.clone())
         );
         assert_eq!(decode_claim("F").unwrap(), Claim::InFlight);
         assert_eq!(decode_claim("C").unwrap(), Claim::Claimed);

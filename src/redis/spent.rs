@@ -13,6 +13,11 @@ use crate::x402::{
 
 /// `S` and the spent authorization as JSON.
 pub(crate) fn encode_spent(spent: &SpentAuthorization) -> String {
+    encode_record('S', spent)
+}
+
+/// `marker` (`S` spent, `P` settling) and the authorization's record as JSON.
+pub(crate) fn encode_record(marker: char, spent: &SpentAuthorization) -> String {
     let receipt = &spent.receipt;
     let body = json!({
         "payer": receipt.payer(),
@@ -22,10 +27,10 @@ pub(crate) fn encode_spent(spent: &SpentAuthorization) -> String {
         "id": receipt.authorization_id(),
         "fingerprint": alloy_primitives::hex::encode(spent.fingerprint),
     });
-    format!("S{body}")
+    format!("{marker}{body}")
 }
 
-/// The spent authorization of an `S` record, without its `S`.
+/// The authorization of an `S` (or `P`) record, without its marker.
 pub(crate) fn decode_spent(json: &str) -> Option<SpentAuthorization> {
     let body: Value = serde_json::from_str(json).ok()?;
     let text = |field: &str| body.get(field).and_then(Value::as_str);

@@ -68,15 +68,34 @@ impl<K: Copy + Eq + Hash + Ord, V> ExpiringMap<K, V> {
 
     /// Removes up to `step` entries expired at `now_unix_secs`, oldest first.
     pub(crate) fn sweep(&mut self, now_unix_secs: u64, step: usize) {
+        self.sweep_each(now_unix_secs, step, drop);
+    }
+
+    /// [`sweep`](Self::sweep), handing each removed value to `removed`.
+    pub(crate) fn sweep_each(
+        &mut self,
+        now_unix_secs: u64,
+        step: usize,
+        mut removed: impl FnMut(V),
+    ) {
         for _ in 0..step {
             match self.due.first() {
                 Some(&(expires, key)) if expires <= now_unix_secs => {
                     self.due.pop_first();
-                    self.entries.remove(&key);
+                    if let Some(timed) = self.entries.remove(&key) {
+                        removed(timed.value);
+                    }
                 }
                 _ => return,
             }
         }
+    }
+
+    /// Removes the entry that expires first, whatever the time.
+    pub(crate) fn pop_first(&mut self) -> Option<(K, V)> {
+        let (_, key) = self.due.pop_first()?;
+        let timed = self.entries.remove(&key)?;
+        Some((key, timed.value))
     }
 
     /// Entries held, expired ones not yet swept included.

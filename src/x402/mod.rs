@@ -46,7 +46,8 @@
 //!    settled when it completes (see [Streams](self#streams)). A 4xx/5xx
 //!    answer is returned unsettled; a dropped request is never settled. In
 //!    every unsettled case the claim is released, so the same payment can be
-//!    sent again.
+//!    sent again. A settlement whose outcome is not known (see
+//!    [Pending settlements](self#pending-settlements)) is the exception.
 //! 7. **hook** — each settled payment is handed once to the
 //!    [`SettlementHook`](server::SettlementHook) set with
 //!    [`on_settlement`](server::X402LayerBuilder::on_settlement), before a whole
@@ -90,13 +91,34 @@
 //! With the `http-facilitator` feature, `HttpFacilitator` calls a standard
 //! facilitator over HTTP. Any other backend implements [`Facilitator`](facilitator::Facilitator).
 //!
+//! # Pending settlements
+//!
+//! A facilitator may not know a settlement's outcome: walletgate's settler
+//! broadcast the transfer and saw no receipt within its wait, or an HTTP
+//! facilitator's `/settle` answer was lost ([`FacilitatorErrorKind::Pending`](facilitator::FacilitatorErrorKind::Pending)).
+//! The transfer may still land, so the layer answers 503
+//! `PAYMENT_VERIFICATION_UNAVAILABLE` with `Retry-After` and
+//! `PAYMENT-RESPONSE{success:false, errorReason:"settlement_pending",
+//! transaction}` — the one 503 that may be charged — **keeps the claim** as
+//! a settling record ([`Claim::Settling`](server::Claim::Settling)) until the authorization expires,
+//! and keeps the answer in the [`AnswerStore`](server::AnswerStore) (bounded per answer and in
+//! total, kept for a retention). A stream whose settlement is pending ends
+//! with that `payment-response` event. The client resends the same payment;
+//! on any replica sharing the stores the facilitator is asked again: landed →
+//! the kept answer with its `PAYMENT-RESPONSE` (no second upstream call; an
+//! answer too large to keep is produced again, charged once); still pending →
+//! 503 again; failed (the transfer can no longer land) → released, and the
+//! same payment may be sent again.
+//!
 //! # Replay
 //!
 //! A settled authorization stays spent until its `validBefore` (at least two
-//! minutes). With [`with_paid_replay`](server::X402LayerBuilder::with_paid_replay) a route lets
-//! the very same payment through again with the original receipt
-//! ([`PaymentReceipt::is_replay`](server::PaymentReceipt::is_replay)) and no charge: clients poll paid jobs
-//! with the signature they paid with.
+//! minutes). With [`with_paid_replay`](server::X402LayerBuilder::with_paid_replay) a route keeps
+//! each paid answer (of a known size within the bound) in the answer store:
+//! the very same payment sent again for the same request gets that answer
+//! with its `PAYMENT-RESPONSE`, and for another request (a poll of the paid
+//! job) runs the inner service again with the original receipt
+//! ([`PaymentReceipt::is_replay`](server::PaymentReceipt::is_replay)); never a second charge.
 //!
 //! # Example
 //!

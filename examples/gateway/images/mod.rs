@@ -10,8 +10,10 @@
 //! * `GET poll_url` with the **same** `PAYMENT-SIGNATURE` is a paid replay
 //!   (uncharged): 202 with `status` and `progress` until done, then 200
 //!   `{created, data:[{url}], status:"completed"}`;
-//! * the same signed POST sent again (its answer was lost) returns the job
-//!   already paid for, uncharged, never a second job.
+//! * the same signed POST sent again (its answer was lost) gets its kept
+//!   answer from the payment layer's answer store (on any replica sharing
+//!   it), uncharged, never a second job; if none was kept, the handler finds
+//!   the job already paid for by its authorization.
 //!
 //! Jobs are made by the embedded image family: a deterministic SVG of the
 //! prompt as a `data:` URL, ready after the configured duration; [`jobs`]

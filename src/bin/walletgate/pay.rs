@@ -1,4 +1,4 @@
-//! `walletgate pay [-X POST] URL [-d JSON | --data-file F] [--max-usd 0.10] [-H K:V]… [--dry-run]`
+//! `walletgate pay [-X POST] URL [-d JSON | --data-file F] [--max-usd 0.10] [-H K:V]… [--idempotency-key KEY] [--dry-run]`
 //!
 //! The key comes from a keystore, a key file or `WALLETGATE_PRIVATE_KEY`
 //! ([`KeyArgs`]), never from the command line. The body goes to stdout, one
@@ -19,7 +19,9 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tower_layer::Layer;
 use tower_service::Service;
-use walletgate::client::pay::{ImageJob, Receipt, SpendPolicy, X402PaymentLayer, parse_quote};
+use walletgate::client::pay::{
+    IdempotencyKey, ImageJob, Receipt, SpendPolicy, X402PaymentLayer, parse_quote,
+};
 use walletgate::tls::ClientTls;
 
 use crate::exit::{Exit, Failure, Format};
@@ -53,6 +55,12 @@ pub(crate) struct PayArgs {
     /// spend policy's verdict; sign nothing, settle nothing
     #[arg(long)]
     dry_run: bool,
+    /// The payment identifier of this request (16 to 128 of A-Z a-z 0-9 _ -):
+    /// sent when the server declares the `payment-identifier` extension, so
+    /// running the same command again gets the answer it paid for instead of
+    /// paying twice; without it one is made per run
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: Option<String>,
     #[command(flatten)]
     key: KeyArgs,
 }
@@ -91,6 +99,12 @@ fn request(args: &PayArgs) -> Result<Request<Full<Bytes>>, Failure> {
     for header in &args.headers {
         let (name, value) = header_arg(header)?;
         request.headers_mut().insert(name, value);
+    }
+    if let Some(key) = &args.idempotency_key {
+        let key = IdempotencyKey::new(key.as_str()).map_err(|error| {
+            Failure::usage("--idempotency-key".to_owned()).with_cause(error.to_string())
+        })?;
+        request.extensions_mut().insert(key);
     }
     Ok(request)
 }

@@ -27,6 +27,9 @@ pub struct Attempts {
     pub retry_after_waits: u32,
     /// Failovers to another provider's model.
     pub failovers: u32,
+    /// Resends of the same payment under its payment identifier after a
+    /// transport failure (the server answers a settled one from its store).
+    pub transport_resends: u32,
 }
 
 impl fmt::Display for Attempts {

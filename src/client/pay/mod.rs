@@ -58,6 +58,7 @@ mod failover;
 mod future;
 mod job;
 mod layer;
+mod payment_id;
 mod policy;
 mod receipt;
 #[cfg(feature = "reqwest")]
@@ -72,6 +73,7 @@ pub use failover::{Failover, ModelRow};
 pub use future::ResponseFuture;
 pub use job::ImageJob;
 pub use layer::{DEFAULT_MAX_BODY_BYTES, X402PaymentLayer};
+pub use payment_id::{IdempotencyKey, InvalidIdempotencyKey};
 pub use policy::{
     AllowedAsset, DEFAULT_MAX_PER_PAYMENT, QuoteHook, Refusal, SpendPolicy, parse_usd,
 };

@@ -15,6 +15,7 @@ use tower_service::Service;
 use super::error::{ApiError, Attempts, BoxError, ClientError, PaymentError, PaymentErrorKind};
 use super::future::ResponseFuture;
 use super::layer::{Shared, X402PaymentLayer};
+use super::payment_id::{IdempotencyKey, declares_payment_identifier, with_extensions};
 use super::receipt::{PaidBody, Receipt, is_event_stream};
 use super::retry::{parse_quote, read_error, retry_after};
 use super::transport::{read_capped, send};
@@ -97,6 +98,8 @@ where
 struct Paid {
     offer: PaymentRequirements,
     header: Arc<str>,
+    /// Sent under a payment identifier: resent after a transport failure.
+    under_id: bool,
 }
 
 /// Sends `request`, pays its quote, applies the retry rules.
@@ -130,6 +133,8 @@ where
     };
     let mut paid: Option<Paid> = None;
     let mut resigned = false;
+    // One payment identifier per logical request: the caller's, or made when first needed.
+    let mut id = parts.extensions.get::<IdempotencyKey>().cloned();
     loop {
         let mut request = Request::from_parts(parts.clone(), Full::new(body.clone()));
         if let Some(paid) = &paid {
@@ -139,7 +144,21 @@ where
             request.headers_mut().insert(PAYMENT_SIGNATURE, value);
         }
         attempts.requests += 1;
-        let response = send(inner.clone(), request).await?;
+        let response = match send(inner.clone(), request).await {
+            Ok(response) => response,
+            // Under its id the same payment is resent: a settled one is answered from
+            // the server's store, never charged twice.
+            Err(_)
+                if paid.as_ref().is_some_and(|paid| paid.under_id)
+                    && attempts.transport_resends < shared.retry.verification_retries =>
+            {
+                let backoff = shared.retry.backoff_for(attempts.transport_resends);
+                attempts.transport_resends += 1;
+                shared.sleeper.sleep(backoff).await;
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
         let status = response.status();
         if status.is_success() {
             let receipt = paid.as_ref().map(|paid| {
@@ -199,9 +218,14 @@ where
                 .await;
             match header {
                 Ok(header) => {
+                    let declared = quote.extensions.as_ref();
+                    let key = declares_payment_identifier(declared)
+                        .then(|| id.get_or_insert_with(IdempotencyKey::generate).clone());
+                    let header = with_extensions(header, declared, key.as_ref());
                     paid = Some(Paid {
                         offer: offer.clone(),
                         header: Arc::from(header),
+                        under_id: key.is_some(),
                     });
                 }
                 Err(error) => return payment_error(PaymentErrorKind::Sign(error), attempts),
@@ -233,9 +257,10 @@ where
         {
             attempts.failovers += 1;
             body = rewritten;
-            // A new model is a new request: a new quote, a new payment.
+            // A new model is a new request: a new quote, a new payment, a new id.
             paid = None;
             resigned = false;
+            id = None;
             continue;
         }
         let retryable = matches!(
@@ -717,5 +742,140 @@ mod tests {
         let last: serde_json::Value = serde_json::from_slice(&seen[4].2).unwrap();
         assert_eq!(last["model"], "google/gemini-2.5-flash");
         assert_eq!(layer.signer().signatures(), 2);
+    }
+
+    /// A server (the real x402 layer, payment identifier on, over an echo
+    /// handler) whose first paid answer is lost on the way back: it settled,
+    /// then the connection broke.
+    fn losing_first_paid_answer(
+        ledger: Arc<DevLedger>,
+    ) -> impl Service<
+        Request<Full<Bytes>>,
+        Response = Response<Full<Bytes>>,
+        Error = std::io::Error,
+        Future = impl Send,
+    > + Clone
+    + Send
+    + 'static {
+        let clock = Arc::new(FakeClock::at_unix_secs(NOW));
+        let server_layer = X402Layer::builder()
+            .with_host_derived_resource_url()
+            .with_payment_option(
+                PaymentOption::base_sepolia_usdc(DevLedger::DEV_ACCOUNTS[9]).unwrap(),
+            )
+            .with_pricing(
+                PriceTable::by_route()
+                    .with_usd("POST /v1/chat/completions", "0.002")
+                    .unwrap(),
+            )
+            .with_facilitator(LocalEvmFacilitator::new(ledger, clock.clone()))
+            .with_clock(clock)
+            .with_payment_identifier(crate::x402::server::PaymentIdentifier::Optional)
+            .build()
+            .unwrap();
+        let server = ServiceBuilder::new()
+            .layer(server_layer)
+            .service(service_fn(|request: Request<Full<Bytes>>| async move {
+                let body = request.into_body().collect().await.unwrap().to_bytes();
+                Ok::<_, Infallible>(Response::new(Full::new(body)))
+            }));
+        let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        service_fn(move |request: Request<Full<Bytes>>| {
+            let (server, lost) = (server.clone(), lost.clone());
+            async move {
+                let paid = request.headers().contains_key(PAYMENT_SIGNATURE);
+                let response = server.oneshot(request).await.unwrap();
+                let (head, body) = response.into_parts();
+                let body = body.collect().await.unwrap().to_bytes();
+                if paid && !lost.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionReset,
+                        "the answer was lost",
+                    ));
+                }
+                Ok(Response::from_parts(head, Full::new(body)))
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn a_payment_identifier_survives_a_transport_failure_and_is_paid_once() {
+        let ledger = Arc::new(DevLedger::new());
+        let layer = layer();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let server = losing_first_paid_answer(ledger.clone());
+        let recording = {
+            let seen = seen.clone();
+            service_fn(move |request: Request<Full<Bytes>>| {
+                seen.lock().unwrap().push(
+                    request
+                        .headers()
+                        .get(PAYMENT_SIGNATURE)
+                        .map(|value| value.to_str().unwrap().to_owned()),
+                );
+                server.clone().oneshot(request)
+            })
+        };
+        let client = ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(recording);
+        let response = client.oneshot(chat("openai/gpt-5-mini")).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let receipt = response.extensions().get::<Receipt>().cloned().unwrap();
+        assert!(receipt.settlement().unwrap().success);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert!(String::from_utf8_lossy(&body).contains("gpt-5-mini"));
+        // One signature, sent twice with one id: one settlement.
+        assert_eq!(layer.signer().signatures(), 1);
+        assert_eq!(ledger.settlements(), 1);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3);
+        assert_eq!(seen[1], seen[2]);
+        let payment: PaymentPayload = codec::decode(seen[1].as_ref().unwrap().as_bytes()).unwrap();
+        let id = payment.extensions.unwrap()["payment-identifier"]["info"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(id.starts_with("pay_"), "{id}");
+    }
+
+    #[tokio::test]
+    async fn the_callers_idempotency_key_is_the_id_and_none_is_sent_undeclared() {
+        let ledger = Arc::new(DevLedger::new());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let server = losing_first_paid_answer(ledger.clone());
+        let recording = {
+            let seen = seen.clone();
+            service_fn(move |request: Request<Full<Bytes>>| {
+                seen.lock().unwrap().push(
+                    request
+                        .headers()
+                        .get(PAYMENT_SIGNATURE)
+                        .map(|value| value.to_str().unwrap().to_owned()),
+                );
+                server.clone().oneshot(request)
+            })
+        };
+        let client = ServiceBuilder::new().layer(layer()).service(recording);
+        let mut request = chat("m");
+        let key = super::super::IdempotencyKey::new("order-2026-000001").unwrap();
+        request.extensions_mut().insert(key);
+        assert_eq!(client.oneshot(request).await.unwrap().status(), 200);
+        let header = seen.lock().unwrap()[1].clone().unwrap();
+        let payment: PaymentPayload = codec::decode(header.as_bytes()).unwrap();
+        assert_eq!(
+            payment.extensions.unwrap()["payment-identifier"]["info"]["id"],
+            "order-2026-000001"
+        );
+        // A server that declares nothing gets no extensions, and a transport
+        // failure is returned as it is.
+        let script = Scripted::new(vec![quote_answer(3_000), answer(200, &[], "ok")]);
+        let client = ServiceBuilder::new()
+            .layer(layer())
+            .service(script.service());
+        client.oneshot(chat("m")).await.unwrap();
+        let payment: PaymentPayload =
+            codec::decode(script.payments()[1].as_ref().unwrap().as_bytes()).unwrap();
+        assert_eq!(payment.extensions, None);
     }
 }

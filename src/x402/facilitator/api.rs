@@ -213,9 +213,10 @@ pub enum FacilitatorErrorKind {
     /// Answered something that is not the protocol.
     Protocol,
     /// Settlement broadcast a transaction whose outcome is not known yet (no
-    /// receipt within the wait): the transfer may still land, so the
-    /// authorization must stay claimed. Asking to settle the same payment
-    /// again reports its outcome; [`FacilitatorError::transaction`] names it.
+    /// receipt within the wait), or asked for a settlement whose answer was
+    /// lost: the transfer may still land, so the authorization must stay
+    /// claimed. Asking to settle the same payment again reports its outcome;
+    /// [`FacilitatorError::transaction`] names the transaction when known.
     Pending,
 }
 
@@ -255,6 +256,17 @@ impl FacilitatorError {
         }
     }
 
+    /// A settlement was asked for and its answer lost (sent, then no answer
+    /// within the timeout): the transfer may have happened, no transaction
+    /// is known. [Pending](FacilitatorErrorKind::Pending), without a transaction.
+    pub fn answer_lost(detail: impl Into<String>) -> Self {
+        Self {
+            kind: FacilitatorErrorKind::Pending,
+            detail: detail.into(),
+            transaction: None,
+        }
+    }
+
     /// The transaction broadcast, when the settlement is [pending](FacilitatorErrorKind::Pending).
     pub fn transaction(&self) -> Option<&str> {
         self.transaction.as_deref()
@@ -280,12 +292,18 @@ impl fmt::Display for FacilitatorError {
             FacilitatorErrorKind::Protocol => {
                 write!(f, "facilitator protocol error: {}", self.detail)
             }
-            FacilitatorErrorKind::Pending => write!(
-                f,
-                "settlement pending: transaction {} has no receipt yet: {}",
-                self.transaction.as_deref().unwrap_or_default(),
-                self.detail
-            ),
+            FacilitatorErrorKind::Pending => match &self.transaction {
+                Some(transaction) => write!(
+                    f,
+                    "settlement pending: transaction {transaction} has no receipt yet: {}",
+                    self.detail
+                ),
+                None => write!(
+                    f,
+                    "settlement pending: its answer was lost: {}",
+                    self.detail
+                ),
+            },
         }
     }
 }

@@ -6,8 +6,13 @@
 //! a 5xx, or an answer outside the protocol is a [`FacilitatorError`], which
 //! the layer answers with `PAYMENT_VERIFICATION_UNAVAILABLE` (503,
 //! `Retry-After`) and nothing consumed, so the client may resend the same
-//! payment. A non-2xx answer that still carries a verdict (`isValid` or
-//! `success`) counts as that verdict, as the official clients read it.
+//! payment. The exception is a `/settle` that was sent and got no answer
+//! within the timeout (or whose answer broke off): the transfer may have
+//! happened, so it is [pending](super::FacilitatorErrorKind::Pending) without a
+//! transaction ([`FacilitatorError::answer_lost`]); the layer keeps the claim
+//! and asks `/settle` again on the resend. A non-2xx answer that still carries
+//! a verdict (`isValid` or `success`) counts as that verdict, as the official
+//! clients read it.
 //!
 //! [`HttpFacilitator::new`] speaks plain HTTP (a facilitator on the same
 //! host). With the `rustls` feature, [`HttpFacilitator::with_tls`] speaks
@@ -151,17 +156,37 @@ where
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Bytes), FacilitatorError> {
-        let uri: Uri = format!("{}{path}", self.base_url)
-            .parse()
-            .map_err(|_| FacilitatorError::protocol(format!("request to {path}: not a URL")))?;
+        self.exchange(method, path, body)
+            .await
+            .map_err(|(error, _)| error)
+    }
+
+    /// [`call`](Self::call), its error saying whether the request may have
+    /// been taken (no answer within the timeout, or its answer broken off):
+    /// then whatever it asked for may have happened.
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Bytes), (FacilitatorError, bool)> {
+        let uri: Uri = format!("{}{path}", self.base_url).parse().map_err(|_| {
+            (
+                FacilitatorError::protocol(format!("request to {path}: not a URL")),
+                false,
+            )
+        })?;
         let mut builder = Request::builder().method(method.clone()).uri(uri.clone());
         for (name, value) in &self.headers {
             builder = builder.header(name, value);
         }
         if let Some(auth) = &self.auth {
-            let authorization = auth
-                .authorization(&method, &uri)
-                .map_err(|error| FacilitatorError::unavailable(format!("{path}: {error}")))?;
+            let authorization = auth.authorization(&method, &uri).map_err(|error| {
+                (
+                    FacilitatorError::unavailable(format!("{path}: {error}")),
+                    false,
+                )
+            })?;
             builder = builder.header(http::header::AUTHORIZATION, authorization);
         }
         if body.is_some() {
@@ -169,26 +194,39 @@ where
         }
         let request = builder
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
-            .map_err(|error| FacilitatorError::protocol(format!("request to {path}: {error}")))?;
+            .map_err(|error| {
+                (
+                    FacilitatorError::protocol(format!("request to {path}: {error}")),
+                    false,
+                )
+            })?;
         let exchange = async {
             let response = self.client.request(request).await.map_err(|error| {
-                FacilitatorError::unavailable(format!("{path}: {}", crate::error_chain(&error)))
+                let error = FacilitatorError::unavailable(format!(
+                    "{path}: {}",
+                    crate::error_chain(&error)
+                ));
+                (error, false)
             })?;
             let status = response.status();
             let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
                 .collect()
                 .await
-                .map_err(|error| FacilitatorError::unavailable(format!("{path} answer: {error}")))?
+                .map_err(|error| {
+                    let error = FacilitatorError::unavailable(format!("{path} answer: {error}"));
+                    (error, true)
+                })?
                 .to_bytes();
             Ok((status, body))
         };
         tokio::time::timeout(self.timeout, exchange)
             .await
             .map_err(|_| {
-                FacilitatorError::unavailable(format!(
+                let error = FacilitatorError::unavailable(format!(
                     "{path}: no answer within {:?}",
                     self.timeout
-                ))
+                ));
+                (error, true)
             })?
     }
 
@@ -247,7 +285,18 @@ where
         &'a self,
         request: &'a FacilitatorRequest,
     ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
-        Box::pin(self.post_for("/settle", request, "success"))
+        Box::pin(async move {
+            let body = serde_json::to_vec(request).map_err(|error| {
+                FacilitatorError::protocol(format!("encoding /settle: {error}"))
+            })?;
+            match self.exchange(Method::POST, "/settle", Some(body)).await {
+                Ok((status, answer)) => read_verdict("/settle", status, &answer, "success"),
+                // Asked, and no answer: the transfer may have happened; the
+                // resend of the same payment asks again.
+                Err((error, true)) => Err(FacilitatorError::answer_lost(error.detail())),
+                Err((error, false)) => Err(error),
+            }
+        })
     }
 
     fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, FacilitatorError>> {

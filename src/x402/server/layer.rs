@@ -8,7 +8,9 @@ use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
 
+use super::answers::{AnswerLimits, AnswerStore, InMemoryAnswerStore};
 use super::extensions::QuoteExtensions;
+use super::payment_id::{self, PaymentIdentifier};
 use super::pricing::Pricing;
 use super::quote::{PaymentOption, QuoteCache};
 use super::receipt::{SettledPayment, SettlementHook, SettlementHookError};
@@ -34,6 +36,9 @@ pub(crate) struct Config {
     pub(crate) pricing: Arc<dyn Pricing>,
     pub(crate) facilitator: Arc<dyn Facilitator>,
     pub(crate) nonce_store: Arc<dyn NonceStore>,
+    pub(crate) answer_store: Arc<dyn AnswerStore>,
+    pub(crate) answer_limits: AnswerLimits,
+    pub(crate) payment_identifier: PaymentIdentifier,
     pub(crate) clock: SharedClock,
     pub(crate) options: Vec<PaymentOption>,
     pub(crate) flat_fee: UsdAmount,
@@ -122,6 +127,9 @@ pub struct X402LayerBuilder {
     pricing: Option<Arc<dyn Pricing>>,
     facilitator: Option<Arc<dyn Facilitator>>,
     nonce_store: Option<Arc<dyn NonceStore>>,
+    answer_store: Option<Arc<dyn AnswerStore>>,
+    answer_limits: AnswerLimits,
+    payment_identifier: PaymentIdentifier,
     clock: Option<SharedClock>,
     options: Vec<PaymentOption>,
     flat_fee: UsdAmount,
@@ -141,6 +149,9 @@ impl Default for X402LayerBuilder {
             pricing: None,
             facilitator: None,
             nonce_store: None,
+            answer_store: None,
+            answer_limits: AnswerLimits::default(),
+            payment_identifier: PaymentIdentifier::Off,
             clock: None,
             options: Vec::new(),
             flat_fee: UsdAmount::FLAT_FEE,
@@ -179,6 +190,32 @@ impl X402LayerBuilder {
     /// Share one store between layers that take the same payments.
     pub fn with_nonce_store(mut self, store: Arc<dyn NonceStore>) -> Self {
         self.nonce_store = Some(store);
+        self
+    }
+
+    /// Where paid answers are kept for a resend (default: an
+    /// [`InMemoryAnswerStore`] on the layer's clock). A settlement whose
+    /// outcome is not known keeps its answer here, so the resend of the same
+    /// payment, on any replica sharing the store, gets it without a second
+    /// upstream call. Share one store between replicas with the nonce store.
+    pub fn with_answer_store(mut self, store: Arc<dyn AnswerStore>) -> Self {
+        self.answer_store = Some(store);
+        self
+    }
+
+    /// How large a kept answer may be and how long it is kept (default
+    /// [`AnswerLimits::default`]: 1 MiB, an hour).
+    pub fn with_answer_limits(mut self, limits: AnswerLimits) -> Self {
+        self.answer_limits = limits;
+        self
+    }
+
+    /// Takes the `payment-identifier` extension (default
+    /// [`PaymentIdentifier::Off`]): declared in every 402, a payment's id
+    /// makes its request pay once, its answer kept in the answer store (see
+    /// the [`payment_id`](super::payment_id) module).
+    pub fn with_payment_identifier(mut self, mode: PaymentIdentifier) -> Self {
+        self.payment_identifier = mode;
         self
     }
 
@@ -323,11 +360,17 @@ impl X402LayerBuilder {
         let nonce_store = self
             .nonce_store
             .unwrap_or_else(|| Arc::new(InMemoryNonceStore::new(clock.clone())));
+        let answer_store = self
+            .answer_store
+            .unwrap_or_else(|| Arc::new(InMemoryAnswerStore::new(clock.clone())));
         Ok(X402Layer {
             config: Arc::new(Config {
                 pricing,
                 facilitator,
                 nonce_store,
+                answer_store,
+                answer_limits: self.answer_limits,
+                payment_identifier: self.payment_identifier,
                 clock,
                 options: self.options,
                 flat_fee: self.flat_fee,
@@ -335,7 +378,7 @@ impl X402LayerBuilder {
                 public_base_url: self.public_base_url,
                 description: self.description,
                 mime_type: self.mime_type,
-                quotes: QuoteCache::default(),
+                quotes: QuoteCache::with_extensions(layer_extensions(self.payment_identifier)),
                 quote_extensions: self.quote_extensions,
                 settlement_hook: self.settlement_hook,
                 reject: self.reject,
@@ -343,6 +386,16 @@ impl X402LayerBuilder {
             }),
         })
     }
+}
+
+/// The `extensions` every quote of the layer declares (a request's own, from
+/// [`QuoteExtensions`], are merged over them).
+fn layer_extensions(
+    payment_identifier: PaymentIdentifier,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut extensions = serde_json::Map::new();
+    payment_id::advertise(payment_identifier, &mut extensions);
+    extensions
 }
 
 #[cfg(test)]

@@ -4,10 +4,12 @@
 //!
 //! See the [`x402` module docs](super) for the payment flow.
 
+mod answers;
 mod bazaar;
 mod extensions;
 mod future;
 pub(crate) mod layer;
+pub mod payment_id;
 mod pricing;
 pub(crate) mod quote;
 mod receipt;
@@ -15,10 +17,15 @@ pub(crate) mod replay;
 mod service;
 mod stream;
 
+pub use answers::{
+    AnswerLimits, AnswerStore, Begun, DEFAULT_ANSWER_MAX_BYTES, DEFAULT_ANSWER_RETENTION_SECS,
+    DEFAULT_ANSWER_STORE_BYTES, InMemoryAnswerStore, KeptAnswer,
+};
 pub use bazaar::{BAZAAR, BazaarRoute, JSON_SCHEMA_2020_12};
 pub use extensions::{QuoteExtensionMap, QuoteExtensions};
 pub use future::ResponseFuture;
 pub use layer::{X402Layer, X402LayerBuilder};
+pub use payment_id::{PAYMENT_IDENTIFIER, PaymentIdentifier};
 pub use pricing::{Price, PriceRefusal, PriceTable, Pricing, RequestPrice};
 pub use quote::{
     AUTHORIZATION_CLOCK_SKEW_SECS, BASE_SEPOLIA_USDC, BASE_USDC, DEFAULT_MAX_TIMEOUT_SECS,
@@ -26,5 +33,5 @@ pub use quote::{
 };
 pub use receipt::{PaymentReceipt, SettledPayment, SettlementHook, SettlementHookError};
 pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
-pub use service::X402;
+pub use service::{EXTENSION_ECHO_MISMATCH, SETTLEMENT_PENDING, X402};
 pub use stream::{PAYMENT_RESPONSE_EVENT, X402Body};

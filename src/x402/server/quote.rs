@@ -239,13 +239,14 @@ pub(crate) struct Quote {
 }
 
 impl Quote {
-    /// The quote of `options` at `total` for `resource`, declaring
-    /// `extensions`; `None` if no option can express `total` in whole units
-    /// of its asset.
+    /// The quote of `options` at `total` for `resource`, declaring the
+    /// layer's `declared` extensions and the request's `extensions` over them;
+    /// `None` if no option can express `total` in whole units of its asset.
     fn build(
         options: &[PaymentOption],
         total: UsdAmount,
         resource: ResourceInfo,
+        declared: Option<&serde_json::Map<String, serde_json::Value>>,
         extensions: Option<QuoteExtensionMap>,
     ) -> Option<Self> {
         let offers: Vec<_> = options
@@ -254,6 +255,7 @@ impl Quote {
             .collect();
         let first = options.first().filter(|_| !offers.is_empty())?;
         let mut required = payment_required(resource, offers, QUOTE_ERROR);
+        required.extensions = declared.cloned();
         if let Some(extensions) = &extensions {
             merge_extensions(&mut required, extensions);
         }
@@ -286,6 +288,8 @@ impl Quote {
 #[derive(Debug, Default)]
 pub(crate) struct QuoteCache {
     quotes: RwLock<HashMap<String, (UsdAmount, Arc<Quote>)>>,
+    /// The `extensions` every quote declares (none: omitted).
+    extensions: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Resources quoted at most; past it the cache starts afresh (URLs carry the
@@ -293,9 +297,23 @@ pub(crate) struct QuoteCache {
 const QUOTE_CACHE_LEN: usize = 1024;
 
 impl QuoteCache {
+    /// A cache whose quotes declare `extensions` (when not empty).
+    pub(crate) fn with_extensions(extensions: serde_json::Map<String, serde_json::Value>) -> Self {
+        Self {
+            quotes: RwLock::default(),
+            extensions: (!extensions.is_empty()).then_some(extensions),
+        }
+    }
+
+    /// The extensions every quote of this cache declares.
+    pub(crate) fn declared(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        self.extensions.as_ref()
+    }
+
     /// The quote of `options` at `total` for the resource at `url`, declaring
-    /// `extensions`, built on first use; `resource` describes it only then,
-    /// so a cached quote costs no copies of the layer's description.
+    /// the cache's extensions and the request's `extensions`, built on first
+    /// use; `resource` describes it only then, so a cached quote costs no
+    /// copies of the layer's description.
     pub(crate) fn quote(
         &self,
         options: &[PaymentOption],
@@ -320,6 +338,7 @@ impl QuoteCache {
             options,
             total,
             resource(url.clone()),
+            self.extensions.as_ref(),
             extensions,
         )?);
         let mut quotes = self.quotes.write().unwrap_or_else(PoisonError::into_inner);

@@ -9,6 +9,14 @@
 //! is refused, or, on routes that opted into paid replay, let through with the
 //! original receipt and not charged again.
 //!
+//! A settlement whose outcome is not known (the facilitator reported it
+//! pending: a transaction broadcast without a receipt yet, or an answer lost)
+//! is neither released nor spent: the key is marked *settling*
+//! ([`NonceStore::mark_settling`]) until the authorization expires, and a
+//! resend of the very same payment finds it there ([`Claim::Settling`]) on
+//! any replica sharing the store, so the settlement is asked about again
+//! instead of the transfer being charged twice or lost.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use walletgate::clock::FakeClock;
@@ -158,6 +166,11 @@ pub enum Claim {
     InFlight,
     /// It was settled already.
     Spent(SpentAuthorization),
+    /// Its settlement's outcome is not known yet: the transfer may still
+    /// land. The receipt names the broadcast transaction when one is known.
+    /// The caller now holds it too (to ask about the settlement again); a
+    /// [`release`](NonceStore::release) gives this very record back.
+    Settling(SpentAuthorization),
 }
 
 /// Where claims and spent authorizations live.
@@ -199,6 +212,17 @@ pub trait NonceStore: Send + Sync + 'static {
     ) {
     }
 
+    /// Records `key` as settling (its outcome not known: the transfer may
+    /// still land) until `keep_until_unix_secs`: later claims answer
+    /// [`Claim::Settling`] with `settling` until it is marked spent, released
+    /// or expired. The caller's claim becomes this record.
+    fn mark_settling<'a>(
+        &'a self,
+        key: &'a AuthorizationKey,
+        settling: SpentAuthorization,
+        keep_until_unix_secs: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
     /// Records `key` as settled until `keep_until_unix_secs`.
     fn mark_spent<'a>(
         &'a self,
@@ -230,6 +254,15 @@ impl<T: NonceStore + ?Sized> NonceStore for Arc<T> {
         (**self).settling(key, unsettled, keep_until_unix_secs);
     }
 
+    fn mark_settling<'a>(
+        &'a self,
+        key: &'a AuthorizationKey,
+        settling: SpentAuthorization,
+        keep_until_unix_secs: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).mark_settling(key, settling, keep_until_unix_secs)
+    }
+
     fn mark_spent<'a>(
         &'a self,
         key: &'a AuthorizationKey,
@@ -244,6 +277,8 @@ impl<T: NonceStore + ?Sized> NonceStore for Arc<T> {
 #[derive(Debug)]
 enum State {
     InFlight,
+    /// Spent, or settling when its receipt says so (one variant, the flag in
+    /// the receipt's padding: the entry stays as small as it was).
     Spent(Spent),
 }
 
@@ -268,15 +303,25 @@ enum StoredReceipt {
         /// Index into the shard's networks.
         network: u8,
         replayed: bool,
+        /// The settlement's outcome is not known yet.
+        settling: bool,
     },
-    Whole(Box<PaymentReceipt>),
+    Whole {
+        receipt: Box<PaymentReceipt>,
+        settling: bool,
+    },
 }
 
 /// Networks a shard interns at most (their receipts are compacted).
 const INTERNED_NETWORKS: usize = 16;
 
 impl StoredReceipt {
-    fn store(receipt: PaymentReceipt, key: &AuthorizationKey, networks: &mut Vec<Network>) -> Self {
+    fn store(
+        receipt: PaymentReceipt,
+        key: &AuthorizationKey,
+        networks: &mut Vec<Network>,
+        settling: bool,
+    ) -> Self {
         let compact = (|| {
             if receipt.authorization_id() != key.as_str() {
                 return None;
@@ -304,9 +349,20 @@ impl StoredReceipt {
                 amount: receipt.amount().units().to_le_bytes(),
                 network: u8::try_from(network).ok()?,
                 replayed: receipt.is_replay(),
+                settling,
             })
         })();
-        compact.unwrap_or_else(|| Self::Whole(Box::new(receipt)))
+        compact.unwrap_or_else(|| Self::Whole {
+            receipt: Box::new(receipt),
+            settling,
+        })
+    }
+
+    /// Whether it records a settlement whose outcome is not known yet.
+    fn is_settling(&self) -> bool {
+        match self {
+            Self::Compact { settling, .. } | Self::Whole { settling, .. } => *settling,
+        }
     }
 
     fn load(&self, key: &AuthorizationKey, networks: &[Network]) -> Option<PaymentReceipt> {
@@ -317,6 +373,7 @@ impl StoredReceipt {
                 amount,
                 network,
                 replayed,
+                settling: _,
             } => {
                 let receipt = PaymentReceipt::new(
                     Address::from(*payer).to_checksum(None),
@@ -331,7 +388,7 @@ impl StoredReceipt {
                     receipt
                 })
             }
-            Self::Whole(receipt) => Some((**receipt).clone()),
+            Self::Whole { receipt, .. } => Some((**receipt).clone()),
         }
     }
 }
@@ -416,10 +473,14 @@ impl InMemoryNonceStore {
             Some(State::InFlight) => return Claim::InFlight,
             Some(State::Spent(spent)) => {
                 if let Some(receipt) = spent.receipt.load(key, &shard.networks) {
-                    return Claim::Spent(SpentAuthorization {
+                    let record = SpentAuthorization {
                         receipt,
                         fingerprint: spent.fingerprint,
-                    });
+                    };
+                    return match spent.receipt.is_settling() {
+                        true => Claim::Settling(record),
+                        false => Claim::Spent(record),
+                    };
                 }
             }
             None => {}
@@ -428,6 +489,29 @@ impl InMemoryNonceStore {
             .entries
             .insert(digest, State::InFlight, hold_until_unix_secs);
         Claim::Claimed
+    }
+}
+
+impl InMemoryNonceStore {
+    /// Keeps `record` under `key` (spent, or settling) until `keep_until_unix_secs`.
+    fn record(
+        &self,
+        key: &AuthorizationKey,
+        record: SpentAuthorization,
+        keep_until_unix_secs: u64,
+        settling: bool,
+    ) {
+        let now = self.clock.now_unix_secs();
+        let mut shard = self.shard(key);
+        shard.entries.sweep(now, SWEEP_STEP);
+        let shard = &mut *shard;
+        let record = Spent {
+            fingerprint: record.fingerprint,
+            receipt: StoredReceipt::store(record.receipt, key, &mut shard.networks, settling),
+        };
+        shard
+            .entries
+            .insert(*key.digest(), State::Spent(record), keep_until_unix_secs);
     }
 }
 
@@ -452,10 +536,24 @@ impl NonceStore for InMemoryNonceStore {
 
     fn release(&self, key: &AuthorizationKey) -> BoxFuture<'static, ()> {
         let mut shard = self.shard(key);
-        if matches!(shard.entries.peek(key.digest()), Some(State::InFlight)) {
+        if matches!(shard.entries.peek(key.digest()), Some(State::InFlight))
+            || shard.entries.peek(key.digest()).is_some_and(
+                |state| matches!(state, State::Spent(spent) if spent.receipt.is_settling()),
+            )
+        {
             shard.entries.remove(key.digest());
         }
         Box::pin(std::future::ready(()))
+    }
+
+    fn mark_settling<'a>(
+        &'a self,
+        key: &'a AuthorizationKey,
+        settling: SpentAuthorization,
+        keep_until_unix_secs: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.record(key, settling, keep_until_unix_secs, true);
+        Box::pin(std::future::ready(Ok(())))
     }
 
     fn mark_spent<'a>(
@@ -464,17 +562,7 @@ impl NonceStore for InMemoryNonceStore {
         spent: SpentAuthorization,
         keep_until_unix_secs: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let now = self.clock.now_unix_secs();
-        let mut shard = self.shard(key);
-        shard.entries.sweep(now, SWEEP_STEP);
-        let shard = &mut *shard;
-        let spent = Spent {
-            fingerprint: spent.fingerprint,
-            receipt: StoredReceipt::store(spent.receipt, key, &mut shard.networks),
-        };
-        shard
-            .entries
-            .insert(*key.digest(), State::Spent(spent), keep_until_unix_secs);
+        self.record(key, spent, keep_until_unix_secs, false);
         Box::pin(std::future::ready(Ok(())))
     }
 }
@@ -525,6 +613,36 @@ mod tests {
         );
         clock.advance(Duration::from_secs(300));
         assert_eq!(store.claim(&key, 2000).await.unwrap(), Claim::Claimed);
+    }
+
+    #[tokio::test]
+    async fn a_settling_key_answers_settling_until_spent_or_released() {
+        let clock = FakeClock::at_unix_secs(1000);
+        let store = InMemoryNonceStore::new(Arc::new(clock.clone()));
+        let key = key_of(0x0a, 0x2);
+        assert_eq!(store.claim(&key, 2000).await.unwrap(), Claim::Claimed);
+        store.mark_settling(&key, spent(), 1300).await.unwrap();
+        assert_eq!(
+            store.claim(&key, 2000).await.unwrap(),
+            Claim::Settling(spent())
+        );
+        store.mark_spent(&key, spent(), 1300).await.unwrap();
+        assert_eq!(
+            store.claim(&key, 2000).await.unwrap(),
+            Claim::Spent(spent())
+        );
+        // A settling record given back (its transfer can no longer land) is free again.
+        let other = key_of(0x0a, 0x3);
+        store.claim(&other, 2000).await.unwrap();
+        store.mark_settling(&other, spent(), 1300).await.unwrap();
+        store.release(&other).await;
+        assert_eq!(store.claim(&other, 2000).await.unwrap(), Claim::Claimed);
+        // Kept until the authorization expires, like a spent one.
+        let third = key_of(0x0a, 0x4);
+        store.claim(&third, 2000).await.unwrap();
+        store.mark_settling(&third, spent(), 1300).await.unwrap();
+        clock.advance(Duration::from_secs(301));
+        assert_eq!(store.claim(&third, 2000).await.unwrap(), Claim::Claimed);
     }
 
     #[test]

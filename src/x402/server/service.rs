@@ -8,9 +8,11 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
 
+use super::answers::{Begun, KeptAnswer};
 use super::extensions::QuoteExtensionMap;
 use super::future::ResponseFuture;
 use super::layer::{Config, X402Layer};
+use super::payment_id::{self, IdBinding};
 use super::pricing::Price;
 use super::quote::{Quote, check_authorization, matching_offer, write_quote_headers};
 use super::receipt::{PaymentReceipt, SettledPayment};
@@ -18,7 +20,7 @@ use super::replay::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
 use super::stream::{X402Body, receipt_event};
 use crate::body::{ResponseBody, rejection};
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection, header};
-use crate::x402::facilitator::{FacilitatorRequest, code_for_reason, reason};
+use crate::x402::facilitator::{FacilitatorErrorKind, FacilitatorRequest, code_for_reason, reason};
 use crate::x402::wire::codec;
 use crate::x402::wire::types::{
     PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SettleResponse,
@@ -29,6 +31,18 @@ use crate::x402::wire::types::{
 /// shorter: then that long (a server quoting short timeouts keeps its replay
 /// store that short).
 const MIN_SPENT_RETENTION_SECS: u64 = 120;
+
+/// The `errorReason` of a settlement whose outcome is not known yet (its
+/// `transaction` names the broadcast transaction when one is known): the
+/// payer is told to resend the same payment for the outcome.
+pub const SETTLEMENT_PENDING: &str = "settlement_pending";
+
+/// Why a payment is refused whose echo of a declared extension lost what
+/// the 402 declared (402 `PAYMENT_INVALID`).
+pub const EXTENSION_ECHO_MISMATCH: &str = "extension_echo_mismatch";
+
+/// Why a payment under an id still in flight is told to retry (503).
+const ID_IN_FLIGHT: &str = "payment_identifier_in_flight";
 
 /// The request id header handed to the settlement hook.
 const X_REQUEST_ID: &str = "x-request-id";
@@ -66,7 +80,7 @@ where
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     ReqBody: Send + 'static,
-    ResBody: Send + 'static,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
 {
     type Response = Response<X402Body<ResBody>>;
     type Error = S::Error;
@@ -120,6 +134,11 @@ struct Payment {
     fingerprint: [u8; 32],
     style: EnvelopeStyle,
     request_id: Option<String>,
+    /// `METHOD path?query`: a kept answer is for this request only.
+    request_line: String,
+    /// The `payment-identifier` id and the fingerprint of the request it is
+    /// bound to, when the payment carries one.
+    payment_id: Option<(String, [u8; 32])>,
 }
 
 impl Payment {
@@ -198,6 +217,41 @@ fn prepare<B>(
             claimed_payer(&payload),
         ));
     };
+    // Only what the layer declares is checked: a request's own extensions
+    // (discovery, say) describe the resource and differ between the request
+    // a payment was signed for and another it pays (a paid job's poll).
+    if !payment_id::echo_matches(config.quotes.declared(), payload.extensions.as_ref()) {
+        return Err(invalid(EXTENSION_ECHO_MISMATCH, claimed_payer(&payload)));
+    }
+    let id = match payment_id::read_id(config.payment_identifier, payload.extensions.as_ref()) {
+        Ok(id) => id,
+        Err(why) => {
+            return Err(payment_rejection(
+                &config.reject,
+                ErrorCode::PaymentIdentifierInvalid,
+                why,
+                claimed_payer(&payload),
+                style,
+                quote.required(),
+            ));
+        }
+    };
+    let request_line = format!(
+        "{} {}",
+        request.method(),
+        request.uri().path_and_query().map_or("/", |pq| pq.as_str())
+    );
+    let payment_id = id.map(|id| {
+        let extensions = request.extensions();
+        let body = match extensions.get::<crate::gateway::JsonBodyBytes>() {
+            Some(bytes) => Some(keccak256(&bytes.0).0),
+            None => extensions
+                .get::<crate::gateway::ParsedJson>()
+                .map(|parsed| keccak256(serde_json::to_vec(&parsed.0).unwrap_or_default()).0),
+        };
+        let bound = payment_id::request_fingerprint(&request_line, body, &offer);
+        (id, bound)
+    });
     // The payload is read into typed values here, once, for every step after.
     let facilitation = FacilitatorRequest::new(payload, offer);
     let evm = facilitation.exact_evm();
@@ -232,6 +286,8 @@ fn prepare<B>(
             .get(X_REQUEST_ID)
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned),
+        request_line,
+        payment_id,
     })
 }
 
@@ -285,13 +341,30 @@ fn payment_rejection(
     response
 }
 
-/// Gives the claim back unless told to keep it, also when the future is dropped.
+/// Gives the claim back unless told to keep it, also when the future is
+/// dropped (unless built [`kept_on_drop`](Self::kept_on_drop)).
 struct ClaimGuard {
     store: Arc<dyn NonceStore>,
     key: Option<AuthorizationKey>,
+    release_on_drop: bool,
 }
 
 impl ClaimGuard {
+    fn new(config: &Config, key: &AuthorizationKey) -> Self {
+        Self {
+            store: config.nonce_store.clone(),
+            key: Some(key.clone()),
+            release_on_drop: true,
+        }
+    }
+
+    /// A guard of a settling record: given back only when its settlement
+    /// failed, never because the request went away (the transfer may land).
+    fn kept_on_drop(mut self) -> Self {
+        self.release_on_drop = false;
+        self
+    }
+
     fn keep(mut self) {
         self.key = None;
     }
@@ -310,6 +383,9 @@ impl Drop for ClaimGuard {
     /// The request went away (client gone, inner error): the store starts the
     /// release itself, and its claim's hold-until is the safety net.
     fn drop(&mut self) {
+        if !self.release_on_drop {
+            return;
+        }
         if let Some(key) = self.key.take() {
             trace_decision!(DEBUG, "x402", outcome = "released");
             drop(self.store.release(&key));
@@ -326,7 +402,7 @@ async fn pay_and_call<S, ReqBody, ResBody>(
 ) -> Result<Response<X402Body<ResBody>>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    ResBody: Send + 'static,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
 {
     let reject = |payment: &Payment, code: ErrorCode, why: &str, payer: Option<&str>| {
         Ok(rejection(payment_rejection(
@@ -343,8 +419,43 @@ where
     let hold_until =
         now.saturating_add(payment.offer().max_timeout_seconds.max(MIN_CLAIM_HOLD_SECS));
 
+    // The payment identifier is looked up before the claim.
+    let mut id_guard = None;
+    if let Some((id, request)) = payment.payment_id.clone() {
+        match begin_id(&config, &payment, &id, request, hold_until).await {
+            IdStep::Proceed(guard) => id_guard = guard,
+            IdStep::Refuse(code, why) => {
+                return reject(&payment, code, &why, payment.claimed_payer());
+            }
+            IdStep::Stored(answer, stored) => {
+                return Ok(stored_answer(&config, &payment, &answer, &stored, hold_until).await);
+            }
+        }
+    }
+
     match config.nonce_store.claim(&payment.key, hold_until).await {
+        Ok(Claim::Claimed) if payment.payment_id.is_some() && id_guard.is_none() => {
+            // The id is held by another request, which pays under it: a copy
+            // that claimed the authorization first gives it back, or the payment
+            // would settle with no answer kept under its id.
+            config.nonce_store.release(&payment.key).await;
+            return reject(
+                &payment,
+                ErrorCode::PaymentVerificationUnavailable,
+                ID_IN_FLIGHT,
+                payment.claimed_payer(),
+            );
+        }
         Ok(Claim::Claimed) => {}
+        // The same payment under its id, still in flight: the one rule clients follow.
+        Ok(Claim::InFlight) if payment.payment_id.is_some() => {
+            return reject(
+                &payment,
+                ErrorCode::PaymentVerificationUnavailable,
+                ID_IN_FLIGHT,
+                payment.claimed_payer(),
+            );
+        }
         Ok(Claim::InFlight) => {
             return reject(
                 &payment,
@@ -353,25 +464,63 @@ where
                 payment.claimed_payer(),
             );
         }
-        Ok(Claim::Spent(spent))
-            if config.paid_replay && spent.fingerprint == payment.fingerprint =>
-        {
-            trace_decision!(
-                INFO,
-                "x402",
-                payer = spent.receipt.payer(),
-                transaction = spent.receipt.transaction(),
-                outcome = "replayed",
-            );
-            let receipt_header = settle_header(&receipt_settlement(&spent.receipt));
-            request.extensions_mut().insert(spent.receipt.replayed());
-            let mut response = inner.call(request).await?;
-            if let Some(value) = receipt_header {
-                response
-                    .headers_mut()
-                    .insert(header::PAYMENT_RESPONSE, value);
+        Ok(Claim::Spent(spent)) if spent.fingerprint == payment.fingerprint => {
+            // The very payment that was settled: its kept answer, if one was kept
+            // (a settlement first reported pending), else the route's paid replay.
+            if let Some(answer) = kept_answer(&config, &payment).await {
+                trace_decision!(
+                    INFO,
+                    "x402",
+                    payer = spent.receipt.payer(),
+                    outcome = "kept answer"
+                );
+                return Ok(kept_response(&answer));
             }
-            return Ok(plain(response));
+            if config.paid_replay {
+                trace_decision!(
+                    INFO,
+                    "x402",
+                    payer = spent.receipt.payer(),
+                    transaction = spent.receipt.transaction(),
+                    outcome = "replayed",
+                );
+                let receipt_header = settle_header(&receipt_settlement(&spent.receipt));
+                request.extensions_mut().insert(spent.receipt.replayed());
+                let mut response = inner.call(request).await?;
+                if let Some(value) = receipt_header {
+                    response
+                        .headers_mut()
+                        .insert(header::PAYMENT_RESPONSE, value);
+                }
+                return Ok(plain(response));
+            }
+            if payment.payment_id.is_some() && id_guard.is_none() {
+                // Settled under an id another request still holds: its answer is
+                // being stored under the id, so the resend will find it.
+                return reject(
+                    &payment,
+                    ErrorCode::PaymentVerificationUnavailable,
+                    ID_IN_FLIGHT,
+                    payment.claimed_payer(),
+                );
+            }
+            return reject(
+                &payment,
+                ErrorCode::PaymentReplay,
+                "authorization_already_settled",
+                payment.claimed_payer(),
+            );
+        }
+        Ok(Claim::Settling(settling)) if settling.fingerprint == payment.fingerprint => {
+            return resolve(config, inner, request, payment, settling).await;
+        }
+        Ok(Claim::Settling(_)) => {
+            return reject(
+                &payment,
+                ErrorCode::PaymentReplay,
+                "authorization_in_flight",
+                payment.claimed_payer(),
+            );
         }
         Ok(_) => {
             return reject(
@@ -390,10 +539,7 @@ where
             );
         }
     }
-    let claim = ClaimGuard {
-        store: config.nonce_store.clone(),
-        key: Some(payment.key.clone()),
-    };
+    let claim = ClaimGuard::new(&config, &payment.key);
 
     let verdict = match config.facilitator.verify(&payment.facilitation).await {
         Ok(verdict) => verdict,
@@ -442,58 +588,529 @@ where
         return Ok(plain(response));
     }
     let style = payment.style;
+    let answer_key = answer_key(&payment.key);
+    let keep_until = answer_keep_until(&config, &payment);
+    let binding = binding(&payment);
+    // What the id's answer is bound to: the verified payer.
+    let id_binding = payment.payment_id.as_ref().map(|(_, request)| IdBinding {
+        request: *request,
+        payer: receipt.payer().to_ascii_lowercase(),
+        payment: payment.fingerprint,
+    });
     let job = SettleJob {
         config: config.clone(),
         payment,
         claim,
         receipt,
+        after_lost_answer: false,
     };
     mark_private(response.headers_mut());
 
     if is_event_stream(&response) {
         // Settled when the stream completes; its receipt is the last event.
         let (parts, body) = response.into_parts();
-        let settle = Box::new(move || -> crate::store::BoxFuture<'static, Bytes> {
-            Box::pin(async move {
-                let settlement = match job.run().await {
-                    Ok((settlement, _)) | Err((settlement, _)) => settlement,
-                };
-                receipt_event(&codec::encode(&settlement))
-            })
-        });
+        let kept_head = (parts.status, parts.headers.clone());
+        let limit = config.answer_limits.max_answer_bytes;
+        let config = config.clone();
+        let settle = Box::new(
+            move |recorded: Option<Bytes>| -> crate::store::BoxFuture<'static, Bytes> {
+                Box::pin(async move {
+                    let (status, headers) = kept_head;
+                    let settlement = match job.run().await {
+                        Outcome::Pending(settlement, _) => {
+                            // The stream went out; it is kept for the resend that learns the outcome.
+                            if let Some(stream) = recorded {
+                                let answer = KeptAnswer::new(status.as_u16(), binding, stream)
+                                    .with_headers(&headers);
+                                keep_answer(&config, &answer_key, &answer, keep_until).await;
+                            }
+                            if let Some(guard) = id_guard {
+                                guard.hold();
+                            }
+                            settlement
+                        }
+                        Outcome::Settled(settlement, _) => {
+                            // Under its id: the whole stream and its receipt, or nothing.
+                            let event = receipt_event(&codec::encode(&settlement));
+                            if let (Some(guard), Some(stream), Some(id_binding)) =
+                                (id_guard, recorded, id_binding)
+                            {
+                                let answer =
+                                    KeptAnswer::new(status.as_u16(), id_binding.encode(), stream)
+                                        .with_headers(&headers)
+                                        .with_appended(&event);
+                                guard.keep(&config, &answer, keep_until).await;
+                            }
+                            return event;
+                        }
+                        Outcome::Failed(settlement, _) => settlement,
+                    };
+                    receipt_event(&codec::encode(&settlement))
+                })
+            },
+        );
         return Ok(Response::from_parts(
             parts,
-            X402Body::settling(body, settle),
+            X402Body::settling(body, settle, limit),
         ));
     }
 
     // The response head is held and its body unpolled until settlement succeeds.
     match job.run().await {
-        Ok((settlement, receipt)) => {
-            if let Some(value) = settle_header(&settlement) {
+        Outcome::Settled(settlement, receipt) => {
+            let header_value = settle_header(&settlement);
+            if let Some(value) = header_value.clone() {
                 response
                     .headers_mut()
                     .insert(header::PAYMENT_RESPONSE, value);
             }
             response.extensions_mut().insert(receipt);
-            Ok(plain(response))
+            // Paid replay: the answer is kept, so a resend of this request (on
+            // any replica) gets it again, uncharged; one of unknown or too large
+            // a size is served without being kept.
+            let limit = config.answer_limits.max_answer_bytes as u64;
+            let fits = http_body::Body::size_hint(response.body())
+                .upper()
+                .is_some_and(|bytes| bytes <= limit);
+            if !(config.paid_replay || id_guard.is_some()) || !fits {
+                // Not kept under its id either: the id is free again.
+                return Ok(plain(response));
+            }
+            let (parts, body) = response.into_parts();
+            let Some(body) = collect_within(body, usize::MAX).await else {
+                let error = GatewayError::new(ErrorCode::InternalError)
+                    .with_debug("the paid answer broke off after settlement");
+                return Ok(rejection(config.reject.render(error, style)).map(X402Body::plain));
+            };
+            let mut answer =
+                KeptAnswer::new(parts.status.as_u16(), binding, body).with_headers(&parts.headers);
+            if let Some(value) = header_value.as_ref().and_then(|v| v.to_str().ok()) {
+                answer = answer.with_payment_response(value);
+            }
+            if config.paid_replay {
+                keep_answer(&config, &answer_key, &answer, keep_until).await;
+            }
+            if let (Some(guard), Some(id_binding)) = (id_guard, id_binding) {
+                let answer = answer.clone().with_binding(id_binding.encode());
+                guard.keep(&config, &answer, keep_until).await;
+            }
+            let kept = Response::from_parts(parts, answer.body().clone());
+            Ok(rejection(kept).map(X402Body::plain))
         }
-        Err((settlement, receipt)) => {
-            let why = settlement
-                .error_reason
-                .as_deref()
-                .unwrap_or(reason::UNEXPECTED_SETTLE_ERROR);
-            let mut error = GatewayError::new(ErrorCode::SettlementFailed).with_debug(why);
-            if !receipt.payer().is_empty() {
-                error = error.with_payer(receipt.payer());
+        Outcome::Failed(settlement, receipt) => {
+            Ok(settlement_failed(&config, style, &settlement, &receipt))
+        }
+        Outcome::Pending(settlement, receipt) => {
+            // Not sent now: kept whole (within its bound) for the resend.
+            let (parts, body) = response.into_parts();
+            let limit = config.answer_limits.max_answer_bytes;
+            if let Some(body) = collect_within(body, limit).await {
+                let answer = KeptAnswer::new(parts.status.as_u16(), binding, body)
+                    .with_headers(&parts.headers);
+                keep_answer(&config, &answer_key, &answer, keep_until).await;
             }
-            let mut failed = config.reject.render(error, style);
-            if let Some(value) = settle_header(&settlement) {
-                failed.headers_mut().insert(header::PAYMENT_RESPONSE, value);
+            // The id stays in flight until the resend learns the outcome.
+            if let Some(guard) = id_guard {
+                guard.hold();
             }
-            Ok(rejection(failed).map(X402Body::plain))
+            Ok(settlement_pending(&config, style, &settlement, &receipt))
         }
     }
+}
+
+/// The resend of a payment whose settlement was pending: the facilitator is
+/// asked again (a settler answers for the transaction it broadcast; an HTTP
+/// facilitator settles or refuses). Landed → the kept answer with its
+/// `PAYMENT-RESPONSE`, or, if none was kept, the inner service's answer
+/// again, charged once; still pending → 503 again; failed → released.
+async fn resolve<S, ReqBody, ResBody>(
+    config: Arc<Config>,
+    mut inner: S,
+    mut request: Request<ReqBody>,
+    payment: Payment,
+    settling: SpentAuthorization,
+) -> Result<Response<X402Body<ResBody>>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: Send + 'static,
+{
+    let pending = settling.receipt;
+    let receipt = PaymentReceipt::new(
+        pending.payer().to_owned(),
+        pending.amount(),
+        pending.network().clone(),
+        pending.authorization_id().to_owned(),
+    );
+    trace_decision!(
+        INFO,
+        "x402",
+        payer = receipt.payer(),
+        transaction = pending.transaction(),
+        outcome = "resolving",
+    );
+    let style = payment.style;
+    let answer_key = answer_key(&payment.key);
+    let keep_until = answer_keep_until(&config, &payment);
+    let kept = kept_answer(&config, &payment).await;
+    let id_binding = payment.payment_id.as_ref().map(|(id, request)| {
+        let binding = IdBinding {
+            request: *request,
+            payer: receipt.payer().to_ascii_lowercase(),
+            payment: payment.fingerprint,
+        };
+        (id.clone(), binding)
+    });
+    // A resend that goes away mid-settlement must not give the record back.
+    let claim = ClaimGuard::new(&config, &payment.key).kept_on_drop();
+    let job = SettleJob {
+        config: config.clone(),
+        payment,
+        claim,
+        receipt,
+        // No transaction known: the first `/settle` was sent and its answer lost.
+        after_lost_answer: pending.transaction().is_none(),
+    };
+    match job.run().await {
+        Outcome::Settled(settlement, receipt) => {
+            let header_value = settle_header(&settlement);
+            if let Some(mut answer) = kept {
+                if answer.is_event_stream() {
+                    answer = answer.with_appended(&receipt_event(&codec::encode(&settlement)));
+                }
+                if let Some(value) = header_value.as_ref().and_then(|v| v.to_str().ok()) {
+                    answer = answer.with_payment_response(value);
+                }
+                // Kept on: a resend that loses this answer too gets it again.
+                keep_answer(&config, &answer_key, &answer, keep_until).await;
+                if let Some((id, binding)) = &id_binding {
+                    let answer = answer.clone().with_binding(binding.encode());
+                    keep_answer(&config, &payment_id::id_key(id), &answer, keep_until).await;
+                }
+                return Ok(kept_response(&answer));
+            }
+            // Nothing kept (too large, or lost with a replica's memory): served again, charged once.
+            request.extensions_mut().insert(receipt);
+            let mut response = inner.call(request).await?;
+            if let Some(value) = header_value {
+                response
+                    .headers_mut()
+                    .insert(header::PAYMENT_RESPONSE, value);
+            }
+            Ok(plain(response))
+        }
+        Outcome::Pending(settlement, receipt) => {
+            Ok(settlement_pending(&config, style, &settlement, &receipt))
+        }
+        Outcome::Failed(settlement, receipt) => {
+            forget_answer(&config, &answer_key).await;
+            if let Some((id, _)) = &id_binding {
+                forget_answer(&config, &payment_id::id_key(id)).await;
+            }
+            Ok(settlement_failed(&config, style, &settlement, &receipt))
+        }
+    }
+}
+
+/// What the payment identifier's lookup decided.
+enum IdStep {
+    /// On to the claim; with the marker this request now holds, if it took one.
+    Proceed(Option<IdGuard>),
+    /// Refused: 409 for another request or payer, 503 while in flight, or
+    /// the store could not answer.
+    Refuse(ErrorCode, String),
+    /// A kept answer for this request, and what it is bound to.
+    Stored(KeptAnswer, IdBinding),
+}
+
+/// Looks the payment's id up (marking it in flight when new).
+async fn begin_id(
+    config: &Config,
+    payment: &Payment,
+    id: &str,
+    request: [u8; 32],
+    hold_until: u64,
+) -> IdStep {
+    let key = payment_id::id_key(id);
+    let binding = IdBinding {
+        request,
+        payer: payment
+            .claimed_payer()
+            .unwrap_or_default()
+            .to_ascii_lowercase(),
+        payment: payment.fingerprint,
+    };
+    let conflict = || {
+        IdStep::Refuse(
+            ErrorCode::PaymentIdentifierConflict,
+            "payment_identifier_conflict".to_owned(),
+        )
+    };
+    match config
+        .answer_store
+        .begin(&key, &binding.encode(), hold_until)
+        .await
+    {
+        Err(error) => IdStep::Refuse(ErrorCode::PaymentVerificationUnavailable, error.to_string()),
+        Ok(Begun::Started) => IdStep::Proceed(Some(IdGuard {
+            store: config.answer_store.clone(),
+            key: Some(key),
+        })),
+        Ok(Begun::InFlight(marker)) => match IdBinding::decode(&marker) {
+            // The very payment (for this request, or a poll of what it paid for):
+            // its claim decides (a pending settlement is resolved, a paid replay replayed).
+            Some(other) if other.payment == binding.payment => IdStep::Proceed(None),
+            Some(other) if other.same_request_and_payer(&binding) => IdStep::Refuse(
+                ErrorCode::PaymentVerificationUnavailable,
+                ID_IN_FLIGHT.to_owned(),
+            ),
+            _ => conflict(),
+        },
+        Ok(Begun::Kept(answer)) => match IdBinding::decode(answer.binding()) {
+            Some(stored) if stored.request == binding.request => IdStep::Stored(answer, stored),
+            Some(stored) if stored.payment == binding.payment => IdStep::Proceed(None),
+            _ => conflict(),
+        },
+    }
+}
+
+/// The answer kept under the payment's id: for the identical payment at
+/// once; for a fresh one once it verifies from the same payer, its claim
+/// then released (never settled).
+async fn stored_answer<B>(
+    config: &Config,
+    payment: &Payment,
+    answer: &KeptAnswer,
+    stored: &IdBinding,
+    hold_until: u64,
+) -> Response<X402Body<B>> {
+    let refuse = |code: ErrorCode, why: &str, payer: Option<&str>| {
+        rejection(payment_rejection(
+            &config.reject,
+            code,
+            why,
+            payer,
+            payment.style,
+            payment.quote.required(),
+        ))
+        .map(X402Body::plain)
+    };
+    if stored.payment == payment.fingerprint {
+        trace_decision!(INFO, "x402", outcome = "stored answer");
+        return kept_response(answer);
+    }
+    match config.nonce_store.claim(&payment.key, hold_until).await {
+        Ok(Claim::Claimed) => {}
+        Ok(_) => {
+            return refuse(
+                ErrorCode::PaymentReplay,
+                "authorization_already_used",
+                payment.claimed_payer(),
+            );
+        }
+        Err(error) => {
+            return refuse(
+                ErrorCode::PaymentVerificationUnavailable,
+                &error.to_string(),
+                payment.claimed_payer(),
+            );
+        }
+    }
+    let claim = ClaimGuard::new(config, &payment.key);
+    let verdict = config.facilitator.verify(&payment.facilitation).await;
+    // Verified or not, this authorization is never settled.
+    claim.release().await;
+    let verdict = match verdict {
+        Ok(verdict) => verdict,
+        Err(error) => {
+            return refuse(
+                ErrorCode::PaymentVerificationUnavailable,
+                &error.to_string(),
+                payment.claimed_payer(),
+            );
+        }
+    };
+    let payer = verdict
+        .payer
+        .clone()
+        .or_else(|| payment.claimed_payer().map(str::to_owned))
+        .unwrap_or_default();
+    if !verdict.is_valid {
+        let why = verdict
+            .invalid_reason
+            .as_deref()
+            .unwrap_or(reason::INVALID_PAYLOAD);
+        return refuse(code_for_reason(why), why, Some(&payer));
+    }
+    if payer.to_ascii_lowercase() != stored.payer {
+        return refuse(
+            ErrorCode::PaymentIdentifierConflict,
+            "payment_identifier_conflict",
+            Some(&payer),
+        );
+    }
+    trace_decision!(
+        INFO,
+        "x402",
+        payer = payer.as_str(),
+        outcome = "stored answer"
+    );
+    kept_response(answer)
+}
+
+/// The in-flight marker of a payment's id: given back (the id free again)
+/// unless the answer is kept under it, or it is held for a pending
+/// settlement; also when the request goes away.
+struct IdGuard {
+    store: Arc<dyn super::AnswerStore>,
+    key: Option<String>,
+}
+
+impl IdGuard {
+    /// Keeps `answer` under the id in place of the marker.
+    async fn keep(mut self, config: &Config, answer: &KeptAnswer, keep_until: u64) {
+        if let Some(key) = self.key.take() {
+            keep_answer(config, &key, answer, keep_until).await;
+        }
+    }
+
+    /// Leaves the marker until its hold-until: the settlement is pending.
+    fn hold(mut self) {
+        self.key = None;
+    }
+}
+
+impl Drop for IdGuard {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            // Started at once by the store; its hold-until is the safety net.
+            drop(self.store.forget(&key));
+        }
+    }
+}
+
+/// Where an authorization's answer is kept.
+fn answer_key(key: &AuthorizationKey) -> String {
+    format!("x402-authorization:{}", key.as_str())
+}
+
+/// What a kept answer is bound to: the very payment (its fingerprint) and
+/// the request it paid for (a poll of a paid job, paid by the same payment,
+/// is another request).
+fn binding(payment: &Payment) -> String {
+    format!(
+        "{} {}",
+        alloy_primitives::hex::encode(payment.fingerprint),
+        payment.request_line
+    )
+}
+
+/// The answer kept for this very payment, if any (a store failure is none:
+/// the resend is then served again, charged once).
+async fn kept_answer(config: &Config, payment: &Payment) -> Option<KeptAnswer> {
+    match config.answer_store.kept(&answer_key(&payment.key)).await {
+        Ok(answer) => answer.filter(|answer| answer.binding() == binding(payment)),
+        Err(_error) => {
+            trace_warn!(error = %_error, "the answer store could not be read");
+            None
+        }
+    }
+}
+
+/// Keeps `answer`; a failure only costs the resend a second upstream call.
+async fn keep_answer(config: &Config, key: &str, answer: &KeptAnswer, keep_until: u64) {
+    if answer.size() > config.answer_limits.max_answer_bytes {
+        return;
+    }
+    match config.answer_store.keep(key, answer, keep_until).await {
+        Ok(true) => {}
+        Ok(false) => trace_warn!("the answer store refused an answer as too large"),
+        Err(_error) => trace_warn!(error = %_error, "the answer store could not keep an answer"),
+    }
+}
+
+async fn forget_answer(config: &Config, key: &str) {
+    if let Err(_error) = config.answer_store.forget(key).await {
+        trace_warn!(error = %_error, "the answer store could not forget an answer");
+    }
+}
+
+/// Until when a payment's answer is kept: the retention, and at least as
+/// long as its authorization is remembered.
+fn answer_keep_until(config: &Config, payment: &Payment) -> u64 {
+    let now = config.clock.now_unix_secs();
+    spent_keep_until(config, payment).max(now.saturating_add(config.answer_limits.retention_secs))
+}
+
+/// A kept answer as the response.
+fn kept_response<B>(answer: &KeptAnswer) -> Response<X402Body<B>> {
+    rejection(answer.to_response()).map(X402Body::plain)
+}
+
+/// The body of an answer, if it ends within `limit` bytes without an error.
+async fn collect_within<B: http_body::Body<Data = Bytes>>(body: B, limit: usize) -> Option<Bytes> {
+    use http_body_util::BodyExt;
+    let mut body = std::pin::pin!(body);
+    let mut collected = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { return None };
+        if let Ok(data) = frame.into_data() {
+            if collected.len() + data.len() > limit {
+                return None;
+            }
+            collected.extend_from_slice(&data);
+        }
+    }
+    Some(Bytes::from(collected))
+}
+
+/// 402 `SETTLEMENT_FAILED` with the failed settlement: nothing charged.
+fn settlement_failed<B>(
+    config: &Config,
+    style: EnvelopeStyle,
+    settlement: &SettleResponse,
+    receipt: &PaymentReceipt,
+) -> Response<X402Body<B>> {
+    let why = settlement
+        .error_reason
+        .as_deref()
+        .unwrap_or(reason::UNEXPECTED_SETTLE_ERROR);
+    let mut error = GatewayError::new(ErrorCode::SettlementFailed).with_debug(why);
+    if !receipt.payer().is_empty() {
+        error = error.with_payer(receipt.payer());
+    }
+    let mut failed = config.reject.render(error, style);
+    if let Some(value) = settle_header(settlement) {
+        failed.headers_mut().insert(header::PAYMENT_RESPONSE, value);
+    }
+    rejection(failed).map(X402Body::plain)
+}
+
+/// 503 `PAYMENT_VERIFICATION_UNAVAILABLE` with `Retry-After` for a
+/// settlement whose outcome is not known: the claim is kept (the one 503 that
+/// may be charged), the answer kept, and the client told to resend the same
+/// payment. `PAYMENT-RESPONSE` says `settlement_pending` and names the
+/// transaction when one is known.
+fn settlement_pending<B>(
+    config: &Config,
+    style: EnvelopeStyle,
+    settlement: &SettleResponse,
+    receipt: &PaymentReceipt,
+) -> Response<X402Body<B>> {
+    let debug = match settlement.transaction.as_str() {
+        "" => format!("{SETTLEMENT_PENDING}: resend the same payment for its outcome"),
+        transaction => format!(
+            "{SETTLEMENT_PENDING}: transaction {transaction} has no receipt yet; resend the same payment for its outcome"
+        ),
+    };
+    let mut error = GatewayError::new(ErrorCode::PaymentVerificationUnavailable).with_debug(&debug);
+    if !receipt.payer().is_empty() {
+        error = error.with_payer(receipt.payer());
+    }
+    let mut answer = config.reject.render(error, style);
+    if let Some(value) = settle_header(settlement) {
+        answer.headers_mut().insert(header::PAYMENT_RESPONSE, value);
+    }
+    rejection(answer).map(X402Body::plain)
 }
 
 /// The inner service's answer, passed on as it is.
@@ -521,28 +1138,49 @@ struct SettleJob {
     payment: Payment,
     claim: ClaimGuard,
     receipt: PaymentReceipt,
+    /// Asking again after a `/settle` whose answer was lost: a refusal for a
+    /// used authorization means that first settlement landed (the signed
+    /// authorization pays only `payTo`, only this amount).
+    after_lost_answer: bool,
+}
+
+/// How a settlement ended.
+enum Outcome {
+    /// Landed: the authorization is marked spent and the hook told.
+    Settled(SettleResponse, PaymentReceipt),
+    /// Refused or failed: the claim was given back.
+    Failed(SettleResponse, PaymentReceipt),
+    /// Not known yet (the facilitator reported it pending): the claim is kept
+    /// as a settling record until the authorization expires. The settlement
+    /// says [`SETTLEMENT_PENDING`] and names the transaction if known.
+    Pending(SettleResponse, PaymentReceipt),
+}
+
+/// Until when a settled (or settling) authorization is remembered: at least
+/// its `validBefore`, and a floor for paid replay.
+fn spent_keep_until(config: &Config, payment: &Payment) -> u64 {
+    let now = config.clock.now_unix_secs();
+    let floor_secs = MIN_SPENT_RETENTION_SECS.min(payment.offer().max_timeout_seconds);
+    payment
+        .facilitation
+        .exact_evm()
+        .map_or(now, |evm| evm.valid_before)
+        .max(now.saturating_add(floor_secs))
 }
 
 impl SettleJob {
-    /// Settles; on success marks the authorization spent and tells the hook.
-    /// `Err` is the failed settlement (its claim released) and the receipt.
-    async fn run(
-        self,
-    ) -> Result<(SettleResponse, PaymentReceipt), (SettleResponse, PaymentReceipt)> {
+    /// Settles; on success marks the authorization spent and tells the hook;
+    /// on failure gives the claim back; when pending keeps it as settling.
+    async fn run(self) -> Outcome {
         let Self {
             config,
             payment,
             claim,
             receipt,
+            after_lost_answer,
         } = self;
         let offer = payment.offer();
-        let now = config.clock.now_unix_secs();
-        let floor_secs = MIN_SPENT_RETENTION_SECS.min(offer.max_timeout_seconds);
-        let keep_until = payment
-            .facilitation
-            .exact_evm()
-            .map_or(now, |evm| evm.valid_before)
-            .max(now.saturating_add(floor_secs));
+        let keep_until = spent_keep_until(&config, &payment);
         let unsettled = SpentAuthorization {
             receipt,
             fingerprint: payment.fingerprint,
@@ -551,13 +1189,62 @@ impl SettleJob {
             .nonce_store
             .settling(&payment.key, &unsettled, keep_until);
         let receipt = unsettled.receipt;
+        let payer = Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty());
         let settlement = match config.facilitator.settle(&payment.facilitation).await {
             Ok(settlement) => settlement,
-            Err(error) => SettleResponse::failure(
-                offer.network.clone(),
-                error.to_string(),
-                Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty()),
-            ),
+            Err(error) if *error.kind() == FacilitatorErrorKind::Pending => {
+                let transaction = error.transaction().unwrap_or_default().to_owned();
+                trace_decision!(
+                    WARN,
+                    "x402",
+                    payer = receipt.payer(),
+                    amount = %receipt.amount(),
+                    network = %receipt.network(),
+                    transaction = transaction.as_str(),
+                    outcome = "settlement pending",
+                );
+                let mut record = receipt.clone();
+                if !transaction.is_empty() {
+                    record = record.settled(transaction.clone());
+                }
+                let settling = SpentAuthorization {
+                    receipt: record,
+                    fingerprint: payment.fingerprint,
+                };
+                if let Err(_error) = config
+                    .nonce_store
+                    .mark_settling(&payment.key, settling, keep_until)
+                    .await
+                {
+                    // The claim stays held until its hold-until: never charged twice,
+                    // but its resend is refused as in flight until then.
+                    trace_warn!(error = %_error, "the nonce store could not record a pending settlement");
+                }
+                claim.keep();
+                let mut pending =
+                    SettleResponse::failure(offer.network.clone(), SETTLEMENT_PENDING, payer);
+                pending.transaction = transaction;
+                pending.error_message = Some(
+                    "the transfer may still land: resend the same payment for its outcome".into(),
+                );
+                return Outcome::Pending(pending, receipt);
+            }
+            Err(error) => SettleResponse::failure(offer.network.clone(), error.to_string(), payer),
+        };
+        let settlement = match settlement.error_reason.as_deref() {
+            Some(why) if after_lost_answer && code_for_reason(why) == ErrorCode::PaymentReplay => {
+                SettleResponse {
+                    success: true,
+                    error_reason: None,
+                    error_message: None,
+                    payer: Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty()),
+                    // Landed by the first call, whose answer (and transaction) was lost.
+                    transaction: String::new(),
+                    network: offer.network.clone(),
+                    amount: Some(offer.amount),
+                }
+            }
+            _ => settlement,
         };
         if !settlement.success {
             trace_decision!(
@@ -571,7 +1258,7 @@ impl SettleJob {
                 reason = settlement.error_reason.as_deref(),
             );
             claim.release().await;
-            return Err((settlement, receipt));
+            return Outcome::Failed(settlement, receipt);
         }
         trace_decision!(
             INFO,
@@ -617,7 +1304,7 @@ impl SettleJob {
                 )
             })
             .await;
-        Ok((settlement, receipt))
+        Outcome::Settled(settlement, receipt)
     }
 }
 
@@ -683,17 +1370,23 @@ mod tests {
         refuse: AtomicBool,
         fail_settle: AtomicBool,
         settled: AtomicUsize,
+        /// Settlements still to answer pending (no receipt within the wait).
+        pending: AtomicUsize,
     }
 
     impl Facilitator for Arc<Facade> {
         fn verify<'a>(
             &'a self,
-            _request: &'a FacilitatorRequest,
+            request: &'a FacilitatorRequest,
         ) -> BoxFuture<'a, Result<crate::x402::wire::VerifyResponse, FacilitatorError>> {
+            // The payer is whoever the authorization names (the facade checks no signature).
+            let payer = claimed_payer(request.payment_payload())
+                .unwrap_or(PAYER)
+                .to_owned();
             let verdict = if self.refuse.load(Ordering::SeqCst) {
-                VerifyResponse::invalid(reason::SIGNATURE, Some(PAYER.into()))
+                VerifyResponse::invalid(reason::SIGNATURE, Some(payer))
             } else {
-                VerifyResponse::valid(PAYER)
+                VerifyResponse::valid(payer)
             };
             Box::pin(async move { Ok(verdict) })
         }
@@ -704,6 +1397,18 @@ mod tests {
         ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
             let network = request.payment_requirements().network.clone();
             let amount = request.payment_requirements().amount;
+            let pending = self
+                .pending
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if pending {
+                return Box::pin(async {
+                    Err(FacilitatorError::pending(
+                        PENDING_TX,
+                        "no receipt within 30 s",
+                    ))
+                });
+            }
             let answer = if self.fail_settle.load(Ordering::SeqCst) {
                 SettleResponse::failure(network, "invalid_exact_evm_transaction_failed", None)
             } else {
@@ -773,30 +1478,56 @@ mod tests {
         }
     }
 
+    const PENDING_TX: &str = "0x00000000000000000000000000000000000000000000000000000000000feed1";
+
     /// Answers `x-test-body` (default "answer") with `x-test-type` and `x-test-status`.
     type Inner =
         tower::util::BoxCloneService<Request<Full<Bytes>>, Response<Full<Bytes>>, Infallible>;
 
     fn service(layer: &X402Layer) -> X402<Inner> {
+        counted_service(layer, &Arc::default())
+    }
+
+    /// [`service`], counting the inner service's calls in `calls`.
+    fn counted_service(layer: &X402Layer, calls: &Arc<AtomicUsize>) -> X402<Inner> {
+        let calls = calls.clone();
         layer.layer(Inner::new(service_fn(
-            |request: Request<Full<Bytes>>| async move {
-                let header = |name: &str, default: &str| {
-                    request.headers().get(name).map_or(default.to_owned(), |v| {
-                        v.to_str().unwrap().replace("\\n", "\n")
-                    })
-                };
-                let response = Response::builder()
-                    .status(header("x-test-status", "200").parse::<u16>().unwrap())
-                    .header("content-type", header("x-test-type", "application/json"))
-                    .body(Full::new(Bytes::from(header("x-test-body", "answer"))))
-                    .unwrap();
-                Ok::<_, Infallible>(response)
+            move |request: Request<Full<Bytes>>| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let header = |name: &str, default: &str| {
+                        request.headers().get(name).map_or(default.to_owned(), |v| {
+                            v.to_str().unwrap().replace("\\n", "\n")
+                        })
+                    };
+                    let response = Response::builder()
+                        .status(header("x-test-status", "200").parse::<u16>().unwrap())
+                        .header("content-type", header("x-test-type", "application/json"))
+                        .body(Full::new(Bytes::from(header("x-test-body", "answer"))))
+                        .unwrap();
+                    Ok::<_, Infallible>(response)
+                }
             },
         )))
     }
 
     /// A `PAYMENT-SIGNATURE` for the route's offer with authorization nonce `nonce`.
     fn payment(nonce: u8) -> String {
+        payment_signed(nonce, "11")
+    }
+
+    /// [`payment`] with the signature's `r` and `s` made of `byte` (hex).
+    fn payment_signed(nonce: u8, byte: &str) -> String {
+        payment_of(nonce, byte, PAYER, None)
+    }
+
+    /// A payment from `from` carrying `extensions`.
+    fn payment_of(
+        nonce: u8,
+        byte: &str,
+        from: &str,
+        extensions: Option<serde_json::Value>,
+    ) -> String {
         let offer = PaymentOption::base_sepolia_usdc(PAY_TO)
             .unwrap()
             .requirements("0.003".parse().unwrap())
@@ -807,14 +1538,17 @@ mod tests {
             accepted: offer.clone(),
             payload: json!({
                 // Canonical shape (low s, v = 27): the facade accepts any signer.
-                "signature": format!("0x{}1b", "11".repeat(64)),
+                "signature": format!("0x{}1b", byte.repeat(64)),
                 "authorization": {
-                    "from": PAYER, "to": PAY_TO, "value": offer.amount.to_string(),
+                                        "from": from, "to": PAY_TO, "value": offer.amount.to_string(),
                     "validAfter": "0", "validBefore": (NOW + 300).to_string(),
-                    "nonce": format!("0x{nonce:064x}"),
+                                        "nonce": format!("0x{nonce:064x}"),
                 },
             }),
-            extensions: None,
+            extensions: extensions.map(|value| match value {
+                serde_json::Value::Object(map) => map,
+                _ => panic!("extensions are an object"),
+            }),
         };
         codec::encode(&payload)
     }
@@ -1064,5 +1798,451 @@ mod tests {
         f.facade.fail_settle.store(false, Ordering::SeqCst);
         let retried = svc.oneshot(paid(&payment(1), None)).await.unwrap();
         assert_eq!(retried.status(), 200);
+    }
+
+    fn settlement_of(response: &Response<X402Body<Full<Bytes>>>) -> SettleResponse {
+        codec::decode(response.headers()[header::PAYMENT_RESPONSE].as_bytes()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_pending_settlement_is_503_and_its_resend_gets_the_kept_answer_once_landed() {
+        let f = fixture();
+        f.facade.pending.store(2, Ordering::SeqCst);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&f.layer, &calls);
+        let first = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(first.headers().contains_key(http::header::RETRY_AFTER));
+        let pending = settlement_of(&first);
+        assert!(!pending.success);
+        assert_eq!(pending.error_reason.as_deref(), Some(SETTLEMENT_PENDING));
+        assert_eq!(pending.transaction, PENDING_TX);
+        let body = text(first).await;
+        assert_eq!(code_of(&body), "PAYMENT_VERIFICATION_UNAVAILABLE");
+        assert!(!body.contains("answer"), "the answer is withheld: {body}");
+        // Another signature of the same authorization is not this payment.
+        let other = svc
+            .clone()
+            .oneshot(paid(&payment_signed(1, "22"), None))
+            .await
+            .unwrap();
+        assert_eq!(code_of(&text(other).await), "PAYMENT_REPLAY");
+        // Still pending on the resend: 503 again, nothing served, nothing hooked.
+        let again = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(again.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(f.hooked.lock().unwrap().is_empty());
+        // Landed: the kept answer, with its receipt, and the upstream called once.
+        for _ in 0..2 {
+            let landed = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+            assert_eq!(landed.status(), 200);
+            assert_eq!(landed.headers()["content-type"], "application/json");
+            assert!(settlement_of(&landed).success);
+            assert_eq!(text(landed).await, "answer");
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(f.facade.settled.load(Ordering::SeqCst), 1);
+        assert_eq!(f.hooked.lock().unwrap().len(), 1);
+        let other = svc
+            .oneshot(paid(&payment_signed(1, "22"), None))
+            .await
+            .unwrap();
+        assert_eq!(code_of(&text(other).await), "PAYMENT_REPLAY");
+    }
+
+    #[tokio::test]
+    async fn a_pending_settlement_that_then_fails_is_released_and_paid_afresh() {
+        let f = fixture();
+        f.facade.pending.store(1, Ordering::SeqCst);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&f.layer, &calls);
+        let first = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // The old transfer can no longer land: the facilitator refuses.
+        f.facade.fail_settle.store(true, Ordering::SeqCst);
+        let failed = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(code_of(&text(failed).await), "SETTLEMENT_FAILED");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // Released, its kept answer forgotten: the same signature pays afresh.
+        f.facade.fail_settle.store(false, Ordering::SeqCst);
+        let paid_again = svc.oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(paid_again.status(), 200);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(f.facade.settled.load(Ordering::SeqCst), 1);
+        assert_eq!(f.hooked.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_resend_that_goes_away_while_settling_keeps_the_settling_record() {
+        let f = fixture();
+        f.facade.pending.store(1, Ordering::SeqCst);
+        let svc = service(&f.layer);
+        svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        // The resend's future is dropped before it is polled to the end.
+        let resend = svc.clone().oneshot(paid(&payment(1), None));
+        drop(resend);
+        let landed = svc.oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(landed.status(), 200);
+        assert_eq!(f.facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_pending_stream_ends_with_a_pending_receipt_and_its_resend_gets_the_stream() {
+        let f = fixture();
+        f.facade.pending.store(1, Ordering::SeqCst);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&f.layer, &calls);
+        let body = text(
+            svc.clone()
+                .oneshot(paid(&payment(1), Some(COMPLETE)))
+                .await
+                .unwrap(),
+        )
+        .await;
+        let (answer, receipt) = body.split_once("event: payment-response\ndata: ").unwrap();
+        assert_eq!(answer, COMPLETE);
+        let pending: SettleResponse = codec::decode(receipt.trim_end().as_bytes()).unwrap();
+        assert_eq!(pending.error_reason.as_deref(), Some(SETTLEMENT_PENDING));
+        assert_eq!(pending.transaction, PENDING_TX);
+        assert!(f.hooked.lock().unwrap().is_empty());
+        // The resend: the kept stream, now ending with the settled receipt.
+        let resend = svc
+            .oneshot(paid(&payment(1), Some(COMPLETE)))
+            .await
+            .unwrap();
+        assert_eq!(resend.status(), 200);
+        assert_eq!(resend.headers()["content-type"], "text/event-stream");
+        let body = text(resend).await;
+        let (answer, receipt) = body.split_once("event: payment-response\ndata: ").unwrap();
+        assert_eq!(answer, COMPLETE);
+        let settled: SettleResponse = codec::decode(receipt.trim_end().as_bytes()).unwrap();
+        assert!(settled.success);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(f.hooked.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_its_bound_is_not_kept_and_the_landed_resend_is_served_again() {
+        let facade = Arc::new(Facade::default());
+        facade.pending.store(1, Ordering::SeqCst);
+        let layer = chat_layer(&facade)
+            .with_answer_limits(crate::x402::server::AnswerLimits {
+                max_answer_bytes: 3,
+                retention_secs: 60,
+            })
+            .build()
+            .unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&layer, &calls);
+        let first = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let landed = svc.oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(landed.status(), 200);
+        assert!(settlement_of(&landed).success);
+        assert_eq!(text(landed).await, "answer");
+        // Charged once, served twice: nothing was kept to answer with.
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn paid_replay_answers_the_same_request_from_the_answer_store_and_reruns_another() {
+        let facade = Arc::new(Facade::default());
+        let layer = X402Layer::builder()
+            .with_host_derived_resource_url()
+            .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+            .with_pricing(
+                PriceTable::by_route()
+                    .with_usd("POST /v1/chat/completions", "0.002")
+                    .unwrap()
+                    .with_usd("GET /v1/jobs/7", "0.002")
+                    .unwrap(),
+            )
+            .with_facilitator(facade.clone())
+            .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+            .with_paid_replay(true)
+            .build()
+            .unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&layer, &calls);
+        let first = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(first.status(), 200);
+        let settled = settlement_of(&first);
+        assert_eq!(text(first).await, "answer");
+        // The lost answer, recovered: the same request gets the kept answer.
+        let again = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(again.status(), 200);
+        assert_eq!(settlement_of(&again).transaction, settled.transaction);
+        assert_eq!(text(again).await, "answer");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // Another request paid by the same payment (a poll): run again, uncharged.
+        let poll = Request::get("http://gw.test/v1/jobs/7")
+            .header(header::PAYMENT_SIGNATURE, payment(1))
+            .header("x-test-body", "progress")
+            .body(Full::default())
+            .unwrap();
+        let polled = svc.oneshot(poll).await.unwrap();
+        assert_eq!(polled.status(), 200);
+        assert_eq!(text(polled).await, "progress");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    const ID: &str = "pay_7d5d747be160e280504c099d984bcfe0";
+    const OTHER_PAYER: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
+
+    /// A payment under the payment identifier `id`, echoing the declaration.
+    fn with_id(nonce: u8, id: &str) -> String {
+        with_id_from(nonce, id, PAYER)
+    }
+
+    fn with_id_from(nonce: u8, id: &str, from: &str) -> String {
+        let extensions = json!({"payment-identifier": {"info": {"required": false, "id": id}}});
+        payment_of(nonce, "11", from, Some(extensions))
+    }
+
+    fn id_layer(facade: &Arc<Facade>, mode: crate::x402::server::PaymentIdentifier) -> X402Layer {
+        chat_layer(facade)
+            .with_payment_identifier(mode)
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_402_declares_the_payment_identifier_when_on() {
+        use crate::x402::server::PaymentIdentifier;
+        let facade = Arc::new(Facade::default());
+        for (mode, required) in [
+            (PaymentIdentifier::Optional, Some(false)),
+            (PaymentIdentifier::Required, Some(true)),
+            (PaymentIdentifier::Off, None),
+        ] {
+            let quote = service(&id_layer(&facade, mode))
+                .oneshot(
+                    Request::post("http://gw.test/v1/chat/completions")
+                        .body(Full::default())
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            let required_header: PaymentRequired =
+                codec::decode(quote.headers()[header::PAYMENT_REQUIRED].as_bytes()).unwrap();
+            let declared = required_header
+                .extensions
+                .as_ref()
+                .and_then(|extensions| extensions.get("payment-identifier"));
+            assert_eq!(
+                declared.and_then(|entry| entry["info"]["required"].as_bool()),
+                required
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_id_pays_once_and_the_identical_or_a_fresh_payment_gets_the_stored_answer() {
+        let facade = Arc::new(Facade::default());
+        let layer = id_layer(&facade, crate::x402::server::PaymentIdentifier::Optional);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&layer, &calls);
+        let first = svc
+            .clone()
+            .oneshot(paid(&with_id(1, ID), None))
+            .await
+            .unwrap();
+        assert_eq!(first.status(), 200);
+        let receipt = first.headers()[header::PAYMENT_RESPONSE].clone();
+        assert_eq!(text(first).await, "answer");
+        // The identical payment again, and a fresh one for the same request.
+        for payment in [with_id(1, ID), with_id(2, ID)] {
+            let again = svc.clone().oneshot(paid(&payment, None)).await.unwrap();
+            assert_eq!(again.status(), 200);
+            assert_eq!(again.headers()[header::PAYMENT_RESPONSE], receipt);
+            assert_eq!(again.headers()["content-type"], "application/json");
+            assert_eq!(text(again).await, "answer");
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
+        // The fresh authorization was never settled: its claim was released.
+        let unused = svc.oneshot(paid(&payment(2), None)).await.unwrap();
+        assert_eq!(unused.status(), 200);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn an_id_reused_for_another_request_or_payer_is_409_and_charges_nothing() {
+        let facade = Arc::new(Facade::default());
+        let layer = id_layer(&facade, crate::x402::server::PaymentIdentifier::Optional);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&layer, &calls);
+        assert_eq!(
+            svc.clone()
+                .oneshot(paid(&with_id(1, ID), None))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+        // Another request (another query) under the same id.
+        let other_request = Request::post("http://gw.test/v1/chat/completions?x=1")
+            .header(header::PAYMENT_SIGNATURE, with_id(2, ID))
+            .body(Full::default())
+            .unwrap();
+        let conflict = svc.clone().oneshot(other_request).await.unwrap();
+        assert_eq!(conflict.status(), StatusCode::CONFLICT);
+        assert_eq!(
+            code_of(&text(conflict).await),
+            "PAYMENT_IDENTIFIER_CONFLICT"
+        );
+        // Another body (as the body layer read it) under the same id.
+        let mut other_body = paid(&with_id(4, ID), None);
+        other_body
+            .extensions_mut()
+            .insert(crate::gateway::JsonBodyBytes(Bytes::from_static(b"{}")));
+        let conflict = svc.clone().oneshot(other_body).await.unwrap();
+        assert_eq!(conflict.status(), StatusCode::CONFLICT);
+        // Another payer for the same request.
+        let stranger = svc
+            .clone()
+            .oneshot(paid(&with_id_from(3, ID, OTHER_PAYER), None))
+            .await
+            .unwrap();
+        assert_eq!(stranger.status(), StatusCode::CONFLICT);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn malformed_or_missing_required_ids_are_400_and_a_changed_echo_is_402() {
+        use crate::x402::server::PaymentIdentifier;
+        let facade = Arc::new(Facade::default());
+        let optional = service(&id_layer(&facade, PaymentIdentifier::Optional));
+        let malformed = optional
+            .clone()
+            .oneshot(paid(&with_id(1, "too-short"), None))
+            .await
+            .unwrap();
+        assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            code_of(&text(malformed).await),
+            "PAYMENT_IDENTIFIER_INVALID"
+        );
+        let required = service(&id_layer(&facade, PaymentIdentifier::Required));
+        let missing = required.oneshot(paid(&payment(2), None)).await.unwrap();
+        assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(code_of(&text(missing).await), "PAYMENT_IDENTIFIER_INVALID");
+        // The echo says `required: true` where the 402 said false.
+        let changed = json!({"payment-identifier": {"info": {"required": true, "id": ID}}});
+        let echo = optional
+            .oneshot(paid(&payment_of(3, "11", PAYER, Some(changed)), None))
+            .await
+            .unwrap();
+        assert_eq!(echo.status(), StatusCode::PAYMENT_REQUIRED);
+        let body = text(echo).await;
+        assert_eq!(code_of(&body), "PAYMENT_INVALID");
+        assert!(body.contains(EXTENSION_ECHO_MISMATCH), "{body}");
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn an_id_in_flight_is_503_until_its_pending_settlement_lands() {
+        let facade = Arc::new(Facade::default());
+        facade.pending.store(1, Ordering::SeqCst);
+        let layer = id_layer(&facade, crate::x402::server::PaymentIdentifier::Optional);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&layer, &calls);
+        let pending = svc
+            .clone()
+            .oneshot(paid(&with_id(1, ID), None))
+            .await
+            .unwrap();
+        assert_eq!(pending.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // A fresh payment under the id while the first is in flight: 503, nothing called.
+        let fresh = svc
+            .clone()
+            .oneshot(paid(&with_id(2, ID), None))
+            .await
+            .unwrap();
+        assert_eq!(fresh.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(fresh.headers().contains_key(http::header::RETRY_AFTER));
+        assert!(text(fresh).await.contains(ID_IN_FLIGHT));
+        // The very payment resent: its settlement landed, the kept answer.
+        let landed = svc
+            .clone()
+            .oneshot(paid(&with_id(1, ID), None))
+            .await
+            .unwrap();
+        assert_eq!(landed.status(), 200);
+        assert_eq!(text(landed).await, "answer");
+        // Now kept under the id: the fresh payment gets it too.
+        let fresh = svc.oneshot(paid(&with_id(2, ID), None)).await.unwrap();
+        assert_eq!(fresh.status(), 200);
+        assert_eq!(text(fresh).await, "answer");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_unsettled_answer_frees_its_id_and_a_stream_is_kept_whole_under_it() {
+        let facade = Arc::new(Facade::default());
+        let layer = id_layer(&facade, crate::x402::server::PaymentIdentifier::Optional);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&layer, &calls);
+        let mut failing = paid(&with_id(1, ID), None);
+        failing
+            .headers_mut()
+            .insert("x-test-status", HeaderValue::from_static("503"));
+        assert_eq!(svc.clone().oneshot(failing).await.unwrap().status(), 503);
+        // The id is free again; a stream under it is kept whole with its receipt.
+        let stream = svc
+            .clone()
+            .oneshot(paid(&with_id(1, ID), Some(COMPLETE)))
+            .await
+            .unwrap();
+        let first = text(stream).await;
+        assert!(first.contains("event: payment-response"));
+        let again = svc
+            .oneshot(paid(&with_id(2, ID), Some(COMPLETE)))
+            .await
+            .unwrap();
+        assert_eq!(again.headers()["content-type"], "text/event-stream");
+        assert_eq!(text(again).await, first);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn the_very_payment_under_its_id_polls_another_request_without_a_conflict() {
+        let facade = Arc::new(Facade::default());
+        let layer = X402Layer::builder()
+            .with_host_derived_resource_url()
+            .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+            .with_pricing(
+                PriceTable::by_route()
+                    .with_usd("POST /v1/chat/completions", "0.002")
+                    .unwrap()
+                    .with_usd("GET /v1/jobs/7", "0.002")
+                    .unwrap(),
+            )
+            .with_facilitator(facade.clone())
+            .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+            .with_paid_replay(true)
+            .with_payment_identifier(crate::x402::server::PaymentIdentifier::Optional)
+            .build()
+            .unwrap();
+        let svc = service(&layer);
+        let paid_job = svc
+            .clone()
+            .oneshot(paid(&with_id(1, ID), None))
+            .await
+            .unwrap();
+        assert_eq!(paid_job.status(), 200);
+        let poll = Request::get("http://gw.test/v1/jobs/7")
+            .header(header::PAYMENT_SIGNATURE, with_id(1, ID))
+            .header("x-test-body", "progress")
+            .body(Full::default())
+            .unwrap();
+        let polled = svc.oneshot(poll).await.unwrap();
+        assert_eq!(polled.status(), 200);
+        assert_eq!(text(polled).await, "progress");
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
     }
 }

@@ -32,12 +32,33 @@ pin_project! {
     }
 }
 
-/// The settlement of a paid stream: run once when it completes.
-pub(crate) type Settle = Box<dyn FnOnce() -> BoxFuture<'static, Bytes> + Send>;
+/// The settlement of a paid stream: run once when it completes, given the
+/// stream as sent (`None` when it passed the recording bound).
+pub(crate) type Settle = Box<dyn FnOnce(Option<Bytes>) -> BoxFuture<'static, Bytes> + Send>;
 
 struct Meter {
     watch: SseWatch,
     phase: Phase,
+    /// The stream so far, kept for a settlement whose outcome is not known
+    /// (its answer is kept for the resend); `None` once past `record_limit`.
+    recorded: Option<Vec<u8>>,
+    record_limit: usize,
+}
+
+impl Meter {
+    fn record(&mut self, data: &[u8]) {
+        if let Some(recorded) = &mut self.recorded {
+            if recorded.len() + data.len() > self.record_limit {
+                self.recorded = None;
+            } else {
+                recorded.extend_from_slice(data);
+            }
+        }
+    }
+
+    fn take_recorded(&mut self) -> Option<Bytes> {
+        self.recorded.take().map(Bytes::from)
+    }
 }
 
 enum Phase {
@@ -66,13 +87,16 @@ impl<B> X402Body<B> {
     /// no error event before it (that event is held back until settled), and
     /// its output is sent as the last frame.
     /// Dropping `settle` unrun (a failed, broken or abandoned stream) is how
-    /// the claim is given back.
-    pub(crate) fn settling(body: B, settle: Settle) -> Self {
+    /// the claim is given back. Up to `record_limit` bytes of the stream
+    /// are recorded and handed to `settle`.
+    pub(crate) fn settling(body: B, settle: Settle, record_limit: usize) -> Self {
         Self {
             body: ResponseBody::inner(body),
             meter: Some(Box::new(Meter {
                 watch: SseWatch::default(),
                 phase: Phase::Streaming { settle },
+                recorded: Some(Vec::new()),
+                record_limit,
             })),
         }
     }
@@ -127,12 +151,13 @@ where
                         Some(Ok(frame)) => {
                             if let Some(data) = frame.data_ref() {
                                 meter.watch.feed(data);
+                                meter.record(data);
                             }
                             if meter.watch.outcome() == Outcome::Completed {
                                 // Held back until settled, so a client that stops
                                 // reading at the terminal event cannot abort it.
                                 meter.phase = Phase::Settling {
-                                    future: settle(),
+                                    future: settle(meter.take_recorded()),
                                     held: Some(frame),
                                 };
                                 continue;
@@ -147,8 +172,14 @@ where
                             if meter.watch.outcome() != Outcome::Completed {
                                 return Poll::Ready(None);
                             }
+                            let recorded = meter.take_recorded().map(|stream| {
+                                // The event the body ended inside is ended here too.
+                                let mut ended = stream.to_vec();
+                                ended.extend_from_slice(b"\n\n");
+                                Bytes::from(ended)
+                            });
                             meter.phase = Phase::Settling {
-                                future: settle(),
+                                future: settle(recorded),
                                 held: None,
                             };
                         }
@@ -428,10 +459,14 @@ mod tests {
         Chunks(parts.iter().copied().collect())
     }
 
+    fn metered(body: Chunks, settle: Settle) -> X402Body<Chunks> {
+        X402Body::settling(body, settle, 32)
+    }
+
     /// A settlement that counts its runs and answers `receipt`.
     fn counting(runs: &Arc<AtomicUsize>) -> Settle {
         let runs = runs.clone();
-        Box::new(move || {
+        Box::new(move |_recorded| {
             runs.fetch_add(1, Ordering::SeqCst);
             Box::pin(async { receipt_event("cmVjZWlwdA==") })
         })
@@ -440,7 +475,7 @@ mod tests {
     #[tokio::test]
     async fn a_completed_stream_settles_once_and_ends_with_the_receipt_event() {
         let runs = Arc::new(AtomicUsize::new(0));
-        let body = X402Body::settling(
+        let body = metered(
             chunks(&[Ok("data: {\"a\":1}\n\n"), Ok("data: [DONE]\n\n")]),
             counting(&runs),
         );
@@ -463,7 +498,7 @@ mod tests {
     #[tokio::test]
     async fn a_body_ending_inside_its_terminal_event_still_settles_with_a_separate_receipt() {
         let runs = Arc::new(AtomicUsize::new(0));
-        let body = X402Body::settling(chunks(&[Ok("data: {}\n\ndata: [DONE]")]), counting(&runs));
+        let body = metered(chunks(&[Ok("data: {}\n\ndata: [DONE]")]), counting(&runs));
         let text = body.collect().await.unwrap().to_bytes();
         assert_eq!(
             &text[..],
@@ -473,16 +508,43 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_settlement_is_handed_the_stream_as_sent_within_its_bound() {
+        for (parts, expected) in [
+            (
+                &[Ok("data: {}\n\n"), Ok("data: [DONE]")][..],
+                Some(&b"data: {}\n\ndata: [DONE]\n\n"[..]),
+            ),
+            (
+                &[
+                    Ok("data: {\"long\":\"0123456789abcdef\"}\n\n"),
+                    Ok("data: [DONE]\n\n"),
+                ][..],
+                None,
+            ),
+        ] {
+            let seen = Arc::new(std::sync::Mutex::new(None));
+            let keep = seen.clone();
+            let settle: Settle = Box::new(move |recorded| {
+                *keep.lock().unwrap() = Some(recorded);
+                Box::pin(async { Bytes::new() })
+            });
+            metered(chunks(parts), settle).collect().await.unwrap();
+            let recorded = seen.lock().unwrap().take().unwrap();
+            assert_eq!(recorded.as_deref(), expected);
+        }
+    }
+
+    #[tokio::test]
     async fn broken_failed_or_dropped_streams_never_settle() {
         let runs = Arc::new(AtomicUsize::new(0));
         // Ends without its terminal event.
-        let body = X402Body::settling(chunks(&[Ok("data: {\"a\":1}\n\n")]), counting(&runs));
+        let body = metered(chunks(&[Ok("data: {\"a\":1}\n\n")]), counting(&runs));
         assert_eq!(
             &body.collect().await.unwrap().to_bytes()[..],
             b"data: {\"a\":1}\n\n"
         );
         // An error event, then the terminal one.
-        let body = X402Body::settling(
+        let body = metered(
             chunks(&[
                 Ok("event: error\ndata: {}\n\n"),
                 Ok("event: message_stop\ndata: {}\n\n"),
@@ -492,10 +554,10 @@ mod tests {
         let text = body.collect().await.unwrap().to_bytes();
         assert!(!String::from_utf8_lossy(&text).contains(PAYMENT_RESPONSE_EVENT));
         // The body itself fails.
-        let body = X402Body::settling(chunks(&[Ok("data: {}\n\n"), Err("reset")]), counting(&runs));
+        let body = metered(chunks(&[Ok("data: {}\n\n"), Err("reset")]), counting(&runs));
         assert_eq!(body.collect().await.unwrap_err(), "reset");
         // The client goes away mid-stream.
-        let mut body = X402Body::settling(
+        let mut body = metered(
             chunks(&[Ok("data: {}\n\n"), Ok("data: [DONE]\n\n")]),
             counting(&runs),
         );
