@@ -57,6 +57,37 @@ pub fn shared_rpc_url() -> String {
     STARTED.get_or_init(start_for_this_process).clone()
 }
 
+/// A chain of its own (anvil + USDC), for a test that pauses mining or
+/// otherwise disturbs what other tests see; stopped when this process ends.
+pub fn private_chain() -> String {
+    start_for_this_process()
+}
+
+/// Sets `account`'s ETH balance (anvil's `anvil_setBalance`).
+pub async fn set_eth_balance(rpc_url: &str, account: Address, wei: u128) {
+    rpc(
+        rpc_url,
+        "anvil_setBalance",
+        json!([account, format!("{wei:#x}")]),
+    )
+    .await;
+}
+
+/// `account`'s transaction count in mined blocks.
+pub async fn transaction_count(rpc_url: &str, account: Address) -> u64 {
+    let count = rpc(
+        rpc_url,
+        "eth_getTransactionCount",
+        json!([account, "latest"]),
+    )
+    .await;
+    u64::from_str_radix(
+        count.as_str().expect("a quantity").trim_start_matches("0x"),
+        16,
+    )
+    .expect("a hex count")
+}
+
 /// An anvil that outlives no test binary: a shell watches this process and
 /// stops anvil once it is gone (statics' destructors never run).
 fn start_for_this_process() -> String {

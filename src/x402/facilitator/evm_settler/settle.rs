@@ -351,6 +351,7 @@ impl EvmSettler {
             admitted.transfer.token.asset,
             admitted.calldata.clone(),
         );
+        let before = record.clone();
         record.transactions.push(signed.hash);
         record.raw = signed.raw;
         record.max_fee_per_gas = fees.max_fee_per_gas;
@@ -366,9 +367,16 @@ impl EvmSettler {
             nonce = record.tx_nonce,
             "settlement transaction stuck: replaced with the same nonce and higher fees"
         );
-        // Refused when the first one was mined meanwhile ("nonce too low"),
-        // or is already known: the wait below finds whichever landed.
-        let _ = inner.rpc.send_raw(&record.raw).await;
+        if let Err(RpcError::Node { .. }) = inner.rpc.send_raw(&record.raw).await {
+            // Refused (the first one was mined meanwhile: "nonce too low";
+            // or underpriced): never sent, so no longer a candidate.
+            record = before;
+            inner
+                .records
+                .update(&admitted.key, &record)
+                .await
+                .map_err(unavailable)?;
+        }
         if let Outcome::Done(answer) = self.wait(admitted, &record).await? {
             return answer;
         }
