@@ -437,19 +437,19 @@ async fn a_lost_receipt_is_pending_then_the_same_transaction_once_seen() {
 
 #[tokio::test]
 async fn a_stuck_transaction_is_replaced_with_the_same_nonce_and_lands_once() {
-    let rpc = private_chain();
-    let setup = Arc::new(settler_at(&rpc, &rpc, ONE_ETH, Duration::from_secs(1)).await);
-    let (request, from) = funded_payment(&rpc, setup.pay_to, 1_000_000).await;
-    rpc(&rpc, "evm_setAutomine", json!([false])).await;
+    let chain = private_chain();
+    let setup = Arc::new(settler_at(&chain, &chain, ONE_ETH, Duration::from_secs(1)).await);
+    let (request, from) = funded_payment(&chain, setup.pay_to, 1_000_000).await;
+    rpc(&chain, "evm_setAutomine", json!([false])).await;
     let settling = {
         let (setup, request) = (setup.clone(), request.clone());
         tokio::spawn(async move { setup.settler.settle(&request).await })
     };
     // Past the first wait the replacement is sent; then a block is mined.
     tokio::time::sleep(Duration::from_millis(1_600)).await;
-    rpc(&rpc, "evm_mine", json!([])).await;
+    rpc(&chain, "evm_mine", json!([])).await;
     let settled = settling.await.unwrap().unwrap();
-    rpc(&rpc, "evm_setAutomine", json!([true])).await;
+    rpc(&chain, "evm_setAutomine", json!([true])).await;
     assert!(settled.success, "{settled:?}");
     let key = walletgate::x402::facilitator::evm_settler::SettlementKey {
         chain_id: 84532,
@@ -464,14 +464,14 @@ async fn a_stuck_transaction_is_replaced_with_the_same_nonce_and_lands_once() {
         format!("{:#x}", record.transactions[1])
     );
     let mined = rpc(
-        &rpc,
+        &chain,
         "eth_getTransactionByHash",
         json!([settled.transaction]),
     )
     .await;
     assert_eq!(mined["nonce"], "0x0", "the replacement reused the nonce");
-    assert_eq!(balance(&rpc, from).await, units(1_000_000 - PRICE));
-    assert_eq!(balance(&rpc, setup.pay_to).await, units(PRICE));
+    assert_eq!(balance(&chain, from).await, units(1_000_000 - PRICE));
+    assert_eq!(balance(&chain, setup.pay_to).await, units(PRICE));
     assert_eq!(settler_nonce(&setup).await, 1);
 }
 
