@@ -225,7 +225,10 @@ where
             Err(error) => unavailable(&error.to_string()),
         },
         (Method::POST, "/verify" | "/settle") => {
-            let body = match Limited::new(request.into_body(), MAX_BODY_BYTES).collect().await {
+            let body = match Limited::new(request.into_body(), MAX_BODY_BYTES)
+                .collect()
+                .await
+            {
                 Ok(body) => body.to_bytes(),
                 Err(_) => {
                     return json_response(
@@ -276,8 +279,9 @@ fn unavailable(detail: &str) -> Response<Full<Bytes>> {
         StatusCode::SERVICE_UNAVAILABLE,
         &json!({"error": "unavailable", "detail": detail}),
     );
-    response
-        .headers_mut()
-        .insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("2"));
+    response.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("2"),
+    );
     response
 }
