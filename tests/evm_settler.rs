@@ -255,7 +255,10 @@ async fn twenty_concurrent_copies_of_one_payment_land_once() {
 async fn a_settler_without_gas_money_is_unavailable_until_funded_and_nothing_moves() {
     let setup = settler(0).await;
     let (request, from) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
-    assert!(setup.settler.verify(&request).await.unwrap().is_valid);
+    // Refused at verify (nothing would be served) and at settle.
+    let error = setup.settler.verify(&request).await.unwrap_err();
+    assert_eq!(error.kind(), &FacilitatorErrorKind::Unavailable);
+    assert!(error.detail().contains("holds 0 wei"), "{error}");
     let error = setup.settler.settle(&request).await.unwrap_err();
     assert_eq!(error.kind(), &FacilitatorErrorKind::Unavailable);
     assert!(error.detail().contains("gas"), "{error}");

@@ -172,6 +172,11 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     if let PaymentNetwork::Evm(evm) = &config.network
+        && let Some(settings) = &config.settler_settings
+    {
+        config.settler = Some(settings.connect(evm, &config.tls).await?);
+    }
+    if let PaymentNetwork::Evm(evm) = &config.network
         && let Some(url) = &evm.facilitator_url
     {
         check_facilitator(
@@ -190,8 +195,16 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("gateway listening on http://{address} (clients: api_url http://{address}/api)");
     match &config.network {
-        PaymentNetwork::Evm(evm) => match &evm.facilitator_url {
-            None => {
+        PaymentNetwork::Evm(evm) => match (&evm.facilitator_url, &config.settler) {
+            (None, Some(settler)) => println!(
+                "payments: {} USDC ({}) to {}, verified and settled on chain by this gateway's \
+                 settler {}",
+                evm.name,
+                evm.usdc,
+                config.pay_to,
+                settler.address()
+            ),
+            (None, None) => {
                 println!(
                     "payments: Base Sepolia USDC, settled on the in-process DEVELOPMENT LEDGER \
                      (nothing moves on a chain), payTo {}",
@@ -204,7 +217,7 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
                     println!("  {account}");
                 }
             }
-            Some(url) => println!(
+            (Some(url), _) => println!(
                 "payments: {} USDC ({}) to {}, verified and settled by the facilitator at {url}",
                 evm.name, evm.usdc, config.pay_to
             ),
@@ -362,6 +375,10 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
                 config.clock.clone(),
             )?
         }
+    };
+    let payments = match config.settler {
+        Some(settler) => payments.with_facilitator(Arc::new(settler)),
+        None => payments,
     };
     let payments = payments
         .with_public_url(&public_url)

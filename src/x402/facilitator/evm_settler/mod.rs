@@ -346,6 +346,7 @@ impl EvmSettlerBuilder {
                 nonces: NonceManager::default(),
                 receipt_timeout: self.receipt_timeout,
                 confirmations: self.confirmations,
+                gas_checked: Mutex::default(),
                 in_flight: Mutex::default(),
             }),
         };
@@ -372,6 +373,8 @@ struct Inner {
     nonces: NonceManager,
     receipt_timeout: Duration,
     confirmations: u64,
+    /// When the settler last had gas money for a settlement.
+    gas_checked: Mutex<Option<std::time::Instant>>,
     /// One lock per authorization being settled in this process.
     in_flight: Mutex<HashMap<SettlementKey, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -547,6 +550,49 @@ impl EvmSettler {
     }
 }
 
+/// Gas a settlement is assumed to need when judging the settler's balance
+/// at verify (`transferWithAuthorization` takes about 86-104k; a wallet's
+/// own check adds some).
+const GAS_PER_SETTLEMENT: u128 = 150_000;
+
+/// How long a passed gas-money check is trusted.
+const GAS_CHECK_TTL: Duration = Duration::from_secs(2);
+
+impl EvmSettler {
+    /// Whether the settler holds ETH for one settlement's gas at today's
+    /// fees: a payment it could not settle is not accepted (503, nothing
+    /// served) rather than refused after the answer.
+    async fn check_gas_money(&self) -> Result<(), FacilitatorError> {
+        let inner = &*self.inner;
+        let fresh =
+            |at: &Option<std::time::Instant>| at.is_some_and(|at| at.elapsed() < GAS_CHECK_TTL);
+        if fresh(
+            &inner
+                .gas_checked
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        ) {
+            return Ok(());
+        }
+        let address = inner.key.address();
+        let (balance, fees) = tokio::join!(inner.rpc.balance(address), inner.rpc.fees());
+        let balance = balance.map_err(|error| FacilitatorError::unavailable(error.to_string()))?;
+        let (base, tip) = fees.map_err(|error| FacilitatorError::unavailable(error.to_string()))?;
+        let needed =
+            GAS_PER_SETTLEMENT.saturating_mul(tx::Fees::from_node(base, tip).max_fee_per_gas);
+        if balance < needed {
+            return Err(FacilitatorError::unavailable(format!(
+                "settler {address} cannot pay for gas: it holds {balance} wei, a settlement needs up to {needed}"
+            )));
+        }
+        *inner
+            .gas_checked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(std::time::Instant::now());
+        Ok(())
+    }
+}
+
 /// The payload's signature bytes as sent (65 for an EOA, any length for a wallet).
 fn raw_signature(request: &FacilitatorRequest) -> Option<Vec<u8>> {
     let text = request
@@ -582,7 +628,10 @@ impl Facilitator for EvmSettler {
                 Err(stop) => return stop_verdict(stop),
             };
             match self.simulate(&admitted).await {
-                Simulation::Passes => Ok(VerifyResponse::valid(admitted.payer)),
+                Simulation::Passes => {
+                    self.check_gas_money().await?;
+                    Ok(VerifyResponse::valid(admitted.payer))
+                }
                 Simulation::Refused { reason, message } => Ok(VerifyResponse {
                     invalid_message: Some(message),
                     ..VerifyResponse::invalid(reason, Some(admitted.payer))
