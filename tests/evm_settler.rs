@@ -27,8 +27,8 @@ use walletgate::x402::server::PaymentOption;
 use walletgate::x402::wire::{AtomicAmount, Network, PaymentPayload, PaymentRequirements};
 
 use chain_support::{
-    USDC, balance, fresh_payer_key, mint, private_chain, rpc, set_eth_balance, shared_rpc_url,
-    transaction_count,
+    USDC, balance, deploy_erc1271_wallet, fresh_payer_key, mint, private_chain, rpc,
+    set_eth_balance, shared_rpc_url, transaction_count,
 };
 
 const PRICE: u64 = 10_000;
@@ -498,4 +498,52 @@ async fn startup_checks_refuse_another_chain_and_an_asset_without_code() {
         .unwrap_err()
         .to_string();
     assert!(no_code.contains("no code"), "{no_code}");
+}
+
+/// A payment from a smart wallet: `owner` signs the authorization whose
+/// `from` is the wallet.
+fn wallet_payment(owner: &Payer, wallet: Address, pay_to: Address) -> FacilitatorRequest {
+    let offer = offer(pay_to);
+    let nonce = B256::from(fresh_payer_key().0);
+    let mut authorization = owner.authorization(&offer, now(), nonce);
+    authorization.from = wallet.to_checksum(None);
+    let payload = owner.sign(&offer, authorization).unwrap();
+    FacilitatorRequest::new(payload, offer)
+}
+
+#[tokio::test]
+async fn a_smart_wallet_pays_by_its_own_check_and_a_refusing_one_is_invalid() {
+    let setup = settler(ONE_ETH).await;
+    let owner = Payer::from_key(fresh_payer_key().0).unwrap();
+    let wallet = deploy_erc1271_wallet(&setup.rpc, owner.address_bytes(), false).await;
+    mint(&setup.rpc, wallet, 1_000_000).await;
+    let request = wallet_payment(&owner, wallet, setup.pay_to);
+    let verdict = setup.settler.verify(&request).await.unwrap();
+    assert!(verdict.is_valid, "{verdict:?}");
+    assert_eq!(verdict.payer, Some(wallet.to_checksum(None)));
+    let settled = setup.settler.settle(&request).await.unwrap();
+    assert!(settled.success, "{settled:?}");
+    assert_eq!(balance(&setup.rpc, wallet).await, units(1_000_000 - PRICE));
+    assert_eq!(balance(&setup.rpc, setup.pay_to).await, units(PRICE));
+
+    // Another signer than the owner: the wallet refuses, nothing is sent.
+    let stranger = Payer::from_key(fresh_payer_key().0).unwrap();
+    let forged = wallet_payment(&stranger, wallet, setup.pay_to);
+    let verdict = setup.settler.verify(&forged).await.unwrap();
+    assert_eq!(verdict.invalid_reason.as_deref(), Some(reasons::SIGNATURE));
+    // A wallet that refuses everything.
+    let refusing = deploy_erc1271_wallet(&setup.rpc, owner.address_bytes(), true).await;
+    mint(&setup.rpc, refusing, 1_000_000).await;
+    let refused = wallet_payment(&owner, refusing, setup.pay_to);
+    let verdict = setup.settler.verify(&refused).await.unwrap();
+    assert_eq!(verdict.invalid_reason.as_deref(), Some(reasons::SIGNATURE));
+    let settled = setup.settler.settle(&refused).await.unwrap();
+    assert!(!settled.success);
+    assert_eq!(settled.error_reason.as_deref(), Some(reasons::SIGNATURE));
+    assert_eq!(balance(&setup.rpc, refusing).await, units(1_000_000));
+    assert_eq!(
+        settler_nonce(&setup).await,
+        1,
+        "only the approved payment was sent"
+    );
 }

@@ -14,8 +14,8 @@ use walletgate::client::payer::Payer;
 use walletgate::x402::wire::{SettleResponse, codec};
 
 use crate::chain_support::{
-    OfficialFacilitator, balance, fresh_payer_key, mined_status, mint, set_eth_balance,
-    shared_rpc_url, transaction_count,
+    OfficialFacilitator, balance, deploy_erc1271_wallet, fresh_payer_key, mined_status, mint,
+    set_eth_balance, shared_rpc_url, transaction_count,
 };
 use crate::config::{Config, EvmSettings, PaymentNetwork, SettlerSettings};
 use crate::tests::{Server, now_secs};
@@ -202,6 +202,52 @@ async fn a_settler_without_gas_is_unavailable_and_the_same_payment_works_once_fu
         balance(&rpc, funded.address_bytes()).await,
         U256::from(1_000_000 - amount)
     );
+    assert_eq!(balance(&rpc, pay_to).await, U256::from(amount));
+}
+
+/// A smart-wallet (ERC-1271) payer: the wallet's owner signs, the token asks
+/// the wallet; one that refuses is PAYMENT_INVALID and moves nothing.
+#[tokio::test]
+async fn a_smart_wallet_pays_the_gateways_own_settler_and_a_refusing_one_is_invalid() {
+    let rpc = shared_rpc_url();
+    let (server, pay_to, _) = settler_gateway(&rpc, ONE_ETH).await;
+    let owner = payer(fresh_payer_key());
+    let wallet = deploy_erc1271_wallet(&rpc, owner.address_bytes(), false).await;
+    let refusing = deploy_erc1271_wallet(&rpc, owner.address_bytes(), true).await;
+    for account in [wallet, refusing] {
+        mint(&rpc, account, 1_000_000).await;
+    }
+    let quote = server.post_once(CHAT, chat("from a wallet"), None).await;
+    let offer = quote.quote().accepts[0].clone();
+    let amount: u64 = offer.amount.to_string().parse().unwrap();
+    let pay_from = |from: Address| {
+        let mut authorization = owner.authorization(&offer, now_secs(), fresh_payer_key());
+        authorization.from = from.to_checksum(None);
+        codec::encode(&owner.sign(&offer, authorization).unwrap())
+    };
+    let paid = server
+        .post_once(CHAT, chat("from a wallet"), Some(&pay_from(wallet)))
+        .await;
+    assert_eq!(paid.status, StatusCode::OK, "{}", paid.text());
+    let settled = settlement(paid.header("payment-response").unwrap());
+    assert_eq!(
+        mined_status(&rpc, settled.transaction.parse().unwrap()).await,
+        1
+    );
+    assert_eq!(balance(&rpc, wallet).await, U256::from(1_000_000 - amount));
+    assert_eq!(balance(&rpc, pay_to).await, U256::from(amount));
+
+    let refused = server
+        .post_once(CHAT, chat("from a wallet"), Some(&pay_from(refusing)))
+        .await;
+    assert_eq!(refused.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(
+        refused.json()["code"],
+        "PAYMENT_INVALID",
+        "{}",
+        refused.text()
+    );
+    assert_eq!(balance(&rpc, refusing).await, U256::from(1_000_000));
     assert_eq!(balance(&rpc, pay_to).await, U256::from(amount));
 }
 

@@ -73,6 +73,38 @@ pub async fn set_eth_balance(rpc_url: &str, account: Address, wei: u128) {
     .await;
 }
 
+/// Deploys `tests/interop/chain/Erc1271Wallet.bin`: a smart wallet whose
+/// `isValidSignature` approves what `owner` signed, or refuses everything.
+pub async fn deploy_erc1271_wallet(rpc_url: &str, owner: Address, refuses: bool) -> Address {
+    let bytecode = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/chain/Erc1271Wallet.bin"),
+    )
+    .expect("the committed wallet bytecode");
+    let data = format!(
+        "{}{:0>64}{:064x}",
+        bytecode.trim(),
+        alloy_primitives::hex::encode(owner.as_slice()),
+        u8::from(refuses)
+    );
+    let hash = rpc(
+        rpc_url,
+        "eth_sendTransaction",
+        json!([{ "from": MINTER, "data": data }]),
+    )
+    .await;
+    let hash: B256 = serde_json::from_value(hash).expect("a transaction hash");
+    assert_eq!(
+        mined_status(rpc_url, hash).await,
+        1,
+        "wallet deployment reverted"
+    );
+    let receipt = rpc(rpc_url, "eth_getTransactionReceipt", json!([hash])).await;
+    receipt["contractAddress"]
+        .as_str()
+        .and_then(|address| address.parse().ok())
+        .expect("a contract address")
+}
+
 /// `account`'s transaction count in mined blocks.
 pub async fn transaction_count(rpc_url: &str, account: Address) -> u64 {
     let count = rpc(
