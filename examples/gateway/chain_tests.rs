@@ -5,12 +5,14 @@
 //! to the unit whatever else runs on the chain.
 
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use alloy_primitives::{Address, B256, U256};
 use http::StatusCode;
 use serde_json::{Value, json};
 use walletgate::client::payer::Payer;
+use walletgate::x402::facilitator::evm_settler::MemorySettlementRecords;
 use walletgate::x402::wire::{SettleResponse, codec};
 
 use crate::chain_support::{
@@ -89,7 +91,11 @@ async fn settler_gateway(rpc: &str, wei: u128) -> (Server, Address, Address) {
     };
     let evm = EvmSettings::base_sepolia();
     let settler = settings
-        .connect(&evm, &walletgate::tls::ClientTls::webpki_roots())
+        .connect(
+            &evm,
+            &walletgate::tls::ClientTls::webpki_roots(),
+            Arc::new(MemorySettlementRecords::new()),
+        )
         .await
         .unwrap();
     let pay_to = payer(fresh_payer_key()).address_bytes();

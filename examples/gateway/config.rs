@@ -49,6 +49,7 @@ use std::time::Duration;
 use walletgate::free_tier::{ClientIpResolver, FreeTierQuotas};
 use walletgate::tls::ClientTls;
 use walletgate::x402::ConfigError as X402ConfigError;
+use walletgate::x402::facilitator::evm_settler::SettlementRecords;
 use walletgate::x402::facilitator::{CdpAuth, DevLedger, EvmSettler, FacilitatorAuth, SettlerKey};
 use walletgate::x402::server::PaymentOption;
 use walletgate::x402::wire::Network;
@@ -167,6 +168,7 @@ impl SettlerSettings {
         &self,
         evm: &EvmSettings,
         tls: &ClientTls,
+        records: Arc<dyn SettlementRecords>,
     ) -> Result<EvmSettler, ConfigError> {
         let key = SettlerKey::from_file(&self.key_file)
             .map_err(|error| invalid("GATEWAY_SETTLER_KEY_FILE", error.to_string()))?;
@@ -177,6 +179,7 @@ impl SettlerSettings {
         let (settler, report) = EvmSettler::builder(&self.rpc_url, key, evm.network.clone())
             .with_asset(usdc)
             .with_tls(tls.clone())
+            .with_records(records)
             .with_receipt_timeout(self.receipt_timeout)
             .with_confirmations(self.confirmations)
             .connect()
@@ -765,6 +768,55 @@ mod tests {
                 .find(|(key, _)| *key == name)
                 .map(|(_, value)| (*value).to_owned())
         }
+    }
+
+    #[test]
+    fn the_settler_variables_come_together_and_replace_the_facilitator() {
+        let error = |list| Config::from_vars(vars(list)).err().unwrap().to_string();
+        assert!(
+            error(&[("GATEWAY_EVM_RPC_URL", "http://127.0.0.1:8545")])
+                .contains("GATEWAY_SETTLER_KEY_FILE")
+        );
+        assert!(error(&[("GATEWAY_SETTLER_KEY_FILE", "/k")]).contains("GATEWAY_EVM_RPC_URL"));
+        assert!(error(&[("GATEWAY_CONFIRMATIONS", "2")]).contains("GATEWAY_CONFIRMATIONS"));
+        assert!(
+            error(&[
+                ("GATEWAY_EVM_RPC_URL", "http://127.0.0.1:8545"),
+                ("GATEWAY_SETTLER_KEY_FILE", "/k"),
+                ("GATEWAY_FACILITATOR_URL", "http://127.0.0.1:4020"),
+            ])
+            .contains("GATEWAY_FACILITATOR_URL")
+        );
+        assert!(
+            error(&[
+                ("GATEWAY_EVM_RPC_URL", "http://127.0.0.1:8545"),
+                ("GATEWAY_SETTLER_KEY_FILE", "/k"),
+                ("GATEWAY_RECEIPT_TIMEOUT_SECS", "0"),
+            ])
+            .contains("GATEWAY_RECEIPT_TIMEOUT_SECS")
+        );
+        // Any EVM network settles without a facilitator, never on the development ledger.
+        let config = Config::from_vars(vars(&[
+            ("GATEWAY_EVM_RPC_URL", "http://127.0.0.1:8545"),
+            ("GATEWAY_SETTLER_KEY_FILE", "/k"),
+            ("GATEWAY_NETWORK", "base"),
+            ("GATEWAY_RECEIPT_TIMEOUT_SECS", "5"),
+            ("GATEWAY_CONFIRMATIONS", "2"),
+        ]))
+        .unwrap();
+        assert!(!config.on_development_ledger());
+        let settler = config.settler_settings.as_ref().unwrap();
+        assert_eq!(settler.receipt_timeout, Duration::from_secs(5));
+        assert_eq!(settler.confirmations, 2);
+        // The server waits out both receipt waits before giving up.
+        assert_eq!(
+            config.payment_faults.settle_timeout,
+            Duration::from_secs(40)
+        );
+        assert!(
+            !format!("{settler:?}").contains("8545"),
+            "the RPC URL is not shown"
+        );
     }
 
     #[test]

@@ -106,6 +106,7 @@ use std::sync::atomic::Ordering;
 use axum::Router;
 use axum::routing::{get, post};
 use http::StatusCode;
+use walletgate::x402::facilitator::evm_settler::{MemorySettlementRecords, SettlementRecords};
 use walletgate::x402::{
     facilitator::{DevLedger, Facilitator},
     wire::Network,
@@ -174,7 +175,16 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     if let PaymentNetwork::Evm(evm) = &config.network
         && let Some(settings) = &config.settler_settings
     {
-        config.settler = Some(settings.connect(evm, &config.tls).await?);
+        // With Redis, every replica reads what any of them broadcast.
+        let records: Arc<dyn SettlementRecords> =
+            match redis_connection(&config).map_err(|error| error as Box<dyn std::error::Error>)? {
+                None => Arc::new(MemorySettlementRecords::new()),
+                #[cfg(feature = "redis")]
+                Some(conn) => Arc::new(walletgate::redis::RedisSettlementRecords::new(conn)),
+                #[cfg(not(feature = "redis"))]
+                Some(never) => match never {},
+            };
+        config.settler = Some(settings.connect(evm, &config.tls, records).await?);
     }
     if let PaymentNetwork::Evm(evm) = &config.network
         && let Some(url) = &evm.facilitator_url

@@ -13,7 +13,9 @@
 //! services can share one Redis: `{prefix}:{seam}:{id}`.
 //!
 //! Payments (with the `x402` feature): [`RedisNonceStore`] (claims, releases,
-//! spent authorizations) and [`RedisLedger`] (the development ledger). Paired
+//! spent authorizations) and [`RedisLedger`] (the development ledger); with
+//! `evm-settler`, `RedisSettlementRecords` (what the on-chain settler
+//! broadcast, written before it is sent). Paired
 //! with [`RedisNonceStore::with_ledger_prefetch`], a paid request costs two round
 //! trips: the claim, which also reads what the ledger's check needs, and the
 //! transfer, which also writes the spent record.
@@ -22,6 +24,8 @@
 mod ledger;
 #[cfg(feature = "x402")]
 mod replay;
+#[cfg(feature = "evm-settler")]
+mod settlement_records;
 #[cfg(feature = "x402")]
 mod spent;
 
@@ -29,6 +33,8 @@ mod spent;
 pub use ledger::RedisLedger;
 #[cfg(feature = "x402")]
 pub use replay::RedisNonceStore;
+#[cfg(feature = "evm-settler")]
+pub use settlement_records::RedisSettlementRecords;
 
 #[cfg(any(feature = "siwe", feature = "wallet-jwt"))]
 mod lua;

@@ -50,6 +50,8 @@ use std::time::Duration;
 use alloy_primitives::{Address, B256, hex, keccak256};
 
 pub use key::SettlerKey;
+#[cfg(all(test, feature = "redis"))]
+pub(crate) use records::tests::{contract as records_contract, sample as sample_record};
 pub use records::{
     MemorySettlementRecords, RECORD_RETENTION_SECS, SettlementKey, SettlementRecord,
     SettlementRecords,
