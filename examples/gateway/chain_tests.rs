@@ -71,6 +71,15 @@ async fn the_official_fetch_client_pays_the_gateways_own_settler_on_chain() {
 
 /// A gateway settling on chain itself: a fresh settler key holding `wei`.
 async fn settler_gateway(rpc: &str, wei: u128) -> (Server, Address, Address) {
+    settler_gateway_with(rpc, wei, |config| config).await
+}
+
+/// The same, its config changed by `adjust` first.
+async fn settler_gateway_with(
+    rpc: &str,
+    wei: u128,
+    adjust: impl FnOnce(Config) -> Config,
+) -> (Server, Address, Address) {
     let key = fresh_payer_key();
     let settler_address = payer(key).address_bytes();
     set_eth_balance(rpc, settler_address, wei).await;
@@ -106,7 +115,7 @@ async fn settler_gateway(rpc: &str, wei: u128) -> (Server, Address, Address) {
         settler: Some(settler),
         ..Config::default()
     };
-    (Server::start(config).await, pay_to, settler_address)
+    (Server::start(adjust(config)).await, pay_to, settler_address)
 }
 
 /// The official `@x402/fetch` client pays one chat: mined, to the unit.
@@ -209,6 +218,86 @@ async fn a_settler_without_gas_is_unavailable_and_the_same_payment_works_once_fu
         U256::from(1_000_000 - amount)
     );
     assert_eq!(balance(&rpc, pay_to).await, U256::from(amount));
+}
+
+/// The payer spends its USDC while the upstream answers (after verify,
+/// before settle): 402 SETTLEMENT_FAILED naming the balance, the answer
+/// withheld, nothing broadcast, nothing moved.
+#[tokio::test]
+async fn a_balance_spent_before_settlement_is_settlement_failed_and_nothing_moves() {
+    use axum::Router;
+    use axum::routing::post;
+
+    let rpc = shared_rpc_url();
+    let spender = payer(fresh_payer_key());
+    let from = spender.address_bytes();
+    let sink = payer(fresh_payer_key()).address_bytes();
+    let drain = {
+        let rpc = rpc.clone();
+        move || {
+            let rpc = rpc.clone();
+            async move {
+                // The payer moves all of its USDC elsewhere, mid-request.
+                let all = balance(&rpc, from).await;
+                crate::chain_support::rpc(&rpc, "anvil_impersonateAccount", json!([from])).await;
+                set_eth_balance(&rpc, from, ONE_ETH).await;
+                let data = format!(
+                    "0xa9059cbb{:0>64}{:064x}",
+                    alloy_primitives::hex::encode(sink.as_slice()),
+                    all
+                );
+                let hash = crate::chain_support::rpc(
+                    &rpc,
+                    "eth_sendTransaction",
+                    json!([{ "from": from, "to": crate::chain_support::USDC, "data": data }]),
+                )
+                .await;
+                mined_status(&rpc, hash.as_str().unwrap().parse().unwrap()).await;
+                axum::Json(json!({
+                    "id": "chatcmpl-drained", "object": "chat.completion",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "served"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 4, "completion_tokens": 3}
+                }))
+            }
+        }
+    };
+    let upstream =
+        crate::tests::serve(Router::new().route("/v1/chat/completions", post(drain))).await;
+    let (server, pay_to, settler) = settler_gateway_with(&rpc, ONE_ETH, |config| {
+        config
+            .with_openai_upstream(
+                "openai",
+                &format!("http://{upstream}/v1"),
+                crate::upstream::ApiKey::new("sk-test-drain"),
+            )
+            .unwrap()
+    })
+    .await;
+    mint(&rpc, from, 1_000_000).await;
+    let quote = server.post_once(CHAT, chat("drain"), None).await;
+    let offer = quote.quote().accepts[0].clone();
+    let payment = spender.payment_header(&offer, now_secs()).unwrap();
+    let failed = server.post_once(CHAT, chat("drain"), Some(&payment)).await;
+    assert_eq!(
+        failed.status,
+        StatusCode::PAYMENT_REQUIRED,
+        "{}",
+        failed.text()
+    );
+    assert_eq!(failed.json()["code"], "SETTLEMENT_FAILED");
+    assert!(
+        failed.json()["debug"].as_str().unwrap().contains("balance"),
+        "{}",
+        failed.text()
+    );
+    assert!(!failed.text().contains("served"), "the answer is withheld");
+    assert_eq!(balance(&rpc, pay_to).await, U256::ZERO);
+    assert_eq!(balance(&rpc, sink).await, U256::from(1_000_000));
+    assert_eq!(
+        transaction_count(&rpc, settler).await,
+        0,
+        "nothing broadcast"
+    );
 }
 
 /// A smart-wallet (ERC-1271) payer: the wallet's owner signs, the token asks
