@@ -319,3 +319,61 @@ async fn the_official_express_server_settles_through_it_on_chain_once() {
     assert_eq!(balance(&rpc, from).await, U256::from(999_000));
     assert_eq!(balance(&rpc, pay_to).await, U256::from(1_000));
 }
+
+#[test]
+fn a_key_file_others_can_read_is_refused_and_never_echoed() {
+    let key = fresh_payer_key().to_string();
+    let dir = scratch("leak");
+    let path = dir.join("settler.key");
+    std::fs::write(&path, format!("{key}\n")).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_walletgate"))
+        .args([
+            "facilitator",
+            "--rpc-url",
+            "http://127.0.0.1:1/secret-api-key",
+        ])
+        .arg("--key-file")
+        .arg(&path)
+        .args([
+            "--network",
+            "eip155:84532",
+            "--asset",
+            &USDC.to_checksum(None),
+        ])
+        .args(["--pay-to", &USDC.to_checksum(None), "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(64));
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(printed.contains("chmod 600"), "{printed}");
+    assert!(!printed.contains(&key[2..]), "the key leaked");
+    // Readable by its owner only, the key is fine; the node is unreachable and
+    // the error does not print the RPC URL's path (it may hold an API key).
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_walletgate"))
+        .args([
+            "facilitator",
+            "--rpc-url",
+            "http://127.0.0.1:1/secret-api-key",
+        ])
+        .arg("--key-file")
+        .arg(&path)
+        .args([
+            "--network",
+            "eip155:84532",
+            "--asset",
+            &USDC.to_checksum(None),
+        ])
+        .args(["--pay-to", &USDC.to_checksum(None)])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let printed = String::from_utf8_lossy(&output.stderr);
+    assert!(!printed.contains(&key[2..]), "the key leaked");
+    assert!(!printed.contains("secret-api-key"), "{printed}");
+}

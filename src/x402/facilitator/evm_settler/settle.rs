@@ -72,9 +72,9 @@ impl EvmSettler {
                     Some(admitted.payer),
                 );
             }
-            match self.reconcile(&admitted, record).await? {
-                Some(answer) => return answer,
-                None => {} // the recorded transaction cannot land: settle afresh
+            // `None`: the recorded transaction cannot land, settle afresh.
+            if let Some(answer) = self.reconcile(&admitted, record).await? {
+                return answer;
             }
         }
         self.settle_fresh(&admitted, payment).await
@@ -527,4 +527,81 @@ fn has_transfer_log(receipt: &Receipt, admitted: &Admitted) -> bool {
             && log.topics[2] == topic(admitted.transfer.to)
             && log.data.as_slice() == value.as_slice()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::x402::facilitator::evm_settler::SettlementKey;
+    use crate::x402::facilitator::evm_settler::rpc::Log;
+    use crate::x402::facilitator::ledger::Transfer;
+    use crate::x402::wire::TokenId;
+
+    fn admitted() -> Admitted {
+        let transfer = Transfer {
+            token: TokenId::base_sepolia_usdc(),
+            from: Address::repeat_byte(0xf3),
+            to: Address::repeat_byte(0x70),
+            value: 10_000,
+            nonce: B256::repeat_byte(0x11),
+            valid_before_unix_secs: 1_750_000_300,
+        };
+        Admitted {
+            key: SettlementKey {
+                chain_id: transfer.token.chain_id,
+                asset: transfer.token.asset,
+                from: transfer.from,
+                nonce: transfer.nonce,
+            },
+            transfer,
+            payer: String::new(),
+            calldata: Vec::new(),
+        }
+    }
+
+    fn receipt(log: Log) -> Receipt {
+        Receipt {
+            transaction: B256::ZERO,
+            success: true,
+            block_number: 1,
+            logs: vec![log],
+        }
+    }
+
+    fn transfer_log(asset: Address, from: Address, to: Address, value: u64) -> Log {
+        let topic = |address: Address| B256::left_padding_from(address.as_slice());
+        Log {
+            address: asset,
+            topics: vec![TRANSFER_TOPIC, topic(from), topic(to)],
+            data: U256::from(value).to_be_bytes::<32>().to_vec(),
+        }
+    }
+
+    #[test]
+    fn only_the_assets_own_exact_transfer_log_counts() {
+        let payment = admitted();
+        let (asset, from, to) = (
+            payment.transfer.token.asset,
+            payment.transfer.from,
+            payment.transfer.to,
+        );
+        assert!(has_transfer_log(
+            &receipt(transfer_log(asset, from, to, 10_000)),
+            &payment
+        ));
+        // Another contract's look-alike event, another amount, another recipient.
+        let other = Address::repeat_byte(0x99);
+        assert!(!has_transfer_log(
+            &receipt(transfer_log(other, from, to, 10_000)),
+            &payment
+        ));
+        assert!(!has_transfer_log(
+            &receipt(transfer_log(asset, from, to, 9_999)),
+            &payment
+        ));
+        assert!(!has_transfer_log(
+            &receipt(transfer_log(asset, from, other, 10_000)),
+            &payment
+        ));
+    }
 }
