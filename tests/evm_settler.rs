@@ -58,14 +58,7 @@ async fn settler_at(rpc: &str, node: &str, wei: u128, receipt_timeout: Duration)
     let key = fresh_key();
     set_eth_balance(rpc, key.address(), wei).await;
     let records = Arc::new(MemorySettlementRecords::new());
-    let (settler, report) = EvmSettler::builder(node, key, Network::base_sepolia())
-        .with_asset(USDC)
-        .with_records(records.clone())
-        .with_receipt_timeout(receipt_timeout)
-        .connect()
-        .await
-        .unwrap();
-    assert_eq!(report.low_balance, wei < 1_000_000_000_000_000);
+    let settler = connect(node, key, records.clone(), receipt_timeout).await;
     let pay_to = Payer::from_key(fresh_payer_key().0)
         .unwrap()
         .address_bytes();
@@ -75,6 +68,27 @@ async fn settler_at(rpc: &str, node: &str, wei: u128, receipt_timeout: Duration)
         records,
         pay_to,
     }
+}
+
+/// A settler process: `key`, `records`, a fresh nonce manager.
+async fn connect(
+    node: &str,
+    key: SettlerKey,
+    records: Arc<dyn SettlementRecords>,
+    receipt_timeout: Duration,
+) -> EvmSettler {
+    let (settler, report) = EvmSettler::builder(node, key, Network::base_sepolia())
+        .with_asset(USDC)
+        .with_records(records)
+        .with_receipt_timeout(receipt_timeout)
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(
+        report.low_balance,
+        report.balance_wei < 1_000_000_000_000_000
+    );
+    settler
 }
 
 async fn settler(wei: u128) -> Setup {
@@ -546,4 +560,51 @@ async fn a_smart_wallet_pays_by_its_own_check_and_a_refusing_one_is_invalid() {
         1,
         "only the approved payment was sent"
     );
+}
+
+/// A process that broadcast, lost the receipt and stopped: a new process
+/// with the same key and records reports the recorded transaction, once.
+async fn a_restarted_settler_reconciles_from_its_records(records: Arc<dyn SettlementRecords>) {
+    let rpc = shared_rpc_url();
+    let (url, mode) = proxy(rpc.clone()).await;
+    let key = fresh_key();
+    set_eth_balance(&rpc, key.address(), ONE_ETH).await;
+    let first = connect(&url, key.clone(), records.clone(), Duration::from_secs(1)).await;
+    let pay_to = Payer::from_key(fresh_payer_key().0)
+        .unwrap()
+        .address_bytes();
+    let (request, from) = funded_payment(&rpc, pay_to, 1_000_000).await;
+    mode.store(SWALLOW_RECEIPTS, Ordering::SeqCst);
+    let pending = first.settle(&request).await.unwrap_err();
+    assert_eq!(pending.kind(), &FacilitatorErrorKind::Pending);
+    drop(first);
+    mode.store(PASS, Ordering::SeqCst);
+    let restarted = connect(&url, key.clone(), records, Duration::from_secs(1)).await;
+    let settled = restarted.settle(&request).await.unwrap();
+    assert!(settled.success, "{settled:?}");
+    assert_eq!(Some(settled.transaction.as_str()), pending.transaction());
+    assert_eq!(balance(&rpc, from).await, units(1_000_000 - PRICE));
+    assert_eq!(balance(&rpc, pay_to).await, units(PRICE));
+    assert_eq!(transaction_count(&rpc, key.address()).await, 1);
+}
+
+#[tokio::test]
+async fn a_restarted_settler_reconciles_from_records_it_shares() {
+    a_restarted_settler_reconciles_from_its_records(Arc::new(MemorySettlementRecords::new())).await;
+}
+
+#[cfg(feature = "redis")]
+#[path = "redis_support/mod.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod redis_support;
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_restarted_settler_reconciles_from_redis() {
+    use walletgate::redis::{RedisConfig, RedisConnection, RedisSettlementRecords};
+    let config = RedisConfig::new(redis_support::shared_url())
+        .with_prefix(redis_support::unique_prefix("settler-restart"))
+        .with_timeout(Duration::from_secs(2));
+    let records = RedisSettlementRecords::new(RedisConnection::open(&config).unwrap());
+    a_restarted_settler_reconciles_from_its_records(Arc::new(records)).await;
 }

@@ -15,7 +15,7 @@
 //! **Settle** simulates again (nothing the token refuses is broadcast: a
 //! replayed or high-`s` payment never costs gas nor moves the settler's
 //! nonce), estimates gas (+25%), takes fees from the node, signs an EIP-1559
-//! transaction with a nonce from the [nonce manager](nonce), **records** its
+//! transaction with a nonce from its nonce manager, **records** its
 //! hash in [`SettlementRecords`] and only then sends it. It waits for the
 //! receipt (`receipt_timeout`, then `confirmations` more blocks); success is
 //! status 1 **and** the asset's own `Transfer(from, to, value)` log with the
@@ -33,6 +33,29 @@
 //!
 //! ERC-6492 (a wallet not deployed yet) is not supported: such a payer has
 //! no code, so its signature is refused as an EOA's would be.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use walletgate::x402::facilitator::{EvmSettler, SettlerKey};
+//! use walletgate::x402::facilitator::evm_settler::MemorySettlementRecords;
+//! use walletgate::x402::wire::Network;
+//!
+//! # async fn start() -> Result<(), Box<dyn std::error::Error>> {
+//! let key = SettlerKey::from_file("/etc/walletgate/settler.key")?; // mode 0600
+//! let (settler, report) =
+//!     EvmSettler::builder("https://rpc.example/v2/KEY", key, Network::base_sepolia())
+//!         .with_asset("0x036CbD53842c5426634e7929541eC2318f3dCF7e".parse()?)
+//!         .with_records(Arc::new(MemorySettlementRecords::new())) // or RedisSettlementRecords
+//!         .connect() // chain id, the asset's code, the settler's balance
+//!         .await?;
+//! if report.low_balance {
+//!     eprintln!("fund {} with ETH for gas", report.address);
+//! }
+//! // `settler` is a `Facilitator`: give it to `X402Layer::builder().with_facilitator(…)`.
+//! # let _ = settler;
+//! # Ok(())
+//! # }
+//! ```
 
 mod key;
 mod nonce;
