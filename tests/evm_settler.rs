@@ -304,24 +304,7 @@ async fn a_balance_spent_between_verify_and_settle_fails_naming_the_balance_and_
     let elsewhere = Payer::from_key(fresh_payer_key().0)
         .unwrap()
         .address_bytes();
-    rpc(&setup.rpc, "anvil_impersonateAccount", json!([from])).await;
-    set_eth_balance(&setup.rpc, from, ONE_ETH).await;
-    let data = format!(
-        "0xa9059cbb{:0>64}{:064x}",
-        alloy_primitives::hex::encode(elsewhere.as_slice()),
-        PRICE
-    );
-    let hash = rpc(
-        &setup.rpc,
-        "eth_sendTransaction",
-        json!([{ "from": from, "to": USDC, "data": data }]),
-    )
-    .await;
-    assert_eq!(
-        chain_support::mined_status(&setup.rpc, hash.as_str().unwrap().parse().unwrap()).await,
-        1
-    );
-    rpc(&setup.rpc, "anvil_stopImpersonatingAccount", json!([from])).await;
+    chain_support::spend_all_usdc(&setup.rpc, from, elsewhere).await;
     let settled = setup.settler.settle(&request).await.unwrap();
     assert!(!settled.success);
     assert_eq!(

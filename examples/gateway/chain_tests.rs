@@ -238,21 +238,7 @@ async fn a_balance_spent_before_settlement_is_settlement_failed_and_nothing_move
             let rpc = rpc.clone();
             async move {
                 // The payer moves all of its USDC elsewhere, mid-request.
-                let all = balance(&rpc, from).await;
-                crate::chain_support::rpc(&rpc, "anvil_impersonateAccount", json!([from])).await;
-                set_eth_balance(&rpc, from, ONE_ETH).await;
-                let data = format!(
-                    "0xa9059cbb{:0>64}{:064x}",
-                    alloy_primitives::hex::encode(sink.as_slice()),
-                    all
-                );
-                let hash = crate::chain_support::rpc(
-                    &rpc,
-                    "eth_sendTransaction",
-                    json!([{ "from": from, "to": crate::chain_support::USDC, "data": data }]),
-                )
-                .await;
-                mined_status(&rpc, hash.as_str().unwrap().parse().unwrap()).await;
+                crate::chain_support::spend_all_usdc(&rpc, from, sink).await;
                 axum::Json(json!({
                     "id": "chatcmpl-drained", "object": "chat.completion",
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": "served"}, "finish_reason": "stop"}],
