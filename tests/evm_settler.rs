@@ -591,3 +591,102 @@ async fn a_restarted_settler_reconciles_from_redis() {
     let records = RedisSettlementRecords::new(RedisConnection::open(&config).unwrap());
     a_restarted_settler_reconciles_from_its_records(Arc::new(records)).await;
 }
+
+#[tokio::test]
+async fn a_nonce_used_behind_the_settlers_back_is_reseeded_from_the_node() {
+    let setup = settler(ONE_ETH).await;
+    let (first, _) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
+    assert!(setup.settler.settle(&first).await.unwrap().success);
+    // Another sender on the same key takes the next nonce.
+    let address = setup.settler.address();
+    rpc(&setup.rpc, "anvil_impersonateAccount", json!([address])).await;
+    let hash = rpc(
+        &setup.rpc,
+        "eth_sendTransaction",
+        json!([{ "from": address, "to": address, "value": "0x0" }]),
+    )
+    .await;
+    chain_support::mined_status(&setup.rpc, hash.as_str().unwrap().parse().unwrap()).await;
+    rpc(
+        &setup.rpc,
+        "anvil_stopImpersonatingAccount",
+        json!([address]),
+    )
+    .await;
+    let (second, from) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
+    let settled = setup.settler.settle(&second).await.unwrap();
+    assert!(settled.success, "{settled:?}");
+    let mined = rpc(
+        &setup.rpc,
+        "eth_getTransactionByHash",
+        json!([settled.transaction]),
+    )
+    .await;
+    assert_eq!(mined["nonce"], "0x2");
+    assert_eq!(balance(&setup.rpc, from).await, units(1_000_000 - PRICE));
+    assert_eq!(settler_nonce(&setup).await, 3);
+}
+
+alloy_sol_types::sol! {
+    function blacklist(address account);
+    function unBlacklist(address account);
+}
+
+#[tokio::test]
+async fn a_blacklisted_recipient_is_the_operators_problem_not_the_payers() {
+    use alloy_sol_types::SolCall;
+    let setup = settler(ONE_ETH).await;
+    let (request, from) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
+    let minter_call = |data: Vec<u8>| {
+        json!({ "from": chain_support::MINTER, "to": USDC,
+                "data": format!("0x{}", alloy_primitives::hex::encode(data)) })
+    };
+    let hash = chain_support::send_from_minter(
+        &setup.rpc,
+        minter_call(
+            blacklistCall {
+                account: setup.pay_to,
+            }
+            .abi_encode(),
+        ),
+    )
+    .await;
+    chain_support::mined_status(&setup.rpc, hash).await;
+    let error = setup.settler.verify(&request).await.unwrap_err();
+    assert_eq!(error.kind(), &FacilitatorErrorKind::Unavailable);
+    assert!(error.detail().contains("blacklisted"), "{error}");
+    let error = setup.settler.settle(&request).await.unwrap_err();
+    assert_eq!(error.kind(), &FacilitatorErrorKind::Unavailable);
+    assert_eq!(settler_nonce(&setup).await, 0, "nothing sent");
+    let hash = chain_support::send_from_minter(
+        &setup.rpc,
+        minter_call(
+            unBlacklistCall {
+                account: setup.pay_to,
+            }
+            .abi_encode(),
+        ),
+    )
+    .await;
+    chain_support::mined_status(&setup.rpc, hash).await;
+    assert!(setup.settler.settle(&request).await.unwrap().success);
+    assert_eq!(balance(&setup.rpc, from).await, units(1_000_000 - PRICE));
+}
+
+#[tokio::test]
+async fn the_settler_never_shows_its_key_or_its_rpc_path() {
+    let rpc = shared_rpc_url();
+    let key_hex = fresh_payer_key().to_string();
+    let key = SettlerKey::from_hex(&key_hex).unwrap();
+    let with_path = format!("{rpc}/secret-api-key");
+    let (settler, _) = EvmSettler::builder(&rpc, key.clone(), Network::base_sepolia())
+        .with_asset(USDC)
+        .connect()
+        .await
+        .unwrap();
+    for shown in [format!("{settler:?}"), format!("{key:?}")] {
+        assert!(!shown.contains(&key_hex[2..]), "{shown}");
+    }
+    let builder = EvmSettler::builder(&with_path, key, Network::base_sepolia());
+    assert!(!format!("{builder:?}").contains("secret-api-key"));
+}

@@ -281,7 +281,7 @@ pub async fn receipt_status(rpc_url: &str, hash: B256) -> Option<u64> {
 /// chain send from it at once, and anvil may hand two of them the same
 /// nonce: the loser ("nonce too low", "replacement transaction
 /// underpriced") is sent again.
-async fn send_from_minter(rpc_url: &str, transaction: Value) -> B256 {
+pub async fn send_from_minter(rpc_url: &str, transaction: Value) -> B256 {
     for _ in 0..20 {
         match rpc_answer(rpc_url, "eth_sendTransaction", json!([transaction])).await {
             Ok(hash) => return serde_json::from_value(hash).expect("a transaction hash"),

@@ -555,9 +555,9 @@ impl EvmSettler {
             return Ok(());
         }
         let address = inner.key.address();
-        let (balance, fees) = tokio::join!(inner.rpc.balance(address), inner.rpc.fees());
-        let balance = balance.map_err(|error| FacilitatorError::unavailable(error.to_string()))?;
-        let (base, tip) = fees.map_err(|error| FacilitatorError::unavailable(error.to_string()))?;
+        let unavailable = |error: rpc::RpcError| FacilitatorError::unavailable(error.to_string());
+        let balance = inner.rpc.balance(address).await.map_err(unavailable)?;
+        let (base, tip) = inner.rpc.fees().await.map_err(unavailable)?;
         let needed =
             GAS_PER_SETTLEMENT.saturating_mul(tx::Fees::from_node(base, tip).max_fee_per_gas);
         if balance < needed {

@@ -11,7 +11,7 @@ use super::rpc::{CallRequest, Receipt, RpcError};
 use super::simulate::{self, Simulation};
 use super::tx::{self, Fees, TRANSFER_TOPIC};
 use super::{Admitted, EvmSettler, Stop, payment_id, reasons};
-use crate::x402::facilitator::api::{FacilitatorError, FacilitatorRequest};
+use crate::x402::facilitator::api::{FacilitatorError, FacilitatorErrorKind, FacilitatorRequest};
 use crate::x402::wire::types::SettleResponse;
 
 /// Gas estimate margin, in percent.
@@ -251,8 +251,21 @@ impl EvmSettler {
     }
 
     /// A recorded settlement: its answer, or `None` when it can no longer
-    /// land and nothing moved (settle afresh).
+    /// land and nothing moved (settle afresh). Something sent may have
+    /// landed: a node or store that cannot answer makes it pending, never
+    /// unavailable (which would release the authorization).
     async fn reconcile(
+        &self,
+        admitted: &Admitted,
+        record: SettlementRecord,
+    ) -> Result<Option<Settled>, FacilitatorError> {
+        let latest = record.latest();
+        self.reconcile_recorded(admitted, record)
+            .await
+            .map_err(|error| still_pending(latest, error))
+    }
+
+    async fn reconcile_recorded(
         &self,
         admitted: &Admitted,
         record: SettlementRecord,
@@ -327,7 +340,15 @@ impl EvmSettler {
     }
 
     /// Waits for a receipt; replaces a stuck transaction once; then pending.
-    async fn await_outcome(&self, admitted: &Admitted, mut record: SettlementRecord) -> Settled {
+    /// Once sent, no failure to learn the outcome is "unavailable".
+    async fn await_outcome(&self, admitted: &Admitted, record: SettlementRecord) -> Settled {
+        let latest = record.latest();
+        self.follow(admitted, record)
+            .await
+            .map_err(|error| still_pending(latest, error))
+    }
+
+    async fn follow(&self, admitted: &Admitted, mut record: SettlementRecord) -> Settled {
         let inner = &*self.inner;
         if let Outcome::Done(answer) = self.wait(admitted, &record).await? {
             return answer;
@@ -501,6 +522,14 @@ impl EvmSettler {
             )),
         }
     }
+}
+
+/// `error` met after `transaction` was sent: the outcome is not known, so pending.
+fn still_pending(transaction: B256, error: FacilitatorError) -> FacilitatorError {
+    if error.kind() == &FacilitatorErrorKind::Pending {
+        return error;
+    }
+    FacilitatorError::pending(format!("{transaction:#x}"), error.detail())
 }
 
 fn success(request: &FacilitatorRequest, transaction: B256, payer: String) -> SettleResponse {
