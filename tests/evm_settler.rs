@@ -690,3 +690,30 @@ async fn the_settler_never_shows_its_key_or_its_rpc_path() {
     let builder = EvmSettler::builder(&with_path, key, Network::base_sepolia());
     assert!(!format!("{builder:?}").contains("secret-api-key"));
 }
+
+#[tokio::test]
+async fn a_pending_settlement_still_answers_after_its_window_nearly_closed() {
+    let rpc = shared_rpc_url();
+    let (url, mode) = proxy(rpc.clone()).await;
+    let setup = settler_at(&rpc, &url, ONE_ETH, Duration::from_secs(1)).await;
+    let payer = Payer::from_key(fresh_payer_key().0).unwrap();
+    mint(&rpc, payer.address_bytes(), 1_000_000).await;
+    let mut offer = offer(setup.pay_to);
+    offer.max_timeout_seconds = 9;
+    let started = now();
+    let request = FacilitatorRequest::new(payer.pay(&offer, started).unwrap(), offer);
+    mode.store(SWALLOW_RECEIPTS, Ordering::SeqCst);
+    let pending = setup.settler.settle(&request).await.unwrap_err();
+    assert_eq!(pending.kind(), &FacilitatorErrorKind::Pending);
+    mode.store(PASS, Ordering::SeqCst);
+    // Fewer than 6 s left: a fresh payment would be refused offline.
+    while now() < started + 4 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let verdict = setup.settler.verify(&request).await.unwrap();
+    assert!(!verdict.is_valid);
+    let settled = setup.settler.settle(&request).await.unwrap();
+    assert!(settled.success, "{settled:?}");
+    assert_eq!(Some(settled.transaction.as_str()), pending.transaction());
+    assert_eq!(balance(&rpc, setup.pay_to).await, units(PRICE));
+}

@@ -80,25 +80,16 @@ impl EvmSettler {
         self.settle_fresh(&admitted, payment).await
     }
 
-    /// A retried settle whose payment no longer passes the offline checks
-    /// (its window closed after it was settled): the record's answer if it
-    /// was mined, else nothing.
+    /// A settle whose payment no longer passes the offline checks (its
+    /// window closed, or nearly, after it was sent): what its record says
+    /// (mined, still pending), or `None` if nothing of it was sent or can land.
     async fn answer_from_record_only(&self, request: &FacilitatorRequest) -> Option<Settled> {
         let evm = request.exact_evm()?;
         let asset =
             crate::x402::wire::eip712::parse_evm_address(&request.payment_requirements().asset)?;
-        let key = SettlementKey {
-            chain_id: self.inner.chain_id,
-            asset,
-            from: evm.from,
-            nonce: evm.nonce,
-        };
-        let record = self.inner.records.get(&key).await.ok()??;
-        let mined = record.mined?;
-        let signature = super::raw_signature(request)?;
         let transfer = crate::x402::facilitator::ledger::Transfer {
             token: crate::x402::wire::TokenId {
-                chain_id: key.chain_id,
+                chain_id: self.inner.chain_id,
                 asset,
             },
             from: evm.from,
@@ -107,16 +98,33 @@ impl EvmSettler {
             nonce: evm.nonce,
             valid_before_unix_secs: evm.valid_before,
         };
-        let calldata = tx::transfer_calldata(&transfer, evm.valid_after, &signature);
-        (payment_id(&calldata) == record.payment).then(|| {
-            Ok(success(
-                request,
-                mined,
-                request
-                    .payer_checksum()
-                    .map_or_else(|| evm.from.to_checksum(None), str::to_owned),
-            ))
-        })
+        let admitted = Admitted {
+            key: SettlementKey {
+                chain_id: self.inner.chain_id,
+                asset,
+                from: evm.from,
+                nonce: evm.nonce,
+            },
+            calldata: tx::transfer_calldata(
+                &transfer,
+                evm.valid_after,
+                &super::raw_signature(request)?,
+            ),
+            payer: request
+                .payer_checksum()
+                .map_or_else(|| evm.from.to_checksum(None), str::to_owned),
+            transfer,
+        };
+        let lock = super::lock_in_flight(&self.inner.in_flight, admitted.key);
+        let _guard = lock.lock().await;
+        let record = self.inner.records.get(&admitted.key).await.ok()??;
+        if record.payment != payment_id(&admitted.calldata) {
+            return None;
+        }
+        match self.reconcile(&admitted, record).await {
+            Ok(answer) => answer,
+            Err(error) => Some(Err(error)),
+        }
     }
 
     /// Simulate, estimate, sign, record, send, wait.
@@ -530,18 +538,6 @@ fn still_pending(transaction: B256, error: FacilitatorError) -> FacilitatorError
         return error;
     }
     FacilitatorError::pending(format!("{transaction:#x}"), error.detail())
-}
-
-fn success(request: &FacilitatorRequest, transaction: B256, payer: String) -> SettleResponse {
-    SettleResponse {
-        success: true,
-        error_reason: None,
-        error_message: None,
-        payer: Some(payer),
-        transaction: format!("{transaction:#x}"),
-        network: request.payment_requirements().network.clone(),
-        amount: Some(request.payment_requirements().amount),
-    }
 }
 
 /// Whether the receipt holds the asset's `Transfer(from, to, value)` with the exact values.
