@@ -578,7 +578,6 @@ async fn a_restarted_settler_reconciles_from_records_it_shares() {
 
 #[cfg(feature = "redis")]
 #[path = "redis_support/mod.rs"]
-#[allow(dead_code, unreachable_pub)]
 mod redis_support;
 
 #[cfg(feature = "redis")]
