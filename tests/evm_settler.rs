@@ -716,3 +716,53 @@ async fn a_pending_settlement_still_answers_after_its_window_nearly_closed() {
     assert_eq!(Some(settled.transaction.as_str()), pending.transaction());
     assert_eq!(balance(&rpc, setup.pay_to).await, units(PRICE));
 }
+
+#[tokio::test]
+async fn with_confirmations_a_settlement_waits_for_blocks_on_top() {
+    let chain = shared_rpc_url();
+    let key = fresh_key();
+    set_eth_balance(&chain, key.address(), ONE_ETH).await;
+    let (settler, _) = EvmSettler::builder(&chain, key, Network::base_sepolia())
+        .with_asset(USDC)
+        .with_confirmations(2)
+        .with_receipt_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    let pay_to = Payer::from_key(fresh_payer_key().0)
+        .unwrap()
+        .address_bytes();
+    let (request, _) = funded_payment(&chain, pay_to, 1_000_000).await;
+    let settling = tokio::spawn(async move { settler.settle(&request).await });
+    // Blocks come as other transactions arrive; mine some as well.
+    while !settling.is_finished() {
+        rpc_mine(&chain).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let settled = settling.await.unwrap().unwrap();
+    assert!(settled.success, "{settled:?}");
+    let receipt = rpc(
+        &chain,
+        "eth_getTransactionReceipt",
+        json!([settled.transaction]),
+    )
+    .await;
+    let mined_in = u64::from_str_radix(
+        receipt["blockNumber"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
+    let head = rpc(&chain, "eth_blockNumber", json!([])).await;
+    let head = u64::from_str_radix(head.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    assert!(
+        head >= mined_in + 2,
+        "answered at block {head}, mined in {mined_in}"
+    );
+}
+
+async fn rpc_mine(url: &str) {
+    rpc(url, "evm_mine", json!([])).await;
+}

@@ -770,6 +770,58 @@ mod tests {
         }
     }
 
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_settler_key_file_others_can_read_is_refused_and_never_echoed() {
+        use std::os::unix::fs::PermissionsExt;
+        let key = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+        let dir = std::env::temp_dir().join(format!("gateway-settler-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("settler.key");
+        std::fs::write(&path, format!("{key}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let settings = SettlerSettings {
+            rpc_url: "http://127.0.0.1:1/secret-api-key".into(),
+            key_file: path.display().to_string(),
+            receipt_timeout: Duration::from_secs(1),
+            confirmations: 0,
+        };
+        let records =
+            Arc::new(walletgate::x402::facilitator::evm_settler::MemorySettlementRecords::new());
+        let error = settings
+            .connect(
+                &EvmSettings::base_sepolia(),
+                &ClientTls::webpki_roots(),
+                records.clone(),
+            )
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.contains("GATEWAY_SETTLER_KEY_FILE") && error.contains("chmod 600"),
+            "{error}"
+        );
+        assert!(!error.contains(&key[2..]));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let error = settings
+            .connect(
+                &EvmSettings::base_sepolia(),
+                &ClientTls::webpki_roots(),
+                records,
+            )
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("GATEWAY_EVM_RPC_URL"), "{error}");
+        assert!(
+            !error.contains(&key[2..]) && !error.contains("secret-api-key"),
+            "{error}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn the_settler_variables_come_together_and_replace_the_facilitator() {
         let error = |list| Config::from_vars(vars(list)).err().unwrap().to_string();
