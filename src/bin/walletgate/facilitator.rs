@@ -40,8 +40,15 @@ const SETTLEMENT_PENDING: &str = "settlement_pending";
 /// `walletgate facilitator`.
 #[derive(Args)]
 pub(crate) struct FacilitatorArgs {
-    /// The chain's JSON-RPC endpoint (http:// or https://; never printed)
-    #[arg(long, value_name = "URL")]
+    /// The chain's JSON-RPC endpoint (http:// or https://; never printed).
+    /// A URL holding a provider's API key is better given in the environment
+    /// than on the command line, which every user of the machine can read
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "WALLETGATE_FACILITATOR_RPC_URL",
+        hide_env_values = true
+    )]
     rpc_url: String,
     /// The settler's private key: 64 hex digits, 0x optional, mode 0600
     #[arg(long, value_name = "FILE")]

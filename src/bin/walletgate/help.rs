@@ -86,7 +86,10 @@ Environment:
   walletgate facilitator … --listen 0.0.0.0:4020 --auth-token-file facilitator.token
 
 The key file holds 64 hex digits (0x optional) and must be mode 0600; fund the
-settler's address with ETH for gas. Callers send `Authorization: Bearer <token>`."
+settler's address with ETH for gas. Callers send `Authorization: Bearer <token>`.
+
+Environment:
+  WALLETGATE_FACILITATOR_RPC_URL  the --rpc-url (keeps a provider's API key off the process list)"
         }
         "walletgate completions" => {
             "Examples:
