@@ -5,21 +5,25 @@
 //! to the unit whatever else runs on the chain.
 
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use alloy_primitives::{Address, B256, U256};
 use http::StatusCode;
 use serde_json::{Value, json};
 use walletgate::client::payer::Payer;
+use walletgate::x402::facilitator::evm_settler::MemorySettlementRecords;
 use walletgate::x402::wire::{SettleResponse, codec};
 
 use crate::chain_support::{
-    OfficialFacilitator, balance, fresh_payer_key, mined_status, mint, shared_rpc_url,
+    OfficialFacilitator, balance, deploy_erc1271_wallet, fresh_payer_key, mined_status, mint,
+    set_eth_balance, shared_rpc_url, transaction_count,
 };
-use crate::config::{Config, EvmSettings, PaymentNetwork};
+use crate::config::{Config, EvmSettings, PaymentNetwork, SettlerSettings};
 use crate::tests::{Server, now_secs};
 
 const CHAT: &str = "/v1/chat/completions";
+const ONE_ETH: u128 = 1_000_000_000_000_000_000;
 
 /// A gateway settling through `facilitator`, paying a fresh address.
 async fn gateway(facilitator: &OfficialFacilitator) -> (Server, Address) {
@@ -52,14 +56,76 @@ fn settlement(header: &str) -> SettleResponse {
 
 #[tokio::test]
 async fn the_official_fetch_client_pays_a_chat_in_usdc_on_chain() {
+    let rpc = shared_rpc_url();
+    let facilitator = OfficialFacilitator::start(&rpc);
+    let (server, pay_to) = gateway(&facilitator).await;
+    official_fetch_pays_once(&rpc, &server, pay_to).await;
+}
+
+#[tokio::test]
+async fn the_official_fetch_client_pays_the_gateways_own_settler_on_chain() {
+    let rpc = shared_rpc_url();
+    let (server, pay_to, _) = settler_gateway(&rpc, ONE_ETH).await;
+    official_fetch_pays_once(&rpc, &server, pay_to).await;
+}
+
+/// A gateway settling on chain itself: a fresh settler key holding `wei`.
+async fn settler_gateway(rpc: &str, wei: u128) -> (Server, Address, Address) {
+    settler_gateway_with(rpc, wei, |config| config).await
+}
+
+/// The same, its config changed by `adjust` first.
+async fn settler_gateway_with(
+    rpc: &str,
+    wei: u128,
+    adjust: impl FnOnce(Config) -> Config,
+) -> (Server, Address, Address) {
+    let key = fresh_payer_key();
+    let settler_address = payer(key).address_bytes();
+    set_eth_balance(rpc, settler_address, wei).await;
+    let dir = std::env::temp_dir().join(format!("walletgate-settler-{settler_address:x}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = dir.join("settler.key");
+    std::fs::write(&key_file, format!("{key}\n")).unwrap();
+    std::fs::set_permissions(
+        &key_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let settings = SettlerSettings {
+        rpc_url: rpc.to_owned(),
+        key_file: key_file.display().to_string(),
+        receipt_timeout: Duration::from_secs(30),
+        confirmations: 0,
+    };
+    let evm = EvmSettings::base_sepolia();
+    let settler = settings
+        .connect(
+            &evm,
+            &walletgate::tls::ClientTls::webpki_roots(),
+            Arc::new(MemorySettlementRecords::new()),
+        )
+        .await
+        .unwrap();
+    let pay_to = payer(fresh_payer_key()).address_bytes();
+    let config = Config {
+        pay_to: pay_to.to_checksum(None),
+        network: PaymentNetwork::Evm(evm),
+        settler_settings: Some(settings),
+        settler: Some(settler),
+        ..Config::default()
+    };
+    (Server::start(adjust(config)).await, pay_to, settler_address)
+}
+
+/// The official `@x402/fetch` client pays one chat: mined, to the unit.
+async fn official_fetch_pays_once(rpc: &str, server: &Server, pay_to: Address) {
     let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/x402");
     assert!(
         folder.join("node_modules/@x402/fetch").is_dir(),
         "run `npm ci --prefix tests/interop/x402` (or `bash .ci/run`)"
     );
-    let rpc = shared_rpc_url();
-    let facilitator = OfficialFacilitator::start(&rpc);
-    let (server, pay_to) = gateway(&facilitator).await;
+    let rpc = rpc.to_owned();
     let key = fresh_payer_key();
     let from = payer(key).address_bytes();
     mint(&rpc, from, 1_000_000).await;
@@ -107,6 +173,173 @@ async fn walletgate_pays_once_on_chain_and_refused_payments_move_nothing() {
     let rpc = shared_rpc_url();
     let facilitator = OfficialFacilitator::start(&rpc);
     let (server, pay_to) = gateway(&facilitator).await;
+    walletgate_pays_once_and_refusals_move_nothing(&rpc, &server, pay_to).await;
+}
+
+#[tokio::test]
+async fn walletgate_pays_the_gateways_own_settler_once_and_refusals_move_nothing() {
+    let rpc = shared_rpc_url();
+    let (server, pay_to, settler) = settler_gateway(&rpc, ONE_ETH).await;
+    walletgate_pays_once_and_refusals_move_nothing(&rpc, &server, pay_to).await;
+    // One transaction for the one payment: the refusals never reached the chain.
+    assert_eq!(transaction_count(&rpc, settler).await, 1);
+}
+
+/// A settler without ETH for gas: 503 PAYMENT_VERIFICATION_UNAVAILABLE,
+/// nothing served or moved; the same payment works once it is funded.
+#[tokio::test]
+async fn a_settler_without_gas_is_unavailable_and_the_same_payment_works_once_funded() {
+    let rpc = shared_rpc_url();
+    let (server, pay_to, settler) = settler_gateway(&rpc, 0).await;
+    let funded = payer(fresh_payer_key());
+    mint(&rpc, funded.address_bytes(), 1_000_000).await;
+    let quote = server.post_once(CHAT, chat("gas"), None).await;
+    let offer = quote.quote().accepts[0].clone();
+    let amount: u64 = offer.amount.to_string().parse().unwrap();
+    let payment = funded.payment_header(&offer, now_secs()).unwrap();
+    let refused = server.post_once(CHAT, chat("gas"), Some(&payment)).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        refused.text()
+    );
+    assert_eq!(refused.json()["code"], "PAYMENT_VERIFICATION_UNAVAILABLE");
+    assert!(!refused.text().contains("echo: gas"), "nothing served");
+    assert_eq!(
+        balance(&rpc, funded.address_bytes()).await,
+        U256::from(1_000_000)
+    );
+    set_eth_balance(&rpc, settler, ONE_ETH).await;
+    let paid = server.post_once(CHAT, chat("gas"), Some(&payment)).await;
+    assert_eq!(paid.status, StatusCode::OK, "{}", paid.text());
+    assert_eq!(
+        balance(&rpc, funded.address_bytes()).await,
+        U256::from(1_000_000 - amount)
+    );
+    assert_eq!(balance(&rpc, pay_to).await, U256::from(amount));
+}
+
+/// The payer spends its USDC while the upstream answers (after verify,
+/// before settle): 402 SETTLEMENT_FAILED naming the balance, the answer
+/// withheld, nothing broadcast, nothing moved.
+#[tokio::test]
+async fn a_balance_spent_before_settlement_is_settlement_failed_and_nothing_moves() {
+    use axum::Router;
+    use axum::routing::post;
+
+    let rpc = shared_rpc_url();
+    let spender = payer(fresh_payer_key());
+    let from = spender.address_bytes();
+    let sink = payer(fresh_payer_key()).address_bytes();
+    let drain = {
+        let rpc = rpc.clone();
+        move || {
+            let rpc = rpc.clone();
+            async move {
+                // The payer moves all of its USDC elsewhere, mid-request.
+                crate::chain_support::spend_all_usdc(&rpc, from, sink).await;
+                axum::Json(json!({
+                    "id": "chatcmpl-drained", "object": "chat.completion",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "served"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 4, "completion_tokens": 3}
+                }))
+            }
+        }
+    };
+    let upstream =
+        crate::tests::serve(Router::new().route("/v1/chat/completions", post(drain))).await;
+    let (server, pay_to, settler) = settler_gateway_with(&rpc, ONE_ETH, |config| {
+        config
+            .with_openai_upstream(
+                "openai",
+                &format!("http://{upstream}/v1"),
+                crate::upstream::ApiKey::new("sk-test-drain"),
+            )
+            .unwrap()
+    })
+    .await;
+    mint(&rpc, from, 1_000_000).await;
+    let quote = server.post_once(CHAT, chat("drain"), None).await;
+    let offer = quote.quote().accepts[0].clone();
+    let payment = spender.payment_header(&offer, now_secs()).unwrap();
+    let failed = server.post_once(CHAT, chat("drain"), Some(&payment)).await;
+    assert_eq!(
+        failed.status,
+        StatusCode::PAYMENT_REQUIRED,
+        "{}",
+        failed.text()
+    );
+    assert_eq!(failed.json()["code"], "SETTLEMENT_FAILED");
+    assert!(
+        failed.json()["debug"].as_str().unwrap().contains("balance"),
+        "{}",
+        failed.text()
+    );
+    assert!(!failed.text().contains("served"), "the answer is withheld");
+    assert_eq!(balance(&rpc, pay_to).await, U256::ZERO);
+    assert_eq!(balance(&rpc, sink).await, U256::from(1_000_000));
+    assert_eq!(
+        transaction_count(&rpc, settler).await,
+        0,
+        "nothing broadcast"
+    );
+}
+
+/// A smart-wallet (ERC-1271) payer: the wallet's owner signs, the token asks
+/// the wallet; one that refuses is PAYMENT_INVALID and moves nothing.
+#[tokio::test]
+async fn a_smart_wallet_pays_the_gateways_own_settler_and_a_refusing_one_is_invalid() {
+    let rpc = shared_rpc_url();
+    let (server, pay_to, _) = settler_gateway(&rpc, ONE_ETH).await;
+    let owner = payer(fresh_payer_key());
+    let wallet = deploy_erc1271_wallet(&rpc, owner.address_bytes(), false).await;
+    let refusing = deploy_erc1271_wallet(&rpc, owner.address_bytes(), true).await;
+    for account in [wallet, refusing] {
+        mint(&rpc, account, 1_000_000).await;
+    }
+    let quote = server.post_once(CHAT, chat("from a wallet"), None).await;
+    let offer = quote.quote().accepts[0].clone();
+    let amount: u64 = offer.amount.to_string().parse().unwrap();
+    let pay_from = |from: Address| {
+        let mut authorization = owner.authorization(&offer, now_secs(), fresh_payer_key());
+        authorization.from = from.to_checksum(None);
+        codec::encode(&owner.sign(&offer, authorization).unwrap())
+    };
+    let paid = server
+        .post_once(CHAT, chat("from a wallet"), Some(&pay_from(wallet)))
+        .await;
+    assert_eq!(paid.status, StatusCode::OK, "{}", paid.text());
+    let settled = settlement(paid.header("payment-response").unwrap());
+    assert_eq!(
+        mined_status(&rpc, settled.transaction.parse().unwrap()).await,
+        1
+    );
+    assert_eq!(balance(&rpc, wallet).await, U256::from(1_000_000 - amount));
+    assert_eq!(balance(&rpc, pay_to).await, U256::from(amount));
+
+    let refused = server
+        .post_once(CHAT, chat("from a wallet"), Some(&pay_from(refusing)))
+        .await;
+    assert_eq!(refused.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(
+        refused.json()["code"],
+        "PAYMENT_INVALID",
+        "{}",
+        refused.text()
+    );
+    assert_eq!(balance(&rpc, refusing).await, U256::from(1_000_000));
+    assert_eq!(balance(&rpc, pay_to).await, U256::from(amount));
+}
+
+/// Paid once through `server`, then a replay, a tampered and an unfunded
+/// payment are refused and move nothing.
+async fn walletgate_pays_once_and_refusals_move_nothing(
+    rpc: &str,
+    server: &Server,
+    pay_to: Address,
+) {
+    let rpc = rpc.to_owned();
     let funded = payer(fresh_payer_key());
     mint(&rpc, funded.address_bytes(), 1_000_000).await;
 

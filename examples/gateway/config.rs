@@ -25,6 +25,9 @@
 //! | `GATEWAY_ANSWER_STORE_BYTES` | `268435456` | the in-memory answer store's total (without Redis; the answers nearest their expiry make room) |
 //! | `GATEWAY_NETWORK` | `base-sepolia` | `base-sepolia`, `base`, `solana` (or `--network solana`), or `eip155:<chain id>` (then the three `GATEWAY_USDC_*`) |
 //! | `GATEWAY_FACILITATOR_URL` | none (development ledger) | the x402 facilitator that verifies and settles (`https://host[/path]` or `http://`); required on every network but `base-sepolia` |
+//! | `GATEWAY_EVM_RPC_URL` + `GATEWAY_SETTLER_KEY_FILE` | none | settle EVM payments on chain with walletgate's own settler instead of a facilitator: the chain's JSON-RPC URL (never printed) and the settler's key file (64 hex digits, mode 0600; never printed); fund its address with ETH for gas |
+//! | `GATEWAY_RECEIPT_TIMEOUT_SECS` | `30` | with the settler: the wait for a receipt before a transaction is replaced (same nonce, higher fees); after a second wait the settlement is pending |
+//! | `GATEWAY_CONFIRMATIONS` | `0` | with the settler: blocks to wait for on top of the one that mined a transfer |
 //! | `GATEWAY_USDC_ADDRESS`, `GATEWAY_USDC_NAME`, `GATEWAY_USDC_VERSION` | none | `eip155:<id>`: the token's address and EIP-712 domain name and version |
 //! | `GATEWAY_CDP_KEY_FILE` | none | the hosted CDP facilitator's API key file (`{"id", "privateKey"}`): every facilitator call carries a fresh JWT made with it (never printed) |
 //! | `GATEWAY_DEV_LEDGER` | unset | `1`: serve real upstreams (`GATEWAY_UPSTREAMS`) although payments settle on the development ledger |
@@ -51,7 +54,8 @@ use std::time::Duration;
 use walletgate::free_tier::{ClientIpResolver, FreeTierQuotas};
 use walletgate::tls::ClientTls;
 use walletgate::x402::ConfigError as X402ConfigError;
-use walletgate::x402::facilitator::{CdpAuth, DevLedger, FacilitatorAuth};
+use walletgate::x402::facilitator::evm_settler::SettlementRecords;
+use walletgate::x402::facilitator::{CdpAuth, DevLedger, EvmSettler, FacilitatorAuth, SettlerKey};
 use walletgate::x402::server::{
     AnswerLimits, DEFAULT_ANSWER_STORE_BYTES, PaymentIdentifier, PaymentOption,
 };
@@ -143,6 +147,65 @@ pub(crate) struct Config {
     pub(crate) draining: Draining,
     /// How long a drain may take (`GATEWAY_DRAIN_SECS`).
     pub(crate) drain: Duration,
+    /// `GATEWAY_EVM_RPC_URL` + `GATEWAY_SETTLER_KEY_FILE`: settle on chain.
+    pub(crate) settler_settings: Option<SettlerSettings>,
+    /// That settler once connected (its startup checks passed): it verifies
+    /// and settles instead of any facilitator.
+    pub(crate) settler: Option<EvmSettler>,
+}
+
+/// walletgate's own settler: where the chain is and which key pays gas.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct SettlerSettings {
+    pub(crate) rpc_url: String,
+    pub(crate) key_file: String,
+    pub(crate) receipt_timeout: Duration,
+    pub(crate) confirmations: u64,
+}
+
+impl fmt::Debug for SettlerSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The RPC URL may carry a provider's API key.
+        f.debug_struct("SettlerSettings")
+            .field("key_file", &self.key_file)
+            .field("receipt_timeout", &self.receipt_timeout)
+            .field("confirmations", &self.confirmations)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SettlerSettings {
+    /// The settler for `evm`'s USDC, its startup checks run (chain id, the
+    /// token's code, a warning when the key holds little ETH).
+    pub(crate) async fn connect(
+        &self,
+        evm: &EvmSettings,
+        tls: &ClientTls,
+        records: Arc<dyn SettlementRecords>,
+    ) -> Result<EvmSettler, ConfigError> {
+        let key = SettlerKey::from_file(&self.key_file)
+            .map_err(|error| invalid("GATEWAY_SETTLER_KEY_FILE", error.to_string()))?;
+        let usdc = evm
+            .usdc
+            .parse()
+            .map_err(|_| invalid("GATEWAY_USDC_ADDRESS", "not an EVM address"))?;
+        let (settler, report) = EvmSettler::builder(&self.rpc_url, key, evm.network.clone())
+            .with_asset(usdc)
+            .with_tls(tls.clone())
+            .with_records(records)
+            .with_receipt_timeout(self.receipt_timeout)
+            .with_confirmations(self.confirmations)
+            .connect()
+            .await
+            .map_err(|error| invalid("GATEWAY_EVM_RPC_URL", error.to_string()))?;
+        if report.low_balance {
+            eprintln!(
+                "gateway: WARNING: settler {} holds {} wei: fund it with ETH for gas",
+                report.address, report.balance_wei
+            );
+        }
+        Ok(settler)
+    }
 }
 
 /// How paid answers are kept for a resend: each one's bound and retention,
@@ -324,6 +387,8 @@ impl Default for Config {
             facilitator_auth: None,
             draining: Draining::default(),
             drain: Duration::from_secs(crate::shutdown::DEFAULT_DRAIN_SECS),
+            settler_settings: None,
+            settler: None,
         }
     }
 }
@@ -445,7 +510,15 @@ impl Config {
         }
         config.redis = RedisSettings::from_vars(&var, "GATEWAY")
             .map_err(|(variable, reason)| invalid(&variable, reason))?;
-        config.network = payment_network(&var)?;
+        config.settler_settings = settler_settings(&var)?;
+        config.network = payment_network(&var, config.settler_settings.is_some())?;
+        if let Some(settler) = &config.settler_settings {
+            // A settlement waits for a receipt twice (the transaction, then its
+            // replacement): the server must not give up on it before.
+            Arc::get_mut(&mut config.payment_faults)
+                .expect("not shared yet")
+                .settle_timeout = settler.receipt_timeout * 2 + Duration::from_secs(30);
+        }
         if let Some(path) = var("GATEWAY_CDP_KEY_FILE") {
             let uses_facilitator = match &config.network {
                 PaymentNetwork::Evm(evm) => evm.facilitator_url.is_some(),
@@ -540,7 +613,8 @@ impl Config {
 
     /// Whether paid requests settle on the in-process development ledger.
     pub(crate) fn on_development_ledger(&self) -> bool {
-        matches!(&self.network, PaymentNetwork::Evm(evm) if evm.facilitator_url.is_none())
+        self.settler_settings.is_none()
+            && matches!(&self.network, PaymentNetwork::Evm(evm) if evm.facilitator_url.is_none())
     }
 
     /// Serves `provider`'s models from the OpenAI-compatible API at `base_url`.
@@ -558,9 +632,74 @@ impl Config {
     }
 }
 
+/// `GATEWAY_EVM_RPC_URL` + `GATEWAY_SETTLER_KEY_FILE` (both or neither) and
+/// the variables only they make meaningful.
+fn settler_settings(
+    var: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<SettlerSettings>, ConfigError> {
+    let (rpc_url, key_file) = match (var("GATEWAY_EVM_RPC_URL"), var("GATEWAY_SETTLER_KEY_FILE")) {
+        (Some(rpc_url), Some(key_file)) => (rpc_url, key_file),
+        (None, None) => {
+            for variable in ["GATEWAY_RECEIPT_TIMEOUT_SECS", "GATEWAY_CONFIRMATIONS"] {
+                if var(variable).is_some() {
+                    return Err(invalid(
+                        variable,
+                        "is only read with GATEWAY_EVM_RPC_URL and GATEWAY_SETTLER_KEY_FILE",
+                    ));
+                }
+            }
+            return Ok(None);
+        }
+        (Some(_), None) => {
+            return Err(invalid(
+                "GATEWAY_SETTLER_KEY_FILE",
+                "is required with GATEWAY_EVM_RPC_URL",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                "GATEWAY_EVM_RPC_URL",
+                "is required with GATEWAY_SETTLER_KEY_FILE",
+            ));
+        }
+    };
+    if var("GATEWAY_FACILITATOR_URL").is_some() {
+        return Err(invalid(
+            "GATEWAY_FACILITATOR_URL",
+            "is not read with GATEWAY_EVM_RPC_URL: the gateway settles itself",
+        ));
+    }
+    let receipt_timeout = match var("GATEWAY_RECEIPT_TIMEOUT_SECS") {
+        None => walletgate::x402::facilitator::evm_settler::DEFAULT_RECEIPT_TIMEOUT,
+        Some(secs) => {
+            Duration::from_secs(secs.parse().ok().filter(|secs| *secs > 0).ok_or_else(|| {
+                invalid(
+                    "GATEWAY_RECEIPT_TIMEOUT_SECS",
+                    "expected a positive number of seconds",
+                )
+            })?)
+        }
+    };
+    let confirmations = match var("GATEWAY_CONFIRMATIONS") {
+        None => 0,
+        Some(count) => count
+            .parse()
+            .map_err(|_| invalid("GATEWAY_CONFIRMATIONS", "expected a number of blocks"))?,
+    };
+    Ok(Some(SettlerSettings {
+        rpc_url,
+        key_file,
+        receipt_timeout,
+        confirmations,
+    }))
+}
+
 /// `GATEWAY_NETWORK` and the variables it reads. A variable the chosen
 /// network would ignore is an error naming it, never silence.
-fn payment_network(var: &impl Fn(&str) -> Option<String>) -> Result<PaymentNetwork, ConfigError> {
+fn payment_network(
+    var: &impl Fn(&str) -> Option<String>,
+    self_settling: bool,
+) -> Result<PaymentNetwork, ConfigError> {
     let name = var("GATEWAY_NETWORK").unwrap_or_else(|| "base-sepolia".to_owned());
     let facilitator_url = var("GATEWAY_FACILITATOR_URL");
     let only_with = |variable: &str, network: &str| -> Result<(), ConfigError> {
@@ -586,7 +725,13 @@ fn payment_network(var: &impl Fn(&str) -> Option<String>) -> Result<PaymentNetwo
             only_with(variable, "eip155:<id>")?;
         }
     }
-    if facilitator_url.is_some() || name == "solana" {
+    if name == "solana" && self_settling {
+        return Err(invalid(
+            "GATEWAY_EVM_RPC_URL",
+            "settles EVM networks only (it is solana)",
+        ));
+    }
+    if facilitator_url.is_some() || name == "solana" || self_settling {
         only_with(
             "GATEWAY_DEV_LEDGER",
             "base-sepolia without GATEWAY_FACILITATOR_URL",
@@ -649,7 +794,7 @@ fn payment_network(var: &impl Fn(&str) -> Option<String>) -> Result<PaymentNetwo
     match facilitator_url {
         Some(url) => evm.facilitator_url = Some(url),
         // The development ledger funds public keys with Base Sepolia USDC only.
-        None if name != "base-sepolia" => {
+        None if name != "base-sepolia" && !self_settling => {
             return Err(invalid(
                 "GATEWAY_FACILITATOR_URL",
                 format!(
@@ -706,6 +851,107 @@ mod tests {
                 .find(|(key, _)| *key == name)
                 .map(|(_, value)| (*value).to_owned())
         }
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_settler_key_file_others_can_read_is_refused_and_never_echoed() {
+        use std::os::unix::fs::PermissionsExt;
+        let key = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+        let dir = std::env::temp_dir().join(format!("gateway-settler-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("settler.key");
+        std::fs::write(&path, format!("{key}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let settings = SettlerSettings {
+            rpc_url: "http://127.0.0.1:1/secret-api-key".into(),
+            key_file: path.display().to_string(),
+            receipt_timeout: Duration::from_secs(1),
+            confirmations: 0,
+        };
+        let records =
+            Arc::new(walletgate::x402::facilitator::evm_settler::MemorySettlementRecords::new());
+        let error = settings
+            .connect(
+                &EvmSettings::base_sepolia(),
+                &ClientTls::webpki_roots(),
+                records.clone(),
+            )
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.contains("GATEWAY_SETTLER_KEY_FILE") && error.contains("chmod 600"),
+            "{error}"
+        );
+        assert!(!error.contains(&key[2..]));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let error = settings
+            .connect(
+                &EvmSettings::base_sepolia(),
+                &ClientTls::webpki_roots(),
+                records,
+            )
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("GATEWAY_EVM_RPC_URL"), "{error}");
+        assert!(
+            !error.contains(&key[2..]) && !error.contains("secret-api-key"),
+            "{error}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_settler_variables_come_together_and_replace_the_facilitator() {
+        let error = |list| Config::from_vars(vars(list)).err().unwrap().to_string();
+        assert!(
+            error(&[("GATEWAY_EVM_RPC_URL", "http://127.0.0.1:8545")])
+                .contains("GATEWAY_SETTLER_KEY_FILE")
+        );
+        assert!(error(&[("GATEWAY_SETTLER_KEY_FILE", "/k")]).contains("GATEWAY_EVM_RPC_URL"));
+        assert!(error(&[("GATEWAY_CONFIRMATIONS", "2")]).contains("GATEWAY_CONFIRMATIONS"));
+        assert!(
+            error(&[
+                ("GATEWAY_EVM_RPC_URL", "http://127.0.0.1:8545"),
+                ("GATEWAY_SETTLER_KEY_FILE", "/k"),
+                ("GATEWAY_FACILITATOR_URL", "http://127.0.0.1:4020"),
+            ])
+            .contains("GATEWAY_FACILITATOR_URL")
+        );
+        assert!(
+            error(&[
+                ("GATEWAY_EVM_RPC_URL", "http://127.0.0.1:8545"),
+                ("GATEWAY_SETTLER_KEY_FILE", "/k"),
+                ("GATEWAY_RECEIPT_TIMEOUT_SECS", "0"),
+            ])
+            .contains("GATEWAY_RECEIPT_TIMEOUT_SECS")
+        );
+        // Any EVM network settles without a facilitator, never on the development ledger.
+        let config = Config::from_vars(vars(&[
+            ("GATEWAY_EVM_RPC_URL", "http://127.0.0.1:8545"),
+            ("GATEWAY_SETTLER_KEY_FILE", "/k"),
+            ("GATEWAY_NETWORK", "base"),
+            ("GATEWAY_RECEIPT_TIMEOUT_SECS", "5"),
+            ("GATEWAY_CONFIRMATIONS", "2"),
+        ]))
+        .unwrap();
+        assert!(!config.on_development_ledger());
+        let settler = config.settler_settings.as_ref().unwrap();
+        assert_eq!(settler.receipt_timeout, Duration::from_secs(5));
+        assert_eq!(settler.confirmations, 2);
+        // The server waits out both receipt waits before giving up.
+        assert_eq!(
+            config.payment_faults.settle_timeout,
+            Duration::from_secs(40)
+        );
+        assert!(
+            !format!("{settler:?}").contains("8545"),
+            "the RPC URL is not shown"
+        );
     }
 
     #[test]

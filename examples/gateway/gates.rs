@@ -182,6 +182,13 @@ impl PaymentSettings {
         })
     }
 
+    /// The same settings verified and settled by `facilitator` (e.g. the
+    /// gateway's own on-chain settler).
+    pub(crate) fn with_facilitator(mut self, facilitator: Arc<dyn Facilitator>) -> Self {
+        self.facilitator = facilitator;
+        self
+    }
+
     /// The same settings quoting `url` + the path as every `resource.url`.
     pub(crate) fn with_public_url(mut self, url: &str) -> Self {
         url.clone_into(&mut self.public_url);

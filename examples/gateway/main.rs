@@ -114,6 +114,7 @@ use std::sync::atomic::Ordering;
 use axum::Router;
 use axum::routing::{get, post};
 use http::StatusCode;
+use walletgate::x402::facilitator::evm_settler::{MemorySettlementRecords, SettlementRecords};
 use walletgate::x402::{
     facilitator::{DevLedger, Facilitator},
     wire::Network,
@@ -180,6 +181,20 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     if let PaymentNetwork::Evm(evm) = &config.network
+        && let Some(settings) = &config.settler_settings
+    {
+        // With Redis, every replica reads what any of them broadcast.
+        let records: Arc<dyn SettlementRecords> =
+            match redis_connection(&config).map_err(|error| error as Box<dyn std::error::Error>)? {
+                None => Arc::new(MemorySettlementRecords::new()),
+                #[cfg(feature = "redis")]
+                Some(conn) => Arc::new(walletgate::redis::RedisSettlementRecords::new(conn)),
+                #[cfg(not(feature = "redis"))]
+                Some(never) => match never {},
+            };
+        config.settler = Some(settings.connect(evm, &config.tls, records).await?);
+    }
+    if let PaymentNetwork::Evm(evm) = &config.network
         && let Some(url) = &evm.facilitator_url
     {
         check_facilitator(
@@ -198,8 +213,16 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("gateway listening on http://{address} (clients: api_url http://{address}/api)");
     match &config.network {
-        PaymentNetwork::Evm(evm) => match &evm.facilitator_url {
-            None => {
+        PaymentNetwork::Evm(evm) => match (&evm.facilitator_url, &config.settler) {
+            (None, Some(settler)) => println!(
+                "payments: {} USDC ({}) to {}, verified and settled on chain by this gateway's \
+                 settler {}",
+                evm.name,
+                evm.usdc,
+                config.pay_to,
+                settler.address()
+            ),
+            (None, None) => {
                 println!(
                     "payments: Base Sepolia USDC, settled on the in-process DEVELOPMENT LEDGER \
                      (nothing moves on a chain), payTo {}",
@@ -212,7 +235,7 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
                     println!("  {account}");
                 }
             }
-            Some(url) => println!(
+            (Some(url), _) => println!(
                 "payments: {} USDC ({}) to {}, verified and settled by the facilitator at {url}",
                 evm.name, evm.usdc, config.pay_to
             ),
@@ -368,6 +391,10 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
                 config.clock.clone(),
             )?
         }
+    };
+    let payments = match config.settler {
+        Some(settler) => payments.with_facilitator(Arc::new(settler)),
+        None => payments,
     };
     let payments = payments
         .with_public_url(&public_url)

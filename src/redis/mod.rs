@@ -14,7 +14,9 @@
 //!
 //! Payments (with the `x402` feature): [`RedisNonceStore`] (claims, releases,
 //! settling and spent authorizations), [`RedisAnswerStore`] (paid answers kept
-//! for a resend) and [`RedisLedger`] (the development ledger). Paired
+//! for a resend) and [`RedisLedger`] (the development ledger); with
+//! `evm-settler`, `RedisSettlementRecords` (what the on-chain settler
+//! broadcast, written before it is sent). Paired
 //! with [`RedisNonceStore::with_ledger_prefetch`], a paid request costs two round
 //! trips: the claim, which also reads what the ledger's check needs, and the
 //! transfer, which also writes the spent record.
@@ -25,6 +27,8 @@ mod answers;
 mod ledger;
 #[cfg(feature = "x402")]
 mod replay;
+#[cfg(feature = "evm-settler")]
+mod settlement_records;
 #[cfg(feature = "x402")]
 mod spent;
 
@@ -34,6 +38,8 @@ pub use answers::RedisAnswerStore;
 pub use ledger::RedisLedger;
 #[cfg(feature = "x402")]
 pub use replay::RedisNonceStore;
+#[cfg(feature = "evm-settler")]
+pub use settlement_records::RedisSettlementRecords;
 
 #[cfg(any(feature = "siwe", feature = "wallet-jwt"))]
 mod lua;

@@ -57,6 +57,88 @@ pub fn shared_rpc_url() -> String {
     STARTED.get_or_init(start_for_this_process).clone()
 }
 
+/// A chain of its own (anvil + USDC), for a test that pauses mining or
+/// otherwise disturbs what other tests see; stopped when this process ends.
+pub fn private_chain() -> String {
+    start_for_this_process()
+}
+
+/// Sets `account`'s ETH balance (anvil's `anvil_setBalance`).
+pub async fn set_eth_balance(rpc_url: &str, account: Address, wei: u128) {
+    rpc(
+        rpc_url,
+        "anvil_setBalance",
+        json!([account, format!("{wei:#x}")]),
+    )
+    .await;
+}
+
+/// Deploys `tests/interop/chain/Erc1271Wallet.bin`: a smart wallet whose
+/// `isValidSignature` approves what `owner` signed, or refuses everything.
+pub async fn deploy_erc1271_wallet(rpc_url: &str, owner: Address, refuses: bool) -> Address {
+    let bytecode = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/chain/Erc1271Wallet.bin"),
+    )
+    .expect("the committed wallet bytecode");
+    let data = format!(
+        "{}{:0>64}{:064x}",
+        bytecode.trim(),
+        alloy_primitives::hex::encode(owner.as_slice()),
+        u8::from(refuses)
+    );
+    let hash = send_from_minter(rpc_url, json!({ "from": MINTER, "data": data })).await;
+    assert_eq!(
+        mined_status(rpc_url, hash).await,
+        1,
+        "wallet deployment reverted"
+    );
+    let receipt = rpc(rpc_url, "eth_getTransactionReceipt", json!([hash])).await;
+    receipt["contractAddress"]
+        .as_str()
+        .and_then(|address| address.parse().ok())
+        .expect("a contract address")
+}
+
+/// `from` sends all of its USDC to `to` (impersonated on anvil): a payer
+/// spending its balance elsewhere.
+pub async fn spend_all_usdc(rpc_url: &str, from: Address, to: Address) {
+    let all = balance(rpc_url, from).await;
+    rpc(rpc_url, "anvil_impersonateAccount", json!([from])).await;
+    set_eth_balance(rpc_url, from, 10u128.pow(18)).await;
+    let data = format!(
+        "0xa9059cbb{:0>64}{all:064x}",
+        alloy_primitives::hex::encode(to.as_slice()),
+    );
+    let hash = rpc(
+        rpc_url,
+        "eth_sendTransaction",
+        json!([{ "from": from, "to": USDC, "data": data }]),
+    )
+    .await;
+    let hash: B256 = serde_json::from_value(hash).expect("a transaction hash");
+    assert_eq!(
+        mined_status(rpc_url, hash).await,
+        1,
+        "the transfer reverted"
+    );
+    rpc(rpc_url, "anvil_stopImpersonatingAccount", json!([from])).await;
+}
+
+/// `account`'s transaction count in mined blocks.
+pub async fn transaction_count(rpc_url: &str, account: Address) -> u64 {
+    let count = rpc(
+        rpc_url,
+        "eth_getTransactionCount",
+        json!([account, "latest"]),
+    )
+    .await;
+    u64::from_str_radix(
+        count.as_str().expect("a quantity").trim_start_matches("0x"),
+        16,
+    )
+    .expect("a hex count")
+}
+
 /// An anvil that outlives no test binary: a shell watches this process and
 /// stops anvil once it is gone (statics' destructors never run).
 fn start_for_this_process() -> String {
@@ -105,11 +187,19 @@ pub struct OfficialFacilitator {
 
 impl OfficialFacilitator {
     /// Starts `tests/interop/chain/facilitator.mjs` and waits for its port.
+    /// Each one this process starts signs with another development account
+    /// (#7, #6, … #1; not #0, the minter, nor #9, USDC's proxy admin, which
+    /// may not call the token): facilitators running at once never share a
+    /// transaction nonce.
     pub fn start(rpc_url: &str) -> Self {
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        const ACCOUNTS: [u8; 7] = [7, 6, 5, 4, 3, 2, 1];
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut child = Command::new("node")
             .arg(chain_dir().join("facilitator.mjs"))
             .arg(rpc_url)
             .arg("0")
+            .arg(ACCOUNTS[n % ACCOUNTS.len()].to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -155,13 +245,11 @@ pub async fn mint(rpc_url: &str, to: Address, amount: u64) {
         amount: U256::from(amount),
     }
     .abi_encode();
-    let hash = rpc(
+    let hash = send_from_minter(
         rpc_url,
-        "eth_sendTransaction",
-        json!([{ "from": MINTER, "to": USDC, "data": format!("0x{}", alloy_primitives::hex::encode(data)) }]),
+        json!({ "from": MINTER, "to": USDC, "data": format!("0x{}", alloy_primitives::hex::encode(data)) }),
     )
     .await;
-    let hash: B256 = serde_json::from_value(hash).expect("a transaction hash");
     assert_eq!(mined_status(rpc_url, hash).await, 1, "mint reverted");
 }
 
@@ -197,8 +285,37 @@ pub async fn receipt_status(rpc_url: &str, hash: B256) -> Option<u64> {
     u64::from_str_radix(status.trim_start_matches("0x"), 16).ok()
 }
 
+/// Sends `transaction` from the unlocked minter. Test binaries sharing the
+/// chain send from it at once, and anvil may hand two of them the same
+/// nonce: the loser ("nonce too low", "replacement transaction
+/// underpriced") is sent again.
+pub async fn send_from_minter(rpc_url: &str, transaction: Value) -> B256 {
+    for _ in 0..20 {
+        match rpc_answer(rpc_url, "eth_sendTransaction", json!([transaction])).await {
+            Ok(hash) => return serde_json::from_value(hash).expect("a transaction hash"),
+            Err(error)
+                if ["nonce", "underpriced", "already known"]
+                    .iter()
+                    .any(|collision| error.to_string().contains(collision)) =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(error) => panic!("eth_sendTransaction failed: {error}"),
+        }
+    }
+    panic!("eth_sendTransaction from the minter kept colliding on its nonce");
+}
+
 /// One JSON-RPC call; panics on a JSON-RPC error (a test fault).
 pub async fn rpc(rpc_url: &str, method: &str, params: Value) -> Value {
+    match rpc_answer(rpc_url, method, params).await {
+        Ok(result) => result,
+        Err(error) => panic!("{method} failed: {error}"),
+    }
+}
+
+/// One JSON-RPC call: its result, or its JSON-RPC error.
+pub async fn rpc_answer(rpc_url: &str, method: &str, params: Value) -> Result<Value, Value> {
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
@@ -214,10 +331,10 @@ pub async fn rpc(rpc_url: &str, method: &str, params: Value) -> Value {
         .expect("a JSON-RPC body")
         .to_bytes();
     let mut answer: Value = serde_json::from_slice(&bytes).expect("JSON-RPC JSON");
-    if let Some(error) = answer.get("error") {
-        panic!("{method} failed: {error}");
+    if let Some(error) = answer.get_mut("error") {
+        return Err(error.take());
     }
-    answer["result"].take()
+    Ok(answer["result"].take())
 }
 
 fn wait_for_port(port: u16, what: &str) {

@@ -79,6 +79,19 @@ Environment:
 Environment:
   WALLETGATE_HOME  where the sign-in is kept [default: $HOME/.walletgate]"
         }
+        "walletgate facilitator" => {
+            "Examples:
+  walletgate facilitator --rpc-url http://127.0.0.1:8545 --key-file settler.key \\
+    --network eip155:84532 --asset 0x036CbD53842c5426634e7929541eC2318f3dCF7e \\
+    --pay-to 0x70997970C51812dc3A010C7d01b50e0d17dc79C8
+  walletgate facilitator … --listen 0.0.0.0:4020 --auth-token-file facilitator.token
+
+The key file holds 64 hex digits (0x optional) and must be mode 0600; fund the
+settler's address with ETH for gas. Callers send `Authorization: Bearer <token>`.
+
+Environment:
+  WALLETGATE_FACILITATOR_RPC_URL  the --rpc-url (keeps a provider's API key off the process list)"
+        }
         "walletgate completions" => {
             "Examples:
   walletgate completions bash > ~/.local/share/bash-completion/completions/walletgate

@@ -3,12 +3,15 @@
 //! * `walletgate pay URL` — one paid request to an x402 gateway;
 //! * `login`, `whoami`, `auth`, `api request`, `mcp-bridge` — the data API
 //!   commands (sign in with a wallet, keep its JWT, call the API);
+//! * `facilitator` — the standard facilitator API, settling on chain with
+//!   walletgate's own settler;
 //! * `completions bash|zsh|fish` — shell completions.
 //!
 //! Exit codes, help texts and JSON errors follow one contract ([`exit`]).
 
 mod data;
 mod exit;
+mod facilitator;
 mod help;
 mod pay;
 mod signer;
@@ -37,6 +40,9 @@ enum Command {
     /// One paid request: pays the x402 quote within --max-usd, prints the
     /// body on stdout and one receipt line on stderr
     Pay(pay::PayArgs),
+    /// Serve the standard facilitator API (POST /verify, /settle, GET
+    /// /supported), settling on chain with the settler's own key
+    Facilitator(facilitator::FacilitatorArgs),
     /// The data API commands (login, whoami, auth, api, mcp-bridge).
     #[command(flatten)]
     Data(data::DataCommand),
@@ -133,6 +139,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Pay(args) => pay::run(args, format).await,
             Command::Data(command) => data::run(command, format).await,
+            Command::Facilitator(args) => facilitator::run(args, format).await,
             Command::Completions { .. } => Exit::Ok,
         }
     });

@@ -270,6 +270,27 @@ fn read_verdict<T: DeserializeOwned>(
     })
 }
 
+/// The TS SDK's (and `walletgate facilitator`'s) "broadcast, no receipt
+/// yet" verdict: not a failure, the transfer may still land.
+const SETTLEMENT_PENDING: &str = "settlement_pending";
+
+/// A `settlement_pending` answer naming its transaction is
+/// [`FacilitatorError::pending`]: the claim must be kept, not released.
+fn pending_as_error(settled: SettleResponse) -> Result<SettleResponse, FacilitatorError> {
+    if !settled.success
+        && settled.error_reason.as_deref() == Some(SETTLEMENT_PENDING)
+        && !settled.transaction.is_empty()
+    {
+        return Err(FacilitatorError::pending(
+            settled.transaction,
+            settled
+                .error_message
+                .unwrap_or_else(|| SETTLEMENT_PENDING.to_owned()),
+        ));
+    }
+    Ok(settled)
+}
+
 impl<C> Facilitator for HttpFacilitator<C>
 where
     C: Connect + Clone + Send + Sync + 'static,
@@ -290,7 +311,9 @@ where
                 FacilitatorError::protocol(format!("encoding /settle: {error}"))
             })?;
             match self.exchange(Method::POST, "/settle", Some(body)).await {
-                Ok((status, answer)) => read_verdict("/settle", status, &answer, "success"),
+                Ok((status, answer)) => {
+                    read_verdict("/settle", status, &answer, "success").and_then(pending_as_error)
+                }
                 // Asked, and no answer: the transfer may have happened; the
                 // resend of the same payment asks again.
                 Err((error, true)) => Err(FacilitatorError::answer_lost(error.detail())),
@@ -356,6 +379,25 @@ mod tests {
         let text = format!("{facilitator:?}");
         assert!(text.contains("x-api-key"));
         assert!(!text.contains("secret-value"));
+    }
+
+    #[test]
+    fn a_pending_settlement_is_a_pending_error_naming_its_transaction() {
+        let pending: SettleResponse = serde_json::from_str(
+            r#"{"success":false,"errorReason":"settlement_pending","transaction":"0xabc","network":"eip155:84532"}"#,
+        )
+        .unwrap();
+        let error = pending_as_error(pending).unwrap_err();
+        assert_eq!(
+            error.kind(),
+            &crate::x402::facilitator::FacilitatorErrorKind::Pending
+        );
+        assert_eq!(error.transaction(), Some("0xabc"));
+        let failed: SettleResponse = serde_json::from_str(
+            r#"{"success":false,"errorReason":"settlement_pending","transaction":"","network":"eip155:84532"}"#,
+        )
+        .unwrap();
+        assert!(pending_as_error(failed).is_ok());
     }
 
     #[test]

@@ -66,9 +66,19 @@ impl fmt::Debug for LocalEvmFacilitator {
 }
 
 /// A refused payment: the reason and, once known, the payer.
-struct Refusal {
-    reason: &'static str,
-    payer: Option<Address>,
+pub(super) struct Refusal {
+    pub(super) reason: &'static str,
+    pub(super) payer: Option<Address>,
+}
+
+/// How the authorization's signature is judged offline.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum SignatureCheck {
+    /// One recovery, which must give `from`.
+    Recover,
+    /// `from` is a contract: its own check (ERC-1271, through the token) judges
+    /// the signature on chain, so offline it is not looked at.
+    OnChain,
 }
 
 fn refuse(reason: &'static str, payer: Option<Address>) -> Refusal {
@@ -86,69 +96,84 @@ impl LocalEvmFacilitator {
     }
 
     fn check_offline(&self, request: &FacilitatorRequest) -> Result<Transfer, Refusal> {
-        let offer = request.payment_requirements();
-        let payment = request.payment_payload();
-        if payment.x402_version != X402_VERSION {
-            return Err(refuse(reason::INVALID_X402_VERSION, None));
-        }
-        if offer.scheme != SCHEME_EXACT || payment.accepted.scheme != SCHEME_EXACT {
-            return Err(refuse(reason::UNSUPPORTED_SCHEME, None));
-        }
-        let (Some(name), Some(version)) = (offer.extra_str("name"), offer.extra_str("version"))
-        else {
-            return Err(refuse(reason::MISSING_EIP712_DOMAIN, None));
-        };
-        if payment.accepted.network != offer.network {
-            return Err(refuse(reason::INVALID_NETWORK, None));
-        }
-        let chain_id = offer
-            .network
-            .eip155_chain_id()
-            .ok_or(refuse(reason::INVALID_NETWORK, None))?;
-        let asset = parse_evm_address(&offer.asset)
-            .ok_or(refuse(reason::INVALID_PAYMENT_REQUIREMENTS, None))?;
-        let pay_to = parse_evm_address(&offer.pay_to)
-            .ok_or(refuse(reason::INVALID_PAYMENT_REQUIREMENTS, None))?;
-        let evm = match request.evm_decoding() {
-            EvmDecoding::Decoded(evm) => evm,
-            EvmDecoding::Malformed { payer } => {
-                return Err(refuse(reason::INVALID_PAYLOAD, *payer));
-            }
-            EvmDecoding::NotExactEvm => return Err(refuse(reason::INVALID_PAYLOAD, None)),
-        };
-        let payer = Some(evm.from);
-        let signature = evm.signature.ok_or(refuse(reason::SIGNATURE, payer))?;
+        check_offline(
+            request,
+            self.clock.now_unix_secs(),
+            &self.domains,
+            SignatureCheck::Recover,
+        )
+    }
+}
 
+/// The reference facilitator's offline checks, in its order, at `now`
+/// (unix seconds): the transfer they allow, or the first refusal.
+pub(super) fn check_offline(
+    request: &FacilitatorRequest,
+    now: u64,
+    domains: &DomainCache,
+    signature_check: SignatureCheck,
+) -> Result<Transfer, Refusal> {
+    let offer = request.payment_requirements();
+    let payment = request.payment_payload();
+    if payment.x402_version != X402_VERSION {
+        return Err(refuse(reason::INVALID_X402_VERSION, None));
+    }
+    if offer.scheme != SCHEME_EXACT || payment.accepted.scheme != SCHEME_EXACT {
+        return Err(refuse(reason::UNSUPPORTED_SCHEME, None));
+    }
+    let (Some(name), Some(version)) = (offer.extra_str("name"), offer.extra_str("version")) else {
+        return Err(refuse(reason::MISSING_EIP712_DOMAIN, None));
+    };
+    if payment.accepted.network != offer.network {
+        return Err(refuse(reason::INVALID_NETWORK, None));
+    }
+    let chain_id = offer
+        .network
+        .eip155_chain_id()
+        .ok_or(refuse(reason::INVALID_NETWORK, None))?;
+    let asset = parse_evm_address(&offer.asset)
+        .ok_or(refuse(reason::INVALID_PAYMENT_REQUIREMENTS, None))?;
+    let pay_to = parse_evm_address(&offer.pay_to)
+        .ok_or(refuse(reason::INVALID_PAYMENT_REQUIREMENTS, None))?;
+    let evm = match request.evm_decoding() {
+        EvmDecoding::Decoded(evm) => evm,
+        EvmDecoding::Malformed { payer } => {
+            return Err(refuse(reason::INVALID_PAYLOAD, *payer));
+        }
+        EvmDecoding::NotExactEvm => return Err(refuse(reason::INVALID_PAYLOAD, None)),
+    };
+    let payer = Some(evm.from);
+    if signature_check == SignatureCheck::Recover {
+        let signature = evm.signature.ok_or(refuse(reason::SIGNATURE, payer))?;
         let digest = || {
-            let domain = self.domains.get(name, version, TokenId { chain_id, asset });
+            let domain = domains.get(name, version, TokenId { chain_id, asset });
             domain.signing_hash(&evm.transfer())
         };
         let recover = |digest: &_| signature.recover_address_from_prehash(digest).ok();
         if request.signer(digest, recover) != Some(evm.from) {
             return Err(refuse(reason::SIGNATURE, payer));
         }
-        if evm.to != pay_to {
-            return Err(refuse(reason::RECIPIENT_MISMATCH, payer));
-        }
-        let now = self.clock.now_unix_secs();
-        if evm.valid_before < now.saturating_add(MIN_REMAINING_VALIDITY_SECS) {
-            return Err(refuse(reason::VALID_BEFORE, payer));
-        }
-        if evm.valid_after > now {
-            return Err(refuse(reason::VALID_AFTER, payer));
-        }
-        if evm.value != offer.amount {
-            return Err(refuse(reason::VALUE_MISMATCH, payer));
-        }
-        Ok(Transfer {
-            token: TokenId { chain_id, asset },
-            from: evm.from,
-            to: evm.to,
-            value: evm.value.units(),
-            nonce: evm.nonce,
-            valid_before_unix_secs: evm.valid_before,
-        })
     }
+    if evm.to != pay_to {
+        return Err(refuse(reason::RECIPIENT_MISMATCH, payer));
+    }
+    if evm.valid_before < now.saturating_add(MIN_REMAINING_VALIDITY_SECS) {
+        return Err(refuse(reason::VALID_BEFORE, payer));
+    }
+    if evm.valid_after > now {
+        return Err(refuse(reason::VALID_AFTER, payer));
+    }
+    if evm.value != offer.amount {
+        return Err(refuse(reason::VALUE_MISMATCH, payer));
+    }
+    Ok(Transfer {
+        token: TokenId { chain_id, asset },
+        from: evm.from,
+        to: evm.to,
+        value: evm.value.units(),
+        nonce: evm.nonce,
+        valid_before_unix_secs: evm.valid_before,
+    })
 }
 
 /// The reason string of a ledger refusal; `None` when the ledger is unreachable.

@@ -14,6 +14,8 @@ mod api;
 mod auth;
 #[cfg(feature = "cdp")]
 mod cdp;
+#[cfg(feature = "evm-settler")]
+pub mod evm_settler;
 #[cfg(feature = "http-facilitator")]
 mod http;
 pub(crate) mod ledger;
@@ -28,6 +30,8 @@ pub use api::{
 pub use auth::{AuthError, FacilitatorAuth};
 #[cfg(feature = "cdp")]
 pub use cdp::CdpAuth;
+#[cfg(feature = "evm-settler")]
+pub use evm_settler::{EvmSettler, SettlerError, SettlerKey};
 #[cfg(feature = "http-facilitator")]
 pub use http::{DEFAULT_FACILITATOR_TIMEOUT, HttpFacilitator};
 pub use ledger::{DevLedger, Ledger, LedgerError, Transfer};

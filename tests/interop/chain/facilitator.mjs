@@ -6,11 +6,13 @@
 //   POST /verify      {x402Version, paymentPayload, paymentRequirements}
 //   POST /settle      the same body; broadcasts transferWithAuthorization
 //
-// It signs with anvil's development account #7 (the public test mnemonic),
-// with a nonce manager: without one, concurrent settles collide on
-// transaction nonces ("nonce too low").
+// It signs with one of anvil's development accounts (the public test
+// mnemonic; #7 unless told), with a nonce manager: without one, concurrent
+// settles collide on transaction nonces ("nonce too low"). Facilitators
+// running at once on one chain use different accounts: each nonce manager
+// knows only its own process's transactions.
 //
-// usage: node facilitator.mjs <rpc url> [port, 0 = a free one]
+// usage: node facilitator.mjs <rpc url> [port, 0 = a free one] [account index]
 // The first stdout line is the port listened on (127.0.0.1).
 import express from "express";
 import { x402Facilitator } from "@x402/core/facilitator";
@@ -20,9 +22,9 @@ import { createWalletClient, defineChain, http, nonceManager, publicActions } fr
 import { mnemonicToAccount } from "viem/accounts";
 
 const MNEMONIC = "test test test test test test test test test test test junk";
-const [rpc, portArg = "0"] = process.argv.slice(2);
+const [rpc, portArg = "0", accountArg = "7"] = process.argv.slice(2);
 if (!rpc) {
-  console.error("usage: node facilitator.mjs <rpc url> [port]");
+  console.error("usage: node facilitator.mjs <rpc url> [port] [account index]");
   process.exit(2);
 }
 
@@ -34,7 +36,7 @@ const chain = defineChain({
   nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
   rpcUrls: { default: { http: [rpc] } },
 });
-const account = mnemonicToAccount(MNEMONIC, { addressIndex: 7, nonceManager });
+const account = mnemonicToAccount(MNEMONIC, { addressIndex: Number(accountArg), nonceManager });
 const client = createWalletClient({ account, chain, transport: http(rpc) }).extend(publicActions);
 const signer = toFacilitatorEvmSigner({
   address: account.address,

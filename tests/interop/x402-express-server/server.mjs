@@ -3,14 +3,18 @@
 // on loopback (tests/client_interop.rs). No network: the facilitator checks
 // what the reference exact-EVM facilitator checks, short of the chain.
 //
-// usage: node server.mjs <port, 0 = a free one> <payTo address>
-// The first stdout line is the port listened on (127.0.0.1).
+// usage: node server.mjs <port, 0 = a free one> <payTo address> [facilitator URL]
+// The first stdout line is the port listened on (127.0.0.1). With a
+// facilitator URL, payments are verified and settled there (the official
+// HTTPFacilitatorClient, e.g. `walletgate facilitator` on a real chain:
+// tests/facilitator_server.rs) instead of in-process.
 //
 //   POST /paid         $0.001 USDC on Base Sepolia (eip155:84532), scheme `exact`;
 //                      answers {"paid": true, "echo": <request JSON>}
 //   GET  /settlements  what the facilitator settled, oldest first (unprotected)
 import express from "express";
 import { paymentMiddleware, x402ResourceServer } from "@x402/express";
+import { HTTPFacilitatorClient } from "@x402/core/server";
 import { ExactEvmScheme } from "@x402/evm/exact/server";
 import { authorizationTypes } from "@x402/evm";
 import { declareDiscoveryExtension } from "@x402/extensions/bazaar";
@@ -19,7 +23,7 @@ import { getAddress, isAddress, keccak256, recoverTypedDataAddress } from "viem"
 const NETWORK = "eip155:84532";
 const ROUTE = "POST /paid";
 
-const [portArg, payTo] = process.argv.slice(2);
+const [portArg, payTo, facilitatorUrl] = process.argv.slice(2);
 if (portArg === undefined || !payTo || !isAddress(payTo)) {
   console.error("usage: node server.mjs <port, 0 = free> <payTo address>");
   process.exit(2);
@@ -169,7 +173,9 @@ function spentKey(authorization) {
 }
 
 const facilitator = new LocalFacilitator();
-const resourceServer = new x402ResourceServer(facilitator).register(NETWORK, new ExactEvmScheme());
+const resourceServer = new x402ResourceServer(
+  facilitatorUrl ? new HTTPFacilitatorClient({ url: facilitatorUrl }) : facilitator,
+).register(NETWORK, new ExactEvmScheme());
 const routes = {
   [ROUTE]: {
     accepts: { scheme: "exact", price: "$0.001", network: NETWORK, payTo },

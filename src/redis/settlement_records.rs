@@ -1,0 +1,159 @@
+//! The settler's broadcast records in Redis: [`RedisSettlementRecords`]
+//! (features `redis` + `evm-settler`).
+//!
+//! | key | holds |
+//! |---|---|
+//! | `{prefix}:settlement:{chain id}:{asset}:{from}:{nonce}` | the [`SettlementRecord`] as JSON, until its `validBefore` + [`RECORD_RETENTION_SECS`] |
+//!
+//! `begin` is `SET … NX`: of several replicas settling the same
+//! authorization, one records (and sends) a transaction; the others read its
+//! record and report its outcome. A replica restarted mid-settlement finds
+//! the record when the payment is settled again.
+
+use super::RedisConnection;
+use crate::store::{BoxFuture, StoreError};
+use crate::x402::facilitator::evm_settler::{
+    RECORD_RETENTION_SECS, SettlementKey, SettlementRecord, SettlementRecords,
+};
+
+/// The key seam.
+const SEAM: &str = "settlement";
+
+/// Settlement records shared by every replica through Redis.
+#[derive(Clone, Debug)]
+pub struct RedisSettlementRecords {
+    conn: RedisConnection,
+}
+
+impl RedisSettlementRecords {
+    /// Records on `conn`.
+    pub fn new(conn: RedisConnection) -> Self {
+        Self { conn }
+    }
+
+    fn key(&self, key: &SettlementKey) -> String {
+        self.conn.key(SEAM, &key.id())
+    }
+}
+
+/// Seconds until `record` may be forgotten (at least one minute).
+fn ttl_secs(record: &SettlementRecord) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs());
+    record
+        .valid_before
+        .saturating_add(RECORD_RETENTION_SECS)
+        .saturating_sub(now)
+        .max(60)
+}
+
+fn encode(record: &SettlementRecord) -> Result<String, StoreError> {
+    serde_json::to_string(record)
+        .map_err(|error| StoreError::new("encoding a settlement record").with_source(error))
+}
+
+impl SettlementRecords for RedisSettlementRecords {
+    fn begin<'a>(
+        &'a self,
+        key: &'a SettlementKey,
+        record: &'a SettlementRecord,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let (redis_key, json, ttl) = (self.key(key), encode(record)?, ttl_secs(record));
+            let set: Option<String> = self
+                .conn
+                .call("settlement record begin", |mut c| async move {
+                    redis::cmd("SET")
+                        .arg(&redis_key)
+                        .arg(json)
+                        .arg("NX")
+                        .arg("EX")
+                        .arg(ttl)
+                        .query_async(&mut c)
+                        .await
+                })
+                .await?;
+            Ok(set.is_some())
+        })
+    }
+
+    fn update<'a>(
+        &'a self,
+        key: &'a SettlementKey,
+        record: &'a SettlementRecord,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let (redis_key, json, ttl) = (self.key(key), encode(record)?, ttl_secs(record));
+            self.conn
+                .call("settlement record update", |mut c| async move {
+                    redis::cmd("SET")
+                        .arg(&redis_key)
+                        .arg(json)
+                        .arg("EX")
+                        .arg(ttl)
+                        .query_async::<()>(&mut c)
+                        .await
+                })
+                .await
+        })
+    }
+
+    fn get<'a>(
+        &'a self,
+        key: &'a SettlementKey,
+    ) -> BoxFuture<'a, Result<Option<SettlementRecord>, StoreError>> {
+        Box::pin(async move {
+            let redis_key = self.key(key);
+            let json: Option<String> = self
+                .conn
+                .call("settlement record read", |mut c| async move {
+                    redis::cmd("GET").arg(&redis_key).query_async(&mut c).await
+                })
+                .await?;
+            json.map(|json| {
+                serde_json::from_str(&json).map_err(|error| {
+                    StoreError::new("reading a settlement record").with_source(error)
+                })
+            })
+            .transpose()
+        })
+    }
+
+    fn remove<'a>(&'a self, key: &'a SettlementKey) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let redis_key = self.key(key);
+            self.conn
+                .call("settlement record removal", |mut c| async move {
+                    redis::cmd("DEL")
+                        .arg(&redis_key)
+                        .query_async::<()>(&mut c)
+                        .await
+                })
+                .await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::redis::{RedisConfig, redis_support};
+
+    #[tokio::test]
+    async fn redis_records_keep_the_contract_and_expire() {
+        let config = RedisConfig::new(redis_support::shared_url())
+            .with_prefix(redis_support::unique_prefix("settlement-records"))
+            .with_timeout(Duration::from_secs(2));
+        let records = RedisSettlementRecords::new(RedisConnection::open(&config).unwrap());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        crate::x402::facilitator::evm_settler::records_contract(&records, now + 300).await;
+        let (_, record) = crate::x402::facilitator::evm_settler::sample_record(now + 300);
+        assert!(ttl_secs(&record) > RECORD_RETENTION_SECS);
+    }
+}

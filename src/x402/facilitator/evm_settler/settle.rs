@@ -1,0 +1,632 @@
+//! Settling: simulate, record, send, wait for the receipt, replace a stuck
+//! transaction with the same nonce, and answer a repeated settle of the same
+//! authorization from its record.
+
+use std::time::{Duration, Instant};
+
+use alloy_primitives::{Address, B256, U256};
+
+use super::records::{SettlementKey, SettlementRecord};
+use super::rpc::{CallRequest, Receipt, RpcError};
+use super::simulate::{self, Simulation};
+use super::tx::{self, Fees, TRANSFER_TOPIC};
+use super::{Admitted, EvmSettler, Stop, payment_id, reasons};
+use crate::x402::facilitator::api::{FacilitatorError, FacilitatorErrorKind, FacilitatorRequest};
+use crate::x402::wire::types::SettleResponse;
+
+/// Gas estimate margin, in percent.
+const GAS_MARGIN_PERCENT: u64 = 25;
+
+/// Attempts at sending when the node says the nonce is already used.
+const SEND_ATTEMPTS: usize = 3;
+
+/// How a settlement ends for the caller.
+type Settled = Result<SettleResponse, FacilitatorError>;
+
+/// What one look at the chain found for a record.
+enum Outcome {
+    /// Mined: the answer to give.
+    Done(Settled),
+    /// Nothing mined yet.
+    Waiting,
+}
+
+fn unavailable(error: impl std::fmt::Display) -> FacilitatorError {
+    FacilitatorError::unavailable(error.to_string())
+}
+
+impl EvmSettler {
+    pub(super) async fn settle_payment(&self, request: &FacilitatorRequest) -> Settled {
+        let network = request.payment_requirements().network.clone();
+        let failure = |reason: &'static str, message: Option<String>, payer: Option<String>| {
+            Ok(SettleResponse {
+                error_message: message,
+                ..SettleResponse::failure(network.clone(), reason, payer)
+            })
+        };
+        let admitted = match self.admit(request).await {
+            Ok(admitted) => admitted,
+            Err(Stop::Refused {
+                reason,
+                message,
+                payer,
+            }) => {
+                // A retry of a settled payment can be past its window now:
+                // its record still answers.
+                if let Some(answer) = self.answer_from_record_only(request).await {
+                    return answer;
+                }
+                return failure(reason, message, payer);
+            }
+            Err(Stop::Unavailable(error)) => return Err(error),
+        };
+        let lock = super::lock_in_flight(&self.inner.in_flight, admitted.key);
+        let _guard = lock.lock().await;
+        let records = &self.inner.records;
+        let payment = payment_id(&admitted.calldata);
+        if let Some(record) = records.get(&admitted.key).await.map_err(unavailable)? {
+            if record.payment != payment {
+                return failure(
+                    reasons::NONCE_ALREADY_USED,
+                    Some("another payment with this authorization nonce was settled".into()),
+                    Some(admitted.payer),
+                );
+            }
+            // `None`: the recorded transaction cannot land, settle afresh.
+            if let Some(answer) = self.reconcile(&admitted, record).await? {
+                return answer;
+            }
+        }
+        self.settle_fresh(&admitted, payment).await
+    }
+
+    /// A settle whose payment no longer passes the offline checks (its
+    /// window closed, or nearly, after it was sent): what its record says
+    /// (mined, still pending), or `None` if nothing of it was sent or can land.
+    async fn answer_from_record_only(&self, request: &FacilitatorRequest) -> Option<Settled> {
+        let evm = request.exact_evm()?;
+        let asset =
+            crate::x402::wire::eip712::parse_evm_address(&request.payment_requirements().asset)?;
+        let transfer = crate::x402::facilitator::ledger::Transfer {
+            token: crate::x402::wire::TokenId {
+                chain_id: self.inner.chain_id,
+                asset,
+            },
+            from: evm.from,
+            to: evm.to,
+            value: evm.value.units(),
+            nonce: evm.nonce,
+            valid_before_unix_secs: evm.valid_before,
+        };
+        let admitted = Admitted {
+            key: SettlementKey {
+                chain_id: self.inner.chain_id,
+                asset,
+                from: evm.from,
+                nonce: evm.nonce,
+            },
+            calldata: tx::transfer_calldata(
+                &transfer,
+                evm.valid_after,
+                &super::raw_signature(request)?,
+            ),
+            payer: request
+                .payer_checksum()
+                .map_or_else(|| evm.from.to_checksum(None), str::to_owned),
+            transfer,
+        };
+        let lock = super::lock_in_flight(&self.inner.in_flight, admitted.key);
+        let _guard = lock.lock().await;
+        let record = self.inner.records.get(&admitted.key).await.ok()??;
+        if record.payment != payment_id(&admitted.calldata) {
+            return None;
+        }
+        match self.reconcile(&admitted, record).await {
+            Ok(answer) => answer,
+            Err(error) => Some(Err(error)),
+        }
+    }
+
+    /// Simulate, estimate, sign, record, send, wait.
+    async fn settle_fresh(&self, admitted: &Admitted, payment: B256) -> Settled {
+        let inner = &*self.inner;
+        let network = inner.network.clone();
+        let refused = |reason: &'static str, message: String| {
+            Ok(SettleResponse {
+                error_message: Some(message),
+                ..SettleResponse::failure(network.clone(), reason, Some(admitted.payer.clone()))
+            })
+        };
+        match self.simulate(admitted).await {
+            Simulation::Passes => {}
+            Simulation::Refused { reason, message } => return refused(reason, message),
+            Simulation::Unavailable(detail) => return Err(FacilitatorError::unavailable(detail)),
+        }
+        let call = CallRequest {
+            from: inner.key.address(),
+            to: admitted.transfer.token.asset,
+            data: &admitted.calldata,
+        };
+        let gas = match inner.rpc.estimate_gas(&call).await {
+            Ok(gas) => gas.saturating_add(gas * GAS_MARGIN_PERCENT / 100),
+            Err(error) => {
+                return match simulate::judge(Err(error)) {
+                    Simulation::Refused { reason, message } => refused(reason, message),
+                    Simulation::Unavailable(detail) => Err(FacilitatorError::unavailable(detail)),
+                    Simulation::Passes => Err(FacilitatorError::unavailable("gas estimate failed")),
+                };
+            }
+        };
+        let (base_fee, tip) = inner.rpc.fees().await.map_err(unavailable)?;
+        let fees = Fees::from_node(base_fee, tip);
+        let address = inner.key.address();
+        let mut lease = inner
+            .nonces
+            .lease(&inner.rpc, address)
+            .await
+            .map_err(unavailable)?;
+        let mut attempt = 0;
+        let record = loop {
+            attempt += 1;
+            let signed = tx::sign(
+                &inner.key,
+                inner.chain_id,
+                lease.nonce(),
+                gas,
+                fees,
+                admitted.transfer.token.asset,
+                admitted.calldata.clone(),
+            );
+            let record = SettlementRecord {
+                payment,
+                transactions: vec![signed.hash],
+                raw: signed.raw,
+                tx_nonce: lease.nonce(),
+                gas_limit: gas,
+                max_fee_per_gas: fees.max_fee_per_gas,
+                max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
+                valid_before: admitted.transfer.valid_before_unix_secs,
+                mined: None,
+            };
+            let began = inner
+                .records
+                .begin(&admitted.key, &record)
+                .await
+                .map_err(unavailable)?;
+            if !began {
+                // Another process recorded a settlement of it first.
+                lease.unused();
+                let Some(theirs) = inner
+                    .records
+                    .get(&admitted.key)
+                    .await
+                    .map_err(unavailable)?
+                else {
+                    return Err(FacilitatorError::unavailable("settlement record vanished"));
+                };
+                return match self.reconcile(admitted, theirs).await? {
+                    Some(answer) => answer,
+                    None => Err(FacilitatorError::unavailable(
+                        "a concurrent settlement was abandoned",
+                    )),
+                };
+            }
+            match inner.rpc.send_raw(&record.raw).await {
+                Ok(()) => {
+                    lease.used();
+                    break record;
+                }
+                Err(RpcError::Node { message, .. })
+                    if message.to_ascii_lowercase().contains("nonce too low")
+                        && attempt < SEND_ATTEMPTS =>
+                {
+                    inner
+                        .records
+                        .remove(&admitted.key)
+                        .await
+                        .map_err(unavailable)?;
+                    lease
+                        .reseed(&inner.rpc, address)
+                        .await
+                        .map_err(unavailable)?;
+                }
+                Err(RpcError::Node { message, .. }) => {
+                    inner
+                        .records
+                        .remove(&admitted.key)
+                        .await
+                        .map_err(unavailable)?;
+                    lease.unused();
+                    let lower = message.to_ascii_lowercase();
+                    let detail = if lower.contains("insufficient funds") {
+                        format!("settler {address} cannot pay for gas: {message}")
+                    } else {
+                        format!("the node refused the settlement transaction: {message}")
+                    };
+                    return Err(FacilitatorError::unavailable(detail));
+                }
+                Err(error) => {
+                    // Sent or not is unknown: keep the record, ask the node next time.
+                    lease.unknown();
+                    return Err(FacilitatorError::pending(
+                        format!("{:#x}", record.latest()),
+                        format!("sending it: {error}"),
+                    ));
+                }
+            }
+        };
+        self.await_outcome(admitted, record).await
+    }
+
+    /// A recorded settlement: its answer, or `None` when it can no longer
+    /// land and nothing moved (settle afresh). Something sent may have
+    /// landed: a node or store that cannot answer makes it pending, never
+    /// unavailable (which would release the authorization).
+    async fn reconcile(
+        &self,
+        admitted: &Admitted,
+        record: SettlementRecord,
+    ) -> Result<Option<Settled>, FacilitatorError> {
+        let latest = record.latest();
+        self.reconcile_recorded(admitted, record)
+            .await
+            .map_err(|error| still_pending(latest, error))
+    }
+
+    async fn reconcile_recorded(
+        &self,
+        admitted: &Admitted,
+        record: SettlementRecord,
+    ) -> Result<Option<Settled>, FacilitatorError> {
+        let inner = &*self.inner;
+        if let Some(mined) = record.mined {
+            return Ok(Some(Ok(self.answer(admitted, mined))));
+        }
+        if let Outcome::Done(answer) = self.look(admitted, &record).await? {
+            return Ok(Some(answer));
+        }
+        let address = inner.key.address();
+        let confirmed = inner
+            .rpc
+            .transaction_count(address, false)
+            .await
+            .map_err(unavailable)?;
+        let used = self.authorization_used(admitted).await?;
+        if confirmed > record.tx_nonce {
+            // Its nonce went to a transaction whose receipt is not ours.
+            if used {
+                // Landed, but no receipt of ours says so (lost, or not ours):
+                // never release what may have been charged.
+                return Err(FacilitatorError::pending(
+                    format!("{:#x}", record.latest()),
+                    "the authorization is used but no receipt of the recorded transactions is available",
+                ));
+            }
+            inner
+                .records
+                .remove(&admitted.key)
+                .await
+                .map_err(unavailable)?;
+            return Ok(None);
+        }
+        if !used && inner.clock.now_unix_secs() >= record.valid_before {
+            inner
+                .records
+                .remove(&admitted.key)
+                .await
+                .map_err(unavailable)?;
+            return Ok(Some(Ok(SettleResponse {
+                error_message: Some(
+                    "the recorded transaction was not mined before validBefore".into(),
+                ),
+                ..SettleResponse::failure(
+                    inner.network.clone(),
+                    reasons::VALID_BEFORE,
+                    Some(admitted.payer.clone()),
+                )
+            })));
+        }
+        // Still pending: make sure the node has it, then wait as a first send would.
+        let _ = inner.rpc.send_raw(&record.raw).await;
+        Ok(Some(self.await_outcome(admitted, record).await))
+    }
+
+    async fn authorization_used(&self, admitted: &Admitted) -> Result<bool, FacilitatorError> {
+        let data =
+            tx::authorization_state_calldata(admitted.transfer.from, admitted.transfer.nonce);
+        let answer = self
+            .inner
+            .rpc
+            .eth_call(&CallRequest {
+                from: self.inner.key.address(),
+                to: admitted.transfer.token.asset,
+                data: &data,
+            })
+            .await
+            .map_err(unavailable)?;
+        Ok(answer.iter().any(|&byte| byte != 0))
+    }
+
+    /// Waits for a receipt; replaces a stuck transaction once; then pending.
+    /// Once sent, no failure to learn the outcome is "unavailable".
+    async fn await_outcome(&self, admitted: &Admitted, record: SettlementRecord) -> Settled {
+        let latest = record.latest();
+        self.follow(admitted, record)
+            .await
+            .map_err(|error| still_pending(latest, error))
+    }
+
+    async fn follow(&self, admitted: &Admitted, mut record: SettlementRecord) -> Settled {
+        let inner = &*self.inner;
+        if let Outcome::Done(answer) = self.wait(admitted, &record).await? {
+            return answer;
+        }
+        // Stuck: the same nonce, higher fees, recorded before it is sent.
+        let now = match inner.rpc.fees().await {
+            Ok((base, tip)) => Fees::from_node(base, tip),
+            Err(_) => Fees::from_node(0, 0),
+        };
+        let fees = Fees {
+            max_fee_per_gas: record.max_fee_per_gas,
+            max_priority_fee_per_gas: record.max_priority_fee_per_gas,
+        }
+        .bumped(now);
+        let signed = tx::sign(
+            &inner.key,
+            inner.chain_id,
+            record.tx_nonce,
+            record.gas_limit,
+            fees,
+            admitted.transfer.token.asset,
+            admitted.calldata.clone(),
+        );
+        let before = record.clone();
+        record.transactions.push(signed.hash);
+        record.raw = signed.raw;
+        record.max_fee_per_gas = fees.max_fee_per_gas;
+        record.max_priority_fee_per_gas = fees.max_priority_fee_per_gas;
+        inner
+            .records
+            .update(&admitted.key, &record)
+            .await
+            .map_err(unavailable)?;
+        #[cfg(feature = "tracing")]
+        tracing::warn!(
+            transaction = %signed.hash,
+            nonce = record.tx_nonce,
+            "settlement transaction stuck: replaced with the same nonce and higher fees"
+        );
+        if let Err(RpcError::Node { .. }) = inner.rpc.send_raw(&record.raw).await {
+            // Refused (the first one was mined meanwhile: "nonce too low";
+            // or underpriced): never sent, so no longer a candidate.
+            record = before;
+            inner
+                .records
+                .update(&admitted.key, &record)
+                .await
+                .map_err(unavailable)?;
+        }
+        if let Outcome::Done(answer) = self.wait(admitted, &record).await? {
+            return answer;
+        }
+        Err(FacilitatorError::pending(
+            format!("{:#x}", record.latest()),
+            format!(
+                "no receipt within {:?}, after one replacement",
+                inner.receipt_timeout
+            ),
+        ))
+    }
+
+    /// Polls the record's transactions until one is mined (and confirmed) or the wait ends.
+    async fn wait(
+        &self,
+        admitted: &Admitted,
+        record: &SettlementRecord,
+    ) -> Result<Outcome, FacilitatorError> {
+        let deadline = Instant::now() + self.inner.receipt_timeout;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match self.look(admitted, record).await {
+                Ok(Outcome::Done(answer)) => return Ok(Outcome::Done(answer)),
+                Ok(Outcome::Waiting) | Err(_) => {}
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(Outcome::Waiting);
+            }
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// One look at the receipts of the record's transactions.
+    async fn look(
+        &self,
+        admitted: &Admitted,
+        record: &SettlementRecord,
+    ) -> Result<Outcome, FacilitatorError> {
+        for hash in record.transactions.iter().rev() {
+            let Some(receipt) = self.inner.rpc.receipt(*hash).await.map_err(unavailable)? else {
+                continue;
+            };
+            if self.inner.confirmations > 0 {
+                let head = self.inner.rpc.block_number().await.map_err(unavailable)?;
+                if head
+                    < receipt
+                        .block_number
+                        .saturating_add(self.inner.confirmations)
+                {
+                    return Ok(Outcome::Waiting);
+                }
+            }
+            return self
+                .conclude(admitted, record, &receipt)
+                .await
+                .map(Outcome::Done);
+        }
+        Ok(Outcome::Waiting)
+    }
+
+    /// The answer a mined transaction gives; the record says so.
+    async fn conclude(
+        &self,
+        admitted: &Admitted,
+        record: &SettlementRecord,
+        receipt: &Receipt,
+    ) -> Result<Settled, FacilitatorError> {
+        let inner = &*self.inner;
+        let failed = |reason: &'static str, message: String| {
+            Ok(SettleResponse {
+                error_message: Some(message),
+                transaction: String::new(),
+                ..SettleResponse::failure(
+                    inner.network.clone(),
+                    reason,
+                    Some(admitted.payer.clone()),
+                )
+            })
+        };
+        if !receipt.success {
+            inner
+                .records
+                .remove(&admitted.key)
+                .await
+                .map_err(unavailable)?;
+            return Ok(failed(
+                reasons::TRANSACTION_FAILED,
+                format!("transaction {:#x} reverted", receipt.transaction),
+            ));
+        }
+        if !has_transfer_log(receipt, admitted) {
+            return Ok(failed(
+                reasons::TRANSFER_EVENT_MISMATCH,
+                format!(
+                    "transaction {:#x} succeeded without the asset's Transfer of the payment",
+                    receipt.transaction
+                ),
+            ));
+        }
+        let mut mined = record.clone();
+        mined.mined = Some(receipt.transaction);
+        inner
+            .records
+            .update(&admitted.key, &mined)
+            .await
+            .map_err(unavailable)?;
+        Ok(Ok(self.answer(admitted, receipt.transaction)))
+    }
+
+    fn answer(&self, admitted: &Admitted, transaction: B256) -> SettleResponse {
+        SettleResponse {
+            success: true,
+            error_reason: None,
+            error_message: None,
+            payer: Some(admitted.payer.clone()),
+            transaction: format!("{transaction:#x}"),
+            network: self.inner.network.clone(),
+            amount: Some(crate::x402::wire::AtomicAmount::new(
+                admitted.transfer.value,
+            )),
+        }
+    }
+}
+
+/// `error` met after `transaction` was sent: the outcome is not known, so pending.
+fn still_pending(transaction: B256, error: FacilitatorError) -> FacilitatorError {
+    if error.kind() == &FacilitatorErrorKind::Pending {
+        return error;
+    }
+    FacilitatorError::pending(format!("{transaction:#x}"), error.detail())
+}
+
+/// Whether the receipt holds the asset's `Transfer(from, to, value)` with the exact values.
+fn has_transfer_log(receipt: &Receipt, admitted: &Admitted) -> bool {
+    let topic = |address: Address| B256::left_padding_from(address.as_slice());
+    let value = U256::from(admitted.transfer.value).to_be_bytes::<32>();
+    receipt.logs.iter().any(|log| {
+        log.address == admitted.transfer.token.asset
+            && log.topics.len() == 3
+            && log.topics[0] == TRANSFER_TOPIC
+            && log.topics[1] == topic(admitted.transfer.from)
+            && log.topics[2] == topic(admitted.transfer.to)
+            && log.data.as_slice() == value.as_slice()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::x402::facilitator::evm_settler::SettlementKey;
+    use crate::x402::facilitator::evm_settler::rpc::Log;
+    use crate::x402::facilitator::ledger::Transfer;
+    use crate::x402::wire::TokenId;
+
+    fn admitted() -> Admitted {
+        let transfer = Transfer {
+            token: TokenId::base_sepolia_usdc(),
+            from: Address::repeat_byte(0xf3),
+            to: Address::repeat_byte(0x70),
+            value: 10_000,
+            nonce: B256::repeat_byte(0x11),
+            valid_before_unix_secs: 1_750_000_300,
+        };
+        Admitted {
+            key: SettlementKey {
+                chain_id: transfer.token.chain_id,
+                asset: transfer.token.asset,
+                from: transfer.from,
+                nonce: transfer.nonce,
+            },
+            transfer,
+            payer: String::new(),
+            calldata: Vec::new(),
+        }
+    }
+
+    fn receipt(log: Log) -> Receipt {
+        Receipt {
+            transaction: B256::ZERO,
+            success: true,
+            block_number: 1,
+            logs: vec![log],
+        }
+    }
+
+    fn transfer_log(asset: Address, from: Address, to: Address, value: u64) -> Log {
+        let topic = |address: Address| B256::left_padding_from(address.as_slice());
+        Log {
+            address: asset,
+            topics: vec![TRANSFER_TOPIC, topic(from), topic(to)],
+            data: U256::from(value).to_be_bytes::<32>().to_vec(),
+        }
+    }
+
+    #[test]
+    fn only_the_assets_own_exact_transfer_log_counts() {
+        let payment = admitted();
+        let (asset, from, to) = (
+            payment.transfer.token.asset,
+            payment.transfer.from,
+            payment.transfer.to,
+        );
+        assert!(has_transfer_log(
+            &receipt(transfer_log(asset, from, to, 10_000)),
+            &payment
+        ));
+        // Another contract's look-alike event, another amount, another recipient.
+        let other = Address::repeat_byte(0x99);
+        assert!(!has_transfer_log(
+            &receipt(transfer_log(other, from, to, 10_000)),
+            &payment
+        ));
+        assert!(!has_transfer_log(
+            &receipt(transfer_log(asset, from, to, 9_999)),
+            &payment
+        ));
+        assert!(!has_transfer_log(
+            &receipt(transfer_log(asset, from, other, 10_000)),
+            &payment
+        ));
+    }
+}

@@ -1,0 +1,768 @@
+//! walletgate's own settler against a real chain: anvil with Circle's USDC
+//! (`tests/chain_support`). Every test pays fresh addresses from a fresh,
+//! funded settler key, so balances and nonces are asserted exactly whatever
+//! else runs on the chain; the tests that pause mining get a chain of their own.
+
+mod chain_support;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use alloy_primitives::{Address, B256, U256};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{Value, json};
+use walletgate::client::payer::Payer;
+use walletgate::x402::facilitator::evm_settler::{
+    MemorySettlementRecords, SettlementRecords, reasons,
+};
+use walletgate::x402::facilitator::{
+    EvmSettler, Facilitator, FacilitatorErrorKind, FacilitatorRequest, SettlerKey,
+};
+use walletgate::x402::server::PaymentOption;
+use walletgate::x402::wire::{AtomicAmount, Network, PaymentPayload, PaymentRequirements};
+
+use chain_support::{
+    USDC, balance, deploy_erc1271_wallet, fresh_payer_key, mint, private_chain, rpc,
+    set_eth_balance, shared_rpc_url, transaction_count,
+};
+
+const PRICE: u64 = 10_000;
+const ONE_ETH: u128 = 1_000_000_000_000_000_000;
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn fresh_key() -> SettlerKey {
+    SettlerKey::from_hex(&fresh_payer_key().to_string()).unwrap()
+}
+
+struct Setup {
+    rpc: String,
+    settler: EvmSettler,
+    records: Arc<MemorySettlementRecords>,
+    pay_to: Address,
+}
+
+/// A settler with a fresh key holding `wei`, reaching the chain at `node`
+/// (the chain itself or a proxy in front of it at `rpc`).
+async fn settler_at(rpc: &str, node: &str, wei: u128, receipt_timeout: Duration) -> Setup {
+    let key = fresh_key();
+    set_eth_balance(rpc, key.address(), wei).await;
+    let records = Arc::new(MemorySettlementRecords::new());
+    let settler = connect(node, key, records.clone(), receipt_timeout).await;
+    let pay_to = Payer::from_key(fresh_payer_key().0)
+        .unwrap()
+        .address_bytes();
+    Setup {
+        rpc: rpc.to_owned(),
+        settler,
+        records,
+        pay_to,
+    }
+}
+
+/// A settler process: `key`, `records`, a fresh nonce manager.
+async fn connect(
+    node: &str,
+    key: SettlerKey,
+    records: Arc<dyn SettlementRecords>,
+    receipt_timeout: Duration,
+) -> EvmSettler {
+    let (settler, report) = EvmSettler::builder(node, key, Network::base_sepolia())
+        .with_asset(USDC)
+        .with_records(records)
+        .with_receipt_timeout(receipt_timeout)
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(
+        report.low_balance,
+        report.balance_wei < 1_000_000_000_000_000
+    );
+    settler
+}
+
+async fn settler(wei: u128) -> Setup {
+    let rpc = shared_rpc_url();
+    settler_at(&rpc, &rpc, wei, Duration::from_secs(30)).await
+}
+
+fn offer(pay_to: Address) -> PaymentRequirements {
+    PaymentOption::base_sepolia_usdc(&pay_to.to_checksum(None))
+        .unwrap()
+        .requirements_for_amount(AtomicAmount::new(PRICE.into()))
+}
+
+/// A funded payer's payment of `PRICE` to `pay_to`.
+async fn funded_payment(rpc: &str, pay_to: Address, funds: u64) -> (FacilitatorRequest, Address) {
+    let payer = Payer::from_key(fresh_payer_key().0).unwrap();
+    mint(rpc, payer.address_bytes(), funds).await;
+    let offer = offer(pay_to);
+    let payload = payer.pay(&offer, now()).unwrap();
+    (
+        FacilitatorRequest::new(payload, offer),
+        payer.address_bytes(),
+    )
+}
+
+fn units(n: u64) -> U256 {
+    U256::from(n)
+}
+
+async fn settler_nonce(setup: &Setup) -> u64 {
+    transaction_count(&setup.rpc, setup.settler.address()).await
+}
+
+#[tokio::test]
+async fn verify_then_settle_moves_the_exact_amount_once_and_a_retry_gets_the_same_transaction() {
+    let setup = settler(ONE_ETH).await;
+    let (request, from) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
+    let verdict = setup.settler.verify(&request).await.unwrap();
+    assert!(verdict.is_valid, "{verdict:?}");
+    assert_eq!(verdict.payer, Some(from.to_checksum(None)));
+    let settled = setup.settler.settle(&request).await.unwrap();
+    assert!(settled.success, "{settled:?}");
+    assert_eq!(settled.transaction.len(), 66);
+    assert_eq!(
+        chain_support::mined_status(&setup.rpc, settled.transaction.parse().unwrap()).await,
+        1
+    );
+    assert_eq!(balance(&setup.rpc, from).await, units(1_000_000 - PRICE));
+    assert_eq!(balance(&setup.rpc, setup.pay_to).await, units(PRICE));
+    assert_eq!(settler_nonce(&setup).await, 1);
+
+    // The same payment again: the same transaction, nothing sent.
+    let again = setup.settler.settle(&request).await.unwrap();
+    assert_eq!(again, settled);
+    // Verified again, it is a replay, told by the token itself.
+    let replay = setup.settler.verify(&request).await.unwrap();
+    assert_eq!(
+        replay.invalid_reason.as_deref(),
+        Some(reasons::NONCE_ALREADY_USED)
+    );
+    // A settler that never saw it (another process, records lost) does not broadcast it.
+    let other = settler(ONE_ETH).await;
+    let refused = other.settler.settle(&request).await.unwrap();
+    assert!(!refused.success);
+    assert_eq!(
+        refused.error_reason.as_deref(),
+        Some(reasons::NONCE_ALREADY_USED)
+    );
+    assert_eq!(
+        settler_nonce(&other).await,
+        0,
+        "a replay never reaches the chain"
+    );
+    assert_eq!(settler_nonce(&setup).await, 1);
+    assert_eq!(balance(&setup.rpc, setup.pay_to).await, units(PRICE));
+}
+
+/// The high-s twin of a valid signature (`s' = n - s`, `v` flipped).
+fn high_s_twin(payload: &mut PaymentPayload) {
+    let text = payload.payload["signature"].as_str().unwrap().to_owned();
+    let mut bytes = alloy_primitives::hex::decode(&text).unwrap();
+    let n = U256::from_str_radix(
+        "fffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141",
+        16,
+    )
+    .unwrap();
+    let s = U256::from_be_slice(&bytes[32..64]);
+    bytes[32..64].copy_from_slice(&(n - s).to_be_bytes::<32>());
+    bytes[64] = if bytes[64] == 27 { 28 } else { 27 };
+    payload.payload["signature"] = format!("0x{}", alloy_primitives::hex::encode(bytes)).into();
+}
+
+#[tokio::test]
+async fn a_high_s_or_tampered_payment_never_reaches_the_chain() {
+    let setup = settler(ONE_ETH).await;
+    let (request, from) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
+    let mut twin = request.payment_payload().clone();
+    high_s_twin(&mut twin);
+    let twin = FacilitatorRequest::new(twin, request.payment_requirements().clone());
+    let mut tampered = request.payment_payload().clone();
+    tampered.payload["authorization"]["value"] = "20000".into();
+    let mut tampered_offer = request.payment_requirements().clone();
+    tampered_offer.amount = AtomicAmount::new(20_000);
+    let tampered = FacilitatorRequest::new(tampered, tampered_offer);
+    for bad in [&twin, &tampered] {
+        let verdict = setup.settler.verify(bad).await.unwrap();
+        assert_eq!(verdict.invalid_reason.as_deref(), Some(reasons::SIGNATURE));
+        let settled = setup.settler.settle(bad).await.unwrap();
+        assert!(!settled.success);
+        assert_eq!(settled.error_reason.as_deref(), Some(reasons::SIGNATURE));
+        assert_eq!(settled.transaction, "");
+    }
+    assert_eq!(settler_nonce(&setup).await, 0);
+    assert_eq!(balance(&setup.rpc, from).await, units(1_000_000));
+}
+
+#[tokio::test]
+async fn twenty_different_payments_settled_at_once_all_land() {
+    let setup = Arc::new(settler(ONE_ETH).await);
+    let mut payments = Vec::new();
+    for _ in 0..20 {
+        payments.push(funded_payment(&setup.rpc, setup.pay_to, PRICE).await);
+    }
+    let mut tasks = Vec::new();
+    for (request, _) in payments.clone() {
+        let setup = setup.clone();
+        tasks.push(tokio::spawn(
+            async move { setup.settler.settle(&request).await },
+        ));
+    }
+    let mut transactions = std::collections::HashSet::new();
+    for task in tasks {
+        let settled = task.await.unwrap().unwrap();
+        assert!(settled.success, "{settled:?}");
+        transactions.insert(settled.transaction);
+    }
+    assert_eq!(transactions.len(), 20);
+    for (_, from) in payments {
+        assert_eq!(balance(&setup.rpc, from).await, U256::ZERO);
+    }
+    assert_eq!(balance(&setup.rpc, setup.pay_to).await, units(20 * PRICE));
+    assert_eq!(
+        settler_nonce(&setup).await,
+        20,
+        "no nonce collided or was skipped"
+    );
+}
+
+#[tokio::test]
+async fn twenty_concurrent_copies_of_one_payment_land_once() {
+    let setup = Arc::new(settler(ONE_ETH).await);
+    let (request, from) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let setup = setup.clone();
+        let request = request.clone();
+        tasks.push(tokio::spawn(
+            async move { setup.settler.settle(&request).await },
+        ));
+    }
+    let mut transactions = std::collections::HashSet::new();
+    for task in tasks {
+        let settled = task.await.unwrap().unwrap();
+        assert!(settled.success, "{settled:?}");
+        transactions.insert(settled.transaction);
+    }
+    assert_eq!(
+        transactions.len(),
+        1,
+        "every copy answers the one transaction"
+    );
+    assert_eq!(balance(&setup.rpc, from).await, units(1_000_000 - PRICE));
+    assert_eq!(balance(&setup.rpc, setup.pay_to).await, units(PRICE));
+    assert_eq!(settler_nonce(&setup).await, 1);
+}
+
+#[tokio::test]
+async fn a_settler_without_gas_money_is_unavailable_until_funded_and_nothing_moves() {
+    let setup = settler(0).await;
+    let (request, from) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
+    // Refused at verify (nothing would be served) and at settle.
+    let error = setup.settler.verify(&request).await.unwrap_err();
+    assert_eq!(error.kind(), &FacilitatorErrorKind::Unavailable);
+    assert!(error.detail().contains("holds 0 wei"), "{error}");
+    let error = setup.settler.settle(&request).await.unwrap_err();
+    assert_eq!(error.kind(), &FacilitatorErrorKind::Unavailable);
+    assert!(error.detail().contains("gas"), "{error}");
+    assert_eq!(balance(&setup.rpc, from).await, units(1_000_000));
+    assert_eq!(settler_nonce(&setup).await, 0);
+    let key = walletgate::x402::facilitator::evm_settler::SettlementKey {
+        chain_id: 84532,
+        asset: USDC,
+        from,
+        nonce: request.exact_evm().unwrap().nonce,
+    };
+    assert_eq!(
+        setup.records.get(&key).await.unwrap(),
+        None,
+        "nothing recorded as sent"
+    );
+    set_eth_balance(&setup.rpc, setup.settler.address(), ONE_ETH).await;
+    let settled = setup.settler.settle(&request).await.unwrap();
+    assert!(settled.success, "{settled:?}");
+    assert_eq!(balance(&setup.rpc, from).await, units(1_000_000 - PRICE));
+}
+
+#[tokio::test]
+async fn a_balance_spent_between_verify_and_settle_fails_naming_the_balance_and_sends_nothing() {
+    let setup = settler(ONE_ETH).await;
+    let (request, from) = funded_payment(&setup.rpc, setup.pay_to, PRICE).await;
+    assert!(setup.settler.verify(&request).await.unwrap().is_valid);
+    // The payer spends it elsewhere first: a plain token transfer of all of it.
+    let elsewhere = Payer::from_key(fresh_payer_key().0)
+        .unwrap()
+        .address_bytes();
+    chain_support::spend_all_usdc(&setup.rpc, from, elsewhere).await;
+    let settled = setup.settler.settle(&request).await.unwrap();
+    assert!(!settled.success);
+    assert_eq!(
+        settled.error_reason.as_deref(),
+        Some(reasons::INSUFFICIENT_BALANCE)
+    );
+    assert!(
+        settled
+            .error_message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("balance"),
+        "{settled:?}"
+    );
+    assert_eq!(settler_nonce(&setup).await, 0);
+    assert_eq!(balance(&setup.rpc, setup.pay_to).await, U256::ZERO);
+}
+
+/// What the proxy in front of the chain does with each call.
+const PASS: u8 = 0;
+const DOWN: u8 = 1;
+const SWALLOW_RECEIPTS: u8 = 2;
+
+/// A loopback JSON-RPC proxy in front of `upstream` whose behaviour a test switches.
+async fn proxy(upstream: String) -> (String, Arc<AtomicU8>) {
+    let mode = Arc::new(AtomicU8::new(PASS));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let shared = mode.clone();
+    tokio::spawn(async move {
+        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (client, mode, upstream) = (client.clone(), shared.clone(), upstream.clone());
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |request: http::Request<hyper::body::Incoming>| {
+                        let (client, mode, upstream) =
+                            (client.clone(), mode.clone(), upstream.clone());
+                        async move {
+                            let body = request.into_body().collect().await.unwrap().to_bytes();
+                            let call: Value = serde_json::from_slice(&body).unwrap_or_default();
+                            let answer = match mode.load(Ordering::SeqCst) {
+                                DOWN => {
+                                    return Ok::<_, Infallible>(
+                                        http::Response::builder()
+                                            .status(502)
+                                            .body(Full::new(Bytes::from("down")))
+                                            .unwrap(),
+                                    );
+                                }
+                                SWALLOW_RECEIPTS
+                                    if call["method"] == "eth_getTransactionReceipt" =>
+                                {
+                                    Bytes::from(
+                                        json!({"jsonrpc": "2.0", "id": call["id"], "result": null})
+                                            .to_string(),
+                                    )
+                                }
+                                _ => {
+                                    let forwarded = http::Request::post(upstream.as_str())
+                                        .header("content-type", "application/json")
+                                        .body(Full::new(body))
+                                        .unwrap();
+                                    let response = client.request(forwarded).await.unwrap();
+                                    response.into_body().collect().await.unwrap().to_bytes()
+                                }
+                            };
+                            Ok(http::Response::builder()
+                                .header("content-type", "application/json")
+                                .body(Full::new(answer))
+                                .unwrap())
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (url, mode)
+}
+
+#[tokio::test]
+async fn an_rpc_down_at_verify_is_unavailable_and_nothing_moves() {
+    let rpc = shared_rpc_url();
+    let (url, mode) = proxy(rpc.clone()).await;
+    let setup = settler_at(&rpc, &url, ONE_ETH, Duration::from_secs(30)).await;
+    let (request, from) = funded_payment(&rpc, setup.pay_to, 1_000_000).await;
+    mode.store(DOWN, Ordering::SeqCst);
+    let error = setup.settler.verify(&request).await.unwrap_err();
+    assert_eq!(error.kind(), &FacilitatorErrorKind::Unavailable);
+    let error = setup.settler.settle(&request).await.unwrap_err();
+    assert_eq!(error.kind(), &FacilitatorErrorKind::Unavailable);
+    assert_eq!(balance(&rpc, from).await, units(1_000_000));
+    mode.store(PASS, Ordering::SeqCst);
+    assert!(setup.settler.verify(&request).await.unwrap().is_valid);
+}
+
+#[tokio::test]
+async fn a_lost_receipt_is_pending_then_the_same_transaction_once_seen() {
+    let rpc = shared_rpc_url();
+    let (url, mode) = proxy(rpc.clone()).await;
+    let setup = settler_at(&rpc, &url, ONE_ETH, Duration::from_secs(1)).await;
+    let (request, from) = funded_payment(&rpc, setup.pay_to, 1_000_000).await;
+    mode.store(SWALLOW_RECEIPTS, Ordering::SeqCst);
+    let pending = setup.settler.settle(&request).await.unwrap_err();
+    assert_eq!(pending.kind(), &FacilitatorErrorKind::Pending, "{pending}");
+    let sent: B256 = pending.transaction().unwrap().parse().unwrap();
+    // Mined at once by anvil: the transfer landed, only its answer was lost.
+    assert_eq!(balance(&rpc, from).await, units(1_000_000 - PRICE));
+    // Still no receipt: still pending, nothing sent again.
+    let still = setup.settler.settle(&request).await.unwrap_err();
+    assert_eq!(still.kind(), &FacilitatorErrorKind::Pending);
+    mode.store(PASS, Ordering::SeqCst);
+    let settled = setup.settler.settle(&request).await.unwrap();
+    assert!(settled.success, "{settled:?}");
+    assert_eq!(settled.transaction, format!("{sent:#x}"));
+    assert_eq!(balance(&rpc, from).await, units(1_000_000 - PRICE));
+    assert_eq!(balance(&rpc, setup.pay_to).await, units(PRICE));
+    assert_eq!(
+        settler_nonce(&setup).await,
+        1,
+        "exactly one transaction mined"
+    );
+}
+
+#[tokio::test]
+async fn a_stuck_transaction_is_replaced_with_the_same_nonce_and_lands_once() {
+    let chain = private_chain();
+    let setup = Arc::new(settler_at(&chain, &chain, ONE_ETH, Duration::from_secs(1)).await);
+    let (request, from) = funded_payment(&chain, setup.pay_to, 1_000_000).await;
+    rpc(&chain, "evm_setAutomine", json!([false])).await;
+    let settling = {
+        let (setup, request) = (setup.clone(), request.clone());
+        tokio::spawn(async move { setup.settler.settle(&request).await })
+    };
+    // Past the first wait the replacement is sent; then a block is mined.
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    rpc(&chain, "evm_mine", json!([])).await;
+    let settled = settling.await.unwrap().unwrap();
+    rpc(&chain, "evm_setAutomine", json!([true])).await;
+    assert!(settled.success, "{settled:?}");
+    let key = walletgate::x402::facilitator::evm_settler::SettlementKey {
+        chain_id: 84532,
+        asset: USDC,
+        from,
+        nonce: request.exact_evm().unwrap().nonce,
+    };
+    let record = setup.records.get(&key).await.unwrap().unwrap();
+    assert_eq!(record.transactions.len(), 2, "one replacement");
+    assert_eq!(
+        settled.transaction,
+        format!("{:#x}", record.transactions[1])
+    );
+    let mined = rpc(
+        &chain,
+        "eth_getTransactionByHash",
+        json!([settled.transaction]),
+    )
+    .await;
+    assert_eq!(mined["nonce"], "0x0", "the replacement reused the nonce");
+    assert_eq!(balance(&chain, from).await, units(1_000_000 - PRICE));
+    assert_eq!(balance(&chain, setup.pay_to).await, units(PRICE));
+    assert_eq!(settler_nonce(&setup).await, 1);
+}
+
+#[tokio::test]
+async fn startup_checks_refuse_another_chain_and_an_asset_without_code() {
+    let rpc = shared_rpc_url();
+    let wrong = EvmSettler::builder(&rpc, fresh_key(), Network::base())
+        .with_asset(USDC)
+        .connect()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        wrong.contains("chain 84532") && wrong.contains("eip155:8453"),
+        "{wrong}"
+    );
+    let no_code = EvmSettler::builder(&rpc, fresh_key(), Network::base_sepolia())
+        .with_asset(Address::repeat_byte(0x42))
+        .connect()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(no_code.contains("no code"), "{no_code}");
+}
+
+/// A payment from a smart wallet: `owner` signs the authorization whose
+/// `from` is the wallet.
+fn wallet_payment(owner: &Payer, wallet: Address, pay_to: Address) -> FacilitatorRequest {
+    let offer = offer(pay_to);
+    let nonce = B256::from(fresh_payer_key().0);
+    let mut authorization = owner.authorization(&offer, now(), nonce);
+    authorization.from = wallet.to_checksum(None);
+    let payload = owner.sign(&offer, authorization).unwrap();
+    FacilitatorRequest::new(payload, offer)
+}
+
+#[tokio::test]
+async fn a_smart_wallet_pays_by_its_own_check_and_a_refusing_one_is_invalid() {
+    let setup = settler(ONE_ETH).await;
+    let owner = Payer::from_key(fresh_payer_key().0).unwrap();
+    let wallet = deploy_erc1271_wallet(&setup.rpc, owner.address_bytes(), false).await;
+    mint(&setup.rpc, wallet, 1_000_000).await;
+    let request = wallet_payment(&owner, wallet, setup.pay_to);
+    let verdict = setup.settler.verify(&request).await.unwrap();
+    assert!(verdict.is_valid, "{verdict:?}");
+    assert_eq!(verdict.payer, Some(wallet.to_checksum(None)));
+    let settled = setup.settler.settle(&request).await.unwrap();
+    assert!(settled.success, "{settled:?}");
+    assert_eq!(balance(&setup.rpc, wallet).await, units(1_000_000 - PRICE));
+    assert_eq!(balance(&setup.rpc, setup.pay_to).await, units(PRICE));
+
+    // Another signer than the owner: the wallet refuses, nothing is sent.
+    let stranger = Payer::from_key(fresh_payer_key().0).unwrap();
+    let forged = wallet_payment(&stranger, wallet, setup.pay_to);
+    let verdict = setup.settler.verify(&forged).await.unwrap();
+    assert_eq!(verdict.invalid_reason.as_deref(), Some(reasons::SIGNATURE));
+    // A wallet that refuses everything.
+    let refusing = deploy_erc1271_wallet(&setup.rpc, owner.address_bytes(), true).await;
+    mint(&setup.rpc, refusing, 1_000_000).await;
+    let refused = wallet_payment(&owner, refusing, setup.pay_to);
+    let verdict = setup.settler.verify(&refused).await.unwrap();
+    assert_eq!(verdict.invalid_reason.as_deref(), Some(reasons::SIGNATURE));
+    let settled = setup.settler.settle(&refused).await.unwrap();
+    assert!(!settled.success);
+    assert_eq!(settled.error_reason.as_deref(), Some(reasons::SIGNATURE));
+    assert_eq!(balance(&setup.rpc, refusing).await, units(1_000_000));
+    assert_eq!(
+        settler_nonce(&setup).await,
+        1,
+        "only the approved payment was sent"
+    );
+}
+
+/// A process that broadcast, lost the receipt and stopped: a new process
+/// with the same key and records reports the recorded transaction, once.
+async fn a_restarted_settler_reconciles_from_its_records(records: Arc<dyn SettlementRecords>) {
+    let rpc = shared_rpc_url();
+    let (url, mode) = proxy(rpc.clone()).await;
+    let key = fresh_key();
+    set_eth_balance(&rpc, key.address(), ONE_ETH).await;
+    let first = connect(&url, key.clone(), records.clone(), Duration::from_secs(1)).await;
+    let pay_to = Payer::from_key(fresh_payer_key().0)
+        .unwrap()
+        .address_bytes();
+    let (request, from) = funded_payment(&rpc, pay_to, 1_000_000).await;
+    mode.store(SWALLOW_RECEIPTS, Ordering::SeqCst);
+    let pending = first.settle(&request).await.unwrap_err();
+    assert_eq!(pending.kind(), &FacilitatorErrorKind::Pending);
+    drop(first);
+    mode.store(PASS, Ordering::SeqCst);
+    let restarted = connect(&url, key.clone(), records, Duration::from_secs(1)).await;
+    let settled = restarted.settle(&request).await.unwrap();
+    assert!(settled.success, "{settled:?}");
+    assert_eq!(Some(settled.transaction.as_str()), pending.transaction());
+    assert_eq!(balance(&rpc, from).await, units(1_000_000 - PRICE));
+    assert_eq!(balance(&rpc, pay_to).await, units(PRICE));
+    assert_eq!(transaction_count(&rpc, key.address()).await, 1);
+}
+
+#[tokio::test]
+async fn a_restarted_settler_reconciles_from_records_it_shares() {
+    a_restarted_settler_reconciles_from_its_records(Arc::new(MemorySettlementRecords::new())).await;
+}
+
+#[cfg(feature = "redis")]
+#[path = "redis_support/mod.rs"]
+mod redis_support;
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_restarted_settler_reconciles_from_redis() {
+    use walletgate::redis::{RedisConfig, RedisConnection, RedisSettlementRecords};
+    let config = RedisConfig::new(redis_support::shared_url())
+        .with_prefix(redis_support::unique_prefix("settler-restart"))
+        .with_timeout(Duration::from_secs(2));
+    let records = RedisSettlementRecords::new(RedisConnection::open(&config).unwrap());
+    a_restarted_settler_reconciles_from_its_records(Arc::new(records)).await;
+}
+
+#[tokio::test]
+async fn a_nonce_used_behind_the_settlers_back_is_reseeded_from_the_node() {
+    let setup = settler(ONE_ETH).await;
+    let (first, _) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
+    assert!(setup.settler.settle(&first).await.unwrap().success);
+    // Another sender on the same key takes the next nonce.
+    let address = setup.settler.address();
+    rpc(&setup.rpc, "anvil_impersonateAccount", json!([address])).await;
+    let hash = rpc(
+        &setup.rpc,
+        "eth_sendTransaction",
+        json!([{ "from": address, "to": address, "value": "0x0" }]),
+    )
+    .await;
+    chain_support::mined_status(&setup.rpc, hash.as_str().unwrap().parse().unwrap()).await;
+    rpc(
+        &setup.rpc,
+        "anvil_stopImpersonatingAccount",
+        json!([address]),
+    )
+    .await;
+    let (second, from) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
+    let settled = setup.settler.settle(&second).await.unwrap();
+    assert!(settled.success, "{settled:?}");
+    let mined = rpc(
+        &setup.rpc,
+        "eth_getTransactionByHash",
+        json!([settled.transaction]),
+    )
+    .await;
+    assert_eq!(mined["nonce"], "0x2");
+    assert_eq!(balance(&setup.rpc, from).await, units(1_000_000 - PRICE));
+    assert_eq!(settler_nonce(&setup).await, 3);
+}
+
+alloy_sol_types::sol! {
+    function blacklist(address account);
+    function unBlacklist(address account);
+}
+
+#[tokio::test]
+async fn a_blacklisted_recipient_is_the_operators_problem_not_the_payers() {
+    use alloy_sol_types::SolCall;
+    let setup = settler(ONE_ETH).await;
+    let (request, from) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
+    let minter_call = |data: Vec<u8>| {
+        json!({ "from": chain_support::MINTER, "to": USDC,
+                "data": format!("0x{}", alloy_primitives::hex::encode(data)) })
+    };
+    let hash = chain_support::send_from_minter(
+        &setup.rpc,
+        minter_call(
+            blacklistCall {
+                account: setup.pay_to,
+            }
+            .abi_encode(),
+        ),
+    )
+    .await;
+    chain_support::mined_status(&setup.rpc, hash).await;
+    let error = setup.settler.verify(&request).await.unwrap_err();
+    assert_eq!(error.kind(), &FacilitatorErrorKind::Unavailable);
+    assert!(error.detail().contains("blacklisted"), "{error}");
+    let error = setup.settler.settle(&request).await.unwrap_err();
+    assert_eq!(error.kind(), &FacilitatorErrorKind::Unavailable);
+    assert_eq!(settler_nonce(&setup).await, 0, "nothing sent");
+    let hash = chain_support::send_from_minter(
+        &setup.rpc,
+        minter_call(
+            unBlacklistCall {
+                account: setup.pay_to,
+            }
+            .abi_encode(),
+        ),
+    )
+    .await;
+    chain_support::mined_status(&setup.rpc, hash).await;
+    assert!(setup.settler.settle(&request).await.unwrap().success);
+    assert_eq!(balance(&setup.rpc, from).await, units(1_000_000 - PRICE));
+}
+
+#[tokio::test]
+async fn the_settler_never_shows_its_key_or_its_rpc_path() {
+    let rpc = shared_rpc_url();
+    let key_hex = fresh_payer_key().to_string();
+    let key = SettlerKey::from_hex(&key_hex).unwrap();
+    let with_path = format!("{rpc}/secret-api-key");
+    let (settler, _) = EvmSettler::builder(&rpc, key.clone(), Network::base_sepolia())
+        .with_asset(USDC)
+        .connect()
+        .await
+        .unwrap();
+    for shown in [format!("{settler:?}"), format!("{key:?}")] {
+        assert!(!shown.contains(&key_hex[2..]), "{shown}");
+    }
+    let builder = EvmSettler::builder(&with_path, key, Network::base_sepolia());
+    assert!(!format!("{builder:?}").contains("secret-api-key"));
+}
+
+#[tokio::test]
+async fn a_pending_settlement_still_answers_after_its_window_nearly_closed() {
+    let rpc = shared_rpc_url();
+    let (url, mode) = proxy(rpc.clone()).await;
+    let setup = settler_at(&rpc, &url, ONE_ETH, Duration::from_secs(1)).await;
+    let payer = Payer::from_key(fresh_payer_key().0).unwrap();
+    mint(&rpc, payer.address_bytes(), 1_000_000).await;
+    let mut offer = offer(setup.pay_to);
+    offer.max_timeout_seconds = 9;
+    let started = now();
+    let request = FacilitatorRequest::new(payer.pay(&offer, started).unwrap(), offer);
+    mode.store(SWALLOW_RECEIPTS, Ordering::SeqCst);
+    let pending = setup.settler.settle(&request).await.unwrap_err();
+    assert_eq!(pending.kind(), &FacilitatorErrorKind::Pending);
+    mode.store(PASS, Ordering::SeqCst);
+    // Fewer than 6 s left: a fresh payment would be refused offline.
+    while now() < started + 4 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let verdict = setup.settler.verify(&request).await.unwrap();
+    assert!(!verdict.is_valid);
+    let settled = setup.settler.settle(&request).await.unwrap();
+    assert!(settled.success, "{settled:?}");
+    assert_eq!(Some(settled.transaction.as_str()), pending.transaction());
+    assert_eq!(balance(&rpc, setup.pay_to).await, units(PRICE));
+}
+
+#[tokio::test]
+async fn with_confirmations_a_settlement_waits_for_blocks_on_top() {
+    let chain = shared_rpc_url();
+    let key = fresh_key();
+    set_eth_balance(&chain, key.address(), ONE_ETH).await;
+    let (settler, _) = EvmSettler::builder(&chain, key, Network::base_sepolia())
+        .with_asset(USDC)
+        .with_confirmations(2)
+        .with_receipt_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    let pay_to = Payer::from_key(fresh_payer_key().0)
+        .unwrap()
+        .address_bytes();
+    let (request, _) = funded_payment(&chain, pay_to, 1_000_000).await;
+    let settling = tokio::spawn(async move { settler.settle(&request).await });
+    // Blocks come as other transactions arrive; mine some as well.
+    while !settling.is_finished() {
+        rpc_mine(&chain).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let settled = settling.await.unwrap().unwrap();
+    assert!(settled.success, "{settled:?}");
+    let receipt = rpc(
+        &chain,
+        "eth_getTransactionReceipt",
+        json!([settled.transaction]),
+    )
+    .await;
+    let mined_in = u64::from_str_radix(
+        receipt["blockNumber"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
+    let head = rpc(&chain, "eth_blockNumber", json!([])).await;
+    let head = u64::from_str_radix(head.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    assert!(
+        head >= mined_in + 2,
+        "answered at block {head}, mined in {mined_in}"
+    );
+}
+
+async fn rpc_mine(url: &str) {
+    rpc(url, "evm_mine", json!([])).await;
+}

@@ -1,0 +1,379 @@
+//! `walletgate facilitator` on a real chain (anvil with Circle's USDC,
+//! `tests/chain_support`): its HTTP API, its refusals, and the official
+//! `@x402/express` server (`tests/interop/x402-express-server`) settling
+//! through it, paid by walletgate's payer, balances checked to the unit.
+
+mod chain_support;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use alloy_primitives::{Address, U256};
+use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+use walletgate::client::payer::Payer;
+use walletgate::x402::facilitator::FacilitatorRequest;
+use walletgate::x402::server::PaymentOption;
+use walletgate::x402::wire::{AtomicAmount, PaymentRequired, codec};
+
+use chain_support::{USDC, balance, fresh_payer_key, mint, set_eth_balance, shared_rpc_url};
+
+const ONE_ETH: u128 = 1_000_000_000_000_000_000;
+
+/// A child process killed on drop.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "walletgate-facilitator-{}-{name}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A mode-0600 file holding `text`.
+fn secret_file(dir: &Path, name: &str, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// `walletgate facilitator` with a fresh funded key paying only `pay_to`;
+/// its URL from its first stdout line.
+async fn facilitator(rpc: &str, pay_to: Address, extra: &[&str]) -> (Running, String) {
+    let key = fresh_payer_key();
+    let settler = Payer::from_key(key.0).unwrap().address_bytes();
+    set_eth_balance(rpc, settler, ONE_ETH).await;
+    let dir = scratch(&format!("{settler:x}"));
+    let key_file = secret_file(&dir, "settler.key", &format!("{key}\n"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_walletgate"))
+        .args(["facilitator", "--rpc-url", rpc, "--network", "eip155:84532"])
+        .args(["--asset", &USDC.to_checksum(None)])
+        .args(["--pay-to", &pay_to.to_checksum(None)])
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--key-file")
+        .arg(&key_file)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.starts_with("http://"),
+        "facilitator did not start: {line:?}"
+    );
+    (Running(child), line.trim().to_owned())
+}
+
+async fn exchange(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<String>,
+) -> (StatusCode, http::HeaderMap, Value) {
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let mut request = http::Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    if body.is_some() {
+        request = request.header("content-type", "application/json");
+    }
+    let response = client
+        .request(
+            request
+                .body(Full::new(Bytes::from(body.unwrap_or_default())))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        headers,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn fresh_address() -> Address {
+    Payer::from_key(fresh_payer_key().0)
+        .unwrap()
+        .address_bytes()
+}
+
+/// A funded payer's payment of 10000 units to `pay_to`, as a `/verify` body.
+async fn payment_body(rpc: &str, pay_to: Address) -> (String, Address) {
+    let payer = Payer::from_key(fresh_payer_key().0).unwrap();
+    mint(rpc, payer.address_bytes(), 1_000_000).await;
+    let offer = PaymentOption::base_sepolia_usdc(&pay_to.to_checksum(None))
+        .unwrap()
+        .requirements_for_amount(AtomicAmount::new(10_000));
+    let request = FacilitatorRequest::new(payer.pay(&offer, now()).unwrap(), offer);
+    (
+        serde_json::to_string(&request).unwrap(),
+        payer.address_bytes(),
+    )
+}
+
+#[test]
+fn a_non_loopback_listen_without_a_token_is_refused() {
+    let output = Command::new(env!("CARGO_BIN_EXE_walletgate"))
+        .args([
+            "facilitator",
+            "--rpc-url",
+            "http://127.0.0.1:1",
+            "--key-file",
+            "/nonexistent",
+        ])
+        .args([
+            "--network",
+            "eip155:84532",
+            "--asset",
+            &USDC.to_checksum(None),
+        ])
+        .args(["--pay-to", &USDC.to_checksum(None), "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--auth-token-file"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_api_answers_verdicts_as_json_and_a_retried_settle_the_same_transaction() {
+    let rpc = shared_rpc_url();
+    let pay_to = fresh_address();
+    let (_running, url) = facilitator(&rpc, pay_to, &[]).await;
+    let (status, _, health) = exchange("GET", &format!("{url}/healthz"), &[], None).await;
+    assert_eq!(
+        (status, health["status"].as_str()),
+        (StatusCode::OK, Some("ok"))
+    );
+    let (status, _, _) = exchange("GET", &format!("{url}/readyz"), &[], None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, _, supported) = exchange("GET", &format!("{url}/supported"), &[], None).await;
+    assert_eq!(supported["kinds"][0]["network"], "eip155:84532");
+    assert_eq!(supported["kinds"][0]["scheme"], "exact");
+
+    // A recipient outside --pay-to is refused at verify, as a verdict.
+    let (elsewhere, _) = payment_body(&rpc, fresh_address()).await;
+    let (status, _, verdict) = exchange(
+        "POST",
+        &format!("{url}/verify"),
+        &[],
+        Some(elsewhere.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(verdict["isValid"], false);
+    assert_eq!(
+        verdict["invalidReason"],
+        "invalid_exact_evm_recipient_mismatch"
+    );
+    let (status, _, settled) =
+        exchange("POST", &format!("{url}/settle"), &[], Some(elsewhere)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(settled["success"], false);
+    assert_eq!(settled["transaction"], "");
+
+    let (body, from) = payment_body(&rpc, pay_to).await;
+    let (_, _, verdict) = exchange("POST", &format!("{url}/verify"), &[], Some(body.clone())).await;
+    assert_eq!(verdict["isValid"], true, "{verdict}");
+    let (_, _, first) = exchange("POST", &format!("{url}/settle"), &[], Some(body.clone())).await;
+    assert_eq!(first["success"], true, "{first}");
+    let (_, _, again) = exchange("POST", &format!("{url}/settle"), &[], Some(body.clone())).await;
+    assert_eq!(again["transaction"], first["transaction"]);
+    assert_eq!(balance(&rpc, from).await, U256::from(990_000));
+    assert_eq!(balance(&rpc, pay_to).await, U256::from(10_000));
+    // Verified again it is a replay, still a 200 verdict.
+    let (status, _, replay) = exchange("POST", &format!("{url}/verify"), &[], Some(body)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        replay["invalidReason"],
+        "invalid_exact_evm_nonce_already_used"
+    );
+    let (status, _, _) = exchange("POST", &format!("{url}/verify"), &[], Some("{".into())).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn with_a_token_file_only_a_wrong_or_missing_bearer_gets_401() {
+    let rpc = shared_rpc_url();
+    let dir = scratch("token");
+    let token = "facilitator-test-token-1234";
+    let token_file = secret_file(&dir, "token", &format!("{token}\n"));
+    let (_running, url) = facilitator(
+        &rpc,
+        fresh_address(),
+        &["--auth-token-file", token_file.to_str().unwrap()],
+    )
+    .await;
+    let supported = format!("{url}/supported");
+    let (status, _, _) = exchange("GET", &supported, &[], None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _, _) = exchange(
+        "GET",
+        &supported,
+        &[("authorization", "Bearer wrong")],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let bearer = format!("Bearer {token}");
+    let (status, _, _) = exchange("GET", &supported, &[("authorization", &bearer)], None).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_official_express_server_settles_through_it_on_chain_once() {
+    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/x402-express-server");
+    assert!(
+        folder.join("node_modules/@x402/express").is_dir(),
+        "run `npm ci --prefix tests/interop/x402-express-server` (or `bash .ci/run`)"
+    );
+    let rpc = shared_rpc_url();
+    let pay_to = fresh_address();
+    let (_facilitator, url) = facilitator(&rpc, pay_to, &[]).await;
+    let mut child = Command::new("node")
+        .arg(folder.join("server.mjs"))
+        .arg("0")
+        .arg(pay_to.to_checksum(None))
+        .arg(&url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _server = Running(child);
+    let paid = format!("http://127.0.0.1:{}/paid", line.trim());
+
+    let payer = Payer::from_key(fresh_payer_key().0).unwrap();
+    let from = payer.address_bytes();
+    mint(&rpc, from, 1_000_000).await;
+    let body = json!({"question": "settled on chain?"}).to_string();
+    let (status, headers, _) = exchange("POST", &paid, &[], Some(body.clone())).await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    let quote: PaymentRequired = codec::decode(headers["payment-required"].as_bytes()).unwrap();
+    let header = codec::encode(&payer.pay_quote(&quote, now()).unwrap());
+    let (status, headers, answer) = exchange(
+        "POST",
+        &paid,
+        &[("payment-signature", header.as_str())],
+        Some(body.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["paid"], true);
+    let receipt: walletgate::x402::wire::SettleResponse =
+        codec::decode(headers["payment-response"].as_bytes()).unwrap();
+    assert!(receipt.success);
+    let hash = receipt.transaction.parse().unwrap();
+    assert_eq!(chain_support::mined_status(&rpc, hash).await, 1);
+    assert_eq!(balance(&rpc, from).await, U256::from(999_000));
+    assert_eq!(balance(&rpc, pay_to).await, U256::from(1_000));
+
+    // The same payment again is refused, and nothing moves.
+    let (status, _, _) = exchange(
+        "POST",
+        &paid,
+        &[("payment-signature", header.as_str())],
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(balance(&rpc, from).await, U256::from(999_000));
+    assert_eq!(balance(&rpc, pay_to).await, U256::from(1_000));
+}
+
+#[test]
+fn a_key_file_others_can_read_is_refused_and_never_echoed() {
+    let key = fresh_payer_key().to_string();
+    let dir = scratch("leak");
+    let path = dir.join("settler.key");
+    std::fs::write(&path, format!("{key}\n")).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_walletgate"))
+        .args([
+            "facilitator",
+            "--rpc-url",
+            "http://127.0.0.1:1/secret-api-key",
+        ])
+        .arg("--key-file")
+        .arg(&path)
+        .args([
+            "--network",
+            "eip155:84532",
+            "--asset",
+            &USDC.to_checksum(None),
+        ])
+        .args(["--pay-to", &USDC.to_checksum(None), "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(64));
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(printed.contains("chmod 600"), "{printed}");
+    assert!(!printed.contains(&key[2..]), "the key leaked");
+    // Readable by its owner only, the key is fine; the node is unreachable and
+    // the error does not print the RPC URL's path (it may hold an API key).
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_walletgate"))
+        .args([
+            "facilitator",
+            "--rpc-url",
+            "http://127.0.0.1:1/secret-api-key",
+        ])
+        .arg("--key-file")
+        .arg(&path)
+        .args([
+            "--network",
+            "eip155:84532",
+            "--asset",
+            &USDC.to_checksum(None),
+        ])
+        .args(["--pay-to", &USDC.to_checksum(None)])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let printed = String::from_utf8_lossy(&output.stderr);
+    assert!(!printed.contains(&key[2..]), "the key leaked");
+    assert!(!printed.contains("secret-api-key"), "{printed}");
+}
