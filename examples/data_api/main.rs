@@ -26,6 +26,7 @@
 //! | `DATA_API_ACCESS_LOG` | standard error | file for the log (access lines and the layers' events) |
 //! | `DATA_API_REDIS_URL` | none | `redis://host:port/db` (feature `redis`): replicas share nonces, sessions, PATs, revocations and the API key's quota there |
 //! | `DATA_API_REDIS_PREFIX` | `walletgate` | key prefix in that Redis (one per data API deployment) |
+//! | `DATA_API_REDIS_CA_FILE` | none (Mozilla's roots) | `rediss://` (feature `redis-tls`): PEM of the private CA that signed the Redis certificate |
 //! | `DATA_API_JWKS_URL` | none | an external issuer's JWKS URL: its JWTs are accepted too |
 //! | `DATA_API_JWT_ISSUER` | none (required with the URL) | that issuer's `iss` |
 //! | `DATA_API_JWT_AUDIENCE` | the origin | the `aud` its tokens must name |
