@@ -30,7 +30,7 @@ pub use ledger::RedisLedger;
 #[cfg(feature = "x402")]
 pub use replay::RedisNonceStore;
 
-#[cfg(any(feature = "siwe", feature = "wallet-jwt"))]
+#[cfg(any(feature = "siwe", feature = "wallet-jwt", feature = "api-key"))]
 mod lua;
 #[cfg(feature = "tokens")]
 pub mod pats;
@@ -55,11 +55,15 @@ pub use siwe::RedisSiweNonceStore;
 mod api_key;
 #[cfg(feature = "free-tier")]
 mod free_tier;
+#[cfg(feature = "api-key")]
+pub mod key_store;
 
 #[cfg(feature = "api-key")]
 pub use api_key::RedisQuotas;
 #[cfg(feature = "free-tier")]
 pub use free_tier::RedisFreeTier;
+#[cfg(feature = "api-key")]
+pub use key_store::RedisKeyStore;
 
 /// The tests' redis-server (`WALLETGATE_TEST_REDIS_URL`, or one started once
 /// per test binary), shared with the integration tests.
