@@ -12,13 +12,13 @@
 //! |---|---|---|
 //! | `DATA_API_LISTEN` | `127.0.0.1:8080` | listen address |
 //! | `DATA_API_ORIGIN` | `http://` + the bound address | this server's public origin: JWT `iss` and `aud`, the SIWE domain and URI (set it behind a proxy or on a wildcard bind) |
-//! | `DATA_API_KEY` | generated | the development API key |
+//! | `DATA_API_KEY` | generated | the development API key (with Redis, keys from `data_api keys create` are accepted too) |
 //! | `DATA_API_DRAIN_SECS` | `30` | on SIGTERM/SIGINT: how long requests in flight may take before the server exits 1 anyway (open `/mcp` streams are closed at once) |
 //! | `DATA_API_SIWE_DOMAIN` | the origin's authority | SIWE `domain` to accept |
 //! | `DATA_API_SIWE_URI` | the origin | SIWE `URI` to accept |
 //! | `DATA_API_SIWE_CHAIN_ID` | `1` | SIWE `Chain ID` to accept |
 //! | `DATA_API_JWT_LIFETIME_SECS` | `900` | wallet JWT lifetime |
-//! | `DATA_API_KEY_PER_MINUTE` | `600` | requests per minute of the API key |
+//! | `DATA_API_KEY_PER_MINUTE` | `600` | requests per minute of the API key, and of issued keys without their own quota |
 //! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed (required with Redis: every replica signs with it) |
 //! | `DATA_API_CORS_ORIGINS` | none | comma-separated browser origins (`https://app.example`) allowed to call the API with a key or token (no cookies); none: no CORS |
 //! | `DATA_API_TRUSTED_PROXIES` | none | comma-separated CIDRs of proxies whose forwarding header names the client (the access log's `client`); without them the socket peer is the client |
@@ -49,6 +49,8 @@ mod cli;
 mod cors;
 mod favorites;
 mod health;
+#[cfg(feature = "redis")]
+mod keys;
 #[path = "../common/logging.rs"]
 mod logging;
 mod mcp;
@@ -81,7 +83,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub(crate) use crate::quotas::ApiKeys;
-use crate::quotas::key_quotas;
+use crate::quotas::{key_quotas, key_stores};
 use crate::redis_settings::RedisSettings;
 use axum::Router;
 use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, KeyQuota};
@@ -339,7 +341,10 @@ pub(crate) fn build_with_clock(
         api: protected_resource::metadata_url(&config.origin, "")?,
         mcp: protected_resource::metadata_url(&config.origin, protected_resource::MCP_RESOURCE)?,
     };
-    let api_keys = ApiKeyLayer::new(key_store).with_quota_store(key_quotas(config, clock)?);
+    let api_keys = ApiKeyLayer::new(key_stores(config, key_store)?)
+        // Issued keys without their own quota (`data_api keys create`).
+        .with_default_quota(KeyQuota::per_minute(config.key_per_minute))
+        .with_quota_store(key_quotas(config, clock)?);
     let (router, close_mcp_streams) = router(
         state,
         operations,
@@ -464,6 +469,14 @@ async fn main() {
     match cli::command(&args) {
         cli::Command::Help => return println!("{}", help()),
         cli::Command::Version => return println!("{}", cli::version("data_api")),
+        #[cfg(feature = "redis")]
+        cli::Command::Run if args.first().is_some_and(|arg| arg == "keys") => {
+            if let Err(error) = keys::run(&args[1..]).await {
+                eprintln!("data_api keys: {error}");
+                std::process::exit(1);
+            }
+            return;
+        }
         cli::Command::Run if !args.is_empty() => {
             eprintln!("data_api: unexpected arguments {args:?} (see --help)");
             std::process::exit(2);
@@ -480,7 +493,9 @@ async fn main() {
 fn help() -> String {
     cli::help(
         "data_api: the wallet-authenticated data API's reference server (API key, wallet JWT, \
-         SIWE, MCP at /mcp)\n\nUSAGE: data_api [--help] [--version]",
+         SIWE, MCP at /mcp)\n\nUSAGE: data_api [--help] [--version]\n       \
+         data_api keys create [--per-minute N] | list | revoke ID   (feature redis: the API \
+         keys on DATA_API_REDIS_URL; create prints the new key alone on stdout)",
         include_str!("main.rs"),
     )
 }
