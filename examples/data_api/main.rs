@@ -4,7 +4,7 @@
 //! `DATA_API_LISTEN` (default `127.0.0.1:8080`) with embedded defaults:
 //! in-memory stores, one development API key (`DATA_API_KEY`, else generated
 //! and printed once), a few wallets with favorites, and an Ed25519 signing key
-//! generated at start (or read from `DATA_API_SIGNING_KEY_FILE`, 32 raw bytes).
+//! generated at start (or read from `DATA_API_SIGNING_KEY_FILE`: 32 raw bytes or a PKCS#8 PEM).
 //! MCP clients connect to `/mcp` (streamable HTTP) with the same `X-API-KEY`
 //! and, for wallet tools, `Authorization: Bearer <wallet JWT>`.
 //!
@@ -19,7 +19,8 @@
 //! | `DATA_API_SIWE_CHAIN_ID` | `1` | SIWE `Chain ID` to accept |
 //! | `DATA_API_JWT_LIFETIME_SECS` | `900` | wallet JWT lifetime |
 //! | `DATA_API_KEY_PER_MINUTE` | `600` | requests per minute of the API key, and of issued keys without their own quota |
-//! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed (required with Redis: every replica signs with it) |
+//! | `DATA_API_SIGNING_KEY_FILE` | none | the Ed25519 key that signs JWTs: a 32-byte seed or a PKCS#8 PEM (required with Redis: every replica signs with it) |
+//! | `DATA_API_PREVIOUS_SIGNING_KEY_FILE` | none | the key rotated out (same formats): its JWTs still verify and it stays in the JWKS, but it signs nothing; drop it once the longest JWT it signed has expired |
 //! | `DATA_API_CORS_ORIGINS` | none | comma-separated browser origins (`https://app.example`) allowed to call the API with a key or token (no cookies); none: no CORS |
 //! | `DATA_API_TRUSTED_PROXIES` | none | comma-separated CIDRs of proxies whose forwarding header names the client (the access log's `client`); without them the socket peer is the client |
 //! | `DATA_API_FORWARDED_HEADER` | `x-forwarded-for` | the header those proxies write: `x-forwarded-for` or `forwarded` (RFC 7239) |
@@ -89,7 +90,7 @@ use axum::Router;
 use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, KeyQuota};
 use walletgate::clock::{SharedClock, SystemClock};
 use walletgate::siwe::SiweVerifier;
-use walletgate::tokens::{IssuerConfig, SigningKeys, TokenIssuer};
+use walletgate::tokens::{IssuerConfig, SigningKeyFile, SigningKeys, TokenIssuer};
 use walletgate::wallet_jwt::{JwksUrl, JwtVerifier, KeySet, ResourceMetadataUrl, WalletJwtLayer};
 
 use crate::favorites::Favorites;
@@ -111,6 +112,8 @@ pub(crate) struct Config {
     pub(crate) jwt_lifetime_secs: u64,
     pub(crate) key_per_minute: std::num::NonZeroU32,
     pub(crate) signing_key_file: Option<std::path::PathBuf>,
+    /// The key rotated out: verifies and is published, never signs.
+    pub(crate) previous_signing_key_file: Option<std::path::PathBuf>,
     pub(crate) access_log: Option<std::path::PathBuf>,
     /// The Redis the replicas share (`DATA_API_REDIS_URL`); `None`: in memory.
     pub(crate) redis: Option<RedisSettings>,
@@ -192,6 +195,8 @@ impl Config {
             .map_err(|(variable, reason)| format!("{variable}: {reason}"))?;
         config.drain = shutdown::drain_secs(var("DATA_API_DRAIN_SECS"), "DATA_API_DRAIN_SECS")?;
         config.signing_key_file = var("DATA_API_SIGNING_KEY_FILE").map(Into::into);
+        config.previous_signing_key_file =
+            var("DATA_API_PREVIOUS_SIGNING_KEY_FILE").map(Into::into);
         config.access_log = var("DATA_API_ACCESS_LOG").map(Into::into);
         config.redis = RedisSettings::from_vars(&var, "DATA_API")
             .map_err(|(variable, reason)| format!("{variable}: {reason}"))?;
@@ -237,6 +242,7 @@ impl Config {
             jwt_lifetime_secs: walletgate::tokens::IssuerConfig::DEFAULT_JWT_LIFETIME_SECS,
             key_per_minute: std::num::NonZeroU32::new(600).ok_or("zero quota")?,
             signing_key_file: None,
+            previous_signing_key_file: None,
             access_log: None,
             redis: None,
             external_issuer: None,
@@ -273,13 +279,17 @@ pub(crate) fn build_with_clock(
 ) -> Result<(Router, DevInfo), Box<dyn std::error::Error>> {
     let published = KeySet::new();
     let keys = match &config.signing_key_file {
-        Some(path) => {
-            let seed: [u8; 32] = std::fs::read(path)?
-                .try_into()
-                .map_err(|_| "DATA_API_SIGNING_KEY_FILE must hold exactly 32 bytes")?;
-            SigningKeys::from_seed(&seed, published.clone())
-        }
+        Some(path) => SigningKeys::from_file(
+            &read_key_file("DATA_API_SIGNING_KEY_FILE", path)?,
+            published.clone(),
+        ),
         None => SigningKeys::generate(published.clone())?,
+    };
+    let keys = match &config.previous_signing_key_file {
+        Some(path) => {
+            keys.with_previous(&read_key_file("DATA_API_PREVIOUS_SIGNING_KEY_FILE", path)?)
+        }
+        None => keys,
     };
     let issuer_config = IssuerConfig::new(&config.origin, &config.origin)?
         .with_jwt_lifetime_secs(config.jwt_lifetime_secs)?;
@@ -487,6 +497,13 @@ async fn main() {
         eprintln!("data_api: {error}");
         std::process::exit(1);
     }
+}
+
+/// The signing key in the file `variable` names (never printed).
+fn read_key_file(variable: &str, path: &std::path::Path) -> Result<SigningKeyFile, String> {
+    let bytes =
+        std::fs::read(path).map_err(|err| format!("{variable} {}: {err}", path.display()))?;
+    SigningKeyFile::parse(&bytes).map_err(|err| format!("{variable} {}: {err}", path.display()))
 }
 
 /// `--help`: the usage and every variable of this file's table.

@@ -29,6 +29,8 @@ mod described;
 /// Wallet JWTs of an external issuer, and instant revocation.
 #[path = "tests_jwt.rs"]
 mod jwt;
+/// `DATA_API_PREVIOUS_SIGNING_KEY_FILE`: a rotation across restarts.
+mod key_rotation;
 /// `/mcp`, here so it shares this harness.
 #[path = "tests_mcp.rs"]
 mod mcp;
