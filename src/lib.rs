@@ -42,6 +42,7 @@ pub mod envelope;
 #[cfg(feature = "free-tier")]
 pub mod free_tier;
 pub mod gateway;
+pub mod metrics;
 #[cfg(any(feature = "siwe", feature = "tokens", feature = "api-key"))]
 mod random;
 #[cfg(feature = "redis")]

@@ -28,6 +28,7 @@
 //! | `DATA_API_REDIS_URL` | none | `redis://host:port/db` (feature `redis`): replicas share nonces, sessions, PATs, revocations and the API key's quota there |
 //! | `DATA_API_REDIS_PREFIX` | `walletgate` | key prefix in that Redis (one per data API deployment) |
 //! | `DATA_API_REDIS_CA_FILE` | none (Mozilla's roots) | `rediss://` (feature `redis-tls`): PEM of the private CA that signed the Redis certificate |
+//! | `DATA_API_METRICS_LISTEN` | none (off) | `host:port` (feature `metrics`): Prometheus text at `GET /metrics` there (counters and histograms of `walletgate::metrics`), apart from the API |
 //! | `DATA_API_JWKS_URL` | none | an external issuer's JWKS URL: its JWTs are accepted too |
 //! | `DATA_API_JWT_ISSUER` | none (required with the URL) | that issuer's `iss` |
 //! | `DATA_API_JWT_AUDIENCE` | the origin | the `aud` its tokens must name |
@@ -55,6 +56,8 @@ mod keys;
 #[path = "../common/logging.rs"]
 mod logging;
 mod mcp;
+#[path = "../common/metrics.rs"]
+mod metrics_endpoint;
 mod openapi;
 #[path = "../common/openapi.rs"]
 mod openapi_common;
@@ -114,6 +117,8 @@ pub(crate) struct Config {
     pub(crate) signing_key_file: Option<std::path::PathBuf>,
     /// The key rotated out: verifies and is published, never signs.
     pub(crate) previous_signing_key_file: Option<std::path::PathBuf>,
+    /// Where `/metrics` is served (`DATA_API_METRICS_LISTEN`); `None`: off.
+    pub(crate) metrics_listen: Option<SocketAddr>,
     pub(crate) access_log: Option<std::path::PathBuf>,
     /// The Redis the replicas share (`DATA_API_REDIS_URL`); `None`: in memory.
     pub(crate) redis: Option<RedisSettings>,
@@ -197,6 +202,10 @@ impl Config {
         config.signing_key_file = var("DATA_API_SIGNING_KEY_FILE").map(Into::into);
         config.previous_signing_key_file =
             var("DATA_API_PREVIOUS_SIGNING_KEY_FILE").map(Into::into);
+        config.metrics_listen = metrics_endpoint::parse_listen(
+            "DATA_API_METRICS_LISTEN",
+            var("DATA_API_METRICS_LISTEN"),
+        )?;
         config.access_log = var("DATA_API_ACCESS_LOG").map(Into::into);
         config.redis = RedisSettings::from_vars(&var, "DATA_API")
             .map_err(|(variable, reason)| format!("{variable}: {reason}"))?;
@@ -243,6 +252,7 @@ impl Config {
             key_per_minute: std::num::NonZeroU32::new(600).ok_or("zero quota")?,
             signing_key_file: None,
             previous_signing_key_file: None,
+            metrics_listen: None,
             access_log: None,
             redis: None,
             external_issuer: None,
@@ -530,6 +540,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     let (router, dev) = build(&config)?;
     logging::init(config.access_log.as_deref())?;
+    if let Some(metrics_listen) = config.metrics_listen {
+        let bound = metrics_endpoint::serve(metrics_listen).await?;
+        println!("metrics (Prometheus text): http://{bound}/metrics");
+    }
     let router = access_log::AccessLog::global()
         .with_client_ip(config.client_ip.clone())
         .around(router);

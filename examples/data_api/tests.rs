@@ -34,6 +34,9 @@ mod key_rotation;
 /// `/mcp`, here so it shares this harness.
 #[path = "tests_mcp.rs"]
 mod mcp;
+/// `DATA_API_METRICS_LISTEN`'s page.
+#[cfg(feature = "metrics")]
+mod metrics;
 mod newcomer;
 /// RFC 9728 metadata and the challenges that name it.
 #[path = "tests_protected_resource.rs"]

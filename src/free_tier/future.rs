@@ -135,7 +135,7 @@ where
                     answer: (style, render),
                 } => {
                     let verdict = ready!(check.poll(cx));
-                    trace_verdict(call.as_ref().map(|(_, request)| request), &verdict);
+                    report_verdict(call.as_ref().map(|(_, request)| request), &verdict);
                     let reject = |error| Some(render.render(error, *style));
                     let next = match verdict {
                         Ok(Verdict::Allowed { rate_limit }) => {
@@ -169,10 +169,28 @@ where
     }
 }
 
-/// The layer's decision, traced with the client IP and the model an earlier
+/// The layer's decision, counted (`walletgate_free_tier_requests_total`) and traced with the client IP and the model an earlier
 /// step resolved ([`RequestModel`](crate::gateway::RequestModel)): read from
 /// that, not from the parsed body, which a pipeline may have taken apart.
-fn trace_verdict<B>(_request: Option<&http::Request<B>>, _verdict: &Result<Verdict, StoreError>) {
+fn report_verdict<B>(_request: Option<&http::Request<B>>, _verdict: &Result<Verdict, StoreError>) {
+    use crate::envelope::ErrorCode as Code;
+    let (outcome, code) = match _verdict {
+        Ok(Verdict::Allowed { .. }) => ("admitted", None),
+        Ok(Verdict::Refused { .. }) => ("refused", Some(Code::FreeTierRateLimited)),
+        Ok(Verdict::AtCapacity) => ("refused", Some(Code::FreeModelFailed)),
+        Err(_) => ("refused", Some(Code::InternalError)),
+    };
+    let code = code.map(Code::as_str);
+    match code {
+        Some(code) => crate::metrics::count(
+            crate::metrics::FREE_TIER_REQUESTS_TOTAL,
+            &[("outcome", outcome), ("code", code)],
+        ),
+        None => crate::metrics::count(
+            crate::metrics::FREE_TIER_REQUESTS_TOTAL,
+            &[("outcome", outcome)],
+        ),
+    }
     #[cfg(feature = "tracing")]
     {
         use super::client_ip::ClientIp;

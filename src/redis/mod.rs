@@ -245,7 +245,10 @@ impl RedisConnection {
         match tokio::time::timeout(timeout, call(self.manager.clone())).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(err)) => Err(StoreError::new(what).with_source(err)),
-            Err(_) => Err(StoreError::new(what).with_source(TimedOut(timeout))),
+            Err(_) => {
+                crate::metrics::count(crate::metrics::STORE_TIMEOUTS_TOTAL, &[("store", "redis")]);
+                Err(StoreError::new(what).with_source(TimedOut(timeout)))
+            }
         }
     }
 }
