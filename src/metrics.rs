@@ -103,6 +103,8 @@ pub fn describe() {
 }
 
 /// One increment of counter `name` with `labels`.
+// Some feature sets have no layer that counts.
+#[allow(dead_code)]
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn count(name: &'static str, labels: &[(&'static str, &'static str)]) {
     #[cfg(feature = "metrics")]
@@ -115,16 +117,12 @@ pub(crate) fn count(name: &'static str, labels: &[(&'static str, &'static str)])
     }
 }
 
-/// A duration into histogram `name`.
-#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-pub(crate) fn observe(name: &'static str, duration: std::time::Duration) {
-    #[cfg(feature = "metrics")]
-    ::metrics::histogram!(name).record(duration.as_secs_f64());
-}
-
 /// When a measured call started (nothing without the feature).
+// Only the x402 layer measures durations.
+#[allow(dead_code)]
 pub(crate) struct Started(#[cfg(feature = "metrics")] std::time::Instant);
 
+#[allow(dead_code)]
 impl Started {
     /// Now.
     pub(crate) fn now() -> Self {
@@ -138,7 +136,7 @@ impl Started {
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     pub(crate) fn observe(&self, name: &'static str) {
         #[cfg(feature = "metrics")]
-        observe(name, self.0.elapsed());
+        ::metrics::histogram!(name).record(self.0.elapsed().as_secs_f64());
     }
 }
 

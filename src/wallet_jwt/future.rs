@@ -179,7 +179,7 @@ where
                                 outcome = "invalid_token",
                                 reason = ?error,
                             );
-                            super::service::jwt_refused(error);
+                            error.count_refusal();
                             return Poll::Ready(Ok(rejection(reject.render(error))));
                         }
                     }

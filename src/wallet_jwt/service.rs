@@ -104,20 +104,12 @@ where
     }
 }
 
-/// One refusal into `walletgate_wallet_jwt_refusals_total`.
-pub(super) fn jwt_refused(error: JwtError) {
-    crate::metrics::count(
-        crate::metrics::WALLET_JWT_REFUSALS_TOTAL,
-        &[("reason", error.code())],
-    );
-}
-
 fn rejected<S: Service<Request<B>>, B>(
     config: &Config,
     error: JwtError,
 ) -> AuthenticateFuture<S, B> {
     trace_decision!(INFO, "wallet_jwt", outcome = "invalid_token", reason = ?error);
-    jwt_refused(error);
+    error.count_refusal();
     AuthenticateFuture::rejected(config.reject.render(error))
 }
 
