@@ -78,6 +78,24 @@ pub(crate) async fn serve(address: SocketAddr) -> std::io::Result<SocketAddr> {
     Ok(bound)
 }
 
+#[cfg(test)]
+#[test]
+fn the_listen_variable_is_an_address_and_needs_the_feature() {
+    assert_eq!(parse_listen("SVC_METRICS_LISTEN", None), Ok(None));
+    assert_eq!(
+        parse_listen("SVC_METRICS_LISTEN", Some(String::new())),
+        Ok(None)
+    );
+    let read = parse_listen("SVC_METRICS_LISTEN", Some("127.0.0.1:9464".into()));
+    if cfg!(feature = "metrics") {
+        assert_eq!(read, Ok(Some(SocketAddr::from(([127, 0, 0, 1], 9464)))));
+        let refused = parse_listen("SVC_METRICS_LISTEN", Some("metrics".into())).unwrap_err();
+        assert!(refused.starts_with("SVC_METRICS_LISTEN:"), "{refused}");
+    } else {
+        assert!(read.unwrap_err().contains("`metrics`"));
+    }
+}
+
 /// The samples of a Prometheus text page: `(series, value)`, the series as
 /// written (`name{label="value",…}`), comments skipped.
 #[cfg(test)]

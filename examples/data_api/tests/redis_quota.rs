@@ -170,3 +170,46 @@ async fn a_created_key_works_on_both_replicas_until_revoked() {
     let again = keys_command(&url, &prefix, &format!("revoke {id}")).await;
     assert!(!again.status.success());
 }
+
+/// A replica whose Redis answers only TLS, trusted through
+/// `DATA_API_REDIS_CA_FILE` (feature `redis-tls`): keyed requests spend
+/// their quota there.
+#[cfg(feature = "redis-tls")]
+#[tokio::test]
+async fn a_replica_reaches_a_tls_redis_through_its_ca_file() {
+    let (redis, ca_pem) = redis_support::RedisServer::start_tls();
+    let ca_file = std::env::temp_dir().join(format!(
+        "walletgate-data-api-redis-ca-{}.pem",
+        std::process::id()
+    ));
+    std::fs::write(&ca_file, ca_pem).unwrap();
+    let vars = [
+        ("DATA_API_REDIS_URL", redis.tls_url()),
+        ("DATA_API_REDIS_CA_FILE", ca_file.display().to_string()),
+    ];
+    let var = |name: &str| {
+        vars.iter()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.clone())
+    };
+    let settings = RedisSettings::from_vars(&var, "DATA_API").unwrap().unwrap();
+    let server = start_configured(START, move |config| {
+        config.key_per_minute = std::num::NonZeroU32::new(1).unwrap();
+        config.redis = Some(settings);
+    })
+    .await;
+    let path = keyed_path();
+    assert_eq!(
+        server.keyed(Method::GET, &path, &[], None).await.status,
+        200
+    );
+    // The quota lives in the TLS Redis: the second request is over it.
+    let over = server.keyed(Method::GET, &path, &[], None).await;
+    assert_eq!(
+        over.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{:?}",
+        over.body
+    );
+    let _ = std::fs::remove_file(ca_file);
+}
