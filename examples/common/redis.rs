@@ -86,12 +86,8 @@ impl RedisSettings {
     #[cfg(feature = "redis")]
     pub(crate) fn open(&self) -> Result<walletgate::redis::RedisConnection, String> {
         let config = self.config()?;
-        walletgate::redis::RedisConnection::open(&config).map_err(|err| {
-            let cause = std::error::Error::source(&err)
-                .map(|source| format!(": {source}"))
-                .unwrap_or_default();
-            format!("{err}{cause}")
-        })
+        walletgate::redis::RedisConnection::open(&config)
+            .map_err(|err| walletgate::error_chain(&err))
     }
 
     /// The library's settings for this Redis (reads the CA file, if any).

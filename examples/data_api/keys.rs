@@ -25,12 +25,7 @@ pub(crate) async fn run(args: &[String]) -> Result<(), String> {
         .map_err(|(variable, reason)| format!("{variable}: {reason}"))?
         .ok_or("DATA_API_REDIS_URL is not set: keys live in the replicas' shared Redis")?;
     let keys = RedisKeyStore::new(settings.open()?);
-    let failed = |err: walletgate::store::StoreError| {
-        let cause = std::error::Error::source(&err)
-            .map(|source| format!(": {source}"))
-            .unwrap_or_default();
-        format!("{err}{cause}")
-    };
+    let failed = |err: walletgate::store::StoreError| walletgate::error_chain(&err);
     match args {
         [command] if command == "create" => create(&keys, None).await.map_err(failed),
         [command, flag, per_minute] if command == "create" && flag == "--per-minute" => {

@@ -115,8 +115,8 @@ impl RedisKeyStore {
         let mut record = ApiKeyRecord::new(id.clone());
         record.quota = quota;
         if !self.insert_digest(digest, &record).await? {
-            // 48 bits of a fresh random key's digest collided: try once more
-            // is not worth the code; say so.
+            // The id is 48 bits of a fresh key's digest: a collision is
+            // vanishingly rare, and creating again picks another.
             return Err(StoreError::new("API key id already taken; create again"));
         }
         Ok((id, secret))
