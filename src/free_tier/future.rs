@@ -169,19 +169,18 @@ where
     }
 }
 
-/// The layer's decision, counted (`walletgate_free_tier_requests_total`) and traced with the client IP and the model an earlier
-/// step resolved ([`RequestModel`](crate::gateway::RequestModel)): read from
+/// The layer's decision, counted (`walletgate_free_tier_requests_total`)
+/// and traced with the client IP and the model an earlier step resolved ([`RequestModel`](crate::gateway::RequestModel)): read from
 /// that, not from the parsed body, which a pipeline may have taken apart.
-fn report_verdict<B>(_request: Option<&http::Request<B>>, _verdict: &Result<Verdict, StoreError>) {
+fn report_verdict<B>(_request: Option<&http::Request<B>>, verdict: &Result<Verdict, StoreError>) {
     use crate::envelope::ErrorCode as Code;
-    let (outcome, code) = match _verdict {
+    let (outcome, code) = match verdict {
         Ok(Verdict::Allowed { .. }) => ("admitted", None),
         Ok(Verdict::Refused { .. }) => ("refused", Some(Code::FreeTierRateLimited)),
         Ok(Verdict::AtCapacity) => ("refused", Some(Code::FreeModelFailed)),
         Err(_) => ("refused", Some(Code::InternalError)),
     };
-    let code = code.map(Code::as_str);
-    match code {
+    match code.map(Code::as_str) {
         Some(code) => crate::metrics::count(
             crate::metrics::FREE_TIER_REQUESTS_TOTAL,
             &[("outcome", outcome), ("code", code)],
@@ -200,7 +199,7 @@ fn report_verdict<B>(_request: Option<&http::Request<B>>, _verdict: &Result<Verd
             .and_then(|e| e.get::<crate::gateway::RequestModel>())
             .map(crate::gateway::RequestModel::as_str);
         let client_ip = client_ip.map(tracing::field::display);
-        match _verdict {
+        match verdict {
             Ok(Verdict::Allowed { rate_limit }) => trace_decision!(
                 DEBUG,
                 "free_tier",
