@@ -106,15 +106,9 @@ pub fn describe() {
 // Some feature sets have no layer that counts.
 #[allow(dead_code)]
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-pub(crate) fn count(name: &'static str, labels: &[(&'static str, &'static str)]) {
+pub(crate) fn count<const N: usize>(name: &'static str, labels: [(&'static str, &'static str); N]) {
     #[cfg(feature = "metrics")]
-    {
-        let labels: Vec<::metrics::Label> = labels
-            .iter()
-            .map(|(key, value)| ::metrics::Label::from_static_parts(key, value))
-            .collect();
-        ::metrics::counter!(name, labels).increment(1);
-    }
+    ::metrics::counter!(name, &labels).increment(1);
 }
 
 /// When a measured call started (nothing without the feature).

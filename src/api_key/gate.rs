@@ -199,7 +199,7 @@ pub(super) fn admit(
         }
     }
     trace_decision!(DEBUG, "api_key", key_id = %id, outcome = "admitted");
-    crate::metrics::count(crate::metrics::API_KEY_ADMITTED_TOTAL, &[]);
+    crate::metrics::count(crate::metrics::API_KEY_ADMITTED_TOTAL, []);
     Ok(id)
 }
 
@@ -215,7 +215,7 @@ pub(super) fn refused(_key_id: Option<&ApiKeyId>, error: ApiKeyError) -> ApiKeyE
     );
     crate::metrics::count(
         crate::metrics::API_KEY_REFUSALS_TOTAL,
-        &[("reason", error.code())],
+        [("reason", error.code())],
     );
     error
 }

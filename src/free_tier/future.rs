@@ -183,11 +183,11 @@ fn report_verdict<B>(_request: Option<&http::Request<B>>, verdict: &Result<Verdi
     match code.map(Code::as_str) {
         Some(code) => crate::metrics::count(
             crate::metrics::FREE_TIER_REQUESTS_TOTAL,
-            &[("outcome", outcome), ("code", code)],
+            [("outcome", outcome), ("code", code)],
         ),
         None => crate::metrics::count(
             crate::metrics::FREE_TIER_REQUESTS_TOTAL,
-            &[("outcome", outcome)],
+            [("outcome", outcome)],
         ),
     }
     #[cfg(feature = "tracing")]

@@ -246,7 +246,7 @@ impl RedisConnection {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(err)) => Err(StoreError::new(what).with_source(err)),
             Err(_) => {
-                crate::metrics::count(crate::metrics::STORE_TIMEOUTS_TOTAL, &[("store", "redis")]);
+                crate::metrics::count(crate::metrics::STORE_TIMEOUTS_TOTAL, [("store", "redis")]);
                 Err(StoreError::new(what).with_source(TimedOut(timeout)))
             }
         }

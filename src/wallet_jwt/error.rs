@@ -81,7 +81,7 @@ impl JwtError {
     pub(crate) fn count_refusal(self) {
         crate::metrics::count(
             crate::metrics::WALLET_JWT_REFUSALS_TOTAL,
-            &[("reason", self.code())],
+            [("reason", self.code())],
         );
     }
 

@@ -163,7 +163,7 @@ where
                             );
                             crate::metrics::count(
                                 crate::metrics::WALLET_JWT_AUTHENTICATED_TOTAL,
-                                &[],
+                                [],
                             );
                             request.extensions_mut().insert(claims);
                             let future = inner.call(request);

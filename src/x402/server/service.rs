@@ -275,7 +275,7 @@ fn payment_rejection(
         reason = why,
     );
     payment_outcome("refused");
-    metrics::count(metrics::X402_REFUSALS_TOTAL, &[("code", code.as_str())]);
+    metrics::count(metrics::X402_REFUSALS_TOTAL, [("code", code.as_str())]);
     let mut error = GatewayError::new(code).with_debug(why);
     if let Some(payer) = payer {
         error = error.with_payer(payer);
@@ -598,7 +598,7 @@ impl SettleJob {
             outcome = "settled",
         );
         payment_outcome("settled");
-        metrics::count(metrics::X402_SETTLEMENTS_TOTAL, &[]);
+        metrics::count(metrics::X402_SETTLEMENTS_TOTAL, []);
         let receipt = receipt.settled(settlement.transaction.clone());
         let spent = SpentAuthorization {
             receipt: receipt.clone(),
@@ -672,7 +672,7 @@ fn mark_private(headers: &mut http::HeaderMap) {
 
 /// One paid-request decision into `walletgate_x402_payments_total`.
 fn payment_outcome(outcome: &'static str) {
-    metrics::count(metrics::X402_PAYMENTS_TOTAL, &[("outcome", outcome)]);
+    metrics::count(metrics::X402_PAYMENTS_TOTAL, [("outcome", outcome)]);
 }
 
 #[cfg(test)]
