@@ -42,7 +42,8 @@ pub mod envelope;
 #[cfg(feature = "free-tier")]
 pub mod free_tier;
 pub mod gateway;
-#[cfg(any(feature = "siwe", feature = "tokens"))]
+pub mod metrics;
+#[cfg(any(feature = "siwe", feature = "tokens", feature = "api-key"))]
 mod random;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -1,6 +1,6 @@
-//! `{NAME}_REDIS_URL` and `{NAME}_REDIS_PREFIX`: the Redis several replicas
-//! of a reference server share (feature `redis`; without the variable every
-//! store stays in memory).
+//! `{NAME}_REDIS_URL`, `{NAME}_REDIS_PREFIX` and `{NAME}_REDIS_CA_FILE`: the
+//! Redis several replicas of a reference server share (feature `redis`;
+//! `rediss://` needs `redis-tls`; without the URL every store stays in memory).
 
 use std::fmt;
 use std::time::Duration;
@@ -14,6 +14,9 @@ pub(crate) struct RedisSettings {
     pub(crate) prefix: String,
     /// Bound on one Redis call; `None`: the library's default (250 ms).
     pub(crate) timeout: Option<Duration>,
+    /// PEM file of the private CA that signed a `rediss://` Redis's
+    /// certificate; `None`: Mozilla's roots.
+    pub(crate) ca_file: Option<std::path::PathBuf>,
 }
 
 impl fmt::Debug for RedisSettings {
@@ -31,6 +34,7 @@ impl RedisSettings {
             url: url.into(),
             prefix: prefix.into(),
             timeout: None,
+            ca_file: None,
         }
     }
 
@@ -58,26 +62,100 @@ impl RedisSettings {
         if !cfg!(feature = "redis") {
             return Err((url_variable, "this build lacks the `redis` feature".into()));
         }
+        let tls = url.starts_with("rediss://");
+        if tls && !cfg!(feature = "redis-tls") {
+            return Err((
+                url_variable,
+                "rediss:// needs the build's `redis-tls` feature (--features redis-tls)".into(),
+            ));
+        }
+        let ca_variable = format!("{name}_REDIS_CA_FILE");
+        let ca_file = var(&ca_variable).filter(|file| !file.is_empty());
+        if ca_file.is_some() && !tls {
+            return Err((ca_variable, "a CA file needs a rediss:// URL".into()));
+        }
         let prefix = var(&format!("{name}_REDIS_PREFIX")).unwrap_or_else(|| "walletgate".into());
-        Ok(Some(Self::new(url, prefix)))
+        let mut settings = Self::new(url, prefix);
+        settings.ca_file = ca_file.map(Into::into);
+        Ok(Some(settings))
     }
 
     /// Opens the shared, reconnecting connection (inside a tokio runtime);
     /// it connects lazily, so a server starts while Redis is still down.
+    /// An unreadable CA file or an unusable URL is an error at start.
     #[cfg(feature = "redis")]
-    pub(crate) fn open(
-        &self,
-    ) -> Result<walletgate::redis::RedisConnection, walletgate::store::StoreError> {
-        walletgate::redis::RedisConnection::open(&self.config())
+    pub(crate) fn open(&self) -> Result<walletgate::redis::RedisConnection, String> {
+        let config = self.config()?;
+        walletgate::redis::RedisConnection::open(&config)
+            .map_err(|err| walletgate::error_chain(&err))
     }
 
-    /// The library's settings for this Redis.
+    /// The library's settings for this Redis (reads the CA file, if any).
     #[cfg(feature = "redis")]
-    pub(crate) fn config(&self) -> walletgate::redis::RedisConfig {
+    pub(crate) fn config(&self) -> Result<walletgate::redis::RedisConfig, String> {
         let config = walletgate::redis::RedisConfig::new(&self.url).with_prefix(&self.prefix);
-        match self.timeout {
+        let config = match self.timeout {
             Some(timeout) => config.with_timeout(timeout),
             None => config,
+        };
+        #[cfg(feature = "redis-tls")]
+        if let Some(file) = &self.ca_file {
+            let pem = std::fs::read(file)
+                .map_err(|err| format!("Redis CA file {}: {err}", file.display()))?;
+            return Ok(config.with_ca_certificates(pem));
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(vars: &[(&str, &str)]) -> Result<Option<RedisSettings>, (String, String)> {
+        let var = |name: &str| {
+            vars.iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| (*value).to_owned())
+        };
+        RedisSettings::from_vars(&var, "SVC")
+    }
+
+    #[test]
+    fn rediss_needs_the_tls_feature_and_a_ca_file_needs_rediss() {
+        let tls = read(&[
+            ("SVC_REDIS_URL", "rediss://127.0.0.1:6380"),
+            ("SVC_REDIS_CA_FILE", "/etc/redis-ca.pem"),
+        ]);
+        if cfg!(feature = "redis-tls") {
+            let settings = tls.unwrap().unwrap();
+            assert_eq!(
+                settings.ca_file.as_deref(),
+                Some(std::path::Path::new("/etc/redis-ca.pem"))
+            );
+        } else if cfg!(feature = "redis") {
+            let (variable, reason) = tls.unwrap_err();
+            assert_eq!(variable, "SVC_REDIS_URL");
+            assert!(reason.contains("`redis-tls`"), "{reason}");
+        }
+        if cfg!(feature = "redis") {
+            let (variable, _) = read(&[
+                ("SVC_REDIS_URL", "redis://127.0.0.1:6379"),
+                ("SVC_REDIS_CA_FILE", "/etc/redis-ca.pem"),
+            ])
+            .unwrap_err();
+            assert_eq!(variable, "SVC_REDIS_CA_FILE");
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn an_unreadable_ca_file_fails_at_start_naming_it() {
+        let mut settings = RedisSettings::new("rediss://127.0.0.1:6380", "svc");
+        settings.ca_file = Some("/nonexistent/redis-ca.pem".into());
+        let opened = settings.open();
+        if cfg!(feature = "redis-tls") {
+            assert!(opened.unwrap_err().contains("/nonexistent/redis-ca.pem"));
         }
     }
 }

@@ -322,8 +322,16 @@ pub(crate) async fn exchange(
     Ok(Json(token.into()))
 }
 
-/// `GET /.well-known/jwks.json`: current and still-valid previous keys.
-pub(crate) async fn jwks(State(state): State<SharedState>) -> Json<serde_json::Value> {
+/// `GET /.well-known/jwks.json`: current and still-valid previous keys,
+/// cacheable for less than a rotation's overlap.
+pub(crate) async fn jwks(State(state): State<SharedState>) -> impl IntoResponse {
     state.issuer.keys().prune(state.clock.now_unix_secs());
-    Json(state.issuer.keys().jwks())
+    let max_age = state.issuer.config().jwks_max_age_secs();
+    (
+        [(
+            axum::http::header::CACHE_CONTROL,
+            format!("public, max-age={max_age}"),
+        )],
+        Json(state.issuer.keys().jwks()),
+    )
 }

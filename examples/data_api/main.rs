@@ -4,7 +4,7 @@
 //! `DATA_API_LISTEN` (default `127.0.0.1:8080`) with embedded defaults:
 //! in-memory stores, one development API key (`DATA_API_KEY`, else generated
 //! and printed once), a few wallets with favorites, and an Ed25519 signing key
-//! generated at start (or read from `DATA_API_SIGNING_KEY_FILE`, 32 raw bytes).
+//! generated at start (or read from `DATA_API_SIGNING_KEY_FILE`: 32 raw bytes or a PKCS#8 PEM).
 //! MCP clients connect to `/mcp` (streamable HTTP) with the same `X-API-KEY`
 //! and, for wallet tools, `Authorization: Bearer <wallet JWT>`.
 //!
@@ -12,20 +12,23 @@
 //! |---|---|---|
 //! | `DATA_API_LISTEN` | `127.0.0.1:8080` | listen address |
 //! | `DATA_API_ORIGIN` | `http://` + the bound address | this server's public origin: JWT `iss` and `aud`, the SIWE domain and URI (set it behind a proxy or on a wildcard bind) |
-//! | `DATA_API_KEY` | generated | the development API key |
+//! | `DATA_API_KEY` | generated | the development API key (with Redis, keys from `data_api keys create` are accepted too) |
 //! | `DATA_API_DRAIN_SECS` | `30` | on SIGTERM/SIGINT: how long requests in flight may take before the server exits 1 anyway (open `/mcp` streams are closed at once) |
 //! | `DATA_API_SIWE_DOMAIN` | the origin's authority | SIWE `domain` to accept |
 //! | `DATA_API_SIWE_URI` | the origin | SIWE `URI` to accept |
 //! | `DATA_API_SIWE_CHAIN_ID` | `1` | SIWE `Chain ID` to accept |
 //! | `DATA_API_JWT_LIFETIME_SECS` | `900` | wallet JWT lifetime |
-//! | `DATA_API_KEY_PER_MINUTE` | `600` | requests per minute of the API key |
-//! | `DATA_API_SIGNING_KEY_FILE` | none | 32-byte Ed25519 seed (required with Redis: every replica signs with it) |
+//! | `DATA_API_KEY_PER_MINUTE` | `600` | requests per minute of the API key, and of issued keys without their own quota |
+//! | `DATA_API_SIGNING_KEY_FILE` | none | the Ed25519 key that signs JWTs: a 32-byte seed or a PKCS#8 PEM (required with Redis: every replica signs with it) |
+//! | `DATA_API_PREVIOUS_SIGNING_KEY_FILE` | none | the key rotated out (same formats): its JWTs still verify and it stays in the JWKS, but it signs nothing; drop it once the longest JWT it signed has expired |
 //! | `DATA_API_CORS_ORIGINS` | none | comma-separated browser origins (`https://app.example`) allowed to call the API with a key or token (no cookies); none: no CORS |
 //! | `DATA_API_TRUSTED_PROXIES` | none | comma-separated CIDRs of proxies whose forwarding header names the client (the access log's `client`); without them the socket peer is the client |
 //! | `DATA_API_FORWARDED_HEADER` | `x-forwarded-for` | the header those proxies write: `x-forwarded-for` or `forwarded` (RFC 7239) |
 //! | `DATA_API_ACCESS_LOG` | standard error | file for the log (access lines and the layers' events) |
-//! | `DATA_API_REDIS_URL` | none | `redis://host:port/db` (feature `redis`): replicas share nonces, sessions, PATs, revocations and the API key's quota there |
+//! | `DATA_API_REDIS_URL` | none | `redis://host:port/db` (feature `redis`): replicas share nonces, sessions, PATs, revocations, API-key quotas and the keys `data_api keys create` issues there |
 //! | `DATA_API_REDIS_PREFIX` | `walletgate` | key prefix in that Redis (one per data API deployment) |
+//! | `DATA_API_REDIS_CA_FILE` | none (Mozilla's roots) | `rediss://` (feature `redis-tls`): PEM of the private CA that signed the Redis certificate |
+//! | `DATA_API_METRICS_LISTEN` | none (off) | `host:port` (feature `metrics`): Prometheus text at `GET /metrics` there (counters and histograms of `walletgate::metrics`), apart from the API |
 //! | `DATA_API_JWKS_URL` | none | an external issuer's JWKS URL: its JWTs are accepted too |
 //! | `DATA_API_JWT_ISSUER` | none (required with the URL) | that issuer's `iss` |
 //! | `DATA_API_JWT_AUDIENCE` | the origin | the `aud` its tokens must name |
@@ -48,9 +51,13 @@ mod cli;
 mod cors;
 mod favorites;
 mod health;
+#[cfg(feature = "redis")]
+mod keys;
 #[path = "../common/logging.rs"]
 mod logging;
 mod mcp;
+#[path = "../common/metrics.rs"]
+mod metrics_endpoint;
 mod openapi;
 #[path = "../common/openapi.rs"]
 mod openapi_common;
@@ -80,13 +87,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub(crate) use crate::quotas::ApiKeys;
-use crate::quotas::key_quotas;
+use crate::quotas::{key_quotas, key_stores};
 use crate::redis_settings::RedisSettings;
 use axum::Router;
 use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, KeyQuota};
 use walletgate::clock::{SharedClock, SystemClock};
 use walletgate::siwe::SiweVerifier;
-use walletgate::tokens::{IssuerConfig, SigningKeys, TokenIssuer};
+use walletgate::tokens::{IssuerConfig, SigningKeyFile, SigningKeys, TokenIssuer};
 use walletgate::wallet_jwt::{JwksUrl, JwtVerifier, KeySet, ResourceMetadataUrl, WalletJwtLayer};
 
 use crate::favorites::Favorites;
@@ -108,6 +115,10 @@ pub(crate) struct Config {
     pub(crate) jwt_lifetime_secs: u64,
     pub(crate) key_per_minute: std::num::NonZeroU32,
     pub(crate) signing_key_file: Option<std::path::PathBuf>,
+    /// The key rotated out: verifies and is published, never signs.
+    pub(crate) previous_signing_key_file: Option<std::path::PathBuf>,
+    /// Where `/metrics` is served (`DATA_API_METRICS_LISTEN`); `None`: off.
+    pub(crate) metrics_listen: Option<SocketAddr>,
     pub(crate) access_log: Option<std::path::PathBuf>,
     /// The Redis the replicas share (`DATA_API_REDIS_URL`); `None`: in memory.
     pub(crate) redis: Option<RedisSettings>,
@@ -189,6 +200,12 @@ impl Config {
             .map_err(|(variable, reason)| format!("{variable}: {reason}"))?;
         config.drain = shutdown::drain_secs(var("DATA_API_DRAIN_SECS"), "DATA_API_DRAIN_SECS")?;
         config.signing_key_file = var("DATA_API_SIGNING_KEY_FILE").map(Into::into);
+        config.previous_signing_key_file =
+            var("DATA_API_PREVIOUS_SIGNING_KEY_FILE").map(Into::into);
+        config.metrics_listen = metrics_endpoint::parse_listen(
+            "DATA_API_METRICS_LISTEN",
+            var("DATA_API_METRICS_LISTEN"),
+        )?;
         config.access_log = var("DATA_API_ACCESS_LOG").map(Into::into);
         config.redis = RedisSettings::from_vars(&var, "DATA_API")
             .map_err(|(variable, reason)| format!("{variable}: {reason}"))?;
@@ -234,6 +251,8 @@ impl Config {
             jwt_lifetime_secs: walletgate::tokens::IssuerConfig::DEFAULT_JWT_LIFETIME_SECS,
             key_per_minute: std::num::NonZeroU32::new(600).ok_or("zero quota")?,
             signing_key_file: None,
+            previous_signing_key_file: None,
+            metrics_listen: None,
             access_log: None,
             redis: None,
             external_issuer: None,
@@ -270,13 +289,17 @@ pub(crate) fn build_with_clock(
 ) -> Result<(Router, DevInfo), Box<dyn std::error::Error>> {
     let published = KeySet::new();
     let keys = match &config.signing_key_file {
-        Some(path) => {
-            let seed: [u8; 32] = std::fs::read(path)?
-                .try_into()
-                .map_err(|_| "DATA_API_SIGNING_KEY_FILE must hold exactly 32 bytes")?;
-            SigningKeys::from_seed(&seed, published.clone())
-        }
+        Some(path) => SigningKeys::from_file(
+            &read_key_file("DATA_API_SIGNING_KEY_FILE", path)?,
+            published.clone(),
+        ),
         None => SigningKeys::generate(published.clone())?,
+    };
+    let keys = match &config.previous_signing_key_file {
+        Some(path) => {
+            keys.with_previous(&read_key_file("DATA_API_PREVIOUS_SIGNING_KEY_FILE", path)?)
+        }
+        None => keys,
     };
     let issuer_config = IssuerConfig::new(&config.origin, &config.origin)?
         .with_jwt_lifetime_secs(config.jwt_lifetime_secs)?;
@@ -338,7 +361,10 @@ pub(crate) fn build_with_clock(
         api: protected_resource::metadata_url(&config.origin, "")?,
         mcp: protected_resource::metadata_url(&config.origin, protected_resource::MCP_RESOURCE)?,
     };
-    let api_keys = ApiKeyLayer::new(key_store).with_quota_store(key_quotas(config, clock)?);
+    let api_keys = ApiKeyLayer::new(key_stores(config, key_store)?)
+        // Issued keys without their own quota (`data_api keys create`).
+        .with_default_quota(KeyQuota::per_minute(config.key_per_minute))
+        .with_quota_store(key_quotas(config, clock)?);
     let (router, close_mcp_streams) = router(
         state,
         operations,
@@ -463,6 +489,14 @@ async fn main() {
     match cli::command(&args) {
         cli::Command::Help => return println!("{}", help()),
         cli::Command::Version => return println!("{}", cli::version("data_api")),
+        #[cfg(feature = "redis")]
+        cli::Command::Run if args.first().is_some_and(|arg| arg == "keys") => {
+            if let Err(error) = keys::run(&args[1..]).await {
+                eprintln!("data_api keys: {error}");
+                std::process::exit(1);
+            }
+            return;
+        }
         cli::Command::Run if !args.is_empty() => {
             eprintln!("data_api: unexpected arguments {args:?} (see --help)");
             std::process::exit(2);
@@ -475,11 +509,20 @@ async fn main() {
     }
 }
 
+/// The signing key in the file `variable` names (never printed).
+fn read_key_file(variable: &str, path: &std::path::Path) -> Result<SigningKeyFile, String> {
+    let bytes =
+        std::fs::read(path).map_err(|err| format!("{variable} {}: {err}", path.display()))?;
+    SigningKeyFile::parse(&bytes).map_err(|err| format!("{variable} {}: {err}", path.display()))
+}
+
 /// `--help`: the usage and every variable of this file's table.
 fn help() -> String {
     cli::help(
         "data_api: the wallet-authenticated data API's reference server (API key, wallet JWT, \
-         SIWE, MCP at /mcp)\n\nUSAGE: data_api [--help] [--version]",
+         SIWE, MCP at /mcp)\n\nUSAGE: data_api [--help] [--version]\n       \
+         data_api keys create [--per-minute N] | list | revoke ID   (feature redis: the API \
+         keys on DATA_API_REDIS_URL; create prints the new key alone on stdout)",
         include_str!("main.rs"),
     )
 }
@@ -497,6 +540,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     let (router, dev) = build(&config)?;
     logging::init(config.access_log.as_deref())?;
+    if let Some(metrics_listen) = config.metrics_listen {
+        let bound = metrics_endpoint::serve(metrics_listen).await?;
+        println!("metrics (Prometheus text): http://{bound}/metrics");
+    }
     let router = access_log::AccessLog::global()
         .with_client_ip(config.client_ip.clone())
         .around(router);

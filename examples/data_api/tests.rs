@@ -29,9 +29,14 @@ mod described;
 /// Wallet JWTs of an external issuer, and instant revocation.
 #[path = "tests_jwt.rs"]
 mod jwt;
+/// `DATA_API_PREVIOUS_SIGNING_KEY_FILE`: a rotation across restarts.
+mod key_rotation;
 /// `/mcp`, here so it shares this harness.
 #[path = "tests_mcp.rs"]
 mod mcp;
+/// `DATA_API_METRICS_LISTEN`'s page.
+#[cfg(feature = "metrics")]
+mod metrics;
 mod newcomer;
 /// RFC 9728 metadata and the challenges that name it.
 #[path = "tests_protected_resource.rs"]

@@ -36,6 +36,8 @@
 //! | `GATEWAY_SOLANA_FEE_PAYER` | from the facilitator | Solana: `extra.feePayer`; else read from `GET /supported` at start |
 //! | `GATEWAY_REDIS_URL` | none (in memory) | `redis://host:port[/db]` (feature `redis`): claims, spent authorizations, the ledger, image jobs and the free-tier limit in Redis, shared by every replica (see `stores.rs`) |
 //! | `GATEWAY_REDIS_PREFIX` | `walletgate` | the key prefix in that Redis (one per deployment) |
+//! | `GATEWAY_METRICS_LISTEN` | none (off) | `host:port` (feature `metrics`): Prometheus text at `GET /metrics` there (payments, refusals by code, verify/settle latency, free tier, store timeouts), apart from the API |
+//! | `GATEWAY_REDIS_CA_FILE` | none (Mozilla's roots) | `rediss://` (feature `redis-tls`): PEM of the private CA that signed the Redis certificate |
 //!
 //! Providers without an upstream are answered by the embedded echo family.
 //! Without `GATEWAY_FACILITATOR_URL`, payments are quoted in Base Sepolia USDC

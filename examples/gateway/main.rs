@@ -47,6 +47,8 @@ mod images;
 mod inference;
 #[path = "../common/logging.rs"]
 mod logging;
+#[path = "../common/metrics.rs"]
+mod metrics_endpoint;
 #[path = "../common/openapi.rs"]
 mod openapi_common;
 mod pipeline;
@@ -83,6 +85,8 @@ mod client_tests;
 mod cors_tests;
 #[cfg(test)]
 mod discovery_tests;
+#[cfg(all(test, feature = "metrics"))]
+mod metrics_tests;
 #[cfg(test)]
 mod payment_tests;
 #[cfg(all(test, feature = "redis"))]
@@ -165,6 +169,11 @@ fn help() -> String {
 async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     logging::init(None)?;
     let mut config = Config::from_env(args)?;
+    // Apart from `Config`: an operator's endpoint, not the gateway's behaviour.
+    let metrics_listen = metrics_endpoint::parse_listen(
+        "GATEWAY_METRICS_LISTEN",
+        std::env::var("GATEWAY_METRICS_LISTEN").ok(),
+    )?;
     if let PaymentNetwork::Solana(settings) = &mut config.network
         && settings.fee_payer.is_none()
     {
@@ -212,6 +221,10 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("gateway: WARNING: {warning}");
     }
     println!("gateway listening on http://{address} (clients: api_url http://{address}/api)");
+    if let Some(metrics_listen) = metrics_listen {
+        let bound = metrics_endpoint::serve(metrics_listen).await?;
+        println!("metrics (Prometheus text): http://{bound}/metrics");
+    }
     match &config.network {
         PaymentNetwork::Evm(evm) => match (&evm.facilitator_url, &config.settler) {
             (None, Some(settler)) => println!(

@@ -38,7 +38,7 @@ impl Replicas {
             ..Config::default()
         };
         let replicas = [Server::start(config()).await, Server::start(config()).await];
-        let ledger = RedisLedger::new(RedisConnection::open(&redis.config()).unwrap());
+        let ledger = RedisLedger::new(RedisConnection::open(&redis.config().unwrap()).unwrap());
         // The replicas fund the accounts in the background; make sure before paying.
         ledger.fund_dev_accounts().await.unwrap();
         Self { replicas, ledger }
@@ -309,7 +309,7 @@ async fn a_redis_that_does_not_answer_within_its_timeout_is_a_503_and_nothing_is
     let before = gateways.balance(&a.payer).await;
 
     // Redis holds every client's commands for 1.5 s: far past the 250 ms bound.
-    let pauser = RedisConnection::open(&redis.config()).unwrap();
+    let pauser = RedisConnection::open(&redis.config().unwrap()).unwrap();
     pauser
         .call("pause", |mut c| async move {
             redis::cmd("CLIENT")

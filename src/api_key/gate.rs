@@ -199,6 +199,7 @@ pub(super) fn admit(
         }
     }
     trace_decision!(DEBUG, "api_key", key_id = %id, outcome = "admitted");
+    crate::metrics::count(crate::metrics::API_KEY_ADMITTED_TOTAL, []);
     Ok(id)
 }
 
@@ -211,6 +212,10 @@ pub(super) fn refused(_key_id: Option<&ApiKeyId>, error: ApiKeyError) -> ApiKeyE
         outcome = "refused",
         error = error.code(),
         status = DataApiRejection::status(&error).as_u16(),
+    );
+    crate::metrics::count(
+        crate::metrics::API_KEY_REFUSALS_TOTAL,
+        [("reason", error.code())],
     );
     error
 }

@@ -16,6 +16,11 @@
 //! with [`ApiKeyLayer::with_rejection`]; status and headers come with the
 //! error ([`DataApiRejection`](crate::envelope::DataApiRejection)).
 //!
+//! Keys to issue are [`ApiKeySecret`]s (`wg_key_…`, prefixed and
+//! checksummed like PATs, so secret scanners can spot a leaked one); several
+//! replicas share their keys through `walletgate::redis::RedisKeyStore`
+//! (feature `redis`), which also creates, lists and revokes them.
+//!
 //! Quota buckets live in a [`QuotaStore`]: [`InMemoryQuotas`] by default,
 //! or a store several replicas share (`walletgate::redis::RedisQuotas`,
 //! feature `redis`) through [`ApiKeyLayer::with_quota_store`]. A quota store
@@ -77,6 +82,7 @@ mod gate;
 mod id;
 mod layer;
 mod quota;
+mod secret;
 mod service;
 mod store;
 
@@ -85,8 +91,9 @@ pub use gate::ApiKeyError;
 pub use id::ApiKeyId;
 pub use layer::ApiKeyLayer;
 pub use quota::{InMemoryQuotas, KeyQuota, QuotaStore, QuotaVerdict};
+pub use secret::{API_KEY_PREFIX, ApiKeySecret};
 pub use service::ApiKey;
-pub use store::{ApiKeyRecord, InMemoryKeyStore, KeyDigest, KeyStore};
+pub use store::{ApiKeyRecord, ChainedKeyStore, InMemoryKeyStore, KeyDigest, KeyStore};
 
 /// A refused API key configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -231,6 +231,39 @@ impl KeyStore for InMemoryKeyStore {
     }
 }
 
+/// Two stores asked in turn: a key `first` does not know is looked up in
+/// `second` (a few keys from the configuration in memory, the issued ones
+/// on Redis). A store error of either is the answer: never a refusal.
+#[derive(Clone, Debug)]
+pub struct ChainedKeyStore<A, B> {
+    first: A,
+    second: B,
+}
+
+impl<A: KeyStore, B: KeyStore + Clone> ChainedKeyStore<A, B> {
+    /// `first`, then `second`.
+    pub fn new(first: A, second: B) -> Self {
+        Self { first, second }
+    }
+}
+
+impl<A: KeyStore, B: KeyStore + Clone> KeyStore for ChainedKeyStore<A, B> {
+    fn lookup(
+        &self,
+        digest: &KeyDigest,
+    ) -> BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreError>> {
+        let first = self.first.lookup(digest);
+        let second = self.second.clone();
+        let digest = *digest;
+        Box::pin(async move {
+            match first.await? {
+                Some(record) => Ok(Some(record)),
+                None => second.lookup(&digest).await,
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::future::Future;
@@ -312,6 +345,32 @@ mod tests {
             id("app")
         );
         assert!(found(&chosen, b"0123456789abcdef-xxx").is_none());
+    }
+
+    #[test]
+    fn a_chain_finds_a_key_in_either_store_and_the_first_wins() {
+        fn found(store: &impl KeyStore, secret: &[u8]) -> Option<ApiKeyId> {
+            let lookup = store.lookup(&KeyDigest::of(secret));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            match std::pin::pin!(lookup).poll(&mut cx) {
+                std::task::Poll::Ready(found) => found.unwrap().map(|record| record.id),
+                std::task::Poll::Pending => unreachable!("in memory never waits"),
+            }
+        }
+        let (first, second) = (InMemoryKeyStore::new(), InMemoryKeyStore::new());
+        first
+            .insert("0123456789abcdef-one", ApiKeyRecord::new(id("one")))
+            .unwrap();
+        second
+            .insert("0123456789abcdef-two", ApiKeyRecord::new(id("two")))
+            .unwrap();
+        second
+            .insert("0123456789abcdef-one", ApiKeyRecord::new(id("shadowed")))
+            .unwrap();
+        let chain = ChainedKeyStore::new(first, second);
+        assert_eq!(found(&chain, b"0123456789abcdef-one"), Some(id("one")));
+        assert_eq!(found(&chain, b"0123456789abcdef-two"), Some(id("two")));
+        assert_eq!(found(&chain, b"0123456789abcdef-xxx"), None);
     }
 
     #[test]

@@ -135,7 +135,7 @@ where
                     answer: (style, render),
                 } => {
                     let verdict = ready!(check.poll(cx));
-                    trace_verdict(call.as_ref().map(|(_, request)| request), &verdict);
+                    report_verdict(call.as_ref().map(|(_, request)| request), &verdict);
                     let reject = |error| Some(render.render(error, *style));
                     let next = match verdict {
                         Ok(Verdict::Allowed { rate_limit }) => {
@@ -169,10 +169,27 @@ where
     }
 }
 
-/// The layer's decision, traced with the client IP and the model an earlier
-/// step resolved ([`RequestModel`](crate::gateway::RequestModel)): read from
+/// The layer's decision, counted (`walletgate_free_tier_requests_total`)
+/// and traced with the client IP and the model an earlier step resolved ([`RequestModel`](crate::gateway::RequestModel)): read from
 /// that, not from the parsed body, which a pipeline may have taken apart.
-fn trace_verdict<B>(_request: Option<&http::Request<B>>, _verdict: &Result<Verdict, StoreError>) {
+fn report_verdict<B>(_request: Option<&http::Request<B>>, verdict: &Result<Verdict, StoreError>) {
+    use crate::envelope::ErrorCode as Code;
+    let (outcome, code) = match verdict {
+        Ok(Verdict::Allowed { .. }) => ("admitted", None),
+        Ok(Verdict::Refused { .. }) => ("refused", Some(Code::FreeTierRateLimited)),
+        Ok(Verdict::AtCapacity) => ("refused", Some(Code::FreeModelFailed)),
+        Err(_) => ("refused", Some(Code::InternalError)),
+    };
+    match code.map(Code::as_str) {
+        Some(code) => crate::metrics::count(
+            crate::metrics::FREE_TIER_REQUESTS_TOTAL,
+            [("outcome", outcome), ("code", code)],
+        ),
+        None => crate::metrics::count(
+            crate::metrics::FREE_TIER_REQUESTS_TOTAL,
+            [("outcome", outcome)],
+        ),
+    }
     #[cfg(feature = "tracing")]
     {
         use super::client_ip::ClientIp;
@@ -182,7 +199,7 @@ fn trace_verdict<B>(_request: Option<&http::Request<B>>, _verdict: &Result<Verdi
             .and_then(|e| e.get::<crate::gateway::RequestModel>())
             .map(crate::gateway::RequestModel::as_str);
         let client_ip = client_ip.map(tracing::field::display);
-        match _verdict {
+        match verdict {
             Ok(Verdict::Allowed { rate_limit }) => trace_decision!(
                 DEBUG,
                 "free_tier",

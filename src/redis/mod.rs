@@ -41,7 +41,7 @@ pub use replay::RedisNonceStore;
 #[cfg(feature = "evm-settler")]
 pub use settlement_records::RedisSettlementRecords;
 
-#[cfg(any(feature = "siwe", feature = "wallet-jwt"))]
+#[cfg(any(feature = "siwe", feature = "wallet-jwt", feature = "api-key"))]
 mod lua;
 #[cfg(feature = "tokens")]
 pub mod pats;
@@ -66,11 +66,15 @@ pub use siwe::RedisSiweNonceStore;
 mod api_key;
 #[cfg(feature = "free-tier")]
 mod free_tier;
+#[cfg(feature = "api-key")]
+pub mod key_store;
 
 #[cfg(feature = "api-key")]
 pub use api_key::RedisQuotas;
 #[cfg(feature = "free-tier")]
 pub use free_tier::RedisFreeTier;
+#[cfg(feature = "api-key")]
+pub use key_store::RedisKeyStore;
 
 /// The tests' redis-server (`WALLETGATE_TEST_REDIS_URL`, or one started once
 /// per test binary), shared with the integration tests.
@@ -94,6 +98,9 @@ pub struct RedisConfig {
     url: String,
     prefix: String,
     timeout: Duration,
+    /// PEM roots that replace Mozilla's for `rediss://` (a private CA).
+    #[cfg(feature = "redis-tls")]
+    ca_certificates: Option<Vec<u8>>,
 }
 
 impl RedisConfig {
@@ -102,13 +109,26 @@ impl RedisConfig {
     /// The default bound on one call (connect or command).
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
 
-    /// A Redis at `url` (`redis://host:port/db`), with the default prefix and timeout.
+    /// A Redis at `url` (`redis://host:port/db`, or `rediss://` over TLS with
+    /// feature `redis-tls`), with the default prefix and timeout.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             timeout: Self::DEFAULT_TIMEOUT,
+            #[cfg(feature = "redis-tls")]
+            ca_certificates: None,
         }
+    }
+
+    /// Trusts only the CA certificates in `pem` (one or more PEM blocks) for
+    /// a `rediss://` URL, instead of Mozilla's roots: a Redis whose
+    /// certificate a private CA signed. Checked when the connection opens.
+    #[cfg(feature = "redis-tls")]
+    #[must_use]
+    pub fn with_ca_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca_certificates = Some(pem.into());
+        self
     }
 
     /// Namespaces every key under `prefix` (no trailing colon).
@@ -162,9 +182,11 @@ impl RedisConnection {
     /// its stores answer [`StoreError`] until Redis is reachable.
     ///
     /// Must be called inside a tokio runtime.
+    ///
+    /// A `rediss://` URL needs feature `redis-tls`: without it the URL is
+    /// refused here rather than failing on every call.
     pub fn open(config: &RedisConfig) -> Result<Self, StoreError> {
-        let client = redis::Client::open(config.url.as_str())
-            .map_err(|err| StoreError::new("invalid Redis URL").with_source(err))?;
+        let client = client(config)?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.timeout))
             .set_response_timeout(Some(config.timeout))
@@ -234,8 +256,55 @@ impl RedisConnection {
         match tokio::time::timeout(timeout, call(self.manager.clone())).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(err)) => Err(StoreError::new(what).with_source(err)),
-            Err(_) => Err(StoreError::new(what).with_source(TimedOut(timeout))),
+            Err(_) => {
+                crate::metrics::count(crate::metrics::STORE_TIMEOUTS_TOTAL, [("store", "redis")]);
+                Err(StoreError::new(what).with_source(TimedOut(timeout)))
+            }
         }
+    }
+}
+
+/// The client for `config.url`: plain, or TLS for `rediss://`.
+fn client(config: &RedisConfig) -> Result<redis::Client, StoreError> {
+    let tls = uses_tls(&config.url);
+    if tls && !cfg!(feature = "redis-tls") {
+        return Err(StoreError::new(TLS_NEEDS_FEATURE));
+    }
+    #[cfg(feature = "redis-tls")]
+    if tls {
+        install_ring_provider();
+    }
+    #[cfg(feature = "redis-tls")]
+    if let Some(pem) = &config.ca_certificates {
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.clone()),
+        };
+        return redis::Client::build_with_tls(config.url.as_str(), certificates).map_err(|err| {
+            StoreError::new("Redis CA certificates unusable (or the URL is not rediss://)")
+                .with_source(err)
+        });
+    }
+    redis::Client::open(config.url.as_str())
+        .map_err(|err| StoreError::new("invalid Redis URL").with_source(err))
+}
+
+/// What [`RedisConnection::open`] answers for `rediss://` in a build without TLS.
+const TLS_NEEDS_FEATURE: &str = "rediss:// needs walletgate's `redis-tls` feature";
+
+/// `rediss://`: Redis over TLS.
+fn uses_tls(url: &str) -> bool {
+    url.get(..9)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
+}
+
+/// redis-rs builds its rustls config from the process-wide provider: make it
+/// `ring` (this crate's only one) unless the application chose one already.
+#[cfg(feature = "redis-tls")]
+fn install_ring_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race to another installer is fine: a provider is set.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 
@@ -276,6 +345,44 @@ mod tests {
             .await;
         let err = result.unwrap_err();
         assert_eq!(err.to_string(), "ping");
+    }
+
+    #[tokio::test]
+    async fn rediss_without_the_tls_feature_is_refused_at_open_naming_the_feature() {
+        let opened = RedisConnection::open(&RedisConfig::new("rediss://127.0.0.1:1"));
+        if cfg!(feature = "redis-tls") {
+            opened.unwrap();
+        } else {
+            let err = opened.unwrap_err().to_string();
+            assert!(err.contains("`redis-tls`"), "{err}");
+        }
+        assert!(uses_tls("REDISS://host:6380"));
+        assert!(!uses_tls("redis://host:6379"));
+    }
+
+    #[cfg(feature = "redis-tls")]
+    async fn ping(config: &RedisConfig) -> Result<String, StoreError> {
+        let conn = RedisConnection::open(config)?;
+        conn.call("ping", |mut c| async move {
+            redis::cmd("PING").query_async(&mut c).await
+        })
+        .await
+    }
+
+    #[cfg(feature = "redis-tls")]
+    #[tokio::test]
+    async fn rediss_reaches_a_tls_redis_whose_certificate_a_private_ca_signed() {
+        let (server, ca_pem) = redis_support::RedisServer::start_tls();
+        let trusted = RedisConfig::new(server.tls_url())
+            .with_ca_certificates(ca_pem)
+            .with_timeout(Duration::from_secs(2));
+        assert_eq!(ping(&trusted).await.unwrap(), "PONG");
+        // Mozilla's roots do not know the test CA: the handshake fails.
+        let untrusted = RedisConfig::new(server.tls_url()).with_timeout(Duration::from_secs(2));
+        assert!(ping(&untrusted).await.is_err());
+        // The plain scheme on the TLS port gets no answer either.
+        let plain = RedisConfig::new(server.url()).with_timeout(Duration::from_millis(500));
+        assert!(ping(&plain).await.is_err());
     }
 
     #[test]

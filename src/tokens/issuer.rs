@@ -61,6 +61,8 @@ impl std::error::Error for IssuerConfigError {}
 impl IssuerConfig {
     /// JWT lifetime when not set: 15 minutes.
     pub const DEFAULT_JWT_LIFETIME_SECS: u64 = 15 * 60;
+    /// The longest [`jwks_max_age_secs`](Self::jwks_max_age_secs).
+    pub const MAX_JWKS_MAX_AGE_SECS: u64 = 5 * 60;
     /// Longest PAT lifetime when not set: 90 days.
     pub const DEFAULT_PAT_MAX_DAYS: u32 = 90;
 
@@ -162,7 +164,15 @@ impl IssuerConfig {
         &self.audience
     }
 
-    /// The JWT lifetime.
+    /// How long a verifier may cache the JWKS (`Cache-Control: max-age`):
+    /// half the JWT lifetime, at most five minutes. A rotation keeps the
+    /// previous key published for at least a JWT lifetime, so a cached
+    /// document always expires while both keys are in it.
+    pub fn jwks_max_age_secs(&self) -> u64 {
+        (self.jwt_lifetime_secs / 2).clamp(1, Self::MAX_JWKS_MAX_AGE_SECS)
+    }
+
+    /// The JWT lifetime, in seconds.
     pub fn jwt_lifetime_secs(&self) -> u64 {
         self.jwt_lifetime_secs
     }

@@ -67,6 +67,26 @@ impl SigningKeys {
         Self::from_key(SigningKey::from_bytes(seed), published)
     }
 
+    /// The key of a key file ([`SigningKeyFile`]), published into `published`.
+    pub fn from_file(key: &SigningKeyFile, published: KeySet) -> Self {
+        Self::from_key(key.0.clone(), published)
+    }
+
+    /// Keeps verifying tokens `previous` signed, and publishing it in the
+    /// JWKS, without ever signing with it again: the key rotated out at the
+    /// last restart. Drop it once the longest JWT it signed has expired.
+    #[must_use]
+    pub fn with_previous(self, previous: &SigningKeyFile) -> Self {
+        let kid = publish(&self.published, &previous.0);
+        let mut state = self.write();
+        if kid != state.kid && !state.retired.iter().any(|(retired, _)| *retired == kid) {
+            // Pruned never: it leaves when the configuration drops it.
+            state.retired.push((kid, u64::MAX));
+        }
+        drop(state);
+        self
+    }
+
     fn from_key(key: SigningKey, published: KeySet) -> Self {
         let kid = publish(&published, &key);
         let encoding = jwt::eddsa_encoding_key(&key);
@@ -139,6 +159,48 @@ impl SigningKeys {
     }
 }
 
+/// An Ed25519 signing key as a file holds it: its 32-byte seed, or a PKCS#8
+/// PEM (`openssl genpkey -algorithm ed25519`). `Debug` shows nothing of it,
+/// and the key is wiped when dropped.
+pub struct SigningKeyFile(SigningKey);
+
+impl SigningKeyFile {
+    /// The key in `bytes`: exactly 32 bytes (a raw seed), or a PEM
+    /// `PRIVATE KEY` block (PKCS#8, Ed25519).
+    ///
+    /// # Errors
+    /// [`SigningKeyFileError`] for anything else.
+    pub fn parse(bytes: &[u8]) -> Result<Self, SigningKeyFileError> {
+        use ed25519_dalek::pkcs8::DecodePrivateKey as _;
+        if let Ok(seed) = <&[u8; 32]>::try_from(bytes) {
+            return Ok(Self(SigningKey::from_bytes(seed)));
+        }
+        let pem = std::str::from_utf8(bytes).map_err(|_| SigningKeyFileError)?;
+        SigningKey::from_pkcs8_pem(pem.trim())
+            .map(Self)
+            .map_err(|_| SigningKeyFileError)
+    }
+}
+
+impl fmt::Debug for SigningKeyFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SigningKeyFile(<redacted>)")
+    }
+}
+
+/// A key file that is neither a 32-byte seed nor an Ed25519 PKCS#8 PEM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SigningKeyFileError;
+
+impl fmt::Display for SigningKeyFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("not an Ed25519 key: expected a 32-byte seed or a PKCS#8 PEM")
+    }
+}
+
+impl std::error::Error for SigningKeyFileError {}
+
 /// Adds `key`'s public half to `published` under its thumbprint; the kid.
 fn publish(published: &KeySet, key: &SigningKey) -> String {
     let public = key.verifying_key();
@@ -188,6 +250,47 @@ mod tests {
         keys.prune(1_000);
         assert!(!keys.published().contains(&old));
         assert_eq!(keys.jwks()["keys"].as_array().unwrap().len(), 1);
+    }
+
+    /// RFC 8410 section 10.3's example Ed25519 private key.
+    const RFC_8410_PEM: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEINTuctv5E1hK1bbY8fdp+K06/nwoy/HU++CXqI9EdVhC
+-----END PRIVATE KEY-----
+";
+
+    #[test]
+    fn a_key_file_is_a_raw_seed_or_a_pkcs8_pem_of_the_same_key() {
+        let pem = SigningKeyFile::parse(RFC_8410_PEM.as_bytes()).unwrap();
+        let seed = URL_SAFE_NO_PAD
+            .decode("1O5y2_kTWErVttjx92n4rTr-fCjL8dT74Jeoj0R1WEI")
+            .unwrap();
+        let raw = SigningKeyFile::parse(&seed).unwrap();
+        assert_eq!(pem.0.to_bytes(), raw.0.to_bytes());
+        assert!(SigningKeyFile::parse(&[1u8; 31]).is_err());
+        assert!(
+            SigningKeyFile::parse(b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----")
+                .is_err()
+        );
+        assert_eq!(format!("{pem:?}"), "SigningKeyFile(<redacted>)");
+    }
+
+    #[test]
+    fn a_previous_key_stays_published_and_verifiable_but_never_signs() {
+        let current = SigningKeyFile::parse(&[1u8; 32]).unwrap();
+        let previous = SigningKeyFile::parse(&[2u8; 32]).unwrap();
+        let old_kid = SigningKeys::from_file(&previous, KeySet::new()).current_kid();
+        let keys = SigningKeys::from_file(&current, KeySet::new()).with_previous(&previous);
+        assert_ne!(keys.current_kid(), old_kid);
+        assert!(keys.published().contains(&old_kid));
+        keys.prune(u64::MAX - 1);
+        assert!(keys.published().contains(&old_kid), "never pruned by time");
+        let signed = keys.sign(&serde_json::json!({"sub": "x"})).unwrap();
+        assert!(!signed.is_empty());
+        let header = jsonwebtoken::decode_header(&signed).unwrap();
+        assert_eq!(header.kid.as_deref(), Some(keys.current_kid().as_str()));
+        // The same key as current and previous is published once.
+        let same = SigningKeys::from_file(&current, KeySet::new()).with_previous(&current);
+        assert_eq!(same.jwks()["keys"].as_array().unwrap().len(), 1);
     }
 
     #[test]

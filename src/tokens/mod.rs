@@ -71,7 +71,7 @@ mod store;
 pub use issuer::{
     AccessToken, IssuerConfig, IssuerConfigError, NewPat, SessionCookies, TokenIssuer,
 };
-pub use keys::SigningKeys;
+pub use keys::{SigningKeyFile, SigningKeyFileError, SigningKeys};
 pub use pat::{PatSecret, SecretDigest, is_well_formed};
 pub use session::{ACCESS_COOKIE, HasTokenIssuer, REFRESH_COOKIE, SessionWallet, request_cookie};
 pub use store::{

@@ -7,13 +7,11 @@ use std::fmt;
 
 use sha2::{Digest as _, Sha256};
 
-use crate::random::{BASE62, base62};
+use crate::random::{checksummed_secret, is_checksummed_secret};
 use crate::wallet_jwt::PAT_PREFIX;
 
 /// Random base62 characters after the prefix (about 178 bits).
 const RANDOM_LEN: usize = 30;
-/// Base62 characters of the CRC32 (62^6 > 2^32).
-const CHECKSUM_LEN: usize = 6;
 
 /// A PAT's secret text, shown to its owner once and never stored.
 ///
@@ -24,10 +22,7 @@ pub struct PatSecret(String);
 impl PatSecret {
     /// A fresh random token.
     pub(crate) fn generate() -> Result<Self, getrandom::Error> {
-        let mut token = String::from(PAT_PREFIX);
-        token.push_str(&base62(RANDOM_LEN)?);
-        token.push_str(&checksum(&token));
-        Ok(Self(token))
+        checksummed_secret(PAT_PREFIX, RANDOM_LEN).map(Self)
     }
 
     /// The token text, to hand to its owner.
@@ -75,29 +70,11 @@ impl fmt::Debug for SecretDigest {
     }
 }
 
-/// Base62 CRC32 of `text`, left-padded with `0` to six characters.
-fn checksum(text: &str) -> String {
-    let mut value = crc32fast::hash(text.as_bytes());
-    let mut digits = [b'0'; CHECKSUM_LEN];
-    for slot in digits.iter_mut().rev() {
-        *slot = BASE62[(value % 62) as usize];
-        value /= 62;
-    }
-    digits.iter().map(|&byte| char::from(byte)).collect()
-}
-
 /// Whether `text` is a well-formed PAT whose checksum holds.
 ///
 /// Offline: it says "this is one of ours", not "this is valid".
 pub fn is_well_formed(text: &str) -> bool {
-    let Some(rest) = text.strip_prefix(PAT_PREFIX) else {
-        return false;
-    };
-    if rest.len() != RANDOM_LEN + CHECKSUM_LEN || !rest.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return false;
-    }
-    let (body, sum) = text.split_at(text.len() - CHECKSUM_LEN);
-    checksum(body) == sum
+    is_checksummed_secret(text, PAT_PREFIX, RANDOM_LEN)
 }
 
 #[cfg(test)]

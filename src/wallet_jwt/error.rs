@@ -76,6 +76,15 @@ impl JwtError {
         }
     }
 
+    /// One refusal into `walletgate_wallet_jwt_refusals_total` (feature
+    /// `metrics`), labelled by [`code`](Self::code).
+    pub(crate) fn count_refusal(self) {
+        crate::metrics::count(
+            crate::metrics::WALLET_JWT_REFUSALS_TOTAL,
+            [("reason", self.code())],
+        );
+    }
+
     /// A short snake_case name of the error (its
     /// [`kind`](DataApiRejection::kind)).
     pub fn code(self) -> &'static str {

@@ -161,6 +161,10 @@ where
                                 scopes = %claims.scopes(),
                                 outcome = "authenticated",
                             );
+                            crate::metrics::count(
+                                crate::metrics::WALLET_JWT_AUTHENTICATED_TOTAL,
+                                [],
+                            );
                             request.extensions_mut().insert(claims);
                             let future = inner.call(request);
                             self.as_mut()
@@ -175,6 +179,7 @@ where
                                 outcome = "invalid_token",
                                 reason = ?error,
                             );
+                            error.count_refusal();
                             return Poll::Ready(Ok(rejection(reject.render(error))));
                         }
                     }

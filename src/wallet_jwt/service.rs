@@ -109,6 +109,7 @@ fn rejected<S: Service<Request<B>>, B>(
     error: JwtError,
 ) -> AuthenticateFuture<S, B> {
     trace_decision!(INFO, "wallet_jwt", outcome = "invalid_token", reason = ?error);
+    error.count_refusal();
     AuthenticateFuture::rejected(config.reject.render(error))
 }
 

@@ -60,6 +60,58 @@ impl RedisServer {
         server
     }
 
+    /// Starts redis-server serving TLS only (`--tls-port`, no plain port) on
+    /// a free loopback port, with a server certificate for `127.0.0.1` and
+    /// `localhost` that a CA made here signed; returns the server and that
+    /// CA's PEM (the only root a client must trust). Its URL: [`Self::tls_url`].
+    pub fn start_tls() -> (Self, String) {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!(
+            "walletgate-redis-tls-{}-{port}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir for redis-server");
+        let (ca_pem, cert_pem, key_pem) = ca_and_loopback_certificate();
+        std::fs::write(dir.join("server.crt"), cert_pem).unwrap();
+        std::fs::write(dir.join("server.key"), key_pem).unwrap();
+        std::fs::write(dir.join("ca.crt"), &ca_pem).unwrap();
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", "0"])
+            .args(["--tls-port", &port.to_string()])
+            .arg("--tls-cert-file")
+            .arg(dir.join("server.crt"))
+            .arg("--tls-key-file")
+            .arg(dir.join("server.key"))
+            .arg("--tls-ca-cert-file")
+            .arg(dir.join("ca.crt"))
+            .args([
+                "--tls-auth-clients",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install -y redis-server)");
+        let server = Self {
+            child: Some(child),
+            port,
+            dir,
+        };
+        server.wait_until_ready();
+        (server, ca_pem)
+    }
+
+    /// `rediss://127.0.0.1:{port}` (a server from [`Self::start_tls`]).
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.port)
+    }
+
     /// `redis://127.0.0.1:{port}`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
@@ -88,6 +140,25 @@ impl Drop for RedisServer {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A CA (PEM) and a certificate it signed for `127.0.0.1` and `localhost`
+/// (PEM, with its PEM key).
+pub fn ca_and_loopback_certificate() -> (String, String, String) {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "walletgate test CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate().unwrap())
+        .unwrap();
+    let server_key = rcgen::KeyPair::generate().unwrap();
+    let server =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .unwrap()
+            .signed_by(&server_key, &ca)
+            .unwrap();
+    (ca.pem(), server.pem(), server_key.serialize_pem())
 }
 
 /// The shared Redis of this run: `WALLETGATE_TEST_REDIS_URL`, or one started

@@ -73,6 +73,7 @@ impl Config {
     fn hook_failed(&self, _error: &SettlementHookError) {
         trace_error!(error = %_error, "settlement hook failed; the payment stays settled");
         self.hook_failures.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::count(crate::metrics::X402_SETTLEMENT_HOOK_FAILURES_TOTAL, []);
     }
 }
 

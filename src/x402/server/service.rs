@@ -1,5 +1,6 @@
 //! [`X402`], the service: the payment flow of one request.
 
+use crate::metrics;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -189,6 +190,7 @@ fn prepare<B>(
     };
     let Some(header_value) = request.headers().get(header::PAYMENT_SIGNATURE) else {
         trace_decision!(DEBUG, "x402", price = %total, outcome = "quoted");
+        payment_outcome("quoted");
         return Err(quote.response());
     };
     let invalid = |why: &str, payer: Option<&str>| {
@@ -328,6 +330,8 @@ fn payment_rejection(
         error = code.as_str(),
         reason = why,
     );
+    payment_outcome("refused");
+    metrics::count(metrics::X402_REFUSALS_TOTAL, [("code", code.as_str())]);
     let mut error = GatewayError::new(code).with_debug(why);
     if let Some(payer) = payer {
         error = error.with_payer(payer);
@@ -474,6 +478,7 @@ where
                     payer = spent.receipt.payer(),
                     outcome = "kept answer"
                 );
+                payment_outcome("replayed");
                 return Ok(kept_response(&answer));
             }
             if config.paid_replay {
@@ -484,6 +489,7 @@ where
                     transaction = spent.receipt.transaction(),
                     outcome = "replayed",
                 );
+                payment_outcome("replayed");
                 let receipt_header = settle_header(&receipt_settlement(&spent.receipt));
                 request.extensions_mut().insert(spent.receipt.replayed());
                 let mut response = inner.call(request).await?;
@@ -541,7 +547,10 @@ where
     }
     let claim = ClaimGuard::new(&config, &payment.key);
 
-    let verdict = match config.facilitator.verify(&payment.facilitation).await {
+    let verifying = metrics::Started::now();
+    let verified = config.facilitator.verify(&payment.facilitation).await;
+    verifying.observe(metrics::X402_VERIFY_DURATION_SECONDS);
+    let verdict = match verified {
         Ok(verdict) => verdict,
         Err(error) => {
             claim.release().await;
@@ -564,6 +573,7 @@ where
         claim.release().await;
         return reject(&payment, code_for_reason(why), why, payer.as_deref());
     }
+    payment_outcome("verified");
     let offer = payment.offer();
     let receipt = PaymentReceipt::new(
         payer.unwrap_or_default(),
@@ -584,6 +594,7 @@ where
             status = response.status().as_u16(),
             outcome = "unsettled",
         );
+        payment_outcome("unsettled");
         claim.release().await;
         return Ok(plain(response));
     }
@@ -1190,7 +1201,10 @@ impl SettleJob {
             .settling(&payment.key, &unsettled, keep_until);
         let receipt = unsettled.receipt;
         let payer = Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty());
-        let settlement = match config.facilitator.settle(&payment.facilitation).await {
+        let settling = metrics::Started::now();
+        let settled = config.facilitator.settle(&payment.facilitation).await;
+        settling.observe(metrics::X402_SETTLE_DURATION_SECONDS);
+        let settlement = match settled {
             Ok(settlement) => settlement,
             Err(error) if *error.kind() == FacilitatorErrorKind::Pending => {
                 let transaction = error.transaction().unwrap_or_default().to_owned();
@@ -1257,6 +1271,7 @@ impl SettleJob {
                 error = ErrorCode::SettlementFailed.as_str(),
                 reason = settlement.error_reason.as_deref(),
             );
+            payment_outcome("unsettled");
             claim.release().await;
             return Outcome::Failed(settlement, receipt);
         }
@@ -1270,6 +1285,8 @@ impl SettleJob {
             resource = payment.quote.required().resource.url.as_str(),
             outcome = "settled",
         );
+        payment_outcome("settled");
+        metrics::count(metrics::X402_SETTLEMENTS_TOTAL, []);
         let receipt = receipt.settled(settlement.transaction.clone());
         let spent = SpentAuthorization {
             receipt: receipt.clone(),
@@ -1339,6 +1356,11 @@ fn mark_private(headers: &mut http::HeaderMap) {
     if let Ok(value) = HeaderValue::from_str(&value) {
         headers.insert(http::header::CACHE_CONTROL, value);
     }
+}
+
+/// One paid-request decision into `walletgate_x402_payments_total`.
+fn payment_outcome(outcome: &'static str) {
+    metrics::count(metrics::X402_PAYMENTS_TOTAL, [("outcome", outcome)]);
 }
 
 #[cfg(test)]
