@@ -5,17 +5,11 @@
 
 mod chain_support;
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use alloy_primitives::{Address, B256, U256};
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use serde_json::{Value, json};
+use serde_json::json;
 use walletgate::client::payer::Payer;
 use walletgate::x402::facilitator::evm_settler::{
     MemorySettlementRecords, SettlementRecords, reasons,
@@ -27,8 +21,8 @@ use walletgate::x402::server::PaymentOption;
 use walletgate::x402::wire::{AtomicAmount, Network, PaymentPayload, PaymentRequirements};
 
 use chain_support::{
-    USDC, balance, deploy_erc1271_wallet, fresh_payer_key, mint, private_chain, rpc,
-    set_eth_balance, shared_rpc_url, transaction_count,
+    ProxyMode, RpcProxy, USDC, balance, deploy_erc1271_wallet, fresh_payer_key, mint,
+    private_chain, rpc, set_eth_balance, shared_rpc_url, transaction_count,
 };
 
 const PRICE: u64 = 10_000;
@@ -323,97 +317,31 @@ async fn a_balance_spent_between_verify_and_settle_fails_naming_the_balance_and_
     assert_eq!(balance(&setup.rpc, setup.pay_to).await, U256::ZERO);
 }
 
-/// What the proxy in front of the chain does with each call.
-const PASS: u8 = 0;
-const DOWN: u8 = 1;
-const SWALLOW_RECEIPTS: u8 = 2;
-
-/// A loopback JSON-RPC proxy in front of `upstream` whose behaviour a test switches.
-async fn proxy(upstream: String) -> (String, Arc<AtomicU8>) {
-    let mode = Arc::new(AtomicU8::new(PASS));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let shared = mode.clone();
-    tokio::spawn(async move {
-        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let (client, mode, upstream) = (client.clone(), shared.clone(), upstream.clone());
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(
-                    move |request: http::Request<hyper::body::Incoming>| {
-                        let (client, mode, upstream) =
-                            (client.clone(), mode.clone(), upstream.clone());
-                        async move {
-                            let body = request.into_body().collect().await.unwrap().to_bytes();
-                            let call: Value = serde_json::from_slice(&body).unwrap_or_default();
-                            let answer = match mode.load(Ordering::SeqCst) {
-                                DOWN => {
-                                    return Ok::<_, Infallible>(
-                                        http::Response::builder()
-                                            .status(502)
-                                            .body(Full::new(Bytes::from("down")))
-                                            .unwrap(),
-                                    );
-                                }
-                                SWALLOW_RECEIPTS
-                                    if call["method"] == "eth_getTransactionReceipt" =>
-                                {
-                                    Bytes::from(
-                                        json!({"jsonrpc": "2.0", "id": call["id"], "result": null})
-                                            .to_string(),
-                                    )
-                                }
-                                _ => {
-                                    let forwarded = http::Request::post(upstream.as_str())
-                                        .header("content-type", "application/json")
-                                        .body(Full::new(body))
-                                        .unwrap();
-                                    let response = client.request(forwarded).await.unwrap();
-                                    response.into_body().collect().await.unwrap().to_bytes()
-                                }
-                            };
-                            Ok(http::Response::builder()
-                                .header("content-type", "application/json")
-                                .body(Full::new(answer))
-                                .unwrap())
-                        }
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (url, mode)
-}
-
 #[tokio::test]
 async fn an_rpc_down_at_verify_is_unavailable_and_nothing_moves() {
     let rpc = shared_rpc_url();
-    let (url, mode) = proxy(rpc.clone()).await;
+    let proxy = RpcProxy::start(&rpc).await;
+    let url = proxy.url();
     let setup = settler_at(&rpc, &url, ONE_ETH, Duration::from_secs(30)).await;
     let (request, from) = funded_payment(&rpc, setup.pay_to, 1_000_000).await;
-    mode.store(DOWN, Ordering::SeqCst);
+    proxy.set(ProxyMode::Down);
     let error = setup.settler.verify(&request).await.unwrap_err();
     assert_eq!(error.kind(), &FacilitatorErrorKind::Unavailable);
     let error = setup.settler.settle(&request).await.unwrap_err();
     assert_eq!(error.kind(), &FacilitatorErrorKind::Unavailable);
     assert_eq!(balance(&rpc, from).await, units(1_000_000));
-    mode.store(PASS, Ordering::SeqCst);
+    proxy.set(ProxyMode::Pass);
     assert!(setup.settler.verify(&request).await.unwrap().is_valid);
 }
 
 #[tokio::test]
 async fn a_lost_receipt_is_pending_then_the_same_transaction_once_seen() {
     let rpc = shared_rpc_url();
-    let (url, mode) = proxy(rpc.clone()).await;
+    let proxy = RpcProxy::start(&rpc).await;
+    let url = proxy.url();
     let setup = settler_at(&rpc, &url, ONE_ETH, Duration::from_secs(1)).await;
     let (request, from) = funded_payment(&rpc, setup.pay_to, 1_000_000).await;
-    mode.store(SWALLOW_RECEIPTS, Ordering::SeqCst);
+    proxy.set(ProxyMode::SwallowReceipts);
     let pending = setup.settler.settle(&request).await.unwrap_err();
     assert_eq!(pending.kind(), &FacilitatorErrorKind::Pending, "{pending}");
     let sent: B256 = pending.transaction().unwrap().parse().unwrap();
@@ -422,7 +350,7 @@ async fn a_lost_receipt_is_pending_then_the_same_transaction_once_seen() {
     // Still no receipt: still pending, nothing sent again.
     let still = setup.settler.settle(&request).await.unwrap_err();
     assert_eq!(still.kind(), &FacilitatorErrorKind::Pending);
-    mode.store(PASS, Ordering::SeqCst);
+    proxy.set(ProxyMode::Pass);
     let settled = setup.settler.settle(&request).await.unwrap();
     assert!(settled.success, "{settled:?}");
     assert_eq!(settled.transaction, format!("{sent:#x}"));
@@ -549,7 +477,8 @@ async fn a_smart_wallet_pays_by_its_own_check_and_a_refusing_one_is_invalid() {
 /// with the same key and records reports the recorded transaction, once.
 async fn a_restarted_settler_reconciles_from_its_records(records: Arc<dyn SettlementRecords>) {
     let rpc = shared_rpc_url();
-    let (url, mode) = proxy(rpc.clone()).await;
+    let proxy = RpcProxy::start(&rpc).await;
+    let url = proxy.url();
     let key = fresh_key();
     set_eth_balance(&rpc, key.address(), ONE_ETH).await;
     let first = connect(&url, key.clone(), records.clone(), Duration::from_secs(1)).await;
@@ -557,11 +486,11 @@ async fn a_restarted_settler_reconciles_from_its_records(records: Arc<dyn Settle
         .unwrap()
         .address_bytes();
     let (request, from) = funded_payment(&rpc, pay_to, 1_000_000).await;
-    mode.store(SWALLOW_RECEIPTS, Ordering::SeqCst);
+    proxy.set(ProxyMode::SwallowReceipts);
     let pending = first.settle(&request).await.unwrap_err();
     assert_eq!(pending.kind(), &FacilitatorErrorKind::Pending);
     drop(first);
-    mode.store(PASS, Ordering::SeqCst);
+    proxy.set(ProxyMode::Pass);
     let restarted = connect(&url, key.clone(), records, Duration::from_secs(1)).await;
     let settled = restarted.settle(&request).await.unwrap();
     assert!(settled.success, "{settled:?}");
@@ -693,7 +622,8 @@ async fn the_settler_never_shows_its_key_or_its_rpc_path() {
 #[tokio::test]
 async fn a_pending_settlement_still_answers_after_its_window_nearly_closed() {
     let rpc = shared_rpc_url();
-    let (url, mode) = proxy(rpc.clone()).await;
+    let proxy = RpcProxy::start(&rpc).await;
+    let url = proxy.url();
     let setup = settler_at(&rpc, &url, ONE_ETH, Duration::from_secs(1)).await;
     let payer = Payer::from_key(fresh_payer_key().0).unwrap();
     mint(&rpc, payer.address_bytes(), 1_000_000).await;
@@ -701,10 +631,10 @@ async fn a_pending_settlement_still_answers_after_its_window_nearly_closed() {
     offer.max_timeout_seconds = 9;
     let started = now();
     let request = FacilitatorRequest::new(payer.pay(&offer, started).unwrap(), offer);
-    mode.store(SWALLOW_RECEIPTS, Ordering::SeqCst);
+    proxy.set(ProxyMode::SwallowReceipts);
     let pending = setup.settler.settle(&request).await.unwrap_err();
     assert_eq!(pending.kind(), &FacilitatorErrorKind::Pending);
-    mode.store(PASS, Ordering::SeqCst);
+    proxy.set(ProxyMode::Pass);
     // Fewer than 6 s left: a fresh payment would be refused offline.
     while now() < started + 4 {
         tokio::time::sleep(Duration::from_millis(100)).await;

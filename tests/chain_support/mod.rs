@@ -12,7 +12,8 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use alloy_primitives::{Address, B256, U256, address};
@@ -354,4 +355,103 @@ pub fn free_port() -> u16 {
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
         .expect("a free loopback port")
+}
+
+/// What [`RpcProxy`] does with each JSON-RPC call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// Forwards every call to the chain.
+    Pass,
+    /// Answers every call 502: the node is down.
+    Down,
+    /// Answers `eth_getTransactionReceipt` with `null` (the receipt never
+    /// comes) and forwards the rest: a transaction's answer lost after broadcast.
+    SwallowReceipts,
+}
+
+/// A loopback JSON-RPC proxy in front of a chain whose behaviour a test
+/// switches ([`ProxyMode`]); it serves until the test's runtime ends.
+pub struct RpcProxy {
+    url: String,
+    mode: Arc<AtomicU8>,
+}
+
+impl RpcProxy {
+    /// Serves on a free loopback port in front of `upstream`, passing calls.
+    pub async fn start(upstream: &str) -> Self {
+        let mode = Arc::new(AtomicU8::new(ProxyMode::Pass as u8));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let url = format!("http://{}", listener.local_addr().expect("bound"));
+        let (shared, upstream) = (mode.clone(), upstream.to_owned());
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let (mode, upstream) = (shared.clone(), upstream.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(
+                        move |request: http::Request<hyper::body::Incoming>| {
+                            let (mode, upstream) = (mode.clone(), upstream.clone());
+                            async move {
+                                let body = request.into_body().collect().await?.to_bytes();
+                                Ok::<_, hyper::Error>(
+                                    proxied(mode.load(Ordering::SeqCst), &upstream, body).await,
+                                )
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self { url, mode }
+    }
+
+    /// `http://127.0.0.1:{port}`: where the settler under test reaches the chain.
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// Switches what the proxy does from the next call on.
+    pub fn set(&self, mode: ProxyMode) {
+        self.mode.store(mode as u8, Ordering::SeqCst);
+    }
+}
+
+/// The proxy's answer to one call (`body`) in `mode`.
+async fn proxied(mode: u8, upstream: &str, body: Bytes) -> http::Response<Full<Bytes>> {
+    let call: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let answer = if mode == ProxyMode::Down as u8 {
+        return http::Response::builder()
+            .status(502)
+            .body(Full::new(Bytes::from("down")))
+            .expect("a response");
+    } else if mode == ProxyMode::SwallowReceipts as u8
+        && call["method"] == "eth_getTransactionReceipt"
+    {
+        Bytes::from(json!({"jsonrpc": "2.0", "id": call["id"], "result": null}).to_string())
+    } else {
+        let client: Client<HttpConnector, Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let forwarded = http::Request::post(upstream)
+            .header("content-type", "application/json")
+            .body(Full::new(body))
+            .expect("a JSON-RPC request");
+        match client.request(forwarded).await {
+            Ok(response) => match response.into_body().collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(_) => Bytes::new(),
+            },
+            Err(_) => Bytes::new(),
+        }
+    };
+    http::Response::builder()
+        .header("content-type", "application/json")
+        .body(Full::new(answer))
+        .expect("a response")
 }
