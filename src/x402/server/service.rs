@@ -614,6 +614,7 @@ where
         claim,
         receipt,
         after_lost_answer: false,
+        resolving: false,
     };
     mark_private(response.headers_mut());
 
@@ -655,6 +656,11 @@ where
                             return event;
                         }
                         Outcome::Failed(settlement, _) => settlement,
+                        Outcome::Unavailable(why, receipt) => SettleResponse::failure(
+                            receipt.network().clone(),
+                            why,
+                            Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty()),
+                        ),
                     };
                     receipt_event(&codec::encode(&settlement))
                 })
@@ -711,6 +717,9 @@ where
         Outcome::Failed(settlement, receipt) => {
             Ok(settlement_failed(&config, style, &settlement, &receipt))
         }
+        Outcome::Unavailable(why, receipt) => {
+            Ok(settlement_unavailable(&config, style, &why, &receipt))
+        }
         Outcome::Pending(settlement, receipt) => {
             // Not sent now: kept whole (within its bound) for the resend.
             let (parts, body) = response.into_parts();
@@ -752,6 +761,11 @@ where
         pending.network().clone(),
         pending.authorization_id().to_owned(),
     );
+    // The transaction already broadcast, kept if the facilitator cannot answer now.
+    let receipt = match pending.transaction() {
+        Some(transaction) => receipt.settled(transaction.to_owned()),
+        None => receipt,
+    };
     trace_decision!(
         INFO,
         "x402",
@@ -780,6 +794,7 @@ where
         receipt,
         // No transaction known: the first `/settle` was sent and its answer lost.
         after_lost_answer: pending.transaction().is_none(),
+        resolving: true,
     };
     match job.run().await {
         Outcome::Settled(settlement, receipt) => {
@@ -811,6 +826,10 @@ where
         }
         Outcome::Pending(settlement, receipt) => {
             Ok(settlement_pending(&config, style, &settlement, &receipt))
+        }
+        // Never while resolving (an unavailable facilitator keeps it pending).
+        Outcome::Unavailable(why, receipt) => {
+            Ok(settlement_unavailable(&config, style, &why, &receipt))
         }
         Outcome::Failed(settlement, receipt) => {
             forget_answer(&config, &answer_key).await;
@@ -1096,6 +1115,22 @@ fn settlement_failed<B>(
     rejection(failed).map(X402Body::plain)
 }
 
+/// 503 `PAYMENT_VERIFICATION_UNAVAILABLE` for a settlement the facilitator
+/// could not take: the claim was given back, nothing charged, the same
+/// payment may be resent.
+fn settlement_unavailable<B>(
+    config: &Config,
+    style: EnvelopeStyle,
+    why: &str,
+    receipt: &PaymentReceipt,
+) -> Response<X402Body<B>> {
+    let mut error = GatewayError::new(ErrorCode::PaymentVerificationUnavailable).with_debug(why);
+    if !receipt.payer().is_empty() {
+        error = error.with_payer(receipt.payer());
+    }
+    rejection(config.reject.render(error, style)).map(X402Body::plain)
+}
+
 /// 503 `PAYMENT_VERIFICATION_UNAVAILABLE` with `Retry-After` for a
 /// settlement whose outcome is not known: the claim is kept (the one 503 that
 /// may be charged), the answer kept, and the client told to resend the same
@@ -1153,6 +1188,9 @@ struct SettleJob {
     /// used authorization means that first settlement landed (the signed
     /// authorization pays only `payTo`, only this amount).
     after_lost_answer: bool,
+    /// Asking again about a settlement first reported pending: the transfer
+    /// may still land, so a facilitator that cannot answer keeps it pending.
+    resolving: bool,
 }
 
 /// How a settlement ended.
@@ -1165,6 +1203,10 @@ enum Outcome {
     /// as a settling record until the authorization expires. The settlement
     /// says [`SETTLEMENT_PENDING`] and names the transaction if known.
     Pending(SettleResponse, PaymentReceipt),
+    /// The facilitator could not be asked (nothing consumed, the operator's
+    /// fault, e.g. a settler without gas): the claim was given back, so the
+    /// same payment works once it can settle. The detail says why.
+    Unavailable(String, PaymentReceipt),
 }
 
 /// Until when a settled (or settling) authorization is remembered: at least
@@ -1189,6 +1231,7 @@ impl SettleJob {
             claim,
             receipt,
             after_lost_answer,
+            resolving,
         } = self;
         let offer = payment.offer();
         let keep_until = spent_keep_until(&config, &payment);
@@ -1206,8 +1249,15 @@ impl SettleJob {
         settling.observe(metrics::X402_SETTLE_DURATION_SECONDS);
         let settlement = match settled {
             Ok(settlement) => settlement,
-            Err(error) if *error.kind() == FacilitatorErrorKind::Pending => {
-                let transaction = error.transaction().unwrap_or_default().to_owned();
+            Err(error)
+                if *error.kind() == FacilitatorErrorKind::Pending
+                    || (resolving && *error.kind() == FacilitatorErrorKind::Unavailable) =>
+            {
+                let transaction = error
+                    .transaction()
+                    .or(receipt.transaction())
+                    .unwrap_or_default()
+                    .to_owned();
                 trace_decision!(
                     WARN,
                     "x402",
@@ -1242,6 +1292,18 @@ impl SettleJob {
                     "the transfer may still land: resend the same payment for its outcome".into(),
                 );
                 return Outcome::Pending(pending, receipt);
+            }
+            Err(error) if *error.kind() == FacilitatorErrorKind::Unavailable => {
+                trace_decision!(
+                    WARN,
+                    "x402",
+                    payer = receipt.payer(),
+                    outcome = "unsettled",
+                    error = ErrorCode::PaymentVerificationUnavailable.as_str(),
+                );
+                payment_outcome("unsettled");
+                claim.release().await;
+                return Outcome::Unavailable(error.to_string(), receipt);
             }
             Err(error) => SettleResponse::failure(offer.network.clone(), error.to_string(), payer),
         };
@@ -1394,6 +1456,8 @@ mod tests {
         settled: AtomicUsize,
         /// Settlements still to answer pending (no receipt within the wait).
         pending: AtomicUsize,
+        /// Settlements still to refuse as unavailable (e.g. a settler without gas).
+        unavailable: AtomicUsize,
     }
 
     impl Facilitator for Arc<Facade> {
@@ -1428,6 +1492,17 @@ mod tests {
                     Err(FacilitatorError::pending(
                         PENDING_TX,
                         "no receipt within 30 s",
+                    ))
+                });
+            }
+            let unavailable = self
+                .unavailable
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if unavailable {
+                return Box::pin(async {
+                    Err(FacilitatorError::unavailable(
+                        "the settler holds 0 wei for gas",
                     ))
                 });
             }
@@ -1869,6 +1944,58 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(code_of(&text(other).await), "PAYMENT_REPLAY");
+    }
+
+    #[tokio::test]
+    async fn a_settlement_the_facilitator_cannot_take_is_503_released_and_the_same_payment_pays() {
+        let f = fixture();
+        f.facade.unavailable.store(1, Ordering::SeqCst);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&f.layer, &calls);
+        let refused = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        // The operator's fault, not the payer's: 503, not 402 SETTLEMENT_FAILED.
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body = text(refused).await;
+        assert_eq!(code_of(&body), "PAYMENT_VERIFICATION_UNAVAILABLE");
+        assert!(body.contains("0 wei"), "{body}");
+        assert!(!body.contains("answer"), "nothing served: {body}");
+        assert!(f.hooked.lock().unwrap().is_empty());
+        // Released: the same signed payment pays once the settler can.
+        let paid_later = svc.oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(paid_later.status(), 200);
+        assert_eq!(text(paid_later).await, "answer");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(f.facade.settled.load(Ordering::SeqCst), 1);
+        assert_eq!(f.hooked.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_pending_settlement_whose_facilitator_cannot_answer_stays_pending() {
+        let f = fixture();
+        f.facade.pending.store(1, Ordering::SeqCst);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = counted_service(&f.layer, &calls);
+        let first = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // The node is down on the resend: the transfer may still land, so the
+        // claim, the kept answer and the transaction stay.
+        f.facade.unavailable.store(1, Ordering::SeqCst);
+        let again = svc.clone().oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(again.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let pending = settlement_of(&again);
+        assert_eq!(pending.error_reason.as_deref(), Some(SETTLEMENT_PENDING));
+        assert_eq!(pending.transaction, PENDING_TX);
+        let other = svc
+            .clone()
+            .oneshot(paid(&payment_signed(1, "22"), None))
+            .await
+            .unwrap();
+        assert_eq!(code_of(&text(other).await), "PAYMENT_REPLAY");
+        let landed = svc.oneshot(paid(&payment(1), None)).await.unwrap();
+        assert_eq!(landed.status(), 200);
+        assert_eq!(text(landed).await, "answer");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(f.facade.settled.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
