@@ -12,7 +12,7 @@ use alloy_primitives::{Address, B256, U256};
 use http::StatusCode;
 use serde_json::{Value, json};
 use walletgate::client::payer::Payer;
-use walletgate::x402::facilitator::evm_settler::MemorySettlementRecords;
+use walletgate::x402::facilitator::evm_settler::{MemorySettlementRecords, SettlementRecords};
 use walletgate::x402::wire::{SettleResponse, codec};
 
 use crate::chain_support::{
@@ -22,8 +22,8 @@ use crate::chain_support::{
 use crate::config::{Config, EvmSettings, PaymentNetwork, SettlerSettings};
 use crate::tests::{Server, now_secs};
 
-const CHAT: &str = "/v1/chat/completions";
-const ONE_ETH: u128 = 1_000_000_000_000_000_000;
+pub(crate) const CHAT: &str = "/v1/chat/completions";
+pub(crate) const ONE_ETH: u128 = 1_000_000_000_000_000_000;
 
 /// A gateway settling through `facilitator`, paying a fresh address.
 async fn gateway(facilitator: &OfficialFacilitator) -> (Server, Address) {
@@ -39,18 +39,18 @@ async fn gateway(facilitator: &OfficialFacilitator) -> (Server, Address) {
     (Server::start(config).await, pay_to)
 }
 
-fn payer(key: B256) -> Payer {
+pub(crate) fn payer(key: B256) -> Payer {
     Payer::from_key(key.0).expect("a valid test key")
 }
 
-fn chat(text: &str) -> String {
+pub(crate) fn chat(text: &str) -> String {
     json!({"model": "openai/gpt-5-mini", "max_tokens": 64,
            "messages": [{"role": "user", "content": text}]})
     .to_string()
 }
 
 /// The settlement a `PAYMENT-RESPONSE` header carries.
-fn settlement(header: &str) -> SettleResponse {
+pub(crate) fn settlement(header: &str) -> SettleResponse {
     codec::decode(header.as_bytes()).expect("a PAYMENT-RESPONSE")
 }
 
@@ -80,6 +80,15 @@ async fn settler_gateway_with(
     wei: u128,
     adjust: impl FnOnce(Config) -> Config,
 ) -> (Server, Address, Address) {
+    let (key_file, settler_address) = funded_settler_key(rpc, wei).await;
+    let records = Arc::new(MemorySettlementRecords::new());
+    let (config, pay_to) = settler_config(rpc, &key_file, Duration::from_secs(30), records).await;
+    (Server::start(adjust(config)).await, pay_to, settler_address)
+}
+
+/// A fresh settler key holding `wei`, in a key file of mode 0600: the
+/// file's path and the settler's address.
+pub(crate) async fn funded_settler_key(rpc: &str, wei: u128) -> (String, Address) {
     let key = fresh_payer_key();
     let settler_address = payer(key).address_bytes();
     set_eth_balance(rpc, settler_address, wei).await;
@@ -92,19 +101,27 @@ async fn settler_gateway_with(
         std::os::unix::fs::PermissionsExt::from_mode(0o600),
     )
     .unwrap();
+    (key_file.display().to_string(), settler_address)
+}
+
+/// A gateway's config settling Base Sepolia USDC itself with the key in
+/// `key_file`, reaching the chain at `node`, recording its transactions in
+/// `records`, paying a fresh address (returned with it).
+pub(crate) async fn settler_config(
+    node: &str,
+    key_file: &str,
+    receipt_timeout: Duration,
+    records: Arc<dyn SettlementRecords>,
+) -> (Config, Address) {
     let settings = SettlerSettings {
-        rpc_url: rpc.to_owned(),
-        key_file: key_file.display().to_string(),
-        receipt_timeout: Duration::from_secs(30),
+        rpc_url: node.to_owned(),
+        key_file: key_file.to_owned(),
+        receipt_timeout,
         confirmations: 0,
     };
     let evm = EvmSettings::base_sepolia();
     let settler = settings
-        .connect(
-            &evm,
-            &walletgate::tls::ClientTls::webpki_roots(),
-            Arc::new(MemorySettlementRecords::new()),
-        )
+        .connect(&evm, &walletgate::tls::ClientTls::webpki_roots(), records)
         .await
         .unwrap();
     let pay_to = payer(fresh_payer_key()).address_bytes();
@@ -115,7 +132,7 @@ async fn settler_gateway_with(
         settler: Some(settler),
         ..Config::default()
     };
-    (Server::start(adjust(config)).await, pay_to, settler_address)
+    (config, pay_to)
 }
 
 /// The official `@x402/fetch` client pays one chat: mined, to the unit.

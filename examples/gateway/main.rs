@@ -69,6 +69,8 @@ mod stores;
 mod upstream;
 
 #[cfg(test)]
+mod chain_fault_tests;
+#[cfg(test)]
 #[path = "../../tests/chain_support/mod.rs"]
 mod chain_support;
 #[cfg(test)]
