@@ -273,7 +273,10 @@ async fn a_stream_whose_settlement_is_pending_ends_pending_and_its_resend_gets_t
     let resent = server.post_once(CHAT, body, Some(&paying.header)).await;
     assert_eq!(resent.status, StatusCode::OK, "{}", resent.text());
     let content_type = resent.header("content-type").unwrap_or_default();
-    assert!(content_type.starts_with("text/event-stream"), "{content_type}");
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
     assert!(resent.text().contains("paid answer"));
     let settled = last_receipt_event(&resent.text());
     assert!(settled.success, "{settled:?}");

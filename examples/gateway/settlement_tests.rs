@@ -110,12 +110,13 @@ fn with_payment_faults(faults: &Arc<PaymentFaults>) -> Config {
 }
 
 /// Settlement breaks as `fault` says, for a whole answer and a stream: the
-/// whole answer is withheld with `SETTLEMENT_FAILED`, the stream ends with a
+/// whole answer is withheld with `code`, the stream ends with a
 /// failed receipt; nothing moves; after the fault clears, the same
 /// signatures settle exactly once each.
 async fn assert_failed_settlement_is_released(
     faults: Arc<PaymentFaults>,
     fault: &AtomicBool,
+    code: ErrorCode,
     reason: &str,
 ) {
     let server = Server::start(with_payment_faults(&faults)).await;
@@ -128,7 +129,7 @@ async fn assert_failed_settlement_is_released(
     let failed = server
         .post_once(path(Endpoint::Chat), whole.clone(), Some(&whole_payment))
         .await;
-    assert_payment_rejection(Endpoint::Chat, &failed, ErrorCode::SettlementFailed);
+    assert_payment_rejection(Endpoint::Chat, &failed, code);
     assert!(!failed.text().contains("echo:"), "the answer is withheld");
     let receipt: SettleResponse =
         codec::decode(failed.header("payment-response").unwrap().as_bytes()).unwrap();
@@ -173,7 +174,14 @@ async fn a_facilitator_that_times_out_during_settle_charges_nothing_and_releases
         settle_timeout: Duration::from_millis(50),
         ..PaymentFaults::default()
     });
-    assert_failed_settlement_is_released(faults.clone(), &faults.hang_settle, "timed out").await;
+    // The facilitator could not take it: the operator's fault, 503, resend the same payment.
+    assert_failed_settlement_is_released(
+        faults.clone(),
+        &faults.hang_settle,
+        ErrorCode::PaymentVerificationUnavailable,
+        "timed out",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -182,6 +190,7 @@ async fn a_facilitator_answering_success_false_charges_nothing_and_releases_the_
     assert_failed_settlement_is_released(
         faults.clone(),
         &faults.refuse_settle,
+        ErrorCode::SettlementFailed,
         "invalid_exact_evm_transaction_failed",
     )
     .await;

@@ -655,12 +655,9 @@ where
                             }
                             return event;
                         }
-                        Outcome::Failed(settlement, _) => settlement,
-                        Outcome::Unavailable(why, receipt) => SettleResponse::failure(
-                            receipt.network().clone(),
-                            why,
-                            Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty()),
-                        ),
+                        Outcome::Failed(settlement, _) | Outcome::Unavailable(settlement, _) => {
+                            settlement
+                        }
                     };
                     receipt_event(&codec::encode(&settlement))
                 })
@@ -714,12 +711,20 @@ where
             let kept = Response::from_parts(parts, answer.body().clone());
             Ok(rejection(kept).map(X402Body::plain))
         }
-        Outcome::Failed(settlement, receipt) => {
-            Ok(settlement_failed(&config, style, &settlement, &receipt))
-        }
-        Outcome::Unavailable(why, receipt) => {
-            Ok(settlement_unavailable(&config, style, &why, &receipt))
-        }
+        Outcome::Failed(settlement, receipt) => Ok(settlement_failed(
+            &config,
+            ErrorCode::SettlementFailed,
+            style,
+            &settlement,
+            &receipt,
+        )),
+        Outcome::Unavailable(settlement, receipt) => Ok(settlement_failed(
+            &config,
+            ErrorCode::PaymentVerificationUnavailable,
+            style,
+            &settlement,
+            &receipt,
+        )),
         Outcome::Pending(settlement, receipt) => {
             // Not sent now: kept whole (within its bound) for the resend.
             let (parts, body) = response.into_parts();
@@ -828,15 +833,25 @@ where
             Ok(settlement_pending(&config, style, &settlement, &receipt))
         }
         // Never while resolving (an unavailable facilitator keeps it pending).
-        Outcome::Unavailable(why, receipt) => {
-            Ok(settlement_unavailable(&config, style, &why, &receipt))
-        }
+        Outcome::Unavailable(settlement, receipt) => Ok(settlement_failed(
+            &config,
+            ErrorCode::PaymentVerificationUnavailable,
+            style,
+            &settlement,
+            &receipt,
+        )),
         Outcome::Failed(settlement, receipt) => {
             forget_answer(&config, &answer_key).await;
             if let Some((id, _)) = &id_binding {
                 forget_answer(&config, &payment_id::id_key(id)).await;
             }
-            Ok(settlement_failed(&config, style, &settlement, &receipt))
+            Ok(settlement_failed(
+                &config,
+                ErrorCode::SettlementFailed,
+                style,
+                &settlement,
+                &receipt,
+            ))
         }
     }
 }
@@ -1093,9 +1108,11 @@ async fn collect_within<B: http_body::Body<Data = Bytes>>(body: B, limit: usize)
     Some(Bytes::from(collected))
 }
 
-/// 402 `SETTLEMENT_FAILED` with the failed settlement: nothing charged.
+/// The failed settlement, nothing charged: 402 `SETTLEMENT_FAILED`, or 503
+/// `PAYMENT_VERIFICATION_UNAVAILABLE` when the facilitator could not take it.
 fn settlement_failed<B>(
     config: &Config,
+    code: ErrorCode,
     style: EnvelopeStyle,
     settlement: &SettleResponse,
     receipt: &PaymentReceipt,
@@ -1104,7 +1121,7 @@ fn settlement_failed<B>(
         .error_reason
         .as_deref()
         .unwrap_or(reason::UNEXPECTED_SETTLE_ERROR);
-    let mut error = GatewayError::new(ErrorCode::SettlementFailed).with_debug(why);
+    let mut error = GatewayError::new(code).with_debug(why);
     if !receipt.payer().is_empty() {
         error = error.with_payer(receipt.payer());
     }
@@ -1113,22 +1130,6 @@ fn settlement_failed<B>(
         failed.headers_mut().insert(header::PAYMENT_RESPONSE, value);
     }
     rejection(failed).map(X402Body::plain)
-}
-
-/// 503 `PAYMENT_VERIFICATION_UNAVAILABLE` for a settlement the facilitator
-/// could not take: the claim was given back, nothing charged, the same
-/// payment may be resent.
-fn settlement_unavailable<B>(
-    config: &Config,
-    style: EnvelopeStyle,
-    why: &str,
-    receipt: &PaymentReceipt,
-) -> Response<X402Body<B>> {
-    let mut error = GatewayError::new(ErrorCode::PaymentVerificationUnavailable).with_debug(why);
-    if !receipt.payer().is_empty() {
-        error = error.with_payer(receipt.payer());
-    }
-    rejection(config.reject.render(error, style)).map(X402Body::plain)
 }
 
 /// 503 `PAYMENT_VERIFICATION_UNAVAILABLE` with `Retry-After` for a
@@ -1205,8 +1206,8 @@ enum Outcome {
     Pending(SettleResponse, PaymentReceipt),
     /// The facilitator could not be asked (nothing consumed, the operator's
     /// fault, e.g. a settler without gas): the claim was given back, so the
-    /// same payment works once it can settle. The detail says why.
-    Unavailable(String, PaymentReceipt),
+    /// same payment works once it can settle. The settlement says why.
+    Unavailable(SettleResponse, PaymentReceipt),
 }
 
 /// Until when a settled (or settling) authorization is remembered: at least
@@ -1303,7 +1304,9 @@ impl SettleJob {
                 );
                 payment_outcome("unsettled");
                 claim.release().await;
-                return Outcome::Unavailable(error.to_string(), receipt);
+                let failed =
+                    SettleResponse::failure(offer.network.clone(), error.to_string(), payer);
+                return Outcome::Unavailable(failed, receipt);
             }
             Err(error) => SettleResponse::failure(offer.network.clone(), error.to_string(), payer),
         };
