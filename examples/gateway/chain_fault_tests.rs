@@ -81,7 +81,7 @@ async fn with_counting_upstream(config: Config, calls: &Arc<AtomicUsize>) -> Con
         .unwrap()
 }
 
-/// A gateway settling itself through a fresh key holding a little ETH,
+/// A gateway settling itself through a fresh key holding one ETH,
 /// reaching `chain` at `node`, answering from a counting upstream: the
 /// gateway, its `payTo`, the settler's address and the upstream's calls.
 async fn settling_gateway(
@@ -396,9 +396,11 @@ async fn a_restarted_replica_on_the_same_redis_reconciles_a_pending_settlement_o
             .post_once(CHAT, body.clone(), Some(&paying.header))
             .await,
     );
+    // The first replica is never asked again: as if it stopped.
     drop(first);
 
-    // A new process: its own settler (same key), memory and upstream client.
+    // A new process: its own settler (same key, a fresh nonce manager), memory
+    // and upstream client; it shares only Redis and the chain.
     let (restarted, _) = replica(&chain, Some(pay_to)).await;
     let landed = restarted.post_once(CHAT, body, Some(&paying.header)).await;
     assert_kept_answer(&landed, transaction);
