@@ -264,7 +264,8 @@ impl AnswerSettings {
 /// Payment-side faults for tests and demos, and the settle timeout.
 #[derive(Debug)]
 pub(crate) struct PaymentFaults {
-    /// A settlement not answered within this is abandoned as unavailable.
+    /// A settlement not answered within this is given up as pending (it may
+    /// still land): the claim is kept and the resend asks again.
     pub(crate) settle_timeout: Duration,
     /// The facilitator never answers `settle`.
     pub(crate) hang_settle: AtomicBool,

@@ -414,9 +414,11 @@ impl Facilitator for FaultyFacilitator {
                 }
                 self.inner.settle(request).await
             };
+            // Given up mid-settlement: it may still land, so it is pending
+            // (the claim kept, the resend asks again), never released.
             tokio::time::timeout(self.faults.settle_timeout, settle)
                 .await
-                .unwrap_or_else(|_| Err(FacilitatorError::unavailable("settlement timed out")))
+                .unwrap_or_else(|_| Err(FacilitatorError::answer_lost("settlement timed out")))
         })
     }
 

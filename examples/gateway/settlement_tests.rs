@@ -110,13 +110,12 @@ fn with_payment_faults(faults: &Arc<PaymentFaults>) -> Config {
 }
 
 /// Settlement breaks as `fault` says, for a whole answer and a stream: the
-/// whole answer is withheld with `code`, the stream ends with a
+/// whole answer is withheld with `SETTLEMENT_FAILED`, the stream ends with a
 /// failed receipt; nothing moves; after the fault clears, the same
 /// signatures settle exactly once each.
 async fn assert_failed_settlement_is_released(
     faults: Arc<PaymentFaults>,
     fault: &AtomicBool,
-    code: ErrorCode,
     reason: &str,
 ) {
     let server = Server::start(with_payment_faults(&faults)).await;
@@ -129,7 +128,7 @@ async fn assert_failed_settlement_is_released(
     let failed = server
         .post_once(path(Endpoint::Chat), whole.clone(), Some(&whole_payment))
         .await;
-    assert_payment_rejection(Endpoint::Chat, &failed, code);
+    assert_payment_rejection(Endpoint::Chat, &failed, ErrorCode::SettlementFailed);
     assert!(!failed.text().contains("echo:"), "the answer is withheld");
     let receipt: SettleResponse =
         codec::decode(failed.header("payment-response").unwrap().as_bytes()).unwrap();
@@ -168,20 +167,63 @@ async fn assert_failed_settlement_is_released(
     assert_eq!(server.ledger.settlements(), 2);
 }
 
+/// A settle given up after `settle_timeout` may still land: 503 pending
+/// with the answer withheld (a stream ends with a pending receipt), the
+/// claim kept; the resend of the same payment settles once and gets it.
 #[tokio::test]
-async fn a_facilitator_that_times_out_during_settle_charges_nothing_and_releases_the_claim() {
+async fn a_facilitator_that_times_out_during_settle_is_pending_and_the_resend_settles_once() {
     let faults = Arc::new(PaymentFaults {
         settle_timeout: Duration::from_millis(50),
         ..PaymentFaults::default()
     });
-    // The facilitator could not take it: the operator's fault, 503, resend the same payment.
-    assert_failed_settlement_is_released(
-        faults.clone(),
-        &faults.hang_settle,
+    let server = Server::start(with_payment_faults(&faults)).await;
+    faults.hang_settle.store(true, Ordering::SeqCst);
+    let whole = body(Endpoint::Chat, PAID_MODEL, "hello", false).to_string();
+    let stream = body(Endpoint::Messages, PAID_MODEL, "hello", true).to_string();
+    let whole_payment = signed(&server, Endpoint::Chat, &whole).await;
+    let stream_payment = signed(&server, Endpoint::Messages, &stream).await;
+
+    let pending = server
+        .post_once(path(Endpoint::Chat), whole.clone(), Some(&whole_payment))
+        .await;
+    assert_payment_rejection(
+        Endpoint::Chat,
+        &pending,
         ErrorCode::PaymentVerificationUnavailable,
-        "timed out",
-    )
-    .await;
+    );
+    assert!(pending.header("retry-after").is_some());
+    assert!(!pending.text().contains("echo:"), "the answer is withheld");
+    let receipt: SettleResponse =
+        codec::decode(pending.header("payment-response").unwrap().as_bytes()).unwrap();
+    assert_eq!(
+        receipt.error_reason.as_deref(),
+        Some(walletgate::x402::server::SETTLEMENT_PENDING)
+    );
+    let streamed = server
+        .post_once(
+            path(Endpoint::Messages),
+            stream.clone(),
+            Some(&stream_payment),
+        )
+        .await;
+    let receipt = stream_receipt(&streamed);
+    assert_eq!(
+        receipt.error_reason.as_deref(),
+        Some(walletgate::x402::server::SETTLEMENT_PENDING)
+    );
+    server.assert_nothing_settled();
+
+    faults.hang_settle.store(false, Ordering::SeqCst);
+    let paid = server
+        .post_once(path(Endpoint::Chat), whole, Some(&whole_payment))
+        .await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    assert!(paid.text().contains("echo:"), "{}", paid.text());
+    let paid = server
+        .post_once(path(Endpoint::Messages), stream, Some(&stream_payment))
+        .await;
+    assert!(stream_receipt(&paid).success);
+    assert_eq!(server.ledger.settlements(), 2);
 }
 
 #[tokio::test]
@@ -190,7 +232,6 @@ async fn a_facilitator_answering_success_false_charges_nothing_and_releases_the_
     assert_failed_settlement_is_released(
         faults.clone(),
         &faults.refuse_settle,
-        ErrorCode::SettlementFailed,
         "invalid_exact_evm_transaction_failed",
     )
     .await;
