@@ -10,7 +10,7 @@
 # X402_INSTRUCTIONS=none:N, floor:N and paid:N (the same set-up each time: a
 # warm-up and N signed requests), and prints per request
 # (total - set-up) / N for the floor and for the paid request, their ratio,
-# and the paid run's inclusive counts of its stages per request.
+# and, per function, the paid run's inclusive count less the set-up run's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${1:-2000}
@@ -39,8 +39,23 @@ awk -v n="$count" -v none="$none" -v floor="$floor" -v paid="$paid" 'BEGIN {
   f = (floor - none) / n; p = (paid - none) / n
   printf "  digest + recovery (floor): %10.0f\n  paid request:              %10.0f\n  ratio:                     %10.3f\n", f, p, p / f
 }'
-echo "paid run, inclusive instructions per request of its stages (set-up included where a stage also runs there):"
-callgrind_annotate --inclusive=yes "$work/paid.out" 2>/dev/null \
-  | grep -E 'prepare|pay_and_call|codec::decode|LocalEvmFacilitator.*(verify|settle)|recover_address_from_prehash|signing_hash|SettleJob.*run|InMemoryNonceStore|DevLedger|settle_header|quote::|fingerprint' \
-  | grep -v '^ *0 ' | head -40 \
-  | awk -v n="$count" '{ gsub(",", "", $1); printf "  %10.0f  %s\n", $1 / n, substr($0, index($0, $2)) }'
+echo "per paid request, inclusive, by function (the paid run minus the set-up run, over N; the largest 40):"
+python3 - "$work/paid.out" "$work/none.out" "$count" <<'PY'
+import re, subprocess, sys
+
+def inclusive(path):
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
+                         capture_output=True, text=True, check=True).stdout
+    totals = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+(?:\S*:)?(.*?)\s+\[", line)
+        if m:
+            totals[m.group(2)] = totals.get(m.group(2), 0) + int(m.group(1).replace(",", ""))
+    return totals
+
+paid, none, n = inclusive(sys.argv[1]), inclusive(sys.argv[2]), int(sys.argv[3])
+rows = sorted((((paid[k] - none.get(k, 0)) / n, k) for k in paid), reverse=True)
+shown = [(v, k) for v, k in rows if "main" not in k and "closure}}" != k and "lang_start" not in k][:40]
+for v, k in shown:
+    print(f"  {v:10.0f}  {k[:140]}")
+PY
