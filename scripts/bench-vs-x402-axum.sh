@@ -215,7 +215,7 @@ cell() { # round server path-name base method path expect body [payments]
     esac
   done
   cpu=$(awk -v t="$((ticks_after - ticks_before))" -v hz="$ticks_per_second" -v n="$requests" \
-    'BEGIN { printf "%.1f", n > 0 ? t / hz * 1e6 / n : 0 }')
+    'BEGIN { printf "%.1f", (n > 0 ? t / hz * 1e6 / n : 0) }')
   printf 'round %s  %-10s %-12s %s cpu_us_per_request=%s\n' "$round" "$name" "$path_name" "${line#LOAD_RESULT }" "$cpu"
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$path_name" "$rps" "$p50" "$p99" "$unexpected" "$exhausted" "$cpu" >>"$results"
 }
@@ -305,7 +305,7 @@ if [ "$one_core" = 1 ]; then
     ticks_after=$(cpu_ticks "$server")
     sent=$(grep -oE ' sent=[0-9]+' <<<"$line" | cut -d= -f2)
     printf '%-10s %s cpu_us_per_request=%s\n' "$name" "${line#OPEN_LOOP_RESULT }" \
-      "$(awk -v t="$((ticks_after - ticks_before))" -v hz="$ticks_per_second" -v n="$sent" 'BEGIN { printf "%.1f", n > 0 ? t / hz * 1e6 / n : 0 }')"
+      "$(awk -v t="$((ticks_after - ticks_before))" -v hz="$ticks_per_second" -v n="$sent" 'BEGIN { printf "%.1f", (n > 0 ? t / hz * 1e6 / n : 0) }')"
     rm -f "$work/signed.txt"
     stop_server
   }
