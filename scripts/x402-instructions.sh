@@ -55,7 +55,8 @@ def inclusive(path):
 
 paid, none, n = inclusive(sys.argv[1]), inclusive(sys.argv[2]), int(sys.argv[3])
 rows = sorted((((paid[k] - none.get(k, 0)) / n, k) for k in paid), reverse=True)
-shown = [(v, k) for v, k in rows if "main" not in k and "closure}}" != k and "lang_start" not in k][:40]
+plumbing = ("main", "lang_start", "short_backtrace", "0x0")
+shown = [(v, k) for v, k in rows if k != "{{closure}}" and not any(p in k for p in plumbing)][:40]
 for v, k in shown:
     print(f"  {v:10.0f}  {k[:140]}")
 PY
