@@ -3,6 +3,18 @@
 //!
 //! `cargo bench --bench x402 --features x402 -- --measurement-time 3`
 //!
+//! The paid request is measured in a steady state, as a server that has run
+//! for a while sees it: the fake clock moves on by a whole authorization
+//! window every [`STEADY_WINDOW`] payments (each signed at the clock's time),
+//! so the replay store and the expiring ledger hold a bounded live set and
+//! sweep what expired, instead of growing with every iteration of the run.
+//!
+//! Instruction counts, independent of the machine's load (valgrind):
+//! `X402_INSTRUCTIONS=paid:2000 valgrind --tool=callgrind <bench binary>` runs
+//! 2000 paid requests and nothing else (`floor:N` the digest and recovery N
+//! times, `none:N` only the set-up both share); per request, the difference
+//! of two totals divided by N: scripts/x402-instructions.sh.
+//!
 //! The memory part counts every heap byte the process holds (a counting
 //! global allocator) across many paid requests through the layer, the
 //! in-memory replay store and an expiring development ledger: the bytes
@@ -40,6 +52,10 @@ use walletgate::x402::{
 static ALLOCATOR: Cap<std::alloc::System> = Cap::new(std::alloc::System, usize::MAX);
 
 const NOW: u64 = 1_750_000_000;
+/// Payments per authorization window in the steady-state paid benchmark.
+const STEADY_WINDOW: u64 = 16_384;
+/// Longer than an authorization's validity (maxTimeoutSeconds) and the claim hold.
+const WINDOW_SECS: u64 = 400;
 const PAY_TO: &str = DevLedger::DEV_ACCOUNTS[9];
 
 /// Polls `future` once; it must be ready (nothing in memory waits).
@@ -90,6 +106,61 @@ fn offer() -> PaymentRequirements {
         .unwrap()
         .requirements(UsdAmount::from_micros(3000))
         .unwrap()
+}
+
+/// The paid request's world in its steady state: a fresh payment per call,
+/// signed at the clock's time; the clock moves a window on every
+/// [`STEADY_WINDOW`] payments, so what expired is swept on the way.
+struct SteadyPayments {
+    clock: FakeClock,
+    payer: Payer,
+    offer: PaymentRequirements,
+    nonce: u64,
+}
+
+impl SteadyPayments {
+    fn new(clock: FakeClock) -> Self {
+        SteadyPayments {
+            clock,
+            payer: Payer::dev(0),
+            offer: offer(),
+            nonce: 1_000,
+        }
+    }
+
+    fn next_request(&mut self) -> Request<Full<Bytes>> {
+        self.nonce += 1;
+        if self.nonce.is_multiple_of(STEADY_WINDOW) {
+            self.clock
+                .advance(std::time::Duration::from_secs(WINDOW_SECS));
+        }
+        let now = walletgate::clock::Clock::now_unix_secs(&self.clock);
+        let header = self
+            .payer
+            .header_with_nonce(&self.offer, now, sequential_nonce(self.nonce))
+            .unwrap();
+        Request::post("/v1/chat/completions")
+            .header("payment-signature", header)
+            .body(Full::default())
+            .unwrap()
+    }
+}
+
+/// The paid chat service of the steady state, over an expiring ledger (as
+/// the gateway example runs it) and the in-memory replay store.
+fn steady_service(
+    clock: FakeClock,
+) -> impl tower::Service<
+    Request<Full<Bytes>>,
+    Response = Response<walletgate::x402::server::X402Body<Full<Bytes>>>,
+    Error = Infallible,
+    Future: Send,
+> + Clone {
+    let shared: walletgate::SharedClock = Arc::new(clock);
+    let ledger = Arc::new(DevLedger::new().with_expiry_clock(shared.clone()));
+    let facilitator = LocalEvmFacilitator::new(ledger, shared.clone());
+    let store = Arc::new(InMemoryNonceStore::new(shared.clone()));
+    paid_chat(facilitator, shared, store)
 }
 
 fn bench_x402(c: &mut Criterion) {
@@ -160,24 +231,20 @@ fn bench_x402(c: &mut Criterion) {
         })
     });
 
-    let mut nonce = 1_000u64;
+    // Signing the request is the client's work: outside the timed part.
+    let steady_clock = FakeClock::at_unix_secs(NOW);
+    let service = steady_service(steady_clock.clone());
+    let mut payments = SteadyPayments::new(steady_clock);
     group.bench_function("paid_request_verify_call_settle", |b| {
         b.iter_batched(
-            || {
-                nonce += 1;
-                let header = payer
-                    .header_with_nonce(&offers[0], NOW, sequential_nonce(nonce))
-                    .unwrap();
-                Request::post("/v1/chat/completions")
-                    .header("payment-signature", header)
-                    .body(Full::default())
-                    .unwrap()
-            },
+            || payments.next_request(),
             |request| {
                 let response = ready(service.clone().oneshot(request)).unwrap();
                 assert_eq!(response.status(), 200);
             },
-            BatchSize::SmallInput,
+            // One request signed per call: a batch signed ahead would straddle
+            // the clock's move and serve requests signed a window ago.
+            BatchSize::PerIteration,
         )
     });
     group.finish();
@@ -258,7 +325,59 @@ fn memory_report(payments: u64) {
     );
 }
 
+/// `X402_INSTRUCTIONS=paid:N|floor:N|none:N`: N paid requests, N digests
+/// and recoveries, or neither, after the same set-up (N requests signed).
+fn instruction_driver(spec: &str) {
+    let (mode, count) = spec.split_once(':').expect("X402_INSTRUCTIONS=MODE:N");
+    let count: u64 = count.parse().expect("X402_INSTRUCTIONS=MODE:N");
+    let clock = FakeClock::at_unix_secs(NOW);
+    let service = steady_service(clock.clone());
+    let mut payments = SteadyPayments::new(clock);
+    // Warm-up: caches, the first table allocations.
+    for _ in 0..100 {
+        let response = ready(service.clone().oneshot(payments.next_request())).unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let offer = offer();
+    let domain = ExactEvmDomain::for_offer(&offer).unwrap();
+    let header = Payer::dev(0)
+        .header_with_nonce(&offer, NOW, sequential_nonce(1))
+        .unwrap();
+    let payment: PaymentPayload = codec::decode(header.as_bytes()).unwrap();
+    let evm: ExactEvmPayload = payment.exact_evm().unwrap();
+    let transfer = TransferWithAuthorization {
+        from: evm.authorization.from.parse().unwrap(),
+        to: evm.authorization.to.parse().unwrap(),
+        value: alloy_primitives::U256::from(evm.authorization.value.units()),
+        validAfter: alloy_primitives::U256::from(evm.authorization.valid_after),
+        validBefore: alloy_primitives::U256::from(evm.authorization.valid_before),
+        nonce: evm.authorization.nonce.parse().unwrap(),
+    };
+    let signature: alloy_primitives::Signature = evm.signature.parse().unwrap();
+    // Each mode signs the same requests in the same order (the set-up the
+    // difference of two runs removes); only what follows differs.
+    for _ in 0..count {
+        let request = payments.next_request();
+        match mode {
+            "paid" => {
+                let response = ready(service.clone().oneshot(request)).unwrap();
+                assert_eq!(response.status(), 200);
+            }
+            "floor" => {
+                let digest = black_box(&domain).signing_hash(black_box(&transfer));
+                black_box(black_box(&signature).recover_address_from_prehash(&digest)).unwrap();
+            }
+            "none" => drop(black_box(request)),
+            other => panic!("X402_INSTRUCTIONS: unknown mode {other} (paid, floor, none)"),
+        }
+    }
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var("X402_INSTRUCTIONS") {
+        instruction_driver(&spec);
+        return;
+    }
     // `cargo bench` passes --bench; `cargo test --benches` only runs the code.
     let benchmarking = std::env::args().any(|arg| arg == "--bench");
     memory_report(if benchmarking { 50_000 } else { 2_000 });

@@ -34,7 +34,15 @@
 # heavily loaded machine signs slowly: its refusals count as unexpected).
 # The raw output is also written to benches/results/<UTC time>-soak-<N>s.txt.
 #
-#   scripts/soak.sh [SECONDS_PER_KIND]
+#   scripts/soak.sh [--one-core] [SECONDS_PER_KIND]
+#
+# `--one-core`: the paid kind only, the gateway on CPU 1 alone (taskset -c 1)
+# and wrk -t1 on CPU 0 (taskset -c 0), judged by the same rule (the paid
+# warm-up of twice the replay retention + 20 s, then throughput flat within
+# 10% and RSS growth under 10%). SOAK_KINDS (default "quote paid free", with
+# --one-core "paid") chooses the kinds. The gateway runs the pinned
+# configuration of scripts/bench-vs-x402-axum.sh: memory stores, development
+# ledger, GATEWAY_PAYMENT_ID=off GATEWAY_SIWX=off GATEWAY_BAZAAR=off.
 #
 # Bounded: 3 x (warm-up + SECONDS) of load (the paid warm-up as above), at most SOAK_PAID_PER_SLICE
 # pre-signed payments per paid slice (default 75000, i.e. up to 15k paid
@@ -42,6 +50,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+one_core=0
+if [ "${1:-}" = --one-core ]; then
+  one_core=1
+  shift
+fi
 seconds=${1:-60}
 slice=5
 slices=$(( seconds / slice ))
@@ -57,7 +70,17 @@ if [ "$max_timeout" -lt $((slice + 10)) ]; then
   echo "soak: SOAK_MAX_TIMEOUT_SECS must be at least $((slice + 10)) (a payment outlives its slice)" >&2
   exit 2
 fi
-threads=${SOAK_THREADS:-2}
+if [ "$one_core" = 1 ]; then
+  threads=1
+  kinds=${SOAK_KINDS:-paid}
+  server_pin=(taskset -c 1)
+  load_pin=(taskset -c 0)
+else
+  threads=${SOAK_THREADS:-2}
+  kinds=${SOAK_KINDS:-quote paid free}
+  server_pin=()
+  load_pin=()
+fi
 connections=${SOAK_CONNECTIONS:-32}
 paid_per_slice=${SOAK_PAID_PER_SLICE:-75000}
 target=${CARGO_TARGET_DIR:-target}
@@ -65,12 +88,13 @@ target=${CARGO_TARGET_DIR:-target}
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
 
 mkdir -p benches/results
-raw=benches/results/$(date -u +%Y-%m-%dT%H%M%SZ)-soak-${seconds}s.txt
+raw=benches/results/$(date -u +%Y-%m-%dT%H%M%SZ)-soak-$([ "$one_core" = 1 ] && echo one-core-)${seconds}s.txt
 exec > >(tee "$raw") 2>&1
 
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+[ "$one_core" = 1 ] && echo "one core each: the gateway on CPU 1, wrk -t1 on CPU 0; kinds: $kinds"
 echo "per kind: ${warmup_slices}x${slice}s warm-up (paid: ${paid_warmup_slices}x${slice}s; not judged), then ${seconds}s judged; quotes maxTimeoutSeconds $max_timeout"
-cargo build --quiet --release --features gateway,axum,http-facilitator,cdp,rustls,tracing --example gateway --example gateway_presign
+cargo build --quiet --release --features gateway,free-tier,x402,http-facilitator,cdp,rustls,axum,tracing,evm-settler --example gateway --example gateway_presign
 
 work=$(mktemp -d)
 server=""
@@ -82,9 +106,11 @@ trap cleanup EXIT
 
 # A free loopback port: bind port 0 and read what the kernel chose.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-GATEWAY_LISTEN="127.0.0.1:$port" GATEWAY_MAX_TIMEOUT_SECS="$max_timeout" \
-GATEWAY_FREE_PER_MINUTE=4194303 GATEWAY_FREE_PER_HOUR=4194303 RUST_LOG="${RUST_LOG:-warn}" \
-  "$target/release/examples/gateway" >"$work/server.log" 2>&1 &
+env -u GATEWAY_REDIS_URL -u GATEWAY_FACILITATOR_URL -u GATEWAY_EVM_RPC_URL -u GATEWAY_SETTLER_KEY_FILE \
+  GATEWAY_PAYMENT_ID=off GATEWAY_SIWX=off GATEWAY_BAZAAR=off \
+  GATEWAY_LISTEN="127.0.0.1:$port" GATEWAY_MAX_TIMEOUT_SECS="$max_timeout" \
+  GATEWAY_FREE_PER_MINUTE=4194303 GATEWAY_FREE_PER_HOUR=4194303 RUST_LOG="${RUST_LOG:-warn}" \
+  "${server_pin[@]}" "$target/release/examples/gateway" >"$work/server.log" 2>&1 &
 server=$!
 base="http://127.0.0.1:$port"
 for _ in $(seq 1 100); do
@@ -102,7 +128,7 @@ free_body='{"model":"nvidia/nemotron-super","max_tokens":64,"messages":[{"role":
 slice_of() { # expect body [payments]
   local line
   line=$(LOAD_METHOD=POST LOAD_BODY=$2 LOAD_EXPECT=$1 LOAD_PAYMENTS=${3:-} LOAD_THREADS=$threads \
-    wrk -t"$threads" -c"$connections" -d"${slice}s" -s scripts/load/gateway.lua "$base/v1/chat/completions" \
+    "${load_pin[@]}" wrk -t"$threads" -c"$connections" -d"${slice}s" -s scripts/load/gateway.lua "$base/v1/chat/completions" \
     | grep LOAD_RESULT)
   local rps unexpected exhausted
   rps=$(echo "$line" | grep -oE 'rps=[0-9]+' | cut -d= -f2)
@@ -175,9 +201,14 @@ PY
   verdicts+=("$verdict")
 }
 
-soak quote 402 "$paid_body"
-soak paid 200 "$paid_body"
-soak free 200 "$free_body"
+for kind in $kinds; do
+  case $kind in
+    quote) soak quote 402 "$paid_body" ;;
+    paid) soak paid 200 "$paid_body" ;;
+    free) soak free 200 "$free_body" ;;
+    *) echo "soak: unknown kind $kind (quote, paid, free)" >&2; exit 2 ;;
+  esac
+done
 
 echo
 echo "summary (${seconds}s per kind after a ${warmup_slices}x${slice}s warm-up, paid ${paid_warmup_slices}x${slice}s; throughput within 10%, RSS growth under 10% from the end of the warm-up):"

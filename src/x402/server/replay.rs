@@ -50,7 +50,7 @@ use crate::clock::SharedClock;
 use crate::store::BoxFuture;
 use crate::store::StoreError;
 use crate::x402::expiring::ExpiringMap;
-use crate::x402::wire::eip712::{parse_b256, parse_evm_address};
+use crate::x402::wire::eip712::parse_b256;
 use crate::x402::wire::types::{AtomicAmount, Network};
 
 /// Identifies one authorization: an exact-EVM payer and nonce on a network,
@@ -290,16 +290,20 @@ struct Spent {
     receipt: StoredReceipt,
 }
 
-/// A receipt without heap strings when it has the usual shape (a checksummed
-/// EVM payer, a 32-byte transaction hash, the key as its authorization id, a
-/// network seen before); anything else is kept whole.
+/// A receipt without heap strings when it has the usual shape (an EVM payer
+/// as `0x` and 40 hex digits, a 32-byte transaction hash, the key as its
+/// authorization id, a network seen before); anything else is kept whole.
 #[derive(Debug)]
 enum StoredReceipt {
     Compact {
         payer: [u8; 20],
+        /// Which of the payer's 40 digits were capitals: its text comes back
+        /// exactly as written (EIP-55 or not) without hashing it either way.
+        payer_capitals: [u8; 5],
         transaction: [u8; 32],
-        /// Little-endian atomic units (bytes: no 16-byte alignment padding).
-        amount: [u8; 16],
+        /// Little-endian atomic units below 2^96 (bytes: no alignment
+        /// padding; a larger amount keeps the receipt whole).
+        amount: [u8; 12],
         /// Index into the shard's networks.
         network: u8,
         replayed: bool,
@@ -326,8 +330,10 @@ impl StoredReceipt {
             if receipt.authorization_id() != key.as_str() {
                 return None;
             }
-            let payer = parse_evm_address(receipt.payer())
-                .filter(|payer| payer.to_checksum(None) == receipt.payer())?;
+            let (payer, payer_capitals) = PayerText::read(receipt.payer())?;
+            if receipt.amount().units() >> 96 != 0 {
+                return None;
+            }
             let transaction = receipt.transaction().and_then(|transaction| {
                 let digits = transaction.strip_prefix("0x")?;
                 let lowercase = digits
@@ -344,9 +350,12 @@ impl StoredReceipt {
                 None => return None,
             };
             Some(Self::Compact {
-                payer: payer.0.0,
+                payer,
+                payer_capitals,
                 transaction: transaction.0,
-                amount: receipt.amount().units().to_le_bytes(),
+                amount: receipt.amount().units().to_le_bytes()[..12]
+                    .try_into()
+                    .ok()?,
                 network: u8::try_from(network).ok()?,
                 replayed: receipt.is_replay(),
                 settling,
@@ -369,6 +378,7 @@ impl StoredReceipt {
         match self {
             Self::Compact {
                 payer,
+                payer_capitals,
                 transaction,
                 amount,
                 network,
@@ -376,8 +386,8 @@ impl StoredReceipt {
                 settling: _,
             } => {
                 let receipt = PaymentReceipt::new(
-                    Address::from(*payer).to_checksum(None),
-                    AtomicAmount::new(u128::from_le_bytes(*amount)),
+                    PayerText::write(payer, payer_capitals),
+                    AtomicAmount::new(amount_of(amount)),
                     networks.get(usize::from(*network))?.clone(),
                     key.as_str().to_owned(),
                 )
@@ -390,6 +400,57 @@ impl StoredReceipt {
             }
             Self::Whole { receipt, .. } => Some((**receipt).clone()),
         }
+    }
+}
+
+/// The atomic units of a compact receipt's amount.
+fn amount_of(bytes: &[u8; 12]) -> u128 {
+    let mut units = [0u8; 16];
+    units[..12].copy_from_slice(bytes);
+    u128::from_le_bytes(units)
+}
+
+/// An EVM payer's text as its 20 bytes and the letter case of its 40 digits.
+struct PayerText;
+
+impl PayerText {
+    /// `0x` and 40 hex digits (either case); `None` otherwise.
+    fn read(text: &str) -> Option<([u8; 20], [u8; 5])> {
+        let digits = text.strip_prefix("0x")?.as_bytes();
+        if digits.len() != 40 {
+            return None;
+        }
+        let mut bytes = [0u8; 20];
+        let mut capitals = [0u8; 5];
+        for (index, &digit) in digits.iter().enumerate() {
+            let value = match digit {
+                b'0'..=b'9' => digit - b'0',
+                b'a'..=b'f' => digit - b'a' + 10,
+                b'A'..=b'F' => {
+                    capitals[index / 8] |= 1 << (index % 8);
+                    digit - b'A' + 10
+                }
+                _ => return None,
+            };
+            bytes[index / 2] |= value << (4 * (1 - index % 2));
+        }
+        Some((bytes, capitals))
+    }
+
+    fn write(bytes: &[u8; 20], capitals: &[u8; 5]) -> String {
+        let mut text = String::with_capacity(42);
+        text.push_str("0x");
+        for index in 0..40 {
+            let value = (bytes[index / 2] >> (4 * (1 - index % 2))) & 0x0f;
+            let capital = capitals[index / 8] & (1 << (index % 8)) != 0;
+            let digit = match value {
+                0..=9 => b'0' + value,
+                _ if capital => b'A' + value - 10,
+                _ => b'a' + value - 10,
+            };
+            text.push(char::from(digit));
+        }
+        text
     }
 }
 
@@ -775,6 +836,26 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_payer_comes_back_in_the_case_it_was_written_without_hashing() {
+        for text in [
+            "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+            "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266",
+            "0xF39FD6E51AAD88F6F4CE6AB8827279CFFFB92266",
+        ] {
+            let (bytes, capitals) = PayerText::read(text).unwrap();
+            assert_eq!(Address::from(bytes), text.parse::<Address>().unwrap());
+            assert_eq!(PayerText::write(&bytes, &capitals), text);
+        }
+        for text in [
+            "f39fd6e51aad88f6f4ce6ab8827279cfffb92266",
+            "0x12",
+            "0xg39fd6e51aad88f6f4ce6ab8827279cfffb92266",
+        ] {
+            assert_eq!(PayerText::read(text), None, "{text}");
+        }
+    }
+
     #[tokio::test]
     async fn receipts_of_other_shapes_are_kept_whole_and_come_back_exactly() {
         let store = InMemoryNonceStore::new(Arc::new(FakeClock::at_unix_secs(0)));
@@ -800,6 +881,27 @@ mod tests {
             .enumerate()
         {
             let key = key_of(0x0a, n);
+            // Above 2^96 units: kept whole, and exactly.
+            let huge = key_of(0x0b, n);
+            let usual = usual_receipt(&huge);
+            let huge_amount = SpentAuthorization {
+                receipt: PaymentReceipt::new(
+                    usual.payer().to_owned(),
+                    AtomicAmount::new(u128::MAX - 1),
+                    Network::base_sepolia(),
+                    huge.as_str().to_owned(),
+                )
+                .settled(format!("0x{}", "ef".repeat(32))),
+                fingerprint: [2; 32],
+            };
+            store
+                .mark_spent(&huge, huge_amount.clone(), 100)
+                .await
+                .unwrap();
+            assert_eq!(
+                store.claim(&huge, 10).await.unwrap(),
+                Claim::Spent(huge_amount)
+            );
             let spent = SpentAuthorization {
                 receipt,
                 fingerprint: [1; 32],
