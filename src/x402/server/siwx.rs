@@ -483,3 +483,106 @@ fn schema() -> Value {
         "required": ["domain", "address", "uri", "version", "chainId", "type", "nonce", "issuedAt", "signature"]
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::FakeClock;
+    use crate::x402::server::quote::quote_response;
+    use crate::x402::wire::types::{PaymentRequired, ResourceInfo};
+
+    const NOW: u64 = 1_750_000_000;
+    const PAY_TO: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+
+    fn sign_in(clock: &FakeClock, key: [u8; 32]) -> SignIn {
+        let option = PaymentOption::base_sepolia_usdc(PAY_TO).unwrap();
+        SignIn::new(
+            SignInWithX::with_key(key),
+            "https://pay.example/gw",
+            &[option],
+            Arc::new(clock.clone()),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn nonces_are_hex_tagged_and_checked_with_the_key_that_issued_them() {
+        let clock = FakeClock::at_unix_secs(NOW);
+        let one = sign_in(&clock, [1; 32]);
+        let other = sign_in(&clock, [2; 32]);
+        let nonce = one.mint_nonce(NOW).unwrap();
+        assert_eq!(nonce.len(), 64);
+        assert!(nonce.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(nonce, one.mint_nonce(NOW).unwrap());
+        assert_eq!(one.nonce_issued_at(&nonce), Some(NOW));
+        assert_eq!(other.nonce_issued_at(&nonce), None);
+        // Any change breaks the tag: the time, the length, the case.
+        let mut later = nonce.clone().into_bytes();
+        later[7] = if later[7] == b'0' { b'1' } else { b'0' };
+        assert_eq!(one.nonce_issued_at(std::str::from_utf8(&later).unwrap()), None);
+        assert_eq!(one.nonce_issued_at(&nonce[..62]), None);
+        assert_eq!(one.nonce_issued_at(&"0".repeat(64)), None);
+    }
+
+    #[test]
+    fn the_origin_is_the_public_urls_without_its_prefix_and_solana_alone_declares_nothing() {
+        let clock = FakeClock::at_unix_secs(NOW);
+        let sign_in = sign_in(&clock, [1; 32]);
+        assert_eq!(sign_in.origin, "https://pay.example");
+        assert_eq!(sign_in.domain, "pay.example");
+        let solana = PaymentOption::other(
+            crate::x402::wire::Network::parse("solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1").unwrap(),
+            "4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU",
+            "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin",
+            Map::new(),
+        );
+        let none = SignIn::new(
+            SignInWithX::with_key([1; 32]),
+            "https://pay.example",
+            &[solana],
+            Arc::new(clock.clone()),
+        );
+        assert!(none.is_none());
+    }
+
+    #[test]
+    fn each_fill_splices_a_fresh_challenge_into_body_and_header_alike() {
+        let clock = FakeClock::at_unix_secs(NOW);
+        let sign_in = sign_in(&clock, [1; 32]);
+        let url = "https://pay.example/gw/v1/chat/completions";
+        let option = PaymentOption::base_sepolia_usdc(PAY_TO).unwrap();
+        let mut extensions = Map::new();
+        extensions.insert(SIGN_IN_WITH_X.into(), sign_in.declaration(url));
+        let required = PaymentRequired {
+            x402_version: 2,
+            error: Some("Payment required".into()),
+            resource: ResourceInfo {
+                url: url.into(),
+                ..ResourceInfo::default()
+            },
+            accepts: vec![option.requirements_for_amount(crate::x402::wire::types::AtomicAmount::new(3000))],
+            extensions: Some(extensions),
+        };
+        let quote = quote_response(&required, &option);
+        let template = QuoteTemplate::find(quote.body(), quote.headers()).unwrap();
+        let mut nonces = Vec::new();
+        for _ in 0..2 {
+            let filled = sign_in.fill(&template, quote.clone());
+            let header: PaymentRequired =
+                crate::x402::wire::codec::decode(filled.headers()[header::PAYMENT_REQUIRED].as_bytes())
+                    .unwrap();
+            let body: Value = serde_json::from_slice(filled.body()).unwrap();
+            let info = &header.extensions.as_ref().unwrap()[SIGN_IN_WITH_X]["info"];
+            assert_eq!(&body["extensions"][SIGN_IN_WITH_X]["info"], info);
+            assert_eq!(info["issuedAt"], "2025-06-15T15:06:40.000Z");
+            assert_eq!(info["expirationTime"], "2025-06-15T15:11:40.000Z");
+            assert_eq!(info["uri"], url);
+            let nonce = info["nonce"].as_str().unwrap().to_owned();
+            assert_eq!(sign_in.nonce_issued_at(&nonce), Some(NOW));
+            nonces.push(nonce);
+            // Everything else is the quote as built.
+            assert_eq!(header.accepts, required.accepts);
+        }
+        assert_ne!(nonces[0], nonces[1]);
+    }
+}
