@@ -103,7 +103,9 @@ impl Harness {
         let header = payer
             .header_with_nonce(&quote.accepts[0], NOW, sequential_nonce(nonce))
             .unwrap();
-        let (status, response) = self.send(post(path, &[("payment-signature", &header)])).await;
+        let (status, response) = self
+            .send(post(path, &[("payment-signature", &header)]))
+            .await;
         assert_eq!(status, 200);
         response.into_body()
     }
@@ -245,7 +247,11 @@ async fn every_other_proof_gets_the_normal_402() {
     refused(proof(&Payer::dev(1), &fresh().await, |_| {}), CHAT).await;
     // An operation the wallet did not pay for.
     let other = challenge(&h.quote("/v1/chat/completions?other=1").await);
-    refused(proof(&payer, &other, |_| {}), "/v1/chat/completions?other=1").await;
+    refused(
+        proof(&payer, &other, |_| {}),
+        "/v1/chat/completions?other=1",
+    )
+    .await;
     // A foreign domain, a foreign origin.
     let edit_domain = |f: &mut Value| f["domain"] = "evil.test".into();
     refused(proof(&payer, &fresh().await, edit_domain), CHAT).await;
@@ -274,7 +280,10 @@ async fn every_other_proof_gets_the_normal_402() {
 
     // Still the payer's: a good proof now works.
     let (status, _) = h
-        .send(post(CHAT, &[("sign-in-with-x", &proof(&payer, &fresh().await, |_| {}))]))
+        .send(post(
+            CHAT,
+            &[("sign-in-with-x", &proof(&payer, &fresh().await, |_| {}))],
+        ))
         .await;
     assert_eq!(status, 200);
     assert_eq!(h.calls.load(Ordering::SeqCst), 1);

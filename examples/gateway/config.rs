@@ -61,8 +61,7 @@ use walletgate::x402::ConfigError as X402ConfigError;
 use walletgate::x402::facilitator::evm_settler::SettlementRecords;
 use walletgate::x402::facilitator::{CdpAuth, DevLedger, EvmSettler, FacilitatorAuth, SettlerKey};
 use walletgate::x402::server::{
-    SignInWithX,
-    AnswerLimits, DEFAULT_ANSWER_STORE_BYTES, PaymentIdentifier, PaymentOption,
+    AnswerLimits, DEFAULT_ANSWER_STORE_BYTES, PaymentIdentifier, PaymentOption, SignInWithX,
 };
 use walletgate::x402::wire::Network;
 use walletgate::{SharedClock, SystemClock};

@@ -1097,16 +1097,11 @@ async fn kept_answer(config: &Config, payment: &Payment) -> Option<KeptAnswer> {
 /// Keeps a settled answer under its payer and operation for the payer's
 /// `sign-in-with-x`, for the answer retention.
 #[cfg(feature = "siwx")]
-async fn keep_for_sign_in(
-    config: &Config,
-    payer: &str,
-    operation: &[u8; 32],
-    answer: &KeptAnswer,
-) {
+async fn keep_for_sign_in(config: &Config, payer: &str, operation: &[u8; 32], answer: &KeptAnswer) {
     let key = super::siwx::kept_key(payer, operation);
     let answer = answer.clone().with_binding(super::siwx::KEPT_BINDING);
-    let keep_until = (config.clock.now_unix_secs())
-        .saturating_add(config.answer_limits.retention_secs);
+    let keep_until =
+        (config.clock.now_unix_secs()).saturating_add(config.answer_limits.retention_secs);
     keep_answer(config, &key, &answer, keep_until).await;
 }
 

@@ -372,7 +372,11 @@ pub(crate) fn operation(request_line: &str, body: Option<[u8; 32]>) -> [u8; 32] 
 
 /// Where the answer `payer` paid for `operation` is kept.
 pub(crate) fn kept_key(payer: &str, operation: &[u8; 32]) -> String {
-    format!("siwx:{}:{}", payer.to_ascii_lowercase(), hex::encode(operation))
+    format!(
+        "siwx:{}:{}",
+        payer.to_ascii_lowercase(),
+        hex::encode(operation)
+    )
 }
 
 /// What a kept answer of a sign-in is bound to.
@@ -433,7 +437,11 @@ impl QuoteTemplate {
     pub(crate) fn find(body: &[u8], headers: &HeaderMap) -> Option<Self> {
         let run = dynamic_run(PLACEHOLDER_TIME, PLACEHOLDER_TIME, &placeholder_nonce());
         let body_at = find(body, run.as_bytes())?;
-        let header = headers.get(header::PAYMENT_REQUIRED)?.to_str().ok()?.to_owned();
+        let header = headers
+            .get(header::PAYMENT_REQUIRED)?
+            .to_str()
+            .ok()?
+            .to_owned();
         let json = STANDARD.decode(&header).ok()?;
         let at = find(&json, run.as_bytes())?;
         let start = at / 3 * 3;
@@ -519,7 +527,10 @@ mod tests {
         // Any change breaks the tag: the time, the length, the case.
         let mut later = nonce.clone().into_bytes();
         later[7] = if later[7] == b'0' { b'1' } else { b'0' };
-        assert_eq!(one.nonce_issued_at(std::str::from_utf8(&later).unwrap()), None);
+        assert_eq!(
+            one.nonce_issued_at(std::str::from_utf8(&later).unwrap()),
+            None
+        );
         assert_eq!(one.nonce_issued_at(&nonce[..62]), None);
         assert_eq!(one.nonce_issued_at(&"0".repeat(64)), None);
     }
@@ -560,7 +571,9 @@ mod tests {
                 url: url.into(),
                 ..ResourceInfo::default()
             },
-            accepts: vec![option.requirements_for_amount(crate::x402::wire::types::AtomicAmount::new(3000))],
+            accepts: vec![
+                option.requirements_for_amount(crate::x402::wire::types::AtomicAmount::new(3000)),
+            ],
             extensions: Some(extensions),
         };
         let quote = quote_response(&required, &option);
@@ -568,9 +581,10 @@ mod tests {
         let mut nonces = Vec::new();
         for _ in 0..2 {
             let filled = sign_in.fill(&template, quote.clone());
-            let header: PaymentRequired =
-                crate::x402::wire::codec::decode(filled.headers()[header::PAYMENT_REQUIRED].as_bytes())
-                    .unwrap();
+            let header: PaymentRequired = crate::x402::wire::codec::decode(
+                filled.headers()[header::PAYMENT_REQUIRED].as_bytes(),
+            )
+            .unwrap();
             let body: Value = serde_json::from_slice(filled.body()).unwrap();
             let info = &header.extensions.as_ref().unwrap()[SIGN_IN_WITH_X]["info"];
             assert_eq!(&body["extensions"][SIGN_IN_WITH_X]["info"], info);
