@@ -1057,9 +1057,11 @@ mod tests {
             ("GATEWAY_ANSWER_MAX_BYTES", "2048"),
             ("GATEWAY_ANSWER_STORE_BYTES", "65536"),
             ("GATEWAY_PAYMENT_ID", "required"),
+            ("GATEWAY_SIWX", "off"),
         ]))
         .unwrap();
         assert_eq!(config.payment_id, PaymentIdentifier::Required);
+        assert!(!config.siwx);
         assert_eq!(config.answers.limits.retention_secs, 60);
         assert_eq!(config.answers.limits.max_answer_bytes, 2048);
         assert_eq!(config.answers.store_bytes, 65536);
@@ -1274,6 +1276,8 @@ mod tests {
             ("GATEWAY_ANSWER_MAX_BYTES", "a lot"),
             ("GATEWAY_ANSWER_STORE_BYTES", "-1"),
             ("GATEWAY_PAYMENT_ID", "sometimes"),
+            ("GATEWAY_SIWX", "maybe"),
+            ("GATEWAY_SIWX_KEY_FILE", "/nonexistent/walletgate-siwx.key"),
             ("GATEWAY_NETWORK", "dogecoin"),
             ("GATEWAY_NETWORK", "solana"),
             (

@@ -386,7 +386,11 @@ impl X402LayerBuilder {
         #[cfg(feature = "siwx")]
         let sign_in = match (self.sign_in_with_x, &self.public_base_url) {
             (Some(sign_in), Some(base)) => {
-                super::siwx::SignIn::new(sign_in, base, &self.options, clock.clone()).map(Arc::new)
+                let chains = self
+                    .options
+                    .iter()
+                    .filter_map(|o| o.network().eip155_chain_id());
+                super::siwx::SignIn::new(sign_in, base, chains, clock.clone()).map(Arc::new)
             }
             _ => None,
         };

@@ -35,7 +35,6 @@ use serde_json::{Map, Value, json};
 use sha2::Sha256;
 
 use super::answers::KeptAnswer;
-use super::quote::PaymentOption;
 use crate::clock::SharedClock;
 use crate::envelope::header;
 use crate::siwe::{
@@ -130,16 +129,17 @@ impl fmt::Debug for SignIn {
 }
 
 impl SignIn {
-    /// The extension for a layer serving at `public_base_url` with `options`;
-    /// `None` when no option is on an EVM network (nothing to sign in with).
+    /// The extension for a layer serving at `public_base_url` whose offers
+    /// are on the EIP-155 chains `offered`; `None` without one (Solana
+    /// alone: nothing to sign in with).
     pub(crate) fn new(
         config: SignInWithX,
         public_base_url: &str,
-        options: &[PaymentOption],
+        offered: impl IntoIterator<Item = u64>,
         clock: SharedClock,
     ) -> Option<Self> {
         let mut chain_ids: Vec<u64> = Vec::new();
-        for id in options.iter().filter_map(|o| o.network().eip155_chain_id()) {
+        for id in offered {
             if !chain_ids.contains(&id) {
                 chain_ids.push(id);
             }
@@ -496,18 +496,14 @@ fn schema() -> Value {
 mod tests {
     use super::*;
     use crate::clock::FakeClock;
-    use crate::x402::server::quote::quote_response;
     use crate::x402::wire::types::{PaymentRequired, ResourceInfo};
 
     const NOW: u64 = 1_750_000_000;
-    const PAY_TO: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
-
     fn sign_in(clock: &FakeClock, key: [u8; 32]) -> SignIn {
-        let option = PaymentOption::base_sepolia_usdc(PAY_TO).unwrap();
         SignIn::new(
             SignInWithX::with_key(key),
             "https://pay.example/gw",
-            &[option],
+            [84532],
             Arc::new(clock.clone()),
         )
         .unwrap()
@@ -541,16 +537,10 @@ mod tests {
         let sign_in = sign_in(&clock, [1; 32]);
         assert_eq!(sign_in.origin, "https://pay.example");
         assert_eq!(sign_in.domain, "pay.example");
-        let solana = PaymentOption::other(
-            crate::x402::wire::Network::parse("solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1").unwrap(),
-            "4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU",
-            "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin",
-            Map::new(),
-        );
         let none = SignIn::new(
             SignInWithX::with_key([1; 32]),
             "https://pay.example",
-            &[solana],
+            [],
             Arc::new(clock.clone()),
         );
         assert!(none.is_none());
@@ -561,7 +551,6 @@ mod tests {
         let clock = FakeClock::at_unix_secs(NOW);
         let sign_in = sign_in(&clock, [1; 32]);
         let url = "https://pay.example/gw/v1/chat/completions";
-        let option = PaymentOption::base_sepolia_usdc(PAY_TO).unwrap();
         let mut extensions = Map::new();
         extensions.insert(SIGN_IN_WITH_X.into(), sign_in.declaration(url));
         let required = PaymentRequired {
@@ -571,12 +560,20 @@ mod tests {
                 url: url.into(),
                 ..ResourceInfo::default()
             },
-            accepts: vec![
-                option.requirements_for_amount(crate::x402::wire::types::AtomicAmount::new(3000)),
-            ],
+            accepts: Vec::new(),
             extensions: Some(extensions),
         };
-        let quote = quote_response(&required, &option);
+        // The quote's two renderings: its body (a JSON document holding the
+        // extensions) and its base64 header.
+        let mut quote = Response::new(Bytes::from(
+            serde_json::to_vec(&json!({"x402Version": 2, "extensions": required.extensions}))
+                .unwrap(),
+        ));
+        let encoded = crate::x402::wire::codec::encode(&required);
+        quote.headers_mut().insert(
+            header::PAYMENT_REQUIRED,
+            HeaderValue::from_str(&encoded).unwrap(),
+        );
         let template = QuoteTemplate::find(quote.body(), quote.headers()).unwrap();
         let mut nonces = Vec::new();
         for _ in 0..2 {
