@@ -406,9 +406,13 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
             )?
         }
     };
-    let payments = match config.settler {
-        Some(settler) => payments.with_facilitator(Arc::new(settler)),
-        None => payments,
+    // With walletgate's own settler, contract wallets sign in too (ERC-1271 through its node).
+    let (payments, sign_in) = match config.settler {
+        Some(settler) => (
+            payments.with_facilitator(Arc::new(settler.clone())),
+            sign_in.map(|sign_in| sign_in.with_contract_signatures(Arc::new(settler))),
+        ),
+        None => (payments, sign_in),
     };
     let payments = payments
         .with_public_url(&public_url)

@@ -37,5 +37,7 @@ pub use receipt::{PaymentReceipt, SettledPayment, SettlementHook, SettlementHook
 pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
 pub use service::{EXTENSION_ECHO_MISMATCH, SETTLEMENT_PENDING, X402};
 #[cfg(feature = "siwx")]
-pub use siwx::{SIGN_IN_WITH_X, SIGN_IN_WITH_X_HEADER, SIWX_MAX_AGE_SECS, SignInWithX};
+pub use siwx::{
+    ContractSignatures, SIGN_IN_WITH_X, SIGN_IN_WITH_X_HEADER, SIWX_MAX_AGE_SECS, SignInWithX,
+};
 pub use stream::{PAYMENT_RESPONSE_EVENT, X402Body};

@@ -24,7 +24,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
-use alloy_primitives::{hex, keccak256};
+use alloy_primitives::{Address, B256, eip191_hash_message, hex, keccak256};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
@@ -41,6 +41,7 @@ use crate::siwe::{
     DEFAULT_LEEWAY_SECS, InMemoryNonceStore, NonceStore, NonceStoreError, SiweMessage,
     SiweMessageFields, Timestamp,
 };
+use crate::store::BoxFuture;
 
 /// The extension's key in `PaymentRequired.extensions`.
 pub const SIGN_IN_WITH_X: &str = "sign-in-with-x";
@@ -61,6 +62,34 @@ const NONCE_BYTES: usize = 32;
 /// What stands for the per-402 fields in a quote built once.
 const PLACEHOLDER_TIME: &str = "1970-01-01T00:00:00.000Z";
 
+/// Asks a contract wallet whether it signed (ERC-1271 `isValidSignature`),
+/// for proofs whose signature does not recover their address; the gateway's
+/// on-chain settler implements it through its node.
+pub trait ContractSignatures: Send + Sync + 'static {
+    /// Whether `wallet`, a contract on EIP-155 chain `chain_id`, accepts
+    /// `signature` over `digest` (the EIP-191 hash of the signed text);
+    /// `false` when it could not be asked.
+    fn is_valid_signature<'a>(
+        &'a self,
+        chain_id: u64,
+        wallet: Address,
+        digest: B256,
+        signature: &'a [u8],
+    ) -> BoxFuture<'a, bool>;
+}
+
+impl<T: ContractSignatures + ?Sized> ContractSignatures for Arc<T> {
+    fn is_valid_signature<'a>(
+        &'a self,
+        chain_id: u64,
+        wallet: Address,
+        digest: B256,
+        signature: &'a [u8],
+    ) -> BoxFuture<'a, bool> {
+        (**self).is_valid_signature(chain_id, wallet, digest, signature)
+    }
+}
+
 /// The `sign-in-with-x` option of an [`X402LayerBuilder`](super::X402LayerBuilder):
 /// the nonce key and where spent nonces are recorded.
 ///
@@ -70,6 +99,7 @@ const PLACEHOLDER_TIME: &str = "1970-01-01T00:00:00.000Z";
 pub struct SignInWithX {
     key: [u8; 32],
     spent_nonces: Option<Arc<dyn NonceStore>>,
+    contracts: Option<Arc<dyn ContractSignatures>>,
 }
 
 impl fmt::Debug for SignInWithX {
@@ -93,7 +123,16 @@ impl SignInWithX {
         Self {
             key,
             spent_nonces: None,
+            contracts: None,
         }
+    }
+
+    /// Asks contract wallets through `contracts` (ERC-1271) when a proof's
+    /// signature does not recover its address; without it, EOAs only.
+    #[must_use]
+    pub fn with_contract_signatures(mut self, contracts: Arc<dyn ContractSignatures>) -> Self {
+        self.contracts = Some(contracts);
+        self
     }
 
     /// Where spent nonces are recorded for their life (default: this
@@ -116,6 +155,7 @@ pub(crate) struct SignIn {
     chain_ids: Vec<u64>,
     supported_chains: Value,
     spent: Arc<dyn NonceStore>,
+    contracts: Option<Arc<dyn ContractSignatures>>,
     clock: SharedClock,
 }
 
@@ -164,6 +204,7 @@ impl SignIn {
             spent: config
                 .spent_nonces
                 .unwrap_or_else(|| Arc::new(InMemoryNonceStore::new())),
+            contracts: config.contracts,
             clock,
         })
     }
@@ -253,12 +294,22 @@ impl SignIn {
         let now_millis = self.clock.now_unix_millis();
         let message = self.check(&payload, now_millis)?;
         let signature = decode_signature(&payload.signature)?;
-        // ERC-1271 (contract wallets) would need the chain: EOA signatures only.
-        message.verify_eip191(&signature).ok()?;
         let issued = self.nonce_issued_at(&payload.nonce)?;
         let life_ends = (issued + SIWX_MAX_AGE_SECS + DEFAULT_LEEWAY_SECS) * 1000;
         if now_millis >= life_ends || issued * 1000 > now_millis + DEFAULT_LEEWAY_SECS * 1000 {
             return None;
+        }
+        let recovered = signature.len() == 65 && message.verify_eip191(&signature).is_ok();
+        if !recovered {
+            // A contract wallet judges its own signature (ERC-1271), when one can be asked.
+            let contracts = self.contracts.as_ref()?;
+            let digest = eip191_hash_message(message.to_string());
+            let valid = contracts
+                .is_valid_signature(message.chain_id(), message.address(), digest, &signature)
+                .await;
+            if !valid {
+                return None;
+            }
         }
         match self
             .spent
@@ -349,12 +400,14 @@ fn decode_proof(proof: &[u8]) -> Option<Proof> {
     serde_json::from_slice(&json).ok()
 }
 
-fn decode_signature(signature: &str) -> Option<[u8; 65]> {
+/// The signature's bytes: 65 for an EOA, any length (within the proof's
+/// bound) for a contract wallet.
+fn decode_signature(signature: &str) -> Option<Vec<u8>> {
     let hex_digits = signature.strip_prefix("0x").unwrap_or(signature);
-    if hex_digits.len() != 130 {
+    if hex_digits.is_empty() {
         return None;
     }
-    hex::decode_to_array(hex_digits).ok()
+    hex::decode(hex_digits).ok()
 }
 
 /// The request a paid answer is kept for: method, path and query, and the
@@ -595,5 +648,61 @@ mod tests {
             assert_eq!(header.accepts, required.accepts);
         }
         assert_ne!(nonces[0], nonces[1]);
+    }
+
+    /// Accepts one signature for one wallet, as a contract wallet's own check would.
+    struct OneWallet {
+        wallet: Address,
+        signature: Vec<u8>,
+    }
+
+    impl ContractSignatures for OneWallet {
+        fn is_valid_signature<'a>(
+            &'a self,
+            chain_id: u64,
+            wallet: Address,
+            _digest: B256,
+            signature: &'a [u8],
+        ) -> BoxFuture<'a, bool> {
+            let valid = chain_id == 84532 && wallet == self.wallet && signature == self.signature;
+            Box::pin(async move { valid })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_contract_wallets_proof_is_judged_by_the_wallet_when_it_can_be_asked() {
+        let clock = FakeClock::at_unix_secs(NOW);
+        let wallet: Address = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
+            .parse()
+            .unwrap();
+        let signature = vec![0x42; 97];
+        let proof = |sign_in: &SignIn| {
+            let nonce = sign_in.mint_nonce(NOW).unwrap();
+            let fields = json!({
+                "domain": "pay.example", "address": wallet.to_checksum(None),
+                "uri": "https://pay.example/gw/v1/chat/completions", "version": "1",
+                "chainId": "eip155:84532", "type": "eip191", "nonce": nonce,
+                "issuedAt": "2025-06-15T15:06:40.000Z",
+                "signature": format!("0x{}", hex::encode(&signature)),
+            });
+            STANDARD.encode(fields.to_string())
+        };
+        let eoa_only = sign_in(&clock, [1; 32]);
+        assert_eq!(eoa_only.verify(proof(&eoa_only).as_bytes()).await, None);
+        let contracts = Arc::new(OneWallet {
+            wallet,
+            signature: signature.clone(),
+        });
+        let with_contracts = SignIn::new(
+            SignInWithX::with_key([1; 32]).with_contract_signatures(contracts),
+            "https://pay.example/gw",
+            [84532],
+            Arc::new(clock.clone()),
+        )
+        .unwrap();
+        let accepted = with_contracts
+            .verify(proof(&with_contracts).as_bytes())
+            .await;
+        assert_eq!(accepted, Some(format!("{wallet:#x}")));
     }
 }
