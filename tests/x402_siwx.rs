@@ -44,7 +44,12 @@ struct Harness {
 
 impl Harness {
     fn new() -> Self {
-        Self::with(|builder| builder.with_public_base_url(ORIGIN).unwrap())
+        Self::with(|builder| {
+            builder
+                .with_public_base_url(ORIGIN)
+                .unwrap()
+                .with_sign_in_with_x(SignInWithX::new().unwrap())
+        })
     }
 
     fn with(
@@ -55,12 +60,9 @@ impl Harness {
         let clock = FakeClock::at_unix_secs(NOW);
         let ledger = Arc::new(DevLedger::new());
         let facilitator = LocalEvmFacilitator::new(ledger.clone(), Arc::new(clock.clone()));
-        let layer: X402Layer = configure(
-            chat_layer_builder(facilitator, Arc::new(clock.clone()))
-                .with_sign_in_with_x(SignInWithX::new().unwrap()),
-        )
-        .build()
-        .unwrap();
+        let layer: X402Layer = configure(chat_layer_builder(facilitator, Arc::new(clock.clone())))
+            .build()
+            .unwrap();
         let calls = Arc::new(AtomicUsize::new(0));
         let counted = calls.clone();
         let inner = tower::service_fn(move |request: Request<Full<Bytes>>| {
@@ -196,7 +198,11 @@ async fn each_402_declares_a_fresh_challenge_for_its_resource() {
 
 #[tokio::test]
 async fn without_a_public_origin_nothing_is_declared() {
-    let h = Harness::with(|builder| builder.with_host_derived_resource_url());
+    let h = Harness::with(|builder| {
+        builder
+            .with_host_derived_resource_url()
+            .with_sign_in_with_x(SignInWithX::new().unwrap())
+    });
     let quote = h.quote(CHAT).await;
     assert!(
         quote
@@ -303,4 +309,31 @@ async fn a_payment_echoing_the_challenge_still_pays() {
     let header = STANDARD.encode(payload.to_string());
     let (status, _) = h.send(post(CHAT, &[("payment-signature", &header)])).await;
     assert_eq!(status, 200);
+}
+
+/// One 402 through the layer, synchronously (`call` builds it whole).
+#[inline(never)]
+fn quote_once(service: &mut X402<Inner>, request: Request<Full<Bytes>>) {
+    use tower::Service as _;
+    drop(std::hint::black_box(service.call(request)));
+}
+
+/// Instruction counts of a quote with and without `sign-in-with-x`, read
+/// under callgrind, never timed:
+/// `valgrind --tool=callgrind --toggle-collect='x402_siwx::quote_once*' <test binary> --ignored quotes_for_callgrind`
+/// with `SIWX=on` or `SIWX=off`.
+#[tokio::test]
+#[ignore = "run under callgrind by hand"]
+async fn quotes_for_callgrind() {
+    let on = std::env::var("SIWX").as_deref() != Ok("off");
+    let h = if on {
+        Harness::new()
+    } else {
+        Harness::with(|builder| builder.with_public_base_url(ORIGIN).unwrap())
+    };
+    let mut service = h.service.clone();
+    // The first builds and caches the quote; the rest are what every 402 costs.
+    for _ in 0..1001 {
+        quote_once(&mut service, post(CHAT, &[]));
+    }
 }

@@ -881,6 +881,16 @@ fn pairs(value: Option<String>, variable: &str) -> Result<Vec<(String, String)>,
         .collect()
 }
 
+/// The sign-in nonce key in `path`: 64 hex digits (surrounding whitespace
+/// aside). The error never quotes the file.
+fn read_siwx_key(path: &str) -> Result<[u8; 32], ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| invalid("GATEWAY_SIWX_KEY_FILE", error.to_string()))?;
+    let digits = text.trim();
+    alloy_primitives::hex::decode_to_array(digits.strip_prefix("0x").unwrap_or(digits))
+        .map_err(|_| invalid("GATEWAY_SIWX_KEY_FILE", "expected 64 hex digits"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1316,25 +1326,4 @@ mod tests {
             ClientTls::webpki_roots().root_count()
         );
     }
-}
-
-/// The sign-in nonce key in `path`: 64 hex digits (surrounding whitespace
-/// aside). The error never quotes the file.
-fn read_siwx_key(path: &str) -> Result<[u8; 32], ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| invalid("GATEWAY_SIWX_KEY_FILE", error.to_string()))?;
-    let digits = text.trim();
-    let digits = digits.strip_prefix("0x").unwrap_or(digits);
-    let mut key = [0u8; 32];
-    if digits.len() != 64
-        || !digits.bytes().all(|b| b.is_ascii_hexdigit())
-        || (0..32).any(|i| {
-            u8::from_str_radix(&digits[2 * i..2 * i + 2], 16)
-                .map(|byte| key[i] = byte)
-                .is_err()
-        })
-    {
-        return Err(invalid("GATEWAY_SIWX_KEY_FILE", "expected 64 hex digits"));
-    }
-    Ok(key)
 }

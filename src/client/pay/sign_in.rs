@@ -30,14 +30,21 @@ const PAID_REQUESTS: usize = 4096;
 /// The requests this client paid for, by digest.
 #[derive(Debug, Default)]
 pub(crate) struct PaidRequests {
-    held: Mutex<(HashSet<[u8; 32]>, VecDeque<[u8; 32]>)>,
+    held: Mutex<Held>,
+}
+
+/// The digests, and the order they came in (the oldest forgotten first).
+#[derive(Debug, Default)]
+struct Held {
+    set: HashSet<[u8; 32]>,
+    order: VecDeque<[u8; 32]>,
 }
 
 impl PaidRequests {
     /// Records a paid request.
     pub(crate) fn record(&self, request: [u8; 32]) {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let (set, order) = &mut *held;
+        let Held { set, order } = &mut *held;
         if set.insert(request) {
             order.push_back(request);
             if order.len() > PAID_REQUESTS
@@ -51,7 +58,7 @@ impl PaidRequests {
     /// Whether `request` was paid for.
     pub(crate) fn contains(&self, request: &[u8; 32]) -> bool {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.0.contains(request)
+        held.set.contains(request)
     }
 }
 
