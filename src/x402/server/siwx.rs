@@ -146,7 +146,9 @@ impl SignInWithX {
 
 /// The extension as a layer runs it: its origin, its EVM chains, its key.
 pub(crate) struct SignIn {
-    key: [u8; 32],
+    /// HMAC-SHA256 keyed once (its padded key blocks hashed): each tag
+    /// clones it and hashes the nonce's 16 bytes only.
+    mac: Hmac<Sha256>,
     /// `scheme://host[:port]`.
     origin: String,
     /// `host[:port]`.
@@ -196,7 +198,7 @@ impl SignIn {
                 .collect(),
         );
         Some(Self {
-            key: config.key,
+            mac: Hmac::<Sha256>::new_from_slice(&config.key).ok()?,
             origin: format!("{scheme}://{domain}"),
             domain,
             chain_ids,
@@ -245,15 +247,14 @@ impl SignIn {
             return None;
         }
         let bytes: [u8; NONCE_BYTES] = hex::decode_to_array(nonce).ok()?;
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).ok()?;
+        let mut mac = self.mac.clone();
         mac.update(&bytes[..16]);
         mac.verify_truncated_left(&bytes[16..]).ok()?;
         Some(u64::from(u32::from_be_bytes(bytes[..4].try_into().ok()?)))
     }
 
     fn tag(&self, message: &[u8]) -> [u8; 32] {
-        // HMAC takes a key of any length: this cannot fail.
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
+        let mut mac = self.mac.clone();
         mac.update(message);
         mac.finalize().into_bytes().into()
     }
