@@ -22,7 +22,7 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use alloy_primitives::{Address, B256, eip191_hash_message, hex, keccak256};
 use base64::Engine as _;
@@ -159,6 +159,8 @@ pub(crate) struct SignIn {
     spent: Arc<dyn NonceStore>,
     contracts: Option<Arc<dyn ContractSignatures>>,
     clock: SharedClock,
+    /// The per-402 times of the current second, already formatted.
+    times: Mutex<(u64, String)>,
 }
 
 impl fmt::Debug for SignIn {
@@ -208,6 +210,7 @@ impl SignIn {
                 .unwrap_or_else(|| Arc::new(InMemoryNonceStore::new())),
             contracts: config.contracts,
             clock,
+            times: Mutex::default(),
         })
     }
 
@@ -229,6 +232,24 @@ impl SignIn {
             "supportedChains": self.supported_chains,
             "schema": schema(),
         })
+    }
+
+    /// `"expirationTime":"…","issuedAt":"…","nonce":"` for a challenge
+    /// issued at `now_secs` (whole seconds), formatted once per second.
+    fn times_of(&self, now_secs: u64) -> String {
+        let mut cached = self.times.lock().unwrap_or_else(PoisonError::into_inner);
+        if cached.0 != now_secs || cached.1.is_empty() {
+            let millis = i64::try_from(now_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+            let issued = Timestamp::from_unix_millis(millis);
+            let expires = Timestamp::from_unix_millis(
+                millis.saturating_add(i64::try_from(SIWX_MAX_AGE_SECS * 1000).unwrap_or(0)),
+            );
+            let run = dynamic_run(expires.as_str(), issued.as_str(), "");
+            *cached = (now_secs, run[..run.len() - 1].to_owned());
+        }
+        let mut run = String::with_capacity(cached.1.len() + NONCE_BYTES * 2 + 1);
+        run.push_str(&cached.1);
+        run
     }
 
     /// A fresh nonce issued at `now_secs`: time, randomness, tag, in hex.
@@ -261,17 +282,14 @@ impl SignIn {
 
     /// `template`'s quote with a fresh challenge in place of the placeholders.
     pub(crate) fn fill(&self, template: &QuoteTemplate, quote: Response<Bytes>) -> Response<Bytes> {
-        let now_millis = self.clock.now_unix_millis();
-        let Some(nonce) = self.mint_nonce(now_millis / 1000) else {
+        let now_secs = self.clock.now_unix_secs();
+        let Some(nonce) = self.mint_nonce(now_secs) else {
             // No randomness: the placeholder nonce never verifies.
             return quote;
         };
-        let millis = i64::try_from(now_millis).unwrap_or(i64::MAX);
-        let issued = Timestamp::from_unix_millis(millis);
-        let expires = Timestamp::from_unix_millis(
-            millis.saturating_add(i64::try_from(SIWX_MAX_AGE_SECS * 1000).unwrap_or(0)),
-        );
-        let run = dynamic_run(expires.as_str(), issued.as_str(), &nonce);
+        let mut run = self.times_of(now_secs);
+        run.push_str(&nonce);
+        run.push('"');
         if run.len() != template.run_len {
             return quote;
         }
@@ -280,9 +298,15 @@ impl SignIn {
         body[template.body_at..template.body_at + run.len()].copy_from_slice(run.as_bytes());
         let mut block = template.header_block.clone();
         block[template.block_at..template.block_at + run.len()].copy_from_slice(run.as_bytes());
-        let mut value = template.header.clone();
-        value.replace_range(template.header_chars.clone(), &STANDARD.encode(&block));
-        if let Ok(value) = HeaderValue::from_str(&value) {
+        let (before, after) = (
+            &template.header[..template.header_chars.start],
+            &template.header[template.header_chars.end..],
+        );
+        let mut value = String::with_capacity(template.header.len());
+        value.push_str(before);
+        STANDARD.encode_string(&block, &mut value);
+        value.push_str(after);
+        if let Ok(value) = HeaderValue::try_from(value) {
             parts.headers.insert(header::PAYMENT_REQUIRED, value);
         }
         Response::from_parts(parts, Bytes::from(body))
