@@ -696,3 +696,52 @@ async fn with_confirmations_a_settlement_waits_for_blocks_on_top() {
 async fn rpc_mine(url: &str) {
     rpc(url, "evm_mine", json!([])).await;
 }
+
+/// `sign-in-with-x` for contract wallets: the settler asks the wallet
+/// (ERC-1271 `isValidSignature`) through its node.
+#[cfg(feature = "siwx")]
+#[tokio::test]
+async fn a_contract_wallet_confirms_its_owners_sign_in_and_no_one_elses() {
+    use walletgate::x402::server::ContractSignatures;
+    let setup = settler(ONE_ETH).await;
+    let owner = Payer::from_key(fresh_payer_key().0).unwrap();
+    let wallet = deploy_erc1271_wallet(&setup.rpc, owner.address_bytes(), false).await;
+    let digest = alloy_primitives::eip191_hash_message("example.test wants you to sign in");
+    let chain = 84532;
+    let signed = owner.sign_digest(digest);
+    assert!(
+        setup
+            .settler
+            .is_valid_signature(chain, wallet, digest, &signed)
+            .await
+    );
+    // Another signer, another chain, a wallet that refuses, an account with no code.
+    let stranger = Payer::from_key(fresh_payer_key().0).unwrap();
+    let forged = stranger.sign_digest(digest);
+    assert!(
+        !setup
+            .settler
+            .is_valid_signature(chain, wallet, digest, &forged)
+            .await
+    );
+    assert!(
+        !setup
+            .settler
+            .is_valid_signature(1, wallet, digest, &signed)
+            .await
+    );
+    let refusing = deploy_erc1271_wallet(&setup.rpc, owner.address_bytes(), true).await;
+    assert!(
+        !setup
+            .settler
+            .is_valid_signature(chain, refusing, digest, &signed)
+            .await
+    );
+    let eoa = owner.address_bytes();
+    assert!(
+        !setup
+            .settler
+            .is_valid_signature(chain, eoa, digest, &signed)
+            .await
+    );
+}

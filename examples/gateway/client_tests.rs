@@ -354,9 +354,12 @@ impl Service<Request<Full<Bytes>>> for Replaying {
 #[tokio::test]
 async fn a_replayed_payment_is_a_payment_error() {
     // Without the payment identifier (with it, the replayed payment carries
-    // the first request's id and gets its stored answer).
+    // the first request's id and gets its stored answer) and without
+    // sign-in-with-x (with it, the client signs in for the request it paid
+    // before and never resends a payment).
     let server = Server::start(Config {
         payment_id: walletgate::x402::server::PaymentIdentifier::Off,
+        siwx: false,
         ..Config::default()
     })
     .await;
@@ -379,6 +382,32 @@ async fn a_replayed_payment_is_a_payment_error() {
     let error = payment_error(client.oneshot(request()).await);
     assert_eq!(error.code(), Some(ErrorCode::PaymentReplay), "{error}");
     assert_eq!(server.ledger.settlements(), 1);
+}
+
+#[tokio::test]
+async fn the_client_signs_in_for_a_request_it_paid_before_and_pays_once() {
+    let server = Server::start(Config::default()).await;
+    let waits = Arc::new(Waits::default());
+    let paying = layer(dev_key(8), &waits);
+    let client = ServiceBuilder::new().layer(paying.clone()).service(hyper());
+    let request = |prompt: &str| {
+        post(
+            &server,
+            path(Endpoint::Chat),
+            &body(Endpoint::Chat, PAID_MODEL, prompt, false),
+        )
+    };
+    let first = client.clone().oneshot(request("hello")).await.unwrap();
+    let first = first.into_body().collect().await.unwrap().to_bytes();
+    let again = client.clone().oneshot(request("hello")).await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.into_body().collect().await.unwrap().to_bytes(), first);
+    assert_eq!(server.ledger.settlements(), 1);
+    assert_eq!(paying.signer().signatures(), 1);
+    // Another request was never paid for: paid now.
+    let other = client.oneshot(request("another")).await.unwrap();
+    assert_eq!(other.status(), 200);
+    assert_eq!(server.ledger.settlements(), 2);
 }
 
 #[tokio::test]

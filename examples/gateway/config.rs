@@ -22,6 +22,8 @@
 //! | `GATEWAY_ANSWER_RETENTION_SECS` | `3600` | how long a paid answer is kept for a resend (a settlement first reported pending) |
 //! | `GATEWAY_ANSWER_MAX_BYTES` | `1048576` | the largest paid answer kept (a larger one is served again on the resend, charged once) |
 //! | `GATEWAY_PAYMENT_ID` | `optional` | the `payment-identifier` extension: `off`, `optional` (declared; a payment may carry an id and then pays once per id) or `required` (a payment without an id is 400) |
+//! | `GATEWAY_SIWX` | `on` | the `sign-in-with-x` extension (EVM networks): a wallet that paid for a request signs in to get its kept answer again, uncharged; declared only when the public origin is known (`GATEWAY_PUBLIC_URL`, or a bound address that is not a wildcard); `off`: not declared, and settled answers are not kept for it |
+//! | `GATEWAY_SIWX_KEY_FILE` | a random key per process | the HMAC key of sign-in nonces (64 hex digits; never printed): replicas behind one origin must share it, or a nonce one issued fails on another |
 //! | `GATEWAY_ANSWER_STORE_BYTES` | `268435456` | the in-memory answer store's total (without Redis; the answers nearest their expiry make room) |
 //! | `GATEWAY_NETWORK` | `base-sepolia` | `base-sepolia`, `base`, `solana` (or `--network solana`), or `eip155:<chain id>` (then the three `GATEWAY_USDC_*`) |
 //! | `GATEWAY_FACILITATOR_URL` | none (development ledger) | the x402 facilitator that verifies and settles (`https://host[/path]` or `http://`); required on every network but `base-sepolia` |
@@ -59,7 +61,7 @@ use walletgate::x402::ConfigError as X402ConfigError;
 use walletgate::x402::facilitator::evm_settler::SettlementRecords;
 use walletgate::x402::facilitator::{CdpAuth, DevLedger, EvmSettler, FacilitatorAuth, SettlerKey};
 use walletgate::x402::server::{
-    AnswerLimits, DEFAULT_ANSWER_STORE_BYTES, PaymentIdentifier, PaymentOption,
+    AnswerLimits, DEFAULT_ANSWER_STORE_BYTES, PaymentIdentifier, PaymentOption, SignInWithX,
 };
 use walletgate::x402::wire::Network;
 use walletgate::{SharedClock, SystemClock};
@@ -131,6 +133,13 @@ pub(crate) struct Config {
     pub(crate) answers: AnswerSettings,
     /// The `payment-identifier` extension (`GATEWAY_PAYMENT_ID`).
     pub(crate) payment_id: PaymentIdentifier,
+    /// The `sign-in-with-x` extension (`GATEWAY_SIWX`).
+    pub(crate) siwx: bool,
+    /// Its nonce key (`GATEWAY_SIWX_KEY_FILE`); `None`: random per process.
+    pub(crate) siwx_key: Option<[u8; 32]>,
+    /// Whether the public origin is known: `GATEWAY_PUBLIC_URL`, or a bound
+    /// address that is not a wildcard (set by [`Config::bound_to`]).
+    pub(crate) origin_known: bool,
     /// Where payments are quoted and settled.
     pub(crate) network: PaymentNetwork,
     /// The settle timeout, and payment faults for tests and demos.
@@ -382,6 +391,9 @@ impl Default for Config {
             bazaar: true,
             answers: AnswerSettings::default(),
             payment_id: PaymentIdentifier::Optional,
+            siwx: true,
+            siwx_key: None,
+            origin_known: false,
             network: PaymentNetwork::Evm(EvmSettings::base_sepolia()),
             payment_faults: Arc::default(),
             tls: ClientTls::webpki_roots(),
@@ -506,6 +518,16 @@ impl Config {
                 invalid("GATEWAY_PAYMENT_ID", "expected off, optional or required")
             })?;
         }
+        if let Some(mode) = var("GATEWAY_SIWX") {
+            config.siwx = match mode.as_str() {
+                "on" => true,
+                "off" => false,
+                _ => return Err(invalid("GATEWAY_SIWX", "expected on or off")),
+            };
+        }
+        if let Some(path) = var("GATEWAY_SIWX_KEY_FILE") {
+            config.siwx_key = Some(read_siwx_key(&path)?);
+        }
         if let Some(path) = var("GATEWAY_EXTRA_CA_FILE") {
             config.tls = ClientTls::webpki_roots()
                 .with_extra_ca_file(&path)
@@ -596,8 +618,10 @@ impl Config {
     /// quotes an address no client can reach: the warning to print is returned.
     pub(crate) fn bound_to(&mut self, address: SocketAddr) -> Option<String> {
         if self.public_url.is_some() {
+            self.origin_known = true;
             return None;
         }
+        self.origin_known = !address.ip().is_unspecified();
         self.public_url = Some(format!("http://{address}"));
         address.ip().is_unspecified().then(|| {
             format!(
@@ -605,6 +629,20 @@ impl Config {
                  name http://{address}, which clients cannot reach; set GATEWAY_PUBLIC_URL"
             )
         })
+    }
+
+    /// The `sign-in-with-x` option of the paid routes: on, and only when
+    /// the public origin is known (never guessed from a request's `Host`).
+    pub(crate) fn sign_in_with_x(&self) -> Result<Option<SignInWithX>, ConfigError> {
+        if !self.siwx || !self.origin_known {
+            return Ok(None);
+        }
+        match self.siwx_key {
+            Some(key) => Ok(Some(SignInWithX::with_key(key))),
+            None => SignInWithX::new()
+                .map(Some)
+                .map_err(|error| invalid("GATEWAY_SIWX_KEY_FILE", error.to_string())),
+        }
     }
 
     /// What every quote's `resource.url` starts with.
@@ -844,6 +882,16 @@ fn pairs(value: Option<String>, variable: &str) -> Result<Vec<(String, String)>,
         .collect()
 }
 
+/// The sign-in nonce key in `path`: 64 hex digits (surrounding whitespace
+/// aside). The error never quotes the file.
+fn read_siwx_key(path: &str) -> Result<[u8; 32], ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| invalid("GATEWAY_SIWX_KEY_FILE", error.to_string()))?;
+    let digits = text.trim();
+    alloy_primitives::hex::decode_to_array(digits.strip_prefix("0x").unwrap_or(digits))
+        .map_err(|_| invalid("GATEWAY_SIWX_KEY_FILE", "expected 64 hex digits"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1020,9 +1068,11 @@ mod tests {
             ("GATEWAY_ANSWER_MAX_BYTES", "2048"),
             ("GATEWAY_ANSWER_STORE_BYTES", "65536"),
             ("GATEWAY_PAYMENT_ID", "required"),
+            ("GATEWAY_SIWX", "off"),
         ]))
         .unwrap();
         assert_eq!(config.payment_id, PaymentIdentifier::Required);
+        assert!(!config.siwx);
         assert_eq!(config.answers.limits.retention_secs, 60);
         assert_eq!(config.answers.limits.max_answer_bytes, 2048);
         assert_eq!(config.answers.store_bytes, 65536);
@@ -1237,6 +1287,8 @@ mod tests {
             ("GATEWAY_ANSWER_MAX_BYTES", "a lot"),
             ("GATEWAY_ANSWER_STORE_BYTES", "-1"),
             ("GATEWAY_PAYMENT_ID", "sometimes"),
+            ("GATEWAY_SIWX", "maybe"),
+            ("GATEWAY_SIWX_KEY_FILE", "/nonexistent/walletgate-siwx.key"),
             ("GATEWAY_NETWORK", "dogecoin"),
             ("GATEWAY_NETWORK", "solana"),
             (

@@ -33,7 +33,7 @@ use walletgate::x402::{
     server::{
         AnswerLimits, AnswerStore, InMemoryAnswerStore, InMemoryNonceStore, NonceStore,
         PaymentIdentifier, PaymentOption, RequestPrice, SettledPayment, SettlementHookError,
-        X402Layer,
+        SignInWithX, X402Layer,
     },
     wire::{SettleResponse, SupportedResponse, VerifyResponse},
 };
@@ -123,6 +123,8 @@ pub(crate) struct PaymentSettings {
     pub(crate) settled: Arc<SettlementTally>,
     /// What every quote's `resource.url` starts with; never the client's `Host`.
     pub(crate) public_url: String,
+    /// The `sign-in-with-x` extension of every paid route, when on.
+    pub(crate) sign_in: Option<SignInWithX>,
 }
 
 impl PaymentSettings {
@@ -151,6 +153,7 @@ impl PaymentSettings {
             clock,
             settled: Arc::default(),
             public_url: String::new(),
+            sign_in: None,
         })
     }
 
@@ -179,6 +182,7 @@ impl PaymentSettings {
             clock,
             settled: Arc::default(),
             public_url: String::new(),
+            sign_in: None,
         })
     }
 
@@ -203,6 +207,17 @@ impl PaymentSettings {
     ) -> Self {
         self.answer_store = store;
         self.answer_limits = limits;
+        self
+    }
+
+    /// The same settings declaring `sign-in-with-x` when `sign_in` is given
+    /// (its spent nonces in `spent_nonces`, shared by the replicas).
+    pub(crate) fn with_sign_in(
+        mut self,
+        sign_in: Option<SignInWithX>,
+        spent_nonces: Arc<dyn walletgate::siwe::NonceStore>,
+    ) -> Self {
+        self.sign_in = sign_in.map(|sign_in| sign_in.with_spent_nonce_store(spent_nonces));
         self
     }
 
@@ -268,6 +283,9 @@ impl PaymentSettings {
             .on_settlement(self.settled.hook());
         for option in &self.options {
             builder = builder.with_payment_option(option.clone());
+        }
+        if let Some(sign_in) = &self.sign_in {
+            builder = builder.with_sign_in_with_x(sign_in.clone());
         }
         if let Some(bazaar) = bazaar {
             let bazaar = Arc::clone(bazaar);

@@ -360,6 +360,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
     let config_ready = Arc::clone(&config.ready);
     let config_draining = config.draining.clone();
     let public_url = config.public_url();
+    let sign_in = config.sign_in_with_x()?;
     let cors = cors::layer(&config.cors_origins);
     let redis = redis_connection(&config)?;
     let mut router = ProviderRouter::new(Arc::new(EchoUpstream));
@@ -407,15 +408,20 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
             )?
         }
     };
-    let payments = match config.settler {
-        Some(settler) => payments.with_facilitator(Arc::new(settler)),
-        None => payments,
+    // With walletgate's own settler, contract wallets sign in too (ERC-1271 through its node).
+    let (payments, sign_in) = match config.settler {
+        Some(settler) => (
+            payments.with_facilitator(Arc::new(settler.clone())),
+            sign_in.map(|sign_in| sign_in.with_contract_signatures(Arc::new(settler))),
+        ),
+        None => (payments, sign_in),
     };
     let payments = payments
         .with_public_url(&public_url)
         .with_nonce_store(stores.nonce_store)
         .with_answer_store(stores.answer_store, config.answers.limits)
         .with_payment_id(config.payment_id)
+        .with_sign_in(sign_in, stores.spent_siwx_nonces)
         .with_faults(config.payment_faults)
         .with_max_timeout_secs(config.max_timeout_secs)?;
     let bazaar = config

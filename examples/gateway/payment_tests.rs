@@ -1092,3 +1092,34 @@ fn cors_origins_are_origins() {
     );
     assert!(Config::default().cors_origins.is_empty());
 }
+
+#[test]
+fn sign_in_with_x_is_declared_only_at_a_known_origin_and_its_key_file_is_read() {
+    let mut wildcard = Config::default();
+    wildcard.bound_to("0.0.0.0:8402".parse().unwrap());
+    assert!(wildcard.sign_in_with_x().unwrap().is_none());
+    let mut loopback = Config::default();
+    loopback.bound_to("127.0.0.1:8402".parse().unwrap());
+    assert!(loopback.sign_in_with_x().unwrap().is_some());
+    let mut public = Config::from_vars(|name| {
+        (name == "GATEWAY_PUBLIC_URL").then(|| "https://pay.example".to_owned())
+    })
+    .unwrap();
+    public.bound_to("0.0.0.0:8402".parse().unwrap());
+    assert!(public.sign_in_with_x().unwrap().is_some());
+    public.siwx = false;
+    assert!(public.sign_in_with_x().unwrap().is_none());
+
+    let path = std::env::temp_dir().join(format!("walletgate-siwx-key-{}", std::process::id()));
+    std::fs::write(&path, format!("{}\n", "ab".repeat(32))).unwrap();
+    let file = path.display().to_string();
+    let config =
+        Config::from_vars(|name| (name == "GATEWAY_SIWX_KEY_FILE").then(|| file.clone())).unwrap();
+    assert_eq!(config.siwx_key, Some([0xab; 32]));
+    std::fs::write(&path, "not a key").unwrap();
+    let error = Config::from_vars(|name| (name == "GATEWAY_SIWX_KEY_FILE").then(|| file.clone()))
+        .err()
+        .unwrap();
+    assert!(!error.to_string().contains("not a key"), "{error}");
+    std::fs::remove_file(&path).unwrap();
+}

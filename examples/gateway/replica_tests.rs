@@ -356,3 +356,85 @@ async fn a_redis_that_does_not_answer_within_its_timeout_is_a_503_and_nothing_is
     assert_eq!(gateways.balance(&a.payer).await, before - amount);
     assert_eq!(gateways.ledger.settlements().await.unwrap(), 2);
 }
+
+/// A `SIGN-IN-WITH-X` proof by `payer` over the challenge `quote` declares,
+/// built as the official client builds it.
+fn sign_in_proof(quote: &Reply, payer: &Payer) -> String {
+    use base64::Engine as _;
+    let extensions = quote.quote().extensions.unwrap();
+    let challenge = &extensions["sign-in-with-x"];
+    let info = &challenge["info"];
+    let text = |key: &str| info[key].as_str().unwrap().to_owned();
+    let chain = challenge["supportedChains"][0]["chainId"].as_str().unwrap();
+    let message =
+        walletgate::siwe::SiweMessage::from_fields(&walletgate::siwe::SiweMessageFields {
+            scheme: None,
+            domain: text("domain"),
+            address: payer.address(),
+            statement: None,
+            uri: text("uri"),
+            version: "1".to_owned(),
+            chain_id: chain.trim_start_matches("eip155:").parse().unwrap(),
+            nonce: text("nonce"),
+            issued_at: text("issuedAt"),
+            expiration_time: Some(text("expirationTime")),
+            not_before: None,
+            request_id: None,
+            resources: Some(vec![text("uri")]),
+        })
+        .unwrap();
+    let digest = alloy_primitives::eip191_hash_message(message.to_string().as_bytes());
+    let signature = payer.sign_digest(digest);
+    let proof = json!({
+        "domain": info["domain"], "address": payer.address(), "uri": info["uri"],
+        "version": "1", "chainId": chain, "type": "eip191", "nonce": info["nonce"],
+        "issuedAt": info["issuedAt"], "expirationTime": info["expirationTime"],
+        "resources": info["resources"],
+        "signature": format!("0x{}", alloy_primitives::hex::encode(signature)),
+    });
+    base64::engine::general_purpose::STANDARD.encode(proof.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wallet_that_paid_on_one_replica_signs_in_on_the_other() {
+    let redis = shared("siwx");
+    // Behind one public origin, with one nonce key, as replicas are deployed.
+    let config = || Config {
+        redis: Some(redis.clone()),
+        public_url: Some("https://pay.example".to_owned()),
+        siwx_key: Some([9; 32]),
+        ..Config::default()
+    };
+    let [a, b] = [Server::start(config()).await, Server::start(config()).await];
+    let route = path(Endpoint::Chat);
+    let quote = a.post_once(route, chat(), None).await;
+    let paid = a
+        .post_once(route, chat(), Some(&a.sign(&quote, &a.payer)))
+        .await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    let ledger = RedisLedger::new(RedisConnection::open(&redis.config().unwrap()).unwrap());
+    assert_eq!(ledger.settlements().await.unwrap(), 1);
+
+    // A challenge replica A issued, the proof answered by replica B.
+    let challenge = a.post_once(route, chat(), None).await;
+    let proof = sign_in_proof(&challenge, &a.payer);
+    let signed_in = b.send(sign_in_request(&b, route, &proof)).await;
+    assert_eq!(signed_in.status, 200, "{}", signed_in.text());
+    assert_eq!(signed_in.body, paid.body);
+    // The nonce is spent for both: replayed on A, the normal 402.
+    let replayed = a.send(sign_in_request(&a, route, &proof)).await;
+    assert_eq!(replayed.status, 402, "{}", replayed.text());
+    assert_eq!(ledger.settlements().await.unwrap(), 1);
+}
+
+fn sign_in_request(
+    server: &Server,
+    route: &str,
+    proof: &str,
+) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    http::Request::post(server.url(route))
+        .header("content-type", "application/json")
+        .header("sign-in-with-x", proof)
+        .body(http_body_util::Full::new(bytes::Bytes::from(chat())))
+        .unwrap()
+}

@@ -192,3 +192,39 @@ async fn the_official_client_with_a_payment_identifier_pays_once() {
     let charged = before - server.balance(payer);
     assert!(charged <= 10_000, "{charged}");
 }
+
+#[tokio::test]
+async fn the_official_siwx_client_gets_the_paid_answer_again_and_nothing_else() {
+    let folder = interop_dir("x402");
+    assert!(
+        folder.join("node_modules/@x402/extensions").is_dir(),
+        "the official x402 extensions are not installed; run `npm ci --prefix tests/interop/x402` \
+         (or `bash .ci/run`)"
+    );
+    let server = Server::start(Config::default()).await;
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg("siwx.mjs")
+        .arg(server.url(""))
+        .arg("5")
+        .arg("6")
+        .arg("openai/gpt-5-mini")
+        .current_dir(&folder);
+    let stdout = run_client(command, "node siwx.mjs").await;
+    let result: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|_| panic!("one JSON line expected: {stdout}"));
+    assert_eq!(result["paid"]["status"], 200, "{result}");
+    // Signed in: the very answer paid for, and no second settlement.
+    assert_eq!(result["signedIn"], result["paid"], "{result}");
+    assert_eq!(server.ledger.settlements(), 1);
+    for refused in [
+        "otherRequest",
+        "otherWallet",
+        "replayed",
+        "foreignDomain",
+        "expired",
+    ] {
+        assert_eq!(result[refused]["status"], 402, "{refused}: {result}");
+    }
+    assert_eq!(server.ledger.settlements(), 1);
+}

@@ -34,6 +34,8 @@ pub(crate) struct Stores {
     pub(crate) answer_store: Arc<dyn AnswerStore>,
     pub(crate) ledger: Arc<dyn Ledger>,
     pub(crate) jobs: Arc<dyn JobStore>,
+    /// `sign-in-with-x` nonces spent, each for its life.
+    pub(crate) spent_siwx_nonces: Arc<dyn walletgate::siwe::NonceStore>,
 }
 
 impl Stores {
@@ -50,6 +52,7 @@ impl Stores {
             ),
             ledger,
             jobs: Arc::new(InMemoryJobs::default()),
+            spent_siwx_nonces: Arc::new(walletgate::siwe::InMemoryNonceStore::new()),
         }
     }
 
@@ -85,6 +88,7 @@ impl Stores {
             ),
             ledger: Arc::new(ledger),
             jobs: Arc::new(RedisJobs::new(conn.clone(), catalogue.clone())),
+            spent_siwx_nonces: Arc::new(walletgate::redis::RedisSiweNonceStore::new(conn.clone())),
         }
     }
 }

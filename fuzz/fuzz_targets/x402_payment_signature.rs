@@ -7,6 +7,11 @@
 //! must answer 402, 400 for a malformed payment identifier, 409 for an id
 //! reused (or 200 for a genuinely valid payment, with a settlement receipt),
 //! never a 5xx, never panic, never wait.
+//!
+//! The same bytes (raw and base64-encoded) also go as a `SIGN-IN-WITH-X`
+//! proof to a layer declaring `sign-in-with-x`, where nothing was paid:
+//! the answer is always the normal 402 (oversized, non-base64, CR/LF in a
+//! field, an unknown chain), never a 5xx.
 #![no_main]
 
 use std::convert::Infallible;
@@ -24,7 +29,10 @@ use tower_service::Service;
 use walletgate::clock::FakeClock;
 use walletgate::x402::{
     facilitator::{DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator},
-        server::{PaymentIdentifier, PaymentOption, PriceTable, X402, X402Layer, matching_offer},
+        server::{
+            PaymentIdentifier, PaymentOption, PriceTable, SignInWithX, X402, X402Layer,
+            matching_offer,
+        },
     wire::{PaymentPayload, PaymentRequirements, UsdAmount, codec},
 };
 use walletgate_fuzz::ready;
@@ -54,6 +62,8 @@ impl Service<Request<Full<Bytes>>> for Answer {
 
 struct Harness {
     service: X402<Answer>,
+    /// Declares `sign-in-with-x` at a public origin.
+    signing_in: X402<Answer>,
     facilitator: LocalEvmFacilitator,
     offers: Vec<PaymentRequirements>,
 }
@@ -78,8 +88,23 @@ fn harness() -> &'static Harness {
             .with_payment_identifier(PaymentIdentifier::Optional)
             .build()
             .unwrap();
+        let signing_in = X402Layer::builder()
+            .with_public_base_url("https://gateway.test")
+            .unwrap()
+            .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
+            .with_pricing(
+                PriceTable::by_route()
+                    .with_usd(format!("POST {CHAT}"), "0.002")
+                    .unwrap(),
+            )
+            .with_facilitator(facilitator.clone())
+            .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+            .with_sign_in_with_x(SignInWithX::with_key([7; 32]))
+            .build()
+            .unwrap();
         Harness {
             service: layer.layer(Answer),
+            signing_in: signing_in.layer(Answer),
             facilitator,
             offers,
         }
@@ -103,6 +128,20 @@ fn through_layer(header: &[u8]) {
     }
 }
 
+fn sign_in(header: &[u8]) {
+    let Ok(value) = HeaderValue::from_bytes(header) else {
+        return;
+    };
+    let request = Request::post(CHAT)
+        .header("sign-in-with-x", value)
+        .body(Full::default())
+        .unwrap();
+    let mut service = harness().signing_in.clone();
+    let response = ready(service.call(request)).unwrap();
+    assert_eq!(response.status().as_u16(), 402, "a proof with nothing paid");
+    assert!(response.headers().contains_key("payment-required"));
+}
+
 fn decode_match_verify(header: &[u8]) {
     let Ok(payment) = codec::decode::<PaymentPayload>(header) else {
         return;
@@ -122,7 +161,9 @@ fn decode_match_verify(header: &[u8]) {
 fuzz_target!(|data: &[u8]| {
     through_layer(data);
     decode_match_verify(data);
+    sign_in(data);
     let encoded = STANDARD.encode(data);
     through_layer(encoded.as_bytes());
     decode_match_verify(encoded.as_bytes());
+    sign_in(encoded.as_bytes());
 });

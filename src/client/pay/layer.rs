@@ -9,6 +9,7 @@ use super::failover::Failover;
 use super::policy::SpendPolicy;
 use super::retry::{RetryPolicy, SharedSleeper, TokioSleeper};
 use super::service::X402Payment;
+use super::sign_in::PaidRequests;
 use super::signer::PaymentSigner;
 use crate::clock::{SharedClock, SystemClock};
 
@@ -32,6 +33,8 @@ pub(crate) struct Shared {
     pub(super) clock: SharedClock,
     pub(super) sleeper: SharedSleeper,
     pub(super) max_body_bytes: usize,
+    /// Requests paid for: a 402 for one of them is signed in for first.
+    pub(super) paid_requests: Arc<PaidRequests>,
 }
 
 impl fmt::Debug for X402PaymentLayer {
@@ -65,6 +68,7 @@ impl X402PaymentLayer {
                 clock: Arc::new(SystemClock),
                 sleeper: Arc::new(TokioSleeper),
                 max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+                paid_requests: Arc::default(),
             }),
         }
     }
@@ -83,6 +87,7 @@ impl X402PaymentLayer {
                     clock: old.clock.clone(),
                     sleeper: old.sleeper.clone(),
                     max_body_bytes: old.max_body_bytes,
+                    paid_requests: old.paid_requests.clone(),
                 };
                 change(&mut copy);
                 self.shared = Arc::new(copy);

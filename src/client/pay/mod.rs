@@ -65,6 +65,7 @@ mod receipt;
 pub mod reqwest;
 mod retry;
 mod service;
+mod sign_in;
 mod signer;
 mod transport;
 

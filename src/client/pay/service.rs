@@ -18,6 +18,7 @@ use super::layer::{Shared, X402PaymentLayer};
 use super::payment_id::{IdempotencyKey, declares_payment_identifier, with_extensions};
 use super::receipt::{PaidBody, Receipt, is_event_stream};
 use super::retry::{parse_quote, read_error, retry_after};
+use super::sign_in::{self, SIGN_IN_WITH_X};
 use super::transport::{read_capped, send};
 use crate::envelope::ErrorCode;
 use crate::x402::wire::PaymentRequirements;
@@ -133,6 +134,9 @@ where
     };
     let mut paid: Option<Paid> = None;
     let mut resigned = false;
+    // `sign-in-with-x`: tried at most once, for a request paid for before.
+    let mut sign_in_proof: Option<String> = None;
+    let mut signed_in = false;
     // One payment identifier per logical request: the caller's, or made when first needed.
     let mut id = parts.extensions.get::<IdempotencyKey>().cloned();
     loop {
@@ -142,6 +146,10 @@ where
                 ClientError::Transport("the payment header is not a header value".into())
             })?;
             request.headers_mut().insert(PAYMENT_SIGNATURE, value);
+        } else if let Some(proof) = sign_in_proof.take()
+            && let Ok(value) = HeaderValue::from_str(&proof)
+        {
+            request.headers_mut().insert(SIGN_IN_WITH_X, value);
         }
         attempts.requests += 1;
         let response = match send(inner.clone(), request).await {
@@ -161,6 +169,9 @@ where
         };
         let status = response.status();
         if status.is_success() {
+            if paid.is_some() {
+                (shared.paid_requests).record(sign_in::request_digest(&parts, &body));
+            }
             let receipt = paid.as_ref().map(|paid| {
                 let receipt = Receipt::new(paid.offer.clone(), paid.header.clone());
                 receipt.settle_from_headers(response.headers());
@@ -204,6 +215,19 @@ where
             let Some(quote) = quote else {
                 return payment_error(PaymentErrorKind::NoQuote, attempts);
             };
+            // Paid for before: sign in once, pay only if that is refused.
+            if paid.is_none()
+                && !signed_in
+                && shared
+                    .paid_requests
+                    .contains(&sign_in::request_digest(&parts, &body))
+            {
+                signed_in = true;
+                sign_in_proof = sign_in::proof(&shared.signer, &quote, &parts).await;
+                if sign_in_proof.is_some() {
+                    continue;
+                }
+            }
             // The official clients sign exactly the first offer.
             let Some(offer) = quote.accepts.first() else {
                 return payment_error(PaymentErrorKind::NoQuote, attempts);

@@ -78,6 +78,16 @@ impl PaymentSigner {
         self.signatures.load(Ordering::Relaxed)
     }
 
+    /// `message` signed per EIP-191 (`personal_sign`), as `0x` and hex;
+    /// `None` if the signer refused.
+    pub(crate) async fn sign_message(&self, message: &[u8]) -> Option<String> {
+        let signature = self.signer.sign_message(message).await.ok()?;
+        Some(format!(
+            "0x{}",
+            alloy_primitives::hex::encode(signature.as_bytes())
+        ))
+    }
+
     /// The `PAYMENT-SIGNATURE` value paying `offer` at `now_unix_secs`: an
     /// EIP-3009 authorization with a fresh random nonce, signed under the
     /// domain the offer names, echoing `resource`.

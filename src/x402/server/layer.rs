@@ -55,6 +55,9 @@ pub(crate) struct Config {
     pub(crate) reject: RenderRejection,
     /// Settlement hook calls that returned an error.
     pub(crate) hook_failures: AtomicU64,
+    /// `sign-in-with-x`, when on and the layer knows its public origin.
+    #[cfg(feature = "siwx")]
+    pub(crate) sign_in: Option<Arc<super::siwx::SignIn>>,
 }
 
 impl Config {
@@ -142,6 +145,8 @@ pub struct X402LayerBuilder {
     quote_extensions: Option<Arc<dyn QuoteExtensions>>,
     settlement_hook: Option<Arc<dyn SettlementHook>>,
     reject: RenderRejection,
+    #[cfg(feature = "siwx")]
+    sign_in_with_x: Option<super::siwx::SignInWithX>,
 }
 
 impl Default for X402LayerBuilder {
@@ -164,6 +169,8 @@ impl Default for X402LayerBuilder {
             quote_extensions: None,
             settlement_hook: None,
             reject: RenderRejection::default(),
+            #[cfg(feature = "siwx")]
+            sign_in_with_x: None,
         }
     }
 }
@@ -347,6 +354,18 @@ impl X402LayerBuilder {
         self
     }
 
+    /// Declares the `sign-in-with-x` extension: a wallet that paid for an
+    /// operation signs in to get the kept answer again, uncharged (see
+    /// [`SignInWithX`](super::SignInWithX)). Every settled answer (within
+    /// the answer limits) is then kept under its payer and operation for the
+    /// answer retention. Declared only with a public base URL (never from
+    /// the `Host` header) and only for EVM offers.
+    #[cfg(feature = "siwx")]
+    pub fn with_sign_in_with_x(mut self, sign_in: super::siwx::SignInWithX) -> Self {
+        self.sign_in_with_x = Some(sign_in);
+        self
+    }
+
     /// Validates and builds the layer.
     pub fn build(self) -> Result<X402Layer, ConfigError> {
         let pricing = self.pricing.ok_or(ConfigError::MissingPricing)?;
@@ -364,6 +383,20 @@ impl X402LayerBuilder {
         let answer_store = self
             .answer_store
             .unwrap_or_else(|| Arc::new(InMemoryAnswerStore::new(clock.clone())));
+        #[cfg(feature = "siwx")]
+        let sign_in = match (self.sign_in_with_x, &self.public_base_url) {
+            (Some(sign_in), Some(base)) => {
+                let chains = self
+                    .options
+                    .iter()
+                    .filter_map(|o| o.network().eip155_chain_id());
+                super::siwx::SignIn::new(sign_in, base, chains, clock.clone()).map(Arc::new)
+            }
+            _ => None,
+        };
+        let quotes = QuoteCache::with_extensions(layer_extensions(self.payment_identifier));
+        #[cfg(feature = "siwx")]
+        let quotes = quotes.with_sign_in(sign_in.clone());
         Ok(X402Layer {
             config: Arc::new(Config {
                 pricing,
@@ -379,11 +412,13 @@ impl X402LayerBuilder {
                 public_base_url: self.public_base_url,
                 description: self.description,
                 mime_type: self.mime_type,
-                quotes: QuoteCache::with_extensions(layer_extensions(self.payment_identifier)),
+                quotes,
                 quote_extensions: self.quote_extensions,
                 settlement_hook: self.settlement_hook,
                 reject: self.reject,
                 hook_failures: AtomicU64::new(0),
+                #[cfg(feature = "siwx")]
+                sign_in,
             }),
         })
     }

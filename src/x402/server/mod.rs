@@ -15,6 +15,8 @@ pub(crate) mod quote;
 mod receipt;
 pub(crate) mod replay;
 mod service;
+#[cfg(feature = "siwx")]
+mod siwx;
 mod stream;
 
 pub use answers::{
@@ -34,4 +36,8 @@ pub use quote::{
 pub use receipt::{PaymentReceipt, SettledPayment, SettlementHook, SettlementHookError};
 pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
 pub use service::{EXTENSION_ECHO_MISMATCH, SETTLEMENT_PENDING, X402};
+#[cfg(feature = "siwx")]
+pub use siwx::{
+    ContractSignatures, SIGN_IN_WITH_X, SIGN_IN_WITH_X_HEADER, SIWX_MAX_AGE_SECS, SignInWithX,
+};
 pub use stream::{PAYMENT_RESPONSE_EVENT, X402Body};

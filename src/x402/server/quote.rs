@@ -236,6 +236,9 @@ pub(crate) struct Quote {
     headers: HeaderMap,
     /// The server's extensions it was built with (see `QuoteExtensions`).
     extensions: Option<QuoteExtensionMap>,
+    /// The `sign-in-with-x` challenge spliced fresh into each 402.
+    #[cfg(feature = "siwx")]
+    sign_in: Option<(Arc<super::siwx::SignIn>, super::siwx::QuoteTemplate)>,
 }
 
 impl Quote {
@@ -265,6 +268,8 @@ impl Quote {
             body,
             headers: parts.headers,
             extensions,
+            #[cfg(feature = "siwx")]
+            sign_in: None,
         })
     }
 
@@ -278,6 +283,10 @@ impl Quote {
         let mut response = Response::new(self.body.clone());
         *response.status_mut() = StatusCode::PAYMENT_REQUIRED;
         *response.headers_mut() = self.headers.clone();
+        #[cfg(feature = "siwx")]
+        if let Some((sign_in, template)) = &self.sign_in {
+            return sign_in.fill(template, response);
+        }
         response
     }
 }
@@ -290,6 +299,9 @@ pub(crate) struct QuoteCache {
     quotes: RwLock<HashMap<String, (UsdAmount, Arc<Quote>)>>,
     /// The `extensions` every quote declares (none: omitted).
     extensions: Option<serde_json::Map<String, serde_json::Value>>,
+    /// `sign-in-with-x`, declared per resource with a fresh challenge per 402.
+    #[cfg(feature = "siwx")]
+    sign_in: Option<Arc<super::siwx::SignIn>>,
 }
 
 /// Resources quoted at most; past it the cache starts afresh (URLs carry the
@@ -300,9 +312,16 @@ impl QuoteCache {
     /// A cache whose quotes declare `extensions` (when not empty).
     pub(crate) fn with_extensions(extensions: serde_json::Map<String, serde_json::Value>) -> Self {
         Self {
-            quotes: RwLock::default(),
             extensions: (!extensions.is_empty()).then_some(extensions),
+            ..Self::default()
         }
+    }
+
+    /// Also declares `sign-in-with-x` in every quote.
+    #[cfg(feature = "siwx")]
+    pub(crate) fn with_sign_in(mut self, sign_in: Option<Arc<super::siwx::SignIn>>) -> Self {
+        self.sign_in = sign_in;
+        self
     }
 
     /// The extensions every quote of this cache declares.
@@ -334,13 +353,32 @@ impl QuoteCache {
         if cached.is_some() {
             return cached;
         }
-        let quote = Arc::new(Quote::build(
+        // The layer's extensions, and `sign-in-with-x` for this resource.
+        #[cfg(feature = "siwx")]
+        let declared = self.sign_in.as_ref().map(|sign_in| {
+            let mut declared = self.extensions.clone().unwrap_or_default();
+            declared.insert(
+                super::siwx::SIGN_IN_WITH_X.to_owned(),
+                sign_in.declaration(&url),
+            );
+            declared
+        });
+        #[cfg(not(feature = "siwx"))]
+        let declared: Option<serde_json::Map<String, serde_json::Value>> = None;
+        #[cfg_attr(not(feature = "siwx"), allow(unused_mut))]
+        let mut quote = Quote::build(
             options,
             total,
             resource(url.clone()),
-            self.extensions.as_ref(),
+            declared.as_ref().or(self.extensions.as_ref()),
             extensions,
-        )?);
+        )?;
+        #[cfg(feature = "siwx")]
+        if let Some(sign_in) = &self.sign_in {
+            quote.sign_in = super::siwx::QuoteTemplate::find(&quote.body, &quote.headers)
+                .map(|template| (sign_in.clone(), template));
+        }
+        let quote = Arc::new(quote);
         let mut quotes = self.quotes.write().unwrap_or_else(PoisonError::into_inner);
         if quotes.len() >= QUOTE_CACHE_LEN && !quotes.contains_key(&url) {
             quotes.clear();

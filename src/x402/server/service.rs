@@ -111,6 +111,15 @@ where
         let extensions = (self.config.quote_extensions.as_ref())
             .and_then(|extensions| extensions.extensions(&parts, &price));
         let request = Request::from_parts(parts, body);
+        #[cfg(feature = "siwx")]
+        if self.config.sign_in.is_some() && super::siwx::has_proof(&request) {
+            let config = self.config.clone();
+            // Never served by the inner service: its head is all it needs.
+            let head = Request::from_parts(request.into_parts().0, ());
+            return ResponseFuture::paid(Box::pin(async move {
+                Ok(signed_in(&config, head, price, extensions).await)
+            }));
+        }
         match prepare(&self.config, &request, price, extensions) {
             Err(answer) => ResponseFuture::ready(rejection(answer).map(X402Body::plain)),
             Ok(payment) => {
@@ -140,6 +149,10 @@ struct Payment {
     /// The `payment-identifier` id and the fingerprint of the request it is
     /// bound to, when the payment carries one.
     payment_id: Option<(String, [u8; 32])>,
+    /// The operation (request line and body digest) a settled answer is
+    /// kept under for its payer's sign-in, with `sign-in-with-x` on.
+    #[cfg(feature = "siwx")]
+    operation: Option<[u8; 32]>,
 }
 
 impl Payment {
@@ -244,16 +257,12 @@ fn prepare<B>(
         request.uri().path_and_query().map_or("/", |pq| pq.as_str())
     );
     let payment_id = id.map(|id| {
-        let extensions = request.extensions();
-        let body = match extensions.get::<crate::gateway::JsonBodyBytes>() {
-            Some(bytes) => Some(keccak256(&bytes.0).0),
-            None => extensions
-                .get::<crate::gateway::ParsedJson>()
-                .map(|parsed| keccak256(serde_json::to_vec(&parsed.0).unwrap_or_default()).0),
-        };
-        let bound = payment_id::request_fingerprint(&request_line, body, &offer);
+        let bound = payment_id::request_fingerprint(&request_line, body_digest(request), &offer);
         (id, bound)
     });
+    #[cfg(feature = "siwx")]
+    let operation = (config.sign_in.as_ref())
+        .map(|_| super::siwx::operation(&request_line, body_digest(request)));
     // The payload is read into typed values here, once, for every step after.
     let facilitation = FacilitatorRequest::new(payload, offer);
     let evm = facilitation.exact_evm();
@@ -290,7 +299,53 @@ fn prepare<B>(
             .map(str::to_owned),
         request_line,
         payment_id,
+        #[cfg(feature = "siwx")]
+        operation,
     })
+}
+
+/// The digest of the request's body, when a body layer read it.
+fn body_digest<B>(request: &Request<B>) -> Option<[u8; 32]> {
+    let extensions = request.extensions();
+    match extensions.get::<crate::gateway::JsonBodyBytes>() {
+        Some(bytes) => Some(keccak256(&bytes.0).0),
+        None => extensions
+            .get::<crate::gateway::ParsedJson>()
+            .map(|parsed| keccak256(serde_json::to_vec(&parsed.0).unwrap_or_default()).0),
+    }
+}
+
+/// A request with a `sign-in-with-x` proof and no payment: the answer its
+/// wallet paid for, or (any check failing, silently) the normal 402.
+#[cfg(feature = "siwx")]
+async fn signed_in<ResBody>(
+    config: &Config,
+    request: Request<()>,
+    price: Price,
+    extensions: Option<QuoteExtensionMap>,
+) -> Response<X402Body<ResBody>> {
+    if let Some(sign_in) = &config.sign_in {
+        let request_line = format!(
+            "{} {}",
+            request.method(),
+            request.uri().path_and_query().map_or("/", |pq| pq.as_str())
+        );
+        let operation = super::siwx::operation(&request_line, body_digest(&request));
+        let answers = config.answer_store.as_ref();
+        if let Some(answer) =
+            super::siwx::entitled_answer(sign_in, answers, &request, &operation).await
+        {
+            trace_decision!(INFO, "x402", outcome = "signed in");
+            payment_outcome("signed_in");
+            return kept_response(&answer);
+        }
+    }
+    // No payment header: `prepare` answers with the quote.
+    let answer = match prepare(config, &request, price, extensions) {
+        Err(answer) => answer,
+        Ok(payment) => payment.quote.response(),
+    };
+    rejection(answer).map(X402Body::plain)
 }
 
 /// `resource.url`: the configured public base, else (only when the caller
@@ -608,6 +663,8 @@ where
         payer: receipt.payer().to_ascii_lowercase(),
         payment: payment.fingerprint,
     });
+    #[cfg(feature = "siwx")]
+    let job_operation = payment.operation;
     let job = SettleJob {
         config: config.clone(),
         payment,
@@ -678,6 +735,8 @@ where
                     .headers_mut()
                     .insert(header::PAYMENT_RESPONSE, value);
             }
+            #[cfg(feature = "siwx")]
+            let payer = receipt.payer().to_owned();
             response.extensions_mut().insert(receipt);
             // Paid replay: the answer is kept, so a resend of this request (on
             // any replica) gets it again, uncharged; one of unknown or too large
@@ -686,7 +745,11 @@ where
             let fits = http_body::Body::size_hint(response.body())
                 .upper()
                 .is_some_and(|bytes| bytes <= limit);
-            if !(config.paid_replay || id_guard.is_some()) || !fits {
+            #[cfg(feature = "siwx")]
+            let for_sign_in = job_operation.is_some();
+            #[cfg(not(feature = "siwx"))]
+            let for_sign_in = false;
+            if !(config.paid_replay || id_guard.is_some() || for_sign_in) || !fits {
                 // Not kept under its id either: the id is free again.
                 return Ok(plain(response));
             }
@@ -703,6 +766,10 @@ where
             }
             if config.paid_replay {
                 keep_answer(&config, &answer_key, &answer, keep_until).await;
+            }
+            #[cfg(feature = "siwx")]
+            if let Some(operation) = &job_operation {
+                keep_for_sign_in(&config, &payer, operation, &answer).await;
             }
             if let (Some(guard), Some(id_binding)) = (id_guard, id_binding) {
                 let answer = answer.clone().with_binding(id_binding.encode());
@@ -1059,6 +1126,17 @@ async fn kept_answer(config: &Config, payment: &Payment) -> Option<KeptAnswer> {
             None
         }
     }
+}
+
+/// Keeps a settled answer under its payer and operation for the payer's
+/// `sign-in-with-x`, for the answer retention.
+#[cfg(feature = "siwx")]
+async fn keep_for_sign_in(config: &Config, payer: &str, operation: &[u8; 32], answer: &KeptAnswer) {
+    let key = super::siwx::kept_key(payer, operation);
+    let answer = answer.clone().with_binding(super::siwx::KEPT_BINDING);
+    let keep_until =
+        (config.clock.now_unix_secs()).saturating_add(config.answer_limits.retention_secs);
+    keep_answer(config, &key, &answer, keep_until).await;
 }
 
 /// Keeps `answer`; a failure only costs the resend a second upstream call.

@@ -63,6 +63,8 @@ pub mod reasons;
 mod records;
 mod rpc;
 mod settle;
+#[cfg(feature = "siwx")]
+mod sign_in;
 mod simulate;
 mod tx;
 
