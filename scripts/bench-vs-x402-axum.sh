@@ -86,7 +86,8 @@ exec > >(tee "$raw") 2>&1
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "building (release, nice -n 15): walletgate gateway example, presigner, x402-axum peer"
-nice -n 15 cargo build --quiet --release --features gateway,free-tier,x402,http-facilitator,cdp,rustls,axum,tracing,evm-settler --example gateway --example gateway_presign
+. scripts/load/gateway_features.sh
+nice -n 15 cargo build --quiet --release --features "$gateway_features" --example gateway --example gateway_presign
 CARGO_TARGET_DIR=$peer_target nice -n 15 cargo build --quiet --release --manifest-path benches/peer/Cargo.toml
 open_loop_bin=$peer_target/release/open_loop
 

@@ -25,7 +25,8 @@ command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2
 command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install -y redis-server" >&2; exit 1; }
 
 echo "machine: $(nproc) CPUs; load before: $(uptime | sed 's/.*load average/load average/')"
-cargo build --quiet --release --features gateway,free-tier,x402,http-facilitator,cdp,rustls,axum,tracing,evm-settler,redis --example gateway --example gateway_presign
+. scripts/load/gateway_features.sh
+cargo build --quiet --release --features "$gateway_features,redis" --example gateway --example gateway_presign
 
 work=$(mktemp -d)
 server=""

@@ -20,7 +20,8 @@ target=${CARGO_TARGET_DIR:-target}
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-cargo build --quiet --release --features gateway,free-tier,x402,http-facilitator,cdp,rustls,axum,tracing,evm-settler --example gateway --example gateway_presign
+. scripts/load/gateway_features.sh
+cargo build --quiet --release --features "$gateway_features" --example gateway --example gateway_presign
 
 work=$(mktemp -d)
 server=""

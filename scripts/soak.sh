@@ -94,7 +94,8 @@ exec > >(tee "$raw") 2>&1
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 [ "$one_core" = 1 ] && echo "one core each: the gateway on CPU 1, wrk -t1 on CPU 0; kinds: $kinds"
 echo "per kind: ${warmup_slices}x${slice}s warm-up (paid: ${paid_warmup_slices}x${slice}s; not judged), then ${seconds}s judged; quotes maxTimeoutSeconds $max_timeout"
-cargo build --quiet --release --features gateway,free-tier,x402,http-facilitator,cdp,rustls,axum,tracing,evm-settler --example gateway --example gateway_presign
+. scripts/load/gateway_features.sh
+cargo build --quiet --release --features "$gateway_features" --example gateway --example gateway_presign
 
 work=$(mktemp -d)
 server=""
