@@ -20,9 +20,6 @@ use crate::x402::server::{AnswerStore, Begun, DEFAULT_ANSWER_MAX_BYTES, KeptAnsw
 
 const SEAM: &str = "x402-answer";
 
-/// The longest lifetime given to an entry.
-const MAX_TTL_SECS: u64 = 365 * 24 * 3600;
-
 /// The value if present, else sets `ARGV[2]` for `ARGV[1]` seconds and answers `''`.
 static BEGIN: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -70,9 +67,7 @@ impl RedisAnswerStore {
 
     /// Seconds from now until `unix_secs`, at least one, at most a year.
     fn ttl_secs(&self, unix_secs: u64) -> u64 {
-        unix_secs
-            .saturating_sub(self.clock.now_unix_secs())
-            .clamp(1, MAX_TTL_SECS)
+        super::ttl_secs(&self.clock, unix_secs)
     }
 }
 

@@ -265,6 +265,19 @@ impl RedisConnection {
 }
 
 /// The client for `config.url`: plain, or TLS for `rediss://`.
+/// The longest lifetime given to an entry (Redis refuses lifetimes past its range).
+#[cfg(feature = "x402")]
+const MAX_TTL_SECS: u64 = 365 * 24 * 3600;
+
+/// Seconds from `clock`'s now until `unix_secs`: at least one (Redis refuses
+/// zero), at most [`MAX_TTL_SECS`].
+#[cfg(feature = "x402")]
+fn ttl_secs(clock: &crate::clock::SharedClock, unix_secs: u64) -> u64 {
+    unix_secs
+        .saturating_sub(clock.now_unix_secs())
+        .clamp(1, MAX_TTL_SECS)
+}
+
 fn client(config: &RedisConfig) -> Result<redis::Client, StoreError> {
     let tls = uses_tls(&config.url);
     if tls && !cfg!(feature = "redis-tls") {

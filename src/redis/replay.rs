@@ -36,9 +36,6 @@ use crate::x402::server::{AuthorizationKey, Claim, NonceStore, SpentAuthorizatio
 /// The key seam of the replay guard.
 const SEAM: &str = "x402-replay";
 
-/// The longest lifetime given to an entry.
-const MAX_TTL_SECS: u64 = 365 * 24 * 3600;
-
 /// `ARGV[2]` (`F` and the claim's token) if absent (answer `C`), else the value as it is.
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -132,9 +129,7 @@ impl RedisNonceStore {
     /// Seconds from now until `unix_secs`: at least one (Redis refuses zero),
     /// at most a year (Redis refuses lifetimes past its range).
     fn ttl_secs(&self, unix_secs: u64) -> u64 {
-        unix_secs
-            .saturating_sub(self.clock.now_unix_secs())
-            .clamp(1, MAX_TTL_SECS)
+        super::ttl_secs(&self.clock, unix_secs)
     }
 }
 

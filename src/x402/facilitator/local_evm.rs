@@ -78,6 +78,7 @@ pub(super) enum SignatureCheck {
     Recover,
     /// `from` is a contract: its own check (ERC-1271, through the token) judges
     /// the signature on chain, so offline it is not looked at.
+    #[cfg(feature = "evm-settler")]
     OnChain,
 }
 
