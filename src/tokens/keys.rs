@@ -253,10 +253,8 @@ mod tests {
     }
 
     /// RFC 8410 section 10.3's example Ed25519 private key.
-    const RFC_8410_PEM: &str = "-----BEGIN PRIVATE KEY-----
-MC4CAQAwBQYDK2VwBCIEINTuctv5E1hK1bbY8fdp+K06/nwoy/HU++CXqI9EdVhC
------END PRIVATE KEY-----
-";
+    /// RFC 8410 §10.3's example key (public).
+    const RFC_8410_PEM: &str = include_str!("../../tests/fixtures/keys/rfc8410-ed25519.pem");
 
     #[test]
     fn a_key_file_is_a_raw_seed_or_a_pkcs8_pem_of_the_same_key() {
@@ -268,7 +266,7 @@ MC4CAQAwBQYDK2VwBCIEINTuctv5E1hK1bbY8fdp+K06/nwoy/HU++CXqI9EdVhC
         assert_eq!(pem.0.to_bytes(), raw.0.to_bytes());
         assert!(SigningKeyFile::parse(&[1u8; 31]).is_err());
         assert!(
-            SigningKeyFile::parse(b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----")
+            SigningKeyFile::parse(include_bytes!("../../tests/fixtures/keys/malformed.pem"))
                 .is_err()
         );
         assert_eq!(format!("{pem:?}"), "SigningKeyFile(<redacted>)");

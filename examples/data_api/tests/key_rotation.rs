@@ -7,10 +7,7 @@
 use super::*;
 
 /// RFC 8410's example Ed25519 key, PKCS#8 PEM (the old key).
-const OLD_KEY_PEM: &str = "-----BEGIN PRIVATE KEY-----
-MC4CAQAwBQYDK2VwBCIEINTuctv5E1hK1bbY8fdp+K06/nwoy/HU++CXqI9EdVhC
------END PRIVATE KEY-----
-";
+const OLD_KEY_PEM: &str = include_str!("../../../tests/fixtures/keys/rfc8410-ed25519.pem");
 
 /// Key files in a fresh temporary directory, removed on drop.
 struct KeyFiles(std::path::PathBuf);
