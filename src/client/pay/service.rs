@@ -822,24 +822,42 @@ mod tests {
         })
     }
 
+    /// `server`, noting each request's `PAYMENT-SIGNATURE` (or none) in `seen`.
+    fn recording<S>(
+        server: S,
+        seen: Arc<Mutex<Vec<Option<String>>>>,
+    ) -> impl Service<
+        Request<Full<Bytes>>,
+        Response = Response<Full<Bytes>>,
+        Error = std::io::Error,
+        Future = impl Send,
+    > + Clone
+    + Send
+    + 'static
+    where
+        S: Service<Request<Full<Bytes>>, Response = Response<Full<Bytes>>, Error = std::io::Error>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send,
+    {
+        service_fn(move |request: Request<Full<Bytes>>| {
+            seen.lock().unwrap().push(
+                request
+                    .headers()
+                    .get(PAYMENT_SIGNATURE)
+                    .map(|value| value.to_str().unwrap().to_owned()),
+            );
+            server.clone().oneshot(request)
+        })
+    }
+
     #[tokio::test]
     async fn a_payment_identifier_survives_a_transport_failure_and_is_paid_once() {
         let ledger = Arc::new(DevLedger::new());
         let layer = layer();
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let server = losing_first_paid_answer(ledger.clone());
-        let recording = {
-            let seen = seen.clone();
-            service_fn(move |request: Request<Full<Bytes>>| {
-                seen.lock().unwrap().push(
-                    request
-                        .headers()
-                        .get(PAYMENT_SIGNATURE)
-                        .map(|value| value.to_str().unwrap().to_owned()),
-                );
-                server.clone().oneshot(request)
-            })
-        };
+        let recording = recording(losing_first_paid_answer(ledger.clone()), seen.clone());
         let client = ServiceBuilder::new()
             .layer(layer.clone())
             .service(recording);
@@ -867,19 +885,7 @@ mod tests {
     async fn the_callers_idempotency_key_is_the_id_and_none_is_sent_undeclared() {
         let ledger = Arc::new(DevLedger::new());
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let server = losing_first_paid_answer(ledger.clone());
-        let recording = {
-            let seen = seen.clone();
-            service_fn(move |request: Request<Full<Bytes>>| {
-                seen.lock().unwrap().push(
-                    request
-                        .headers()
-                        .get(PAYMENT_SIGNATURE)
-                        .map(|value| value.to_str().unwrap().to_owned()),
-                );
-                server.clone().oneshot(request)
-            })
-        };
+        let recording = recording(losing_first_paid_answer(ledger.clone()), seen.clone());
         let client = ServiceBuilder::new().layer(layer()).service(recording);
         let mut request = chat("m");
         let key = super::super::IdempotencyKey::new("order-2026-000001").unwrap();
