@@ -321,19 +321,12 @@ impl Ledger for DevLedger {
             };
             used.insert(used_key, (), forget_at);
             state.settlements += 1;
-            state.settlements
         });
         drop(state);
         drop(used);
-        // The id is hashed outside the lock.
-        let result = result.map(|settlements| {
-            let mut preimage = [0_u8; 68];
-            preimage[..8].copy_from_slice(&transfer.token.chain_id.to_be_bytes());
-            preimage[8..28].copy_from_slice(transfer.from.as_slice());
-            preimage[28..60].copy_from_slice(transfer.nonce.as_slice());
-            preimage[60..].copy_from_slice(&settlements.to_be_bytes());
-            keccak256(preimage).to_string()
-        });
+        // The used-set key names the transfer: an authorization settles once,
+        // and is forgotten only once it can no longer settle.
+        let result = result.map(|()| alloy_primitives::hex::encode_prefixed(used_key));
         Box::pin(std::future::ready(result))
     }
 }

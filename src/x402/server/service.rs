@@ -180,7 +180,7 @@ fn prepare<B>(
     request: &Request<B>,
     price: Price,
     extensions: Option<QuoteExtensionMap>,
-) -> Result<Payment, Response<Bytes>> {
+) -> Result<Box<Payment>, Response<Bytes>> {
     let style = EnvelopeStyle::of_request(request);
     // The one place the configured fee meets the price (`Price::total`).
     let Some(total) = price.total(config.flat_fee) else {
@@ -286,7 +286,7 @@ fn prepare<B>(
             )
         }
     };
-    Ok(Payment {
+    Ok(Box::new(Payment {
         facilitation,
         quote,
         key,
@@ -301,7 +301,7 @@ fn prepare<B>(
         payment_id,
         #[cfg(feature = "siwx")]
         operation,
-    })
+    }))
 }
 
 /// The digest of the request's body, when a body layer read it.
@@ -457,7 +457,7 @@ async fn pay_and_call<S, ReqBody, ResBody>(
     config: Arc<Config>,
     mut inner: S,
     mut request: Request<ReqBody>,
-    payment: Payment,
+    payment: Box<Payment>,
 ) -> Result<Response<X402Body<ResBody>>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
@@ -481,13 +481,16 @@ where
     // The payment identifier is looked up before the claim.
     let mut id_guard = None;
     if let Some((id, request)) = payment.payment_id.clone() {
-        match begin_id(&config, &payment, &id, request, hold_until).await {
+        match Box::pin(begin_id(&config, &payment, &id, request, hold_until)).await {
             IdStep::Proceed(guard) => id_guard = guard,
             IdStep::Refuse(code, why) => {
                 return reject(&payment, code, &why, payment.claimed_payer());
             }
             IdStep::Stored(answer, stored) => {
-                return Ok(stored_answer(&config, &payment, &answer, &stored, hold_until).await);
+                return Ok(Box::pin(stored_answer(
+                    &config, &payment, &answer, &stored, hold_until,
+                ))
+                .await);
             }
         }
     }
@@ -526,7 +529,7 @@ where
         Ok(Claim::Spent(spent)) if spent.fingerprint == payment.fingerprint => {
             // The very payment that was settled: its kept answer, if one was kept
             // (a settlement first reported pending), else the route's paid replay.
-            if let Some(answer) = kept_answer(&config, &payment).await {
+            if let Some(answer) = Box::pin(kept_answer(&config, &payment)).await {
                 trace_decision!(
                     INFO,
                     "x402",
@@ -573,7 +576,7 @@ where
             );
         }
         Ok(Claim::Settling(settling)) if settling.fingerprint == payment.fingerprint => {
-            return resolve(config, inner, request, payment, settling).await;
+            return Box::pin(resolve(config, inner, request, payment, settling)).await;
         }
         Ok(Claim::Settling(_)) => {
             return reject(
@@ -819,7 +822,7 @@ async fn resolve<S, ReqBody, ResBody>(
     config: Arc<Config>,
     mut inner: S,
     mut request: Request<ReqBody>,
-    payment: Payment,
+    payment: Box<Payment>,
     settling: SpentAuthorization,
 ) -> Result<Response<X402Body<ResBody>>, S::Error>
 where
@@ -1260,7 +1263,7 @@ fn is_event_stream<B>(response: &Response<B>) -> bool {
 /// A verified, served payment, its claim held, settled once.
 struct SettleJob {
     config: Arc<Config>,
-    payment: Payment,
+    payment: Box<Payment>,
     claim: ClaimGuard,
     receipt: PaymentReceipt,
     /// Asking again after a `/settle` whose answer was lost: a refusal for a
@@ -1451,7 +1454,7 @@ impl SettleJob {
         claim.keep();
         let Payment {
             quote, request_id, ..
-        } = payment;
+        } = *payment;
         config
             .report_settled(|| {
                 SettledPayment::new(
