@@ -18,7 +18,7 @@ use crate::store::BoxFuture;
 use crate::x402::wire::types::{
     PaymentPayload, PaymentRequirements, SettleResponse, SupportedResponse, VerifyResponse,
 };
-use crate::x402::wire::{EvmDecoding, ExactEvmPayment};
+use crate::x402::wire::{EvmDecoding, ExactEvmPayment, PaymentHeader};
 
 /// A payment a facilitator is asked about: the client's payload, the
 /// server's matching offer, and the payload read once into typed values.
@@ -32,12 +32,23 @@ use crate::x402::wire::{EvmDecoding, ExactEvmPayment};
 #[derive(Clone)]
 pub struct FacilitatorRequest {
     x402_version: u8,
-    payment_payload: PaymentPayload,
+    payment: PaymentSource,
     payment_requirements: PaymentRequirements,
     evm: EvmDecoding,
     /// The EIP-712 digest checked and the signer it recovered to.
     pub(super) recovered: OnceLock<(B256, Option<Address>)>,
     payer_checksum: OnceLock<String>,
+}
+
+/// Where the client's payment comes from: a whole [`PaymentPayload`], or a
+/// server's decoded header whose `Value` tree is built on first ask.
+#[derive(Clone)]
+enum PaymentSource {
+    Payload(PaymentPayload),
+    Header {
+        header: Box<PaymentHeader>,
+        payload: OnceLock<PaymentPayload>,
+    },
 }
 
 impl FacilitatorRequest {
@@ -47,7 +58,23 @@ impl FacilitatorRequest {
         Self {
             x402_version: payload.x402_version,
             evm: EvmDecoding::of(&payload),
-            payment_payload: payload,
+            payment: PaymentSource::Payload(payload),
+            payment_requirements: requirements,
+            recovered: OnceLock::new(),
+            payer_checksum: OnceLock::new(),
+        }
+    }
+
+    /// [`new`](Self::new) from a decoded `PAYMENT-SIGNATURE`, its exact-EVM
+    /// fields read from the payload's raw text.
+    pub(crate) fn from_header(header: PaymentHeader, requirements: PaymentRequirements) -> Self {
+        Self {
+            x402_version: header.x402_version,
+            evm: EvmDecoding::of_header(&header),
+            payment: PaymentSource::Header {
+                header: Box::new(header),
+                payload: OnceLock::new(),
+            },
             payment_requirements: requirements,
             recovered: OnceLock::new(),
             payer_checksum: OnceLock::new(),
@@ -61,7 +88,32 @@ impl FacilitatorRequest {
 
     /// The client's payment, as received.
     pub fn payment_payload(&self) -> &PaymentPayload {
-        &self.payment_payload
+        match &self.payment {
+            PaymentSource::Payload(payload) => payload,
+            PaymentSource::Header { header, payload } => {
+                payload.get_or_init(|| header.to_payload())
+            }
+        }
+    }
+
+    /// The offer the client says it accepted (its echo, not the server's offer).
+    pub(crate) fn accepted(&self) -> &PaymentRequirements {
+        match &self.payment {
+            PaymentSource::Payload(payload) => &payload.accepted,
+            PaymentSource::Header { header, .. } => &header.accepted,
+        }
+    }
+
+    /// `payload.authorization.from` as the client wrote it, for refusals
+    /// before any verdict.
+    pub(crate) fn claimed_payer(&self) -> Option<&str> {
+        if let PaymentSource::Header { header, .. } = &self.payment
+            && let Some(evm) = header.exact_evm_ref()
+        {
+            return Some(evm.authorization.from);
+        }
+        let payload = &self.payment_payload().payload;
+        payload.get("authorization")?.get("from")?.as_str()
     }
 
     /// The offer it matched.
@@ -119,7 +171,7 @@ impl fmt::Debug for FacilitatorRequest {
 impl PartialEq for FacilitatorRequest {
     fn eq(&self, other: &Self) -> bool {
         self.x402_version == other.x402_version
-            && self.payment_payload == other.payment_payload
+            && self.payment_payload() == other.payment_payload()
             && self.payment_requirements == other.payment_requirements
     }
 }
@@ -150,7 +202,7 @@ impl Serialize for FacilitatorRequest {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         WireRequestRef {
             x402_version: self.x402_version,
-            payment_payload: &self.payment_payload,
+            payment_payload: self.payment_payload(),
             payment_requirements: &self.payment_requirements,
         }
         .serialize(serializer)

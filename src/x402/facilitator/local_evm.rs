@@ -115,17 +115,16 @@ pub(super) fn check_offline(
     signature_check: SignatureCheck,
 ) -> Result<Transfer, Refusal> {
     let offer = request.payment_requirements();
-    let payment = request.payment_payload();
-    if payment.x402_version != X402_VERSION {
+    if request.x402_version() != X402_VERSION {
         return Err(refuse(reason::INVALID_X402_VERSION, None));
     }
-    if offer.scheme != SCHEME_EXACT || payment.accepted.scheme != SCHEME_EXACT {
+    if offer.scheme != SCHEME_EXACT || request.accepted().scheme != SCHEME_EXACT {
         return Err(refuse(reason::UNSUPPORTED_SCHEME, None));
     }
     let (Some(name), Some(version)) = (offer.extra_str("name"), offer.extra_str("version")) else {
         return Err(refuse(reason::MISSING_EIP712_DOMAIN, None));
     };
-    if payment.accepted.network != offer.network {
+    if request.accepted().network != offer.network {
         return Err(refuse(reason::INVALID_NETWORK, None));
     }
     let chain_id = offer

@@ -22,10 +22,10 @@ use super::stream::{X402Body, receipt_event};
 use crate::body::{ResponseBody, rejection};
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection, header};
 use crate::x402::facilitator::{FacilitatorErrorKind, FacilitatorRequest, code_for_reason, reason};
-use crate::x402::wire::codec;
 use crate::x402::wire::types::{
-    PaymentPayload, PaymentRequired, PaymentRequirements, ResourceInfo, SettleResponse,
+    PaymentRequired, PaymentRequirements, ResourceInfo, SettleResponse,
 };
+use crate::x402::wire::{PaymentHeader, codec};
 
 /// Seconds a spent authorization is remembered at least, whatever its
 /// `validBefore` (for paid replay), unless its offer's `maxTimeoutSeconds` is
@@ -158,7 +158,7 @@ struct Payment {
 impl Payment {
     /// The payer as the client wrote it, for refusals before any verdict.
     fn claimed_payer(&self) -> Option<&str> {
-        claimed_payer(self.facilitation.payment_payload())
+        self.facilitation.claimed_payer()
     }
 
     /// The server's offer the payment matched.
@@ -167,9 +167,10 @@ impl Payment {
     }
 }
 
-/// `payload.authorization.from`, borrowed as sent.
-fn claimed_payer(payload: &PaymentPayload) -> Option<&str> {
-    payload.payload.get("authorization")?.get("from")?.as_str()
+/// `payload.authorization.from` as sent, for refusals before the request
+/// is built; `None` unless the payload is shaped as an exact-EVM one.
+fn payload_payer(payload: &PaymentHeader) -> Option<&str> {
+    Some(payload.exact_evm_ref()?.authorization.from)
 }
 
 /// The synchronous part: price, quote, decode, match. `Err` is the answer.
@@ -216,27 +217,27 @@ fn prepare<B>(
             quote.required(),
         )
     };
-    let payload: PaymentPayload = match codec::decode(header_value.as_bytes()) {
+    let payload: PaymentHeader = match codec::decode(header_value.as_bytes()) {
         Ok(payload) => payload,
         Err(error) => return Err(invalid(error.reason(), None)),
     };
     if payload.x402_version != crate::x402::wire::X402_VERSION {
         return Err(invalid(
             reason::INVALID_X402_VERSION,
-            claimed_payer(&payload),
+            payload_payer(&payload),
         ));
     }
     let Some(offer) = matching_offer(&quote.required().accepts, &payload.accepted).cloned() else {
         return Err(invalid(
             reason::NO_MATCHING_REQUIREMENTS,
-            claimed_payer(&payload),
+            payload_payer(&payload),
         ));
     };
     // Only what the layer declares is checked: a request's own extensions
     // (discovery, say) describe the resource and differ between the request
     // a payment was signed for and another it pays (a paid job's poll).
     if !payment_id::echo_matches(config.quotes.declared(), payload.extensions.as_ref()) {
-        return Err(invalid(EXTENSION_ECHO_MISMATCH, claimed_payer(&payload)));
+        return Err(invalid(EXTENSION_ECHO_MISMATCH, payload_payer(&payload)));
     }
     let id = match payment_id::read_id(config.payment_identifier, payload.extensions.as_ref()) {
         Ok(id) => id,
@@ -245,7 +246,7 @@ fn prepare<B>(
                 &config.reject,
                 ErrorCode::PaymentIdentifierInvalid,
                 why,
-                claimed_payer(&payload),
+                payload_payer(&payload),
                 style,
                 quote.required(),
             ));
@@ -264,11 +265,11 @@ fn prepare<B>(
     let operation = (config.sign_in.as_ref())
         .map(|_| super::siwx::operation(&request_line, body_digest(request)));
     // The payload is read into typed values here, once, for every step after.
-    let facilitation = FacilitatorRequest::new(payload, offer);
+    let facilitation = FacilitatorRequest::from_header(payload, offer);
     let evm = facilitation.exact_evm();
     let offer = facilitation.payment_requirements();
     if let Err(why) = check_authorization(offer, evm, config.clock.now_unix_secs()) {
-        return Err(invalid(why, claimed_payer(facilitation.payment_payload())));
+        return Err(invalid(why, facilitation.claimed_payer()));
     }
     let typed = evm.and_then(|evm| Some((evm, evm.fingerprint()?)));
     let (key, fingerprint) = match typed {
@@ -1523,6 +1524,7 @@ mod tests {
     use crate::clock::FakeClock;
     use crate::store::BoxFuture;
     use crate::x402::facilitator::{Facilitator, FacilitatorError};
+    use crate::x402::wire::types::PaymentPayload;
     use crate::x402::{
         server::{PaymentOption, PriceTable, SettlementHookError, X402Layer},
         wire::{SupportedResponse, VerifyResponse},
@@ -1550,9 +1552,7 @@ mod tests {
             request: &'a FacilitatorRequest,
         ) -> BoxFuture<'a, Result<crate::x402::wire::VerifyResponse, FacilitatorError>> {
             // The payer is whoever the authorization names (the facade checks no signature).
-            let payer = claimed_payer(request.payment_payload())
-                .unwrap_or(PAYER)
-                .to_owned();
+            let payer = request.claimed_payer().unwrap_or(PAYER).to_owned();
             let verdict = if self.refuse.load(Ordering::SeqCst) {
                 VerifyResponse::invalid(reason::SIGNATURE, Some(payer))
             } else {

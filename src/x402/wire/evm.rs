@@ -7,7 +7,7 @@ use std::fmt;
 use alloy_primitives::{Address, B256, Signature, U256, keccak256};
 
 use super::eip712::{TransferWithAuthorization, parse_b256, parse_evm_address, parse_signature};
-use super::types::{AtomicAmount, PaymentPayload};
+use super::types::{AtomicAmount, ExactEvmPayloadRef, PaymentHeader, PaymentPayload};
 
 /// An exact-EVM payload (`{signature, authorization}`) with every field typed.
 ///
@@ -95,9 +95,22 @@ pub(crate) enum EvmDecoding {
 impl EvmDecoding {
     /// Reads `payload.payload`, borrowing its strings, parsing each field once.
     pub(crate) fn of(payload: &PaymentPayload) -> Self {
-        let Some(evm) = payload.exact_evm_ref() else {
-            return Self::NotExactEvm;
-        };
+        match payload.exact_evm_ref() {
+            Some(evm) => Self::of_ref(&evm),
+            None => Self::NotExactEvm,
+        }
+    }
+
+    /// Reads a header's raw `payload` text; through a `Value` when a field
+    /// has escapes (rare: hex needs none), so both read the same.
+    pub(crate) fn of_header(header: &PaymentHeader) -> Self {
+        match header.exact_evm_ref() {
+            Some(evm) => Self::of_ref(&evm),
+            None => Self::of(&header.to_payload()),
+        }
+    }
+
+    fn of_ref(evm: &ExactEvmPayloadRef<'_>) -> Self {
         let authorization = &evm.authorization;
         let Some(from) = parse_evm_address(authorization.from) else {
             return Self::Malformed { payer: None };

@@ -14,6 +14,7 @@ pub(crate) mod types;
 pub use eip712::{ExactEvmDomain, TokenId, TransferWithAuthorization};
 pub(crate) use evm::EvmDecoding;
 pub use evm::ExactEvmPayment;
+pub(crate) use types::PaymentHeader;
 pub use types::{
     AtomicAmount, Eip3009Authorization, ExactEvmPayload, Network, PaymentPayload, PaymentRequired,
     PaymentRequirements, ResourceInfo, SCHEME_EXACT, SettleResponse, SupportedKind,

@@ -365,6 +365,43 @@ impl PaymentPayload {
     }
 }
 
+/// [`PaymentPayload`] as a server reads it from the header: the same fields
+/// and checks, the scheme's `payload` kept as its raw JSON text. The
+/// exact-EVM fields are read from that text straight into typed values; the
+/// `Value` tree of a [`PaymentPayload`] is built only if something asks for
+/// it (an HTTP facilitator's body, a refusal naming the payer as written).
+#[derive(Clone, Debug, Deserialize)]
+pub(crate) struct PaymentHeader {
+    #[serde(rename = "x402Version")]
+    pub(crate) x402_version: u8,
+    #[serde(default)]
+    pub(crate) resource: Option<ResourceInfo>,
+    pub(crate) accepted: PaymentRequirements,
+    pub(crate) payload: Box<serde_json::value::RawValue>,
+    #[serde(default)]
+    pub(crate) extensions: Option<Map<String, Value>>,
+}
+
+impl PaymentHeader {
+    /// The payload as [`PaymentPayload`] holds it.
+    pub(crate) fn to_payload(&self) -> PaymentPayload {
+        PaymentPayload {
+            x402_version: self.x402_version,
+            resource: self.resource.clone(),
+            accepted: self.accepted.clone(),
+            // Raw text the parser accepted is one JSON value.
+            payload: serde_json::from_str(self.payload.get()).unwrap_or(Value::Null),
+            extensions: self.extensions.clone(),
+        }
+    }
+
+    /// [`PaymentPayload::exact_evm_ref`] on the raw text; `None` also when a
+    /// field has escapes (it cannot be borrowed: read it through a `Value`).
+    pub(crate) fn exact_evm_ref(&self) -> Option<ExactEvmPayloadRef<'_>> {
+        serde_json::from_str(self.payload.get()).ok()
+    }
+}
+
 /// [`ExactEvmPayload`] read in place: the same fields, parsed the same way.
 #[derive(Deserialize)]
 pub(crate) struct ExactEvmPayloadRef<'a> {
