@@ -4,7 +4,7 @@
     callgrind_delta.py [--self] RUN.out BASE.out N [TOP]
 
 Prints, for the TOP (default 40) functions with the largest inclusive count
-in RUN less the one in BASE, that difference over N: what one unit of the
+in RUN less the one in BASE (`-`: none), that difference over N: what one unit of the
 extra work (a request) spends in each. Runtime plumbing and closures without
 a name are left out. With --self, the functions' own (exclusive) counts.
 """
@@ -30,7 +30,8 @@ def main():
     own = args[0] == "--self"
     if own:
         args = args[1:]
-    run, base, n = inclusive(args[0], own), inclusive(args[1], own), int(args[2])
+    run, n = inclusive(args[0], own), int(args[2])
+    base = {} if args[1] == "-" else inclusive(args[1], own)
     top = int(args[3]) if len(args) > 3 else 40
     rows = sorted((((run[k] - base.get(k, 0)) / n, k) for k in run), reverse=True)
     plumbing = ("main", "lang_start", "short_backtrace", "0x0")

@@ -4,6 +4,7 @@
 # can run while other work shares the cores (wrk timings cannot).
 #
 #   scripts/gateway-instructions.sh [N] [CASE...]     (default N = 2000, every case)
+#   GATEWAY_BIN=PATH scripts/gateway-instructions.sh …  (that binary, not this tree's build)
 #
 # Cases, each on keep-alive connection(s) from a client outside valgrind:
 #   models      GET /v1/models
@@ -12,11 +13,11 @@
 #               (GATEWAY_SIWX=on GATEWAY_PAYMENT_ID=optional)
 # Each case pins the rest as scripts/bench-vs-x402-axum.sh does (memory stores,
 # development ledger, GATEWAY_BAZAAR=off, GATEWAY_PUBLIC_URL set) and runs the
-# gateway twice under callgrind: WARM requests, then WARM + N. Per request is
-# the difference over N (start-up, warm-up and shutdown cancel out); below it,
-# per function, the inclusive counts' difference over N (the largest 30).
-# CALLGRIND_KEEP=DIR keeps the callgrind outputs there (for
-# `scripts/callgrind_delta.py --self` and callgrind_annotate).
+# gateway under callgrind: 200 warm-up requests, the counters zeroed
+# (callgrind_control -z), N requests, the counters dumped. Per request is the
+# dump's total over N; below it, per function, its inclusive counts over N
+# (the largest 30). CALLGRIND_KEEP=DIR keeps the dumps there (for
+# `scripts/callgrind_delta.py --self DUMP - N` and callgrind_annotate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${1:-2000}
@@ -26,10 +27,13 @@ cases=("$@")
 warm=200
 command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install -y valgrind" >&2; exit 1; }
 
-. scripts/load/gateway_features.sh
-target=${CARGO_TARGET_DIR:-target}
-nice -n 15 cargo build --quiet --release --features "$gateway_features" --example gateway
-gateway_bin=$target/release/examples/gateway
+# GATEWAY_BIN=PATH measures a gateway built elsewhere (another commit's, say).
+gateway_bin=${GATEWAY_BIN:-}
+if [ -z "$gateway_bin" ]; then
+  . scripts/load/gateway_features.sh
+  nice -n 15 cargo build --quiet --release --features "$gateway_features" --example gateway
+  gateway_bin=${CARGO_TARGET_DIR:-target}/release/examples/gateway
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -68,14 +72,14 @@ declared() { # port
     | python3 -c 'import json,sys; print(",".join(sorted((json.load(sys.stdin).get("extensions") or {}).keys())) or "none")'
 }
 
-run() { # case requests -> the callgrind output's path
-  local case=$1 requests=$2 port extensions
+run() { # case -> the path of the dump of its N requests
+  local case=$1 port extensions
   port=$(free_port)
   case $case in
     quote-on) extensions=(GATEWAY_SIWX=on GATEWAY_PAYMENT_ID=optional) ;;
     *) extensions=(GATEWAY_SIWX=off GATEWAY_PAYMENT_ID=off) ;;
   esac
-  local out="$work/$case.$requests.out"
+  local out="$work/$case.out"
   env -u GATEWAY_REDIS_URL -u GATEWAY_FACILITATOR_URL -u GATEWAY_EVM_RPC_URL -u GATEWAY_SETTLER_KEY_FILE \
     -u GATEWAY_FAULTS -u GATEWAY_MAX_TIMEOUT_SECS -u GATEWAY_SIWX_KEY_FILE \
     "${extensions[@]}" GATEWAY_BAZAAR=off GATEWAY_LISTEN="127.0.0.1:$port" \
@@ -88,28 +92,27 @@ run() { # case requests -> the callgrind output's path
     kill -0 "$pid" 2>/dev/null || { cat "$work/gateway.log" >&2; exit 1; }
     sleep 0.1
   done
-  if [ "$case" != models ] && [ "$requests" = "$warm" ]; then
-    echo "  ($case declares: $(declared "$port"))" >&2
-  fi
-  send "$case" "$port" "$requests"
+  [ "$case" = models ] || echo "  ($case declares: $(declared "$port"))" >&2
+  send "$case" "$port" "$warm"
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  send "$case" "$port" "$count"
+  callgrind_control -d "$pid" >/dev/null 2>&1
   kill -TERM "$pid"
   wait "$pid" || true
-  echo "$out"
+  echo "$out.1"
 }
 
 total() { awk '/^summary:|^totals:/ { print $2; exit }' "$1"; }
 
-echo "instructions per request (callgrind, gateway example, release; N=$count after $warm warm-up requests; the rest subtracted)"
+echo "instructions per request (callgrind, gateway example, release; N=$count after $warm warm-up requests)"
 for case in "${cases[@]}"; do
-  few=$(run "$case" "$warm")
-  many=$(run "$case" $((warm + count)))
-  awk -v c="$case" -v n="$count" -v a="$(total "$few")" -v b="$(total "$many")" \
-    'BEGIN { printf "%-10s %10.0f\n", c, (b - a) / n }'
-  python3 scripts/callgrind_delta.py "$many" "$few" "$count" 30 > "$work/$case.functions"
-  [ -z "${CALLGRIND_KEEP:-}" ] || { mkdir -p "$CALLGRIND_KEEP"; cp "$few" "$many" "$CALLGRIND_KEEP/"; }
+  dump=$(run "$case")
+  awk -v c="$case" -v n="$count" -v t="$(total "$dump")" 'BEGIN { printf "%-10s %10.0f\n", c, t / n }'
+  python3 scripts/callgrind_delta.py "$dump" - "$count" 30 > "$work/$case.functions"
+  [ -z "${CALLGRIND_KEEP:-}" ] || { mkdir -p "$CALLGRIND_KEEP"; cp "$dump" "$CALLGRIND_KEEP/$case.out"; }
 done
 for case in "${cases[@]}"; do
   echo
-  echo "$case, per request, inclusive, by function (the longer run minus the shorter, over N; the largest 30):"
+  echo "$case, per request, inclusive, by function (over N; the largest 30):"
   cat "$work/$case.functions"
 done

@@ -40,8 +40,12 @@ fn generate() -> HeaderValue {
         u128::from_ne_bytes(bytes)
     });
     let n = ISSUED.fetch_add(1, Ordering::Relaxed);
-    let id = format!("{:032x}", start.wrapping_add(u128::from(n)));
-    HeaderValue::try_from(id).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+    let mut digits = [0u8; 32];
+    let _ = alloy_primitives::hex::encode_to_slice(
+        start.wrapping_add(u128::from(n)).to_be_bytes(),
+        &mut digits,
+    );
+    HeaderValue::from_bytes(&digits).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
 }
 
 /// The middleware (`axum::middleware::from_fn(request_id::layer)`).

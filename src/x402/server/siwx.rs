@@ -81,6 +81,12 @@ const RUN_LEN: usize = TIMES_LEN + NONCE_BYTES * 2 + 1;
 /// two more before it and two after.
 const BLOCK_MAX: usize = RUN_LEN + 4;
 
+/// The base64 groups of a block before its nonce's first group, at most.
+const TIMES_GROUPS_MAX: usize = (TIMES_LEN + 2) / 3 * 4;
+
+/// The base64 groups from the nonce's first group to the block's end, at most.
+const NONCE_GROUPS_MAX: usize = (NONCE_BYTES * 2 + 1 + 4) / 3 * 4 + 4;
+
 /// The domain separation of the tag key derived from the layer's key.
 const TAG_KEY_CONTEXT: &[u8] = b"walletgate sign-in-with-x nonce tag v1";
 
@@ -140,7 +146,7 @@ impl SignInWithX {
         Ok(Self::with_key(key))
     }
 
-    /// With `key`, the HMAC key of its nonces: replicas share it.
+    /// With `key`, the key of its nonces' tags: replicas share it.
     pub fn with_key(key: [u8; 32]) -> Self {
         Self {
             key,
@@ -184,8 +190,6 @@ pub(crate) struct SignIn {
     spent: Arc<dyn NonceStore>,
     contracts: Option<Arc<dyn ContractSignatures>>,
     clock: SharedClock,
-    /// The per-402 times of the current second, already formatted.
-    times: Mutex<(u64, [u8; TIMES_LEN])>,
 }
 
 impl fmt::Debug for SignIn {
@@ -245,7 +249,6 @@ impl SignIn {
                 .unwrap_or_else(|| Arc::new(InMemoryNonceStore::new())),
             contracts: config.contracts,
             clock,
-            times: Mutex::new((u64::MAX, [0; TIMES_LEN])),
         })
     }
 
@@ -270,21 +273,16 @@ impl SignIn {
     }
 
     /// `"expirationTime":"…","issuedAt":"…","nonce":"` for a challenge
-    /// issued at `now_secs` (whole seconds), formatted once per second.
-    fn times_of(&self, now_secs: u64) -> Option<[u8; TIMES_LEN]> {
-        let mut cached = self.times.lock().unwrap_or_else(PoisonError::into_inner);
-        if cached.0 != now_secs {
-            let millis = i64::try_from(now_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
-            let issued = Timestamp::from_unix_millis(millis);
-            let expires = Timestamp::from_unix_millis(
-                millis.saturating_add(i64::try_from(SIWX_MAX_AGE_SECS * 1000).unwrap_or(0)),
-            );
-            let run = dynamic_run(expires.as_str(), issued.as_str(), "");
-            // Past year 9999 the times grow and no longer fit the quote.
-            cached.1 = run.as_bytes()[..run.len() - 1].try_into().ok()?;
-            cached.0 = now_secs;
-        }
-        Some(cached.1)
+    /// issued at `now_secs` (whole seconds); `None` past year 9999, whose
+    /// times no longer fit the quote.
+    fn times_of(now_secs: u64) -> Option<[u8; TIMES_LEN]> {
+        let millis = i64::try_from(now_secs.saturating_mul(1000)).ok()?;
+        let issued = Timestamp::from_unix_millis(millis);
+        let expires = Timestamp::from_unix_millis(
+            millis.saturating_add(i64::try_from(SIWX_MAX_AGE_SECS * 1000).ok()?),
+        );
+        let run = dynamic_run(expires.as_str(), issued.as_str(), "");
+        run.as_bytes()[..run.len() - 1].try_into().ok()
     }
 
     /// A fresh nonce issued at `now_secs`, in hex: the time (4 bytes), a
@@ -343,33 +341,40 @@ impl SignIn {
     }
 
     /// `template`'s quote with a fresh challenge in place of the placeholders.
+    ///
+    /// Per 402: the nonce, one copy of the body and of `PAYMENT-REQUIRED`,
+    /// and the base64 of the groups holding the nonce; the times and their
+    /// groups change once a second.
     pub(crate) fn fill(&self, template: &QuoteTemplate, quote: Response<Bytes>) -> Response<Bytes> {
         let now_secs = self.clock.now_unix_secs();
         // Past 2106 or year 9999: the placeholder nonce never verifies.
-        let (Some(times), Some(nonce)) = (self.times_of(now_secs), self.mint_nonce(now_secs))
+        let (Some(second), Some(nonce)) = (template.second(now_secs), self.mint_nonce(now_secs))
         else {
             return quote;
         };
-        let mut run = [0u8; RUN_LEN];
-        run[..TIMES_LEN].copy_from_slice(&times);
-        run[TIMES_LEN..RUN_LEN - 1].copy_from_slice(&nonce);
-        run[RUN_LEN - 1] = b'"';
         let (mut parts, body) = quote.into_parts();
-        let body = splice(&body, template.body_at, &run);
-        // Only the base64 groups covering the run are encoded afresh.
-        let mut block = [0u8; BLOCK_MAX];
-        let block = &mut block[..template.header_block.len()];
-        block.copy_from_slice(&template.header_block);
-        block[template.block_at..template.block_at + RUN_LEN].copy_from_slice(&run);
-        let mut encoded = [0u8; BLOCK_MAX / 3 * 4 + 4];
-        let Ok(written) = STANDARD.encode_slice(block, &mut encoded) else {
+        let run_end = template.body_at + RUN_LEN;
+        let body = concat(&[
+            &body[..template.body_at],
+            &second.times,
+            &nonce,
+            &body[run_end - 1..],
+        ]);
+        let mut groups = [0u8; BLOCK_MAX];
+        let groups = &mut groups[..template.header_block.len() - template.nonce_groups_at];
+        groups.copy_from_slice(&template.header_block[template.nonce_groups_at..]);
+        let at = template.block_at + TIMES_LEN - template.nonce_groups_at;
+        groups[at..at + nonce.len()].copy_from_slice(&nonce);
+        let mut encoded = [0u8; NONCE_GROUPS_MAX];
+        let Ok(written) = STANDARD.encode_slice(groups, &mut encoded) else {
             return Response::from_parts(parts, body);
         };
-        let header = splice_range(
-            &template.header,
-            &template.header_chars,
+        let header = concat(&[
+            &template.header[..template.header_chars.start],
+            &second.times_groups[..second.times_groups_len],
             &encoded[..written],
-        );
+            &template.header[template.header_chars.end..],
+        ]);
         if let Ok(value) = HeaderValue::from_maybe_shared(header) {
             parts.headers.insert(header::PAYMENT_REQUIRED, value);
         }
@@ -562,7 +567,7 @@ fn placeholder_nonce() -> String {
 /// Where a quote's challenge lies in its body and in its base64
 /// `PAYMENT-REQUIRED`, found once per quote: a fresh one is spliced in
 /// without serializing anything.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct QuoteTemplate {
     body_at: usize,
     /// `PAYMENT-REQUIRED` as built.
@@ -570,21 +575,22 @@ pub(crate) struct QuoteTemplate {
     /// The header's decoded bytes around the run, whole base64 groups.
     header_block: Vec<u8>,
     block_at: usize,
+    /// Where in the block the group holding the nonce's first digit starts:
+    /// the groups before it change once a second, the rest with each nonce.
+    nonce_groups_at: usize,
     header_chars: Range<usize>,
+    /// The times of the current second, as text and as the block's groups
+    /// before `nonce_groups_at` in base64.
+    second: Mutex<Second>,
 }
 
-/// `bytes` with `run` in place of its bytes at `at..at + run.len()`.
-fn splice(bytes: &[u8], at: usize, run: &[u8]) -> Bytes {
-    splice_range(bytes, &(at..at + run.len()), run)
-}
-
-/// `bytes` with `with` in place of `range`, in one buffer.
-fn splice_range(bytes: &[u8], range: &Range<usize>, with: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(bytes.len() - range.len() + with.len());
-    out.put_slice(&bytes[..range.start]);
-    out.put_slice(with);
-    out.put_slice(&bytes[range.end..]);
-    out.freeze()
+/// A second's share of every challenge issued in it.
+#[derive(Clone, Copy, Debug)]
+struct Second {
+    unix_secs: u64,
+    times: [u8; TIMES_LEN],
+    times_groups: [u8; TIMES_GROUPS_MAX],
+    times_groups_len: usize,
 }
 
 impl QuoteTemplate {
@@ -605,14 +611,52 @@ impl QuoteTemplate {
         if end > json.len() || (end == json.len() && json.len() % 3 != 0) {
             return None;
         }
+        let block_at = at - start;
         Some(Self {
             body_at,
             header_block: json[start..end].to_vec(),
-            block_at: at - start,
+            block_at,
+            nonce_groups_at: (block_at + TIMES_LEN) / 3 * 3,
             header_chars: start / 3 * 4..end / 3 * 4,
             header,
+            second: Mutex::new(Second {
+                unix_secs: u64::MAX,
+                times: [0; TIMES_LEN],
+                times_groups: [0; TIMES_GROUPS_MAX],
+                times_groups_len: 0,
+            }),
         })
     }
+
+    /// The share of second `now_secs` (whole seconds) in its challenges.
+    fn second(&self, now_secs: u64) -> Option<Second> {
+        let mut second = self.second.lock().unwrap_or_else(PoisonError::into_inner);
+        if second.unix_secs != now_secs {
+            let times = SignIn::times_of(now_secs)?;
+            let mut groups = [0u8; BLOCK_MAX];
+            let groups = &mut groups[..self.nonce_groups_at];
+            groups.copy_from_slice(&self.header_block[..self.nonce_groups_at]);
+            groups[self.block_at..].copy_from_slice(&times[..self.nonce_groups_at - self.block_at]);
+            let mut times_groups = [0u8; TIMES_GROUPS_MAX];
+            let times_groups_len = STANDARD.encode_slice(groups, &mut times_groups).ok()?;
+            *second = Second {
+                unix_secs: now_secs,
+                times,
+                times_groups,
+                times_groups_len,
+            };
+        }
+        Some(*second)
+    }
+}
+
+/// `parts` one after another, in one buffer.
+fn concat(parts: &[&[u8]]) -> Bytes {
+    let mut out = BytesMut::with_capacity(parts.iter().map(|part| part.len()).sum());
+    for part in parts {
+        out.put_slice(part);
+    }
+    out.freeze()
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -709,51 +753,69 @@ mod tests {
     fn each_fill_splices_a_fresh_challenge_into_body_and_header_alike() {
         let clock = FakeClock::at_unix_secs(NOW);
         let sign_in = sign_in(&clock, [1; 32]);
-        let url = "https://pay.example/gw/v1/chat/completions";
-        let mut extensions = Map::new();
-        extensions.insert(SIGN_IN_WITH_X.into(), sign_in.declaration(url));
-        let required = PaymentRequired {
-            x402_version: 2,
-            error: Some("Payment required".into()),
-            resource: ResourceInfo {
-                url: url.into(),
-                ..ResourceInfo::default()
-            },
-            accepts: Vec::new(),
-            extensions: Some(extensions),
-        };
-        // The quote's two renderings: its body (a JSON document holding the
-        // extensions) and its base64 header.
-        let mut quote = Response::new(Bytes::from(
-            serde_json::to_vec(&json!({"x402Version": 2, "extensions": required.extensions}))
-                .unwrap(),
-        ));
-        let encoded = crate::x402::wire::codec::encode(&required);
-        quote.headers_mut().insert(
-            header::PAYMENT_REQUIRED,
-            HeaderValue::from_str(&encoded).unwrap(),
-        );
-        let template = QuoteTemplate::find(quote.body(), quote.headers()).unwrap();
-        let mut nonces = Vec::new();
-        for _ in 0..2 {
-            let filled = sign_in.fill(&template, quote.clone());
-            let header: PaymentRequired = crate::x402::wire::codec::decode(
-                filled.headers()[header::PAYMENT_REQUIRED].as_bytes(),
-            )
-            .unwrap();
-            let body: Value = serde_json::from_slice(filled.body()).unwrap();
-            let info = &header.extensions.as_ref().unwrap()[SIGN_IN_WITH_X]["info"];
-            assert_eq!(&body["extensions"][SIGN_IN_WITH_X]["info"], info);
-            assert_eq!(info["issuedAt"], "2025-06-15T15:06:40.000Z");
-            assert_eq!(info["expirationTime"], "2025-06-15T15:11:40.000Z");
-            assert_eq!(info["uri"], url);
-            let nonce = info["nonce"].as_str().unwrap().to_owned();
-            assert_eq!(sign_in.nonce_issued_at(&nonce), Some(NOW));
-            nonces.push(nonce);
-            // Everything else is the quote as built.
-            assert_eq!(header.accepts, required.accepts);
+        // Three URL lengths: the challenge at each offset within a base64 group.
+        for url in [
+            "https://pay.example/gw/v1/chat/completions",
+            "https://pay.example/gw/v1/chat/completions?a",
+            "https://pay.example/gw/v1/chat/completions?ab",
+        ] {
+            clock.set_unix_secs(NOW);
+            let mut extensions = Map::new();
+            extensions.insert(SIGN_IN_WITH_X.into(), sign_in.declaration(url));
+            let required = PaymentRequired {
+                x402_version: 2,
+                error: Some("Payment required".into()),
+                resource: ResourceInfo {
+                    url: url.into(),
+                    ..ResourceInfo::default()
+                },
+                accepts: Vec::new(),
+                extensions: Some(extensions),
+            };
+            // The quote's two renderings: its body (a JSON document holding the
+            // extensions) and its base64 header.
+            let mut quote = Response::new(Bytes::from(
+                serde_json::to_vec(&json!({"x402Version": 2, "extensions": required.extensions}))
+                    .unwrap(),
+            ));
+            let encoded = crate::x402::wire::codec::encode(&required);
+            quote.headers_mut().insert(
+                header::PAYMENT_REQUIRED,
+                HeaderValue::from_str(&encoded).unwrap(),
+            );
+            let template = QuoteTemplate::find(quote.body(), quote.headers()).unwrap();
+            let mut nonces = Vec::new();
+            // Two challenges in one second, then one in the next.
+            for (issued, expires) in [
+                ("2025-06-15T15:06:40.000Z", "2025-06-15T15:11:40.000Z"),
+                ("2025-06-15T15:06:40.000Z", "2025-06-15T15:11:40.000Z"),
+                ("2025-06-15T15:06:41.000Z", "2025-06-15T15:11:41.000Z"),
+            ] {
+                if nonces.len() == 2 {
+                    clock.advance(std::time::Duration::from_secs(1));
+                }
+                let filled = sign_in.fill(&template, quote.clone());
+                let header: PaymentRequired = crate::x402::wire::codec::decode(
+                    filled.headers()[header::PAYMENT_REQUIRED].as_bytes(),
+                )
+                .unwrap();
+                let body: Value = serde_json::from_slice(filled.body()).unwrap();
+                let info = &header.extensions.as_ref().unwrap()[SIGN_IN_WITH_X]["info"];
+                assert_eq!(&body["extensions"][SIGN_IN_WITH_X]["info"], info);
+                assert_eq!(info["issuedAt"], issued);
+                assert_eq!(info["expirationTime"], expires);
+                assert_eq!(info["uri"], url);
+                let nonce = info["nonce"].as_str().unwrap().to_owned();
+                let at = NOW + u64::from(nonces.len() == 2);
+                assert_eq!(sign_in.nonce_issued_at(&nonce), Some(at));
+                nonces.push(nonce);
+                // Everything else is the quote as built.
+                assert_eq!(header.accepts, required.accepts);
+                assert_eq!(header.resource, required.resource);
+            }
+            assert_ne!(nonces[0], nonces[1]);
+            assert_ne!(nonces[1], nonces[2]);
         }
-        assert_ne!(nonces[0], nonces[1]);
     }
 
     /// Accepts one signature for one wallet, as a contract wallet's own check would.
