@@ -4,7 +4,7 @@
 //! Each 402 declares a fresh challenge (`domain`, `uri`, `nonce`, `issuedAt`,
 //! `expirationTime`) and the EVM networks it accepts. The nonce is stateless:
 //! its issue time, a sequence number and a SipHash-2-4 tag under the layer's
-//! key, in hex (see [`SignIn::mint_nonce`] for why that suffices). Declaring
+//! key, in hex (`SignIn::mint_nonce` says why that suffices). Declaring
 //! one costs a MAC of 16 bytes and a splice into the quote's bytes (built
 //! once per resource), no system call; nothing is written, so a flood of
 //! 402s writes nothing. A nonce is recorded only when a proof spends it, in a
