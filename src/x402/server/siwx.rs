@@ -82,7 +82,7 @@ const RUN_LEN: usize = TIMES_LEN + NONCE_BYTES * 2 + 1;
 const BLOCK_MAX: usize = RUN_LEN + 4;
 
 /// The base64 groups of a block before its nonce's first group, at most.
-const TIMES_GROUPS_MAX: usize = (TIMES_LEN + 2) / 3 * 4;
+const TIMES_GROUPS_MAX: usize = TIMES_LEN.div_ceil(3) * 4;
 
 /// The base64 groups from the nonce's first group to the block's end, at most.
 const NONCE_GROUPS_MAX: usize = (NONCE_BYTES * 2 + 1 + 4) / 3 * 4 + 4;
@@ -723,6 +723,13 @@ mod tests {
         assert_ne!(nonce, minted(&one, NOW));
         assert_eq!(one.nonce_issued_at(&nonce), Some(NOW));
         assert_eq!(other.nonce_issued_at(&nonce), None);
+        // A replica sharing the key checks it, and issues nonces of its own
+        // (its sequence starts elsewhere).
+        let replica = sign_in(&clock, [1; 32]);
+        assert_eq!(replica.nonce_issued_at(&nonce), Some(NOW));
+        let theirs = minted(&replica, NOW);
+        assert_ne!(theirs[8..32], nonce[8..32]);
+        assert_eq!(one.nonce_issued_at(&theirs), Some(NOW));
         // Any change breaks the tag: the time, the length, the case.
         let mut later = nonce.clone().into_bytes();
         later[7] = if later[7] == b'0' { b'1' } else { b'0' };
