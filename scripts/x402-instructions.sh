@@ -40,23 +40,4 @@ awk -v n="$count" -v none="$none" -v floor="$floor" -v paid="$paid" 'BEGIN {
   printf "  digest + recovery (floor): %10.0f\n  paid request:              %10.0f\n  ratio:                     %10.3f\n", f, p, p / f
 }'
 echo "per paid request, inclusive, by function (the paid run minus the set-up run, over N; the largest 40):"
-python3 - "$work/paid.out" "$work/none.out" "$count" <<'PY'
-import re, subprocess, sys
-
-def inclusive(path):
-    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
-                         capture_output=True, text=True, check=True).stdout
-    totals = {}
-    for line in out.splitlines():
-        m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+(?:\S*:)?(.*?)\s+\[", line)
-        if m:
-            totals[m.group(2)] = totals.get(m.group(2), 0) + int(m.group(1).replace(",", ""))
-    return totals
-
-paid, none, n = inclusive(sys.argv[1]), inclusive(sys.argv[2]), int(sys.argv[3])
-rows = sorted((((paid[k] - none.get(k, 0)) / n, k) for k in paid), reverse=True)
-plumbing = ("main", "lang_start", "short_backtrace", "0x0")
-shown = [(v, k) for v, k in rows if k != "{{closure}}" and not any(p in k for p in plumbing)][:40]
-for v, k in shown:
-    print(f"  {v:10.0f}  {k[:140]}")
-PY
+python3 scripts/callgrind_delta.py "$work/paid.out" "$work/none.out" "$count" 40

@@ -6,6 +6,9 @@
 //! on the answer, and every log event of the request is inside a `request`
 //! span carrying it.
 
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
@@ -23,13 +26,26 @@ pub(crate) fn acceptable(id: &[u8]) -> bool {
             .all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(byte))
 }
 
-/// 16 random bytes as 32 hex digits.
+/// A fresh id, 32 hex digits: this process's random 128-bit start plus a
+/// counter. Ids only correlate log lines, so they need to be unique, not
+/// unpredictable: a random start read once (servers start apart) and a
+/// counter give that without a system call per request.
 fn generate() -> HeaderValue {
-    let mut bytes = [0u8; 16];
-    // Unique enough to correlate lines; a failed read still yields a value.
-    let _ = getrandom::fill(&mut bytes);
-    let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
-    HeaderValue::from_str(&hex).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+    static START: OnceLock<u128> = OnceLock::new();
+    static ISSUED: AtomicU64 = AtomicU64::new(0);
+    let start = *START.get_or_init(|| {
+        let mut bytes = [0u8; 16];
+        // Unique enough to correlate lines; a failed read still yields ids.
+        let _ = getrandom::fill(&mut bytes);
+        u128::from_ne_bytes(bytes)
+    });
+    let n = ISSUED.fetch_add(1, Ordering::Relaxed);
+    let mut digits = [0u8; 32];
+    let _ = alloy_primitives::hex::encode_to_slice(
+        start.wrapping_add(u128::from(n)).to_be_bytes(),
+        &mut digits,
+    );
+    HeaderValue::from_bytes(&digits).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
 }
 
 /// The middleware (`axum::middleware::from_fn(request_id::layer)`).

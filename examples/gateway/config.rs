@@ -23,7 +23,7 @@
 //! | `GATEWAY_ANSWER_MAX_BYTES` | `1048576` | the largest paid answer kept (a larger one is served again on the resend, charged once) |
 //! | `GATEWAY_PAYMENT_ID` | `optional` | the `payment-identifier` extension: `off`, `optional` (declared; a payment may carry an id and then pays once per id) or `required` (a payment without an id is 400) |
 //! | `GATEWAY_SIWX` | `on` | the `sign-in-with-x` extension (EVM networks): a wallet that paid for a request signs in to get its kept answer again, uncharged; declared only when the public origin is known (`GATEWAY_PUBLIC_URL`, or a bound address that is not a wildcard); `off`: not declared, and settled answers are not kept for it |
-//! | `GATEWAY_SIWX_KEY_FILE` | a random key per process | the HMAC key of sign-in nonces (64 hex digits; never printed): replicas behind one origin must share it, or a nonce one issued fails on another |
+//! | `GATEWAY_SIWX_KEY_FILE` | a random key per process | the key of sign-in nonces' tags (64 hex digits; never printed): replicas behind one origin must share it, or a nonce one issued fails on another |
 //! | `GATEWAY_ANSWER_STORE_BYTES` | `268435456` | the in-memory answer store's total (without Redis; the answers nearest their expiry make room) |
 //! | `GATEWAY_NETWORK` | `base-sepolia` | `base-sepolia`, `base`, `solana` (or `--network solana`), or `eip155:<chain id>` (then the three `GATEWAY_USDC_*`) |
 //! | `GATEWAY_FACILITATOR_URL` | none (development ledger) | the x402 facilitator that verifies and settles (`https://host[/path]` or `http://`); required on every network but `base-sepolia` |

@@ -291,7 +291,7 @@ impl Quote {
     }
 }
 
-/// Quotes by resource URL, each for the price and server extensions it was
+/// Quotes by resource (URL, or path and query under a public base URL), each for the price and server extensions it was
 /// built with: a request for the same resource at the same price declaring
 /// the same extensions gets the same bytes; anything else rebuilds the entry. The offers are the layer's own and never change.
 #[derive(Debug, Default)]
@@ -329,23 +329,26 @@ impl QuoteCache {
         self.extensions.as_ref()
     }
 
-    /// The quote of `options` at `total` for the resource at `url`, declaring
-    /// the cache's extensions and the request's `extensions`, built on first
-    /// use; `resource` describes it only then, so a cached quote costs no
-    /// copies of the layer's description.
+    /// The quote of `options` at `total` for the resource `key` names (its
+    /// URL, or what tells it apart from the layer's other resources),
+    /// declaring the cache's extensions and the request's `extensions`,
+    /// built on first use; `url` and `resource` build its URL and describe
+    /// it only then, so a cached quote costs no URL and no copies of the
+    /// layer's description.
     pub(crate) fn quote(
         &self,
         options: &[PaymentOption],
         total: UsdAmount,
         extensions: Option<QuoteExtensionMap>,
-        url: String,
+        key: &str,
+        url: impl FnOnce() -> String,
         resource: impl FnOnce(String) -> ResourceInfo,
     ) -> Option<Arc<Quote>> {
         let cached = self
             .quotes
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&url)
+            .get(key)
             .filter(|(price, quote)| {
                 *price == total && same_extensions(quote.extensions.as_ref(), extensions.as_ref())
             })
@@ -353,6 +356,7 @@ impl QuoteCache {
         if cached.is_some() {
             return cached;
         }
+        let url = url();
         // The layer's extensions, and `sign-in-with-x` for this resource.
         #[cfg(feature = "siwx")]
         let declared = self.sign_in.as_ref().map(|sign_in| {
@@ -380,10 +384,10 @@ impl QuoteCache {
         }
         let quote = Arc::new(quote);
         let mut quotes = self.quotes.write().unwrap_or_else(PoisonError::into_inner);
-        if quotes.len() >= QUOTE_CACHE_LEN && !quotes.contains_key(&url) {
+        if quotes.len() >= QUOTE_CACHE_LEN && !quotes.contains_key(key) {
             quotes.clear();
         }
-        quotes.insert(url, (total, quote.clone()));
+        quotes.insert(key.to_owned(), (total, quote.clone()));
         Some(quote)
     }
 }
@@ -580,6 +584,11 @@ mod tests {
         );
     }
 
+    /// What builds `at` on a cache miss.
+    fn url(at: &'static str) -> impl FnOnce() -> String {
+        move || at.to_owned()
+    }
+
     /// A resource described by its URL alone.
     fn bare(url: String) -> ResourceInfo {
         ResourceInfo {
@@ -594,10 +603,10 @@ mod tests {
         let options = [PaymentOption::base_sepolia_usdc(PAY_TO).unwrap()];
         let price = UsdAmount::from_micros(11_000);
         let first = cache
-            .quote(&options, price, None, "http://a/x".to_owned(), bare)
+            .quote(&options, price, None, "http://a/x", url("http://a/x"), bare)
             .unwrap();
         let again = cache
-            .quote(&options, price, None, "http://a/x".to_owned(), bare)
+            .quote(&options, price, None, "http://a/x", url("http://a/x"), bare)
             .unwrap();
         assert!(Arc::ptr_eq(&first, &again));
         // Same bytes as building afresh.
@@ -615,13 +624,14 @@ mod tests {
                 &options,
                 UsdAmount::from_micros(12_000),
                 None,
-                "http://a/x".to_owned(),
+                "http://a/x",
+                url("http://a/x"),
                 bare,
             )
             .unwrap();
         assert_eq!(dearer.required().accepts[0].amount.units(), 12_000);
         let other = cache
-            .quote(&options, price, None, "http://a/y".to_owned(), bare)
+            .quote(&options, price, None, "http://a/y", url("http://a/y"), bare)
             .unwrap();
         assert_eq!(other.required().resource.url, "http://a/y");
         assert!(!Arc::ptr_eq(&other, &first));
@@ -633,7 +643,8 @@ mod tests {
                     &cents,
                     UsdAmount::from_micros(1),
                     None,
-                    "http://a/z".to_owned(),
+                    "http://a/z",
+                    url("http://a/z"),
                     bare
                 )
                 .is_none()
@@ -650,20 +661,36 @@ mod tests {
             map.insert("bazaar".into(), value);
             Some(Arc::new(map))
         };
-        let url = || "http://a/x".to_owned();
-        let plain = cache.quote(&options, price, None, url(), bare).unwrap();
+        let x = || url("http://a/x");
+        let plain = cache
+            .quote(&options, price, None, "http://a/x", x(), bare)
+            .unwrap();
         let one = declare(Value::from(1));
         let first = cache
-            .quote(&options, price, one.clone(), url(), bare)
+            .quote(&options, price, one.clone(), "http://a/x", x(), bare)
             .unwrap();
         assert!(!Arc::ptr_eq(&plain, &first));
         // Equal by value is the same quote; another value rebuilds it.
         let again = cache
-            .quote(&options, price, declare(Value::from(1)), url(), bare)
+            .quote(
+                &options,
+                price,
+                declare(Value::from(1)),
+                "http://a/x",
+                x(),
+                bare,
+            )
             .unwrap();
         assert!(Arc::ptr_eq(&first, &again));
         let other = cache
-            .quote(&options, price, declare(Value::from(2)), url(), bare)
+            .quote(
+                &options,
+                price,
+                declare(Value::from(2)),
+                "http://a/x",
+                x(),
+                bare,
+            )
             .unwrap();
         assert_eq!(other.required().extensions.as_ref().unwrap()["bazaar"], 2);
 
@@ -694,7 +721,14 @@ mod tests {
         let price = UsdAmount::from_micros(11_000);
         for n in 0..QUOTE_CACHE_LEN + 5 {
             cache
-                .quote(&options, price, None, format!("http://a/{n}"), bare)
+                .quote(
+                    &options,
+                    price,
+                    None,
+                    &n.to_string(),
+                    || format!("http://a/{n}"),
+                    bare,
+                )
                 .unwrap();
         }
         assert!(cache.quotes.read().unwrap().len() <= QUOTE_CACHE_LEN);

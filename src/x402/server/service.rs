@@ -193,10 +193,20 @@ fn prepare<B>(
         description: config.description.clone(),
         mime_type: config.mime_type.clone(),
     };
-    let url = resource_url(config, request);
+    // Under a public base URL the path tells the layer's resources apart:
+    // a cached quote builds no URL.
+    let host_derived;
+    let key = match &config.public_base_url {
+        Some(_) => request.uri().path_and_query().map_or("/", |pq| pq.as_str()),
+        None => {
+            host_derived = resource_url(config, request);
+            host_derived.as_str()
+        }
+    };
+    let url = || resource_url(config, request);
     let Some(quote) = config
         .quotes
-        .quote(&config.options, total, extensions, url, describe)
+        .quote(&config.options, total, extensions, key, url, describe)
     else {
         let error = GatewayError::new(ErrorCode::InternalError)
             .with_debug("price is not a whole number of the asset's units");

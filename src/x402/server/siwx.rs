@@ -3,9 +3,10 @@
 //!
 //! Each 402 declares a fresh challenge (`domain`, `uri`, `nonce`, `issuedAt`,
 //! `expirationTime`) and the EVM networks it accepts. The nonce is stateless:
-//! its issue time, random bytes and an HMAC-SHA256 tag under the layer's key,
-//! in hex. Declaring one costs a MAC of a few bytes and a splice into the
-//! quote's bytes (built once per resource); nothing is written, so a flood of
+//! its issue time, a sequence number and a SipHash-2-4 tag under the layer's
+//! key, in hex (`SignIn::mint_nonce` says why that suffices). Declaring
+//! one costs a MAC of 16 bytes and a splice into the quote's bytes (built
+//! once per resource), no system call; nothing is written, so a flood of
 //! 402s writes nothing. A nonce is recorded only when a proof spends it, in a
 //! [`NonceStore`](crate::siwe::NonceStore) for its life (shared between
 //! replicas on Redis).
@@ -21,18 +22,20 @@
 //! settlement; anything else gets the normal 402 (failures are silent).
 
 use std::fmt;
+use std::hash::Hasher as _;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use alloy_primitives::{Address, B256, eip191_hash_message, hex, keccak256};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use bytes::Bytes;
-use hmac::{Hmac, Mac};
+use bytes::{BufMut as _, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Request, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use sha2::Sha256;
+use siphasher::sip128::{Hasher128 as _, SipHasher24};
+use subtle::ConstantTimeEq as _;
 
 use super::answers::KeptAnswer;
 use crate::clock::SharedClock;
@@ -56,11 +59,36 @@ pub const SIWX_MAX_AGE_SECS: u64 = 300;
 /// The largest `SIGN-IN-WITH-X` header read; a longer one is no proof.
 const MAX_PROOF_BYTES: usize = 8 * 1024;
 
-/// Bytes of a nonce: issue time (4), randomness (12), HMAC tag (16).
+/// Bytes of a nonce: issue time (4), sequence number (12), tag (16).
 const NONCE_BYTES: usize = 32;
+
+/// The bytes the tag covers: issue time and sequence number.
+const TAGGED_BYTES: usize = 16;
 
 /// What stands for the per-402 fields in a quote built once.
 const PLACEHOLDER_TIME: &str = "1970-01-01T00:00:00.000Z";
+
+/// The serialized per-402 fields up to the nonce's digits:
+/// `"expirationTime":"…","issuedAt":"…","nonce":"` (see [`dynamic_run`]).
+const TIMES_LEN: usize =
+    "\"expirationTime\":\"\",\"issuedAt\":\"\",\"nonce\":\"".len() + 2 * PLACEHOLDER_TIME.len();
+
+/// The serialized per-402 fields, closing quote included: what a fresh
+/// challenge replaces in a quote.
+const RUN_LEN: usize = TIMES_LEN + NONCE_BYTES * 2 + 1;
+
+/// The decoded bytes of the whole base64 groups covering the run: at most
+/// two more before it and two after.
+const BLOCK_MAX: usize = RUN_LEN + 4;
+
+/// The base64 groups of a block before its nonce's first group, at most.
+const TIMES_GROUPS_MAX: usize = TIMES_LEN.div_ceil(3) * 4;
+
+/// The base64 groups from the nonce's first group to the block's end, at most.
+const NONCE_GROUPS_MAX: usize = (NONCE_BYTES * 2 + 1 + 4) / 3 * 4 + 4;
+
+/// The domain separation of the tag key derived from the layer's key.
+const TAG_KEY_CONTEXT: &[u8] = b"walletgate sign-in-with-x nonce tag v1";
 
 /// Asks a contract wallet whether it signed (ERC-1271 `isValidSignature`),
 /// for proofs whose signature does not recover their address; the gateway's
@@ -118,7 +146,7 @@ impl SignInWithX {
         Ok(Self::with_key(key))
     }
 
-    /// With `key`, the HMAC key of its nonces: replicas share it.
+    /// With `key`, the key of its nonces' tags: replicas share it.
     pub fn with_key(key: [u8; 32]) -> Self {
         Self {
             key,
@@ -146,9 +174,12 @@ impl SignInWithX {
 
 /// The extension as a layer runs it: its origin, its EVM chains, its key.
 pub(crate) struct SignIn {
-    /// HMAC-SHA256 keyed once (its padded key blocks hashed): each tag
-    /// clones it and hashes the nonce's 16 bytes only.
-    mac: Hmac<Sha256>,
+    /// The SipHash-2-4 key of nonce tags, derived from the layer's key.
+    tag_key: [u8; 16],
+    /// Where this process's nonce sequence numbers start (96 random bits,
+    /// read once), and how many it issued.
+    sequence_start: u128,
+    issued: AtomicU64,
     /// `scheme://host[:port]`.
     origin: String,
     /// `host[:port]`.
@@ -159,8 +190,6 @@ pub(crate) struct SignIn {
     spent: Arc<dyn NonceStore>,
     contracts: Option<Arc<dyn ContractSignatures>>,
     clock: SharedClock,
-    /// The per-402 times of the current second, already formatted.
-    times: Mutex<(u64, String)>,
 }
 
 impl fmt::Debug for SignIn {
@@ -175,7 +204,8 @@ impl fmt::Debug for SignIn {
 impl SignIn {
     /// The extension for a layer serving at `public_base_url` whose offers
     /// are on the EIP-155 chains `offered`; `None` without one (Solana
-    /// alone: nothing to sign in with).
+    /// alone: nothing to sign in with), or without randomness for the
+    /// sequence's start (warned).
     pub(crate) fn new(
         config: SignInWithX,
         public_base_url: &str,
@@ -199,8 +229,17 @@ impl SignIn {
                 .map(|id| json!({"chainId": format!("eip155:{id}"), "type": "eip191"}))
                 .collect(),
         );
+        let mut start = [0u8; 16];
+        if let Err(_error) = getrandom::fill(&mut start) {
+            trace_warn!(error = %_error, "no randomness: sign-in-with-x is not declared");
+            return None;
+        }
+        let mut tag_key = [0u8; 16];
+        tag_key.copy_from_slice(&keccak256([TAG_KEY_CONTEXT, &config.key].concat())[..16]);
         Some(Self {
-            mac: Hmac::<Sha256>::new_from_slice(&config.key).ok()?,
+            tag_key,
+            sequence_start: u128::from_be_bytes(start),
+            issued: AtomicU64::new(0),
             origin: format!("{scheme}://{domain}"),
             domain,
             chain_ids,
@@ -210,7 +249,6 @@ impl SignIn {
                 .unwrap_or_else(|| Arc::new(InMemoryNonceStore::new())),
             contracts: config.contracts,
             clock,
-            times: Mutex::default(),
         })
     }
 
@@ -235,31 +273,52 @@ impl SignIn {
     }
 
     /// `"expirationTime":"…","issuedAt":"…","nonce":"` for a challenge
-    /// issued at `now_secs` (whole seconds), formatted once per second.
-    fn times_of(&self, now_secs: u64) -> String {
-        let mut cached = self.times.lock().unwrap_or_else(PoisonError::into_inner);
-        if cached.0 != now_secs || cached.1.is_empty() {
-            let millis = i64::try_from(now_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
-            let issued = Timestamp::from_unix_millis(millis);
-            let expires = Timestamp::from_unix_millis(
-                millis.saturating_add(i64::try_from(SIWX_MAX_AGE_SECS * 1000).unwrap_or(0)),
-            );
-            let run = dynamic_run(expires.as_str(), issued.as_str(), "");
-            *cached = (now_secs, run[..run.len() - 1].to_owned());
-        }
-        let mut run = String::with_capacity(cached.1.len() + NONCE_BYTES * 2 + 1);
-        run.push_str(&cached.1);
-        run
+    /// issued at `now_secs` (whole seconds); `None` past year 9999, whose
+    /// times no longer fit the quote.
+    fn times_of(now_secs: u64) -> Option<[u8; TIMES_LEN]> {
+        let millis = i64::try_from(now_secs.saturating_mul(1000)).ok()?;
+        let issued = Timestamp::from_unix_millis(millis);
+        let expires = Timestamp::from_unix_millis(
+            millis.saturating_add(i64::try_from(SIWX_MAX_AGE_SECS * 1000).ok()?),
+        );
+        let run = dynamic_run(expires.as_str(), issued.as_str(), "");
+        run.as_bytes()[..run.len() - 1].try_into().ok()
     }
 
-    /// A fresh nonce issued at `now_secs`: time, randomness, tag, in hex.
-    fn mint_nonce(&self, now_secs: u64) -> Option<String> {
+    /// A fresh nonce issued at `now_secs`, in hex: the time (4 bytes), a
+    /// sequence number (12) and their SipHash-2-4 tag (16).
+    ///
+    /// A nonce must be unique (a spent one is never issued again) and
+    /// unforgeable (a proof names only nonces this server issued within five
+    /// minutes); it need not be unpredictable, since anyone may ask for a
+    /// fresh 402 and so get a valid nonce: what a signature binds is the
+    /// wallet, the domain and the nonce together. So the sequence number is a
+    /// random 96-bit start read once per process plus a counter (unique for
+    /// 2^64 nonces; replicas sharing the key start apart with overwhelming
+    /// probability), and no 402 pays for a read of the system's randomness.
+    ///
+    /// The tag is SipHash-2-4 with its 128-bit output, keyed with 128 bits
+    /// derived from the layer's key: SipHash is a pseudorandom function
+    /// designed as a MAC of short inputs (Aumasson and Bernstein, 2012), about
+    /// 300 instructions for these 16 bytes where HMAC-SHA256 and a keyed
+    /// Keccak each took about 7,000. A forger without the key guesses a tag
+    /// (one online try per proof) with probability 2^-64 at worst (the bound
+    /// its 64-bit output is designed for), and the tag is checked in
+    /// constant time.
+    fn mint_nonce(&self, now_secs: u64) -> Option<[u8; NONCE_BYTES * 2]> {
         let mut bytes = [0u8; NONCE_BYTES];
         bytes[..4].copy_from_slice(&u32::try_from(now_secs).ok()?.to_be_bytes());
-        getrandom::fill(&mut bytes[4..16]).ok()?;
-        let tag = self.tag(&bytes[..16]);
-        bytes[16..].copy_from_slice(&tag[..16]);
-        Some(hex::encode(bytes))
+        let n = self.issued.fetch_add(1, Ordering::Relaxed);
+        let sequence = self
+            .sequence_start
+            .wrapping_add(u128::from(n))
+            .to_be_bytes();
+        bytes[4..TAGGED_BYTES].copy_from_slice(&sequence[4..]);
+        let tag = self.tag(&bytes[..TAGGED_BYTES]);
+        bytes[TAGGED_BYTES..].copy_from_slice(&tag);
+        let mut digits = [0u8; NONCE_BYTES * 2];
+        hex::encode_to_slice(bytes, &mut digits).ok()?;
+        Some(digits)
     }
 
     /// When `nonce` was issued, if this server issued it (its tag holds).
@@ -268,48 +327,58 @@ impl SignIn {
             return None;
         }
         let bytes: [u8; NONCE_BYTES] = hex::decode_to_array(nonce).ok()?;
-        let mut mac = self.mac.clone();
-        mac.update(&bytes[..16]);
-        mac.verify_truncated_left(&bytes[16..]).ok()?;
+        let tag = self.tag(&bytes[..TAGGED_BYTES]);
+        if !bool::from(tag.ct_eq(&bytes[TAGGED_BYTES..])) {
+            return None;
+        }
         Some(u64::from(u32::from_be_bytes(bytes[..4].try_into().ok()?)))
     }
 
-    fn tag(&self, message: &[u8]) -> [u8; 32] {
-        let mut mac = self.mac.clone();
-        mac.update(message);
-        mac.finalize().into_bytes().into()
+    fn tag(&self, message: &[u8]) -> [u8; 16] {
+        let mut mac = SipHasher24::new_with_key(&self.tag_key);
+        mac.write(message);
+        mac.finish128().as_bytes()
     }
 
     /// `template`'s quote with a fresh challenge in place of the placeholders.
+    ///
+    /// Per 402: the nonce, one copy of the body and of `PAYMENT-REQUIRED`,
+    /// and the base64 of the groups holding the nonce; the times and their
+    /// groups change once a second.
     pub(crate) fn fill(&self, template: &QuoteTemplate, quote: Response<Bytes>) -> Response<Bytes> {
         let now_secs = self.clock.now_unix_secs();
-        let Some(nonce) = self.mint_nonce(now_secs) else {
-            // No randomness: the placeholder nonce never verifies.
+        // Past 2106 or year 9999: the placeholder nonce never verifies.
+        let (Some(second), Some(nonce)) = (template.second(now_secs), self.mint_nonce(now_secs))
+        else {
             return quote;
         };
-        let mut run = self.times_of(now_secs);
-        run.push_str(&nonce);
-        run.push('"');
-        if run.len() != template.run_len {
-            return quote;
-        }
         let (mut parts, body) = quote.into_parts();
-        let mut body = body.to_vec();
-        body[template.body_at..template.body_at + run.len()].copy_from_slice(run.as_bytes());
-        let mut block = template.header_block.clone();
-        block[template.block_at..template.block_at + run.len()].copy_from_slice(run.as_bytes());
-        let (before, after) = (
+        let run_end = template.body_at + RUN_LEN;
+        let body = concat(&[
+            &body[..template.body_at],
+            &second.times,
+            &nonce,
+            &body[run_end - 1..],
+        ]);
+        let mut groups = [0u8; BLOCK_MAX];
+        let groups = &mut groups[..template.header_block.len() - template.nonce_groups_at];
+        groups.copy_from_slice(&template.header_block[template.nonce_groups_at..]);
+        let at = template.block_at + TIMES_LEN - template.nonce_groups_at;
+        groups[at..at + nonce.len()].copy_from_slice(&nonce);
+        let mut encoded = [0u8; NONCE_GROUPS_MAX];
+        let Ok(written) = STANDARD.encode_slice(groups, &mut encoded) else {
+            return Response::from_parts(parts, body);
+        };
+        let header = concat(&[
             &template.header[..template.header_chars.start],
+            &second.times_groups[..second.times_groups_len],
+            &encoded[..written],
             &template.header[template.header_chars.end..],
-        );
-        let mut value = String::with_capacity(template.header.len());
-        value.push_str(before);
-        STANDARD.encode_string(&block, &mut value);
-        value.push_str(after);
-        if let Ok(value) = HeaderValue::try_from(value) {
+        ]);
+        if let Ok(value) = HeaderValue::from_maybe_shared(header) {
             parts.headers.insert(header::PAYMENT_REQUIRED, value);
         }
-        Response::from_parts(parts, Bytes::from(body))
+        Response::from_parts(parts, body)
     }
 
     /// The wallet a `SIGN-IN-WITH-X` proof signs in, lower-case, after
@@ -498,15 +567,30 @@ fn placeholder_nonce() -> String {
 /// Where a quote's challenge lies in its body and in its base64
 /// `PAYMENT-REQUIRED`, found once per quote: a fresh one is spliced in
 /// without serializing anything.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct QuoteTemplate {
-    run_len: usize,
     body_at: usize,
-    header: String,
+    /// `PAYMENT-REQUIRED` as built.
+    header: Bytes,
     /// The header's decoded bytes around the run, whole base64 groups.
     header_block: Vec<u8>,
     block_at: usize,
+    /// Where in the block the group holding the nonce's first digit starts:
+    /// the groups before it change once a second, the rest with each nonce.
+    nonce_groups_at: usize,
     header_chars: Range<usize>,
+    /// The times of the current second, as text and as the block's groups
+    /// before `nonce_groups_at` in base64.
+    second: Mutex<Second>,
+}
+
+/// A second's share of every challenge issued in it.
+#[derive(Clone, Copy, Debug)]
+struct Second {
+    unix_secs: u64,
+    times: [u8; TIMES_LEN],
+    times_groups: [u8; TIMES_GROUPS_MAX],
+    times_groups_len: usize,
 }
 
 impl QuoteTemplate {
@@ -514,12 +598,11 @@ impl QuoteTemplate {
     /// placeholder challenge once.
     pub(crate) fn find(body: &[u8], headers: &HeaderMap) -> Option<Self> {
         let run = dynamic_run(PLACEHOLDER_TIME, PLACEHOLDER_TIME, &placeholder_nonce());
+        if run.len() != RUN_LEN {
+            return None;
+        }
         let body_at = find(body, run.as_bytes())?;
-        let header = headers
-            .get(header::PAYMENT_REQUIRED)?
-            .to_str()
-            .ok()?
-            .to_owned();
+        let header = Bytes::copy_from_slice(headers.get(header::PAYMENT_REQUIRED)?.as_bytes());
         let json = STANDARD.decode(&header).ok()?;
         let at = find(&json, run.as_bytes())?;
         let start = at / 3 * 3;
@@ -528,15 +611,52 @@ impl QuoteTemplate {
         if end > json.len() || (end == json.len() && json.len() % 3 != 0) {
             return None;
         }
+        let block_at = at - start;
         Some(Self {
-            run_len: run.len(),
             body_at,
             header_block: json[start..end].to_vec(),
-            block_at: at - start,
+            block_at,
+            nonce_groups_at: (block_at + TIMES_LEN) / 3 * 3,
             header_chars: start / 3 * 4..end / 3 * 4,
             header,
+            second: Mutex::new(Second {
+                unix_secs: u64::MAX,
+                times: [0; TIMES_LEN],
+                times_groups: [0; TIMES_GROUPS_MAX],
+                times_groups_len: 0,
+            }),
         })
     }
+
+    /// The share of second `now_secs` (whole seconds) in its challenges.
+    fn second(&self, now_secs: u64) -> Option<Second> {
+        let mut second = self.second.lock().unwrap_or_else(PoisonError::into_inner);
+        if second.unix_secs != now_secs {
+            let times = SignIn::times_of(now_secs)?;
+            let mut groups = [0u8; BLOCK_MAX];
+            let groups = &mut groups[..self.nonce_groups_at];
+            groups.copy_from_slice(&self.header_block[..self.nonce_groups_at]);
+            groups[self.block_at..].copy_from_slice(&times[..self.nonce_groups_at - self.block_at]);
+            let mut times_groups = [0u8; TIMES_GROUPS_MAX];
+            let times_groups_len = STANDARD.encode_slice(groups, &mut times_groups).ok()?;
+            *second = Second {
+                unix_secs: now_secs,
+                times,
+                times_groups,
+                times_groups_len,
+            };
+        }
+        Some(*second)
+    }
+}
+
+/// `parts` one after another, in one buffer.
+fn concat(parts: &[&[u8]]) -> Bytes {
+    let mut out = BytesMut::with_capacity(parts.iter().map(|part| part.len()).sum());
+    for part in parts {
+        out.put_slice(part);
+    }
+    out.freeze()
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -587,17 +707,29 @@ mod tests {
         .unwrap()
     }
 
+    /// A nonce `sign_in` issues at `now`, as text.
+    fn minted(sign_in: &SignIn, now: u64) -> String {
+        String::from_utf8(sign_in.mint_nonce(now).unwrap().to_vec()).unwrap()
+    }
+
     #[test]
     fn nonces_are_hex_tagged_and_checked_with_the_key_that_issued_them() {
         let clock = FakeClock::at_unix_secs(NOW);
         let one = sign_in(&clock, [1; 32]);
         let other = sign_in(&clock, [2; 32]);
-        let nonce = one.mint_nonce(NOW).unwrap();
+        let nonce = minted(&one, NOW);
         assert_eq!(nonce.len(), 64);
         assert!(nonce.bytes().all(|b| b.is_ascii_hexdigit()));
-        assert_ne!(nonce, one.mint_nonce(NOW).unwrap());
+        assert_ne!(nonce, minted(&one, NOW));
         assert_eq!(one.nonce_issued_at(&nonce), Some(NOW));
         assert_eq!(other.nonce_issued_at(&nonce), None);
+        // A replica sharing the key checks it, and issues nonces of its own
+        // (its sequence starts elsewhere).
+        let replica = sign_in(&clock, [1; 32]);
+        assert_eq!(replica.nonce_issued_at(&nonce), Some(NOW));
+        let theirs = minted(&replica, NOW);
+        assert_ne!(theirs[8..32], nonce[8..32]);
+        assert_eq!(one.nonce_issued_at(&theirs), Some(NOW));
         // Any change breaks the tag: the time, the length, the case.
         let mut later = nonce.clone().into_bytes();
         later[7] = if later[7] == b'0' { b'1' } else { b'0' };
@@ -628,51 +760,69 @@ mod tests {
     fn each_fill_splices_a_fresh_challenge_into_body_and_header_alike() {
         let clock = FakeClock::at_unix_secs(NOW);
         let sign_in = sign_in(&clock, [1; 32]);
-        let url = "https://pay.example/gw/v1/chat/completions";
-        let mut extensions = Map::new();
-        extensions.insert(SIGN_IN_WITH_X.into(), sign_in.declaration(url));
-        let required = PaymentRequired {
-            x402_version: 2,
-            error: Some("Payment required".into()),
-            resource: ResourceInfo {
-                url: url.into(),
-                ..ResourceInfo::default()
-            },
-            accepts: Vec::new(),
-            extensions: Some(extensions),
-        };
-        // The quote's two renderings: its body (a JSON document holding the
-        // extensions) and its base64 header.
-        let mut quote = Response::new(Bytes::from(
-            serde_json::to_vec(&json!({"x402Version": 2, "extensions": required.extensions}))
-                .unwrap(),
-        ));
-        let encoded = crate::x402::wire::codec::encode(&required);
-        quote.headers_mut().insert(
-            header::PAYMENT_REQUIRED,
-            HeaderValue::from_str(&encoded).unwrap(),
-        );
-        let template = QuoteTemplate::find(quote.body(), quote.headers()).unwrap();
-        let mut nonces = Vec::new();
-        for _ in 0..2 {
-            let filled = sign_in.fill(&template, quote.clone());
-            let header: PaymentRequired = crate::x402::wire::codec::decode(
-                filled.headers()[header::PAYMENT_REQUIRED].as_bytes(),
-            )
-            .unwrap();
-            let body: Value = serde_json::from_slice(filled.body()).unwrap();
-            let info = &header.extensions.as_ref().unwrap()[SIGN_IN_WITH_X]["info"];
-            assert_eq!(&body["extensions"][SIGN_IN_WITH_X]["info"], info);
-            assert_eq!(info["issuedAt"], "2025-06-15T15:06:40.000Z");
-            assert_eq!(info["expirationTime"], "2025-06-15T15:11:40.000Z");
-            assert_eq!(info["uri"], url);
-            let nonce = info["nonce"].as_str().unwrap().to_owned();
-            assert_eq!(sign_in.nonce_issued_at(&nonce), Some(NOW));
-            nonces.push(nonce);
-            // Everything else is the quote as built.
-            assert_eq!(header.accepts, required.accepts);
+        // Three URL lengths: the challenge at each offset within a base64 group.
+        for url in [
+            "https://pay.example/gw/v1/chat/completions",
+            "https://pay.example/gw/v1/chat/completions?a",
+            "https://pay.example/gw/v1/chat/completions?ab",
+        ] {
+            clock.set_unix_secs(NOW);
+            let mut extensions = Map::new();
+            extensions.insert(SIGN_IN_WITH_X.into(), sign_in.declaration(url));
+            let required = PaymentRequired {
+                x402_version: 2,
+                error: Some("Payment required".into()),
+                resource: ResourceInfo {
+                    url: url.into(),
+                    ..ResourceInfo::default()
+                },
+                accepts: Vec::new(),
+                extensions: Some(extensions),
+            };
+            // The quote's two renderings: its body (a JSON document holding the
+            // extensions) and its base64 header.
+            let mut quote = Response::new(Bytes::from(
+                serde_json::to_vec(&json!({"x402Version": 2, "extensions": required.extensions}))
+                    .unwrap(),
+            ));
+            let encoded = crate::x402::wire::codec::encode(&required);
+            quote.headers_mut().insert(
+                header::PAYMENT_REQUIRED,
+                HeaderValue::from_str(&encoded).unwrap(),
+            );
+            let template = QuoteTemplate::find(quote.body(), quote.headers()).unwrap();
+            let mut nonces = Vec::new();
+            // Two challenges in one second, then one in the next.
+            for (issued, expires) in [
+                ("2025-06-15T15:06:40.000Z", "2025-06-15T15:11:40.000Z"),
+                ("2025-06-15T15:06:40.000Z", "2025-06-15T15:11:40.000Z"),
+                ("2025-06-15T15:06:41.000Z", "2025-06-15T15:11:41.000Z"),
+            ] {
+                if nonces.len() == 2 {
+                    clock.advance(std::time::Duration::from_secs(1));
+                }
+                let filled = sign_in.fill(&template, quote.clone());
+                let header: PaymentRequired = crate::x402::wire::codec::decode(
+                    filled.headers()[header::PAYMENT_REQUIRED].as_bytes(),
+                )
+                .unwrap();
+                let body: Value = serde_json::from_slice(filled.body()).unwrap();
+                let info = &header.extensions.as_ref().unwrap()[SIGN_IN_WITH_X]["info"];
+                assert_eq!(&body["extensions"][SIGN_IN_WITH_X]["info"], info);
+                assert_eq!(info["issuedAt"], issued);
+                assert_eq!(info["expirationTime"], expires);
+                assert_eq!(info["uri"], url);
+                let nonce = info["nonce"].as_str().unwrap().to_owned();
+                let at = NOW + u64::from(nonces.len() == 2);
+                assert_eq!(sign_in.nonce_issued_at(&nonce), Some(at));
+                nonces.push(nonce);
+                // Everything else is the quote as built.
+                assert_eq!(header.accepts, required.accepts);
+                assert_eq!(header.resource, required.resource);
+            }
+            assert_ne!(nonces[0], nonces[1]);
+            assert_ne!(nonces[1], nonces[2]);
         }
-        assert_ne!(nonces[0], nonces[1]);
     }
 
     /// Accepts one signature for one wallet, as a contract wallet's own check would.
@@ -702,7 +852,7 @@ mod tests {
             .unwrap();
         let signature = vec![0x42; 97];
         let proof = |sign_in: &SignIn| {
-            let nonce = sign_in.mint_nonce(NOW).unwrap();
+            let nonce = minted(sign_in, NOW);
             let fields = json!({
                 "domain": "pay.example", "address": wallet.to_checksum(None),
                 "uri": "https://pay.example/gw/v1/chat/completions", "version": "1",
