@@ -11,6 +11,9 @@
 #   quote-off   the 402 of a paid chat request, GATEWAY_SIWX=off GATEWAY_PAYMENT_ID=off
 #   quote-on    the same 402 with sign-in-with-x and payment-identifier declared
 #               (GATEWAY_SIWX=on GATEWAY_PAYMENT_ID=optional)
+#   paid        the paid chat, a fresh payment per request (pre-signed by
+#               examples/gateway_presign from the server's own quote), verified
+#               and settled on the development ledger, both extensions off
 # Each case pins the rest as scripts/bench-vs-x402-axum.sh does (memory stores,
 # development ledger, GATEWAY_BAZAAR=off, GATEWAY_PUBLIC_URL set) and runs the
 # gateway under callgrind: 200 warm-up requests, the counters zeroed
@@ -31,9 +34,10 @@ command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install -
 gateway_bin=${GATEWAY_BIN:-}
 if [ -z "$gateway_bin" ]; then
   . scripts/load/gateway_features.sh
-  nice -n 15 cargo build --quiet --release --features "$gateway_features" --example gateway
+  nice -n 15 cargo build --quiet --release --features "$gateway_features" --example gateway --example gateway_presign
   gateway_bin=${CARGO_TARGET_DIR:-target}/release/examples/gateway
 fi
+presign_bin=$(dirname "$gateway_bin")/gateway_presign
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -42,19 +46,24 @@ free_port() {
 }
 
 # Sends `count` requests of `case` to the gateway at port, on one keep-alive
-# connection, each answer read whole and its status checked.
-send() { # case port count
+# connection, each answer read whole and its status checked; a paid request
+# takes the next payment of the file `payments`.
+send() { # case port count [payments]
   python3 - "$@" <<'PY'
 import http.client, sys
 case, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+payments = open(sys.argv[4]).read().split() if len(sys.argv) > 4 else []
 body = b'{"model":"openai/gpt-5-mini","max_tokens":64,"messages":[{"role":"user","content":"load test"}]}'
 connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-want = 200 if case == "models" else 402
+want = 402 if case.startswith("quote") else 200
 for _ in range(count):
     if case == "models":
         connection.request("GET", "/v1/models")
     else:
-        connection.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if case == "paid":
+            headers["Payment-Signature"] = payments.pop()
+        connection.request("POST", "/v1/chat/completions", body, headers)
     response = connection.getresponse()
     response.read()
     if response.status != want:
@@ -93,9 +102,21 @@ run() { # case -> the path of the dump of its N requests
     sleep 0.1
   done
   [ "$case" = models ] || echo "  ($case declares: $(declared "$port"))" >&2
-  send "$case" "$port" "$warm"
+  local payments=()
+  if [ "$case" = paid ]; then
+    local quote
+    quote=$(curl -s -D - -o /dev/null -H 'content-type: application/json' \
+      -d '{"model":"openai/gpt-5-mini","max_tokens":64,"messages":[{"role":"user","content":"x"}]}' \
+      "http://127.0.0.1:$port/v1/chat/completions" | tr -d '\r' | awk -F': ' 'tolower($1)=="payment-required"{print $2}')
+    "$presign_bin" "$quote" "$((warm + count))" "$work/payments" 2>/dev/null
+    head -n "$warm" "$work/payments" >"$work/warm-payments"
+    tail -n "$count" "$work/payments" >"$work/counted-payments"
+    payments=("$work/warm-payments")
+  fi
+  send "$case" "$port" "$warm" "${payments[@]}"
   callgrind_control -z "$pid" >/dev/null 2>&1
-  send "$case" "$port" "$count"
+  [ "$case" != paid ] || payments=("$work/counted-payments")
+  send "$case" "$port" "$count" "${payments[@]}"
   callgrind_control -d "$pid" >/dev/null 2>&1
   kill -TERM "$pid"
   wait "$pid" || true
