@@ -23,6 +23,8 @@
 
 #[cfg(feature = "x402")]
 mod answers;
+#[cfg(feature = "siwx")]
+mod entitlements;
 #[cfg(feature = "x402")]
 mod ledger;
 #[cfg(feature = "x402")]
@@ -34,6 +36,8 @@ mod spent;
 
 #[cfg(feature = "x402")]
 pub use answers::RedisAnswerStore;
+#[cfg(feature = "siwx")]
+pub use entitlements::RedisEntitlementStore;
 #[cfg(feature = "x402")]
 pub use ledger::RedisLedger;
 #[cfg(feature = "x402")]

@@ -29,12 +29,14 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
-use http::{HeaderMap, HeaderValue, Request, Response};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use sha2::Sha256;
 
 use super::answers::KeptAnswer;
+use super::entitlements::EntitlementStore;
+use super::receipt::PaymentReceipt;
 use crate::clock::SharedClock;
 use crate::envelope::header;
 use crate::siwe::{
@@ -42,6 +44,7 @@ use crate::siwe::{
     SiweMessageFields, Timestamp,
 };
 use crate::store::BoxFuture;
+use crate::x402::wire::types::PaymentRequired;
 
 /// The extension's key in `PaymentRequired.extensions`.
 pub const SIGN_IN_WITH_X: &str = "sign-in-with-x";
@@ -467,21 +470,74 @@ pub(crate) fn has_proof<B>(request: &Request<B>) -> bool {
         && !request.headers().contains_key(header::PAYMENT_SIGNATURE)
 }
 
-/// The kept answer a proof in `request` entitles it to, if any.
-pub(crate) async fn entitled_answer<B>(
+/// What a valid proof for an operation its wallet paid for gets.
+#[derive(Debug)]
+pub(crate) enum Entitled {
+    /// The answer kept at settlement.
+    Kept(KeptAnswer),
+    /// The handler again, uncharged, with the settled receipt (a route that
+    /// opted in, with no answer kept or a job's `202` kept).
+    Rerun(PaymentReceipt),
+}
+
+/// What `proof` (a `SIGN-IN-WITH-X` header) entitles its request to for
+/// `operation`, if anything: `rerun` says whether its route opted into
+/// running the handler again.
+pub(crate) async fn entitled_answer(
     sign_in: &SignIn,
+    entitlements: &dyn EntitlementStore,
     answers: &dyn super::AnswerStore,
-    request: &Request<B>,
+    proof: &HeaderValue,
     operation: &[u8; 32],
-) -> Option<KeptAnswer> {
-    let proof = request.headers().get(SIGN_IN_WITH_X_HEADER)?;
+    rerun: bool,
+) -> Option<Entitled> {
     let payer = sign_in.verify(proof.as_bytes()).await?;
-    match answers.kept(&kept_key(&payer, operation)).await {
+    let receipt = match entitlements.entitlement(&payer, operation).await {
+        Ok(receipt) => receipt?,
+        Err(_error) => {
+            trace_warn!(error = %_error, "the entitlement store could not be read");
+            return None;
+        }
+    };
+    let kept = match answers.kept(&kept_key(&payer, operation)).await {
         Ok(answer) => answer.filter(|answer| answer.binding() == KEPT_BINDING),
         Err(_error) => {
             trace_warn!(error = %_error, "the answer store could not be read");
             None
         }
+    };
+    match kept {
+        // A job's 202 is its reference, not its result: a re-run route tells its state.
+        Some(answer) if !(rerun && answer.status() == StatusCode::ACCEPTED.as_u16()) => {
+            Some(Entitled::Kept(answer))
+        }
+        _ if rerun => Some(Entitled::Rerun(receipt)),
+        _ => None,
+    }
+}
+
+impl SignIn {
+    /// `required` (a rejection's quote, encoded afresh anyway) with a fresh
+    /// challenge in its declaration in place of the placeholders.
+    pub(crate) fn refresh_challenge(&self, required: &mut PaymentRequired) {
+        let Some(info) = (required.extensions.as_mut())
+            .and_then(|extensions| extensions.get_mut(SIGN_IN_WITH_X))
+            .and_then(|declaration| declaration.get_mut("info"))
+            .and_then(Value::as_object_mut)
+        else {
+            return;
+        };
+        let now_secs = self.clock.now_unix_secs();
+        let Some(nonce) = self.mint_nonce(now_secs) else {
+            // No randomness: the placeholder nonce never verifies.
+            return;
+        };
+        let millis = i64::try_from(now_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let expires = millis.saturating_add(i64::try_from(SIWX_MAX_AGE_SECS * 1000).unwrap_or(0));
+        let time = |millis| Value::from(Timestamp::from_unix_millis(millis).as_str());
+        info.insert("issuedAt".into(), time(millis));
+        info.insert("expirationTime".into(), time(expires));
+        info.insert("nonce".into(), Value::from(nonce));
     }
 }
 
