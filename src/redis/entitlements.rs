@@ -48,15 +48,7 @@ impl EntitlementStore for RedisEntitlementStore {
         let value = receipt_json(receipt).to_string();
         Box::pin(async move {
             self.conn
-                .call("x402 entitlement record", |mut c| async move {
-                    redis::cmd("SET")
-                        .arg(redis_key)
-                        .arg(value)
-                        .arg("EX")
-                        .arg(ttl)
-                        .query_async::<()>(&mut c)
-                        .await
-                })
+                .set_expiring("x402 entitlement record", redis_key, value, ttl)
                 .await
         })
     }

@@ -243,6 +243,30 @@ impl RedisConnection {
         self.call_within(what, self.timeout, call).await
     }
 
+    /// `SET key value EX ttl_secs` as one [`call`](Self::call) named `what`.
+    #[cfg(feature = "x402")]
+    pub(crate) async fn set_expiring<V>(
+        &self,
+        what: &'static str,
+        key: String,
+        value: V,
+        ttl_secs: u64,
+    ) -> Result<(), StoreError>
+    where
+        V: redis::ToRedisArgs + Send,
+    {
+        self.call(what, |mut c| async move {
+            redis::cmd("SET")
+                .arg(key)
+                .arg(value)
+                .arg("EX")
+                .arg(ttl_secs)
+                .query_async::<()>(&mut c)
+                .await
+        })
+        .await
+    }
+
     /// [`call`](Self::call) bounded by `timeout` instead of the configured
     /// one: for background work no request waits on (a compensation that
     /// must outlast a stall of Redis).

@@ -374,10 +374,14 @@ impl X402LayerBuilder {
 
     /// Declares the `sign-in-with-x` extension: a wallet that paid for an
     /// operation signs in to get the kept answer again, uncharged (see
-    /// [`SignInWithX`](super::SignInWithX)). Every settled answer (within
-    /// the answer limits) is then kept under its payer and operation for the
-    /// answer retention. Declared only with a public base URL (never from
-    /// the `Host` header) and only for EVM offers.
+    /// [`SignInWithX`](super::SignInWithX)). Every settlement then records
+    /// its payer's entitlement to the operation (see
+    /// [`with_entitlement_store`](Self::with_entitlement_store)) and every
+    /// settled answer within the answer limits (a stream: whole, once it
+    /// settled) is kept under its payer and operation, both for the answer
+    /// retention. Every 402, a refused payment's too, carries a fresh
+    /// challenge. Declared only with a public base URL (never from the
+    /// `Host` header) and only for EVM offers.
     #[cfg(feature = "siwx")]
     pub fn with_sign_in_with_x(mut self, sign_in: super::siwx::SignInWithX) -> Self {
         self.sign_in_with_x = Some(sign_in);

@@ -757,7 +757,13 @@ where
                             // Under its id and for its payer's sign-in: the whole
                             // stream and its receipt, or nothing.
                             let event = receipt_event(&codec::encode(&settlement));
-                            let Some(stream) = recorded else {
+                            #[cfg(feature = "siwx")]
+                            let for_sign_in = job_operation.is_some();
+                            #[cfg(not(feature = "siwx"))]
+                            let for_sign_in = false;
+                            let Some(stream) =
+                                recorded.filter(|_| for_sign_in || id_guard.is_some())
+                            else {
                                 return event;
                             };
                             let answer = KeptAnswer::new(status.as_u16(), binding, stream)

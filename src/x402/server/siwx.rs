@@ -643,6 +643,22 @@ mod tests {
         .unwrap()
     }
 
+    /// A quote for `url` declaring `sign_in`'s challenge, placeholders and all.
+    fn declaring(sign_in: &SignIn, url: &str) -> PaymentRequired {
+        let mut extensions = Map::new();
+        extensions.insert(SIGN_IN_WITH_X.into(), sign_in.declaration(url));
+        PaymentRequired {
+            x402_version: 2,
+            error: Some("Payment required".into()),
+            resource: ResourceInfo {
+                url: url.into(),
+                ..ResourceInfo::default()
+            },
+            accepts: Vec::new(),
+            extensions: Some(extensions),
+        }
+    }
+
     #[test]
     fn nonces_are_hex_tagged_and_checked_with_the_key_that_issued_them() {
         let clock = FakeClock::at_unix_secs(NOW);
@@ -685,18 +701,7 @@ mod tests {
         let clock = FakeClock::at_unix_secs(NOW);
         let sign_in = sign_in(&clock, [1; 32]);
         let url = "https://pay.example/gw/v1/chat/completions";
-        let mut extensions = Map::new();
-        extensions.insert(SIGN_IN_WITH_X.into(), sign_in.declaration(url));
-        let required = PaymentRequired {
-            x402_version: 2,
-            error: Some("Payment required".into()),
-            resource: ResourceInfo {
-                url: url.into(),
-                ..ResourceInfo::default()
-            },
-            accepts: Vec::new(),
-            extensions: Some(extensions),
-        };
+        let required = declaring(&sign_in, url);
         // The quote's two renderings: its body (a JSON document holding the
         // extensions) and its base64 header.
         let mut quote = Response::new(Bytes::from(
@@ -729,6 +734,33 @@ mod tests {
             assert_eq!(header.accepts, required.accepts);
         }
         assert_ne!(nonces[0], nonces[1]);
+    }
+
+    #[test]
+    fn a_rejections_quote_gets_a_fresh_challenge_that_verifies() {
+        let clock = FakeClock::at_unix_secs(NOW);
+        let sign_in = sign_in(&clock, [1; 32]);
+        let url = "https://pay.example/gw/v1/chat/completions";
+        let mut required = declaring(&sign_in, url);
+        let mut nonces = Vec::new();
+        for _ in 0..2 {
+            sign_in.refresh_challenge(&mut required);
+            let info = &required.extensions.as_ref().unwrap()[SIGN_IN_WITH_X]["info"];
+            assert_eq!(info["issuedAt"], "2025-06-15T15:06:40.000Z");
+            assert_eq!(info["expirationTime"], "2025-06-15T15:11:40.000Z");
+            assert_eq!(info["uri"], url);
+            let nonce = info["nonce"].as_str().unwrap().to_owned();
+            assert_eq!(sign_in.nonce_issued_at(&nonce), Some(NOW));
+            nonces.push(nonce);
+        }
+        assert_ne!(nonces[0], nonces[1]);
+        // A quote without the declaration is left as it is.
+        let mut bare = PaymentRequired {
+            extensions: None,
+            ..required
+        };
+        sign_in.refresh_challenge(&mut bare);
+        assert!(bare.extensions.is_none());
     }
 
     /// Accepts one signature for one wallet, as a contract wallet's own check would.
