@@ -581,8 +581,8 @@ async fn poll(server: &Server, path: &str, payment: Option<&str>) -> Reply {
         .await
 }
 
-#[tokio::test]
-async fn an_image_job_is_paid_once_polled_with_its_signature_and_recovered_uncharged() {
+/// A gateway on a fake clock whose image jobs take two seconds.
+async fn image_server() -> (Arc<FakeClock>, Server) {
     let clock = Arc::new(FakeClock::at_unix_secs(now_secs()));
     let server = Server::start(Config {
         clock: clock.clone(),
@@ -590,6 +590,12 @@ async fn an_image_job_is_paid_once_polled_with_its_signature_and_recovered_uncha
         ..Config::default()
     })
     .await;
+    (clock, server)
+}
+
+#[tokio::test]
+async fn an_image_job_is_paid_once_polled_with_its_signature_and_recovered_uncharged() {
+    let (clock, server) = image_server().await;
     let payer = server.payer.address();
     let request =
         json!({"model": "openai/dall-e-3", "prompt": "a red fox", "size": "512x512", "n": 2})
@@ -692,13 +698,7 @@ async fn an_image_job_is_paid_once_polled_with_its_signature_and_recovered_uncha
 
 #[tokio::test]
 async fn a_wallet_that_paid_for_an_image_job_signs_in_for_its_state_then_its_result() {
-    let clock = Arc::new(FakeClock::at_unix_secs(now_secs()));
-    let server = Server::start(Config {
-        clock: clock.clone(),
-        image_job: Duration::from_secs(2),
-        ..Config::default()
-    })
-    .await;
+    let (clock, server) = image_server().await;
     let request = json!({"model": "openai/dall-e-3", "prompt": "a blue heron"}).to_string();
     let url = "/v1/images/generations";
     let quote = server.post_once(url, request.clone(), None).await;

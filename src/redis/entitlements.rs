@@ -1,6 +1,6 @@
 //! `sign-in-with-x` entitlements on Redis: [`RedisEntitlementStore`].
 //!
-//! One key per payer and operation, `{prefix}:x402-entitlement:siwx:{payer}:{operation}`,
+//! One key per payer and operation, `{prefix}:x402-entitlement:{payer}:{operation}`,
 //! holding the settled receipt as JSON, expiring with the answer retention
 //! (relative to the store's clock, so replicas' clocks never need to agree
 //! with Redis's). Redis's own `maxmemory` policy bounds the total.

@@ -33,10 +33,9 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use alloy_primitives::keccak256;
+use alloy_primitives::{hex, keccak256};
 
 use super::receipt::PaymentReceipt;
-use super::siwx::kept_key;
 use crate::clock::SharedClock;
 use crate::store::{BoxFuture, StoreError};
 use crate::x402::expiring::ExpiringMap;
@@ -87,10 +86,10 @@ impl<T: EntitlementStore + ?Sized> EntitlementStore for Arc<T> {
     }
 }
 
-/// The id of `payer`'s entitlement to `operation` in a shared store (the
-/// same words as the key of its kept answer).
+/// The id of `payer`'s entitlement to `operation` (its kept answer's key
+/// is the same behind a prefix): `{payer, lower-case}:{operation, hex}`.
 pub(crate) fn entitlement_key(payer: &str, operation: &[u8; 32]) -> String {
-    kept_key(payer, operation)
+    format!("{}:{}", payer.to_ascii_lowercase(), hex::encode(operation))
 }
 
 /// An in-process [`EntitlementStore`], bounded in entries: when full, the

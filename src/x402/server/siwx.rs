@@ -35,7 +35,7 @@ use serde_json::{Map, Value, json};
 use sha2::Sha256;
 
 use super::answers::KeptAnswer;
-use super::entitlements::EntitlementStore;
+use super::entitlements::{EntitlementStore, entitlement_key};
 use super::receipt::PaymentReceipt;
 use crate::clock::SharedClock;
 use crate::envelope::header;
@@ -453,11 +453,7 @@ pub(crate) fn operation(request_line: &str, body: Option<[u8; 32]>) -> [u8; 32] 
 
 /// Where the answer `payer` paid for `operation` is kept.
 pub(crate) fn kept_key(payer: &str, operation: &[u8; 32]) -> String {
-    format!(
-        "siwx:{}:{}",
-        payer.to_ascii_lowercase(),
-        hex::encode(operation)
-    )
+    format!("siwx:{}", entitlement_key(payer, operation))
 }
 
 /// What a kept answer of a sign-in is bound to.
@@ -659,6 +655,16 @@ mod tests {
         }
     }
 
+    /// The nonce of `info`, a challenge for `url` issued now by `sign_in`.
+    fn fresh_nonce(sign_in: &SignIn, info: &Value, url: &str) -> String {
+        assert_eq!(info["issuedAt"], "2025-06-15T15:06:40.000Z");
+        assert_eq!(info["expirationTime"], "2025-06-15T15:11:40.000Z");
+        assert_eq!(info["uri"], url);
+        let nonce = info["nonce"].as_str().unwrap().to_owned();
+        assert_eq!(sign_in.nonce_issued_at(&nonce), Some(NOW));
+        nonce
+    }
+
     #[test]
     fn nonces_are_hex_tagged_and_checked_with_the_key_that_issued_them() {
         let clock = FakeClock::at_unix_secs(NOW);
@@ -724,12 +730,7 @@ mod tests {
             let body: Value = serde_json::from_slice(filled.body()).unwrap();
             let info = &header.extensions.as_ref().unwrap()[SIGN_IN_WITH_X]["info"];
             assert_eq!(&body["extensions"][SIGN_IN_WITH_X]["info"], info);
-            assert_eq!(info["issuedAt"], "2025-06-15T15:06:40.000Z");
-            assert_eq!(info["expirationTime"], "2025-06-15T15:11:40.000Z");
-            assert_eq!(info["uri"], url);
-            let nonce = info["nonce"].as_str().unwrap().to_owned();
-            assert_eq!(sign_in.nonce_issued_at(&nonce), Some(NOW));
-            nonces.push(nonce);
+            nonces.push(fresh_nonce(&sign_in, info, url));
             // Everything else is the quote as built.
             assert_eq!(header.accepts, required.accepts);
         }
@@ -746,12 +747,7 @@ mod tests {
         for _ in 0..2 {
             sign_in.refresh_challenge(&mut required);
             let info = &required.extensions.as_ref().unwrap()[SIGN_IN_WITH_X]["info"];
-            assert_eq!(info["issuedAt"], "2025-06-15T15:06:40.000Z");
-            assert_eq!(info["expirationTime"], "2025-06-15T15:11:40.000Z");
-            assert_eq!(info["uri"], url);
-            let nonce = info["nonce"].as_str().unwrap().to_owned();
-            assert_eq!(sign_in.nonce_issued_at(&nonce), Some(NOW));
-            nonces.push(nonce);
+            nonces.push(fresh_nonce(&sign_in, info, url));
         }
         assert_ne!(nonces[0], nonces[1]);
         // A quote without the declaration is left as it is.
