@@ -20,6 +20,7 @@
 //! | `walletgate_wallet_jwt_authenticated_total` | counter | |
 //! | `walletgate_wallet_jwt_refusals_total` | counter | `reason`: [`JwtError::code`](crate::wallet_jwt::JwtError::code) |
 //! | `walletgate_store_timeouts_total` | counter | `store`: `redis` |
+//! | `walletgate_x402_answer_store_bytes` | gauge | |
 //!
 //! A Prometheus exporter renders a histogram as a summary unless it is
 //! given buckets: give [`DURATION_BUCKETS_SECONDS`] to every name ending
@@ -51,6 +52,9 @@ pub const WALLET_JWT_AUTHENTICATED_TOTAL: &str = "walletgate_wallet_jwt_authenti
 pub const WALLET_JWT_REFUSALS_TOTAL: &str = "walletgate_wallet_jwt_refusals_total";
 /// Store calls that did not answer within their timeout.
 pub const STORE_TIMEOUTS_TOTAL: &str = "walletgate_store_timeouts_total";
+/// Bytes the in-memory x402 answer store holds (answers and markers; of
+/// the store changed last, when a process has several).
+pub const X402_ANSWER_STORE_BYTES: &str = "walletgate_x402_answer_store_bytes";
 
 /// Buckets for the `_duration_seconds` histograms: 5 ms to 30 s, a
 /// facilitator's verify (tens of milliseconds) to an on-chain settlement
@@ -64,7 +68,7 @@ pub const DURATION_BUCKETS_SECONDS: &[f64] = &[
 /// installing the recorder.
 #[cfg(feature = "metrics")]
 pub fn describe() {
-    use ::metrics::{Unit, describe_counter, describe_histogram};
+    use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         X402_PAYMENTS_TOTAL,
         "x402 paid-request decisions by outcome"
@@ -100,6 +104,11 @@ pub fn describe() {
     );
     describe_counter!(WALLET_JWT_REFUSALS_TOTAL, "wallet-JWT refusals by reason");
     describe_counter!(STORE_TIMEOUTS_TOTAL, "store calls past their timeout");
+    describe_gauge!(
+        X402_ANSWER_STORE_BYTES,
+        Unit::Bytes,
+        "bytes the in-memory x402 answer store holds"
+    );
 }
 
 /// One increment of counter `name` with `labels`.
@@ -109,6 +118,15 @@ pub fn describe() {
 pub(crate) fn count<const N: usize>(name: &'static str, labels: [(&'static str, &'static str); N]) {
     #[cfg(feature = "metrics")]
     ::metrics::counter!(name, &labels).increment(1);
+}
+
+/// Gauge `name` set to `value`.
+#[allow(dead_code)]
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn set(name: &'static str, value: usize) {
+    // A gauge is an f64: exact up to 2^53 bytes.
+    #[cfg(feature = "metrics")]
+    ::metrics::gauge!(name).set(value as f64);
 }
 
 /// When a measured call started (nothing without the feature).
@@ -171,5 +189,7 @@ mod tests {
         for name in [X402_VERIFY_DURATION_SECONDS, X402_SETTLE_DURATION_SECONDS] {
             assert!(name.starts_with("walletgate_") && name.ends_with("_duration_seconds"));
         }
+        assert!(X402_ANSWER_STORE_BYTES.starts_with("walletgate_"));
+        assert!(X402_ANSWER_STORE_BYTES.ends_with("_bytes"));
     }
 }

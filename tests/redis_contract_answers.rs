@@ -171,6 +171,89 @@ contract!(
     one_of_many_concurrent_begins_wins,
 );
 
+/// The `sign-in-with-x` entitlement store's contract, on both backends.
+#[cfg(feature = "siwx")]
+mod entitlements {
+    use super::*;
+    use walletgate::redis::RedisEntitlementStore;
+    use walletgate::x402::server::{EntitlementStore, InMemoryEntitlementStore, PaymentReceipt};
+    use walletgate::x402::wire::{AtomicAmount, Network};
+
+    struct Entitlements {
+        store: Arc<dyn EntitlementStore>,
+        clock: SharedClock,
+        pass: Box<dyn Fn(u64) -> Wait>,
+    }
+
+    fn in_memory() -> Entitlements {
+        let clock = FakeClock::at_unix_secs(1_750_000_000);
+        let advanced = clock.clone();
+        Entitlements {
+            store: Arc::new(InMemoryEntitlementStore::new(Arc::new(clock.clone()))),
+            clock: Arc::new(clock),
+            pass: Box::new(move |secs| {
+                advanced.advance(Duration::from_secs(secs));
+                Box::pin(async {})
+            }),
+        }
+    }
+
+    fn on_redis(test: &str) -> Entitlements {
+        let clock: SharedClock = Arc::new(SystemClock);
+        Entitlements {
+            store: Arc::new(RedisEntitlementStore::new(connection(test), clock.clone())),
+            clock,
+            pass: Box::new(|secs| {
+                Box::pin(tokio::time::sleep(Duration::from_millis(secs * 1000 + 200)))
+            }),
+        }
+    }
+
+    fn receipt(payer: &str) -> PaymentReceipt {
+        PaymentReceipt::new(
+            payer.into(),
+            AtomicAmount::new(2000),
+            Network::parse("eip155:84532").unwrap(),
+            "eip155:84532/0xaa/0x01".into(),
+        )
+        .settled("0xfeed".into())
+    }
+
+    async fn an_entitlement_is_its_payers_for_its_operation_until_it_expires(
+        entitlements: Entitlements,
+    ) {
+        let now = entitlements.clock.now_unix_secs();
+        let store = &entitlements.store;
+        let payer = "0xAbCd000000000000000000000000000000000001";
+        store
+            .entitle(&[1; 32], &receipt(payer), now + 1)
+            .await
+            .unwrap();
+        store
+            .entitle(&[2; 32], &receipt(payer), now + 600)
+            .await
+            .unwrap();
+        // The payer in any case; another payer or operation is not entitled.
+        let found = store
+            .entitlement(&payer.to_ascii_lowercase(), &[1; 32])
+            .await
+            .unwrap();
+        assert_eq!(found, Some(receipt(payer)));
+        let other = "0xabcd000000000000000000000000000000000002";
+        assert_eq!(store.entitlement(other, &[1; 32]).await.unwrap(), None);
+        assert_eq!(store.entitlement(payer, &[3; 32]).await.unwrap(), None);
+        (entitlements.pass)(2).await;
+        assert_eq!(store.entitlement(payer, &[1; 32]).await.unwrap(), None);
+        assert!(store.entitlement(payer, &[2; 32]).await.unwrap().is_some());
+    }
+
+    contract!(
+        in_memory_store = super::in_memory(),
+        redis_store = super::on_redis;
+        an_entitlement_is_its_payers_for_its_operation_until_it_expires,
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_past_the_redis_store_bound_is_not_kept() {
     let store =

@@ -22,7 +22,7 @@ use walletgate::client::payer::{Payer, sequential_nonce};
 use walletgate::clock::FakeClock;
 use walletgate::siwe::{SiweMessage, SiweMessageFields};
 use walletgate::x402::facilitator::{DevLedger, LocalEvmFacilitator};
-use walletgate::x402::server::{SignInWithX, X402, X402Layer};
+use walletgate::x402::server::{AnswerLimits, PaymentReceipt, SignInWithX, X402, X402Layer};
 use walletgate::x402::wire::{PaymentRequired, codec};
 use x402_fixtures::{CHAT, chat_layer_builder};
 
@@ -67,8 +67,7 @@ impl Harness {
         let counted = calls.clone();
         let inner = tower::service_fn(move |request: Request<Full<Bytes>>| {
             let n = counted.fetch_add(1, Ordering::SeqCst);
-            let body = format!("answer {n} to {}", request.uri());
-            async move { Ok(Response::new(Full::new(Bytes::from(body)))) }
+            async move { Ok(answer(n, &request)) }
         });
         Self {
             clock,
@@ -101,6 +100,13 @@ impl Harness {
 
     /// Pays for `path` with development account `payer` and returns the answer.
     async fn pay(&self, path: &str, payer: &Payer, nonce: u64) -> Bytes {
+        let (status, body) = self.pay_for_status(path, payer, nonce).await;
+        assert_eq!(status, 200);
+        body
+    }
+
+    /// Pays for `path` and returns the answer's status and body.
+    async fn pay_for_status(&self, path: &str, payer: &Payer, nonce: u64) -> (u16, Bytes) {
         let quote = self.quote(path).await;
         let header = payer
             .header_with_nonce(&quote.accepts[0], NOW, sequential_nonce(nonce))
@@ -108,9 +114,52 @@ impl Harness {
         let (status, response) = self
             .send(post(path, &[("payment-signature", &header)]))
             .await;
-        assert_eq!(status, 200);
-        response.into_body()
+        (status, response.into_body())
     }
+
+    /// Signs `payer` in for `path` over a fresh 402's challenge.
+    async fn sign_in(&self, path: &str, payer: &Payer) -> (u16, Response<Bytes>) {
+        let challenge = challenge(&self.quote(path).await);
+        let header = proof(payer, &challenge, |_| {});
+        self.send(post(path, &[("sign-in-with-x", &header)])).await
+    }
+}
+
+/// The inner service's `n`th answer: a text naming it; an event stream
+/// for `?stream`; for `?job`, a job's `202` on its paid call and its result
+/// when served again (a replayed receipt).
+fn answer(n: usize, request: &Request<Full<Bytes>>) -> Response<Full<Bytes>> {
+    let replay = request
+        .extensions()
+        .get::<PaymentReceipt>()
+        .is_some_and(PaymentReceipt::is_replay);
+    let query = request.uri().query().unwrap_or_default();
+    let mut response = if query.contains("stream") {
+        let mut response = Response::new(Full::new(Bytes::from(format!(
+            "data: {{\"n\":{n}}}\n\ndata: [DONE]\n\n"
+        ))));
+        response
+            .headers_mut()
+            .insert("content-type", "text/event-stream".parse().unwrap());
+        response
+    } else if query.contains("job") && !replay {
+        let mut response = Response::new(Full::new(Bytes::from("job accepted")));
+        *response.status_mut() = http::StatusCode::ACCEPTED;
+        response
+    } else if query.contains("job") {
+        Response::new(Full::new(Bytes::from("job result")))
+    } else {
+        let tag = if replay { " (served again)" } else { "" };
+        Response::new(Full::new(Bytes::from(format!(
+            "answer {n} to {}{tag}",
+            request.uri()
+        ))))
+    };
+    if query.contains("large") {
+        let padded = format!("{}{}", "x".repeat(4096), n);
+        *response.body_mut() = Full::new(Bytes::from(padded));
+    }
+    response
 }
 
 fn post(path: &str, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
@@ -336,4 +385,128 @@ async fn quotes_for_callgrind() {
     for _ in 0..1001 {
         quote_once(&mut service, post(CHAT, &[]));
     }
+}
+
+/// A layer with `sign-in-with-x`, answers kept up to 1 KiB, and `rerun`
+/// routes served again for a signed-in wallet when `rerun` is set.
+fn harness(rerun: bool) -> Harness {
+    Harness::with(|builder| {
+        let builder = builder
+            .with_public_base_url(ORIGIN)
+            .unwrap()
+            .with_sign_in_with_x(SignInWithX::new().unwrap())
+            .with_answer_limits(AnswerLimits {
+                max_answer_bytes: 1024,
+                ..AnswerLimits::default()
+            });
+        if rerun {
+            builder.rerun_signed_in(|_: &http::request::Parts| true)
+        } else {
+            builder
+        }
+    })
+}
+
+#[tokio::test]
+async fn an_answer_too_large_to_keep_is_served_again_uncharged_only_where_the_route_opted_in() {
+    let large = "/v1/chat/completions?large=1";
+    let payer = Payer::dev(0);
+    for rerun in [false, true] {
+        let h = harness(rerun);
+        h.pay(large, &payer, 1).await;
+        let settlements = h.ledger.settlements();
+        let (status, response) = h.sign_in(large, &payer).await;
+        if !rerun {
+            // Entitled, but nothing kept and no re-run: the normal 402.
+            assert_eq!(status, 402);
+            assert_eq!(h.calls.load(Ordering::SeqCst), 1);
+            continue;
+        }
+        assert_eq!(status, 200);
+        assert_eq!(h.calls.load(Ordering::SeqCst), 2);
+        assert!(response.body().ends_with(b"x1"));
+        // Uncharged: no settlement, no receipt header, and never cached.
+        assert_eq!(h.ledger.settlements(), settlements);
+        assert!(!response.headers().contains_key("payment-response"));
+        assert_eq!(response.headers()["cache-control"], "private");
+        // Another wallet is not entitled: the normal 402, no call.
+        let (status, _) = h.sign_in(large, &Payer::dev(1)).await;
+        assert_eq!(status, 402);
+        assert_eq!(h.calls.load(Ordering::SeqCst), 2);
+    }
+}
+
+#[tokio::test]
+async fn a_kept_answer_is_preferred_to_a_rerun() {
+    let h = harness(true);
+    let payer = Payer::dev(0);
+    let paid = h.pay(CHAT, &payer, 1).await;
+    let (status, response) = h.sign_in(CHAT, &payer).await;
+    assert_eq!(status, 200);
+    assert_eq!(response.body(), &paid);
+    assert_eq!(h.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_settled_stream_is_kept_whole_and_replayed_as_a_stream_on_sign_in() {
+    let h = Harness::new();
+    let path = "/v1/chat/completions?stream=1";
+    let payer = Payer::dev(0);
+    let paid = h.pay(path, &payer, 1).await;
+    assert!(paid.starts_with(b"data: {\"n\":0}"));
+    let (status, response) = h.sign_in(path, &payer).await;
+    assert_eq!(status, 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    // The whole stream as sent, its receipt event included.
+    assert_eq!(response.body(), &paid);
+    assert!(String::from_utf8_lossy(response.body()).contains("event: payment-response"));
+    assert_eq!(h.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_paid_jobs_sign_in_gets_its_result_where_the_route_reruns_and_its_reference_elsewhere() {
+    let path = "/v1/chat/completions?job=1";
+    let payer = Payer::dev(0);
+    for rerun in [false, true] {
+        let h = harness(rerun);
+        let (status, body) = h.pay_for_status(path, &payer, 1).await;
+        assert_eq!((status, &body[..]), (202, &b"job accepted"[..]));
+        let settlements = h.ledger.settlements();
+        let (status, response) = h.sign_in(path, &payer).await;
+        if rerun {
+            assert_eq!(status, 200);
+            assert_eq!(response.body(), "job result");
+            assert_eq!(h.calls.load(Ordering::SeqCst), 2);
+        } else {
+            assert_eq!(status, 202);
+            assert_eq!(response.body(), "job accepted");
+            assert_eq!(h.calls.load(Ordering::SeqCst), 1);
+        }
+        assert_eq!(h.ledger.settlements(), settlements);
+    }
+}
+
+#[tokio::test]
+async fn a_rejection_402_carries_a_fresh_challenge_that_signs_in() {
+    let h = Harness::new();
+    let payer = Payer::dev(0);
+    h.pay(CHAT, &payer, 1).await;
+    let mut nonces = Vec::new();
+    for _ in 0..2 {
+        let (status, response) = h
+            .send(post(CHAT, &[("payment-signature", "not a payment")]))
+            .await;
+        assert_eq!(status, 402);
+        let body: Value = serde_json::from_slice(response.body()).unwrap();
+        assert_eq!(body["code"], "PAYMENT_INVALID", "{body}");
+        let required: PaymentRequired =
+            codec::decode(response.headers()["payment-required"].as_bytes()).unwrap();
+        nonces.push(challenge(&required));
+    }
+    assert_ne!(nonces[0]["info"]["nonce"], nonces[1]["info"]["nonce"]);
+    assert_ne!(nonces[0]["info"]["nonce"], "0".repeat(64));
+    assert_eq!(nonces[0]["info"]["issuedAt"], "2025-06-15T15:06:40.000Z");
+    let header = proof(&payer, &nonces[0], |_| {});
+    let (status, _) = h.send(post(CHAT, &[("sign-in-with-x", &header)])).await;
+    assert_eq!(status, 200);
 }

@@ -19,7 +19,7 @@
 //! | `GATEWAY_FORWARDED_HEADER` | `x-forwarded-for` | the header those proxies write: `x-forwarded-for` or `forwarded` (RFC 7239) |
 //! | `GATEWAY_BAZAAR` | `on` | `off`: 402s declare no `bazaar` discovery extension (`/.well-known/x402` and `/openapi.json` stay) |
 //! | `GATEWAY_IMAGE_JOB_MILLIS` | `2000` | how long an image job runs (`0`: answered at once) |
-//! | `GATEWAY_ANSWER_RETENTION_SECS` | `3600` | how long a paid answer is kept for a resend (a settlement first reported pending) |
+//! | `GATEWAY_ANSWER_RETENTION_SECS` | `3600` | how long a paid answer is kept for a resend (a settlement first reported pending), and a `sign-in-with-x` entitlement |
 //! | `GATEWAY_ANSWER_MAX_BYTES` | `1048576` | the largest paid answer kept (a larger one is served again on the resend, charged once) |
 //! | `GATEWAY_PAYMENT_ID` | `optional` | the `payment-identifier` extension: `off`, `optional` (declared; a payment may carry an id and then pays once per id) or `required` (a payment without an id is 400) |
 //! | `GATEWAY_SIWX` | `on` | the `sign-in-with-x` extension (EVM networks): a wallet that paid for a request signs in to get its kept answer again, uncharged; declared only when the public origin is known (`GATEWAY_PUBLIC_URL`, or a bound address that is not a wildcard); `off`: not declared, and settled answers are not kept for it |
@@ -36,7 +36,7 @@
 //! | `GATEWAY_EXTRA_CA_FILE` | none | PEM root(s) trusted besides Mozilla's, for upstreams and the facilitator |
 //! | `GATEWAY_SOLANA_PAY_TO` | none | Solana: the wallet paid (its USDC account receives) |
 //! | `GATEWAY_SOLANA_FEE_PAYER` | from the facilitator | Solana: `extra.feePayer`; else read from `GET /supported` at start |
-//! | `GATEWAY_REDIS_URL` | none (in memory) | `redis://host:port[/db]` (feature `redis`): claims, spent authorizations, the ledger, image jobs and the free-tier limit in Redis, shared by every replica (see `stores.rs`) |
+//! | `GATEWAY_REDIS_URL` | none (in memory) | `redis://host:port[/db]` (feature `redis`): claims, spent authorizations, kept answers, `sign-in-with-x` entitlements, the ledger, image jobs and the free-tier limit in Redis, shared by every replica (see `stores.rs`) |
 //! | `GATEWAY_REDIS_PREFIX` | `walletgate` | the key prefix in that Redis (one per deployment) |
 //! | `GATEWAY_METRICS_LISTEN` | none (off) | `host:port` (feature `metrics`): Prometheus text at `GET /metrics` there (payments, refusals by code, verify/settle latency, free tier, store timeouts), apart from the API |
 //! | `GATEWAY_REDIS_CA_FILE` | none (Mozilla's roots) | `rediss://` (feature `redis-tls`): PEM of the private CA that signed the Redis certificate |

@@ -31,9 +31,9 @@ use walletgate::x402::{
         Ledger, LocalEvmFacilitator,
     },
     server::{
-        AnswerLimits, AnswerStore, InMemoryAnswerStore, InMemoryNonceStore, NonceStore,
-        PaymentIdentifier, PaymentOption, RequestPrice, SettledPayment, SettlementHookError,
-        SignInWithX, X402Layer,
+        AnswerLimits, AnswerStore, EntitlementStore, InMemoryAnswerStore, InMemoryEntitlementStore,
+        InMemoryNonceStore, NonceStore, PaymentIdentifier, PaymentOption, RequestPrice,
+        SettledPayment, SettlementHookError, SignInWithX, X402Layer,
     },
     wire::{SettleResponse, SupportedResponse, VerifyResponse},
 };
@@ -125,6 +125,8 @@ pub(crate) struct PaymentSettings {
     pub(crate) public_url: String,
     /// The `sign-in-with-x` extension of every paid route, when on.
     pub(crate) sign_in: Option<SignInWithX>,
+    /// Who paid for which operation, for `sign-in-with-x`.
+    pub(crate) entitlements: Arc<dyn EntitlementStore>,
 }
 
 impl PaymentSettings {
@@ -143,6 +145,7 @@ impl PaymentSettings {
             Some(url) => Arc::new(facilitator_client(url, tls, auth, SETTLE_CALL_TIMEOUT)?),
             None => Arc::new(LocalEvmFacilitator::new(ledger, clock.clone())),
         };
+        let clock_for_entitlements = clock.clone();
         Ok(Self {
             options: vec![settings.option(pay_to)?],
             facilitator,
@@ -154,6 +157,7 @@ impl PaymentSettings {
             settled: Arc::default(),
             public_url: String::new(),
             sign_in: None,
+            entitlements: Arc::new(InMemoryEntitlementStore::new(clock_for_entitlements)),
         })
     }
 
@@ -172,6 +176,7 @@ impl PaymentSettings {
     ) -> Result<Self, ConfigError> {
         let facilitator =
             facilitator_client(&settings.facilitator_url, tls, auth, SETTLE_CALL_TIMEOUT)?;
+        let clock_for_entitlements = clock.clone();
         Ok(Self {
             options: vec![PaymentOption::solana_usdc(&settings.pay_to, fee_payer)],
             facilitator: Arc::new(facilitator),
@@ -183,6 +188,7 @@ impl PaymentSettings {
             settled: Arc::default(),
             public_url: String::new(),
             sign_in: None,
+            entitlements: Arc::new(InMemoryEntitlementStore::new(clock_for_entitlements)),
         })
     }
 
@@ -211,13 +217,16 @@ impl PaymentSettings {
     }
 
     /// The same settings declaring `sign-in-with-x` when `sign_in` is given
-    /// (its spent nonces in `spent_nonces`, shared by the replicas).
+    /// (its spent nonces in `spent_nonces` and its entitlements in
+    /// `entitlements`, shared by the replicas).
     pub(crate) fn with_sign_in(
         mut self,
         sign_in: Option<SignInWithX>,
         spent_nonces: Arc<dyn walletgate::siwe::NonceStore>,
+        entitlements: Arc<dyn EntitlementStore>,
     ) -> Self {
         self.sign_in = sign_in.map(|sign_in| sign_in.with_spent_nonce_store(spent_nonces));
+        self.entitlements = entitlements;
         self
     }
 
@@ -256,10 +265,12 @@ impl PaymentSettings {
     /// An x402 layer over these settings, charging the [`RequestPrice`] an
     /// earlier step decided (none there: refused as a wiring fault, 500).
     ///
-    /// `paid_replay` lets the very payment that was settled through again,
-    /// uncharged: its request gets the answer kept in the answer store
-    /// (a lost answer recovered), another request (a poll of the paid job)
-    /// runs again with the original receipt.
+    /// `paid_replay` (a job route) lets the very payment that was settled
+    /// through again, uncharged: its request gets the answer kept in the
+    /// answer store (a lost answer recovered), another request (a poll of
+    /// the paid job) runs again with the original receipt; and a wallet that
+    /// signs in for the job it paid for is served again (the job's state, its
+    /// result once done). Inference routes re-run nothing for a sign-in.
     ///
     /// `bazaar`, when given, declares each 402's discovery extension.
     pub(crate) fn layer(
@@ -285,7 +296,12 @@ impl PaymentSettings {
             builder = builder.with_payment_option(option.clone());
         }
         if let Some(sign_in) = &self.sign_in {
-            builder = builder.with_sign_in_with_x(sign_in.clone());
+            builder = builder
+                .with_sign_in_with_x(sign_in.clone())
+                .with_entitlement_store(self.entitlements.clone());
+            if paid_replay {
+                builder = builder.rerun_signed_in(|_: &http::request::Parts| true);
+            }
         }
         if let Some(bazaar) = bazaar {
             let bazaar = Arc::clone(bazaar);

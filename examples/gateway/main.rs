@@ -421,7 +421,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         .with_nonce_store(stores.nonce_store)
         .with_answer_store(stores.answer_store, config.answers.limits)
         .with_payment_id(config.payment_id)
-        .with_sign_in(sign_in, stores.spent_siwx_nonces)
+        .with_sign_in(sign_in, stores.spent_siwx_nonces, stores.entitlements)
         .with_faults(config.payment_faults)
         .with_max_timeout_secs(config.max_timeout_secs)?;
     let bazaar = config

@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::request::{ChatRequest, Endpoint};
 use crate::tests::{
     ENDPOINTS, Reply, Server, assert_envelope, assert_status_and_headers, body, fresh_nonce,
-    now_secs, path,
+    now_secs, path, sign_in_proof,
 };
 use crate::upstream::{BoxFuture, Completion, EchoUpstream, EventStream, Upstream, UpstreamFault};
 use walletgate::client::payer::Payer;
@@ -581,8 +581,8 @@ async fn poll(server: &Server, path: &str, payment: Option<&str>) -> Reply {
         .await
 }
 
-#[tokio::test]
-async fn an_image_job_is_paid_once_polled_with_its_signature_and_recovered_uncharged() {
+/// A gateway on a fake clock whose image jobs take two seconds.
+async fn image_server() -> (Arc<FakeClock>, Server) {
     let clock = Arc::new(FakeClock::at_unix_secs(now_secs()));
     let server = Server::start(Config {
         clock: clock.clone(),
@@ -590,6 +590,12 @@ async fn an_image_job_is_paid_once_polled_with_its_signature_and_recovered_uncha
         ..Config::default()
     })
     .await;
+    (clock, server)
+}
+
+#[tokio::test]
+async fn an_image_job_is_paid_once_polled_with_its_signature_and_recovered_uncharged() {
+    let (clock, server) = image_server().await;
     let payer = server.payer.address();
     let request =
         json!({"model": "openai/dall-e-3", "prompt": "a red fox", "size": "512x512", "n": 2})
@@ -688,6 +694,57 @@ async fn an_image_job_is_paid_once_polled_with_its_signature_and_recovered_uncha
         .status,
         404
     );
+}
+
+#[tokio::test]
+async fn a_wallet_that_paid_for_an_image_job_signs_in_for_its_state_then_its_result() {
+    let (clock, server) = image_server().await;
+    let request = json!({"model": "openai/dall-e-3", "prompt": "a blue heron"}).to_string();
+    let url = "/v1/images/generations";
+    let quote = server.post_once(url, request.clone(), None).await;
+    let payment = server.sign(&quote, &server.payer);
+    let accepted = server.post_once(url, request.clone(), Some(&payment)).await;
+    assert_eq!(accepted.status, 202, "{}", accepted.text());
+    let id = accepted.json()["id"].clone();
+    let charged = server.balance(&server.payer.address());
+    let sign_in = || async {
+        let challenge = server.post_once(url, request.clone(), None).await;
+        let proof = sign_in_proof(&challenge, &server.payer);
+        let signed_in = http::Request::post(server.url(url))
+            .header("content-type", "application/json")
+            .header("sign-in-with-x", proof)
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                request.clone(),
+            )))
+            .unwrap();
+        server.send(signed_in).await
+    };
+    // Running: the job's state, not the kept reference.
+    clock.advance(Duration::from_secs(1));
+    let running = sign_in().await;
+    assert_eq!(running.status, 202, "{}", running.text());
+    assert_eq!(running.json()["id"], id);
+    assert_eq!(running.json()["progress"], 50);
+    // Done: its result, uncharged.
+    clock.advance(Duration::from_secs(1));
+    let done = sign_in().await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    assert_eq!(done.json()["id"], id);
+    assert_eq!(done.json()["status"], "completed");
+    assert!(done.header("payment-response").is_none());
+    assert_eq!(server.ledger.settlements(), 1);
+    assert_eq!(server.balance(&server.payer.address()), charged);
+    // Another wallet signing in gets the normal 402.
+    let stranger = Payer::dev(3);
+    let challenge = server.post_once(url, request.clone(), None).await;
+    let refused = http::Request::post(server.url(url))
+        .header("content-type", "application/json")
+        .header("sign-in-with-x", sign_in_proof(&challenge, &stranger))
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            request.clone(),
+        )))
+        .unwrap();
+    assert_eq!(server.send(refused).await.status, 402);
 }
 
 #[tokio::test]

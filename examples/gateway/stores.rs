@@ -1,6 +1,6 @@
 //! Where the gateway keeps what its replicas must share: claimed, settling
 //! and spent payment authorizations, paid answers kept for a resend, the
-//! development ledger, and paid image jobs.
+//! development ledger, paid image jobs, and `sign-in-with-x` entitlements.
 //!
 //! Without `GATEWAY_REDIS_URL` they live in this process (one replica). With
 //! it they live in Redis under `GATEWAY_REDIS_PREFIX`, so any number of
@@ -15,13 +15,18 @@ use std::sync::Arc;
 use walletgate::SharedClock;
 use walletgate::x402::{
     facilitator::{DevLedger, Ledger},
-    server::{AnswerStore, InMemoryAnswerStore, InMemoryNonceStore, NonceStore},
+    server::{
+        AnswerStore, EntitlementStore, InMemoryAnswerStore, InMemoryEntitlementStore,
+        InMemoryNonceStore, NonceStore,
+    },
 };
 #[cfg(feature = "redis")]
 use {
     crate::catalogue::Catalogue,
     crate::images::redis_jobs::RedisJobs,
-    walletgate::redis::{RedisAnswerStore, RedisConnection, RedisLedger, RedisNonceStore},
+    walletgate::redis::{
+        RedisAnswerStore, RedisConnection, RedisEntitlementStore, RedisLedger, RedisNonceStore,
+    },
 };
 
 use crate::config::AnswerSettings;
@@ -36,6 +41,8 @@ pub(crate) struct Stores {
     pub(crate) jobs: Arc<dyn JobStore>,
     /// `sign-in-with-x` nonces spent, each for its life.
     pub(crate) spent_siwx_nonces: Arc<dyn walletgate::siwe::NonceStore>,
+    /// `sign-in-with-x` entitlements (who paid for what), for the answer retention.
+    pub(crate) entitlements: Arc<dyn EntitlementStore>,
 }
 
 impl Stores {
@@ -48,8 +55,9 @@ impl Stores {
         Self {
             nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
             answer_store: Arc::new(
-                InMemoryAnswerStore::new(clock).with_capacity_bytes(answers.store_bytes),
+                InMemoryAnswerStore::new(clock.clone()).with_capacity_bytes(answers.store_bytes),
             ),
+            entitlements: Arc::new(InMemoryEntitlementStore::new(clock)),
             ledger,
             jobs: Arc::new(InMemoryJobs::default()),
             spent_siwx_nonces: Arc::new(walletgate::siwe::InMemoryNonceStore::new()),
@@ -83,9 +91,10 @@ impl Stores {
             ),
             // Bounded per answer here; Redis's own maxmemory policy bounds the total.
             answer_store: Arc::new(
-                RedisAnswerStore::new(conn.clone(), clock)
+                RedisAnswerStore::new(conn.clone(), clock.clone())
                     .with_max_answer_bytes(answers.limits.max_answer_bytes),
             ),
+            entitlements: Arc::new(RedisEntitlementStore::new(conn.clone(), clock)),
             ledger: Arc::new(ledger),
             jobs: Arc::new(RedisJobs::new(conn.clone(), catalogue.clone())),
             spent_siwx_nonces: Arc::new(walletgate::redis::RedisSiweNonceStore::new(conn.clone())),

@@ -129,15 +129,7 @@ impl AnswerStore for RedisAnswerStore {
         value.extend_from_slice(&answer.encode());
         Box::pin(async move {
             self.conn
-                .call("x402 answer keep", |mut c| async move {
-                    redis::cmd("SET")
-                        .arg(redis_key)
-                        .arg(value)
-                        .arg("EX")
-                        .arg(ttl)
-                        .query_async::<()>(&mut c)
-                        .await
-                })
+                .set_expiring("x402 answer keep", redis_key, value, ttl)
                 .await?;
             Ok(true)
         })

@@ -23,6 +23,8 @@
 
 #[cfg(feature = "x402")]
 mod answers;
+#[cfg(feature = "siwx")]
+mod entitlements;
 #[cfg(feature = "x402")]
 mod ledger;
 #[cfg(feature = "x402")]
@@ -34,6 +36,8 @@ mod spent;
 
 #[cfg(feature = "x402")]
 pub use answers::RedisAnswerStore;
+#[cfg(feature = "siwx")]
+pub use entitlements::RedisEntitlementStore;
 #[cfg(feature = "x402")]
 pub use ledger::RedisLedger;
 #[cfg(feature = "x402")]
@@ -237,6 +241,30 @@ impl RedisConnection {
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         self.call_within(what, self.timeout, call).await
+    }
+
+    /// `SET key value EX ttl_secs` as one [`call`](Self::call) named `what`.
+    #[cfg(feature = "x402")]
+    pub(crate) async fn set_expiring<V>(
+        &self,
+        what: &'static str,
+        key: String,
+        value: V,
+        ttl_secs: u64,
+    ) -> Result<(), StoreError>
+    where
+        V: redis::ToRedisArgs + Send,
+    {
+        self.call(what, |mut c| async move {
+            redis::cmd("SET")
+                .arg(key)
+                .arg(value)
+                .arg("EX")
+                .arg(ttl_secs)
+                .query_async::<()>(&mut c)
+                .await
+        })
+        .await
     }
 
     /// [`call`](Self::call) bounded by `timeout` instead of the configured

@@ -253,15 +253,7 @@ impl NonceStore for RedisNonceStore {
         let value = encode_record('P', &settling);
         Box::pin(async move {
             self.conn
-                .call("x402 replay mark settling", |mut c| async move {
-                    redis::cmd("SET")
-                        .arg(redis_key)
-                        .arg(value)
-                        .arg("EX")
-                        .arg(ttl)
-                        .query_async::<()>(&mut c)
-                        .await
-                })
+                .set_expiring("x402 replay mark settling", redis_key, value, ttl)
                 .await
         })
     }
@@ -287,15 +279,7 @@ impl NonceStore for RedisNonceStore {
         let value = encode_spent(&spent);
         Box::pin(async move {
             self.conn
-                .call("x402 replay mark spent", |mut c| async move {
-                    redis::cmd("SET")
-                        .arg(redis_key)
-                        .arg(value)
-                        .arg("EX")
-                        .arg(ttl)
-                        .query_async::<()>(&mut c)
-                        .await
-                })
+                .set_expiring("x402 replay mark spent", redis_key, value, ttl)
                 .await
         })
     }

@@ -86,15 +86,7 @@ impl SettlementRecords for RedisSettlementRecords {
         Box::pin(async move {
             let (redis_key, json, ttl) = (self.key(key), encode(record)?, ttl_secs(record));
             self.conn
-                .call("settlement record update", |mut c| async move {
-                    redis::cmd("SET")
-                        .arg(&redis_key)
-                        .arg(json)
-                        .arg("EX")
-                        .arg(ttl)
-                        .query_async::<()>(&mut c)
-                        .await
-                })
+                .set_expiring("settlement record update", redis_key, json, ttl)
                 .await
         })
     }

@@ -359,3 +359,41 @@ fn sse_data(text: &str) -> Vec<String> {
     }
     payloads
 }
+
+/// A `SIGN-IN-WITH-X` proof by `payer` over the challenge `quote` declares,
+/// built as the official client builds it.
+pub(crate) fn sign_in_proof(quote: &Reply, payer: &Payer) -> String {
+    use base64::Engine as _;
+    let extensions = quote.quote().extensions.unwrap();
+    let challenge = &extensions["sign-in-with-x"];
+    let info = &challenge["info"];
+    let text = |key: &str| info[key].as_str().unwrap().to_owned();
+    let chain = challenge["supportedChains"][0]["chainId"].as_str().unwrap();
+    let message =
+        walletgate::siwe::SiweMessage::from_fields(&walletgate::siwe::SiweMessageFields {
+            scheme: None,
+            domain: text("domain"),
+            address: payer.address(),
+            statement: None,
+            uri: text("uri"),
+            version: "1".to_owned(),
+            chain_id: chain.trim_start_matches("eip155:").parse().unwrap(),
+            nonce: text("nonce"),
+            issued_at: text("issuedAt"),
+            expiration_time: Some(text("expirationTime")),
+            not_before: None,
+            request_id: None,
+            resources: Some(vec![text("uri")]),
+        })
+        .unwrap();
+    let digest = alloy_primitives::eip191_hash_message(message.to_string().as_bytes());
+    let signature = payer.sign_digest(digest);
+    let proof = json!({
+        "domain": info["domain"], "address": payer.address(), "uri": info["uri"],
+        "version": "1", "chainId": chain, "type": "eip191", "nonce": info["nonce"],
+        "issuedAt": info["issuedAt"], "expirationTime": info["expirationTime"],
+        "resources": info["resources"],
+        "signature": format!("0x{}", alloy_primitives::hex::encode(signature)),
+    });
+    base64::engine::general_purpose::STANDARD.encode(proof.to_string())
+}

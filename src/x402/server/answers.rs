@@ -443,6 +443,11 @@ impl InMemoryAnswerStore {
         true
     }
 
+    /// Reports what `held` holds now (the `walletgate_x402_answer_store_bytes` gauge).
+    fn report(held: &Held) {
+        crate::metrics::set(crate::metrics::X402_ANSWER_STORE_BYTES, held.bytes);
+    }
+
     /// The store's lock, a few expired entries swept, and the time.
     fn swept(&self) -> (std::sync::MutexGuard<'_, Held>, u64) {
         let now = self.clock.now_unix_secs();
@@ -480,6 +485,7 @@ impl AnswerStore for InMemoryAnswerStore {
                 }
             }
         };
+        Self::report(&held);
         Box::pin(std::future::ready(Ok(begun)))
     }
 
@@ -496,6 +502,7 @@ impl AnswerStore for InMemoryAnswerStore {
             Entry::Answer(answer.clone()),
             keep_until_unix_secs,
         );
+        Self::report(&held);
         Box::pin(std::future::ready(Ok(kept)))
     }
 
@@ -511,6 +518,7 @@ impl AnswerStore for InMemoryAnswerStore {
     fn forget(&self, key: &str) -> BoxFuture<'static, Result<(), StoreError>> {
         let (mut held, _) = self.swept();
         held.remove(&digest(key));
+        Self::report(&held);
         Box::pin(std::future::ready(Ok(())))
     }
 }

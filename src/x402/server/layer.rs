@@ -58,7 +58,17 @@ pub(crate) struct Config {
     /// `sign-in-with-x`, when on and the layer knows its public origin.
     #[cfg(feature = "siwx")]
     pub(crate) sign_in: Option<Arc<super::siwx::SignIn>>,
+    /// Who paid for which operation, for `sign-in-with-x`.
+    #[cfg(feature = "siwx")]
+    pub(crate) entitlements: Arc<dyn super::EntitlementStore>,
+    /// The routes whose handler runs again, uncharged, for a signed-in wallet.
+    #[cfg(feature = "siwx")]
+    pub(crate) rerun_signed_in: Option<Arc<RerunRoutes>>,
 }
+
+/// Which requests a signed-in wallet may have served again uncharged.
+#[cfg(feature = "siwx")]
+pub(crate) type RerunRoutes = dyn Fn(&http::request::Parts) -> bool + Send + Sync;
 
 impl Config {
     /// Hands a settled payment to the hook, if any. A failure is counted,
@@ -147,6 +157,10 @@ pub struct X402LayerBuilder {
     reject: RenderRejection,
     #[cfg(feature = "siwx")]
     sign_in_with_x: Option<super::siwx::SignInWithX>,
+    #[cfg(feature = "siwx")]
+    entitlements: Option<Arc<dyn super::EntitlementStore>>,
+    #[cfg(feature = "siwx")]
+    rerun_signed_in: Option<Arc<RerunRoutes>>,
 }
 
 impl Default for X402LayerBuilder {
@@ -171,6 +185,10 @@ impl Default for X402LayerBuilder {
             reject: RenderRejection::default(),
             #[cfg(feature = "siwx")]
             sign_in_with_x: None,
+            #[cfg(feature = "siwx")]
+            entitlements: None,
+            #[cfg(feature = "siwx")]
+            rerun_signed_in: None,
         }
     }
 }
@@ -356,13 +374,51 @@ impl X402LayerBuilder {
 
     /// Declares the `sign-in-with-x` extension: a wallet that paid for an
     /// operation signs in to get the kept answer again, uncharged (see
-    /// [`SignInWithX`](super::SignInWithX)). Every settled answer (within
-    /// the answer limits) is then kept under its payer and operation for the
-    /// answer retention. Declared only with a public base URL (never from
-    /// the `Host` header) and only for EVM offers.
+    /// [`SignInWithX`](super::SignInWithX)). Every settlement then records
+    /// its payer's entitlement to the operation (see
+    /// [`with_entitlement_store`](Self::with_entitlement_store)) and every
+    /// settled answer within the answer limits (a stream: whole, once it
+    /// settled) is kept under its payer and operation, both for the answer
+    /// retention. Every 402, a refused payment's too, carries a fresh
+    /// challenge. Declared only with a public base URL (never from the
+    /// `Host` header) and only for EVM offers.
     #[cfg(feature = "siwx")]
     pub fn with_sign_in_with_x(mut self, sign_in: super::siwx::SignInWithX) -> Self {
         self.sign_in_with_x = Some(sign_in);
+        self
+    }
+
+    /// Where `sign-in-with-x` entitlements are recorded (default: an
+    /// [`InMemoryEntitlementStore`](super::InMemoryEntitlementStore) on the
+    /// layer's clock): after each settlement, its payer and operation, for
+    /// the answer retention. Replicas share one (e.g.
+    /// `RedisEntitlementStore`), with the answer store.
+    #[cfg(feature = "siwx")]
+    pub fn with_entitlement_store(mut self, store: Arc<dyn super::EntitlementStore>) -> Self {
+        self.entitlements = Some(store);
+        self
+    }
+
+    /// Runs the handler again, uncharged, for a wallet that signs in for an
+    /// operation it paid for when no answer was kept for it (too large, or
+    /// evicted), or when the one kept is a job's `202 Accepted` (the job's
+    /// state is the handler's to tell): on the requests `routes` accepts.
+    /// The handler sees the settled [`PaymentReceipt`](super::PaymentReceipt),
+    /// marked as a replay; the answer carries no `PAYMENT-RESPONSE`. Default:
+    /// no route (a route whose handler spends per call should not opt in).
+    ///
+    /// ```
+    /// use walletgate::x402::server::X402Layer;
+    ///
+    /// let builder = X402Layer::builder()
+    ///     .rerun_signed_in(|request: &http::request::Parts| request.uri.path().starts_with("/v1/images/"));
+    /// ```
+    #[cfg(feature = "siwx")]
+    pub fn rerun_signed_in(
+        mut self,
+        routes: impl Fn(&http::request::Parts) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.rerun_signed_in = Some(Arc::new(routes));
         self
     }
 
@@ -394,6 +450,10 @@ impl X402LayerBuilder {
             }
             _ => None,
         };
+        #[cfg(feature = "siwx")]
+        let entitlements = self
+            .entitlements
+            .unwrap_or_else(|| Arc::new(super::InMemoryEntitlementStore::new(clock.clone())));
         let quotes = QuoteCache::with_extensions(layer_extensions(self.payment_identifier));
         #[cfg(feature = "siwx")]
         let quotes = quotes.with_sign_in(sign_in.clone());
@@ -419,6 +479,10 @@ impl X402LayerBuilder {
                 hook_failures: AtomicU64::new(0),
                 #[cfg(feature = "siwx")]
                 sign_in,
+                #[cfg(feature = "siwx")]
+                entitlements,
+                #[cfg(feature = "siwx")]
+                rerun_signed_in: self.rerun_signed_in,
             }),
         })
     }

@@ -6,6 +6,8 @@
 
 mod answers;
 mod bazaar;
+#[cfg(feature = "siwx")]
+pub(crate) mod entitlements;
 mod extensions;
 mod future;
 pub(crate) mod layer;
@@ -24,6 +26,8 @@ pub use answers::{
     DEFAULT_ANSWER_STORE_BYTES, InMemoryAnswerStore, KeptAnswer,
 };
 pub use bazaar::{BAZAAR, BazaarRoute, JSON_SCHEMA_2020_12};
+#[cfg(feature = "siwx")]
+pub use entitlements::{DEFAULT_ENTITLEMENT_CAPACITY, EntitlementStore, InMemoryEntitlementStore};
 pub use extensions::{QuoteExtensionMap, QuoteExtensions};
 pub use future::ResponseFuture;
 pub use layer::{X402Layer, X402LayerBuilder};

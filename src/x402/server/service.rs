@@ -20,7 +20,7 @@ use super::receipt::{PaymentReceipt, SettledPayment};
 use super::replay::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
 use super::stream::{X402Body, receipt_event};
 use crate::body::{ResponseBody, rejection};
-use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection, header};
+use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, header};
 use crate::x402::facilitator::{FacilitatorErrorKind, FacilitatorRequest, code_for_reason, reason};
 use crate::x402::wire::types::{
     PaymentRequired, PaymentRequirements, ResourceInfo, SettleResponse,
@@ -110,15 +110,20 @@ where
         };
         let extensions = (self.config.quote_extensions.as_ref())
             .and_then(|extensions| extensions.extensions(&parts, &price));
+        #[cfg(feature = "siwx")]
+        let rerun = (self.config.rerun_signed_in.as_ref()).is_some_and(|routes| routes(&parts));
         let request = Request::from_parts(parts, body);
         #[cfg(feature = "siwx")]
         if self.config.sign_in.is_some() && super::siwx::has_proof(&request) {
+            let clone = self.inner.clone();
+            let inner = std::mem::replace(&mut self.inner, clone);
             let config = self.config.clone();
-            // Never served by the inner service: its head is all it needs.
-            let head = Request::from_parts(request.into_parts().0, ());
-            return ResponseFuture::paid(Box::pin(async move {
-                Ok(signed_in(&config, head, price, extensions).await)
-            }));
+            let signing_in = SigningIn {
+                price,
+                extensions,
+                rerun,
+            };
+            return ResponseFuture::paid(Box::pin(signed_in(config, inner, request, signing_in)));
         }
         match prepare(&self.config, &request, price, extensions) {
             Err(answer) => ResponseFuture::ready(rejection(answer).map(X402Body::plain)),
@@ -219,7 +224,7 @@ fn prepare<B>(
     };
     let invalid = |why: &str, payer: Option<&str>| {
         payment_rejection(
-            &config.reject,
+            config,
             ErrorCode::PaymentInvalid,
             why,
             payer,
@@ -253,7 +258,7 @@ fn prepare<B>(
         Ok(id) => id,
         Err(why) => {
             return Err(payment_rejection(
-                &config.reject,
+                config,
                 ErrorCode::PaymentIdentifierInvalid,
                 why,
                 payload_payer(&payload),
@@ -326,15 +331,28 @@ fn body_digest<B>(request: &Request<B>) -> Option<[u8; 32]> {
     }
 }
 
-/// A request with a `sign-in-with-x` proof and no payment: the answer its
-/// wallet paid for, or (any check failing, silently) the normal 402.
+/// What a sign-in falls back to (its quote) and whether its route re-runs.
 #[cfg(feature = "siwx")]
-async fn signed_in<ResBody>(
-    config: &Config,
-    request: Request<()>,
+struct SigningIn {
     price: Price,
     extensions: Option<QuoteExtensionMap>,
-) -> Response<X402Body<ResBody>> {
+    rerun: bool,
+}
+
+/// A request with a `sign-in-with-x` proof and no payment: the answer its
+/// wallet paid for (kept, or the handler run again, uncharged, on a route
+/// that opted in), or (any check failing, silently) the normal 402.
+#[cfg(feature = "siwx")]
+async fn signed_in<S, ReqBody, ResBody>(
+    config: Arc<Config>,
+    mut inner: S,
+    mut request: Request<ReqBody>,
+    signing_in: SigningIn,
+) -> Result<Response<X402Body<ResBody>>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    use super::siwx::Entitled;
     if let Some(sign_in) = &config.sign_in {
         let request_line = format!(
             "{} {}",
@@ -342,21 +360,53 @@ async fn signed_in<ResBody>(
             request.uri().path_and_query().map_or("/", |pq| pq.as_str())
         );
         let operation = super::siwx::operation(&request_line, body_digest(&request));
-        let answers = config.answer_store.as_ref();
-        if let Some(answer) =
-            super::siwx::entitled_answer(sign_in, answers, &request, &operation).await
-        {
-            trace_decision!(INFO, "x402", outcome = "signed in");
-            payment_outcome("signed_in");
-            return kept_response(&answer);
+        let proof = (request.headers())
+            .get(super::siwx::SIGN_IN_WITH_X_HEADER)
+            .cloned();
+        let entitled = match proof {
+            Some(proof) => {
+                super::siwx::entitled_answer(
+                    sign_in,
+                    config.entitlements.as_ref(),
+                    config.answer_store.as_ref(),
+                    &proof,
+                    &operation,
+                    signing_in.rerun,
+                )
+                .await
+            }
+            None => None,
+        };
+        match entitled {
+            Some(Entitled::Kept(answer)) => {
+                trace_decision!(INFO, "x402", outcome = "signed in");
+                payment_outcome("signed_in");
+                return Ok(kept_response(&answer));
+            }
+            Some(Entitled::Rerun(receipt)) => {
+                trace_decision!(
+                    INFO,
+                    "x402",
+                    payer = receipt.payer(),
+                    outcome = "signed in, served again"
+                );
+                payment_outcome("signed_in");
+                request.extensions_mut().insert(receipt.replayed());
+                let mut response = inner.call(request).await?;
+                // Nothing was settled now.
+                response.headers_mut().remove(header::PAYMENT_RESPONSE);
+                mark_private(response.headers_mut());
+                return Ok(plain(response));
+            }
+            None => {}
         }
     }
     // No payment header: `prepare` answers with the quote.
-    let answer = match prepare(config, &request, price, extensions) {
+    let answer = match prepare(&config, &request, signing_in.price, signing_in.extensions) {
         Err(answer) => answer,
         Ok(payment) => payment.quote.response(),
     };
-    rejection(answer).map(X402Body::plain)
+    Ok(rejection(answer).map(X402Body::plain))
 }
 
 /// `resource.url`: the configured public base, else (only when the caller
@@ -381,7 +431,7 @@ fn resource_url<B>(config: &Config, request: &Request<B>) -> String {
 /// A payment rejection in the route's envelope; 402s also carry the quote
 /// again, its `error` naming the reason, so a client can sign afresh.
 fn payment_rejection(
-    reject: &RenderRejection,
+    config: &Config,
     code: ErrorCode,
     why: &str,
     payer: Option<&str>,
@@ -402,10 +452,15 @@ fn payment_rejection(
     if let Some(payer) = payer {
         error = error.with_payer(payer);
     }
-    let mut response = reject.render(error, style);
+    let mut response = config.reject.render(error, style);
     if response.status() == StatusCode::PAYMENT_REQUIRED {
         let mut quote = quote.clone();
         quote.error = Some(why.to_owned());
+        // A client signs in after any 402: each carries a challenge of its own.
+        #[cfg(feature = "siwx")]
+        if let Some(sign_in) = &config.sign_in {
+            sign_in.refresh_challenge(&mut quote);
+        }
         write_quote_headers(response.headers_mut(), &quote);
     }
     response
@@ -476,7 +531,7 @@ where
 {
     let reject = |payment: &Payment, code: ErrorCode, why: &str, payer: Option<&str>| {
         Ok(rejection(payment_rejection(
-            &config.reject,
+            &config,
             code,
             why,
             payer,
@@ -712,16 +767,29 @@ where
                             }
                             settlement
                         }
-                        Outcome::Settled(settlement, _) => {
-                            // Under its id: the whole stream and its receipt, or nothing.
+                        Outcome::Settled(settlement, _receipt) => {
+                            // Under its id and for its payer's sign-in: the whole
+                            // stream and its receipt, or nothing.
                             let event = receipt_event(&codec::encode(&settlement));
-                            if let (Some(guard), Some(stream), Some(id_binding)) =
-                                (id_guard, recorded, id_binding)
-                            {
-                                let answer =
-                                    KeptAnswer::new(status.as_u16(), id_binding.encode(), stream)
-                                        .with_headers(&headers)
-                                        .with_appended(&event);
+                            #[cfg(feature = "siwx")]
+                            let for_sign_in = job_operation.is_some();
+                            #[cfg(not(feature = "siwx"))]
+                            let for_sign_in = false;
+                            let Some(stream) =
+                                recorded.filter(|_| for_sign_in || id_guard.is_some())
+                            else {
+                                return event;
+                            };
+                            let answer = KeptAnswer::new(status.as_u16(), binding, stream)
+                                .with_headers(&headers)
+                                .with_appended(&event);
+                            #[cfg(feature = "siwx")]
+                            if let Some(operation) = &job_operation {
+                                keep_for_sign_in(&config, _receipt.payer(), operation, &answer)
+                                    .await;
+                            }
+                            if let (Some(guard), Some(id_binding)) = (id_guard, id_binding) {
+                                let answer = answer.with_binding(id_binding.encode());
                                 guard.keep(&config, &answer, keep_until).await;
                             }
                             return event;
@@ -1011,7 +1079,7 @@ async fn stored_answer<B>(
 ) -> Response<X402Body<B>> {
     let refuse = |code: ErrorCode, why: &str, payer: Option<&str>| {
         rejection(payment_rejection(
-            &config.reject,
+            config,
             code,
             why,
             payer,
@@ -1151,6 +1219,16 @@ async fn keep_for_sign_in(config: &Config, payer: &str, operation: &[u8; 32], an
     let keep_until =
         (config.clock.now_unix_secs()).saturating_add(config.answer_limits.retention_secs);
     keep_answer(config, &key, &answer, keep_until).await;
+}
+
+/// Records that the payer of a settled `receipt` paid for `operation`, for
+/// the answer retention; a failure only costs a later sign-in its answer.
+#[cfg(feature = "siwx")]
+async fn entitle(config: &Config, operation: &[u8; 32], receipt: &PaymentReceipt) {
+    let until = (config.clock.now_unix_secs()).saturating_add(config.answer_limits.retention_secs);
+    if let Err(_error) = config.entitlements.entitle(operation, receipt, until).await {
+        trace_warn!(error = %_error, "the entitlement store could not record a payment");
+    }
 }
 
 /// Keeps `answer`; a failure only costs the resend a second upstream call.
@@ -1463,6 +1541,10 @@ impl SettleJob {
             );
         }
         claim.keep();
+        #[cfg(feature = "siwx")]
+        if let Some(operation) = &payment.operation {
+            entitle(&config, operation, &receipt).await;
+        }
         let Payment {
             quote, request_id, ..
         } = *payment;

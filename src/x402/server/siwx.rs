@@ -31,13 +31,15 @@ use alloy_primitives::{Address, B256, eip191_hash_message, hex, keccak256};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use bytes::{BufMut as _, Bytes, BytesMut};
-use http::{HeaderMap, HeaderValue, Request, Response};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use siphasher::sip128::{Hasher128 as _, SipHasher24};
 use subtle::ConstantTimeEq as _;
 
 use super::answers::KeptAnswer;
+use super::entitlements::{EntitlementStore, entitlement_key};
+use super::receipt::PaymentReceipt;
 use crate::clock::SharedClock;
 use crate::envelope::header;
 use crate::siwe::{
@@ -45,6 +47,7 @@ use crate::siwe::{
     SiweMessageFields, Timestamp,
 };
 use crate::store::BoxFuture;
+use crate::x402::wire::types::PaymentRequired;
 
 /// The extension's key in `PaymentRequired.extensions`.
 pub const SIGN_IN_WITH_X: &str = "sign-in-with-x";
@@ -519,11 +522,7 @@ pub(crate) fn operation(request_line: &str, body: Option<[u8; 32]>) -> [u8; 32] 
 
 /// Where the answer `payer` paid for `operation` is kept.
 pub(crate) fn kept_key(payer: &str, operation: &[u8; 32]) -> String {
-    format!(
-        "siwx:{}:{}",
-        payer.to_ascii_lowercase(),
-        hex::encode(operation)
-    )
+    format!("siwx:{}", entitlement_key(payer, operation))
 }
 
 /// What a kept answer of a sign-in is bound to.
@@ -536,21 +535,75 @@ pub(crate) fn has_proof<B>(request: &Request<B>) -> bool {
         && !request.headers().contains_key(header::PAYMENT_SIGNATURE)
 }
 
-/// The kept answer a proof in `request` entitles it to, if any.
-pub(crate) async fn entitled_answer<B>(
+/// What a valid proof for an operation its wallet paid for gets.
+#[derive(Debug)]
+pub(crate) enum Entitled {
+    /// The answer kept at settlement.
+    Kept(KeptAnswer),
+    /// The handler again, uncharged, with the settled receipt (a route that
+    /// opted in, with no answer kept or a job's `202` kept).
+    Rerun(PaymentReceipt),
+}
+
+/// What `proof` (a `SIGN-IN-WITH-X` header) entitles its request to for
+/// `operation`, if anything: `rerun` says whether its route opted into
+/// running the handler again.
+pub(crate) async fn entitled_answer(
     sign_in: &SignIn,
+    entitlements: &dyn EntitlementStore,
     answers: &dyn super::AnswerStore,
-    request: &Request<B>,
+    proof: &HeaderValue,
     operation: &[u8; 32],
-) -> Option<KeptAnswer> {
-    let proof = request.headers().get(SIGN_IN_WITH_X_HEADER)?;
+    rerun: bool,
+) -> Option<Entitled> {
     let payer = sign_in.verify(proof.as_bytes()).await?;
-    match answers.kept(&kept_key(&payer, operation)).await {
+    let receipt = match entitlements.entitlement(&payer, operation).await {
+        Ok(receipt) => receipt?,
+        Err(_error) => {
+            trace_warn!(error = %_error, "the entitlement store could not be read");
+            return None;
+        }
+    };
+    let kept = match answers.kept(&kept_key(&payer, operation)).await {
         Ok(answer) => answer.filter(|answer| answer.binding() == KEPT_BINDING),
         Err(_error) => {
             trace_warn!(error = %_error, "the answer store could not be read");
             None
         }
+    };
+    match kept {
+        // A job's 202 is its reference, not its result: a re-run route tells its state.
+        Some(answer) if !(rerun && answer.status() == StatusCode::ACCEPTED.as_u16()) => {
+            Some(Entitled::Kept(answer))
+        }
+        _ if rerun => Some(Entitled::Rerun(receipt)),
+        _ => None,
+    }
+}
+
+impl SignIn {
+    /// `required` (a rejection's quote, encoded afresh anyway) with a fresh
+    /// challenge in its declaration in place of the placeholders.
+    pub(crate) fn refresh_challenge(&self, required: &mut PaymentRequired) {
+        let Some(info) = (required.extensions.as_mut())
+            .and_then(|extensions| extensions.get_mut(SIGN_IN_WITH_X))
+            .and_then(|declaration| declaration.get_mut("info"))
+            .and_then(Value::as_object_mut)
+        else {
+            return;
+        };
+        let now_secs = self.clock.now_unix_secs();
+        let Some(nonce) = self.mint_nonce(now_secs) else {
+            // Past 2106 (the issue time no longer fits): the placeholder never verifies.
+            return;
+        };
+        let nonce = String::from_utf8_lossy(&nonce).into_owned();
+        let millis = i64::try_from(now_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let expires = millis.saturating_add(i64::try_from(SIWX_MAX_AGE_SECS * 1000).unwrap_or(0));
+        let time = |millis| Value::from(Timestamp::from_unix_millis(millis).as_str());
+        info.insert("issuedAt".into(), time(millis));
+        info.insert("expirationTime".into(), time(expires));
+        info.insert("nonce".into(), Value::from(nonce));
     }
 }
 
@@ -707,6 +760,32 @@ mod tests {
         .unwrap()
     }
 
+    /// A quote for `url` declaring `sign_in`'s challenge, placeholders and all.
+    fn declaring(sign_in: &SignIn, url: &str) -> PaymentRequired {
+        let mut extensions = Map::new();
+        extensions.insert(SIGN_IN_WITH_X.into(), sign_in.declaration(url));
+        PaymentRequired {
+            x402_version: 2,
+            error: Some("Payment required".into()),
+            resource: ResourceInfo {
+                url: url.into(),
+                ..ResourceInfo::default()
+            },
+            accepts: Vec::new(),
+            extensions: Some(extensions),
+        }
+    }
+
+    /// The nonce of `info`, a challenge for `url` issued now by `sign_in`.
+    fn fresh_nonce(sign_in: &SignIn, info: &Value, url: &str) -> String {
+        assert_eq!(info["issuedAt"], "2025-06-15T15:06:40.000Z");
+        assert_eq!(info["expirationTime"], "2025-06-15T15:11:40.000Z");
+        assert_eq!(info["uri"], url);
+        let nonce = info["nonce"].as_str().unwrap().to_owned();
+        assert_eq!(sign_in.nonce_issued_at(&nonce), Some(NOW));
+        nonce
+    }
+
     /// A nonce `sign_in` issues at `now`, as text.
     fn minted(sign_in: &SignIn, now: u64) -> String {
         String::from_utf8(sign_in.mint_nonce(now).unwrap().to_vec()).unwrap()
@@ -823,6 +902,28 @@ mod tests {
             assert_ne!(nonces[0], nonces[1]);
             assert_ne!(nonces[1], nonces[2]);
         }
+    }
+
+    #[test]
+    fn a_rejections_quote_gets_a_fresh_challenge_that_verifies() {
+        let clock = FakeClock::at_unix_secs(NOW);
+        let sign_in = sign_in(&clock, [1; 32]);
+        let url = "https://pay.example/gw/v1/chat/completions";
+        let mut required = declaring(&sign_in, url);
+        let mut nonces = Vec::new();
+        for _ in 0..2 {
+            sign_in.refresh_challenge(&mut required);
+            let info = &required.extensions.as_ref().unwrap()[SIGN_IN_WITH_X]["info"];
+            nonces.push(fresh_nonce(&sign_in, info, url));
+        }
+        assert_ne!(nonces[0], nonces[1]);
+        // A quote without the declaration is left as it is.
+        let mut bare = PaymentRequired {
+            extensions: None,
+            ..required
+        };
+        sign_in.refresh_challenge(&mut bare);
+        assert!(bare.extensions.is_none());
     }
 
     /// Accepts one signature for one wallet, as a contract wallet's own check would.
