@@ -375,6 +375,42 @@ fn memory_report(payments: u64) {
     );
 }
 
+/// The floor's inputs: one signed payment's EIP-712 domain, struct and signature.
+struct Floor {
+    domain: ExactEvmDomain,
+    transfer: TransferWithAuthorization,
+    signature: alloy_primitives::Signature,
+}
+
+impl Floor {
+    fn new() -> Self {
+        let offer = offer();
+        let header = Payer::dev(0)
+            .header_with_nonce(&offer, NOW, sequential_nonce(1))
+            .unwrap();
+        let payment: PaymentPayload = codec::decode(header.as_bytes()).unwrap();
+        let evm: ExactEvmPayload = payment.exact_evm().unwrap();
+        Floor {
+            domain: ExactEvmDomain::for_offer(&offer).unwrap(),
+            transfer: TransferWithAuthorization {
+                from: evm.authorization.from.parse().unwrap(),
+                to: evm.authorization.to.parse().unwrap(),
+                value: alloy_primitives::U256::from(evm.authorization.value.units()),
+                validAfter: alloy_primitives::U256::from(evm.authorization.valid_after),
+                validBefore: alloy_primitives::U256::from(evm.authorization.valid_before),
+                nonce: evm.authorization.nonce.parse().unwrap(),
+            },
+            signature: evm.signature.parse().unwrap(),
+        }
+    }
+
+    /// The digest and one recovery: what no paid request can skip.
+    fn run(&self) {
+        let digest = black_box(&self.domain).signing_hash(black_box(&self.transfer));
+        black_box(black_box(&self.signature).recover_address_from_prehash(&digest)).unwrap();
+    }
+}
+
 /// `X402_INSTRUCTIONS=paid:N|floor:N|none:N`: N paid requests, N digests
 /// and recoveries, or neither, after the same set-up (N requests signed).
 fn instruction_driver(spec: &str) {
@@ -388,22 +424,7 @@ fn instruction_driver(spec: &str) {
         let response = ready(service.clone().oneshot(payments.next_request())).unwrap();
         assert_eq!(response.status(), 200);
     }
-    let offer = offer();
-    let domain = ExactEvmDomain::for_offer(&offer).unwrap();
-    let header = Payer::dev(0)
-        .header_with_nonce(&offer, NOW, sequential_nonce(1))
-        .unwrap();
-    let payment: PaymentPayload = codec::decode(header.as_bytes()).unwrap();
-    let evm: ExactEvmPayload = payment.exact_evm().unwrap();
-    let transfer = TransferWithAuthorization {
-        from: evm.authorization.from.parse().unwrap(),
-        to: evm.authorization.to.parse().unwrap(),
-        value: alloy_primitives::U256::from(evm.authorization.value.units()),
-        validAfter: alloy_primitives::U256::from(evm.authorization.valid_after),
-        validBefore: alloy_primitives::U256::from(evm.authorization.valid_before),
-        nonce: evm.authorization.nonce.parse().unwrap(),
-    };
-    let signature: alloy_primitives::Signature = evm.signature.parse().unwrap();
+    let floor_inputs = Floor::new();
     // `ahead` modes sign every request first, then serve them back to back.
     if let Some(mode) = mode.strip_suffix("-ahead") {
         let signed: Vec<_> = (0..count).map(|_| payments.next_signed()).collect();
@@ -415,8 +436,7 @@ fn instruction_driver(spec: &str) {
                     assert_eq!(response.status(), 200);
                 }
                 "floor" => {
-                    let digest = black_box(&domain).signing_hash(black_box(&transfer));
-                    black_box(black_box(&signature).recover_address_from_prehash(&digest)).unwrap();
+                    floor_inputs.run();
                 }
                 "none" => drop(black_box(request)),
                 other => panic!("X402_INSTRUCTIONS: unknown mode {other}-ahead"),
@@ -434,8 +454,7 @@ fn instruction_driver(spec: &str) {
                 assert_eq!(response.status(), 200);
             }
             "floor" => {
-                let digest = black_box(&domain).signing_hash(black_box(&transfer));
-                black_box(black_box(&signature).recover_address_from_prehash(&digest)).unwrap();
+                floor_inputs.run();
             }
             "none" => drop(black_box(request)),
             other => panic!("X402_INSTRUCTIONS: unknown mode {other} (paid, floor, none)"),
@@ -460,28 +479,12 @@ fn interleaved_ratio(spec: &str) {
     let clock = FakeClock::at_unix_secs(NOW);
     let service = steady_service(clock.clone());
     let mut payments = SteadyPayments::new(clock);
-    let offer = offer();
-    let domain = ExactEvmDomain::for_offer(&offer).unwrap();
-    let header = Payer::dev(0)
-        .header_with_nonce(&offer, NOW, sequential_nonce(1))
-        .unwrap();
-    let payment: PaymentPayload = codec::decode(header.as_bytes()).unwrap();
-    let evm: ExactEvmPayload = payment.exact_evm().unwrap();
-    let transfer = TransferWithAuthorization {
-        from: evm.authorization.from.parse().unwrap(),
-        to: evm.authorization.to.parse().unwrap(),
-        value: alloy_primitives::U256::from(evm.authorization.value.units()),
-        validAfter: alloy_primitives::U256::from(evm.authorization.valid_after),
-        validBefore: alloy_primitives::U256::from(evm.authorization.valid_before),
-        nonce: evm.authorization.nonce.parse().unwrap(),
-    };
-    let signature: alloy_primitives::Signature = evm.signature.parse().unwrap();
+    let floor_inputs = Floor::new();
     let (mut floor, mut paid) = (f64::MAX, f64::MAX);
     for _ in 0..blocks {
         let start = std::time::Instant::now();
         for _ in 0..BLOCK {
-            let digest = black_box(&domain).signing_hash(black_box(&transfer));
-            black_box(black_box(&signature).recover_address_from_prehash(&digest)).unwrap();
+            floor_inputs.run();
         }
         floor = floor.min(start.elapsed().as_secs_f64() / BLOCK as f64);
         if cold {

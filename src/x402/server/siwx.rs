@@ -846,18 +846,7 @@ mod tests {
             "https://pay.example/gw/v1/chat/completions?ab",
         ] {
             clock.set_unix_secs(NOW);
-            let mut extensions = Map::new();
-            extensions.insert(SIGN_IN_WITH_X.into(), sign_in.declaration(url));
-            let required = PaymentRequired {
-                x402_version: 2,
-                error: Some("Payment required".into()),
-                resource: ResourceInfo {
-                    url: url.into(),
-                    ..ResourceInfo::default()
-                },
-                accepts: Vec::new(),
-                extensions: Some(extensions),
-            };
+            let required = declaring(&sign_in, url);
             // The quote's two renderings: its body (a JSON document holding the
             // extensions) and its base64 header.
             let mut quote = Response::new(Bytes::from(
