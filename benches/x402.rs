@@ -425,39 +425,31 @@ fn instruction_driver(spec: &str) {
         assert_eq!(response.status(), 200);
     }
     let floor_inputs = Floor::new();
-    // `ahead` modes sign every request first, then serve them back to back.
-    if let Some(mode) = mode.strip_suffix("-ahead") {
+    let (mode, ahead) = match mode.strip_suffix("-ahead") {
+        Some(mode) => (mode, true),
+        None => (mode, false),
+    };
+    let step = |request: Request<Full<Bytes>>| match mode {
+        "paid" => {
+            let response = ready(service.clone().oneshot(request)).unwrap();
+            assert_eq!(response.status(), 200);
+        }
+        "floor" => floor_inputs.run(),
+        "none" => drop(black_box(request)),
+        other => panic!("X402_INSTRUCTIONS: unknown mode {other} (paid, floor, none)"),
+    };
+    if ahead {
+        // Every request signed first, then served back to back.
         let signed: Vec<_> = (0..count).map(|_| payments.next_signed()).collect();
         for (request, moves_clock) in signed {
             payments.serve_time(moves_clock);
-            match mode {
-                "paid" => {
-                    let response = ready(service.clone().oneshot(request)).unwrap();
-                    assert_eq!(response.status(), 200);
-                }
-                "floor" => {
-                    floor_inputs.run();
-                }
-                "none" => drop(black_box(request)),
-                other => panic!("X402_INSTRUCTIONS: unknown mode {other}-ahead"),
-            }
+            step(request);
         }
-        return;
-    }
-    // Each mode signs the same requests in the same order (the set-up the
-    // difference of two runs removes); only what follows differs.
-    for _ in 0..count {
-        let request = payments.next_request();
-        match mode {
-            "paid" => {
-                let response = ready(service.clone().oneshot(request)).unwrap();
-                assert_eq!(response.status(), 200);
-            }
-            "floor" => {
-                floor_inputs.run();
-            }
-            "none" => drop(black_box(request)),
-            other => panic!("X402_INSTRUCTIONS: unknown mode {other} (paid, floor, none)"),
+    } else {
+        // Each mode signs the same requests in the same order (the set-up the
+        // difference of two runs removes); only what follows differs.
+        for _ in 0..count {
+            step(payments.next_request());
         }
     }
 }
