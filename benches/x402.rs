@@ -8,12 +8,14 @@
 //! window every [`STEADY_WINDOW`] payments (each signed for the time it is
 //! served), so the replay store and the expiring ledger hold a bounded live
 //! set and sweep what expired, instead of growing with every iteration of the
-//! run. Each sample's payments are signed before it and served back to back,
-//! as the floor runs back to back; `paid_request_signed_just_before` signs
-//! each one between two requests, which evicts the recovery's tables and the
-//! request path's code from the caches (callgrind's cache simulation counts
-//! about 2,200 first-level instruction misses per paid request against 420
-//! for the floor).
+//! run. Each payment is signed just before it is served, outside the timed
+//! part: like a request a server has just read, it is warm in the caches.
+//! `paid_request_signed_ahead` signs a sample's payments first and serves
+//! them back to back; it measures slower (about 2 µs: the requests are cold
+//! in memory by then), and neither changes what the request itself runs
+//! through: callgrind's cache simulation counts about 2,150 first-level
+//! instruction-cache misses per paid request either way, where the floor,
+//! back to back, misses 2. The paid path's code does not fit the cache.
 //!
 //! On a machine others share: `X402_INTERLEAVED=300 <bench binary>` prints
 //! the fastest of 300 alternating blocks of floor and paid requests.
@@ -24,10 +26,8 @@
 //! times, `none:N` only the set-up both share); per request, the difference
 //! of two totals divided by N: scripts/x402-instructions.sh. With `-ahead`
 //! (`paid-ahead:N`, `floor-ahead:N`, `none-ahead:N`) every request is signed
-//! first and then served back to back, as the criterion samples run; with
-//! `--cache-sim=yes` that shows the paid request's own code missing the
-//! first-level instruction cache (about 2,150 misses a request) where the
-//! floor's stays in it (2).
+//! first and then served back to back (with `--cache-sim=yes`: the misses
+//! above).
 //!
 //! The memory part counts every heap byte the process holds (a counting
 //! global allocator) across many paid requests through the layer, the
@@ -266,14 +266,21 @@ fn bench_x402(c: &mut Criterion) {
         })
     });
 
-    // Signing is the client's work: outside the timed part. Each sample's
-    // requests are signed ahead and served back to back, as the floor above
-    // runs its recoveries back to back: signing between two requests would
-    // evict the recovery's tables and time the cache refill instead.
+    // Signing is the client's work: outside the timed part.
     let steady_clock = FakeClock::at_unix_secs(NOW);
     let service = steady_service(steady_clock.clone());
     let mut payments = SteadyPayments::new(steady_clock);
     group.bench_function("paid_request_verify_call_settle", |b| {
+        b.iter_batched(
+            || payments.next_request(),
+            |request| {
+                let response = ready(service.clone().oneshot(request)).unwrap();
+                assert_eq!(response.status(), 200);
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("paid_request_signed_ahead", |b| {
         b.iter_custom(|iters| {
             let signed: Vec<_> = (0..iters).map(|_| payments.next_signed()).collect();
             let start = std::time::Instant::now();
@@ -284,18 +291,6 @@ fn bench_x402(c: &mut Criterion) {
             }
             start.elapsed()
         })
-    });
-    // The same request signed just before it is served: what a cold cache
-    // adds (kept to compare with earlier results, which were measured so).
-    group.bench_function("paid_request_signed_just_before", |b| {
-        b.iter_batched(
-            || payments.next_request(),
-            |request| {
-                let response = ready(service.clone().oneshot(request)).unwrap();
-                assert_eq!(response.status(), 200);
-            },
-            BatchSize::PerIteration,
-        )
     });
     group.finish();
 }
@@ -454,20 +449,20 @@ fn instruction_driver(spec: &str) {
     }
 }
 
-/// `X402_INTERLEAVED=BLOCKS[:cold]`: the floor and the paid request in
-/// alternating blocks of 256, each block's requests signed ahead and served
-/// back to back (`:cold`: each signed just before it is served, as
-/// `paid_request_signed_just_before` does); prints the fastest block of each
-/// per request and their ratio. Another process can only slow a block down,
+/// `X402_INTERLEAVED=BLOCKS[:ahead]`: the floor and the paid request in
+/// alternating blocks of 256, each payment signed just before it is served
+/// (`:ahead`: a block's payments signed first and served back to back, as
+/// `paid_request_signed_ahead` does); prints the fastest block of each per
+/// request and their ratio. Another process can only slow a block down,
 /// so the fastest blocks estimate the ratio on a machine others share
 /// (criterion's figures need an idle one).
 fn interleaved_ratio(spec: &str) {
     const BLOCK: usize = 256;
-    let (blocks, cold) = match spec.split_once(':') {
-        Some((blocks, "cold")) => (blocks, true),
-        _ => (spec, false),
+    let (blocks, just_before) = match spec.split_once(':') {
+        Some((blocks, "ahead")) => (blocks, false),
+        _ => (spec, true),
     };
-    let blocks: usize = blocks.parse().expect("X402_INTERLEAVED=BLOCKS[:cold]");
+    let blocks: usize = blocks.parse().expect("X402_INTERLEAVED=BLOCKS[:ahead]");
     let clock = FakeClock::at_unix_secs(NOW);
     let service = steady_service(clock.clone());
     let mut payments = SteadyPayments::new(clock);
@@ -479,7 +474,7 @@ fn interleaved_ratio(spec: &str) {
             floor_inputs.run();
         }
         floor = floor.min(start.elapsed().as_secs_f64() / BLOCK as f64);
-        if cold {
+        if just_before {
             let mut total = std::time::Duration::ZERO;
             for _ in 0..BLOCK {
                 let request = payments.next_request();
