@@ -188,19 +188,19 @@ pub struct OfficialFacilitator {
 
 impl OfficialFacilitator {
     /// Starts `tests/interop/chain/facilitator.mjs` and waits for its port.
-    /// Each one this process starts signs with another development account
-    /// (#7, #6, … #1; not #0, the minter, nor #9, USDC's proxy admin, which
-    /// may not call the token): facilitators running at once never share a
-    /// transaction nonce.
+    /// Each one signs with its own account, drawn at random past anvil's ten
+    /// funded ones (the script gives it gas): facilitators running at once
+    /// (tests in other processes, too) never share a transaction nonce.
     pub fn start(rpc_url: &str) -> Self {
-        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        const ACCOUNTS: [u8; 7] = [7, 6, 5, 4, 3, 2, 1];
-        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut bytes = [0u8; 4];
+        getrandom::fill(&mut bytes).expect("the operating system's randomness");
+        // BIP-32 indices below 2^31; 0-9 are anvil's funded development accounts.
+        let account = 10 + u32::from_be_bytes(bytes) % 0x7fff_0000;
         let mut child = Command::new("node")
             .arg(chain_dir().join("facilitator.mjs"))
             .arg(rpc_url)
             .arg("0")
-            .arg(ACCOUNTS[n % ACCOUNTS.len()].to_string())
+            .arg(account.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

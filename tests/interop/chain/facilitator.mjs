@@ -6,11 +6,11 @@
 //   POST /verify      {x402Version, paymentPayload, paymentRequirements}
 //   POST /settle      the same body; broadcasts transferWithAuthorization
 //
-// It signs with one of anvil's development accounts (the public test
-// mnemonic; #7 unless told), with a nonce manager: without one, concurrent
-// settles collide on transaction nonces ("nonce too low"). Facilitators
-// running at once on one chain use different accounts: each nonce manager
-// knows only its own process's transactions.
+// It signs with an account of anvil's public test mnemonic (#7 unless told;
+// one past the ten funded ones is given ether first), with a nonce manager:
+// without one, concurrent settles collide on transaction nonces ("nonce too
+// low"). Facilitators running at once on one chain use different accounts:
+// each nonce manager knows only its own process's transactions.
 //
 // usage: node facilitator.mjs <rpc url> [port, 0 = a free one] [account index]
 // The first stdout line is the port listened on (127.0.0.1).
@@ -38,6 +38,10 @@ const chain = defineChain({
 });
 const account = mnemonicToAccount(MNEMONIC, { addressIndex: Number(accountArg), nonceManager });
 const client = createWalletClient({ account, chain, transport: http(rpc) }).extend(publicActions);
+// An account past anvil's ten funded ones starts with no ether: give it gas.
+if ((await client.getBalance({ address: account.address })) === 0n) {
+  await client.request({ method: "anvil_setBalance", params: [account.address, "0x56bc75e2d63100000"] });
+}
 const signer = toFacilitatorEvmSigner({
   address: account.address,
   readContract: (args) => client.readContract(args),
