@@ -33,6 +33,11 @@ pub const X402_PAYMENTS_TOTAL: &str = "walletgate_x402_payments_total";
 pub const X402_SETTLEMENTS_TOTAL: &str = "walletgate_x402_settlements_total";
 /// Paid requests refused, by error code.
 pub const X402_REFUSALS_TOTAL: &str = "walletgate_x402_refusals_total";
+/// How long the replay store took to claim a payment's authorization.
+pub const X402_CLAIM_DURATION_SECONDS: &str = "walletgate_x402_claim_duration_seconds";
+/// How long the wrapped service took to answer a verified payment (to its
+/// head: a stream's body is not counted).
+pub const X402_INNER_DURATION_SECONDS: &str = "walletgate_x402_inner_duration_seconds";
 /// How long the facilitator took to verify a payment.
 pub const X402_VERIFY_DURATION_SECONDS: &str = "walletgate_x402_verify_duration_seconds";
 /// How long the facilitator took to settle a payment (success or failure).
@@ -56,11 +61,12 @@ pub const STORE_TIMEOUTS_TOTAL: &str = "walletgate_store_timeouts_total";
 /// the store changed last, when a process has several).
 pub const X402_ANSWER_STORE_BYTES: &str = "walletgate_x402_answer_store_bytes";
 
-/// Buckets for the `_duration_seconds` histograms: 5 ms to 30 s, a
-/// facilitator's verify (tens of milliseconds) to an on-chain settlement
-/// (seconds).
+/// Buckets for the `_duration_seconds` histograms: 100 µs to 30 s, an
+/// in-memory claim or an in-process verify (tens of microseconds; a tail
+/// of milliseconds) to an on-chain settlement (seconds).
 pub const DURATION_BUCKETS_SECONDS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
 ];
 
 /// Registers a description of every metric with the installed recorder
@@ -77,6 +83,16 @@ pub fn describe() {
     describe_counter!(
         X402_REFUSALS_TOTAL,
         "x402 paid requests refused, by error code"
+    );
+    describe_histogram!(
+        X402_CLAIM_DURATION_SECONDS,
+        Unit::Seconds,
+        "replay-store claim latency of a paid request"
+    );
+    describe_histogram!(
+        X402_INNER_DURATION_SECONDS,
+        Unit::Seconds,
+        "wrapped service's latency to the head of a paid answer"
     );
     describe_histogram!(
         X402_VERIFY_DURATION_SECONDS,
@@ -186,7 +202,12 @@ mod tests {
                 "{name}"
             );
         }
-        for name in [X402_VERIFY_DURATION_SECONDS, X402_SETTLE_DURATION_SECONDS] {
+        for name in [
+            X402_CLAIM_DURATION_SECONDS,
+            X402_VERIFY_DURATION_SECONDS,
+            X402_INNER_DURATION_SECONDS,
+            X402_SETTLE_DURATION_SECONDS,
+        ] {
             assert!(name.starts_with("walletgate_") && name.ends_with("_duration_seconds"));
         }
         assert!(X402_ANSWER_STORE_BYTES.starts_with("walletgate_"));

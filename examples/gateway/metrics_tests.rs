@@ -61,15 +61,20 @@ async fn metrics_count_a_paid_a_refused_and_a_free_request() {
         "walletgate_free_tier_requests_total",
         &[("outcome", "admitted")],
     );
-    at_least_one("walletgate_x402_verify_duration_seconds_count", &[]);
-    at_least_one("walletgate_x402_settle_duration_seconds_count", &[]);
+    // Every stage of a paid request, in order.
+    for stage in ["claim", "verify", "inner", "settle"] {
+        at_least_one(
+            &format!("walletgate_x402_{stage}_duration_seconds_count"),
+            &[],
+        );
+    }
     // A real histogram: cumulative buckets up to +Inf, as configured.
     at_least_one(
         "walletgate_x402_settle_duration_seconds_bucket",
         &[("le", "+Inf")],
     );
     assert!(
-        page.contains("walletgate_x402_settle_duration_seconds_bucket{le=\"0.005\"}"),
+        page.contains("walletgate_x402_claim_duration_seconds_bucket{le=\"0.0001\"}"),
         "{page}"
     );
     assert!(page.contains("# TYPE walletgate_x402_settle_duration_seconds histogram"));

@@ -561,7 +561,10 @@ where
         }
     }
 
-    match config.nonce_store.claim(&payment.key, hold_until).await {
+    let claiming = metrics::Started::now();
+    let claimed = config.nonce_store.claim(&payment.key, hold_until).await;
+    claiming.observe(metrics::X402_CLAIM_DURATION_SECONDS);
+    match claimed {
         Ok(Claim::Claimed) if payment.payment_id.is_some() && id_guard.is_none() => {
             // The id is held by another request, which pays under it: a copy
             // that claimed the authorization first gives it back, or the payment
@@ -708,7 +711,9 @@ where
     request.extensions_mut().insert(receipt.clone());
 
     // Dropping `claim` on `?` or on an early return releases the authorization.
+    let answering = metrics::Started::now();
     let mut response = inner.call(request).await?;
+    answering.observe(metrics::X402_INNER_DURATION_SECONDS);
     if !response.status().is_success() {
         // Not served: not charged.
         trace_decision!(
