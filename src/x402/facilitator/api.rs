@@ -108,9 +108,9 @@ impl FacilitatorRequest {
     /// before any verdict.
     pub(crate) fn claimed_payer(&self) -> Option<&str> {
         if let PaymentSource::Header { header, .. } = &self.payment
-            && let Some(evm) = header.exact_evm_ref()
+            && let Some(payer) = header.claimed_payer()
         {
-            return Some(evm.authorization.from);
+            return Some(payer);
         }
         let payload = &self.payment_payload().payload;
         payload.get("authorization")?.get("from")?.as_str()

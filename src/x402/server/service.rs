@@ -172,12 +172,6 @@ impl Payment {
     }
 }
 
-/// `payload.authorization.from` as sent, for refusals before the request
-/// is built; `None` unless the payload is shaped as an exact-EVM one.
-fn payload_payer(payload: &PaymentHeader) -> Option<&str> {
-    Some(payload.exact_evm_ref()?.authorization.from)
-}
-
 /// The synchronous part: price, quote, decode, match. `Err` is the answer.
 // The answer is built once and returned straight to the caller; boxing it buys nothing.
 #[allow(clippy::result_large_err)]
@@ -239,20 +233,20 @@ fn prepare<B>(
     if payload.x402_version != crate::x402::wire::X402_VERSION {
         return Err(invalid(
             reason::INVALID_X402_VERSION,
-            payload_payer(&payload),
+            payload.claimed_payer(),
         ));
     }
     let Some(offer) = matching_offer(&quote.required().accepts, &payload.accepted).cloned() else {
         return Err(invalid(
             reason::NO_MATCHING_REQUIREMENTS,
-            payload_payer(&payload),
+            payload.claimed_payer(),
         ));
     };
     // Only what the layer declares is checked: a request's own extensions
     // (discovery, say) describe the resource and differ between the request
     // a payment was signed for and another it pays (a paid job's poll).
     if !payment_id::echo_matches(config.quotes.declared(), payload.extensions.as_ref()) {
-        return Err(invalid(EXTENSION_ECHO_MISMATCH, payload_payer(&payload)));
+        return Err(invalid(EXTENSION_ECHO_MISMATCH, payload.claimed_payer()));
     }
     let id = match payment_id::read_id(config.payment_identifier, payload.extensions.as_ref()) {
         Ok(id) => id,
@@ -261,7 +255,7 @@ fn prepare<B>(
                 config,
                 ErrorCode::PaymentIdentifierInvalid,
                 why,
-                payload_payer(&payload),
+                payload.claimed_payer(),
                 style,
                 quote.required(),
             ));

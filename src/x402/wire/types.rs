@@ -400,6 +400,23 @@ impl PaymentHeader {
     pub(crate) fn exact_evm_ref(&self) -> Option<ExactEvmPayloadRef<'_>> {
         serde_json::from_str(self.payload.get()).ok()
     }
+
+    /// `payload.authorization.from` as the client wrote it, whatever the
+    /// other fields hold; `None` also when it has escapes (read it through
+    /// a `Value`).
+    pub(crate) fn claimed_payer(&self) -> Option<&str> {
+        #[derive(Deserialize)]
+        struct Payload<'a> {
+            #[serde(borrow)]
+            authorization: Authorization<'a>,
+        }
+        #[derive(Deserialize)]
+        struct Authorization<'a> {
+            from: &'a str,
+        }
+        let payload: Payload<'_> = serde_json::from_str(self.payload.get()).ok()?;
+        Some(payload.authorization.from)
+    }
 }
 
 /// [`ExactEvmPayload`] read in place: the same fields, parsed the same way.
@@ -714,5 +731,21 @@ mod tests {
                 "{field}"
             );
         }
+    }
+
+    #[test]
+    fn a_headers_payer_is_read_as_written_whatever_its_other_fields_hold() {
+        let header = |authorization: &str| -> PaymentHeader {
+            serde_json::from_str(&format!(
+                r#"{{"x402Version":2,"accepted":{{"scheme":"exact","network":"eip155:84532","amount":"1","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":60}},"payload":{{"signature":"0x00","authorization":{authorization}}}}}"#
+            ))
+            .unwrap()
+        };
+        // Not an exact-EVM payment (its value is no amount), but it names its payer.
+        let odd = header(r#"{"from":"0xAbC","value":"ten"}"#);
+        assert!(odd.exact_evm_ref().is_none());
+        assert_eq!(odd.claimed_payer(), Some("0xAbC"));
+        assert_eq!(odd.to_payload().payload["authorization"]["value"], "ten");
+        assert_eq!(header(r#"{"to":"0xAbC"}"#).claimed_payer(), None);
     }
 }
