@@ -21,6 +21,8 @@ command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 . scripts/load/gateway_features.sh
+# shellcheck source=load/wait_gateway.sh
+. scripts/load/wait_gateway.sh
 cargo build --quiet --release --features "$gateway_features" --example gateway --example gateway_presign
 
 work=$(mktemp -d)
@@ -36,11 +38,7 @@ GATEWAY_FREE_PER_MINUTE=4194303 GATEWAY_FREE_PER_HOUR=4194303 RUST_LOG="${RUST_L
   "$target/release/examples/gateway" >"$work/server.log" 2>&1 &
 server=$!
 base="http://127.0.0.1:$port"
-for _ in $(seq 1 100); do
-  curl -fs -o /dev/null "$base/v1/models" && break
-  sleep 0.1
-done
-curl -fs -o /dev/null "$base/v1/models" || { echo "the gateway did not start:" >&2; cat "$work/server.log" >&2; exit 1; }
+wait_gateway "$base" "$work/server.log"
 
 paid_body='{"model":"openai/gpt-5-mini","max_tokens":64,"messages":[{"role":"user","content":"load test"}]}'
 free_body='{"model":"nvidia/nemotron-super","max_tokens":64,"messages":[{"role":"user","content":"load test"}]}'

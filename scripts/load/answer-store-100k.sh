@@ -29,6 +29,8 @@ target=${CARGO_TARGET_DIR:-target}
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
 
 . scripts/load/gateway_features.sh
+# shellcheck source=load/wait_gateway.sh
+. scripts/load/wait_gateway.sh
 cargo build --quiet --release --features "$gateway_features,metrics" --example gateway --example gateway_presign
 
 work=$(mktemp -d)
@@ -39,16 +41,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-GATEWAY_LISTEN="127.0.0.1:$port" GATEWAY_METRICS_LISTEN="127.0.0.1:$metrics_port" \
+env -u GATEWAY_REDIS_URL GATEWAY_LISTEN="127.0.0.1:$port" GATEWAY_METRICS_LISTEN="127.0.0.1:$metrics_port" \
 GATEWAY_ANSWER_STORE_BYTES="$store_bytes" GATEWAY_PAYMENT_ID=optional RUST_LOG="${RUST_LOG:-warn}" \
   "$target/release/examples/gateway" >"$work/server.log" 2>&1 &
 server=$!
 base="http://127.0.0.1:$port"
-for _ in $(seq 1 100); do
-  curl -fs -o /dev/null "$base/v1/models" && break
-  sleep 0.1
-done
-curl -fs -o /dev/null "$base/v1/models" || { echo "the gateway did not start:" >&2; cat "$work/server.log" >&2; exit 1; }
+wait_gateway "$base" "$work/server.log"
 
 rss() { awk '/^VmRSS:/ {print $2 " kB"}' "/proc/$server/status"; }
 peak() { awk '/^VmHWM:/ {print $2 " kB"}' "/proc/$server/status"; }
