@@ -125,16 +125,8 @@ free_port() { # a loopback port nothing listens on, below the ephemeral range
   return 1
 }
 
-wait_ready() { # base log
-  local _
-  for _ in $(seq 1 100); do
-    curl -fs -o /dev/null "$1/v1/models" && return 0
-    sleep 0.1
-  done
-  echo "the server did not start:" >&2
-  cat "$2" >&2
-  return 1
-}
+# shellcheck source=load/wait_ready.sh
+. scripts/load/wait_ready.sh
 
 quote_of() { # base -> the PAYMENT-REQUIRED value of an unpaid chat
   curl -s -o /dev/null -D - -H 'content-type: application/json' -d "$paid_body" "$1$chat" \

@@ -21,8 +21,8 @@ command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 . scripts/load/gateway_features.sh
-# shellcheck source=load/wait_gateway.sh
-. scripts/load/wait_gateway.sh
+# shellcheck source=load/wait_ready.sh
+. scripts/load/wait_ready.sh
 cargo build --quiet --release --features "$gateway_features" --example gateway --example gateway_presign
 
 work=$(mktemp -d)
@@ -38,7 +38,7 @@ GATEWAY_FREE_PER_MINUTE=4194303 GATEWAY_FREE_PER_HOUR=4194303 RUST_LOG="${RUST_L
   "$target/release/examples/gateway" >"$work/server.log" 2>&1 &
 server=$!
 base="http://127.0.0.1:$port"
-wait_gateway "$base" "$work/server.log"
+wait_ready "$base" "$work/server.log"
 
 paid_body='{"model":"openai/gpt-5-mini","max_tokens":64,"messages":[{"role":"user","content":"load test"}]}'
 free_body='{"model":"nvidia/nemotron-super","max_tokens":64,"messages":[{"role":"user","content":"load test"}]}'

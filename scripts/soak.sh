@@ -95,8 +95,8 @@ echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 [ "$one_core" = 1 ] && echo "one core each: the gateway on CPU 1, wrk -t1 on CPU 0; kinds: $kinds"
 echo "per kind: ${warmup_slices}x${slice}s warm-up (paid: ${paid_warmup_slices}x${slice}s; not judged), then ${seconds}s judged; quotes maxTimeoutSeconds $max_timeout"
 . scripts/load/gateway_features.sh
-# shellcheck source=load/wait_gateway.sh
-. scripts/load/wait_gateway.sh
+# shellcheck source=load/wait_ready.sh
+. scripts/load/wait_ready.sh
 cargo build --quiet --release --features "$gateway_features" --example gateway --example gateway_presign
 
 work=$(mktemp -d)
@@ -116,7 +116,7 @@ env -u GATEWAY_REDIS_URL -u GATEWAY_FACILITATOR_URL -u GATEWAY_EVM_RPC_URL -u GA
   "${server_pin[@]}" "$target/release/examples/gateway" >"$work/server.log" 2>&1 &
 server=$!
 base="http://127.0.0.1:$port"
-wait_gateway "$base" "$work/server.log"
+wait_ready "$base" "$work/server.log"
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$server/status"; }
 

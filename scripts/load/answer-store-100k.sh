@@ -29,8 +29,8 @@ target=${CARGO_TARGET_DIR:-target}
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
 
 . scripts/load/gateway_features.sh
-# shellcheck source=load/wait_gateway.sh
-. scripts/load/wait_gateway.sh
+# shellcheck source=load/wait_ready.sh
+. scripts/load/wait_ready.sh
 cargo build --quiet --release --features "$gateway_features,metrics" --example gateway --example gateway_presign
 
 work=$(mktemp -d)
@@ -46,7 +46,7 @@ GATEWAY_ANSWER_STORE_BYTES="$store_bytes" GATEWAY_PAYMENT_ID=optional RUST_LOG="
   "$target/release/examples/gateway" >"$work/server.log" 2>&1 &
 server=$!
 base="http://127.0.0.1:$port"
-wait_gateway "$base" "$work/server.log"
+wait_ready "$base" "$work/server.log"
 
 rss() { awk '/^VmRSS:/ {print $2 " kB"}' "/proc/$server/status"; }
 peak() { awk '/^VmHWM:/ {print $2 " kB"}' "/proc/$server/status"; }
