@@ -17,7 +17,7 @@ use alloy_primitives::{Address, B256, keccak256};
 
 use crate::clock::SharedClock;
 use crate::store::BoxFuture;
-use crate::x402::expiring::ExpiringMap;
+use crate::x402::expiring::{ExpiringMap, LocalDigest, local_digest};
 use crate::x402::wire::eip712::{TokenId, parse_evm_address};
 
 /// A verified authorization, ready to settle.
@@ -112,13 +112,13 @@ impl<T: Ledger + ?Sized> Ledger for Arc<T> {
 /// million entries stalled every settlement for tens of milliseconds).
 pub struct DevLedger {
     state: Mutex<DevLedgerState>,
-    /// Keccak-256 of (chain id, asset, payer, nonce), until `validBefore`
+    /// The [`local_digest`] of (chain id, asset, payer, nonce), until `validBefore`
     /// (forever without a clock). Lock order: a shard, then `state`.
     used: Box<[Mutex<UsedShard>]>,
     clock: Option<SharedClock>,
 }
 
-type UsedShard = ExpiringMap<[u8; 32], ()>;
+type UsedShard = ExpiringMap<()>;
 
 /// Shards of the used authorizations.
 const USED_SHARDS: usize = 16;
@@ -240,14 +240,9 @@ impl DevLedger {
     }
 
     /// The used-set key of `transfer`'s authorization, and its shard, locked.
-    fn used_shard(&self, transfer: &Transfer) -> ([u8; 32], MutexGuard<'_, UsedShard>) {
-        let mut preimage = [0_u8; 80];
-        preimage[..8].copy_from_slice(&transfer.token.chain_id.to_be_bytes());
-        preimage[8..28].copy_from_slice(transfer.token.asset.as_slice());
-        preimage[28..48].copy_from_slice(transfer.from.as_slice());
-        preimage[48..].copy_from_slice(transfer.nonce.as_slice());
-        let key = keccak256(preimage).0;
-        let shard = self.used[usize::from(key[0]) % USED_SHARDS]
+    fn used_shard(&self, transfer: &Transfer) -> (LocalDigest, MutexGuard<'_, UsedShard>) {
+        let key = local_digest(&authorization_id(transfer));
+        let shard = self.used[usize::from(key.as_bytes()[0]) % USED_SHARDS]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         (key, shard)
@@ -262,7 +257,7 @@ impl DevLedger {
         state: &DevLedgerState,
         used: &UsedShard,
         transfer: &Transfer,
-        used_key: &[u8; 32],
+        used_key: &LocalDigest,
         now: Option<u64>,
     ) -> Result<(), LedgerError> {
         if now.is_some_and(|now| transfer.valid_before_unix_secs <= now) {
@@ -281,6 +276,16 @@ impl DevLedger {
         }
         Ok(())
     }
+}
+
+/// (chain id, asset, payer, nonce): what identifies an authorization.
+fn authorization_id(transfer: &Transfer) -> [u8; 80] {
+    let mut id = [0_u8; 80];
+    id[..8].copy_from_slice(&transfer.token.chain_id.to_be_bytes());
+    id[8..28].copy_from_slice(transfer.token.asset.as_slice());
+    id[28..48].copy_from_slice(transfer.from.as_slice());
+    id[48..].copy_from_slice(transfer.nonce.as_slice());
+    id
 }
 
 impl Ledger for DevLedger {
@@ -324,9 +329,11 @@ impl Ledger for DevLedger {
         });
         drop(state);
         drop(used);
-        // The used-set key names the transfer: an authorization settles once,
-        // and is forgotten only once it can no longer settle.
-        let result = result.map(|()| alloy_primitives::hex::encode_prefixed(used_key));
+        // The authorization names the transfer, as it settles once; hashed as a
+        // chain hashes a transaction, the same in every process.
+        let result = result.map(|()| {
+            alloy_primitives::hex::encode_prefixed(keccak256(authorization_id(transfer)))
+        });
         Box::pin(std::future::ready(result))
     }
 }

@@ -37,14 +37,13 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use alloy_primitives::keccak256;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use crate::clock::SharedClock;
 use crate::envelope::header;
 use crate::store::{BoxFuture, StoreError};
-use crate::x402::expiring::ExpiringMap;
+use crate::x402::expiring::{ExpiringMap, LocalDigest, local_digest};
 
 /// Default bound of one kept answer: 1 MiB.
 pub const DEFAULT_ANSWER_MAX_BYTES: usize = 1024 * 1024;
@@ -360,12 +359,12 @@ impl Entry {
 
 #[derive(Default)]
 struct Held {
-    entries: ExpiringMap<[u8; 32], Entry>,
+    entries: ExpiringMap<Entry>,
     bytes: usize,
 }
 
 impl Held {
-    fn remove(&mut self, digest: &[u8; 32]) {
+    fn remove(&mut self, digest: &LocalDigest) {
         if let Some(old) = self.entries.remove(digest) {
             self.bytes -= old.size();
         }
@@ -426,7 +425,7 @@ impl InMemoryAnswerStore {
     }
 
     /// Puts `entry` under `digest` in `held`, making room; `false` if it can never fit.
-    fn put(&self, held: &mut Held, digest: [u8; 32], entry: Entry, until: u64) -> bool {
+    fn put(&self, held: &mut Held, digest: LocalDigest, entry: Entry, until: u64) -> bool {
         let size = entry.size();
         held.remove(&digest);
         if size > self.capacity_bytes {
@@ -457,8 +456,8 @@ impl InMemoryAnswerStore {
     }
 }
 
-fn digest(key: &str) -> [u8; 32] {
-    keccak256(key.as_bytes()).0
+fn digest(key: &str) -> LocalDigest {
+    local_digest(key.as_bytes())
 }
 
 impl AnswerStore for InMemoryAnswerStore {

@@ -33,12 +33,12 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use alloy_primitives::{hex, keccak256};
+use alloy_primitives::hex;
 
 use super::receipt::PaymentReceipt;
 use crate::clock::SharedClock;
 use crate::store::{BoxFuture, StoreError};
-use crate::x402::expiring::ExpiringMap;
+use crate::x402::expiring::{ExpiringMap, LocalDigest, local_digest};
 
 /// Default bound of the in-memory store: entitlements held at most.
 pub const DEFAULT_ENTITLEMENT_CAPACITY: usize = 100_000;
@@ -97,7 +97,7 @@ pub(crate) fn entitlement_key(payer: &str, operation: &[u8; 32]) -> String {
 pub struct InMemoryEntitlementStore {
     clock: SharedClock,
     capacity: usize,
-    held: Mutex<ExpiringMap<[u8; 32], PaymentReceipt>>,
+    held: Mutex<ExpiringMap<PaymentReceipt>>,
 }
 
 impl fmt::Debug for InMemoryEntitlementStore {
@@ -136,14 +136,14 @@ impl InMemoryEntitlementStore {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, ExpiringMap<[u8; 32], PaymentReceipt>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ExpiringMap<PaymentReceipt>> {
         // Each update is one map call: a poisoned lock holds consistent data.
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-fn digest(payer: &str, operation: &[u8; 32]) -> [u8; 32] {
-    keccak256(entitlement_key(payer, operation).as_bytes()).0
+fn digest(payer: &str, operation: &[u8; 32]) -> LocalDigest {
+    local_digest(entitlement_key(payer, operation).as_bytes())
 }
 
 impl EntitlementStore for InMemoryEntitlementStore {

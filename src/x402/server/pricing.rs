@@ -223,7 +223,7 @@ pub struct PriceTable {
 impl PriceTable {
     /// Keys are `"METHOD /path"`, e.g. `"POST /v1/chat/completions"`.
     pub fn by_route() -> Self {
-        Self::by_key(|parts| Some(format!("{} {}", parts.method, parts.uri.path())))
+        Self::by_key(|parts| Some([parts.method.as_str(), " ", parts.uri.path()].concat()))
     }
 
     /// Keys are the string form of a `T` an earlier layer put in the extensions.

@@ -43,13 +43,13 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use alloy_primitives::{Address, B256, keccak256};
+use alloy_primitives::{Address, B256};
 
 use super::receipt::PaymentReceipt;
 use crate::clock::SharedClock;
 use crate::store::BoxFuture;
 use crate::store::StoreError;
-use crate::x402::expiring::ExpiringMap;
+use crate::x402::expiring::{ExpiringMap, LocalDigest, local_digest};
 use crate::x402::wire::eip712::parse_b256;
 use crate::x402::wire::types::{AtomicAmount, Network};
 
@@ -87,7 +87,7 @@ impl AuthorizationKey {
     }
 
     fn with_text(network: &Network, evm: Option<(Address, B256)>, text: String) -> Self {
-        let digest = keccak256(text.as_bytes()).0;
+        let digest = local_digest(text.as_bytes());
         Self {
             network: network.clone(),
             evm,
@@ -116,18 +116,17 @@ impl AuthorizationKey {
         &self.text
     }
 
-    /// Keccak-256 of [`as_str`](Self::as_str): a fixed-size stand-in for the key.
+    /// A fixed-size stand-in for [`as_str`](Self::as_str) in this process's
+    /// maps: keyed per process, so never stored or sent.
     pub fn digest(&self) -> &[u8; 32] {
-        &self.digest
+        self.digest.as_bytes()
     }
 }
 
 /// `network/payer/0x{nonce}`, lowercase.
 fn key_text(network: &Network, payer: &str, nonce: &[u8]) -> String {
-    let mut text = format!(
-        "{network}/{payer}/{}",
-        alloy_primitives::hex::encode_prefixed(nonce)
-    );
+    let nonce = alloy_primitives::hex::encode_prefixed(nonce);
+    let mut text = [network.as_str(), "/", payer, "/", &nonce].concat();
     text.make_ascii_lowercase();
     text
 }
@@ -462,8 +461,8 @@ const SWEEP_STEP: usize = 8;
 /// growth are a sixteenth of the whole.
 const SHARDS: usize = 16;
 
-/// A key as the store keeps it: the Keccak-256 of its text.
-type KeyDigest = [u8; 32];
+/// A key as the store keeps it: the [`local_digest`] of its text.
+type KeyDigest = LocalDigest;
 
 /// An in-process [`NonceStore`] with expiry, without pauses: every operation
 /// removes a few expired entries (oldest first, from a time-ordered index), so
@@ -482,7 +481,7 @@ pub struct InMemoryNonceStore {
 
 #[derive(Default)]
 struct Shard {
-    entries: ExpiringMap<KeyDigest, State>,
+    entries: ExpiringMap<State>,
     /// The networks of compacted receipts.
     networks: Vec<Network>,
 }
@@ -515,7 +514,7 @@ impl InMemoryNonceStore {
         self.len() == 0
     }
 
-    /// `key`'s shard, locked (picked by its digest: the same in every run).
+    /// `key`'s shard, locked (picked by its digest).
     fn shard(&self, key: &AuthorizationKey) -> std::sync::MutexGuard<'_, Shard> {
         let index = usize::from(key.digest()[0]) % SHARDS;
         // Every update keeps the shard consistent: a poisoned lock holds consistent data.
@@ -526,7 +525,7 @@ impl InMemoryNonceStore {
 
     fn claim_now(&self, key: &AuthorizationKey, hold_until_unix_secs: u64) -> Claim {
         let now = self.clock.now_unix_secs();
-        let digest = *key.digest();
+        let digest = key.digest;
         let mut shard = self.shard(key);
         shard.entries.sweep(now, SWEEP_STEP);
         let shard = &mut *shard;
@@ -572,7 +571,7 @@ impl InMemoryNonceStore {
         };
         shard
             .entries
-            .insert(*key.digest(), State::Spent(record), keep_until_unix_secs);
+            .insert(key.digest, State::Spent(record), keep_until_unix_secs);
     }
 }
 
@@ -597,12 +596,12 @@ impl NonceStore for InMemoryNonceStore {
 
     fn release(&self, key: &AuthorizationKey) -> BoxFuture<'static, ()> {
         let mut shard = self.shard(key);
-        if matches!(shard.entries.peek(key.digest()), Some(State::InFlight))
-            || shard.entries.peek(key.digest()).is_some_and(
+        if matches!(shard.entries.peek(&key.digest), Some(State::InFlight))
+            || shard.entries.peek(&key.digest).is_some_and(
                 |state| matches!(state, State::Spent(spent) if spent.receipt.is_settling()),
             )
         {
-            shard.entries.remove(key.digest());
+            shard.entries.remove(&key.digest);
         }
         Box::pin(std::future::ready(()))
     }
@@ -727,7 +726,10 @@ mod tests {
     #[test]
     fn a_key_carries_the_digest_of_its_text() {
         let key = key_of(0xab, 0xff);
-        assert_eq!(key.digest(), &keccak256(key.as_str().as_bytes()).0);
+        assert_eq!(
+            key.digest(),
+            local_digest(key.as_str().as_bytes()).as_bytes()
+        );
         let other = key_of(0xab, 0xfe);
         assert_ne!(key.digest(), other.digest());
     }

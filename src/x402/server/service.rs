@@ -196,7 +196,7 @@ fn prepare<B>(
     // a cached quote builds no URL.
     let host_derived;
     let key = match &config.public_base_url {
-        Some(_) => request.uri().path_and_query().map_or("/", |pq| pq.as_str()),
+        Some(_) => path_and_query(request),
         None => {
             host_derived = resource_url(config, request);
             host_derived.as_str()
@@ -261,11 +261,7 @@ fn prepare<B>(
             ));
         }
     };
-    let request_line = format!(
-        "{} {}",
-        request.method(),
-        request.uri().path_and_query().map_or("/", |pq| pq.as_str())
-    );
+    let request_line = request_line(request);
     let payment_id = id.map(|id| {
         let bound = payment_id::request_fingerprint(&request_line, body_digest(request), &offer);
         (id, bound)
@@ -348,12 +344,7 @@ where
 {
     use super::siwx::Entitled;
     if let Some(sign_in) = &config.sign_in {
-        let request_line = format!(
-            "{} {}",
-            request.method(),
-            request.uri().path_and_query().map_or("/", |pq| pq.as_str())
-        );
-        let operation = super::siwx::operation(&request_line, body_digest(&request));
+        let operation = super::siwx::operation(&request_line(&request), body_digest(&request));
         let proof = (request.headers())
             .get(super::siwx::SIGN_IN_WITH_X_HEADER)
             .cloned();
@@ -403,12 +394,21 @@ where
     Ok(rejection(answer).map(X402Body::plain))
 }
 
+/// `METHOD /path?query`: what kept answers and sign-in operations are bound to.
+fn request_line<B>(request: &Request<B>) -> String {
+    [request.method().as_str(), " ", path_and_query(request)].concat()
+}
+
+fn path_and_query<B>(request: &Request<B>) -> &str {
+    request.uri().path_and_query().map_or("/", |pq| pq.as_str())
+}
+
 /// `resource.url`: the configured public base, else (only when the caller
 /// opted in: the builder refuses otherwise) `http://` + `Host`; then the path and query.
 fn resource_url<B>(config: &Config, request: &Request<B>) -> String {
-    let path = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
+    let path = path_and_query(request);
     match &config.public_base_url {
-        Some(base) => format!("{base}{path}"),
+        Some(base) => [base.as_str(), path].concat(),
         None => {
             let host = request
                 .headers()
@@ -417,7 +417,7 @@ fn resource_url<B>(config: &Config, request: &Request<B>) -> String {
                 .filter(|host| !host.is_empty() && !host.contains(['/', ' ', '"']))
                 .or_else(|| request.uri().authority().map(|a| a.as_str()))
                 .unwrap_or("localhost");
-            format!("http://{host}{path}")
+            ["http://", host, path].concat()
         }
     }
 }
@@ -1183,18 +1183,15 @@ impl Drop for IdGuard {
 
 /// Where an authorization's answer is kept.
 fn answer_key(key: &AuthorizationKey) -> String {
-    format!("x402-authorization:{}", key.as_str())
+    ["x402-authorization:", key.as_str()].concat()
 }
 
 /// What a kept answer is bound to: the very payment (its fingerprint) and
 /// the request it paid for (a poll of a paid job, paid by the same payment,
 /// is another request).
 fn binding(payment: &Payment) -> String {
-    format!(
-        "{} {}",
-        alloy_primitives::hex::encode(payment.fingerprint),
-        payment.request_line
-    )
+    let fingerprint = alloy_primitives::hex::encode(payment.fingerprint);
+    [&fingerprint, " ", &payment.request_line].concat()
 }
 
 /// The answer kept for this very payment, if any (a store failure is none:
@@ -1588,8 +1585,14 @@ fn mark_private(headers: &mut http::HeaderMap) {
         .and_then(|v| v.to_str().ok())
     {
         Some(existing) if existing.contains("private") || existing.contains("no-store") => return,
-        Some(existing) => format!("{existing}, private"),
-        None => "private".to_owned(),
+        Some(existing) => [existing, ", private"].concat(),
+        None => {
+            headers.insert(
+                http::header::CACHE_CONTROL,
+                HeaderValue::from_static("private"),
+            );
+            return;
+        }
     };
     if let Ok(value) = HeaderValue::from_str(&value) {
         headers.insert(http::header::CACHE_CONTROL, value);

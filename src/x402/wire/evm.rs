@@ -57,25 +57,20 @@ impl ExactEvmPayment {
         }
     }
 
-    /// Keccak-256 of the signed fields and the signature, fixed-size: the
+    /// Keccak-256 of the payer, the nonce and the signature, fixed-size: the
     /// same payment always has the same fingerprint, whatever the JSON's
     /// spelling; `None` without a valid signature.
+    ///
+    /// The other signed fields add nothing: for one signer, a signature
+    /// verifies against exactly one digest, so it already pins them (and a
+    /// signature copied onto other fields never verifies). Left out, the
+    /// input fits one Keccak block.
     pub fn fingerprint(&self) -> Option<[u8; 32]> {
         let signature = self.signature.as_ref()?.as_bytes();
-        let mut bytes = [0u8; 20 + 20 + 16 + 8 + 8 + 32 + 65];
-        let mut at = 0;
-        for part in [
-            self.from.as_slice(),
-            self.to.as_slice(),
-            &self.value.units().to_be_bytes(),
-            &self.valid_after.to_be_bytes(),
-            &self.valid_before.to_be_bytes(),
-            self.nonce.as_slice(),
-            &signature,
-        ] {
-            bytes[at..at + part.len()].copy_from_slice(part);
-            at += part.len();
-        }
+        let mut bytes = [0u8; 20 + 32 + 65];
+        bytes[..20].copy_from_slice(self.from.as_slice());
+        bytes[20..52].copy_from_slice(self.nonce.as_slice());
+        bytes[52..].copy_from_slice(&signature);
         Some(keccak256(bytes).0)
     }
 }
