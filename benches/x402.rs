@@ -62,8 +62,10 @@ use walletgate::x402::{
     },
 };
 
+// The reference gateway's allocator (examples/gateway/main.rs), counted by
+// `cap` for the memory report. Results before 2026-11-26T03 used glibc's.
 #[global_allocator]
-static ALLOCATOR: Cap<std::alloc::System> = Cap::new(std::alloc::System, usize::MAX);
+static ALLOCATOR: Cap<mimalloc::MiMalloc> = Cap::new(mimalloc::MiMalloc, usize::MAX);
 
 const NOW: u64 = 1_750_000_000;
 /// Payments per authorization window in the steady-state paid benchmark.

@@ -33,13 +33,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
-use alloy_primitives::{Address, B256, keccak256};
+use alloy_primitives::{Address, B256};
 use redis::Script;
 
 use super::RedisConnection;
 use super::spent::encode_spent;
 use crate::store::{BoxFuture, StoreError};
 use crate::x402::{
+    facilitator::ledger::transaction_id,
     facilitator::{DevLedger, Ledger, LedgerError, Transfer},
     server::SpentAuthorization,
     wire::TokenId,
@@ -290,17 +291,6 @@ fn lower_hex(bytes: &[u8]) -> String {
 /// `{chain id}:{asset}`, the balance hash's field of a token.
 fn token_field(token: &TokenId) -> String {
     format!("{}:{}", token.chain_id, lower_hex(token.asset.as_slice()))
-}
-
-/// The transaction id of `transfer`: a hash of its token, payer and nonce
-/// (the ledger settles each of those once).
-fn transaction_id(transfer: &Transfer) -> String {
-    let mut preimage = Vec::with_capacity(92);
-    preimage.extend_from_slice(&transfer.token.chain_id.to_be_bytes());
-    preimage.extend_from_slice(transfer.token.asset.as_slice());
-    preimage.extend_from_slice(transfer.from.as_slice());
-    preimage.extend_from_slice(transfer.nonce.as_slice());
-    keccak256(&preimage).to_string()
 }
 
 /// The script's refusal codes as ledger errors.

@@ -33,7 +33,7 @@ use crate::x402::wire::{EvmDecoding, ExactEvmPayment, PaymentHeader};
 pub struct FacilitatorRequest {
     x402_version: u8,
     payment: PaymentSource,
-    payment_requirements: PaymentRequirements,
+    payment_requirements: Arc<PaymentRequirements>,
     evm: EvmDecoding,
     /// The EIP-712 digest checked and the signer it recovered to.
     pub(super) recovered: OnceLock<(B256, Option<Address>)>,
@@ -59,15 +59,18 @@ impl FacilitatorRequest {
             x402_version: payload.x402_version,
             evm: EvmDecoding::of(&payload),
             payment: PaymentSource::Payload(payload),
-            payment_requirements: requirements,
+            payment_requirements: Arc::new(requirements),
             recovered: OnceLock::new(),
             payer_checksum: OnceLock::new(),
         }
     }
 
     /// [`new`](Self::new) from a decoded `PAYMENT-SIGNATURE`, its exact-EVM
-    /// fields read from the payload's raw text.
-    pub(crate) fn from_header(header: PaymentHeader, requirements: PaymentRequirements) -> Self {
+    /// fields read from the payload's raw text, against a quote's shared offer.
+    pub(crate) fn from_header(
+        header: PaymentHeader,
+        requirements: Arc<PaymentRequirements>,
+    ) -> Self {
         Self {
             x402_version: header.x402_version,
             evm: EvmDecoding::of_header(&header),

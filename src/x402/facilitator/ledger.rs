@@ -278,6 +278,12 @@ impl DevLedger {
     }
 }
 
+/// The transaction id of `transfer`: the Keccak-256 of its authorization
+/// (it settles once), the same in every process and in the Redis ledger.
+pub(crate) fn transaction_id(transfer: &Transfer) -> String {
+    alloy_primitives::hex::encode_prefixed(keccak256(authorization_id(transfer)))
+}
+
 /// (chain id, asset, payer, nonce): what identifies an authorization.
 fn authorization_id(transfer: &Transfer) -> [u8; 80] {
     let mut id = [0_u8; 80];
@@ -329,11 +335,7 @@ impl Ledger for DevLedger {
         });
         drop(state);
         drop(used);
-        // The authorization names the transfer, as it settles once; hashed as a
-        // chain hashes a transaction, the same in every process.
-        let result = result.map(|()| {
-            alloy_primitives::hex::encode_prefixed(keccak256(authorization_id(transfer)))
-        });
+        let result = result.map(|()| transaction_id(transfer));
         Box::pin(std::future::ready(result))
     }
 }

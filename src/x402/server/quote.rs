@@ -232,6 +232,8 @@ pub(crate) fn quote_response(required: &PaymentRequired, first: &PaymentOption) 
 #[derive(Debug)]
 pub(crate) struct Quote {
     required: PaymentRequired,
+    /// `required.accepts`, shared with every payment made against them.
+    offers: Box<[Arc<PaymentRequirements>]>,
     body: Bytes,
     headers: HeaderMap,
     /// The server's extensions it was built with (see `QuoteExtensions`).
@@ -264,6 +266,7 @@ impl Quote {
         }
         let (parts, body) = quote_response(&required, first).into_parts();
         Some(Self {
+            offers: required.accepts.iter().cloned().map(Arc::new).collect(),
             required,
             body,
             headers: parts.headers,
@@ -276,6 +279,16 @@ impl Quote {
     /// `PAYMENT-REQUIRED` decoded.
     pub(crate) fn required(&self) -> &PaymentRequired {
         &self.required
+    }
+
+    /// The offer `accepted` (a payment's echo) matches, shared.
+    pub(crate) fn matching_offer(
+        &self,
+        accepted: &PaymentRequirements,
+    ) -> Option<&Arc<PaymentRequirements>> {
+        self.offers
+            .iter()
+            .find(|offer| offer_matches(offer, accepted))
     }
 
     /// The 402 quote, from the bytes built once.

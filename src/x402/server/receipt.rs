@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 
 use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
 use http::request::Parts;
@@ -23,8 +24,14 @@ use crate::x402::wire::types::{AtomicAmount, Network};
 /// As an axum extractor it answers 500 when missing (the route is not behind
 /// `X402Layer`, or it was free); extract `Option<PaymentReceipt>` on routes
 /// that may be free.
+///
+/// A shared handle: the layer hands the same receipt to the request, the
+/// replay store and the response, so a clone is a reference count.
 #[derive(Clone, PartialEq, Eq)]
-pub struct PaymentReceipt {
+pub struct PaymentReceipt(Arc<Receipt>);
+
+#[derive(Clone, PartialEq, Eq)]
+struct Receipt {
     payer: String,
     amount: AtomicAmount,
     network: Network,
@@ -41,70 +48,70 @@ impl PaymentReceipt {
         network: Network,
         authorization_id: String,
     ) -> Self {
-        Self {
+        Self(Arc::new(Receipt {
             payer,
             amount,
             network,
             transaction: None,
             authorization_id,
             replayed: false,
-        }
+        }))
     }
 
     /// The same receipt, settled in `transaction`.
     #[must_use]
     pub fn settled(mut self, transaction: String) -> Self {
-        self.transaction = Some(transaction);
+        Arc::make_mut(&mut self.0).transaction = Some(transaction);
         self
     }
 
     /// The same receipt, marked as a replay of a settled payment.
     #[must_use]
     pub fn replayed(mut self) -> Self {
-        self.replayed = true;
+        Arc::make_mut(&mut self.0).replayed = true;
         self
     }
 
     /// The paying address.
     pub fn payer(&self) -> &str {
-        &self.payer
+        &self.0.payer
     }
 
     /// Atomic units paid (flat fee included).
     pub fn amount(&self) -> AtomicAmount {
-        self.amount
+        self.0.amount
     }
 
     /// The network paid on.
     pub fn network(&self) -> &Network {
-        &self.network
+        &self.0.network
     }
 
     /// The settlement transaction, once settled.
     pub fn transaction(&self) -> Option<&str> {
-        self.transaction.as_deref()
+        self.0.transaction.as_deref()
     }
 
     /// A stable id of the authorization (network, payer and nonce): the same
     /// on a replay of the same signed payment.
     pub fn authorization_id(&self) -> &str {
-        &self.authorization_id
+        &self.0.authorization_id
     }
 
     /// Whether this request replays an authorization settled earlier (not charged again).
     pub fn is_replay(&self) -> bool {
-        self.replayed
+        self.0.replayed
     }
 }
 
 impl fmt::Debug for PaymentReceipt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PaymentReceipt")
-            .field("payer", &self.payer)
-            .field("amount", &self.amount)
-            .field("network", &self.network)
-            .field("transaction", &self.transaction)
-            .field("replayed", &self.replayed)
+            .field("payer", &self.0.payer)
+            .field("amount", &self.0.amount)
+            .field("network", &self.0.network)
+            .field("transaction", &self.0.transaction)
+            .field("replayed", &self.0.replayed)
             .finish_non_exhaustive()
     }
 }

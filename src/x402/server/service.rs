@@ -15,7 +15,7 @@ use super::future::ResponseFuture;
 use super::layer::{Config, X402Layer};
 use super::payment_id::{self, IdBinding};
 use super::pricing::Price;
-use super::quote::{Quote, check_authorization, matching_offer, write_quote_headers};
+use super::quote::{Quote, check_authorization, write_quote_headers};
 use super::receipt::{PaymentReceipt, SettledPayment};
 use super::replay::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
 use super::stream::{X402Body, receipt_event};
@@ -236,7 +236,7 @@ fn prepare<B>(
             payload.claimed_payer(),
         ));
     }
-    let Some(offer) = matching_offer(&quote.required().accepts, &payload.accepted).cloned() else {
+    let Some(offer) = quote.matching_offer(&payload.accepted).cloned() else {
         return Err(invalid(
             reason::NO_MATCHING_REQUIREMENTS,
             payload.claimed_payer(),
