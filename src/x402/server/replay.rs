@@ -73,8 +73,8 @@ impl AuthorizationKey {
     pub fn new(network: &Network, payer: Address, nonce: B256) -> Self {
         let text = key_text(
             network,
-            &alloy_primitives::hex::encode_prefixed(payer),
-            &nonce[..],
+            alloy_primitives::hex::Buffer::<20, true>::new().format(&payer.0),
+            &nonce.0,
         );
         Self::with_text(network, Some((payer, nonce)), text)
     }
@@ -124,9 +124,9 @@ impl AuthorizationKey {
 }
 
 /// `network/payer/0x{nonce}`, lowercase.
-fn key_text(network: &Network, payer: &str, nonce: &[u8]) -> String {
-    let nonce = alloy_primitives::hex::encode_prefixed(nonce);
-    let mut text = [network.as_str(), "/", payer, "/", &nonce].concat();
+fn key_text(network: &Network, payer: &str, nonce: &[u8; 32]) -> String {
+    let mut nonce_hex = alloy_primitives::hex::Buffer::<32, true>::new();
+    let mut text = [network.as_str(), "/", payer, "/", nonce_hex.format(nonce)].concat();
     text.make_ascii_lowercase();
     text
 }

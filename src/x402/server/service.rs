@@ -722,9 +722,7 @@ where
         return Ok(plain(response));
     }
     let style = payment.style;
-    let answer_key = answer_key(&payment.key);
     let keep_until = answer_keep_until(&config, &payment);
-    let binding = binding(&payment);
     // What the id's answer is bound to: the verified payer.
     let id_binding = payment.payment_id.as_ref().map(|(_, request)| IdBinding {
         request: *request,
@@ -753,13 +751,21 @@ where
             move |recorded: Option<Bytes>| -> crate::store::BoxFuture<'static, Bytes> {
                 Box::pin(async move {
                     let (status, headers) = kept_head;
-                    let settlement = match job.run().await {
+                    let (outcome, payment) = job.run().await;
+                    let settlement = match outcome {
                         Outcome::Pending(settlement, _) => {
                             // The stream went out; it is kept for the resend that learns the outcome.
                             if let Some(stream) = recorded {
-                                let answer = KeptAnswer::new(status.as_u16(), binding, stream)
-                                    .with_headers(&headers);
-                                keep_answer(&config, &answer_key, &answer, keep_until).await;
+                                let answer =
+                                    KeptAnswer::new(status.as_u16(), binding(&payment), stream)
+                                        .with_headers(&headers);
+                                keep_answer(
+                                    &config,
+                                    &answer_key(&payment.key),
+                                    &answer,
+                                    keep_until,
+                                )
+                                .await;
                             }
                             if let Some(guard) = id_guard {
                                 guard.hold();
@@ -779,9 +785,10 @@ where
                             else {
                                 return event;
                             };
-                            let answer = KeptAnswer::new(status.as_u16(), binding, stream)
-                                .with_headers(&headers)
-                                .with_appended(&event);
+                            let answer =
+                                KeptAnswer::new(status.as_u16(), binding(&payment), stream)
+                                    .with_headers(&headers)
+                                    .with_appended(&event);
                             #[cfg(feature = "siwx")]
                             if let Some(operation) = &job_operation {
                                 keep_for_sign_in(&config, _receipt.payer(), operation, &answer)
@@ -808,7 +815,8 @@ where
     }
 
     // The response head is held and its body unpolled until settlement succeeds.
-    match job.run().await {
+    let (outcome, payment) = job.run().await;
+    match outcome {
         Outcome::Settled(settlement, receipt) => {
             let header_value = settle_header(&settlement);
             if let Some(value) = header_value.clone() {
@@ -840,13 +848,13 @@ where
                     .with_debug("the paid answer broke off after settlement");
                 return Ok(rejection(config.reject.render(error, style)).map(X402Body::plain));
             };
-            let mut answer =
-                KeptAnswer::new(parts.status.as_u16(), binding, body).with_headers(&parts.headers);
+            let mut answer = KeptAnswer::new(parts.status.as_u16(), binding(&payment), body)
+                .with_headers(&parts.headers);
             if let Some(value) = header_value.as_ref().and_then(|v| v.to_str().ok()) {
                 answer = answer.with_payment_response(value);
             }
             if config.paid_replay {
-                keep_answer(&config, &answer_key, &answer, keep_until).await;
+                keep_answer(&config, &answer_key(&payment.key), &answer, keep_until).await;
             }
             #[cfg(feature = "siwx")]
             if let Some(operation) = &job_operation {
@@ -878,9 +886,9 @@ where
             let (parts, body) = response.into_parts();
             let limit = config.answer_limits.max_answer_bytes;
             if let Some(body) = collect_within(body, limit).await {
-                let answer = KeptAnswer::new(parts.status.as_u16(), binding, body)
+                let answer = KeptAnswer::new(parts.status.as_u16(), binding(&payment), body)
                     .with_headers(&parts.headers);
-                keep_answer(&config, &answer_key, &answer, keep_until).await;
+                keep_answer(&config, &answer_key(&payment.key), &answer, keep_until).await;
             }
             // The id stays in flight until the resend learns the outcome.
             if let Some(guard) = id_guard {
@@ -949,7 +957,7 @@ where
         after_lost_answer: pending.transaction().is_none(),
         resolving: true,
     };
-    match job.run().await {
+    match job.run().await.0 {
         Outcome::Settled(settlement, receipt) => {
             let header_value = settle_header(&settlement);
             if let Some(mut answer) = kept {
@@ -1391,7 +1399,9 @@ fn spent_keep_until(config: &Config, payment: &Payment) -> u64 {
 impl SettleJob {
     /// Settles; on success marks the authorization spent and tells the hook;
     /// on failure gives the claim back; when pending keeps it as settling.
-    async fn run(self) -> Outcome {
+    /// Gives the payment back with the outcome: what an answer is kept
+    /// under is derived from it only when one is kept.
+    async fn run(self) -> (Outcome, Box<Payment>) {
         let Self {
             config,
             payment,
@@ -1400,164 +1410,180 @@ impl SettleJob {
             after_lost_answer,
             resolving,
         } = self;
-        let offer = payment.offer();
-        let keep_until = spent_keep_until(&config, &payment);
-        let unsettled = SpentAuthorization {
+        let outcome = settle(
+            config,
+            &payment,
+            claim,
             receipt,
-            fingerprint: payment.fingerprint,
-        };
-        config
-            .nonce_store
-            .settling(&payment.key, &unsettled, keep_until);
-        let receipt = unsettled.receipt;
-        let payer = Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty());
-        let settling = metrics::Started::now();
-        let settled = config.facilitator.settle(&payment.facilitation).await;
-        settling.observe(metrics::X402_SETTLE_DURATION_SECONDS);
-        let settlement = match settled {
-            Ok(settlement) => settlement,
-            Err(error)
-                if *error.kind() == FacilitatorErrorKind::Pending
-                    || (resolving && *error.kind() == FacilitatorErrorKind::Unavailable) =>
-            {
-                let transaction = error
-                    .transaction()
-                    .or(receipt.transaction())
-                    .unwrap_or_default()
-                    .to_owned();
-                trace_decision!(
-                    WARN,
-                    "x402",
-                    payer = receipt.payer(),
-                    amount = %receipt.amount(),
-                    network = %receipt.network(),
-                    transaction = transaction.as_str(),
-                    outcome = "settlement pending",
-                );
-                let mut record = receipt.clone();
-                if !transaction.is_empty() {
-                    record = record.settled(transaction.clone());
-                }
-                let settling = SpentAuthorization {
-                    receipt: record,
-                    fingerprint: payment.fingerprint,
-                };
-                if let Err(_error) = config
-                    .nonce_store
-                    .mark_settling(&payment.key, settling, keep_until)
-                    .await
-                {
-                    // The claim stays held until its hold-until: never charged twice,
-                    // but its resend is refused as in flight until then.
-                    trace_warn!(error = %_error, "the nonce store could not record a pending settlement");
-                }
-                claim.keep();
-                let mut pending =
-                    SettleResponse::failure(offer.network.clone(), SETTLEMENT_PENDING, payer);
-                pending.transaction = transaction;
-                pending.error_message = Some(
-                    "the transfer may still land: resend the same payment for its outcome".into(),
-                );
-                return Outcome::Pending(pending, receipt);
-            }
-            Err(error) if *error.kind() == FacilitatorErrorKind::Unavailable => {
-                trace_decision!(
-                    WARN,
-                    "x402",
-                    payer = receipt.payer(),
-                    outcome = "unsettled",
-                    error = ErrorCode::PaymentVerificationUnavailable.as_str(),
-                );
-                payment_outcome("unsettled");
-                claim.release().await;
-                let failed =
-                    SettleResponse::failure(offer.network.clone(), error.to_string(), payer);
-                return Outcome::Unavailable(failed, receipt);
-            }
-            Err(error) => SettleResponse::failure(offer.network.clone(), error.to_string(), payer),
-        };
-        let settlement = match settlement.error_reason.as_deref() {
-            Some(why) if after_lost_answer && code_for_reason(why) == ErrorCode::PaymentReplay => {
-                SettleResponse {
-                    success: true,
-                    error_reason: None,
-                    error_message: None,
-                    payer: Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty()),
-                    // Landed by the first call, whose answer (and transaction) was lost.
-                    transaction: String::new(),
-                    network: offer.network.clone(),
-                    amount: Some(offer.amount),
-                }
-            }
-            _ => settlement,
-        };
-        if !settlement.success {
+            after_lost_answer,
+            resolving,
+        )
+        .await;
+        (outcome, payment)
+    }
+}
+
+/// [`SettleJob::run`]'s work.
+async fn settle(
+    config: Arc<Config>,
+    payment: &Payment,
+    claim: ClaimGuard,
+    receipt: PaymentReceipt,
+    after_lost_answer: bool,
+    resolving: bool,
+) -> Outcome {
+    let offer = payment.offer();
+    let keep_until = spent_keep_until(&config, &payment);
+    let unsettled = SpentAuthorization {
+        receipt,
+        fingerprint: payment.fingerprint,
+    };
+    config
+        .nonce_store
+        .settling(&payment.key, &unsettled, keep_until);
+    let receipt = unsettled.receipt;
+    let payer = Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty());
+    let settling = metrics::Started::now();
+    let settled = config.facilitator.settle(&payment.facilitation).await;
+    settling.observe(metrics::X402_SETTLE_DURATION_SECONDS);
+    let settlement = match settled {
+        Ok(settlement) => settlement,
+        Err(error)
+            if *error.kind() == FacilitatorErrorKind::Pending
+                || (resolving && *error.kind() == FacilitatorErrorKind::Unavailable) =>
+        {
+            let transaction = error
+                .transaction()
+                .or(receipt.transaction())
+                .unwrap_or_default()
+                .to_owned();
             trace_decision!(
                 WARN,
                 "x402",
                 payer = receipt.payer(),
                 amount = %receipt.amount(),
                 network = %receipt.network(),
+                transaction = transaction.as_str(),
+                outcome = "settlement pending",
+            );
+            let mut record = receipt.clone();
+            if !transaction.is_empty() {
+                record = record.settled(transaction.clone());
+            }
+            let settling = SpentAuthorization {
+                receipt: record,
+                fingerprint: payment.fingerprint,
+            };
+            if let Err(_error) = config
+                .nonce_store
+                .mark_settling(&payment.key, settling, keep_until)
+                .await
+            {
+                // The claim stays held until its hold-until: never charged twice,
+                // but its resend is refused as in flight until then.
+                trace_warn!(error = %_error, "the nonce store could not record a pending settlement");
+            }
+            claim.keep();
+            let mut pending =
+                SettleResponse::failure(offer.network.clone(), SETTLEMENT_PENDING, payer);
+            pending.transaction = transaction;
+            pending.error_message =
+                Some("the transfer may still land: resend the same payment for its outcome".into());
+            return Outcome::Pending(pending, receipt);
+        }
+        Err(error) if *error.kind() == FacilitatorErrorKind::Unavailable => {
+            trace_decision!(
+                WARN,
+                "x402",
+                payer = receipt.payer(),
                 outcome = "unsettled",
-                error = ErrorCode::SettlementFailed.as_str(),
-                reason = settlement.error_reason.as_deref(),
+                error = ErrorCode::PaymentVerificationUnavailable.as_str(),
             );
             payment_outcome("unsettled");
             claim.release().await;
-            return Outcome::Failed(settlement, receipt);
+            let failed = SettleResponse::failure(offer.network.clone(), error.to_string(), payer);
+            return Outcome::Unavailable(failed, receipt);
         }
+        Err(error) => SettleResponse::failure(offer.network.clone(), error.to_string(), payer),
+    };
+    let settlement = match settlement.error_reason.as_deref() {
+        Some(why) if after_lost_answer && code_for_reason(why) == ErrorCode::PaymentReplay => {
+            SettleResponse {
+                success: true,
+                error_reason: None,
+                error_message: None,
+                payer: Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty()),
+                // Landed by the first call, whose answer (and transaction) was lost.
+                transaction: String::new(),
+                network: offer.network.clone(),
+                amount: Some(offer.amount),
+            }
+        }
+        _ => settlement,
+    };
+    if !settlement.success {
         trace_decision!(
-            INFO,
+            WARN,
             "x402",
             payer = receipt.payer(),
             amount = %receipt.amount(),
             network = %receipt.network(),
-            transaction = settlement.transaction.as_str(),
-            resource = payment.quote.required().resource.url.as_str(),
-            outcome = "settled",
+            outcome = "unsettled",
+            error = ErrorCode::SettlementFailed.as_str(),
+            reason = settlement.error_reason.as_deref(),
         );
-        payment_outcome("settled");
-        metrics::count(metrics::X402_SETTLEMENTS_TOTAL, []);
-        let receipt = receipt.settled(settlement.transaction.clone());
-        let spent = SpentAuthorization {
-            receipt: receipt.clone(),
-            fingerprint: payment.fingerprint,
-        };
-        // Settled on the ledger either way: a store failure here only weakens paid replay,
-        // since the ledger itself refuses the used nonce.
-        if let Err(_error) = config
-            .nonce_store
-            .mark_spent(&payment.key, spent, keep_until)
-            .await
-        {
-            trace_warn!(
-                error = %_error,
-                transaction = settlement.transaction.as_str(),
-                "settled, but the nonce store failed to mark the authorization spent",
-            );
-        }
-        claim.keep();
-        #[cfg(feature = "siwx")]
-        if let Some(operation) = &payment.operation {
-            entitle(&config, operation, &receipt).await;
-        }
-        let Payment {
-            quote, request_id, ..
-        } = *payment;
-        config
-            .report_settled(|| {
-                SettledPayment::new(
-                    receipt.payer(),
-                    receipt.amount(),
-                    receipt.network().clone(),
-                    settlement.transaction.clone(),
-                    quote.required().resource.url.clone(),
-                    request_id,
-                )
-            })
-            .await;
-        Outcome::Settled(settlement, receipt)
+        payment_outcome("unsettled");
+        claim.release().await;
+        return Outcome::Failed(settlement, receipt);
     }
+    trace_decision!(
+        INFO,
+        "x402",
+        payer = receipt.payer(),
+        amount = %receipt.amount(),
+        network = %receipt.network(),
+        transaction = settlement.transaction.as_str(),
+        resource = payment.quote.required().resource.url.as_str(),
+        outcome = "settled",
+    );
+    payment_outcome("settled");
+    metrics::count(metrics::X402_SETTLEMENTS_TOTAL, []);
+    let receipt = receipt.settled(settlement.transaction.clone());
+    let spent = SpentAuthorization {
+        receipt: receipt.clone(),
+        fingerprint: payment.fingerprint,
+    };
+    // Settled on the ledger either way: a store failure here only weakens paid replay,
+    // since the ledger itself refuses the used nonce.
+    if let Err(_error) = config
+        .nonce_store
+        .mark_spent(&payment.key, spent, keep_until)
+        .await
+    {
+        trace_warn!(
+            error = %_error,
+            transaction = settlement.transaction.as_str(),
+            "settled, but the nonce store failed to mark the authorization spent",
+        );
+    }
+    claim.keep();
+    #[cfg(feature = "siwx")]
+    if let Some(operation) = &payment.operation {
+        entitle(&config, operation, &receipt).await;
+    }
+    config
+        .report_settled(|| {
+            SettledPayment::new(
+                receipt.payer(),
+                receipt.amount(),
+                receipt.network().clone(),
+                settlement.transaction.clone(),
+                payment.quote.required().resource.url.clone(),
+                payment.request_id.clone(),
+            )
+        })
+        .await;
+    Outcome::Settled(settlement, receipt)
 }
 
 /// The `PAYMENT-RESPONSE` value of a settlement.

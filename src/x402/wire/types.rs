@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -45,9 +46,17 @@ impl fmt::Display for ValueError {
 impl std::error::Error for ValueError {}
 
 /// A CAIP-2 chain id such as `eip155:84532`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(transparent)]
-pub struct Network(String);
+///
+/// Shared text: every offer, receipt and settlement of a payment names its
+/// network, so a clone is a reference count.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Network(Arc<str>);
+
+impl Serialize for Network {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
 
 impl Network {
     /// Base Sepolia, the embedded default.
@@ -62,7 +71,7 @@ impl Network {
                 .split_once(':')
                 .is_some_and(|(ns, reference)| !ns.is_empty() && !reference.is_empty());
         if valid {
-            Ok(Self(text.to_owned()))
+            Ok(Self(text.into()))
         } else {
             Err(ValueError::Network(text.to_owned()))
         }
@@ -70,12 +79,12 @@ impl Network {
 
     /// Base Sepolia (`eip155:84532`).
     pub fn base_sepolia() -> Self {
-        Self(Self::BASE_SEPOLIA.to_owned())
+        Self(Self::BASE_SEPOLIA.into())
     }
 
     /// Base mainnet (`eip155:8453`).
     pub fn base() -> Self {
-        Self("eip155:8453".to_owned())
+        Self(Self::BASE.into())
     }
 
     /// The id as written.
