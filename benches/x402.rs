@@ -269,6 +269,13 @@ fn bench_x402(c: &mut Criterion) {
         })
     });
 
+    // The same, each recovery on a payment not just recovered (a server
+    // never sees a signature twice).
+    let fresh = Floor::of(FRESH_FLOOR_PAYMENTS);
+    group.bench_function("digest_and_recovery_fresh_signatures", |b| {
+        b.iter(|| fresh.run())
+    });
+
     group.bench_function("decode_match_verify", |b| {
         b.iter(|| {
             let payment: PaymentPayload = codec::decode(black_box(header.as_bytes())).unwrap();
@@ -386,39 +393,55 @@ fn memory_report(payments: u64) {
     );
 }
 
-/// The floor's inputs: one signed payment's EIP-712 domain, struct and signature.
+/// The floor's inputs: signed payments' EIP-712 domain, structs and signatures.
 struct Floor {
     domain: ExactEvmDomain,
-    transfer: TransferWithAuthorization,
-    signature: alloy_primitives::Signature,
+    signed: Vec<(TransferWithAuthorization, alloy_primitives::Signature)>,
+    next: std::cell::Cell<usize>,
 }
 
 impl Floor {
+    /// One payment, recovered again and again (the issues' floor).
     fn new() -> Self {
+        Self::of(1)
+    }
+
+    /// `count` payments with distinct nonces, recovered in turn: each
+    /// recovery meets a signature it has not just seen, as a server does.
+    fn of(count: u64) -> Self {
         let offer = offer();
-        let header = Payer::dev(0)
-            .header_with_nonce(&offer, NOW, sequential_nonce(1))
-            .unwrap();
-        let payment: PaymentPayload = codec::decode(header.as_bytes()).unwrap();
-        let evm: ExactEvmPayload = payment.exact_evm().unwrap();
+        let signed = (1..=count)
+            .map(|nonce| {
+                let header = Payer::dev(0)
+                    .header_with_nonce(&offer, NOW, sequential_nonce(nonce))
+                    .unwrap();
+                let payment: PaymentPayload = codec::decode(header.as_bytes()).unwrap();
+                let evm: ExactEvmPayload = payment.exact_evm().unwrap();
+                let transfer = TransferWithAuthorization {
+                    from: evm.authorization.from.parse().unwrap(),
+                    to: evm.authorization.to.parse().unwrap(),
+                    value: alloy_primitives::U256::from(evm.authorization.value.units()),
+                    validAfter: alloy_primitives::U256::from(evm.authorization.valid_after),
+                    validBefore: alloy_primitives::U256::from(evm.authorization.valid_before),
+                    nonce: evm.authorization.nonce.parse().unwrap(),
+                };
+                (transfer, evm.signature.parse().unwrap())
+            })
+            .collect();
         Floor {
             domain: ExactEvmDomain::for_offer(&offer).unwrap(),
-            transfer: TransferWithAuthorization {
-                from: evm.authorization.from.parse().unwrap(),
-                to: evm.authorization.to.parse().unwrap(),
-                value: alloy_primitives::U256::from(evm.authorization.value.units()),
-                validAfter: alloy_primitives::U256::from(evm.authorization.valid_after),
-                validBefore: alloy_primitives::U256::from(evm.authorization.valid_before),
-                nonce: evm.authorization.nonce.parse().unwrap(),
-            },
-            signature: evm.signature.parse().unwrap(),
+            signed,
+            next: std::cell::Cell::new(0),
         }
     }
 
     /// The digest and one recovery: what no paid request can skip.
     fn run(&self) {
-        let digest = black_box(&self.domain).signing_hash(black_box(&self.transfer));
-        black_box(black_box(&self.signature).recover_address_from_prehash(&digest)).unwrap();
+        let at = self.next.get();
+        self.next.set((at + 1) % self.signed.len());
+        let (transfer, signature) = &self.signed[at];
+        let digest = black_box(&self.domain).signing_hash(black_box(transfer));
+        black_box(black_box(signature).recover_address_from_prehash(&digest)).unwrap();
     }
 }
 
@@ -435,7 +458,7 @@ fn instruction_driver(spec: &str) {
         let response = ready(service.clone().oneshot(payments.next_request())).unwrap();
         assert_eq!(response.status(), 200);
     }
-    let floor_inputs = Floor::new();
+    let floor_inputs = floor_of_env();
     let (mode, ahead) = match mode.strip_suffix("-ahead") {
         Some(mode) => (mode, true),
         None => (mode, false),
@@ -482,7 +505,7 @@ fn interleaved_ratio(spec: &str) {
     let clock = FakeClock::at_unix_secs(NOW);
     let service = steady_service(clock.clone());
     let mut payments = SteadyPayments::new(clock);
-    let floor_inputs = Floor::new();
+    let floor_inputs = floor_of_env();
     let (mut floor, mut paid) = (f64::MAX, f64::MAX);
     for _ in 0..blocks {
         let start = std::time::Instant::now();
@@ -512,6 +535,19 @@ fn interleaved_ratio(spec: &str) {
         paid / floor
     );
 }
+
+/// The floor `X402_FLOOR` names: `fresh` (4,096 payments in turn) or, by
+/// default, one payment again and again.
+fn floor_of_env() -> Floor {
+    match std::env::var("X402_FLOOR").as_deref() {
+        Ok("fresh") => Floor::of(FRESH_FLOOR_PAYMENTS),
+        _ => Floor::new(),
+    }
+}
+
+/// Distinct payments of the fresh floor: more than the caches keep of
+/// libsecp256k1's tables for them.
+const FRESH_FLOOR_PAYMENTS: u64 = 4096;
 
 fn main() {
     if let Ok(spec) = std::env::var("X402_INSTRUCTIONS") {
