@@ -37,7 +37,7 @@ pub struct FacilitatorRequest {
     evm: EvmDecoding,
     /// The EIP-712 digest checked and the signer it recovered to.
     pub(super) recovered: OnceLock<(B256, Option<Address>)>,
-    payer_checksum: OnceLock<String>,
+    payer_text: OnceLock<String>,
 }
 
 /// Where the client's payment comes from: a whole [`PaymentPayload`], or a
@@ -61,7 +61,7 @@ impl FacilitatorRequest {
             payment: PaymentSource::Payload(payload),
             payment_requirements: Arc::new(requirements),
             recovered: OnceLock::new(),
-            payer_checksum: OnceLock::new(),
+            payer_text: OnceLock::new(),
         }
     }
 
@@ -80,7 +80,7 @@ impl FacilitatorRequest {
             },
             payment_requirements: requirements,
             recovered: OnceLock::new(),
-            payer_checksum: OnceLock::new(),
+            payer_text: OnceLock::new(),
         }
     }
 
@@ -151,13 +151,12 @@ impl FacilitatorRequest {
             .1
     }
 
-    /// The payer's checksummed address (EIP-55), hashed once for every verdict that names it.
-    pub(crate) fn payer_checksum(&self) -> Option<&str> {
-        let evm = self.exact_evm()?;
-        Some(
-            self.payer_checksum
-                .get_or_init(|| evm.from.to_checksum(None)),
-        )
+    /// The payer as the payment wrote it (`authorization.from`, EIP-55 or
+    /// not), as the official facilitators answer it; written once for every
+    /// verdict that names it, with no hashing.
+    pub(crate) fn payer_text(&self) -> Option<&str> {
+        let written = self.evm.written_payer()?;
+        Some(self.payer_text.get_or_init(|| written.to_text()))
     }
 }
 

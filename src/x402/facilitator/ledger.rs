@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use alloy_primitives::{Address, B256, keccak256};
+use alloy_primitives::{Address, B256};
+use sha2::{Digest as _, Sha256};
 
 use crate::clock::SharedClock;
 use crate::store::BoxFuture;
@@ -278,10 +279,11 @@ impl DevLedger {
     }
 }
 
-/// The transaction id of `transfer`: the Keccak-256 of its authorization
-/// (it settles once), the same in every process and in the Redis ledger.
+/// The transaction id of `transfer`: the SHA-256 of its authorization (it
+/// settles once), the same in every process and in the Redis ledger.
 pub(crate) fn transaction_id(transfer: &Transfer) -> String {
-    alloy_primitives::hex::encode_prefixed(keccak256(authorization_id(transfer)))
+    let digest: [u8; 32] = Sha256::digest(authorization_id(transfer)).into();
+    alloy_primitives::hex::encode_prefixed(digest)
 }
 
 /// (chain id, asset, payer, nonce): what identifies an authorization.

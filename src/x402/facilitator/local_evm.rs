@@ -136,7 +136,7 @@ pub(super) fn check_offline(
     let pay_to = parse_evm_address(&offer.pay_to)
         .ok_or(refuse(reason::INVALID_PAYMENT_REQUIREMENTS, None))?;
     let evm = match request.evm_decoding() {
-        EvmDecoding::Decoded(evm) => evm,
+        EvmDecoding::Decoded(evm, _) => evm,
         EvmDecoding::Malformed { payer } => {
             return Err(refuse(reason::INVALID_PAYLOAD, *payer));
         }
@@ -201,7 +201,7 @@ impl Facilitator for LocalEvmFacilitator {
                 }
             };
             let payer = request
-                .payer_checksum()
+                .payer_text()
                 .map_or_else(|| transfer.from.to_checksum(None), str::to_owned);
             match self.ledger.check(&transfer).await {
                 Ok(()) => Ok(VerifyResponse::valid(payer)),
@@ -227,7 +227,7 @@ impl Facilitator for LocalEvmFacilitator {
                 }
             };
             let payer = request
-                .payer_checksum()
+                .payer_text()
                 .map_or_else(|| transfer.from.to_checksum(None), str::to_owned);
             match self.ledger.transfer_with_authorization(&transfer).await {
                 Ok(transaction) => Ok(SettleResponse {
@@ -350,6 +350,21 @@ mod tests {
         let again = facilitator.settle(&request).await.unwrap();
         assert!(!again.success);
         assert_eq!(ledger.settlements(), 1);
+    }
+
+    #[tokio::test]
+    async fn verdicts_name_the_payer_as_the_payment_wrote_it() {
+        let (facilitator, _) = facilitator_at(1_750_000_000);
+        let lowercase = DevLedger::DEV_ACCOUNTS[0].to_ascii_lowercase();
+        let request = vector_b3_request(|_, payload| {
+            payload["authorization"]["from"] = lowercase.clone().into();
+        });
+        // As the official facilitators answer: `authorization.from`, unhashed.
+        let verified = facilitator.verify(&request).await.unwrap();
+        assert_eq!(verified.payer.as_deref(), Some(lowercase.as_str()));
+        let settled = facilitator.settle(&request).await.unwrap();
+        assert!(settled.success);
+        assert_eq!(settled.payer.as_deref(), Some(lowercase.as_str()));
     }
 
     #[tokio::test]

@@ -50,6 +50,7 @@ use crate::clock::SharedClock;
 use crate::store::BoxFuture;
 use crate::store::StoreError;
 use crate::x402::expiring::{ExpiringMap, LocalDigest, local_digest};
+use crate::x402::wire::WrittenAddress;
 use crate::x402::wire::eip712::parse_b256;
 use crate::x402::wire::types::{AtomicAmount, Network};
 
@@ -295,10 +296,9 @@ struct Spent {
 #[derive(Debug)]
 enum StoredReceipt {
     Compact {
-        payer: [u8; 20],
-        /// Which of the payer's 40 digits were capitals: its text comes back
-        /// exactly as written (EIP-55 or not) without hashing it either way.
-        payer_capitals: [u8; 5],
+        /// Its text comes back exactly as written (EIP-55 or not) without
+        /// hashing it either way.
+        payer: WrittenAddress,
         transaction: [u8; 32],
         /// Little-endian atomic units below 2^96 (bytes: no alignment
         /// padding; a larger amount keeps the receipt whole).
@@ -329,7 +329,7 @@ impl StoredReceipt {
             if receipt.authorization_id() != key.as_str() {
                 return None;
             }
-            let (payer, payer_capitals) = PayerText::read(receipt.payer())?;
+            let payer = WrittenAddress::read(receipt.payer())?;
             if receipt.amount().units() >> 96 != 0 {
                 return None;
             }
@@ -350,7 +350,6 @@ impl StoredReceipt {
             };
             Some(Self::Compact {
                 payer,
-                payer_capitals,
                 transaction: transaction.0,
                 amount: receipt.amount().units().to_le_bytes()[..12]
                     .try_into()
@@ -377,7 +376,6 @@ impl StoredReceipt {
         match self {
             Self::Compact {
                 payer,
-                payer_capitals,
                 transaction,
                 amount,
                 network,
@@ -385,7 +383,7 @@ impl StoredReceipt {
                 settling: _,
             } => {
                 let receipt = PaymentReceipt::new(
-                    PayerText::write(payer, payer_capitals),
+                    payer.to_text(),
                     AtomicAmount::new(amount_of(amount)),
                     networks.get(usize::from(*network))?.clone(),
                     key.as_str().to_owned(),
@@ -407,50 +405,6 @@ fn amount_of(bytes: &[u8; 12]) -> u128 {
     let mut units = [0u8; 16];
     units[..12].copy_from_slice(bytes);
     u128::from_le_bytes(units)
-}
-
-/// An EVM payer's text as its 20 bytes and the letter case of its 40 digits.
-struct PayerText;
-
-impl PayerText {
-    /// `0x` and 40 hex digits (either case); `None` otherwise.
-    fn read(text: &str) -> Option<([u8; 20], [u8; 5])> {
-        let digits = text.strip_prefix("0x")?.as_bytes();
-        if digits.len() != 40 {
-            return None;
-        }
-        let mut bytes = [0u8; 20];
-        let mut capitals = [0u8; 5];
-        for (index, &digit) in digits.iter().enumerate() {
-            let value = match digit {
-                b'0'..=b'9' => digit - b'0',
-                b'a'..=b'f' => digit - b'a' + 10,
-                b'A'..=b'F' => {
-                    capitals[index / 8] |= 1 << (index % 8);
-                    digit - b'A' + 10
-                }
-                _ => return None,
-            };
-            bytes[index / 2] |= value << (4 * (1 - index % 2));
-        }
-        Some((bytes, capitals))
-    }
-
-    fn write(bytes: &[u8; 20], capitals: &[u8; 5]) -> String {
-        let mut text = String::with_capacity(42);
-        text.push_str("0x");
-        for index in 0..40 {
-            let value = (bytes[index / 2] >> (4 * (1 - index % 2))) & 0x0f;
-            let capital = capitals[index / 8] & (1 << (index % 8)) != 0;
-            let digit = match value {
-                0..=9 => b'0' + value,
-                _ if capital => b'A' + value - 10,
-                _ => b'a' + value - 10,
-            };
-            text.push(char::from(digit));
-        }
-        text
-    }
 }
 
 /// Expired entries removed per store operation at most: more than an
@@ -836,26 +790,6 @@ mod tests {
             "{}",
             std::mem::size_of::<State>()
         );
-    }
-
-    #[test]
-    fn a_payer_comes_back_in_the_case_it_was_written_without_hashing() {
-        for text in [
-            "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
-            "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266",
-            "0xF39FD6E51AAD88F6F4CE6AB8827279CFFFB92266",
-        ] {
-            let (bytes, capitals) = PayerText::read(text).unwrap();
-            assert_eq!(Address::from(bytes), text.parse::<Address>().unwrap());
-            assert_eq!(PayerText::write(&bytes, &capitals), text);
-        }
-        for text in [
-            "f39fd6e51aad88f6f4ce6ab8827279cfffb92266",
-            "0x12",
-            "0xg39fd6e51aad88f6f4ce6ab8827279cfffb92266",
-        ] {
-            assert_eq!(PayerText::read(text), None, "{text}");
-        }
     }
 
     #[tokio::test]

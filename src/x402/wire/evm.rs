@@ -4,7 +4,8 @@
 
 use std::fmt;
 
-use alloy_primitives::{Address, B256, Signature, U256, keccak256};
+use alloy_primitives::{Address, B256, Signature, U256};
+use sha2::{Digest as _, Sha256};
 
 use super::eip712::{TransferWithAuthorization, parse_b256, parse_evm_address, parse_signature};
 use super::types::{AtomicAmount, ExactEvmPayloadRef, PaymentHeader, PaymentPayload};
@@ -57,21 +58,76 @@ impl ExactEvmPayment {
         }
     }
 
-    /// Keccak-256 of the payer, the nonce and the signature, fixed-size: the
+    /// SHA-256 of the payer, the nonce and the signature, fixed-size: the
     /// same payment always has the same fingerprint, whatever the JSON's
     /// spelling; `None` without a valid signature.
     ///
     /// The other signed fields add nothing: for one signer, a signature
     /// verifies against exactly one digest, so it already pins them (and a
-    /// signature copied onto other fields never verifies). Left out, the
-    /// input fits one Keccak block.
+    /// signature copied onto other fields never verifies). SHA-256, not
+    /// Keccak: nothing on chain reads it, and CPUs hash it in hardware.
     pub fn fingerprint(&self) -> Option<[u8; 32]> {
         let signature = self.signature.as_ref()?.as_bytes();
         let mut bytes = [0u8; 20 + 32 + 65];
         bytes[..20].copy_from_slice(self.from.as_slice());
         bytes[20..52].copy_from_slice(self.nonce.as_slice());
         bytes[52..].copy_from_slice(&signature);
-        Some(keccak256(bytes).0)
+        Some(Sha256::digest(bytes).into())
+    }
+}
+
+/// An EVM address as it was written: its 20 bytes and which of its 40 hex
+/// digits were capitals, so its text comes back exactly (EIP-55 or not)
+/// without hashing it either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WrittenAddress {
+    bytes: [u8; 20],
+    capitals: [u8; 5],
+}
+
+impl WrittenAddress {
+    /// `0x` and 40 hex digits (either case); `None` otherwise.
+    pub(crate) fn read(text: &str) -> Option<Self> {
+        let digits = text.strip_prefix("0x")?.as_bytes();
+        if digits.len() != 40 {
+            return None;
+        }
+        let mut bytes = [0u8; 20];
+        let mut capitals = [0u8; 5];
+        for (index, &digit) in digits.iter().enumerate() {
+            let value = match digit {
+                b'0'..=b'9' => digit - b'0',
+                b'a'..=b'f' => digit - b'a' + 10,
+                b'A'..=b'F' => {
+                    capitals[index / 8] |= 1 << (index % 8);
+                    digit - b'A' + 10
+                }
+                _ => return None,
+            };
+            bytes[index / 2] |= value << (4 * (1 - index % 2));
+        }
+        Some(Self { bytes, capitals })
+    }
+
+    pub(crate) fn address(&self) -> Address {
+        Address::from(self.bytes)
+    }
+
+    /// The text it was read from.
+    pub(crate) fn to_text(&self) -> String {
+        let mut text = String::with_capacity(42);
+        text.push_str("0x");
+        for index in 0..40 {
+            let value = (self.bytes[index / 2] >> (4 * (1 - index % 2))) & 0x0f;
+            let capital = self.capitals[index / 8] & (1 << (index % 8)) != 0;
+            let digit = match value {
+                0..=9 => b'0' + value,
+                _ if capital => b'A' + value - 10,
+                _ => b'a' + value - 10,
+            };
+            text.push(char::from(digit));
+        }
+        text
     }
 }
 
@@ -83,8 +139,8 @@ pub(crate) enum EvmDecoding {
     /// Shaped so, but `from`, `to` or `nonce` is not `0x` hex of its length;
     /// the payer once `from` parsed.
     Malformed { payer: Option<Address> },
-    /// Every field typed.
-    Decoded(ExactEvmPayment),
+    /// Every field typed, and the payer as `from` wrote it.
+    Decoded(ExactEvmPayment, WrittenAddress),
 }
 
 impl EvmDecoding {
@@ -107,31 +163,68 @@ impl EvmDecoding {
 
     fn of_ref(evm: &ExactEvmPayloadRef<'_>) -> Self {
         let authorization = &evm.authorization;
-        let Some(from) = parse_evm_address(authorization.from) else {
+        let Some(written) = WrittenAddress::read(authorization.from) else {
             return Self::Malformed { payer: None };
         };
+        let from = written.address();
         let (Some(to), Some(nonce)) = (
             parse_evm_address(authorization.to),
             parse_b256(authorization.nonce),
         ) else {
             return Self::Malformed { payer: Some(from) };
         };
-        Self::Decoded(ExactEvmPayment {
-            from,
-            to,
-            value: authorization.value,
-            valid_after: authorization.valid_after,
-            valid_before: authorization.valid_before,
-            nonce,
-            signature: parse_signature(evm.signature),
-        })
+        Self::Decoded(
+            ExactEvmPayment {
+                from,
+                to,
+                value: authorization.value,
+                valid_after: authorization.valid_after,
+                valid_before: authorization.valid_before,
+                nonce,
+                signature: parse_signature(evm.signature),
+            },
+            written,
+        )
+    }
+
+    /// The payer as the payment wrote it, if the payload is one.
+    pub(crate) fn written_payer(&self) -> Option<&WrittenAddress> {
+        match self {
+            Self::Decoded(_, written) => Some(written),
+            _ => None,
+        }
     }
 
     /// The typed payment, if the payload is one.
     pub(crate) fn payment(&self) -> Option<&ExactEvmPayment> {
         match self {
-            Self::Decoded(payment) => Some(payment),
+            Self::Decoded(payment, _) => Some(payment),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_comes_back_in_the_case_it_was_written_without_hashing() {
+        for text in [
+            "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+            "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266",
+            "0xF39FD6E51AAD88F6F4CE6AB8827279CFFFB92266",
+        ] {
+            let written = WrittenAddress::read(text).unwrap();
+            assert_eq!(written.address(), text.parse::<Address>().unwrap());
+            assert_eq!(written.to_text(), text);
+        }
+        for text in [
+            "f39fd6e51aad88f6f4ce6ab8827279cfffb92266",
+            "0x12",
+            "0xg39fd6e51aad88f6f4ce6ab8827279cfffb92266",
+        ] {
+            assert_eq!(WrittenAddress::read(text), None, "{text}");
         }
     }
 }

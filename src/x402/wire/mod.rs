@@ -12,8 +12,8 @@ mod evm;
 pub(crate) mod types;
 
 pub use eip712::{ExactEvmDomain, TokenId, TransferWithAuthorization};
-pub(crate) use evm::EvmDecoding;
 pub use evm::ExactEvmPayment;
+pub(crate) use evm::{EvmDecoding, WrittenAddress};
 pub(crate) use types::PaymentHeader;
 pub use types::{
     AtomicAmount, Eip3009Authorization, ExactEvmPayload, Network, PaymentPayload, PaymentRequired,

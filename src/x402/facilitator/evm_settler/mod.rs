@@ -498,7 +498,7 @@ impl EvmSettler {
             nonce: transfer.nonce,
         };
         let payer = request
-            .payer_checksum()
+            .payer_text()
             .map_or_else(|| transfer.from.to_checksum(None), str::to_owned);
         Ok(Admitted {
             transfer,

@@ -111,7 +111,7 @@ impl EvmSettler {
                 &super::raw_signature(request)?,
             ),
             payer: request
-                .payer_checksum()
+                .payer_text()
                 .map_or_else(|| evm.from.to_checksum(None), str::to_owned),
             transfer,
         };
