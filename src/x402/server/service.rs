@@ -1433,7 +1433,7 @@ async fn settle(
     resolving: bool,
 ) -> Outcome {
     let offer = payment.offer();
-    let keep_until = spent_keep_until(&config, &payment);
+    let keep_until = spent_keep_until(&config, payment);
     let unsettled = SpentAuthorization {
         receipt,
         fingerprint: payment.fingerprint,

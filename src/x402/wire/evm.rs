@@ -109,12 +109,12 @@ impl WrittenAddress {
         Some(Self { bytes, capitals })
     }
 
-    pub(crate) fn address(&self) -> Address {
+    pub(crate) fn address(self) -> Address {
         Address::from(self.bytes)
     }
 
     /// The text it was read from.
-    pub(crate) fn to_text(&self) -> String {
+    pub(crate) fn to_text(self) -> String {
         let mut text = String::with_capacity(42);
         text.push_str("0x");
         for index in 0..40 {
