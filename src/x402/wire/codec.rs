@@ -109,8 +109,16 @@ pub fn decode<T: DeserializeOwned>(raw: &[u8]) -> Result<T, DecodeError> {
 /// Whether the JSON text nests at most `max` arrays/objects deep; a scan, no parse.
 fn depth_within(json: &[u8], max: usize) -> bool {
     // No deeper than it has openers: a payment has about six, and counting
-    // bytes vectorizes where the scan below walks them one by one.
-    let openers = json.iter().filter(|&&b| b == b'{' || b == b'[').count();
+    // bytes vectorizes where the scan below walks them one by one. `[` and
+    // `{` differ only in bit 0x20 (no other byte sets to `{` with it): one
+    // comparison per byte, summed in byte lanes (255 at most per chunk).
+    let openers: usize = json
+        .chunks(255)
+        .map(|chunk| {
+            let in_chunk: u8 = chunk.iter().map(|&b| u8::from(b | 0x20 == b'{')).sum();
+            usize::from(in_chunk)
+        })
+        .sum();
     openers <= max || depth_of_strings_aside(json, max)
 }
 
