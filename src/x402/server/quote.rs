@@ -205,9 +205,14 @@ pub(crate) fn write_quote_headers(headers: &mut HeaderMap, required: &PaymentReq
     }
 }
 
-/// The 402 quote: the three headers, `Cache-Control: no-store`, and the JSON
-/// body whose `x402Version` and `accepts` equal the decoded header (its
-/// `extensions` ride in `PAYMENT-REQUIRED` only).
+/// Headers the layers outside add to each 402 (`x-request-id`, CORS), room
+/// for which is reserved in the cached quote's map: a clone keeps its room.
+const QUOTE_HEADERS_ADDED: usize = 4;
+
+/// The 402 quote: the three headers, `Cache-Control: no-store`, its
+/// `Content-Length` (the body is fixed, so nothing counts it again per 402),
+/// and the JSON body whose `x402Version` and `accepts` equal the decoded
+/// header (its `extensions` ride in `PAYMENT-REQUIRED` only).
 pub(crate) fn quote_response(required: &PaymentRequired, first: &PaymentOption) -> Response<Bytes> {
     let first_offer = required.accepts.first();
     let amount = first_offer.map_or(AtomicAmount::default(), |offer| offer.amount);
@@ -225,7 +230,11 @@ pub(crate) fn quote_response(required: &PaymentRequired, first: &PaymentOption) 
         resource: required.resource.clone(),
     };
     let mut response = crate::envelope::json_response(StatusCode::PAYMENT_REQUIRED, &body);
-    write_quote_headers(response.headers_mut(), required);
+    let length = HeaderValue::from(response.body().len());
+    let headers = response.headers_mut();
+    headers.insert(http::header::CONTENT_LENGTH, length);
+    write_quote_headers(headers, required);
+    headers.reserve(QUOTE_HEADERS_ADDED);
     response
 }
 
@@ -752,6 +761,10 @@ mod tests {
         assert_eq!(response.status(), 402);
         let headers = response.headers();
         assert_eq!(headers["cache-control"], "no-store");
+        assert_eq!(
+            headers["content-length"],
+            response.body().len().to_string().as_str()
+        );
         let encoded = headers["payment-required"].to_str().unwrap();
         assert_eq!(headers["x-payment-required"], encoded);
         assert_eq!(
