@@ -11,13 +11,17 @@ use crate::reply::{json, reject};
 use crate::request::Endpoint;
 use crate::state::AppState;
 
-/// `GET /v1/models`: the listing rendered at start.
+/// `Content-Type: application/json`, checked at compile time.
+const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// `GET /v1/models`: the listing rendered at start, with its length (so no
+/// layer formats it per request) and room for the headers added outside.
 pub(crate) async fn models(State(gateway): State<AppState>) -> Response {
     let mut response = Response::new(Body::from(gateway.listing.clone()));
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    let headers = response.headers_mut();
+    headers.reserve(4);
+    headers.insert(header::CONTENT_TYPE, APPLICATION_JSON);
+    headers.insert(header::CONTENT_LENGTH, gateway.listing_length.clone());
     response
 }
 
