@@ -288,18 +288,20 @@ fn chat_message(check: &mut BodyCheck, message: &Value, path: &DetailPath) {
         ),
         None => check.fail(&at(path, "role"), "must be a string"),
     }
-    let content_path = at(path, "content");
+    // Built only for parts or a failure: most content is one string.
+    let content_path = || at(path, "content");
     match message.get("content") {
         Some(Value::String(_)) => {}
         // An assistant turn that only calls tools has no content.
         None | Some(Value::Null) if role == Some("assistant") => {}
         Some(Value::Array(parts)) => {
+            let content_path = content_path();
             for (index, part) in parts.iter().enumerate() {
                 chat_part(check, part, &at(&content_path, index));
             }
         }
         _ => check.fail(
-            &content_path,
+            &content_path(),
             "must be a string or an array of content parts",
         ),
     }
@@ -436,23 +438,27 @@ fn mapped_message(
             format!("must be one of {}", roles.join(", ")),
         );
     }
-    let content_path = at(path, "content");
+    // Built only for parts or a failure: most content is one string.
+    let content_path = || at(path, "content");
     let content = match message.get("content") {
         Some(Value::String(text)) => Value::String(text.clone()),
-        Some(Value::Array(parts)) => Value::Array(
-            parts
-                .iter()
-                .enumerate()
-                .filter_map(|(index, part)| {
-                    let part_path = at(&content_path, index);
-                    let part = check.object(part, &part_path)?;
-                    map_part(check, part, &part_path)
-                })
-                .collect(),
-        ),
+        Some(Value::Array(parts)) => {
+            let content_path = content_path();
+            Value::Array(
+                parts
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(index, part)| {
+                        let part_path = at(&content_path, index);
+                        let part = check.object(part, &part_path)?;
+                        map_part(check, part, &part_path)
+                    })
+                    .collect(),
+            )
+        }
         _ => {
             check.fail(
-                &content_path,
+                &content_path(),
                 "must be a string or an array of content parts",
             );
             Value::Null
