@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 
-use crate::extensions::{ParsedRequest, ResolvedModel};
+use crate::extensions::PreparedRequest;
 use crate::render::{AnswerHead, SseBody, answer};
 use crate::reply::{json, reject};
 use crate::request::Endpoint;
@@ -38,8 +38,7 @@ pub(crate) fn id_prefix(endpoint: Endpoint) -> &'static str {
 /// resolved its model; ask the upstream and render the answer.
 pub(crate) async fn infer(
     State(gateway): State<AppState>,
-    ParsedRequest(request): ParsedRequest,
-    ResolvedModel(model): ResolvedModel,
+    PreparedRequest { request, model }: PreparedRequest,
 ) -> Response {
     let endpoint = request.endpoint;
     let head = AnswerHead {
