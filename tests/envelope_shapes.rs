@@ -317,7 +317,6 @@ fn quote_body_shape() {
             x402_version: 2,
         },
         resource: json!({"url": "http://127.0.0.1:8402/v1/chat/completions"}),
-        extensions: None,
     };
     assert_eq!(
         serde_json::to_value(&body).unwrap(),

@@ -377,7 +377,7 @@ pub(crate) fn build_with_clock(
     let router = health::routes(readiness)
         .merge(router)
         // Every answer carries the id, every gate sees it.
-        .layer(axum::middleware::from_fn(request_id::layer));
+        .layer(request_id::RequestIdLayer);
     // Outermost: preflights are answered before any gate.
     let router = match cors::layer(&config.cors_origins) {
         Some(cors) => router.layer(cors),

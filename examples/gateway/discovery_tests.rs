@@ -39,8 +39,8 @@ fn header_bytes(reply: &Reply) -> usize {
         .sum()
 }
 
-/// The bazaar of a 402: as `PAYMENT-REQUIRED` declares it, checked equal to
-/// the body's, its `info` valid against its `schema`.
+/// The bazaar of a 402: as `PAYMENT-REQUIRED` declares it (the body does not
+/// repeat the extensions), its `info` valid against its `schema`.
 fn checked_bazaar(reply: &Reply, what: &str) -> Value {
     assert_eq!(
         reply.status,
@@ -53,7 +53,7 @@ fn checked_bazaar(reply: &Reply, what: &str) -> Value {
         .extensions
         .unwrap_or_else(|| panic!("{what}: no extensions"));
     let bazaar = extensions["bazaar"].clone();
-    assert_eq!(reply.json()["extensions"]["bazaar"], bazaar, "{what}");
+    assert!(reply.json().get("extensions").is_none(), "{what}");
     validate(&bazaar["schema"], &bazaar["info"]).unwrap_or_else(|error| panic!("{what}: {error}"));
     assert_eq!(
         bazaar["schema"]["$schema"],
@@ -206,7 +206,6 @@ async fn gateway_bazaar_off_declares_no_extension() {
     // Other extensions (the payment identifier) stay; discovery is gone.
     let declared = reply.quote().extensions.unwrap_or_default();
     assert!(!declared.contains_key("bazaar"), "{declared:?}");
-    assert!(reply.json()["extensions"].get("bazaar").is_none());
     // The documents stay.
     assert_eq!(server.get("/.well-known/x402").await.status, StatusCode::OK);
     assert!(

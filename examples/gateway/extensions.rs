@@ -1,10 +1,10 @@
 //! What the pipeline hands on in the request extensions, and how a handler
 //! reads it.
 //!
-//! Each step inserts one value for the steps after it: [`ParsedRequest`]
-//! (validation), [`ResolvedModel`] (model lookup), [`ImageRequest`] (the image
-//! routes); the library's `RequestModel` and `RequestPrice` ride beside them
-//! for the library's layers. A value that is missing where it is read
+//! Each step inserts one value for the steps after it: [`PreparedRequest`]
+//! (validation and model lookup), [`ImageRequest`] (the image routes); the
+//! library's `RequestModel` and `RequestPrice` ride beside them for the
+//! library's layers. A value that is missing where it is read
 //! is a wiring fault, answered by the library's [`MissingExtension`] (500 in
 //! the route's envelope, naming the value and the step that provides it).
 
@@ -18,13 +18,14 @@ use walletgate::envelope::{EnvelopeStyle, MissingExtension};
 use crate::catalogue::Model;
 use crate::request::ChatRequest;
 
-/// The validated request, mapped to chat form. Read it with the extractor.
+/// The validated request, mapped to chat form, and the catalogue entry of
+/// its model: one value, so one insert (and one box) per request. Read it
+/// with the extractor.
 #[derive(Clone, Debug)]
-pub(crate) struct ParsedRequest(pub(crate) Arc<ChatRequest>);
-
-/// The catalogue entry of the requested model. Read it with the extractor.
-#[derive(Clone, Debug)]
-pub(crate) struct ResolvedModel(pub(crate) Arc<Model>);
+pub(crate) struct PreparedRequest {
+    pub(crate) request: Arc<ChatRequest>,
+    pub(crate) model: Arc<Model>,
+}
 
 /// A validated image request.
 #[derive(Clone, Debug)]
@@ -54,15 +55,7 @@ fn extension<T: Clone + Send + Sync + 'static>(
         .ok_or_else(|| MissingExtension::gateway::<T>(provider, parts))
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for ParsedRequest {
-    type Rejection = MissingExtension;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        extension(parts, "prepare_request")
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for ResolvedModel {
+impl<S: Send + Sync> FromRequestParts<S> for PreparedRequest {
     type Rejection = MissingExtension;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {

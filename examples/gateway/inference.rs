@@ -5,19 +5,23 @@ use axum::extract::State;
 use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 
-use crate::extensions::{ParsedRequest, ResolvedModel};
+use crate::extensions::PreparedRequest;
 use crate::render::{AnswerHead, SseBody, answer};
 use crate::reply::{json, reject};
 use crate::request::Endpoint;
 use crate::state::AppState;
 
-/// `GET /v1/models`: the listing rendered at start.
+/// `Content-Type: application/json`, checked at compile time.
+const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// `GET /v1/models`: the listing rendered at start, with its length (so no
+/// layer formats it per request) and room for the headers added outside.
 pub(crate) async fn models(State(gateway): State<AppState>) -> Response {
     let mut response = Response::new(Body::from(gateway.listing.clone()));
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    let headers = response.headers_mut();
+    headers.reserve(4);
+    headers.insert(header::CONTENT_TYPE, APPLICATION_JSON);
+    headers.insert(header::CONTENT_LENGTH, gateway.listing_length.clone());
     response
 }
 
@@ -34,8 +38,7 @@ pub(crate) fn id_prefix(endpoint: Endpoint) -> &'static str {
 /// resolved its model; ask the upstream and render the answer.
 pub(crate) async fn infer(
     State(gateway): State<AppState>,
-    ParsedRequest(request): ParsedRequest,
-    ResolvedModel(model): ResolvedModel,
+    PreparedRequest { request, model }: PreparedRequest,
 ) -> Response {
     let endpoint = request.endpoint;
     let head = AnswerHead {

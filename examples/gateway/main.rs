@@ -502,7 +502,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         .merge(with_poll_pipeline(image_polls, &state))
         .with_state(state)
         // Every answer carries the id, every gate sees it.
-        .layer(axum::middleware::from_fn(request_id::layer));
+        .layer(request_id::RequestIdLayer);
     // Outermost: preflights are answered before any gate.
     Ok(match cors {
         Some(cors) => router.layer(cors),

@@ -12,7 +12,7 @@
 //!    5. the model → unknown model (400, close ids suggested);
 //!    6. streaming support → `STREAM_UNSUPPORTED`.
 //!
-//!    Inserts [`ParsedRequest`], [`ResolvedModel`], the library's
+//!    Inserts [`PreparedRequest`] (the request and its model), the library's
 //!    [`RequestModel`] and the request's one price, [`RequestPrice`]
 //!    ([`Model::price`](crate::catalogue::Model::price)).
 //! 7. `FreeTierLimitLayer`, what step 6 priced free only → `FREE_TIER_RATE_LIMITED`
@@ -39,7 +39,7 @@ use walletgate::envelope::{
 use walletgate::gateway::{JsonBodyLayer, ParsedJson, RequestModel, invalid_request_body};
 use walletgate::x402::server::RequestPrice;
 
-use crate::extensions::{ParsedRequest, ResolvedModel, missing};
+use crate::extensions::{PreparedRequest, missing};
 use crate::images::{find_job, validate_image};
 use crate::reply::reject;
 use crate::request::{ChatRequest, Endpoint};
@@ -130,8 +130,10 @@ async fn prepare_request(
     // Priced once, here: the free tier and the payment layer read this one decision.
     extensions.insert(RequestPrice(model.price(&parsed)));
     extensions.insert(RequestModel::new(model.id));
-    extensions.insert(ParsedRequest(Arc::new(parsed)));
-    extensions.insert(ResolvedModel(model));
+    extensions.insert(PreparedRequest {
+        request: Arc::new(parsed),
+        model,
+    });
     Ok(request)
 }
 

@@ -160,19 +160,22 @@ impl ChatRequest {
         })
     }
 
-    /// All text of all messages, in order.
-    pub(crate) fn prompt_text(&self) -> String {
-        let mut text = String::new();
-        for message in &self.messages {
-            push_text(&mut text, message.get("content"));
-        }
-        text
-    }
-
-    /// Prompt tokens, estimated as one per four characters (rounded up):
-    /// deterministic, so a quote and its paid retry agree.
+    /// Prompt tokens, estimated as one per four characters (rounded up) of
+    /// all text of all messages, joined by newlines: deterministic, so a
+    /// quote and its paid retry agree. Counted in place, not copied: every
+    /// paid request is priced with it.
     pub(crate) fn estimated_prompt_tokens(&self) -> u64 {
-        let chars = self.prompt_text().chars().count();
+        let mut chars = 0usize;
+        let mut joined_any = false;
+        for piece in self
+            .messages
+            .iter()
+            .flat_map(|message| text_pieces(message.get("content")))
+            .filter(|piece| !piece.is_empty())
+        {
+            chars += usize::from(joined_any) + piece.chars().count();
+            joined_any = true;
+        }
         u64::try_from(chars.div_ceil(4)).unwrap_or(u64::MAX)
     }
 
@@ -204,17 +207,24 @@ impl ChatRequest {
     }
 }
 
+/// The text pieces of a message's `content`, in order: the string, or each
+/// part's `text`.
+fn text_pieces(content: Option<&Value>) -> impl Iterator<Item = &str> {
+    let (plain, parts) = match content {
+        Some(Value::String(plain)) => (Some(plain.as_str()), &[][..]),
+        Some(Value::Array(parts)) => (None, parts.as_slice()),
+        _ => (None, &[][..]),
+    };
+    plain.into_iter().chain(
+        parts
+            .iter()
+            .filter_map(|part| part.get("text").and_then(Value::as_str)),
+    )
+}
+
 fn push_text(text: &mut String, content: Option<&Value>) {
-    match content {
-        Some(Value::String(plain)) => join(text, plain),
-        Some(Value::Array(parts)) => {
-            for part in parts {
-                if let Some(plain) = part.get("text").and_then(Value::as_str) {
-                    join(text, plain);
-                }
-            }
-        }
-        _ => {}
+    for piece in text_pieces(content) {
+        join(text, piece);
     }
 }
 
@@ -288,18 +298,20 @@ fn chat_message(check: &mut BodyCheck, message: &Value, path: &DetailPath) {
         ),
         None => check.fail(&at(path, "role"), "must be a string"),
     }
-    let content_path = at(path, "content");
+    // Built only for parts or a failure: most content is one string.
+    let content_path = || at(path, "content");
     match message.get("content") {
         Some(Value::String(_)) => {}
         // An assistant turn that only calls tools has no content.
         None | Some(Value::Null) if role == Some("assistant") => {}
         Some(Value::Array(parts)) => {
+            let content_path = content_path();
             for (index, part) in parts.iter().enumerate() {
                 chat_part(check, part, &at(&content_path, index));
             }
         }
         _ => check.fail(
-            &content_path,
+            &content_path(),
             "must be a string or an array of content parts",
         ),
     }
@@ -436,23 +448,27 @@ fn mapped_message(
             format!("must be one of {}", roles.join(", ")),
         );
     }
-    let content_path = at(path, "content");
+    // Built only for parts or a failure: most content is one string.
+    let content_path = || at(path, "content");
     let content = match message.get("content") {
         Some(Value::String(text)) => Value::String(text.clone()),
-        Some(Value::Array(parts)) => Value::Array(
-            parts
-                .iter()
-                .enumerate()
-                .filter_map(|(index, part)| {
-                    let part_path = at(&content_path, index);
-                    let part = check.object(part, &part_path)?;
-                    map_part(check, part, &part_path)
-                })
-                .collect(),
-        ),
+        Some(Value::Array(parts)) => {
+            let content_path = content_path();
+            Value::Array(
+                parts
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(index, part)| {
+                        let part_path = at(&content_path, index);
+                        let part = check.object(part, &part_path)?;
+                        map_part(check, part, &part_path)
+                    })
+                    .collect(),
+            )
+        }
         _ => {
             check.fail(
-                &content_path,
+                &content_path(),
                 "must be a string or an array of content parts",
             );
             Value::Null
@@ -664,5 +680,26 @@ mod tests {
     fn non_object_body_fails_at_the_root() {
         let details = ChatRequest::from_json(Endpoint::Responses, json!([1, 2])).unwrap_err();
         assert_eq!(paths(&details), vec![json!([])]);
+    }
+
+    #[test]
+    fn prompt_tokens_count_every_text_joined_by_newlines() {
+        let body = json!({"model": "m/x", "messages": [
+            {"role": "system", "content": "héllo"},
+            {"role": "user", "content": ""},
+            {"role": "user", "content": [{"type": "text", "text": "ab"}, {"type": "image_url", "image_url": {"url": "u"}}, {"type": "text", "text": "c"}]},
+            {"role": "assistant", "content": null, "tool_calls": []},
+        ]});
+        let request = ChatRequest::from_json(Endpoint::Chat, body).unwrap();
+        // "héllo\nab\nc": 10 characters (é is one), 3 tokens.
+        assert_eq!(request.estimated_prompt_tokens(), 3);
+        let mut joined = String::new();
+        for message in &request.messages {
+            push_text(&mut joined, message.get("content"));
+        }
+        assert_eq!(joined, "héllo\nab\nc");
+        let one = json!({"model": "m/x", "messages": [{"role": "user", "content": "abcd"}]});
+        let one = ChatRequest::from_json(Endpoint::Chat, one).unwrap();
+        assert_eq!(one.estimated_prompt_tokens(), 1);
     }
 }

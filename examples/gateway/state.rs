@@ -28,6 +28,8 @@ pub(crate) struct Gateway {
     pub(crate) images: ImageJobs,
     /// The `GET /v1/models` body, rendered once: the catalogue never changes.
     pub(crate) listing: bytes::Bytes,
+    /// Its `Content-Length`, formatted once.
+    pub(crate) listing_length: http::HeaderValue,
     next_id: AtomicU64,
 }
 
@@ -43,6 +45,8 @@ impl Gateway {
         gates: Gates,
         images: ImageJobs,
     ) -> Self {
+        let listing = bytes::Bytes::from(catalogue.listing().to_string());
+        let listing_length = http::HeaderValue::from(listing.len());
         Self {
             upstream,
             upstream_timeout,
@@ -50,7 +54,8 @@ impl Gateway {
             clock,
             gates,
             images,
-            listing: bytes::Bytes::from(catalogue.listing().to_string()),
+            listing,
+            listing_length,
             catalogue,
             next_id: AtomicU64::new(1),
         }

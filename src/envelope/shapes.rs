@@ -196,7 +196,10 @@ pub struct PaymentRejectionBody {
 ///
 /// Generic over the requirement and resource types, which the
 /// [`x402`](crate) module defines; `x402Version` and `accepts` must equal the
-/// decoded `PAYMENT-REQUIRED` header.
+/// decoded `PAYMENT-REQUIRED` header. The quote's `extensions` are not
+/// repeated here: the specification asks the body for `x402Version` and
+/// `accepts` only, and x402 v2 clients read (and echo) the declarations from
+/// `PAYMENT-REQUIRED` alone, so a copy would only double their bytes on the wire.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QuoteBody<Req, Res> {
     /// Always 2.
@@ -215,10 +218,6 @@ pub struct QuoteBody<Req, Res> {
     pub payment_info: PaymentInfo,
     /// The resource being paid for.
     pub resource: Res,
-    /// The quote's declared extensions (`bazaar`, …), as in
-    /// `PAYMENT-REQUIRED`; omitted when none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extensions: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// `price` of a [`QuoteBody`].

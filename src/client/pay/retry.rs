@@ -132,7 +132,8 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-/// The x402 quote of a 402 answer: `PAYMENT-REQUIRED`, else the JSON body's mirror.
+/// The x402 quote of a 402 answer: `PAYMENT-REQUIRED`, else the JSON body's
+/// mirror (a walletgate body carries no `extensions`: those are the header's).
 pub fn parse_quote(headers: &HeaderMap, body: &[u8]) -> Option<PaymentRequired> {
     if let Some(value) = headers.get("payment-required")
         && let Ok(quote) = codec::decode::<PaymentRequired>(value.as_bytes())

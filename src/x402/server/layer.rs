@@ -321,7 +321,7 @@ impl X402LayerBuilder {
     /// Extensions every 402 declares besides the layer's own (discovery's
     /// `bazaar`, say), decided per request by `extensions` (see
     /// [`QuoteExtensions`]); default none. They ride in `PAYMENT-REQUIRED`
-    /// and the body, not in the two older headers.
+    /// only: not in the two older headers, nor in the body.
     ///
     /// ```
     /// use std::sync::Arc;

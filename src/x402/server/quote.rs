@@ -182,7 +182,8 @@ impl PaymentOption {
 ///
 /// Only `PAYMENT-REQUIRED` (what x402 v2 clients read and echo) carries the
 /// `extensions`; the two older names repeat the rest, so a 402 with large
-/// extensions stays within a proxy's header buffers (the body has them too).
+/// extensions stays within a proxy's header buffers. No body repeats them
+/// (see [`QuoteBody`]).
 pub(crate) fn write_quote_headers(headers: &mut HeaderMap, required: &PaymentRequired) {
     let encoded = codec::encode(required);
     let lean = required.extensions.as_ref().map(|_| {
@@ -204,8 +205,14 @@ pub(crate) fn write_quote_headers(headers: &mut HeaderMap, required: &PaymentReq
     }
 }
 
-/// The 402 quote: the three headers, `Cache-Control: no-store`, and the JSON
-/// body whose `x402Version` and `accepts` equal the decoded header.
+/// Headers the layers outside add to each 402 (`x-request-id`, CORS), room
+/// for which is reserved in the cached quote's map: a clone keeps its room.
+const QUOTE_HEADERS_ADDED: usize = 4;
+
+/// The 402 quote: the three headers, `Cache-Control: no-store`, its
+/// `Content-Length` (the body is fixed, so nothing counts it again per 402),
+/// and the JSON body whose `x402Version` and `accepts` equal the decoded
+/// header (its `extensions` ride in `PAYMENT-REQUIRED` only).
 pub(crate) fn quote_response(required: &PaymentRequired, first: &PaymentOption) -> Response<Bytes> {
     let first_offer = required.accepts.first();
     let amount = first_offer.map_or(AtomicAmount::default(), |offer| offer.amount);
@@ -221,10 +228,13 @@ pub(crate) fn quote_response(required: &PaymentRequired, first: &PaymentOption) 
             x402_version: X402_VERSION,
         },
         resource: required.resource.clone(),
-        extensions: required.extensions.clone(),
     };
     let mut response = crate::envelope::json_response(StatusCode::PAYMENT_REQUIRED, &body);
-    write_quote_headers(response.headers_mut(), required);
+    let length = HeaderValue::from(response.body().len());
+    let headers = response.headers_mut();
+    headers.insert(http::header::CONTENT_LENGTH, length);
+    write_quote_headers(headers, required);
+    headers.reserve(QUOTE_HEADERS_ADDED);
     response
 }
 
@@ -392,7 +402,7 @@ impl QuoteCache {
         )?;
         #[cfg(feature = "siwx")]
         if let Some(sign_in) = &self.sign_in {
-            quote.sign_in = super::siwx::QuoteTemplate::find(&quote.body, &quote.headers)
+            quote.sign_in = super::siwx::QuoteTemplate::find(&quote.headers)
                 .map(|template| (sign_in.clone(), template));
         }
         let quote = Arc::new(quote);
@@ -723,8 +733,13 @@ mod tests {
                 headers["x-payment-required"].to_str().unwrap()
             )
         );
+        // The body mirrors the offers, not the declarations.
         let body: Value = serde_json::from_slice(response.body()).unwrap();
-        assert_eq!(body["extensions"]["bazaar"], 1);
+        assert_eq!(
+            body["accepts"],
+            serde_json::to_value(&full.accepts).unwrap()
+        );
+        assert!(body.get("extensions").is_none(), "{body}");
     }
 
     #[test]
@@ -759,6 +774,10 @@ mod tests {
         assert_eq!(response.status(), 402);
         let headers = response.headers();
         assert_eq!(headers["cache-control"], "no-store");
+        assert_eq!(
+            headers["content-length"],
+            response.body().len().to_string().as_str()
+        );
         let encoded = headers["payment-required"].to_str().unwrap();
         assert_eq!(headers["x-payment-required"], encoded);
         assert_eq!(

@@ -5,8 +5,8 @@
 //! `expirationTime`) and the EVM networks it accepts. The nonce is stateless:
 //! its issue time, a sequence number and a SipHash-2-4 tag under the layer's
 //! key, in hex (`SignIn::mint_nonce` says why that suffices). Declaring
-//! one costs a MAC of 16 bytes and a splice into the quote's bytes (built
-//! once per resource), no system call; nothing is written, so a flood of
+//! one costs a MAC of 16 bytes and a splice into the quote's
+//! `PAYMENT-REQUIRED` (built once per resource), no system call; nothing is written, so a flood of
 //! 402s writes nothing. A nonce is recorded only when a proof spends it, in a
 //! [`NonceStore`](crate::siwe::NonceStore) for its life (shared between
 //! replicas on Redis).
@@ -345,24 +345,20 @@ impl SignIn {
 
     /// `template`'s quote with a fresh challenge in place of the placeholders.
     ///
-    /// Per 402: the nonce, one copy of the body and of `PAYMENT-REQUIRED`,
-    /// and the base64 of the groups holding the nonce; the times and their
-    /// groups change once a second.
-    pub(crate) fn fill(&self, template: &QuoteTemplate, quote: Response<Bytes>) -> Response<Bytes> {
+    /// Per 402: the nonce, one copy of `PAYMENT-REQUIRED` (the one place the
+    /// challenge is; the body is shared as built), and the base64 of the
+    /// groups holding the nonce; the times' groups change once a second.
+    pub(crate) fn fill(
+        &self,
+        template: &QuoteTemplate,
+        mut quote: Response<Bytes>,
+    ) -> Response<Bytes> {
         let now_secs = self.clock.now_unix_secs();
         // Past 2106 or year 9999: the placeholder nonce never verifies.
         let (Some(second), Some(nonce)) = (template.second(now_secs), self.mint_nonce(now_secs))
         else {
             return quote;
         };
-        let (mut parts, body) = quote.into_parts();
-        let run_end = template.body_at + RUN_LEN;
-        let body = concat(&[
-            &body[..template.body_at],
-            &second.times,
-            &nonce,
-            &body[run_end - 1..],
-        ]);
         let mut groups = [0u8; BLOCK_MAX];
         let groups = &mut groups[..template.header_block.len() - template.nonce_groups_at];
         groups.copy_from_slice(&template.header_block[template.nonce_groups_at..]);
@@ -370,7 +366,7 @@ impl SignIn {
         groups[at..at + nonce.len()].copy_from_slice(&nonce);
         let mut encoded = [0u8; NONCE_GROUPS_MAX];
         let Ok(written) = STANDARD.encode_slice(groups, &mut encoded) else {
-            return Response::from_parts(parts, body);
+            return quote;
         };
         let header = concat(&[
             &template.header[..template.header_chars.start],
@@ -379,9 +375,9 @@ impl SignIn {
             &template.header[template.header_chars.end..],
         ]);
         if let Ok(value) = HeaderValue::from_maybe_shared(header) {
-            parts.headers.insert(header::PAYMENT_REQUIRED, value);
+            quote.headers_mut().insert(header::PAYMENT_REQUIRED, value);
         }
-        Response::from_parts(parts, body)
+        quote
     }
 
     /// The wallet a `SIGN-IN-WITH-X` proof signs in, lower-case, after
@@ -617,12 +613,10 @@ fn placeholder_nonce() -> String {
     "0".repeat(NONCE_BYTES * 2)
 }
 
-/// Where a quote's challenge lies in its body and in its base64
-/// `PAYMENT-REQUIRED`, found once per quote: a fresh one is spliced in
-/// without serializing anything.
+/// Where a quote's challenge lies in its base64 `PAYMENT-REQUIRED`, found
+/// once per quote: a fresh one is spliced in without serializing anything.
 #[derive(Debug)]
 pub(crate) struct QuoteTemplate {
-    body_at: usize,
     /// `PAYMENT-REQUIRED` as built.
     header: Bytes,
     /// The header's decoded bytes around the run, whole base64 groups.
@@ -632,8 +626,8 @@ pub(crate) struct QuoteTemplate {
     /// the groups before it change once a second, the rest with each nonce.
     nonce_groups_at: usize,
     header_chars: Range<usize>,
-    /// The times of the current second, as text and as the block's groups
-    /// before `nonce_groups_at` in base64.
+    /// The times of the current second, as the block's groups before
+    /// `nonce_groups_at` in base64.
     second: Mutex<Second>,
 }
 
@@ -641,20 +635,18 @@ pub(crate) struct QuoteTemplate {
 #[derive(Clone, Copy, Debug)]
 struct Second {
     unix_secs: u64,
-    times: [u8; TIMES_LEN],
     times_groups: [u8; TIMES_GROUPS_MAX],
     times_groups_len: usize,
 }
 
 impl QuoteTemplate {
-    /// The template of a quote's `body` and `headers`, if both carry the
-    /// placeholder challenge once.
-    pub(crate) fn find(body: &[u8], headers: &HeaderMap) -> Option<Self> {
+    /// The template of a quote's `headers`, if `PAYMENT-REQUIRED` carries
+    /// the placeholder challenge.
+    pub(crate) fn find(headers: &HeaderMap) -> Option<Self> {
         let run = dynamic_run(PLACEHOLDER_TIME, PLACEHOLDER_TIME, &placeholder_nonce());
         if run.len() != RUN_LEN {
             return None;
         }
-        let body_at = find(body, run.as_bytes())?;
         let header = Bytes::copy_from_slice(headers.get(header::PAYMENT_REQUIRED)?.as_bytes());
         let json = STANDARD.decode(&header).ok()?;
         let at = find(&json, run.as_bytes())?;
@@ -666,7 +658,6 @@ impl QuoteTemplate {
         }
         let block_at = at - start;
         Some(Self {
-            body_at,
             header_block: json[start..end].to_vec(),
             block_at,
             nonce_groups_at: (block_at + TIMES_LEN) / 3 * 3,
@@ -674,7 +665,6 @@ impl QuoteTemplate {
             header,
             second: Mutex::new(Second {
                 unix_secs: u64::MAX,
-                times: [0; TIMES_LEN],
                 times_groups: [0; TIMES_GROUPS_MAX],
                 times_groups_len: 0,
             }),
@@ -694,7 +684,6 @@ impl QuoteTemplate {
             let times_groups_len = STANDARD.encode_slice(groups, &mut times_groups).ok()?;
             *second = Second {
                 unix_secs: now_secs,
-                times,
                 times_groups,
                 times_groups_len,
             };
@@ -836,7 +825,7 @@ mod tests {
     }
 
     #[test]
-    fn each_fill_splices_a_fresh_challenge_into_body_and_header_alike() {
+    fn each_fill_splices_a_fresh_challenge_into_the_header_and_shares_the_body() {
         let clock = FakeClock::at_unix_secs(NOW);
         let sign_in = sign_in(&clock, [1; 32]);
         // Three URL lengths: the challenge at each offset within a base64 group.
@@ -847,10 +836,10 @@ mod tests {
         ] {
             clock.set_unix_secs(NOW);
             let required = declaring(&sign_in, url);
-            // The quote's two renderings: its body (a JSON document holding the
-            // extensions) and its base64 header.
+            // The quote as built: a body without the extensions and the
+            // base64 header declaring them.
             let mut quote = Response::new(Bytes::from(
-                serde_json::to_vec(&json!({"x402Version": 2, "extensions": required.extensions}))
+                serde_json::to_vec(&json!({"x402Version": 2, "accepts": required.accepts}))
                     .unwrap(),
             ));
             let encoded = crate::x402::wire::codec::encode(&required);
@@ -858,7 +847,7 @@ mod tests {
                 header::PAYMENT_REQUIRED,
                 HeaderValue::from_str(&encoded).unwrap(),
             );
-            let template = QuoteTemplate::find(quote.body(), quote.headers()).unwrap();
+            let template = QuoteTemplate::find(quote.headers()).unwrap();
             let mut nonces = Vec::new();
             // Two challenges in one second, then one in the next.
             for (issued, expires) in [
@@ -874,9 +863,9 @@ mod tests {
                     filled.headers()[header::PAYMENT_REQUIRED].as_bytes(),
                 )
                 .unwrap();
-                let body: Value = serde_json::from_slice(filled.body()).unwrap();
+                // The body is the quote's own bytes, not a copy.
+                assert_eq!(filled.body().as_ptr(), quote.body().as_ptr());
                 let info = &header.extensions.as_ref().unwrap()[SIGN_IN_WITH_X]["info"];
-                assert_eq!(&body["extensions"][SIGN_IN_WITH_X]["info"], info);
                 assert_eq!(info["issuedAt"], issued);
                 assert_eq!(info["expirationTime"], expires);
                 assert_eq!(info["uri"], url);
