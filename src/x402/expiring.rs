@@ -3,7 +3,7 @@
 //! answers and the entitlements keep their entries in it, each under the
 //! [`LocalDigest`] of its key.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::sync::LazyLock;
 
@@ -77,16 +77,23 @@ impl Hasher for FirstBytes {
 /// few expired entries, oldest first: memory follows the live set and no call
 /// pays for the whole backlog. An entry counts as gone once its second is
 /// reached (`expires_at <= now`), swept or not.
+///
+/// The index keeps one list of keys per expiry second, and each entry its
+/// place in its list: an insert appends to a list the recent inserts share
+/// (no walk down an ordered tree to a leaf no other request touched), and a
+/// removal swaps the list's last key into the hole.
 #[derive(Debug)]
 pub(crate) struct ExpiringMap<V> {
     entries: HashMap<LocalDigest, Timed<V>, BuildHasherDefault<FirstBytes>>,
-    /// One item per entry, `(its expiry, its key)`: removed with it.
-    due: BTreeSet<(u64, LocalDigest)>,
+    /// Per expiry second, its entries' keys: each entry listed once, removed with it.
+    due: BTreeMap<u64, Vec<LocalDigest>>,
 }
 
 #[derive(Debug)]
 struct Timed<V> {
     expires_at_unix_secs: u64,
+    /// Where its key is in `due[expires_at_unix_secs]`.
+    place: usize,
     value: V,
 }
 
@@ -94,7 +101,7 @@ impl<V> Default for ExpiringMap<V> {
     fn default() -> Self {
         Self {
             entries: HashMap::default(),
-            due: BTreeSet::new(),
+            due: BTreeMap::new(),
         }
     }
 }
@@ -115,21 +122,42 @@ impl<V> ExpiringMap<V> {
 
     /// Sets `key` to `value` until `expires_at_unix_secs`, replacing what it held.
     pub(crate) fn insert(&mut self, key: LocalDigest, value: V, expires_at_unix_secs: u64) {
+        let listed = self.due.entry(expires_at_unix_secs).or_default();
+        let place = listed.len();
+        listed.push(key);
         let timed = Timed {
             expires_at_unix_secs,
+            place,
             value,
         };
         if let Some(old) = self.entries.insert(key, timed) {
-            self.due.remove(&(old.expires_at_unix_secs, key));
+            self.unlist(old.expires_at_unix_secs, old.place);
         }
-        self.due.insert((expires_at_unix_secs, key));
     }
 
     /// Removes `key`.
     pub(crate) fn remove(&mut self, key: &LocalDigest) -> Option<V> {
         let old = self.entries.remove(key)?;
-        self.due.remove(&(old.expires_at_unix_secs, *key));
+        self.unlist(old.expires_at_unix_secs, old.place);
         Some(old.value)
+    }
+
+    /// Takes the key at `place` out of second `expires`'s list (its entry is
+    /// gone or listed elsewhere now); the list's last key moves into its place.
+    fn unlist(&mut self, expires: u64, place: usize) {
+        let Some(listed) = self.due.get_mut(&expires) else {
+            return;
+        };
+        listed.swap_remove(place);
+        if let Some(moved) = listed.get(place)
+            && let Some(timed) = self.entries.get_mut(moved)
+            && timed.expires_at_unix_secs == expires
+        {
+            timed.place = place;
+        }
+        if listed.is_empty() {
+            self.due.remove(&expires);
+        }
     }
 
     /// Removes up to `step` entries expired at `now_unix_secs`, oldest first.
@@ -145,21 +173,29 @@ impl<V> ExpiringMap<V> {
         mut removed: impl FnMut(V),
     ) {
         for _ in 0..step {
-            match self.due.first() {
-                Some(&(expires, key)) if expires <= now_unix_secs => {
-                    self.due.pop_first();
-                    if let Some(timed) = self.entries.remove(&key) {
-                        removed(timed.value);
-                    }
-                }
-                _ => return,
+            match self.pop_due(Some(now_unix_secs)) {
+                Some((_, value)) => removed(value),
+                None => return,
             }
         }
     }
 
     /// Removes the entry that expires first, whatever the time.
     pub(crate) fn pop_first(&mut self) -> Option<(LocalDigest, V)> {
-        let (_, key) = self.due.pop_first()?;
+        self.pop_due(None)
+    }
+
+    /// Removes an entry of the earliest second, if that second has come
+    /// (`None`: whatever the time). Taken from its list's end: no key moves.
+    fn pop_due(&mut self, now_unix_secs: Option<u64>) -> Option<(LocalDigest, V)> {
+        let mut first = self.due.first_entry()?;
+        if now_unix_secs.is_some_and(|now| *first.key() > now) {
+            return None;
+        }
+        let key = first.get_mut().pop()?;
+        if first.get().is_empty() {
+            first.remove();
+        }
         let timed = self.entries.remove(&key)?;
         Some((key, timed.value))
     }
@@ -175,10 +211,10 @@ impl<V> ExpiringMap<V> {
         self.entries.values().map(|timed| &timed.value)
     }
 
-    /// Items of the expiry index (as many as entries).
+    /// Keys listed in the expiry index (as many as entries).
     #[cfg(test)]
     pub(crate) fn indexed(&self) -> usize {
-        self.due.len()
+        self.due.values().map(Vec::len).sum()
     }
 }
 
@@ -222,6 +258,38 @@ mod tests {
         map.sweep(100, 100);
         assert_eq!(map.len(), 10, "only the even keys had expired");
         map.sweep(101, 100);
+        assert_eq!((map.len(), map.indexed()), (0, 0));
+    }
+
+    #[test]
+    fn churn_keeps_every_entry_listed_once_under_its_second() {
+        // Inserts, replacements (same and other seconds) and removals in a
+        // fixed pseudo-random order, against a plain map as the model.
+        let mut map = ExpiringMap::default();
+        let mut model = std::collections::HashMap::new();
+        let mut state = 0x2545_f491_u64;
+        for _ in 0..5_000 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            let n = (state >> 33) as u32 % 64;
+            let expires = 100 + (state >> 20) % 4;
+            if (state >> 10) % 4 == 0 {
+                assert_eq!(map.remove(&key(n)), model.remove(&n).map(|(v, _)| v));
+            } else {
+                map.insert(key(n), n, expires);
+                model.insert(n, (n, expires));
+            }
+            assert_eq!((map.len(), map.indexed()), (model.len(), model.len()));
+        }
+        for (n, (value, expires)) in &model {
+            assert_eq!(map.get(&key(*n), expires - 1), Some(value));
+            assert_eq!(map.get(&key(*n), *expires), None);
+        }
+        map.sweep(102, 1_000);
+        let left = model.values().filter(|(_, expires)| *expires > 102).count();
+        assert_eq!((map.len(), map.indexed()), (left, left));
+        while map.pop_first().is_some() {}
         assert_eq!((map.len(), map.indexed()), (0, 0));
     }
 
