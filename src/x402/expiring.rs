@@ -274,7 +274,7 @@ mod tests {
                 .wrapping_add(1);
             let n = (state >> 33) as u32 % 64;
             let expires = 100 + (state >> 20) % 4;
-            if (state >> 10) % 4 == 0 {
+            if (state >> 10).is_multiple_of(4) {
                 assert_eq!(map.remove(&key(n)), model.remove(&n).map(|(v, _)| v));
             } else {
                 map.insert(key(n), n, expires);
