@@ -234,20 +234,9 @@ fn bench_x402(c: &mut Criterion) {
         .unwrap();
 
     // The floor: one recovery of the same signature over the same digest.
-    let payment: PaymentPayload = codec::decode(header.as_bytes()).unwrap();
-    let evm: ExactEvmPayload = payment.exact_evm().unwrap();
-    let transfer = TransferWithAuthorization {
-        from: evm.authorization.from.parse().unwrap(),
-        to: evm.authorization.to.parse().unwrap(),
-        value: alloy_primitives::U256::from(evm.authorization.value.units()),
-        validAfter: alloy_primitives::U256::from(evm.authorization.valid_after),
-        validBefore: alloy_primitives::U256::from(evm.authorization.valid_before),
-        nonce: evm.authorization.nonce.parse().unwrap(),
-    };
-    let digest = ExactEvmDomain::for_offer(&offers[0])
-        .unwrap()
-        .signing_hash(&transfer);
-    let signature: alloy_primitives::Signature = evm.signature.parse().unwrap();
+    let floor = Floor::new();
+    let (domain, (transfer, signature)) = (&floor.domain, &floor.signed[0]);
+    let digest = domain.signing_hash(transfer);
     assert_eq!(
         signature.recover_address_from_prehash(&digest).unwrap(),
         transfer.from
@@ -255,17 +244,16 @@ fn bench_x402(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("x402");
     group.bench_function("bare_secp256k1_recovery", |b| {
-        b.iter(|| black_box(&signature).recover_address_from_prehash(black_box(&digest)))
+        b.iter(|| black_box(signature).recover_address_from_prehash(black_box(&digest)))
     });
-    let domain = ExactEvmDomain::for_offer(&offers[0]).unwrap();
     group.bench_function("eip712_digest", |b| {
-        b.iter(|| black_box(&domain).signing_hash(black_box(&transfer)))
+        b.iter(|| black_box(domain).signing_hash(black_box(transfer)))
     });
     // The floor of decode + match + verify: the digest and one recovery.
     group.bench_function("bare_digest_and_recovery", |b| {
         b.iter(|| {
-            let digest = black_box(&domain).signing_hash(black_box(&transfer));
-            black_box(&signature).recover_address_from_prehash(&digest)
+            let digest = black_box(domain).signing_hash(black_box(transfer));
+            black_box(signature).recover_address_from_prehash(&digest)
         })
     });
 
