@@ -105,7 +105,7 @@ impl<T: Ledger + ?Sized> Ledger for Arc<T> {
 /// ([`with_expiry_clock`](Self::with_expiry_clock)) it does what the chain does at
 /// `validBefore`: refuses the transfer from then on, so it forgets the nonce
 /// then (a few expired ones per transfer); memory follows the authorizations
-/// still valid, about 100 bytes each (a 32-byte digest of token, payer and
+/// still valid, about 100 bytes each (a 16-byte digest of token, payer and
 /// nonce, the expiry, and the index).
 ///
 /// The used authorizations live in sixteen shards, each behind its own lock:

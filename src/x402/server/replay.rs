@@ -119,7 +119,7 @@ impl AuthorizationKey {
 
     /// A fixed-size stand-in for [`as_str`](Self::as_str) in this process's
     /// maps: keyed per process, so never stored or sent.
-    pub fn digest(&self) -> &[u8; 32] {
+    pub fn digest(&self) -> &[u8; 16] {
         self.digest.as_bytes()
     }
 }
@@ -422,7 +422,7 @@ type KeyDigest = LocalDigest;
 /// removes a few expired entries (oldest first, from a time-ordered index), so
 /// memory follows the live set and no call sweeps the whole map.
 ///
-/// Each entry is fixed-size: the key's 32-byte digest, the expiry, and for a
+/// Each entry is fixed-size: the key's 16-byte digest, the expiry, and for a
 /// spent authorization its payload fingerprint and receipt without heap
 /// strings (a receipt of another shape is kept whole). About 300 bytes per
 /// spent authorization with the map's and the index's overhead (the `x402`
