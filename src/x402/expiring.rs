@@ -14,9 +14,10 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 ///
 /// Keyed and secret, so no client can choose inputs that collide, or that
 /// crowd one bucket of the map (which therefore hashes a digest by reading
-/// its first bytes); and about 80 times cheaper than Keccak-256, which a
-/// paid request would otherwise run once per store it touches. Not stable
-/// across processes: never stored or sent.
+/// its first bytes); and about 16 times cheaper than a Keccak-256 of the same
+/// key (~390 instructions against ~6,400), which a paid request would
+/// otherwise run once per store it touches. Not stable across processes:
+/// never stored or sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct LocalDigest([u8; 16]);
 
