@@ -4,10 +4,12 @@
 
 use std::fmt;
 
-use alloy_primitives::{Address, B256, Signature, U256};
+use alloy_primitives::{Address, B256, Signature, U256, hex};
 use sha2::{Digest as _, Sha256};
 
-use super::eip712::{TransferWithAuthorization, parse_b256, parse_evm_address, parse_signature};
+use super::eip712::{
+    TransferWithAuthorization, parse_b256, parse_evm_address, parse_signature, prefixed_hex,
+};
 use super::types::{AtomicAmount, ExactEvmPayloadRef, PaymentHeader, PaymentPayload};
 
 /// An exact-EVM payload (`{signature, authorization}`) with every field typed.
@@ -88,23 +90,11 @@ pub(crate) struct WrittenAddress {
 impl WrittenAddress {
     /// `0x` and 40 hex digits (either case); `None` otherwise.
     pub(crate) fn read(text: &str) -> Option<Self> {
-        let digits = text.strip_prefix("0x")?.as_bytes();
-        if digits.len() != 40 {
-            return None;
-        }
-        let mut bytes = [0u8; 20];
+        let bytes = prefixed_hex::<20>(text)?;
+        // The digits are hex now: a capital is one of `A`..=`F`.
         let mut capitals = [0u8; 5];
-        for (index, &digit) in digits.iter().enumerate() {
-            let value = match digit {
-                b'0'..=b'9' => digit - b'0',
-                b'a'..=b'f' => digit - b'a' + 10,
-                b'A'..=b'F' => {
-                    capitals[index / 8] |= 1 << (index % 8);
-                    digit - b'A' + 10
-                }
-                _ => return None,
-            };
-            bytes[index / 2] |= value << (4 * (1 - index % 2));
+        for (index, &digit) in text.as_bytes()[2..].iter().enumerate() {
+            capitals[index / 8] |= u8::from(digit.wrapping_sub(b'A') < 6) << (index % 8);
         }
         Some(Self { bytes, capitals })
     }
@@ -115,19 +105,15 @@ impl WrittenAddress {
 
     /// The text it was read from.
     pub(crate) fn to_text(self) -> String {
-        let mut text = String::with_capacity(42);
-        text.push_str("0x");
-        for index in 0..40 {
-            let value = (self.bytes[index / 2] >> (4 * (1 - index % 2))) & 0x0f;
-            let capital = self.capitals[index / 8] & (1 << (index % 8)) != 0;
-            let digit = match value {
-                0..=9 => b'0' + value,
-                _ if capital => b'A' + value - 10,
-                _ => b'a' + value - 10,
-            };
-            text.push(char::from(digit));
+        let mut text = [0u8; 42];
+        text[..2].copy_from_slice(b"0x");
+        let digits = &mut text[2..];
+        // Lower case first; only a letter has a capital bit to undo it.
+        hex::encode_to_slice(self.bytes, digits).expect("40 digits for 20 bytes");
+        for (index, digit) in digits.iter_mut().enumerate() {
+            *digit -= ((self.capitals[index / 8] >> (index % 8)) & 1) * (b'a' - b'A');
         }
-        text
+        String::from_utf8(text.to_vec()).expect("hex is ASCII")
     }
 }
 
