@@ -1,5 +1,6 @@
 //! x402 costs against their floor, one bare secp256k1 signer recovery,
-//! measured in the same run; first, the bytes a paid request leaves behind.
+//! measured in the same run (the bytes a paid request leaves behind are
+//! benches/x402_memory.rs's).
 //!
 //! `cargo bench --bench x402 --features x402 -- --measurement-time 3`
 //!
@@ -28,22 +29,12 @@
 //! (`paid-ahead:N`, `floor-ahead:N`, `none-ahead:N`) every request is signed
 //! first and then served back to back (with `--cache-sim=yes`: the misses
 //! above).
-//!
-//! The memory part counts every heap byte the process holds (a counting
-//! global allocator) across many paid requests through the layer, the
-//! in-memory replay store and an expiring development ledger: the bytes
-//! retained per payment while its authorization is valid, and what is left
-//! once every authorization has expired and been swept.
 
+use std::convert::Infallible;
 use std::hint::black_box;
 use std::sync::Arc;
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::task::{Context, Poll, Waker};
-
 use bytes::Bytes;
-use cap::Cap;
 use criterion::{BatchSize, Criterion};
 use http::{Request, Response};
 use http_body_util::Full;
@@ -53,76 +44,27 @@ use walletgate::client::payer::sequential_nonce;
 use walletgate::clock::FakeClock;
 use walletgate::x402::{
     facilitator::{DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator},
-    server::{
-        InMemoryNonceStore, NonceStore, PaymentOption, PriceTable, X402Layer, matching_offer,
-    },
+    server::{InMemoryNonceStore, matching_offer},
     wire::{
         ExactEvmDomain, ExactEvmPayload, PaymentPayload, PaymentRequirements,
-        TransferWithAuthorization, UsdAmount, codec,
+        TransferWithAuthorization, codec,
     },
 };
 
-// The reference gateway's allocator (examples/gateway/main.rs), counted by
-// `cap` for the memory report. Results before 2026-11-26T03 used glibc's.
-#[global_allocator]
-static ALLOCATOR: Cap<mimalloc::MiMalloc> = Cap::new(mimalloc::MiMalloc, usize::MAX);
+mod x402_paid;
+use x402_paid::{NOW, offer, paid_chat, ready};
 
-const NOW: u64 = 1_750_000_000;
+// The reference gateway's allocator (examples/gateway/main.rs), as it runs
+// there. Results before 2026-11-26T03 used glibc's; before 2026-11-26T06 it
+// was wrapped in `cap`'s counter (now benches/x402_memory.rs's), whose
+// atomic operations on every allocation and free the gateway never pays.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Payments per authorization window in the steady-state paid benchmark.
 const STEADY_WINDOW: u64 = 16_384;
 /// Longer than an authorization's validity (maxTimeoutSeconds) and the claim hold.
 const WINDOW_SECS: u64 = 400;
-const PAY_TO: &str = DevLedger::DEV_ACCOUNTS[9];
-
-/// Polls `future` once; it must be ready (nothing in memory waits).
-fn ready<F: Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    match future
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("an in-memory payment flow waited"),
-    }
-}
-
-/// `POST /v1/chat/completions` at 0.002 USD over a handler that answers at once.
-fn paid_chat(
-    facilitator: LocalEvmFacilitator,
-    clock: walletgate::SharedClock,
-    nonce_store: Arc<dyn NonceStore>,
-) -> impl tower::Service<
-    Request<Full<Bytes>>,
-    Response = Response<walletgate::x402::server::X402Body<Full<Bytes>>>,
-    Error = Infallible,
-    Future: Send,
-> + Clone {
-    let layer = X402Layer::builder()
-        .with_host_derived_resource_url()
-        .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
-        .with_pricing(
-            PriceTable::by_route()
-                .with_usd("POST /v1/chat/completions", "0.002")
-                .unwrap(),
-        )
-        .with_facilitator(facilitator)
-        .with_clock(clock)
-        .with_nonce_store(nonce_store)
-        .build()
-        .unwrap();
-    tower::ServiceBuilder::new()
-        .layer(layer)
-        .service(tower::service_fn(|_request: Request<Full<Bytes>>| async {
-            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"answer"))))
-        }))
-}
-
-fn offer() -> PaymentRequirements {
-    PaymentOption::base_sepolia_usdc(PAY_TO)
-        .unwrap()
-        .requirements(UsdAmount::from_micros(3000))
-        .unwrap()
-}
 
 /// The paid request's world in its steady state: a fresh payment per call,
 /// signed at the time it is served; the clock moves a window on every
@@ -306,81 +248,6 @@ fn bench_x402(c: &mut Criterion) {
     group.finish();
 }
 
-/// Heap bytes held now.
-fn heap() -> usize {
-    ALLOCATOR.allocated()
-}
-
-/// Serves `count` fresh payments (nonces from `first`) at the clock's time.
-fn pay(
-    service: &(
-         impl tower::Service<
-        Request<Full<Bytes>>,
-        Response = Response<walletgate::x402::server::X402Body<Full<Bytes>>>,
-        Error = Infallible,
-        Future: Send,
-    > + Clone
-     ),
-    payer: &Payer,
-    offer: &PaymentRequirements,
-    now: u64,
-    first: u64,
-    count: u64,
-) {
-    for nonce in first..first + count {
-        let header = payer
-            .header_with_nonce(offer, now, sequential_nonce(nonce))
-            .unwrap();
-        let request = Request::post("/v1/chat/completions")
-            .header("payment-signature", header)
-            .body(Full::default())
-            .unwrap();
-        let response = ready(service.clone().oneshot(request)).unwrap();
-        assert_eq!(response.status(), 200);
-    }
-}
-
-/// The bytes each payment leaves behind while valid, and after expiry.
-fn memory_report(payments: u64) {
-    let clock = FakeClock::at_unix_secs(NOW);
-    let ledger = Arc::new(DevLedger::new().with_expiry_clock(Arc::new(clock.clone())));
-    let store = Arc::new(InMemoryNonceStore::new(Arc::new(clock.clone())));
-    let facilitator = LocalEvmFacilitator::new(ledger.clone(), Arc::new(clock.clone()));
-    let service = paid_chat(facilitator, Arc::new(clock.clone()), store.clone());
-    let payer = Payer::dev(0);
-    let offer = offer();
-    // Warm-up: the quote cache, the EIP-712 domain cache, the recovery memo.
-    pay(&service, &payer, &offer, NOW, 1, 100);
-    let start = heap();
-
-    // From (nearly) empty tables: their growth is part of the cost.
-    pay(&service, &payer, &offer, NOW, 1_000, payments);
-    let full = heap();
-    let held = (store.len(), ledger.remembered_authorizations());
-    let per_payment = full.saturating_sub(start) as f64 / payments as f64;
-
-    // Every authorization expires (validBefore = now + 300); as many again are
-    // paid later: each operation sweeps a few expired entries.
-    clock.advance(std::time::Duration::from_secs(400));
-    pay(&service, &payer, &offer, NOW + 400, 10_000_000, payments);
-    let steady = heap();
-    let growth = steady as f64 / full as f64 - 1.0;
-
-    println!("x402 memory, {payments} paid requests (in-memory replay store, expiring dev ledger)");
-    println!("  heap before:                   {start} B");
-    println!(
-        "  heap with them all valid:      {full} B (store {} entries, ledger {})",
-        held.0, held.1
-    );
-    println!(
-        "  retained bytes per payment:    {per_payment:.0} (replay entry + ledger entry, tables' growth included)"
-    );
-    println!(
-        "  heap after they expired and as many were paid: {steady} B ({:+.1}%: the same live set)",
-        growth * 100.0
-    );
-}
-
 /// The floor's inputs: signed payments' EIP-712 domain, structs and signatures.
 struct Floor {
     domain: ExactEvmDomain,
@@ -548,7 +415,11 @@ fn main() {
     }
     // `cargo bench` passes --bench; `cargo test --benches` only runs the code.
     let benchmarking = std::env::args().any(|arg| arg == "--bench");
-    memory_report(if benchmarking { 50_000 } else { 2_000 });
+    if !benchmarking {
+        let clock = FakeClock::at_unix_secs(NOW);
+        let mut payments = SteadyPayments::new(clock.clone());
+        serve_signed_ahead(&steady_service(clock), &mut payments, 100);
+    }
     let mut criterion = Criterion::default()
         .warm_up_time(std::time::Duration::from_secs(1))
         .measurement_time(std::time::Duration::from_secs(3))
