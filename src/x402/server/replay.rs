@@ -425,7 +425,7 @@ type KeyDigest = LocalDigest;
 /// Each entry is fixed-size: the key's 16-byte digest, the expiry, and for a
 /// spent authorization its payload fingerprint and receipt without heap
 /// strings (a receipt of another shape is kept whole). About 300 bytes per
-/// spent authorization with the map's and the index's overhead (the `x402`
+/// spent authorization with the map's and the index's overhead (the `x402_memory`
 /// bench `retained bytes per payment` measures it), held until the
 /// authorization expires.
 pub struct InMemoryNonceStore {
