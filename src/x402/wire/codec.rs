@@ -17,10 +17,6 @@
 
 use std::fmt;
 
-use base64::Engine;
-use base64::alphabet;
-use base64::engine::DecodePaddingMode;
-use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -29,11 +25,6 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// Deepest JSON nesting decoded. A payment is 4 levels deep; extensions add a few.
 pub const MAX_JSON_DEPTH: usize = 24;
-
-const LENIENT: GeneralPurposeConfig =
-    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
-const STANDARD_LENIENT: GeneralPurpose = GeneralPurpose::new(&alphabet::STANDARD, LENIENT);
-const URL_SAFE_LENIENT: GeneralPurpose = GeneralPurpose::new(&alphabet::URL_SAFE, LENIENT);
 
 /// Why a header value could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,7 +78,7 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> String {
     // The x402 types are strings, numbers and maps with string keys, which
     // always serialise; an empty object stands in for the impossible failure.
     let json = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
-    STANDARD.encode(json)
+    base64_simd::STANDARD.encode_to_string(json)
 }
 
 /// Decodes a header value into `T`.
@@ -95,15 +86,30 @@ pub fn decode<T: DeserializeOwned>(raw: &[u8]) -> Result<T, DecodeError> {
     if raw.len() > MAX_HEADER_BYTES {
         return Err(DecodeError::TooLong { len: raw.len() });
     }
-    let trimmed = raw.trim_ascii();
-    let json = STANDARD_LENIENT
-        .decode(trimmed)
-        .or_else(|_| URL_SAFE_LENIENT.decode(trimmed))
-        .map_err(|_| DecodeError::NotBase64)?;
+    let json = decode_base64(raw.trim_ascii()).ok_or(DecodeError::NotBase64)?;
     if !depth_within(&json, MAX_JSON_DEPTH) {
         return Err(DecodeError::TooDeep);
     }
     serde_json::from_slice(&json).map_err(|error| DecodeError::Json(error.to_string()))
+}
+
+/// Standard or URL-safe base64 with its padding, some of it, or none;
+/// the last character's unused bits must be zero. base64-simd decodes with
+/// AVX2 or SSSE3 where the CPU has them: a payment header is about 1 KiB.
+fn decode_base64(text: &[u8]) -> Option<Vec<u8>> {
+    let unpadded = text
+        .strip_suffix(b"==")
+        .or_else(|| text.strip_suffix(b"="))
+        .unwrap_or(text);
+    let padding = text.len() - unpadded.len();
+    // Padding fills a last group of two or three characters to four.
+    if padding > 0 && !matches!((unpadded.len() % 4, padding), (2, 1 | 2) | (3, 1)) {
+        return None;
+    }
+    base64_simd::STANDARD_NO_PAD
+        .decode_to_vec(unpadded)
+        .or_else(|_| base64_simd::URL_SAFE_NO_PAD.decode_to_vec(unpadded))
+        .ok()
 }
 
 /// Whether the JSON text nests at most `max` arrays/objects deep; a scan, no parse.
@@ -156,6 +162,8 @@ fn depth_of_strings_aside(json: &[u8], max: usize) -> bool {
 mod tests {
     use super::*;
     use crate::x402::wire::types::{PaymentPayload, PaymentRequired};
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
 
     /// The specification's `PAYMENT-SIGNATURE` example payload, encoded as the TS client does.
     const SPEC_PAYMENT: &str = r#"{"x402Version":2,"resource":{"url":"https://api.example.com/premium-data","description":"Access to premium market data","mimeType":"application/json"},"accepted":{"scheme":"exact","network":"eip155:84532","amount":"10000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":60,"extra":{"name":"USDC","version":"2"}},"payload":{"signature":"0x2d6a7588d6acca505cbf0d9a4a227e0c52c6c34008c8e8986a1283259764173608a2ce6496642e377d6da8dbbf5836e9bd15092f9ecab05ded3d6293af148b571c","authorization":{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66","to":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","value":"10000","validAfter":"1740672089","validBefore":"1740672154","nonce":"0xf3746613c2d920b5fdabc0856f2aeb2d4f88ee6037b8cc5d04a71a4462f13480"}}}"#;
@@ -230,5 +238,58 @@ mod tests {
         assert_eq!(decoded.accepts[0].max_timeout_seconds, 60);
         assert_eq!(decoded.accepts[0].extra_str("name"), Some("USDC"));
         assert_eq!(STANDARD.decode(encode(&decoded)).unwrap(), quote.as_bytes());
+    }
+
+    /// The forms the `base64` crate's standard and URL-safe engines accept
+    /// with padding indifferent, and no others: every length, padding
+    /// full, short, excess or misplaced, a non-zero last bit, both alphabets.
+    #[test]
+    fn base64_forms_match_the_lenient_reference_engines() {
+        use base64::alphabet;
+        use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+        let lenient =
+            GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+        let reference = |text: &[u8]| {
+            GeneralPurpose::new(&alphabet::STANDARD, lenient)
+                .decode(text)
+                .or_else(|_| GeneralPurpose::new(&alphabet::URL_SAFE, lenient).decode(text))
+                .ok()
+        };
+        let mut forms: Vec<Vec<u8>> = Vec::new();
+        for len in 0..12 {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 37 + 250) as u8).collect();
+            let full = STANDARD.encode(&bytes);
+            let bare = full.trim_end_matches('=').to_owned();
+            for padding in ["", "=", "==", "==="] {
+                forms.push(format!("{bare}{padding}").into_bytes());
+                forms.push(
+                    format!("{bare}{padding}")
+                        .replace(['+', '/'], "-")
+                        .into_bytes(),
+                );
+            }
+            forms.push(format!("{bare}=A").into_bytes());
+            forms.push(format!("={bare}").into_bytes());
+            // The last character one step on: its unused bits no longer zero.
+            if let Some(last) = bare.bytes().last() {
+                let mut odd = bare.clone().into_bytes();
+                *odd.last_mut().unwrap() = if last == b'A' { b'B' } else { b'A' };
+                forms.push(odd);
+            }
+        }
+        forms.extend([
+            b"A".to_vec(),
+            b"AB=C".to_vec(),
+            b"AB+_".to_vec(),
+            b"A\xff==".to_vec(),
+        ]);
+        for form in forms {
+            assert_eq!(
+                decode_base64(&form),
+                reference(&form),
+                "{}",
+                String::from_utf8_lossy(&form)
+            );
+        }
     }
 }
