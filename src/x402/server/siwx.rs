@@ -365,13 +365,15 @@ impl SignIn {
         let at = template.block_at + TIMES_LEN - template.nonce_groups_at;
         groups[at..at + nonce.len()].copy_from_slice(&nonce);
         let mut encoded = [0u8; NONCE_GROUPS_MAX];
-        let Ok(written) = STANDARD.encode_slice(groups, &mut encoded) else {
+        let Some(encoded) = encoded.get_mut(..base64_simd::STANDARD.encoded_length(groups.len()))
+        else {
             return quote;
         };
+        let encoded = base64_simd::STANDARD.encode(groups, base64_simd::Out::from_slice(encoded));
         let header = concat(&[
             &template.header[..template.header_chars.start],
             &second.times_groups[..second.times_groups_len],
-            &encoded[..written],
+            encoded,
             &template.header[template.header_chars.end..],
         ]);
         if let Ok(value) = HeaderValue::from_maybe_shared(header) {
