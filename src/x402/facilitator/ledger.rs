@@ -126,7 +126,9 @@ const USED_SHARDS: usize = 16;
 
 #[derive(Debug, Default)]
 struct DevLedgerState {
-    balances: HashMap<(TokenId, Address), u128>,
+    /// The server funds and credits every account here (a payment credits
+    /// only the offer's `payTo`): no client chooses a key, so no SipHash.
+    balances: HashMap<(TokenId, Address), u128, foldhash::fast::RandomState>,
     settlements: u64,
 }
 

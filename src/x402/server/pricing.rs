@@ -215,7 +215,8 @@ type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 /// [`Price::Free`] unless set: list every paid key, or set a paid fallback.
 #[derive(Clone)]
 pub struct PriceTable {
-    prices: HashMap<String, Price>,
+    /// Keys the server wrote; a request only looks one up, so no SipHash.
+    prices: HashMap<String, Price, foldhash::fast::RandomState>,
     key: KeyFn,
     fallback: Price,
 }
@@ -245,7 +246,7 @@ impl PriceTable {
         F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
     {
         Self {
-            prices: HashMap::new(),
+            prices: HashMap::default(),
             key: Arc::new(key),
             fallback: Price::Free,
         }

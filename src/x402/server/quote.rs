@@ -319,7 +319,8 @@ impl Quote {
 /// the same extensions gets the same bytes; anything else rebuilds the entry. The offers are the layer's own and never change.
 #[derive(Debug, Default)]
 pub(crate) struct QuoteCache {
-    quotes: RwLock<HashMap<String, (UsdAmount, Arc<Quote>)>>,
+    /// At most [`QUOTE_CACHE_LEN`] keys, seeded per process: foldhash, not SipHash.
+    quotes: RwLock<HashMap<String, (UsdAmount, Arc<Quote>), foldhash::fast::RandomState>>,
     /// The `extensions` every quote declares (none: omitted).
     extensions: Option<serde_json::Map<String, serde_json::Value>>,
     /// `sign-in-with-x`, declared per resource with a fresh challenge per 402.
