@@ -91,7 +91,8 @@ async fn a_model_added_in_code_is_discovered_with_its_price_everywhere() {
     };
     let server = Server::start(config).await;
     let model = new_model();
-    let fee = UsdAmount::FLAT_FEE;
+    // The specification's flat fee, 0.001 USD, as the document advertises below.
+    let fee = UsdAmount::from_micros(1_000);
 
     let well_known = server.get("/.well-known/x402").await;
     assert_eq!(well_known.status, StatusCode::OK);
