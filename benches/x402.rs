@@ -30,13 +30,12 @@
 //! first and then served back to back (with `--cache-sim=yes`: the misses
 //! above).
 
-use std::convert::Infallible;
 use std::hint::black_box;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use criterion::{BatchSize, Criterion};
-use http::{Request, Response};
+use http::Request;
 use http_body_util::Full;
 use tower::ServiceExt;
 use walletgate::client::payer::Payer;
@@ -52,7 +51,7 @@ use walletgate::x402::{
 };
 
 mod x402_paid;
-use x402_paid::{NOW, offer, paid_chat, ready};
+use x402_paid::{NOW, PaidService, offer, paid_chat, ready};
 
 // The reference gateway's allocator (examples/gateway/main.rs), as it runs
 // there. Results before 2026-11-26T03 used glibc's; before 2026-11-26T06 it
@@ -126,18 +125,11 @@ impl SteadyPayments {
 }
 
 /// Signs `count` payments, then serves them back to back: how long serving took.
-fn serve_signed_ahead<S>(
-    service: &S,
+fn serve_signed_ahead(
+    service: &impl PaidService,
     payments: &mut SteadyPayments,
     count: u64,
-) -> std::time::Duration
-where
-    S: tower::Service<
-            Request<Full<Bytes>>,
-            Response = Response<walletgate::x402::server::X402Body<Full<Bytes>>>,
-            Error = Infallible,
-        > + Clone,
-{
+) -> std::time::Duration {
     let signed: Vec<_> = (0..count).map(|_| payments.next_signed()).collect();
     let start = std::time::Instant::now();
     for (request, moves_clock) in signed {
@@ -150,14 +142,7 @@ where
 
 /// The paid chat service of the steady state, over an expiring ledger (as
 /// the gateway example runs it) and the in-memory replay store.
-fn steady_service(
-    clock: FakeClock,
-) -> impl tower::Service<
-    Request<Full<Bytes>>,
-    Response = Response<walletgate::x402::server::X402Body<Full<Bytes>>>,
-    Error = Infallible,
-    Future: Send,
-> + Clone {
+fn steady_service(clock: FakeClock) -> impl PaidService {
     let shared: walletgate::SharedClock = Arc::new(clock);
     let ledger = Arc::new(DevLedger::new().with_expiry_clock(shared.clone()));
     let facilitator = LocalEvmFacilitator::new(ledger, shared.clone());

@@ -8,12 +8,10 @@
 //! `cargo test --benches` runs 2,000). Timings are `benches/x402.rs`'s: this
 //! counter's atomic operations on every allocation and free would be in them.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use cap::Cap;
-use http::{Request, Response};
+use http::Request;
 use http_body_util::Full;
 use tower::ServiceExt;
 use walletgate::client::payer::{Payer, sequential_nonce};
@@ -25,7 +23,7 @@ use walletgate::x402::{
 };
 
 mod x402_paid;
-use x402_paid::{NOW, offer, paid_chat, ready};
+use x402_paid::{NOW, PaidService, offer, paid_chat, ready};
 
 // The reference gateway's allocator (examples/gateway/main.rs), counted.
 #[global_allocator]
@@ -38,14 +36,7 @@ fn heap() -> usize {
 
 /// Serves `count` fresh payments (nonces from `first`) at the clock's time.
 fn pay(
-    service: &(
-         impl tower::Service<
-        Request<Full<Bytes>>,
-        Response = Response<walletgate::x402::server::X402Body<Full<Bytes>>>,
-        Error = Infallible,
-        Future: Send,
-    > + Clone
-     ),
+    service: &impl PaidService,
     payer: &Payer,
     offer: &PaymentRequirements,
     now: u64,

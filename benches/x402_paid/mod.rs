@@ -32,17 +32,34 @@ pub(crate) fn ready<F: Future>(future: F) -> F::Output {
     }
 }
 
+/// What the benches serve paid requests through: the x402 layer over a
+/// handler, cloned per request as a server does.
+pub(crate) trait PaidService:
+    tower::Service<
+        Request<Full<Bytes>>,
+        Response = Response<walletgate::x402::server::X402Body<Full<Bytes>>>,
+        Error = Infallible,
+        Future: Send,
+    > + Clone
+{
+}
+
+impl<S> PaidService for S where
+    S: tower::Service<
+            Request<Full<Bytes>>,
+            Response = Response<walletgate::x402::server::X402Body<Full<Bytes>>>,
+            Error = Infallible,
+            Future: Send,
+        > + Clone
+{
+}
+
 /// `POST /v1/chat/completions` at 0.002 USD over a handler that answers at once.
 pub(crate) fn paid_chat(
     facilitator: LocalEvmFacilitator,
     clock: walletgate::SharedClock,
     nonce_store: Arc<dyn NonceStore>,
-) -> impl tower::Service<
-    Request<Full<Bytes>>,
-    Response = Response<walletgate::x402::server::X402Body<Full<Bytes>>>,
-    Error = Infallible,
-    Future: Send,
-> + Clone {
+) -> impl PaidService {
     let layer = X402Layer::builder()
         .with_host_derived_resource_url()
         .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
