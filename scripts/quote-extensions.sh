@@ -76,30 +76,33 @@ burst_rps() { # label
 }
 
 out=benches/results/$(date -u +%Y-%m-%dT%H%M%SZ)-quote-extensions.txt
-{
-  echo "# scripts/quote-extensions.sh at $(git rev-parse --short HEAD), $(date -u '+%F %H:%M') UTC:" \
-    "$pairs pairs of ${burst} s bursts, load $(cut -d' ' -f1-3 /proc/loadavg)"
-  printf 'on declares: '
-  start on GATEWAY_SIWX=on GATEWAY_PAYMENT_ID=optional
-  printf 'off declares: '
-  start off GATEWAY_SIWX=off GATEWAY_PAYMENT_ID=off
-  burst_rps on > /dev/null # both warm before the first pair
-  burst_rps off > /dev/null
-  for pair in $(seq "$pairs"); do
-    if ((pair % 2)); then
-      on=$(burst_rps on)
-      off=$(burst_rps off)
-    else
-      off=$(burst_rps off)
-      on=$(burst_rps on)
-    fi
-    python3 -c 'import sys; p, on, off = sys.argv[1:]; print(f"pair {p}: on {float(on):.0f} off {float(off):.0f} ratio {float(on) / float(off):.3f}")' \
-      "$pair" "$on" "$off"
-  done
-} | tee "$out"
-python3 - "$out" <<'PY' | tee -a "$out"
-import re, statistics, sys
-ratios = sorted(float(m) for m in re.findall(r"ratio ([\d.]+)", open(sys.argv[1]).read()))
+# Everything below runs in this shell (a `{ ...; } | tee` group would be a
+# subshell, whose gateways the EXIT trap here would not know to stop).
+exec > >(tee "$out")
+echo "# scripts/quote-extensions.sh at $(git rev-parse --short HEAD), $(date -u '+%F %H:%M') UTC:" \
+  "$pairs pairs of ${burst} s bursts, load $(cut -d' ' -f1-3 /proc/loadavg)"
+printf 'on declares: '
+start on GATEWAY_SIWX=on GATEWAY_PAYMENT_ID=optional
+printf 'off declares: '
+start off GATEWAY_SIWX=off GATEWAY_PAYMENT_ID=off
+burst_rps on > /dev/null # both warm before the first pair
+burst_rps off > /dev/null
+ratios=()
+for pair in $(seq "$pairs"); do
+  if ((pair % 2)); then
+    on=$(burst_rps on)
+    off=$(burst_rps off)
+  else
+    off=$(burst_rps off)
+    on=$(burst_rps on)
+  fi
+  ratio=$(python3 -c 'import sys; print(f"{float(sys.argv[1]) / float(sys.argv[2]):.3f}")' "$on" "$off")
+  ratios+=("$ratio")
+  printf 'pair %s: on %.0f off %.0f ratio %s\n' "$pair" "$on" "$off" "$ratio"
+done
+python3 - "${ratios[@]}" <<'PY'
+import statistics, sys
+ratios = sorted(float(r) for r in sys.argv[1:])
 q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
 print(f"ratio on/off over {len(ratios)} pairs: median {statistics.median(ratios):.3f},"
       f" quartiles {q[0]:.3f}-{q[2]:.3f}, range {ratios[0]:.3f}-{ratios[-1]:.3f}")
