@@ -15,10 +15,12 @@ use walletgate::x402::facilitator::evm_settler::{
     MemorySettlementRecords, SettlementRecords, reasons,
 };
 use walletgate::x402::facilitator::{
-    EvmSettler, Facilitator, FacilitatorErrorKind, FacilitatorRequest, SettlerKey,
+    EvmSettler, Facilitator, FacilitatorErrorKind, FacilitatorRequest, IdempotencyKey, SettlerKey,
 };
 use walletgate::x402::server::PaymentOption;
-use walletgate::x402::wire::{AtomicAmount, Network, PaymentPayload, PaymentRequirements};
+use walletgate::x402::wire::{
+    AtomicAmount, Network, PaymentPayload, PaymentRequirements, SettleResponse,
+};
 
 use chain_support::{
     ProxyMode, RpcProxy, USDC, balance, deploy_erc1271_wallet, fresh_payer_key, mint,
@@ -117,13 +119,15 @@ async fn settler_nonce(setup: &Setup) -> u64 {
 }
 
 #[tokio::test]
-async fn verify_then_settle_moves_the_exact_amount_once_and_a_retry_gets_the_same_transaction() {
+async fn verify_then_settle_moves_the_exact_amount_once_and_only_its_caller_is_told_again() {
     let setup = settler(ONE_ETH).await;
     let (request, from) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
     let verdict = setup.settler.verify(&request).await.unwrap();
     assert!(verdict.is_valid, "{verdict:?}");
     assert_eq!(verdict.payer, Some(from.to_checksum(None)));
-    let settled = setup.settler.settle(&request).await.unwrap();
+    let caller = IdempotencyKey::new("first-caller-0123456789").unwrap();
+    let keyed = request.clone().with_idempotency_key(caller.clone());
+    let settled = setup.settler.settle(&keyed).await.unwrap();
     assert!(settled.success, "{settled:?}");
     assert_eq!(settled.transaction.len(), 66);
     assert_eq!(
@@ -134,18 +138,40 @@ async fn verify_then_settle_moves_the_exact_amount_once_and_a_retry_gets_the_sam
     assert_eq!(balance(&setup.rpc, setup.pay_to).await, units(PRICE));
     assert_eq!(settler_nonce(&setup).await, 1);
 
-    // The same payment again: the same transaction, nothing sent.
-    let again = setup.settler.settle(&request).await.unwrap();
+    // Its caller asks again: the same answer, nothing sent.
+    let again = setup.settler.settle(&keyed).await.unwrap();
     assert_eq!(again, settled);
+    // A copy without the key, or with another, is refused naming the transaction.
+    let stranger = IdempotencyKey::new("another-caller-0123456789").unwrap();
+    for copy in [
+        request.clone(),
+        request.clone().with_idempotency_key(stranger),
+    ] {
+        let refused = setup.settler.settle(&copy).await.unwrap();
+        assert!(!refused.success, "{refused:?}");
+        assert_eq!(
+            refused.error_reason.as_deref(),
+            Some(reasons::NONCE_ALREADY_USED)
+        );
+        assert_eq!(refused.transaction, "");
+        assert!(
+            refused
+                .error_message
+                .as_deref()
+                .is_some_and(|message| message.contains(&settled.transaction)),
+            "{refused:?}"
+        );
+    }
     // Verified again, it is a replay, told by the token itself.
     let replay = setup.settler.verify(&request).await.unwrap();
     assert_eq!(
         replay.invalid_reason.as_deref(),
         Some(reasons::NONCE_ALREADY_USED)
     );
-    // A settler that never saw it (another process, records lost) does not broadcast it.
+    // A settler that never saw it (another process, records lost) does not
+    // broadcast it, even to the first caller's key.
     let other = settler(ONE_ETH).await;
-    let refused = other.settler.settle(&request).await.unwrap();
+    let refused = other.settler.settle(&keyed).await.unwrap();
     assert!(!refused.success);
     assert_eq!(
         refused.error_reason.as_deref(),
@@ -232,31 +258,53 @@ async fn twenty_different_payments_settled_at_once_all_land() {
 }
 
 #[tokio::test]
-async fn twenty_concurrent_copies_of_one_payment_land_once() {
+async fn twenty_concurrent_copies_of_one_payment_land_once_and_one_is_told_so() {
     let setup = Arc::new(settler(ONE_ETH).await);
     let (request, from) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
-    let mut tasks = Vec::new();
-    for _ in 0..20 {
-        let setup = setup.clone();
-        let request = request.clone();
-        tasks.push(tokio::spawn(
-            async move { setup.settler.settle(&request).await },
-        ));
+    let answers = settle_copies(&setup, &request, 20).await;
+    let told: Vec<_> = answers.iter().filter(|settled| settled.success).collect();
+    assert_eq!(told.len(), 1, "one success per authorization: {answers:?}");
+    for refused in answers.iter().filter(|settled| !settled.success) {
+        assert_eq!(
+            refused.error_reason.as_deref(),
+            Some(reasons::NONCE_ALREADY_USED),
+            "{refused:?}"
+        );
     }
-    let mut transactions = std::collections::HashSet::new();
-    for task in tasks {
-        let settled = task.await.unwrap().unwrap();
-        assert!(settled.success, "{settled:?}");
-        transactions.insert(settled.transaction);
-    }
-    assert_eq!(
-        transactions.len(),
-        1,
-        "every copy answers the one transaction"
-    );
     assert_eq!(balance(&setup.rpc, from).await, units(1_000_000 - PRICE));
     assert_eq!(balance(&setup.rpc, setup.pay_to).await, units(PRICE));
     assert_eq!(settler_nonce(&setup).await, 1);
+
+    // Twenty at once under the first caller's key: each waits for the one
+    // settlement and is told its outcome, never pending.
+    let (request, from) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
+    let keyed = request.with_idempotency_key(IdempotencyKey::new("one-caller-0123456789").unwrap());
+    let answers = settle_copies(&setup, &keyed, 20).await;
+    assert!(answers.iter().all(|settled| settled.success), "{answers:?}");
+    let transactions: std::collections::HashSet<_> =
+        answers.iter().map(|settled| &settled.transaction).collect();
+    assert_eq!(transactions.len(), 1, "the one transaction");
+    assert_eq!(balance(&setup.rpc, from).await, units(1_000_000 - PRICE));
+    assert_eq!(settler_nonce(&setup).await, 2);
+}
+
+/// `count` settles of `request` at once.
+async fn settle_copies(
+    setup: &Arc<Setup>,
+    request: &FacilitatorRequest,
+    count: usize,
+) -> Vec<SettleResponse> {
+    let tasks: Vec<_> = (0..count)
+        .map(|_| {
+            let (setup, request) = (setup.clone(), request.clone());
+            tokio::spawn(async move { setup.settler.settle(&request).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap().unwrap());
+    }
+    answers
 }
 
 #[tokio::test]

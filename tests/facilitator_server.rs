@@ -171,7 +171,7 @@ fn a_non_loopback_listen_without_a_token_is_refused() {
 }
 
 #[tokio::test]
-async fn the_api_answers_verdicts_as_json_and_a_retried_settle_the_same_transaction() {
+async fn the_api_answers_verdicts_as_json_and_the_first_callers_retry_the_same_transaction() {
     let rpc = shared_rpc_url();
     let pay_to = fresh_address();
     let (_running, url) = facilitator(&rpc, pay_to, &[]).await;
@@ -210,21 +210,78 @@ async fn the_api_answers_verdicts_as_json_and_a_retried_settle_the_same_transact
     let (body, from) = payment_body(&rpc, pay_to).await;
     let (_, _, verdict) = exchange("POST", &format!("{url}/verify"), &[], Some(body.clone())).await;
     assert_eq!(verdict["isValid"], true, "{verdict}");
-    let (_, _, first) = exchange("POST", &format!("{url}/settle"), &[], Some(body.clone())).await;
+    let settle = format!("{url}/settle");
+    let caller = [("idempotency-key", "first-caller-0123456789")];
+    let (_, _, first) = exchange("POST", &settle, &caller, Some(body.clone())).await;
     assert_eq!(first["success"], true, "{first}");
-    let (_, _, again) = exchange("POST", &format!("{url}/settle"), &[], Some(body.clone())).await;
-    assert_eq!(again["transaction"], first["transaction"]);
+    // Its caller asks again: the same transaction.
+    let (_, _, again) = exchange("POST", &settle, &caller, Some(body.clone())).await;
+    assert_eq!(again, first);
     assert_eq!(balance(&rpc, from).await, U256::from(990_000));
     assert_eq!(balance(&rpc, pay_to).await, U256::from(10_000));
     // Verified again it is a replay, still a 200 verdict.
-    let (status, _, replay) = exchange("POST", &format!("{url}/verify"), &[], Some(body)).await;
+    let (status, _, replay) =
+        exchange("POST", &format!("{url}/verify"), &[], Some(body.clone())).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         replay["invalidReason"],
         "invalid_exact_evm_nonce_already_used"
     );
+    // A key that proves nothing is a 400, before anything is read.
+    let (status, _, refused) =
+        exchange("POST", &settle, &[("idempotency-key", "short")], Some(body)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused["error"], "invalid_idempotency_key");
     let (status, _, _) = exchange("POST", &format!("{url}/verify"), &[], Some("{".into())).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+/// Whether `answer` is the refusal of a copy of the settlement `transaction`.
+fn refused_as_copy(answer: &Value, transaction: &str) -> bool {
+    answer["success"] == false
+        && answer["errorReason"] == "invalid_exact_evm_nonce_already_used"
+        && answer["transaction"] == ""
+        && answer["errorMessage"]
+            .as_str()
+            .is_some_and(|message| message.contains(transaction))
+}
+
+#[tokio::test]
+async fn a_settle_copy_without_the_first_callers_key_is_refused_and_a_restart_sends_nothing() {
+    let rpc = shared_rpc_url();
+    let pay_to = fresh_address();
+    let (running, url) = facilitator(&rpc, pay_to, &[]).await;
+    let settle = format!("{url}/settle");
+    let (body, from) = payment_body(&rpc, pay_to).await;
+    let caller = [("idempotency-key", "first-caller-0123456789")];
+    let (_, _, first) = exchange("POST", &settle, &caller, Some(body.clone())).await;
+    assert_eq!(first["success"], true, "{first}");
+    let transaction = first["transaction"].as_str().unwrap().to_owned();
+    for headers in [
+        &[][..],
+        &[("idempotency-key", "another-caller-0123456789")][..],
+    ] {
+        let (status, _, copy) = exchange("POST", &settle, headers, Some(body.clone())).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(refused_as_copy(&copy, &transaction), "{copy}");
+    }
+
+    // Records gone with the process: the first caller's key reads nothing,
+    // and the token's own record refuses it before anything is sent.
+    drop(running);
+    let (_restarted, url) = facilitator(&rpc, pay_to, &[]).await;
+    let (_, _, supported) = exchange("GET", &format!("{url}/supported"), &[], None).await;
+    let settler: Address = supported["signers"]["eip155:*"][0]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (_, _, after) = exchange("POST", &format!("{url}/settle"), &caller, Some(body)).await;
+    assert_eq!(after["success"], false, "{after}");
+    assert_eq!(after["errorReason"], "invalid_exact_evm_nonce_already_used");
+    assert_eq!(chain_support::transaction_count(&rpc, settler).await, 0);
+    assert_eq!(balance(&rpc, from).await, U256::from(990_000));
+    assert_eq!(balance(&rpc, pay_to).await, U256::from(10_000));
 }
 
 #[tokio::test]
@@ -255,21 +312,19 @@ async fn with_a_token_file_only_a_wrong_or_missing_bearer_gets_401() {
     assert_eq!(status, StatusCode::OK);
 }
 
-#[tokio::test]
-async fn the_official_express_server_settles_through_it_on_chain_once() {
+/// The official `@x402/express` server (`tests/interop/x402-express-server`)
+/// settling through the facilitator at `facilitator_url`; the paid route's URL.
+fn express_server(facilitator_url: &str, pay_to: Address) -> (Running, String) {
     let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/x402-express-server");
     assert!(
         folder.join("node_modules/@x402/express").is_dir(),
         "run `npm ci --prefix tests/interop/x402-express-server` (or `bash .ci/run`)"
     );
-    let rpc = shared_rpc_url();
-    let pay_to = fresh_address();
-    let (_facilitator, url) = facilitator(&rpc, pay_to, &[]).await;
     let mut child = Command::new("node")
         .arg(folder.join("server.mjs"))
         .arg("0")
         .arg(pay_to.to_checksum(None))
-        .arg(&url)
+        .arg(facilitator_url)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -279,8 +334,16 @@ async fn the_official_express_server_settles_through_it_on_chain_once() {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let _server = Running(child);
     let paid = format!("http://127.0.0.1:{}/paid", line.trim());
+    (Running(child), paid)
+}
+
+#[tokio::test]
+async fn the_official_express_server_settles_through_it_on_chain_once() {
+    let rpc = shared_rpc_url();
+    let pay_to = fresh_address();
+    let (_facilitator, url) = facilitator(&rpc, pay_to, &[]).await;
+    let (_server, paid) = express_server(&url, pay_to);
 
     let payer = Payer::from_key(fresh_payer_key().0).unwrap();
     let from = payer.address_bytes();
@@ -318,6 +381,68 @@ async fn the_official_express_server_settles_through_it_on_chain_once() {
     assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
     assert_eq!(balance(&rpc, from).await, U256::from(999_000));
     assert_eq!(balance(&rpc, pay_to).await, U256::from(1_000));
+}
+
+/// One payment sent to the official server 10 times at once, then 3 times
+/// one after another: the statuses, and the payer's and payee's balances.
+async fn copies_of_one_payment(rpc: &str, paid: &str, pay_to: Address) -> Vec<StatusCode> {
+    let payer = Payer::from_key(fresh_payer_key().0).unwrap();
+    let from = payer.address_bytes();
+    mint(rpc, from, 1_000_000).await;
+    let body = json!({"question": "served how often?"}).to_string();
+    let (status, headers, _) = exchange("POST", paid, &[], Some(body.clone())).await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    let quote: PaymentRequired = codec::decode(headers["payment-required"].as_bytes()).unwrap();
+    let header = codec::encode(&payer.pay_quote(&quote, now()).unwrap());
+    let send = || {
+        let (paid, header, body) = (paid.to_owned(), header.clone(), body.clone());
+        async move {
+            let signature = [("payment-signature", header.as_str())];
+            exchange("POST", &paid, &signature, Some(body)).await.0
+        }
+    };
+    let concurrent: Vec<_> = (0..10).map(|_| tokio::spawn(send())).collect();
+    let mut statuses = Vec::new();
+    for task in concurrent {
+        statuses.push(task.await.unwrap());
+    }
+    for _ in 0..3 {
+        statuses.push(send().await);
+    }
+    assert_eq!(balance(rpc, from).await, U256::from(999_000));
+    assert_eq!(balance(rpc, pay_to).await, U256::from(1_000));
+    statuses
+}
+
+fn served_once(statuses: &[StatusCode]) -> bool {
+    statuses
+        .iter()
+        .filter(|status| **status == StatusCode::OK)
+        .count()
+        == 1
+        && statuses
+            .iter()
+            .all(|status| [StatusCode::OK, StatusCode::PAYMENT_REQUIRED].contains(status))
+}
+
+#[tokio::test]
+async fn the_official_express_server_serves_one_payment_once_through_it() {
+    let rpc = shared_rpc_url();
+    let pay_to = fresh_address();
+    let (_facilitator, url) = facilitator(&rpc, pay_to, &[]).await;
+    let (_server, paid) = express_server(&url, pay_to);
+    let statuses = copies_of_one_payment(&rpc, &paid, pay_to).await;
+    assert!(served_once(&statuses), "{statuses:?}");
+}
+
+#[tokio::test]
+async fn the_official_express_server_serves_one_payment_once_through_the_official_facilitator() {
+    let rpc = shared_rpc_url();
+    let pay_to = fresh_address();
+    let official = chain_support::OfficialFacilitator::start(&rpc);
+    let (_server, paid) = express_server(&official.url(), pay_to);
+    let statuses = copies_of_one_payment(&rpc, &paid, pay_to).await;
+    assert!(served_once(&statuses), "{statuses:?}");
 }
 
 #[test]

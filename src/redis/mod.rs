@@ -267,6 +267,33 @@ impl RedisConnection {
         .await
     }
 
+    /// `SET key value NX EX ttl_secs`: whether `key` was new (and is now set).
+    #[cfg(feature = "x402")]
+    pub(crate) async fn set_new_expiring<V>(
+        &self,
+        what: &'static str,
+        key: String,
+        value: V,
+        ttl_secs: u64,
+    ) -> Result<bool, StoreError>
+    where
+        V: redis::ToRedisArgs + Send,
+    {
+        let set: Option<String> = self
+            .call(what, |mut c| async move {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(value)
+                    .arg("NX")
+                    .arg("EX")
+                    .arg(ttl_secs)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(set.is_some())
+    }
+
     /// [`call`](Self::call) bounded by `timeout` instead of the configured
     /// one: for background work no request waits on (a compensation that
     /// must outlast a stall of Redis).

@@ -4,6 +4,7 @@
 //! | key | holds |
 //! |---|---|
 //! | `{prefix}:settlement:{chain id}:{asset}:{from}:{nonce}` | the [`SettlementRecord`] as JSON, until its `validBefore` + [`RECORD_RETENTION_SECS`] |
+//! | `{prefix}:settlement-answered:{chain id}:{asset}:{from}:{nonce}` | `1` once a caller was told `success: true` (`SET … NX`), as long |
 //!
 //! `begin` is `SET … NX`: of several replicas settling the same
 //! authorization, one records (and sends) a transaction; the others read its
@@ -18,6 +19,8 @@ use crate::x402::facilitator::evm_settler::{
 
 /// The key seam.
 const SEAM: &str = "settlement";
+/// The seam of the one-success marks.
+const ANSWERED_SEAM: &str = "settlement-answered";
 
 /// Settlement records shared by every replica through Redis.
 #[derive(Clone, Debug)]
@@ -34,15 +37,23 @@ impl RedisSettlementRecords {
     fn key(&self, key: &SettlementKey) -> String {
         self.conn.key(SEAM, &key.id())
     }
+
+    fn answered_key(&self, key: &SettlementKey) -> String {
+        self.conn.key(ANSWERED_SEAM, &key.id())
+    }
 }
 
 /// Seconds until `record` may be forgotten (at least one minute).
 fn ttl_secs(record: &SettlementRecord) -> u64 {
+    retention_secs(record.valid_before)
+}
+
+/// Seconds until what is kept of an authorization valid before `valid_before` may go.
+fn retention_secs(valid_before: u64) -> u64 {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs());
-    record
-        .valid_before
+    valid_before
         .saturating_add(RECORD_RETENTION_SECS)
         .saturating_sub(now)
         .max(60)
@@ -61,20 +72,9 @@ impl SettlementRecords for RedisSettlementRecords {
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             let (redis_key, json, ttl) = (self.key(key), encode(record)?, ttl_secs(record));
-            let set: Option<String> = self
-                .conn
-                .call("settlement record begin", |mut c| async move {
-                    redis::cmd("SET")
-                        .arg(&redis_key)
-                        .arg(json)
-                        .arg("NX")
-                        .arg("EX")
-                        .arg(ttl)
-                        .query_async(&mut c)
-                        .await
-                })
-                .await?;
-            Ok(set.is_some())
+            self.conn
+                .set_new_expiring("settlement record begin", redis_key, json, ttl)
+                .await
         })
     }
 
@@ -114,14 +114,30 @@ impl SettlementRecords for RedisSettlementRecords {
 
     fn remove<'a>(&'a self, key: &'a SettlementKey) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let redis_key = self.key(key);
+            // One key per call: a cluster keeps them on different shards.
+            for redis_key in [self.key(key), self.answered_key(key)] {
+                self.conn
+                    .call("settlement record removal", |mut c| async move {
+                        redis::cmd("DEL")
+                            .arg(&redis_key)
+                            .query_async::<()>(&mut c)
+                            .await
+                    })
+                    .await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn claim_answer<'a>(
+        &'a self,
+        key: &'a SettlementKey,
+        valid_before: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let (redis_key, ttl) = (self.answered_key(key), retention_secs(valid_before));
             self.conn
-                .call("settlement record removal", |mut c| async move {
-                    redis::cmd("DEL")
-                        .arg(&redis_key)
-                        .query_async::<()>(&mut c)
-                        .await
-                })
+                .set_new_expiring("settlement answer claim", redis_key, 1, ttl)
                 .await
         })
     }

@@ -32,6 +32,8 @@ pub enum ConfigError {
     /// A facilitator credential that cannot be used (its message names the
     /// key, never its secret).
     InvalidCredential(String),
+    /// The operating system gave no randomness for a secret.
+    Random(String),
     /// The TLS setting of an HTTPS client was refused.
     #[cfg(feature = "rustls")]
     Tls(crate::tls::TlsError),
@@ -60,6 +62,7 @@ impl fmt::Display for ConfigError {
             Self::InvalidFacilitatorUrl(url) => write!(f, "invalid facilitator URL {url:?}"),
             Self::InvalidHeader(name) => write!(f, "invalid header {name:?}"),
             Self::InvalidCredential(why) => write!(f, "invalid credential: {why}"),
+            Self::Random(why) => write!(f, "no randomness for a secret: {why}"),
             #[cfg(feature = "rustls")]
             Self::Tls(error) => write!(f, "TLS: {error}"),
         }

@@ -10,6 +10,13 @@
 //! cannot answer a 503. A settle whose transaction has no receipt yet
 //! answers `settlement_pending` with the transaction (as the TS SDK reads
 //! it); the same `/settle` again reports its outcome, the same transaction.
+//!
+//! One `success: true` per authorization: a server that serves its answer
+//! on success (the official ones) serves a payment once. A caller that lost
+//! its answer asks again with the `Idempotency-Key` of its first `/settle`
+//! and gets that answer again; any other copy is refused
+//! `invalid_exact_evm_nonce_already_used`, its `errorMessage` naming the
+//! settling transaction.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,7 +32,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::json;
 use walletgate::x402::facilitator::evm_settler::DEFAULT_RECEIPT_TIMEOUT;
 use walletgate::x402::facilitator::{
-    EvmSettler, Facilitator, FacilitatorErrorKind, FacilitatorRequest, SettlerKey,
+    EvmSettler, Facilitator, FacilitatorErrorKind, FacilitatorRequest, IDEMPOTENCY_KEY_HEADER,
+    IdempotencyKey, InvalidIdempotencyKey, SettlerKey,
 };
 use walletgate::x402::wire::{Network, SettleResponse};
 
@@ -232,6 +240,15 @@ where
             Err(error) => unavailable(&error.to_string()),
         },
         (Method::POST, "/verify" | "/settle") => {
+            let caller = match idempotency_key(request.headers()) {
+                Ok(caller) => caller,
+                Err(error) => {
+                    return json_response(
+                        StatusCode::BAD_REQUEST,
+                        &json!({"error": "invalid_idempotency_key", "detail": error.to_string()}),
+                    );
+                }
+            };
             let body = match Limited::new(request.into_body(), MAX_BODY_BYTES)
                 .collect()
                 .await
@@ -244,9 +261,12 @@ where
                     );
                 }
             };
-            let Ok(payment) = serde_json::from_slice::<FacilitatorRequest>(&body) else {
+            let Ok(mut payment) = serde_json::from_slice::<FacilitatorRequest>(&body) else {
                 return json_response(StatusCode::BAD_REQUEST, &json!({"error": "invalid_json"}));
             };
+            if let Some(caller) = caller {
+                payment = payment.with_idempotency_key(caller);
+            }
             if path == "/verify" {
                 match settler.verify(&payment).await {
                     Ok(verdict) => json_response(StatusCode::OK, &verdict),
@@ -258,6 +278,16 @@ where
         }
         _ => json_response(StatusCode::NOT_FOUND, &json!({"error": "not_found"})),
     }
+}
+
+/// The caller's `Idempotency-Key`, if it sent one.
+fn idempotency_key(
+    headers: &http::HeaderMap,
+) -> Result<Option<IdempotencyKey>, InvalidIdempotencyKey> {
+    headers
+        .get(IDEMPOTENCY_KEY_HEADER)
+        .map(|value| IdempotencyKey::from_bytes(value.as_bytes()))
+        .transpose()
 }
 
 async fn settle(settler: &EvmSettler, payment: &FacilitatorRequest) -> Response<Full<Bytes>> {

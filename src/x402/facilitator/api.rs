@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 use alloy_primitives::{Address, B256};
 use serde::{Deserialize, Serialize};
 
+use super::idempotency::IdempotencyKey;
 use crate::envelope::ErrorCode;
 use crate::store::BoxFuture;
 use crate::x402::wire::types::{
@@ -38,6 +39,8 @@ pub struct FacilitatorRequest {
     /// The EIP-712 digest checked and the signer it recovered to.
     pub(super) recovered: OnceLock<(B256, Option<Address>)>,
     payer_text: OnceLock<String>,
+    /// Who asks (the `Idempotency-Key` of a `/settle`); not part of the body.
+    idempotency_key: Option<IdempotencyKey>,
 }
 
 /// Where the client's payment comes from: a whole [`PaymentPayload`], or a
@@ -62,6 +65,7 @@ impl FacilitatorRequest {
             payment_requirements: Arc::new(requirements),
             recovered: OnceLock::new(),
             payer_text: OnceLock::new(),
+            idempotency_key: None,
         }
     }
 
@@ -81,7 +85,21 @@ impl FacilitatorRequest {
             payment_requirements: requirements,
             recovered: OnceLock::new(),
             payer_text: OnceLock::new(),
+            idempotency_key: None,
         }
+    }
+
+    /// The same request, asked by the holder of `key`: a settlement answers
+    /// `success: true` again only to the key its first `/settle` carried.
+    #[must_use]
+    pub fn with_idempotency_key(mut self, key: IdempotencyKey) -> Self {
+        self.idempotency_key = Some(key);
+        self
+    }
+
+    /// The caller's `Idempotency-Key`, if it named one.
+    pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
+        self.idempotency_key.as_ref()
     }
 
     /// The payload's version.

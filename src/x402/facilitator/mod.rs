@@ -18,6 +18,7 @@ mod cdp;
 pub mod evm_settler;
 #[cfg(feature = "http-facilitator")]
 mod http;
+mod idempotency;
 pub(crate) mod ledger;
 mod local_evm;
 mod solana;
@@ -34,6 +35,7 @@ pub use cdp::CdpAuth;
 pub use evm_settler::{EvmSettler, SettlerError, SettlerKey};
 #[cfg(feature = "http-facilitator")]
 pub use http::{DEFAULT_FACILITATOR_TIMEOUT, HttpFacilitator};
+pub use idempotency::{IDEMPOTENCY_KEY_HEADER, IdempotencyKey, InvalidIdempotencyKey};
 pub use ledger::{DevLedger, Ledger, LedgerError, Transfer};
 pub use local_evm::{LocalEvmFacilitator, MIN_REMAINING_VALIDITY_SECS};
 pub use solana::{SOLANA_MAINNET, SOLANA_USDC_MINT};

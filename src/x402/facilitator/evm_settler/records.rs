@@ -67,6 +67,12 @@ pub struct SettlementRecord {
     pub valid_before: u64,
     /// The transaction that landed (status 1, the exact Transfer log), once known.
     pub mined: Option<B256>,
+    /// The digest of the first `/settle`'s `Idempotency-Key`: only that
+    /// caller is told `success: true` again. `None`: it sent none, and the
+    /// one success goes to whoever first learns the outcome
+    /// ([`SettlementRecords::claim_answer`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<B256>,
 }
 
 impl SettlementRecord {
@@ -115,8 +121,18 @@ pub trait SettlementRecords: Send + Sync + 'static {
         key: &'a SettlementKey,
     ) -> BoxFuture<'a, Result<Option<SettlementRecord>, StoreError>>;
 
-    /// Forgets `key`: nothing was sent, or what was sent can no longer land.
+    /// Forgets `key` (and whether its success was told): nothing was sent,
+    /// or what was sent can no longer land.
     fn remove<'a>(&'a self, key: &'a SettlementKey) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Takes the one `success: true` of the authorization under `key`
+    /// (kept until `valid_before` + [`RECORD_RETENTION_SECS`]): `true` for
+    /// the first caller only, on every replica sharing the records.
+    fn claim_answer<'a>(
+        &'a self,
+        key: &'a SettlementKey,
+        valid_before: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 }
 
 impl<T: SettlementRecords + ?Sized> SettlementRecords for Arc<T> {
@@ -146,6 +162,14 @@ impl<T: SettlementRecords + ?Sized> SettlementRecords for Arc<T> {
     fn remove<'a>(&'a self, key: &'a SettlementKey) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).remove(key)
     }
+
+    fn claim_answer<'a>(
+        &'a self,
+        key: &'a SettlementKey,
+        valid_before: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        (**self).claim_answer(key, valid_before)
+    }
 }
 
 /// Records in this process's memory: enough for one replica that never
@@ -154,6 +178,8 @@ impl<T: SettlementRecords + ?Sized> SettlementRecords for Arc<T> {
 #[derive(Debug, Default)]
 pub struct MemorySettlementRecords {
     records: Mutex<HashMap<SettlementKey, SettlementRecord>>,
+    /// Authorizations whose success was told, until when they are kept.
+    answered: Mutex<HashMap<SettlementKey, u64>>,
 }
 
 impl MemorySettlementRecords {
@@ -210,7 +236,24 @@ impl SettlementRecords for MemorySettlementRecords {
 
     fn remove<'a>(&'a self, key: &'a SettlementKey) -> BoxFuture<'a, Result<(), StoreError>> {
         self.with(|records| records.remove(key));
+        self.answered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn claim_answer<'a>(
+        &'a self,
+        key: &'a SettlementKey,
+        valid_before: u64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let now = now_unix_secs();
+        let mut answered = self.answered.lock().unwrap_or_else(PoisonError::into_inner);
+        answered.retain(|_, until| *until > now);
+        let until = valid_before.saturating_add(RECORD_RETENTION_SECS);
+        let first = answered.insert(*key, until).is_none();
+        Box::pin(std::future::ready(Ok(first)))
     }
 }
 
@@ -235,6 +278,7 @@ pub(crate) mod tests {
             max_priority_fee_per_gas: 1_000_000_000,
             valid_before,
             mined: None,
+            caller: Some(B256::repeat_byte(0xcc)),
         };
         (key, record)
     }
@@ -254,8 +298,17 @@ pub(crate) mod tests {
         let kept = records.get(&key).await.unwrap().unwrap();
         assert_eq!(kept, record);
         assert_eq!(kept.latest(), B256::repeat_byte(0xbb));
+        assert!(records.claim_answer(&key, valid_before).await.unwrap());
+        assert!(
+            !records.claim_answer(&key, valid_before).await.unwrap(),
+            "one success per authorization"
+        );
         records.remove(&key).await.unwrap();
         assert_eq!(records.get(&key).await.unwrap(), None);
+        assert!(
+            records.claim_answer(&key, valid_before).await.unwrap(),
+            "a removed record was never answered: nothing of it landed"
+        );
     }
 
     #[tokio::test]

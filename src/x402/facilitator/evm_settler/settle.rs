@@ -11,6 +11,7 @@ use super::rpc::{CallRequest, Receipt, RpcError};
 use super::simulate::{self, Simulation};
 use super::tx::{self, Fees, TRANSFER_TOPIC};
 use super::{Admitted, EvmSettler, Stop, payment_id, reasons};
+use crate::x402::facilitator::IdempotencyKey;
 use crate::x402::facilitator::api::{FacilitatorError, FacilitatorErrorKind, FacilitatorRequest};
 use crate::x402::wire::types::SettleResponse;
 
@@ -44,6 +45,7 @@ impl EvmSettler {
                 ..SettleResponse::failure(network.clone(), reason, payer)
             })
         };
+        let caller = request.idempotency_key().map(IdempotencyKey::digest);
         let admitted = match self.admit(request).await {
             Ok(admitted) => admitted,
             Err(Stop::Refused {
@@ -53,37 +55,119 @@ impl EvmSettler {
             }) => {
                 // A retry of a settled payment can be past its window now:
                 // its record still answers.
-                if let Some(answer) = self.answer_from_record_only(request).await {
+                if let Some(answer) = self.answer_from_record_only(request, caller).await {
                     return answer;
                 }
                 return failure(reason, message, payer);
             }
             Err(Stop::Unavailable(error)) => return Err(error),
         };
-        let lock = super::lock_in_flight(&self.inner.in_flight, admitted.key);
-        let _guard = lock.lock().await;
         let records = &self.inner.records;
         let payment = payment_id(&admitted.calldata);
+        // A copy is refused at once, without waiting for the settlement it copies.
+        if let Some(record) = records.get(&admitted.key).await.map_err(unavailable)?
+            && let Some(refusal) = self.refuse_copy(&admitted, &record, payment, caller)
+        {
+            return refusal;
+        }
+        let lock = super::lock_in_flight(&self.inner.in_flight, admitted.key);
+        let _guard = lock.lock().await;
         if let Some(record) = records.get(&admitted.key).await.map_err(unavailable)? {
-            if record.payment != payment {
-                return failure(
-                    reasons::NONCE_ALREADY_USED,
-                    Some("another payment with this authorization nonce was settled".into()),
-                    Some(admitted.payer),
-                );
+            if let Some(refusal) = self.refuse_copy(&admitted, &record, payment, caller) {
+                return refusal;
             }
             // `None`: the recorded transaction cannot land, settle afresh.
             if let Some(answer) = self.reconcile(&admitted, record).await? {
-                return answer;
+                return self.tell_once(&admitted, caller, answer).await;
             }
         }
-        self.settle_fresh(&admitted, payment).await
+        let answer = self.settle_fresh(&admitted, payment, caller).await;
+        self.tell_once(&admitted, caller, answer).await
+    }
+
+    /// The refusal of a `/settle` that is not the recorded settlement's
+    /// caller: another payment with the same authorization nonce, or the
+    /// same payment under another (or no) `Idempotency-Key` than the first
+    /// `/settle`'s. `None`: it may go on.
+    fn refuse_copy(
+        &self,
+        admitted: &Admitted,
+        record: &SettlementRecord,
+        payment: B256,
+        caller: Option<B256>,
+    ) -> Option<Settled> {
+        if record.payment != payment {
+            return Some(self.refused_as_used(
+                admitted,
+                "another payment with this authorization nonce was settled".into(),
+            ));
+        }
+        match record.caller {
+            Some(first) if caller != Some(first) => Some(self.refused_as_used(
+                admitted,
+                settled_by(record.mined.unwrap_or_else(|| record.latest())),
+            )),
+            _ => None,
+        }
+    }
+
+    /// A used authorization's refusal, as the official facilitator words it.
+    fn refused_as_used(&self, admitted: &Admitted, message: String) -> Settled {
+        Ok(SettleResponse {
+            error_message: Some(message),
+            ..SettleResponse::failure(
+                self.inner.network.clone(),
+                reasons::NONCE_ALREADY_USED,
+                Some(admitted.payer.clone()),
+            )
+        })
+    }
+
+    /// At most one `success: true` per authorization: to the caller whose
+    /// `Idempotency-Key` the record holds, as often as it asks; else, when
+    /// the first `/settle` named no key, to the first that learns it landed.
+    /// A pending or failed answer uses nothing up.
+    async fn tell_once(
+        &self,
+        admitted: &Admitted,
+        caller: Option<B256>,
+        answer: Settled,
+    ) -> Settled {
+        let Ok(settled) = &answer else { return answer };
+        if !settled.success {
+            return answer;
+        }
+        let records = &self.inner.records;
+        let owner = records
+            .get(&admitted.key)
+            .await
+            .map_err(|error| still_pending_text(&settled.transaction, error))?
+            .and_then(|record| record.caller);
+        let first = match owner {
+            Some(owner) => caller == Some(owner),
+            None => records
+                .claim_answer(&admitted.key, admitted.transfer.valid_before_unix_secs)
+                .await
+                .map_err(|error| still_pending_text(&settled.transaction, error))?,
+        };
+        if first {
+            return answer;
+        }
+        let message = format!(
+            "the authorization was settled by transaction {}",
+            settled.transaction
+        );
+        self.refused_as_used(admitted, message)
     }
 
     /// A settle whose payment no longer passes the offline checks (its
     /// window closed, or nearly, after it was sent): what its record says
     /// (mined, still pending), or `None` if nothing of it was sent or can land.
-    async fn answer_from_record_only(&self, request: &FacilitatorRequest) -> Option<Settled> {
+    async fn answer_from_record_only(
+        &self,
+        request: &FacilitatorRequest,
+        caller: Option<B256>,
+    ) -> Option<Settled> {
         let evm = request.exact_evm()?;
         let asset =
             crate::x402::wire::eip712::parse_evm_address(&request.payment_requirements().asset)?;
@@ -121,14 +205,25 @@ impl EvmSettler {
         if record.payment != payment_id(&admitted.calldata) {
             return None;
         }
-        match self.reconcile(&admitted, record).await {
-            Ok(answer) => answer,
-            Err(error) => Some(Err(error)),
+        if let Some(refusal) =
+            self.refuse_copy(&admitted, &record, payment_id(&admitted.calldata), caller)
+        {
+            return Some(refusal);
         }
+        let answer = match self.reconcile(&admitted, record).await {
+            Ok(answer) => answer?,
+            Err(error) => Err(error),
+        };
+        Some(self.tell_once(&admitted, caller, answer).await)
     }
 
     /// Simulate, estimate, sign, record, send, wait.
-    async fn settle_fresh(&self, admitted: &Admitted, payment: B256) -> Settled {
+    async fn settle_fresh(
+        &self,
+        admitted: &Admitted,
+        payment: B256,
+        caller: Option<B256>,
+    ) -> Settled {
         let inner = &*self.inner;
         let network = inner.network.clone();
         let refused = |reason: &'static str, message: String| {
@@ -187,6 +282,7 @@ impl EvmSettler {
                 max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
                 valid_before: admitted.transfer.valid_before_unix_secs,
                 mined: None,
+                caller,
             };
             let began = inner
                 .records
@@ -204,6 +300,9 @@ impl EvmSettler {
                 else {
                     return Err(FacilitatorError::unavailable("settlement record vanished"));
                 };
+                if let Some(refusal) = self.refuse_copy(admitted, &theirs, payment, caller) {
+                    return refusal;
+                }
                 return match self.reconcile(admitted, theirs).await? {
                     Some(answer) => answer,
                     None => Err(FacilitatorError::unavailable(
@@ -538,6 +637,21 @@ fn still_pending(transaction: B256, error: FacilitatorError) -> FacilitatorError
         return error;
     }
     FacilitatorError::pending(format!("{transaction:#x}"), error.detail())
+}
+
+/// Landed, but whether this caller is the one to be told cannot be read
+/// now: pending, so it asks again (never a second success, never a release).
+fn still_pending_text(transaction: &str, error: impl std::fmt::Display) -> FacilitatorError {
+    FacilitatorError::pending(transaction, error.to_string())
+}
+
+/// A copy's `errorMessage`: the transaction that settles the authorization,
+/// so its caller can reconcile.
+fn settled_by(transaction: B256) -> String {
+    format!(
+        "the authorization is settled (or being settled) by transaction {transaction:#x}; \
+         only the Idempotency-Key of the first /settle reads its outcome"
+    )
 }
 
 /// Whether the receipt holds the asset's `Transfer(from, to, value)` with the exact values.
