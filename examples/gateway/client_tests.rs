@@ -540,20 +540,6 @@ async fn a_402_after_paying_gets_no_second_signature() {
     server.assert_nothing_settled();
 }
 
-/// The `walletgate` binary beside this test (`cargo test --all-features`
-/// builds it; alone: `cargo build --features cli --bin walletgate`).
-fn walletgate_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/<profile>/examples/gateway-<hash> -> target/<profile>/walletgate
-    let binary = exe.parent().unwrap().parent().unwrap().join("walletgate");
-    assert!(
-        binary.exists(),
-        "{} is missing: cargo build --features cli --bin walletgate",
-        binary.display()
-    );
-    binary
-}
-
 /// Runs `walletgate pay` with `key` in the environment (or none); exit code, stdout, stderr.
 async fn walletgate_pay(args: &[&str], key: Option<&str>) -> (i32, String, String) {
     let mut all = vec!["pay"];
@@ -563,7 +549,7 @@ async fn walletgate_pay(args: &[&str], key: Option<&str>) -> (i32, String, Strin
 
 /// Runs `walletgate` with `key` in the environment (or none); exit code, stdout, stderr.
 async fn walletgate(args: &[&str], key: Option<&str>) -> (i32, String, String) {
-    let mut command = tokio::process::Command::new(walletgate_binary());
+    let mut command = tokio::process::Command::new(crate::tests::walletgate_binary());
     command
         .args(args)
         .env_clear()

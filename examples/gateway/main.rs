@@ -87,6 +87,8 @@ mod client_tests;
 mod cors_tests;
 #[cfg(test)]
 mod discovery_tests;
+#[cfg(all(test, feature = "cli"))]
+mod facilitator_tests;
 #[cfg(all(test, feature = "metrics"))]
 mod metrics_tests;
 #[cfg(test)]

@@ -397,3 +397,18 @@ pub(crate) fn sign_in_proof(quote: &Reply, payer: &Payer) -> String {
     });
     base64::engine::general_purpose::STANDARD.encode(proof.to_string())
 }
+
+#[cfg(feature = "cli")]
+/// The `walletgate` binary beside this test (`cargo test --all-features`
+/// builds it; alone: `cargo build --features cli --bin walletgate`).
+pub(crate) fn walletgate_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/examples/gateway-<hash> -> target/<profile>/walletgate
+    let binary = exe.parent().unwrap().parent().unwrap().join("walletgate");
+    assert!(
+        binary.exists(),
+        "{} is missing: cargo build --features cli --bin walletgate",
+        binary.display()
+    );
+    binary
+}

@@ -47,12 +47,20 @@ use serde::de::DeserializeOwned;
 
 use super::api::{Facilitator, FacilitatorError, FacilitatorRequest};
 use super::auth::FacilitatorAuth;
+use super::idempotency::{IDEMPOTENCY_KEY_HEADER, IdempotencyKey};
 use crate::store::BoxFuture;
 use crate::x402::ConfigError;
 use crate::x402::wire::types::{SettleResponse, SupportedResponse, VerifyResponse};
 
 /// Default bound on one facilitator call, connection included.
 pub const DEFAULT_FACILITATOR_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A fresh secret for deriving `Idempotency-Key`s.
+fn random_secret() -> Result<[u8; 32], ConfigError> {
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret).map_err(|error| ConfigError::Random(error.to_string()))?;
+    Ok(secret)
+}
 
 /// Largest facilitator answer read, in bytes.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
@@ -66,6 +74,8 @@ pub struct HttpFacilitator<C = HttpConnector> {
     headers: HeaderMap,
     /// The `Authorization` of each call, computed per call.
     auth: Option<Arc<dyn FacilitatorAuth>>,
+    /// What each settlement's `Idempotency-Key` is derived from.
+    idempotency_secret: [u8; 32],
 }
 
 impl HttpFacilitator<HttpConnector> {
@@ -120,6 +130,7 @@ where
             timeout: DEFAULT_FACILITATOR_TIMEOUT,
             headers: HeaderMap::new(),
             auth: None,
+            idempotency_secret: random_secret()?,
         })
     }
 
@@ -149,6 +160,31 @@ where
         self
     }
 
+    /// Derives each settlement's `Idempotency-Key` from `secret` (default:
+    /// random per client). Replicas that may resend each other's
+    /// settlements (a buyer's resend after a lost answer reaching another
+    /// replica) share one secret, so the facilitator knows them as the
+    /// first caller; keep it as secret as the facilitator's token.
+    #[must_use]
+    pub fn with_idempotency_secret(mut self, secret: [u8; 32]) -> Self {
+        self.idempotency_secret = secret;
+        self
+    }
+
+    /// The key a settlement of `request` is sent with: the request's own,
+    /// or one derived from the signed payment, the same on every retry.
+    fn idempotency_key(
+        &self,
+        request: &FacilitatorRequest,
+    ) -> Result<IdempotencyKey, FacilitatorError> {
+        if let Some(key) = request.idempotency_key() {
+            return Ok(key.clone());
+        }
+        let payment = serde_json::to_vec(&request.payment_payload().payload)
+            .map_err(|error| FacilitatorError::protocol(format!("encoding /settle: {error}")))?;
+        Ok(IdempotencyKey::derive(&self.idempotency_secret, &payment))
+    }
+
     /// One call: the status and body, bounded by the timeout.
     async fn call(
         &self,
@@ -156,7 +192,7 @@ where
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Bytes), FacilitatorError> {
-        self.exchange(method, path, body)
+        self.exchange(method, path, body, None)
             .await
             .map_err(|(error, _)| error)
     }
@@ -169,6 +205,7 @@ where
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
+        idempotency_key: Option<&IdempotencyKey>,
     ) -> Result<(StatusCode, Bytes), (FacilitatorError, bool)> {
         let uri: Uri = format!("{}{path}", self.base_url).parse().map_err(|_| {
             (
@@ -192,6 +229,16 @@ where
         if body.is_some() {
             builder = builder.header(http::header::CONTENT_TYPE, "application/json");
         }
+        if let Some(key) = idempotency_key {
+            let mut value = HeaderValue::try_from(key.as_str()).map_err(|_| {
+                (
+                    FacilitatorError::protocol("an Idempotency-Key that is not a header value"),
+                    false,
+                )
+            })?;
+            value.set_sensitive(true);
+            builder = builder.header(IDEMPOTENCY_KEY_HEADER, value);
+        }
         let request = builder
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|error| {
@@ -202,11 +249,14 @@ where
             })?;
         let exchange = async {
             let response = self.client.request(request).await.map_err(|error| {
+                // Only a failed connect is sure not to have sent the request:
+                // a connection closed after it may have been taken.
+                let taken = !error.is_connect();
                 let error = FacilitatorError::unavailable(format!(
                     "{path}: {}",
                     crate::error_chain(&error)
                 ));
-                (error, false)
+                (error, taken)
             })?;
             let status = response.status();
             let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
@@ -310,7 +360,11 @@ where
             let body = serde_json::to_vec(request).map_err(|error| {
                 FacilitatorError::protocol(format!("encoding /settle: {error}"))
             })?;
-            match self.exchange(Method::POST, "/settle", Some(body)).await {
+            let key = self.idempotency_key(request)?;
+            match self
+                .exchange(Method::POST, "/settle", Some(body), Some(&key))
+                .await
+            {
                 Ok((status, answer)) => {
                     read_verdict("/settle", status, &answer, "success").and_then(pending_as_error)
                 }
@@ -368,6 +422,50 @@ mod tests {
             Err(ConfigError::InvalidFacilitatorUrl(_))
         ));
         assert!(HttpFacilitator::with_tls("https://", &tls).is_err());
+    }
+
+    fn payment(signature: &str) -> FacilitatorRequest {
+        let offer = crate::x402::server::PaymentOption::base_sepolia_usdc(
+            "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+        )
+        .unwrap()
+        .requirements_for_amount(crate::x402::wire::AtomicAmount::new(10_000));
+        let payload = crate::x402::wire::PaymentPayload {
+            x402_version: 2,
+            resource: None,
+            accepted: offer.clone(),
+            payload: serde_json::json!({"signature": signature}),
+            extensions: None,
+        };
+        FacilitatorRequest::new(payload, offer)
+    }
+
+    /// A settlement's key is the same on every resend of the same payment
+    /// (and on every replica sharing the secret), another for another
+    /// payment or secret; a caller's own key wins.
+    #[test]
+    fn each_settlement_has_a_stable_idempotency_key_of_its_own() {
+        fn key(client: &HttpFacilitator, request: &FacilitatorRequest) -> IdempotencyKey {
+            client.idempotency_key(request).unwrap()
+        }
+        let client = HttpFacilitator::new("http://127.0.0.1:1").unwrap();
+        let first = key(&client, &payment("0x01"));
+        assert_eq!(first, key(&client, &payment("0x01")));
+        assert_ne!(first, key(&client, &payment("0x02")));
+        let other = HttpFacilitator::new("http://127.0.0.1:1").unwrap();
+        assert_ne!(first, key(&other, &payment("0x01")), "a random secret each");
+        let shared = [7; 32];
+        let replicas = (
+            client.clone().with_idempotency_secret(shared),
+            other.with_idempotency_secret(shared),
+        );
+        assert_eq!(
+            key(&replicas.0, &payment("0x01")),
+            key(&replicas.1, &payment("0x01"))
+        );
+        let own = IdempotencyKey::new("the-callers-own-key").unwrap();
+        let keyed = payment("0x01").with_idempotency_key(own.clone());
+        assert_eq!(key(&client, &keyed), own);
     }
 
     #[test]
