@@ -12,7 +12,7 @@ use alloy_primitives::{Address, B256, U256};
 use serde_json::json;
 use walletgate::client::payer::Payer;
 use walletgate::x402::facilitator::evm_settler::{
-    MemorySettlementRecords, SettlementRecords, reasons,
+    MAX_FAILURES, MemorySettlementRecords, SettlementRecords, reasons,
 };
 use walletgate::x402::facilitator::{
     EvmSettler, Facilitator, FacilitatorErrorKind, FacilitatorRequest, IdempotencyKey, SettlerKey,
@@ -23,8 +23,8 @@ use walletgate::x402::wire::{
 };
 
 use chain_support::{
-    ProxyMode, RpcProxy, USDC, balance, deploy_erc1271_wallet, fresh_payer_key, mint,
-    private_chain, rpc, set_eth_balance, shared_rpc_url, transaction_count,
+    Hostility, ProxyMode, RpcProxy, USDC, balance, deploy_erc1271_wallet, deploy_hostile_wallet,
+    fresh_payer_key, mint, private_chain, rpc, set_eth_balance, shared_rpc_url, transaction_count,
 };
 
 const PRICE: u64 = 10_000;
@@ -792,4 +792,104 @@ async fn a_contract_wallet_confirms_its_owners_sign_in_and_no_one_elses() {
             .is_valid_signature(chain, eoa, digest, &signed)
             .await
     );
+}
+
+/// A fresh, unfunded key's authorization of `value` units to `pay_to`.
+fn unfunded_payment(pay_to: Address, value: u64) -> FacilitatorRequest {
+    let payer = Payer::from_key(fresh_payer_key().0).unwrap();
+    let offer = PaymentOption::base_sepolia_usdc(&pay_to.to_checksum(None))
+        .unwrap()
+        .requirements_for_amount(AtomicAmount::new(value.into()));
+    FacilitatorRequest::new(payer.pay(&offer, now()).unwrap(), offer)
+}
+
+#[tokio::test]
+async fn a_zero_value_or_too_small_payment_is_refused_before_the_chain_is_asked() {
+    let setup = settler(ONE_ETH).await;
+    let zero = unfunded_payment(setup.pay_to, 0);
+    let verdict = setup.settler.verify(&zero).await.unwrap();
+    assert_eq!(
+        verdict.invalid_reason.as_deref(),
+        Some(reasons::VALUE_TOO_LOW),
+        "{verdict:?}"
+    );
+    let settled = setup.settler.settle(&zero).await.unwrap();
+    assert_eq!(
+        settled.error_reason.as_deref(),
+        Some(reasons::VALUE_TOO_LOW)
+    );
+
+    // An operator's floor above one unit holds the same way.
+    let key = fresh_key();
+    set_eth_balance(&setup.rpc, key.address(), ONE_ETH).await;
+    let (floored, _) = EvmSettler::builder(&setup.rpc, key, Network::base_sepolia())
+        .with_asset(USDC)
+        .with_min_amount(PRICE.into())
+        .connect()
+        .await
+        .unwrap();
+    let small = unfunded_payment(setup.pay_to, PRICE - 1);
+    let verdict = floored.verify(&small).await.unwrap();
+    assert_eq!(
+        verdict.invalid_reason.as_deref(),
+        Some(reasons::VALUE_TOO_LOW)
+    );
+    assert_eq!(settler_nonce(&setup).await, 0, "nothing was sent");
+    assert_eq!(transaction_count(&setup.rpc, floored.address()).await, 0);
+}
+
+#[tokio::test]
+async fn a_smart_wallet_whose_check_loops_is_refused_at_verify_within_the_gas_cap() {
+    let setup = settler(ONE_ETH).await;
+    let owner = Payer::from_key(fresh_payer_key().0).unwrap();
+    let wallet = deploy_hostile_wallet(&setup.rpc, owner.address_bytes(), Hostility::Loops).await;
+    mint(&setup.rpc, wallet, 1_000_000).await;
+    let request = wallet_payment(&owner, wallet, setup.pay_to);
+    let verdict = setup.settler.verify(&request).await.unwrap();
+    assert!(!verdict.is_valid, "{verdict:?}");
+    let settled = setup.settler.settle(&request).await.unwrap();
+    assert!(!settled.success, "{settled:?}");
+    assert_eq!(settler_nonce(&setup).await, 0, "nothing was sent");
+    assert_eq!(balance(&setup.rpc, wallet).await, units(1_000_000));
+}
+
+#[tokio::test]
+async fn a_wallet_that_approves_only_without_fees_is_refused_then_denied_a_while() {
+    let setup = settler(ONE_ETH).await;
+    let owner = Payer::from_key(fresh_payer_key().0).unwrap();
+    let wallet =
+        deploy_hostile_wallet(&setup.rpc, owner.address_bytes(), Hostility::FreeGasOnly).await;
+    mint(&setup.rpc, wallet, 1_000_000).await;
+    // Simulated with the fees it will be sent with, it fails as it would mined.
+    for _ in 0..=MAX_FAILURES {
+        let request = wallet_payment(&owner, wallet, setup.pay_to);
+        let verdict = setup.settler.verify(&request).await.unwrap();
+        assert_eq!(
+            verdict.invalid_reason.as_deref(),
+            Some(reasons::SIGNATURE),
+            "{verdict:?}"
+        );
+    }
+    // Past the failure rate it is refused before the chain is asked at all.
+    let request = wallet_payment(&owner, wallet, setup.pay_to);
+    let verdict = setup.settler.verify(&request).await.unwrap();
+    assert_eq!(
+        verdict.invalid_reason.as_deref(),
+        Some(reasons::PAYER_DENIED)
+    );
+    let settled = setup.settler.settle(&request).await.unwrap();
+    assert_eq!(settled.error_reason.as_deref(), Some(reasons::PAYER_DENIED));
+    assert_eq!(settler_nonce(&setup).await, 0, "nothing was sent");
+    assert_eq!(balance(&setup.rpc, wallet).await, units(1_000_000));
+    // Copies of someone's used authorization never count against them:
+    // however many are sent, the token still judges each (never denied).
+    let (paid, _) = funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await;
+    assert!(setup.settler.settle(&paid).await.unwrap().success);
+    for _ in 0..=MAX_FAILURES + 1 {
+        let copy = setup.settler.verify(&paid).await.unwrap();
+        assert_eq!(
+            copy.invalid_reason.as_deref(),
+            Some(reasons::NONCE_ALREADY_USED)
+        );
+    }
 }

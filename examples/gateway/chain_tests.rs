@@ -16,8 +16,8 @@ use walletgate::x402::facilitator::evm_settler::{MemorySettlementRecords, Settle
 use walletgate::x402::wire::{SettleResponse, codec};
 
 use crate::chain_support::{
-    OfficialFacilitator, balance, deploy_erc1271_wallet, fresh_payer_key, mined_status, mint,
-    set_eth_balance, shared_rpc_url, transaction_count,
+    Hostility, OfficialFacilitator, balance, deploy_erc1271_wallet, deploy_hostile_wallet,
+    fresh_payer_key, mined_status, mint, set_eth_balance, shared_rpc_url, transaction_count,
 };
 use crate::config::{Config, EvmSettings, PaymentNetwork, SettlerSettings};
 use crate::tests::{Server, now_secs};
@@ -347,6 +347,94 @@ async fn a_smart_wallet_pays_the_gateways_own_settler_and_a_refusing_one_is_inva
     );
     assert_eq!(balance(&rpc, refusing).await, U256::from(1_000_000));
     assert_eq!(balance(&rpc, pay_to).await, U256::from(amount));
+}
+
+/// Wallets that attack the settler (one whose check loops to burn the
+/// transaction's gas, one that approves only when `GASPRICE` is 0, so it
+/// would revert once mined) ask for streamed chats: each is refused at
+/// verify (402, before any byte of the stream), the settler sends nothing.
+#[tokio::test]
+async fn hostile_smart_wallets_get_no_streamed_answer_and_cost_the_settler_nothing() {
+    let rpc = shared_rpc_url();
+    let (server, pay_to, settler) = settler_gateway(&rpc, ONE_ETH).await;
+    let owner = payer(fresh_payer_key());
+    let streamed = json!({"model": "openai/gpt-5-mini", "max_tokens": 64, "stream": true,
+                          "messages": [{"role": "user", "content": "stream me for free"}]})
+    .to_string();
+    let quote = server.post_once(CHAT, streamed.clone(), None).await;
+    let offer = quote.quote().accepts[0].clone();
+    for hostility in [Hostility::Loops, Hostility::FreeGasOnly] {
+        let wallet = deploy_hostile_wallet(&rpc, owner.address_bytes(), hostility).await;
+        mint(&rpc, wallet, 1_000_000).await;
+        let mut authorization = owner.authorization(&offer, now_secs(), fresh_payer_key());
+        authorization.from = wallet.to_checksum(None);
+        let payment = codec::encode(&owner.sign(&offer, authorization).unwrap());
+        let refused = server
+            .post_once(CHAT, streamed.clone(), Some(&payment))
+            .await;
+        assert_eq!(
+            refused.status,
+            StatusCode::PAYMENT_REQUIRED,
+            "{hostility:?}: {}",
+            refused.text()
+        );
+        assert!(!refused.text().contains("data:"), "no stream was served");
+        assert_eq!(balance(&rpc, wallet).await, U256::from(1_000_000));
+    }
+    assert_eq!(
+        transaction_count(&rpc, settler).await,
+        0,
+        "nothing was sent"
+    );
+    assert_eq!(balance(&rpc, pay_to).await, U256::ZERO);
+}
+
+/// A smart wallet's code judges its signature again when the transfer is
+/// mined, so its stream is settled before the first byte (the receipt in the
+/// head); an EOA's stream settles at its end (the receipt the last event).
+#[tokio::test]
+async fn a_smart_wallets_stream_is_settled_before_its_first_byte() {
+    let rpc = shared_rpc_url();
+    let (server, pay_to, _) = settler_gateway(&rpc, ONE_ETH).await;
+    let owner = payer(fresh_payer_key());
+    let wallet = deploy_erc1271_wallet(&rpc, owner.address_bytes(), false).await;
+    mint(&rpc, wallet, 1_000_000).await;
+    let streamed = json!({"model": "openai/gpt-5-mini", "max_tokens": 64, "stream": true,
+                          "messages": [{"role": "user", "content": "stream from a wallet"}]})
+    .to_string();
+    let quote = server.post_once(CHAT, streamed.clone(), None).await;
+    let offer = quote.quote().accepts[0].clone();
+    let amount: u64 = offer.amount.to_string().parse().unwrap();
+    let mut authorization = owner.authorization(&offer, now_secs(), fresh_payer_key());
+    authorization.from = wallet.to_checksum(None);
+    let payment = codec::encode(&owner.sign(&offer, authorization).unwrap());
+    let paid = server
+        .post_once(CHAT, streamed.clone(), Some(&payment))
+        .await;
+    assert_eq!(paid.status, StatusCode::OK, "{}", paid.text());
+    let settled = settlement(
+        paid.header("payment-response")
+            .expect("settled in the head"),
+    );
+    assert!(settled.success);
+    assert_eq!(
+        mined_status(&rpc, settled.transaction.parse().unwrap()).await,
+        1
+    );
+    assert!(paid.text().contains("data:"), "the stream follows");
+    assert_eq!(balance(&rpc, wallet).await, U256::from(1_000_000 - amount));
+    assert_eq!(balance(&rpc, pay_to).await, U256::from(amount));
+
+    let eoa = payer(fresh_payer_key());
+    mint(&rpc, eoa.address_bytes(), 1_000_000).await;
+    let payment = codec::encode(&eoa.pay(&offer, now_secs()).unwrap());
+    let paid = server.post_once(CHAT, streamed, Some(&payment)).await;
+    assert_eq!(paid.status, StatusCode::OK, "{}", paid.text());
+    assert!(
+        paid.header("payment-response").is_none(),
+        "settled at its end"
+    );
+    assert!(paid.text().contains("payment-response"), "{}", paid.text());
 }
 
 /// Paid once through `server`, then a replay, a tampered and an unfunded

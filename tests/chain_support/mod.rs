@@ -77,15 +77,37 @@ pub async fn set_eth_balance(rpc_url: &str, account: Address, wei: u128) {
 /// Deploys `tests/interop/chain/Erc1271Wallet.bin`: a smart wallet whose
 /// `isValidSignature` approves what `owner` signed, or refuses everything.
 pub async fn deploy_erc1271_wallet(rpc_url: &str, owner: Address, refuses: bool) -> Address {
+    deploy_wallet(rpc_url, "Erc1271Wallet.bin", owner, u8::from(refuses)).await
+}
+
+/// What a [`deploy_hostile_wallet`] does to the settler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hostility {
+    /// Burns gas in a loop before approving: the transaction costs what it is given.
+    Loops = 1,
+    /// Approves only when `GASPRICE` is 0: simulated without fees it passes, mined it reverts.
+    FreeGasOnly = 2,
+}
+
+/// Deploys `tests/interop/chain/HostileWallet.bin`: a wallet that approves
+/// what `owner` signed, after attacking the settler as `hostility` says.
+pub async fn deploy_hostile_wallet(rpc_url: &str, owner: Address, hostility: Hostility) -> Address {
+    deploy_wallet(rpc_url, "HostileWallet.bin", owner, hostility as u8).await
+}
+
+/// Deploys the committed bytecode `file` with the constructor arguments (owner, `flag`).
+async fn deploy_wallet(rpc_url: &str, file: &str, owner: Address, flag: u8) -> Address {
     let bytecode = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/chain/Erc1271Wallet.bin"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/interop/chain")
+            .join(file),
     )
     .expect("the committed wallet bytecode");
     let data = format!(
         "{}{:0>64}{:064x}",
         bytecode.trim(),
         alloy_primitives::hex::encode(owner.as_slice()),
-        u8::from(refuses)
+        flag
     );
     let hash = send_from_minter(rpc_url, json!({ "from": MINTER, "data": data })).await;
     assert_eq!(

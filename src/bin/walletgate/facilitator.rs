@@ -30,7 +30,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
-use walletgate::x402::facilitator::evm_settler::DEFAULT_RECEIPT_TIMEOUT;
+use walletgate::x402::facilitator::evm_settler::{DEFAULT_GAS_CAP, DEFAULT_RECEIPT_TIMEOUT};
 use walletgate::x402::facilitator::{
     EvmSettler, Facilitator, FacilitatorErrorKind, FacilitatorRequest, IDEMPOTENCY_KEY_HEADER,
     IdempotencyKey, InvalidIdempotencyKey, SettlerKey,
@@ -84,6 +84,14 @@ pub(crate) struct FacilitatorArgs {
     /// Blocks to wait for on top of the one that mined a transfer
     #[arg(long, default_value_t = 0)]
     confirmations: u64,
+    /// The most gas one settlement transaction may use: a payment needing
+    /// more (a smart wallet whose check loops) is refused at verify
+    #[arg(long, value_name = "GAS", default_value_t = DEFAULT_GAS_CAP)]
+    gas_cap: u64,
+    /// The least value settled, in the asset's units (zero-value
+    /// authorizations cost gas and move nothing)
+    #[arg(long, value_name = "UNITS", default_value_t = 1)]
+    min_amount: u128,
 }
 
 /// What every request needs.
@@ -135,7 +143,9 @@ async fn serve(args: FacilitatorArgs) -> Result<(), Failure> {
         .map_err(|error| Failure::from_error(Exit::Usage, &error))?;
     let mut builder = EvmSettler::builder(&args.rpc_url, key, network)
         .with_receipt_timeout(Duration::from_secs(args.receipt_timeout_secs))
-        .with_confirmations(args.confirmations);
+        .with_confirmations(args.confirmations)
+        .with_gas_cap(args.gas_cap)
+        .with_min_amount(args.min_amount);
     for asset in &args.assets {
         builder = builder.with_asset(address("--asset", asset)?);
     }

@@ -41,6 +41,9 @@ pub struct FacilitatorRequest {
     payer_text: OnceLock<String>,
     /// Who asks (the `Idempotency-Key` of a `/settle`); not part of the body.
     idempotency_key: Option<IdempotencyKey>,
+    /// Set by a facilitator that found the payer is a contract (a smart
+    /// wallet, judged by its own code, which may change its mind later).
+    contract_payer: OnceLock<()>,
 }
 
 /// Where the client's payment comes from: a whole [`PaymentPayload`], or a
@@ -66,6 +69,7 @@ impl FacilitatorRequest {
             recovered: OnceLock::new(),
             payer_text: OnceLock::new(),
             idempotency_key: None,
+            contract_payer: OnceLock::new(),
         }
     }
 
@@ -86,6 +90,7 @@ impl FacilitatorRequest {
             recovered: OnceLock::new(),
             payer_text: OnceLock::new(),
             idempotency_key: None,
+            contract_payer: OnceLock::new(),
         }
     }
 
@@ -95,6 +100,18 @@ impl FacilitatorRequest {
     pub fn with_idempotency_key(mut self, key: IdempotencyKey) -> Self {
         self.idempotency_key = Some(key);
         self
+    }
+
+    /// Whether the facilitator that verified it found the payer is a
+    /// contract: its own code judges the signature again when the transfer
+    /// is mined, so its payment is settled before a stream's first byte.
+    pub fn payer_is_contract(&self) -> bool {
+        self.contract_payer.get().is_some()
+    }
+
+    /// Notes that the payer is a contract (see [`payer_is_contract`](Self::payer_is_contract)).
+    pub(crate) fn note_contract_payer(&self) {
+        let _ = self.contract_payer.set(());
     }
 
     /// The caller's `Idempotency-Key`, if it named one.

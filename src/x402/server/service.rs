@@ -731,6 +731,9 @@ where
     });
     #[cfg(feature = "siwx")]
     let job_operation = payment.operation;
+    // A contract payer's own code judges its signature again when the
+    // transfer is mined: its stream is settled before the first byte, never after.
+    let settle_at_stream_end = !payment.facilitation.payer_is_contract();
     let job = SettleJob {
         config: config.clone(),
         payment,
@@ -741,7 +744,7 @@ where
     };
     mark_private(response.headers_mut());
 
-    if is_event_stream(&response) {
+    if is_event_stream(&response) && settle_at_stream_end {
         // Settled when the stream completes; its receipt is the last event.
         let (parts, body) = response.into_parts();
         let kept_head = (parts.status, parts.headers.clone());

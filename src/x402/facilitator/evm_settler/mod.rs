@@ -57,6 +57,7 @@
 //! # }
 //! ```
 
+mod fees;
 mod key;
 mod nonce;
 pub mod reasons;
@@ -66,6 +67,7 @@ mod settle;
 #[cfg(feature = "siwx")]
 mod sign_in;
 mod simulate;
+mod standing;
 mod tx;
 
 use std::collections::HashMap;
@@ -82,10 +84,12 @@ pub use records::{
     MemorySettlementRecords, RECORD_RETENTION_SECS, SettlementKey, SettlementRecord,
     SettlementRecords,
 };
+pub use standing::{FAILURE_DENIAL_SECS, FAILURE_WINDOW_SECS, MAX_FAILURES, REVERT_DENIAL_SECS};
 
 use self::nonce::NonceManager;
 use self::rpc::{CallRequest, Rpc};
 use self::simulate::Simulation;
+use self::standing::PayerStandings;
 use super::api::{Facilitator, FacilitatorError, FacilitatorRequest, reason};
 use super::ledger::Transfer;
 use super::local_evm::{SignatureCheck, check_offline};
@@ -104,6 +108,14 @@ pub const DEFAULT_RECEIPT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Default bound on one JSON-RPC call.
 pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default most gas a settlement transaction may use
+/// (`transferWithAuthorization` takes about 60–104k; a smart wallet's own
+/// check adds some): a payment that needs more is refused at verify.
+pub const DEFAULT_GAS_CAP: u64 = 250_000;
+
+/// Least gas cap accepted: no transfer fits below it.
+const MIN_GAS_CAP: u64 = 21_000;
 
 /// Below this many wei the settler warns at start that it may run out of gas money.
 pub const LOW_BALANCE_WEI: u128 = 1_000_000_000_000_000;
@@ -138,6 +150,8 @@ pub enum SettlerError {
     },
     /// An asset has no code on the node's chain.
     AssetWithoutCode(Address),
+    /// The gas cap is below what any transaction needs.
+    GasCapTooLow(u64),
 }
 
 impl fmt::Display for SettlerError {
@@ -160,6 +174,12 @@ impl fmt::Display for SettlerError {
             ),
             Self::AssetWithoutCode(asset) => {
                 write!(f, "asset {asset} has no code on the RPC node's chain")
+            }
+            Self::GasCapTooLow(cap) => {
+                write!(
+                    f,
+                    "a gas cap of {cap} is below any transaction's {MIN_GAS_CAP}"
+                )
             }
         }
     }
@@ -192,6 +212,8 @@ pub struct EvmSettlerBuilder {
     receipt_timeout: Duration,
     rpc_timeout: Duration,
     confirmations: u64,
+    gas_cap: u64,
+    min_amount: u128,
 }
 
 impl fmt::Debug for EvmSettlerBuilder {
@@ -257,6 +279,25 @@ impl EvmSettlerBuilder {
         self
     }
 
+    /// The most gas a settlement transaction may use (default
+    /// [`DEFAULT_GAS_CAP`]): a payment whose transfer needs more (a smart
+    /// wallet whose signature check loops) is refused at verify, and no
+    /// transaction is sent with a higher limit.
+    #[must_use]
+    pub fn with_gas_cap(mut self, gas: u64) -> Self {
+        self.gas_cap = gas;
+        self
+    }
+
+    /// The least value settled, in the asset's units (default 1: a
+    /// zero-value authorization moves nothing and costs the settler gas).
+    /// Checked at verify against the signed value, before any simulation.
+    #[must_use]
+    pub fn with_min_amount(mut self, units: u128) -> Self {
+        self.min_amount = units.max(1);
+        self
+    }
+
     /// The bound on one JSON-RPC call (default 10 s).
     #[must_use]
     pub fn with_rpc_timeout(mut self, timeout: Duration) -> Self {
@@ -273,6 +314,9 @@ impl EvmSettlerBuilder {
             .ok_or_else(|| SettlerError::InvalidNetwork(self.network.to_string()))?;
         if self.assets.is_empty() {
             return Err(SettlerError::NoAsset);
+        }
+        if self.gas_cap < MIN_GAS_CAP {
+            return Err(SettlerError::GasCapTooLow(self.gas_cap));
         }
         let tls = self.tls.unwrap_or_else(ClientTls::webpki_roots);
         let rpc =
@@ -330,6 +374,10 @@ impl EvmSettlerBuilder {
                 confirmations: self.confirmations,
                 gas_checked: Mutex::default(),
                 in_flight: Mutex::default(),
+                gas_cap: self.gas_cap,
+                min_amount: self.min_amount,
+                standings: PayerStandings::default(),
+                fees: Mutex::default(),
             }),
         };
         Ok((settler, report))
@@ -359,6 +407,14 @@ struct Inner {
     gas_checked: Mutex<Option<std::time::Instant>>,
     /// One lock per authorization being settled in this process.
     in_flight: Mutex<HashMap<SettlementKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// The most gas a settlement may use.
+    gas_cap: u64,
+    /// The least value settled.
+    min_amount: u128,
+    /// Payers refused for a while after failures of their own.
+    standings: PayerStandings,
+    /// The node's fees, and when they were read.
+    fees: Mutex<Option<(std::time::Instant, tx::Fees)>>,
 }
 
 impl fmt::Debug for EvmSettler {
@@ -377,6 +433,8 @@ struct Admitted {
     key: SettlementKey,
     payer: String,
     calldata: Vec<u8>,
+    /// The payer's code hash, when it is a contract (judged by its own check).
+    code_hash: Option<B256>,
 }
 
 /// Why a payment goes no further.
@@ -422,6 +480,8 @@ impl EvmSettler {
             receipt_timeout: DEFAULT_RECEIPT_TIMEOUT,
             rpc_timeout: DEFAULT_RPC_TIMEOUT,
             confirmations: 0,
+            gas_cap: DEFAULT_GAS_CAP,
+            min_amount: 1,
         }
     }
 
@@ -455,15 +515,49 @@ impl EvmSettler {
             check_offline(request, now, &inner.domains, check)
                 .map_err(|refusal| Stop::refused(reasons::of_local(refusal.reason), refusal.payer))
         };
-        let transfer = match local(SignatureCheck::Recover) {
-            Ok(transfer) => transfer,
+        let (transfer, code_hash) = match local(SignatureCheck::Recover) {
+            Ok(transfer) => (transfer, None),
             Err(Stop::Refused {
                 reason: reasons::SIGNATURE,
-                ..
-            }) if self.is_contract(request).await? => local(SignatureCheck::OnChain)?,
+                payer,
+                message,
+            }) => match self.contract_code_hash(request).await? {
+                Some(code_hash) => {
+                    request.note_contract_payer();
+                    (local(SignatureCheck::OnChain)?, Some(code_hash))
+                }
+                None => {
+                    return Err(Stop::Refused {
+                        reason: reasons::SIGNATURE,
+                        payer,
+                        message,
+                    });
+                }
+            },
             Err(stop) => return Err(stop),
         };
         let payer = Some(transfer.from);
+        // Before any call to the chain: what moves nothing, or too little, costs gas all the same.
+        if transfer.value < inner.min_amount {
+            return Err(Stop::Refused {
+                reason: reasons::VALUE_TOO_LOW,
+                message: Some(format!(
+                    "value {} is below the {} units this settler settles at least",
+                    transfer.value, inner.min_amount
+                )),
+                payer: payer.map(|p| p.to_checksum(None)),
+            });
+        }
+        let identities = standing::identities(transfer.from, code_hash);
+        if let Some(until) = inner.standings.denied_until(identities, now) {
+            return Err(Stop::Refused {
+                reason: reasons::PAYER_DENIED,
+                message: Some(format!(
+                    "this payer's recent settlements failed: refused until unix time {until}"
+                )),
+                payer: payer.map(|p| p.to_checksum(None)),
+            });
+        }
         if transfer.token.chain_id != inner.chain_id {
             return Err(Stop::refused(reasons::NETWORK_MISMATCH, payer));
         }
@@ -505,30 +599,84 @@ impl EvmSettler {
             key,
             payer,
             calldata,
+            code_hash,
         })
     }
 
-    /// Whether the payment's `from` has code (a smart wallet).
-    async fn is_contract(&self, request: &FacilitatorRequest) -> Result<bool, Stop> {
+    /// The hash of the payment's `from`'s code, if it has code (a smart wallet).
+    async fn contract_code_hash(&self, request: &FacilitatorRequest) -> Result<Option<B256>, Stop> {
         let Some(evm) = request.exact_evm() else {
-            return Ok(false);
+            return Ok(None);
         };
-        self.inner
-            .rpc
-            .code_len(evm.from)
-            .await
-            .map(|len| len > 0)
-            .map_err(|error| Stop::Unavailable(FacilitatorError::unavailable(error.to_string())))
+        let code =
+            self.inner.rpc.code(evm.from).await.map_err(|error| {
+                Stop::Unavailable(FacilitatorError::unavailable(error.to_string()))
+            })?;
+        Ok((!code.is_empty()).then(|| keccak256(&code)))
     }
 
-    /// The token's verdict on `admitted`, from the settler's address.
+    /// The settlement's call as it will be sent: at most the gas cap, at
+    /// the node's fees (so a wallet reading `GASPRICE` sees what it will see mined).
+    async fn call_as_sent<'a>(
+        &self,
+        admitted: &'a Admitted,
+    ) -> Result<CallRequest<'a>, FacilitatorError> {
+        let call = CallRequest::new(
+            self.inner.key.address(),
+            admitted.transfer.token.asset,
+            &admitted.calldata,
+        );
+        Ok(call.limited_to(self.inner.gas_cap, self.current_fees().await?))
+    }
+
+    /// The token's verdict on `admitted`, from the settler's address, as it
+    /// will be sent. A refusal of the payer's own doing counts against it.
     async fn simulate(&self, admitted: &Admitted) -> Simulation {
-        let call = CallRequest {
-            from: self.inner.key.address(),
-            to: admitted.transfer.token.asset,
-            data: &admitted.calldata,
+        let call = match self.call_as_sent(admitted).await {
+            Ok(call) => call,
+            Err(error) => return Simulation::Unavailable(error.detail().to_owned()),
         };
-        simulate::judge(self.inner.rpc.eth_call(&call).await.map(drop))
+        let simulation = simulate::judge(self.inner.rpc.eth_call(&call).await.map(drop));
+        if let Simulation::Refused { reason, .. } = &simulation {
+            self.payer_failed(admitted, reason);
+        }
+        simulation
+    }
+
+    /// Counts a refusal for `reason` against the payer, unless anyone could have caused it.
+    fn payer_failed(&self, admitted: &Admitted, reason: &str) {
+        if reasons::counts_against_payer(reason) {
+            let identities = standing::identities(admitted.transfer.from, admitted.code_hash);
+            let now = self.inner.clock.now_unix_secs();
+            self.inner.standings.failed(identities, now);
+        }
+    }
+
+    /// The node's fees for a transaction now (read at most every [`GAS_CHECK_TTL`]).
+    async fn current_fees(&self) -> Result<tx::Fees, FacilitatorError> {
+        let cached = *self
+            .inner
+            .fees
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, fees)) = cached
+            && at.elapsed() < GAS_CHECK_TTL
+        {
+            return Ok(fees);
+        }
+        let (base, tip) = self
+            .inner
+            .rpc
+            .fees()
+            .await
+            .map_err(|error| FacilitatorError::unavailable(error.to_string()))?;
+        let fees = tx::Fees::from_node(base, tip);
+        *self
+            .inner
+            .fees
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((std::time::Instant::now(), fees));
+        Ok(fees)
     }
 }
 
@@ -559,9 +707,8 @@ impl EvmSettler {
         let address = inner.key.address();
         let unavailable = |error: rpc::RpcError| FacilitatorError::unavailable(error.to_string());
         let balance = inner.rpc.balance(address).await.map_err(unavailable)?;
-        let (base, tip) = inner.rpc.fees().await.map_err(unavailable)?;
-        let needed =
-            GAS_PER_SETTLEMENT.saturating_mul(tx::Fees::from_node(base, tip).max_fee_per_gas);
+        let fees = self.current_fees().await?;
+        let needed = GAS_PER_SETTLEMENT.saturating_mul(fees.max_fee_per_gas);
         if balance < needed {
             return Err(FacilitatorError::unavailable(format!(
                 "settler {address} cannot pay for gas: it holds {balance} wei, a settlement needs up to {needed}"
@@ -609,11 +756,10 @@ impl Facilitator for EvmSettler {
                 Ok(admitted) => admitted,
                 Err(stop) => return stop_verdict(stop),
             };
+            // Simulated with fees, a broke settler fails the call itself: say why first.
+            self.check_gas_money().await?;
             match self.simulate(&admitted).await {
-                Simulation::Passes => {
-                    self.check_gas_money().await?;
-                    Ok(VerifyResponse::valid(admitted.payer))
-                }
+                Simulation::Passes => Ok(VerifyResponse::valid(admitted.payer)),
                 Simulation::Refused { reason, message } => Ok(VerifyResponse {
                     invalid_message: Some(message),
                     ..VerifyResponse::invalid(reason, Some(admitted.payer))

@@ -26,8 +26,18 @@ pub const SIMULATION_FAILED: &str = "invalid_exact_evm_transaction_simulation_fa
 pub const TRANSACTION_FAILED: &str = "invalid_exact_evm_transaction_failed";
 /// Mined with status 1, but without the exact `Transfer` log.
 pub const TRANSFER_EVENT_MISMATCH: &str = "invalid_exact_evm_transfer_event_mismatch";
+/// `value` is below the least this settler settles (zero, at least).
+pub const VALUE_TOO_LOW: &str = "invalid_exact_evm_payload_authorization_value_too_low";
+/// The payer's recent settlements failed or reverted: refused for a while.
+pub const PAYER_DENIED: &str = "invalid_exact_evm_payer_denied";
 /// The asset is not one this settler settles.
 pub const ASSET_NOT_SERVED: &str = "invalid_payment_requirements";
+
+/// Whether a refusal for `reason` is the payer's own doing: a copy of a used
+/// or expired authorization is anyone's, so it never counts against the payer.
+pub(super) fn counts_against_payer(reason: &str) -> bool {
+    ![NONCE_ALREADY_USED, VALID_BEFORE, VALID_AFTER].contains(&reason)
+}
 
 /// The TS spelling of one of the offline checks' reasons.
 pub(super) fn of_local(local: &'static str) -> &'static str {

@@ -12,6 +12,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
+use super::fees::Fees;
 use crate::tls::{ClientTls, HttpsConnector};
 
 /// Largest node answer read, in bytes (a receipt with its logs fits easily).
@@ -65,15 +66,48 @@ pub(super) struct CallRequest<'a> {
     pub(super) from: Address,
     pub(super) to: Address,
     pub(super) data: &'a [u8],
+    /// The gas it may use: a call needing more fails, as the transaction would.
+    pub(super) gas: Option<u64>,
+    /// The fees the transaction will carry, so `GASPRICE` reads in the
+    /// simulation what it will read when mined.
+    pub(super) fees: Option<Fees>,
 }
 
-impl CallRequest<'_> {
+impl<'a> CallRequest<'a> {
+    /// A plain call of `to` with `data` from `from`.
+    pub(super) fn new(from: Address, to: Address, data: &'a [u8]) -> Self {
+        Self {
+            from,
+            to,
+            data,
+            gas: None,
+            fees: None,
+        }
+    }
+
+    /// The same call as the settlement transaction will run: at most `gas`, at `fees`.
+    pub(super) fn limited_to(self, gas: u64, fees: Fees) -> Self {
+        Self {
+            gas: Some(gas),
+            fees: Some(fees),
+            ..self
+        }
+    }
+
     fn json(&self) -> Value {
-        json!({
+        let mut call = json!({
             "from": self.from,
             "to": self.to,
             "data": format!("0x{}", hex::encode(self.data)),
-        })
+        });
+        if let Some(gas) = self.gas {
+            call["gas"] = format!("{gas:#x}").into();
+        }
+        if let Some(fees) = self.fees {
+            call["maxFeePerGas"] = format!("{:#x}", fees.max_fee_per_gas).into();
+            call["maxPriorityFeePerGas"] = format!("{:#x}", fees.max_priority_fee_per_gas).into();
+        }
+        call
     }
 }
 
@@ -166,9 +200,14 @@ impl Rpc {
     }
 
     pub(super) async fn code_len(&self, account: Address) -> Result<usize, RpcError> {
+        Ok(self.code(account).await?.len())
+    }
+
+    /// The account's code (empty for an EOA).
+    pub(super) async fn code(&self, account: Address) -> Result<Vec<u8>, RpcError> {
         let code = self.call("eth_getCode", json!([account, "latest"])).await?;
-        let code = code.as_str().unwrap_or_default();
-        Ok(code.trim_start_matches("0x").len() / 2)
+        hex::decode(code.as_str().unwrap_or_default())
+            .map_err(|_| RpcError::Answer("eth_getCode: not hex".into()))
     }
 
     pub(super) async fn balance(&self, account: Address) -> Result<u128, RpcError> {

@@ -198,6 +198,8 @@ impl EvmSettler {
                 .payer_text()
                 .map_or_else(|| evm.from.to_checksum(None), str::to_owned),
             transfer,
+            // Past its window it is only read, never simulated nor sent again.
+            code_hash: None,
         };
         let lock = super::lock_in_flight(&self.inner.in_flight, admitted.key);
         let _guard = lock.lock().await;
@@ -237,23 +239,24 @@ impl EvmSettler {
             Simulation::Refused { reason, message } => return refused(reason, message),
             Simulation::Unavailable(detail) => return Err(FacilitatorError::unavailable(detail)),
         }
-        let call = CallRequest {
-            from: inner.key.address(),
-            to: admitted.transfer.token.asset,
-            data: &admitted.calldata,
-        };
+        let call = self.call_as_sent(admitted).await?;
+        let fees = call.fees.unwrap_or(Fees::from_node(0, 0));
         let gas = match inner.rpc.estimate_gas(&call).await {
-            Ok(gas) => gas.saturating_add(gas * GAS_MARGIN_PERCENT / 100),
+            // The margin covers state that moves before it is mined; the cap bounds it.
+            Ok(gas) => gas
+                .saturating_add(gas * GAS_MARGIN_PERCENT / 100)
+                .min(inner.gas_cap),
             Err(error) => {
                 return match simulate::judge(Err(error)) {
-                    Simulation::Refused { reason, message } => refused(reason, message),
+                    Simulation::Refused { reason, message } => {
+                        self.payer_failed(admitted, reason);
+                        refused(reason, message)
+                    }
                     Simulation::Unavailable(detail) => Err(FacilitatorError::unavailable(detail)),
                     Simulation::Passes => Err(FacilitatorError::unavailable("gas estimate failed")),
                 };
             }
         };
-        let (base_fee, tip) = inner.rpc.fees().await.map_err(unavailable)?;
-        let fees = Fees::from_node(base_fee, tip);
         let address = inner.key.address();
         let mut lease = inner
             .nonces
@@ -436,11 +439,11 @@ impl EvmSettler {
         let answer = self
             .inner
             .rpc
-            .eth_call(&CallRequest {
-                from: self.inner.key.address(),
-                to: admitted.transfer.token.asset,
-                data: &data,
-            })
+            .eth_call(&CallRequest::new(
+                self.inner.key.address(),
+                admitted.transfer.token.asset,
+                &data,
+            ))
             .await
             .map_err(unavailable)?;
         Ok(answer.iter().any(|&byte| byte != 0))
@@ -587,6 +590,13 @@ impl EvmSettler {
             })
         };
         if !receipt.success {
+            // The simulation passed and the settler paid for a revert: the
+            // payer (and a contract payer's code anywhere) is refused a while.
+            let identities =
+                super::standing::identities(admitted.transfer.from, admitted.code_hash);
+            inner
+                .standings
+                .reverted(identities, inner.clock.now_unix_secs());
             inner
                 .records
                 .remove(&admitted.key)
@@ -694,6 +704,7 @@ mod tests {
             },
             transfer,
             payer: String::new(),
+            code_hash: None,
             calldata: Vec::new(),
         }
     }

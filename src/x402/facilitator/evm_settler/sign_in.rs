@@ -40,11 +40,7 @@ impl ContractSignatures for EvmSettler {
                 return false;
             }
             let data = call_data(digest, signature);
-            let call = CallRequest {
-                from: self.address(),
-                to: wallet,
-                data: &data,
-            };
+            let call = CallRequest::new(self.address(), wallet, &data);
             match self.inner.rpc.eth_call(&call).await {
                 Ok(answer) => answer.starts_with(&IS_VALID_SIGNATURE),
                 // A revert, a wallet that is no contract, an unreachable node: not signed in.

@@ -55,6 +55,16 @@ fn judge_revert(node_message: &str, said: String) -> Simulation {
         refused(reasons::INSUFFICIENT_BALANCE)
     } else if lower.contains("paused") || lower.contains("blacklisted") {
         Simulation::Unavailable(format!("the token refuses every transfer now: {said}"))
+    } else if node_message
+        .to_ascii_lowercase()
+        .contains("gas required exceeds")
+        || lower.contains("out of gas")
+    {
+        // The transfer needs more gas than the settler's cap allows.
+        Simulation::Refused {
+            reason: reasons::SIMULATION_FAILED,
+            message: format!("the transfer needs more gas than this settler spends on one: {said}"),
+        }
     } else if lower.contains("insufficient funds") {
         Simulation::Unavailable(format!("the settler cannot pay for gas: {node_message}"))
     } else if node_message.contains("revert") {
