@@ -60,8 +60,9 @@ fn code_table_matches_the_specification() {
         assert_eq!(code.error_type(), expected_type(status), "{name} type");
         assert!(!code.default_message().is_empty(), "{name} message");
     }
-    // Beyond the specification's table: the settlement failure, the payment
-    // identifier's two refusals, and the shared rate-limit store failing closed.
+    // Beyond the specification's table: a malformed forwarded hop, the
+    // settlement failure, the payment identifier's two refusals, and the
+    // shared rate-limit store failing closed.
     let extra: Vec<_> = ErrorCode::ALL
         .iter()
         .filter(|code| !SPEC_CODES.iter().any(|(name, _)| *name == code.as_str()))
@@ -70,6 +71,7 @@ fn code_table_matches_the_specification() {
     assert_eq!(
         extra,
         [
+            "INVALID_FORWARDED_HEADER",
             "SETTLEMENT_FAILED",
             "PAYMENT_IDENTIFIER_INVALID",
             "PAYMENT_IDENTIFIER_CONFLICT",

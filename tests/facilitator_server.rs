@@ -57,6 +57,17 @@ fn secret_file(dir: &Path, name: &str, text: &str) -> PathBuf {
 /// `walletgate facilitator` with a fresh funded key paying only `pay_to`;
 /// its URL from its first stdout line.
 async fn facilitator(rpc: &str, pay_to: Address, extra: &[&str]) -> (Running, String) {
+    facilitator_logging(rpc, pay_to, extra, Stdio::inherit(), "info").await
+}
+
+/// [`facilitator`] with its stderr (the logs, at `RUST_LOG=filter`) into `stderr`.
+async fn facilitator_logging(
+    rpc: &str,
+    pay_to: Address,
+    extra: &[&str],
+    stderr: Stdio,
+    filter: &str,
+) -> (Running, String) {
     let key = fresh_payer_key();
     let settler = Payer::from_key(key.0).unwrap().address_bytes();
     set_eth_balance(rpc, settler, ONE_ETH).await;
@@ -70,9 +81,10 @@ async fn facilitator(rpc: &str, pay_to: Address, extra: &[&str]) -> (Running, St
         .arg("--key-file")
         .arg(&key_file)
         .args(extra)
+        .env("RUST_LOG", filter)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let mut line = String::new();
@@ -134,12 +146,17 @@ fn fresh_address() -> Address {
 
 /// A funded payer's payment of 10000 units to `pay_to`, as a `/verify` body.
 async fn payment_body(rpc: &str, pay_to: Address) -> (String, Address) {
+    payment_body_signed_at(rpc, pay_to, now()).await
+}
+
+/// [`payment_body`] signed as if at `signed_at` (valid until it + 300 s).
+async fn payment_body_signed_at(rpc: &str, pay_to: Address, signed_at: u64) -> (String, Address) {
     let payer = Payer::from_key(fresh_payer_key().0).unwrap();
     mint(rpc, payer.address_bytes(), 1_000_000).await;
     let offer = PaymentOption::base_sepolia_usdc(&pay_to.to_checksum(None))
         .unwrap()
         .requirements_for_amount(AtomicAmount::new(10_000));
-    let request = FacilitatorRequest::new(payer.pay(&offer, now()).unwrap(), offer);
+    let request = FacilitatorRequest::new(payer.pay(&offer, signed_at).unwrap(), offer);
     (
         serde_json::to_string(&request).unwrap(),
         payer.address_bytes(),
@@ -284,32 +301,239 @@ async fn a_settle_copy_without_the_first_callers_key_is_refused_and_a_restart_se
     assert_eq!(balance(&rpc, pay_to).await, U256::from(10_000));
 }
 
+/// A token guards the API, not the probes; its scheme is read in any case;
+/// each verify decision is a log line (at trace, too) that holds neither the
+/// token nor the payment's signature.
 #[tokio::test]
 async fn with_a_token_file_only_a_wrong_or_missing_bearer_gets_401() {
     let rpc = shared_rpc_url();
     let dir = scratch("token");
-    let token = "facilitator-test-token-1234";
+    let token = "facilitator-test-token-0123456789abcdef";
     let token_file = secret_file(&dir, "token", &format!("{token}\n"));
-    let (_running, url) = facilitator(
+    let log_path = dir.join("stderr.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let (_running, url) = facilitator_logging(
         &rpc,
         fresh_address(),
         &["--auth-token-file", token_file.to_str().unwrap()],
+        Stdio::from(log),
+        "trace",
     )
     .await;
     let supported = format!("{url}/supported");
     let (status, _, _) = exchange("GET", &supported, &[], None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    let (status, _, _) = exchange(
-        "GET",
-        &supported,
-        &[("authorization", "Bearer wrong")],
-        None,
+    let prefix = &token[..token.len() - 1];
+    let longer = format!("{token}0");
+    for wrong in ["wrong", prefix, &longer] {
+        let bearer = format!("Bearer {wrong}");
+        let (status, _, _) = exchange("GET", &supported, &[("authorization", &bearer)], None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{wrong}");
+    }
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let bearer = format!("{scheme} {token}");
+        let (status, _, _) = exchange("GET", &supported, &[("authorization", &bearer)], None).await;
+        assert_eq!(status, StatusCode::OK, "{scheme}");
+    }
+    // The probes are public, by GET and HEAD.
+    for (method, path) in [
+        ("GET", "/healthz"),
+        ("HEAD", "/healthz"),
+        ("GET", "/readyz"),
+        ("HEAD", "/readyz"),
+    ] {
+        let (status, _, _) = exchange(method, &format!("{url}{path}"), &[], None).await;
+        assert_eq!(status, StatusCode::OK, "{method} {path}");
+    }
+    // One line per decision, the secrets in none.
+    let (body, from) = payment_body(&rpc, fresh_address()).await;
+    let signature =
+        serde_json::from_str::<Value>(&body).unwrap()["paymentPayload"]["payload"]["signature"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    let bearer = format!("bearer {token}");
+    let (_, _, verdict) = exchange(
+        "POST",
+        &format!("{url}/verify"),
+        &[("authorization", &bearer)],
+        Some(body),
     )
     .await;
-    assert_eq!(status, StatusCode::UNAUTHORIZED);
-    let bearer = format!("Bearer {token}");
-    let (status, _, _) = exchange("GET", &supported, &[("authorization", &bearer)], None).await;
+    assert_eq!(verdict["isValid"], false);
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    let line = logged
+        .lines()
+        .find(|line| line.contains("refused"))
+        .unwrap_or_else(|| panic!("no decision line:\n{logged}"));
+    assert!(line.contains("endpoint=\"verify\""), "{line}");
+    assert!(
+        line.contains("invalid_exact_evm_recipient_mismatch"),
+        "{line}"
+    );
+    assert!(line.contains(&from.to_checksum(None)), "{line}");
+    assert!(!logged.contains(token), "the token leaked");
+    assert!(!logged.contains(&signature[2..]), "the signature leaked");
+}
+
+/// The token file is checked before anything starts: readable by its owner
+/// only, at least 32 bytes; the error names the file, never the token.
+#[test]
+fn a_short_or_readable_token_file_is_refused_at_start() {
+    let dir = scratch("token-start");
+    let short = secret_file(&dir, "short", "short-facilitator-token\n");
+    let readable = secret_file(&dir, "readable", "0123456789abcdef0123456789abcdef-long\n");
+    std::fs::set_permissions(
+        &readable,
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+    for (file, why, secret) in [
+        (&short, "32 bytes", "short-facilitator-token"),
+        (
+            &readable,
+            "chmod 600",
+            "0123456789abcdef0123456789abcdef-long",
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_walletgate"))
+            .args(["facilitator", "--rpc-url", "http://127.0.0.1:1"])
+            .args(["--key-file", "/nonexistent", "--network", "eip155:84532"])
+            .args(["--asset", &USDC.to_checksum(None)])
+            .args(["--pay-to", &USDC.to_checksum(None)])
+            .arg("--auth-token-file")
+            .arg(file)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(64));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(why), "{stderr}");
+        assert!(stderr.contains(&file.display().to_string()), "{stderr}");
+        assert!(!stderr.contains(secret), "{stderr}");
+    }
+}
+
+/// 100 connections that send nothing, one that stops inside its headers and
+/// one whose body never arrives: each is closed within its timeout, and
+/// `/healthz` answers at once all along.
+#[tokio::test]
+async fn idle_connections_are_closed_and_healthz_answers_throughout() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::time::{Duration, Instant, timeout};
+    let rpc = shared_rpc_url();
+    let (_running, url) = facilitator(
+        &rpc,
+        fresh_address(),
+        &["--header-timeout-secs", "1", "--idle-timeout-secs", "2"],
+    )
+    .await;
+    let address = url.trim_start_matches("http://").to_owned();
+    let started = Instant::now();
+    let mut idle = Vec::new();
+    for _ in 0..100 {
+        idle.push(tokio::net::TcpStream::connect(&address).await.unwrap());
+    }
+    let mut half_headers = tokio::net::TcpStream::connect(&address).await.unwrap();
+    half_headers
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut no_body = tokio::net::TcpStream::connect(&address).await.unwrap();
+    no_body
+        .write_all(b"POST /verify HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        .await
+        .unwrap();
+    // Health answers throughout, each within a second.
+    let healthz = format!("{url}/healthz");
+    while started.elapsed() < Duration::from_secs(3) {
+        let health = exchange("GET", &healthz, &[], None);
+        let (status, _, _) = timeout(Duration::from_secs(1), health)
+            .await
+            .expect("/healthz answers while idle connections are open");
+        assert_eq!(status, StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // By now (1 s header timeout, 2 s idle timeout, slack) every one is closed.
+    let closed = |mut stream: tokio::net::TcpStream| async move {
+        let mut buffer = [0u8; 512];
+        loop {
+            match timeout(Duration::from_secs(2), stream.read(&mut buffer)).await {
+                Ok(Ok(0) | Err(_)) => return true,
+                Ok(Ok(_)) => continue,
+                Err(_) => return false,
+            }
+        }
+    };
+    for (index, stream) in idle.into_iter().enumerate() {
+        assert!(closed(stream).await, "idle connection {index} still open");
+    }
+    assert!(closed(half_headers).await, "half-sent headers still open");
+    assert!(
+        closed(no_body).await,
+        "a request without its body still open"
+    );
+}
+
+/// At `--max-connections` the next connection waits, unaccepted, until a
+/// slot frees (here: the header timeout closing an idle one); then it is
+/// served.
+#[tokio::test]
+async fn past_max_connections_the_next_waits_for_a_slot() {
+    use tokio::time::{Duration, Instant, timeout};
+    let rpc = shared_rpc_url();
+    let (_running, url) = facilitator(
+        &rpc,
+        fresh_address(),
+        &["--header-timeout-secs", "1", "--max-connections", "2"],
+    )
+    .await;
+    let address = url.trim_start_matches("http://").to_owned();
+    let _first = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let _second = tokio::net::TcpStream::connect(&address).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked = Instant::now();
+    let (status, _, _) = timeout(
+        Duration::from_secs(5),
+        exchange("GET", &format!("{url}/healthz"), &[], None),
+    )
+    .await
+    .expect("served once a slot is free");
     assert_eq!(status, StatusCode::OK);
+    assert!(
+        asked.elapsed() >= Duration::from_millis(500),
+        "served at once: the cap did not hold ({:?})",
+        asked.elapsed()
+    );
+}
+
+/// An authorization valid far beyond the offer's `maxTimeoutSeconds` (a
+/// year-3000 `validBefore`) is refused with the standard reason, so no
+/// record of it is kept until then.
+#[tokio::test]
+async fn a_valid_before_far_in_the_future_is_refused() {
+    let rpc = shared_rpc_url();
+    let pay_to = fresh_address();
+    let (_running, url) = facilitator(&rpc, pay_to, &[]).await;
+    let year_3000 = 32_503_680_000;
+    let (body, _) = payment_body_signed_at(&rpc, pay_to, year_3000 - 300).await;
+    for endpoint in ["verify", "settle"] {
+        let (status, _, verdict) = exchange(
+            "POST",
+            &format!("{url}/{endpoint}"),
+            &[],
+            Some(body.clone()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        let reason = verdict["invalidReason"]
+            .as_str()
+            .or(verdict["errorReason"].as_str());
+        assert_eq!(
+            reason,
+            Some("invalid_exact_evm_payload_authorization_valid_before"),
+            "{verdict}"
+        );
+    }
 }
 
 /// The official `@x402/express` server (`tests/interop/x402-express-server`)

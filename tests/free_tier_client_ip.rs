@@ -197,8 +197,10 @@ async fn missing_peer_address_is_a_500_naming_the_wiring_fault() {
     assert!(layer.store().is_empty());
 }
 
+/// A proxy passes on the header it was sent: a hop that is no address is
+/// the request's fault (400 with its own code), never a 500.
 #[tokio::test]
-async fn malformed_hop_from_a_trusted_proxy_is_a_500() {
+async fn malformed_hop_from_a_trusted_proxy_is_a_400() {
     let layer = layer(behind_proxies(ForwardedHeader::XForwardedFor));
     let response = send(
         &layer,
@@ -208,7 +210,10 @@ async fn malformed_hop_from_a_trusted_proxy_is_a_500() {
         ),
     )
     .await;
-    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body = json(response).await;
+    assert_eq!(body["error"]["code"], "INVALID_FORWARDED_HEADER");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
     assert!(layer.store().is_empty());
 }
 

@@ -69,7 +69,9 @@ async fn record(State(log): State<AccessLog>, request: Request, next: Next) -> R
             target: "access",
             method = %method,
             client = client.map(tracing::field::display),
-            path = %path,
+            // A string value, not `%`: the text format quotes and escapes
+            // it (a path cannot fake a field), JSON keeps it a plain string.
+            path = path.as_str(),
             status = response.status().as_u16(),
             elapsed_ms = format_args!("{:.1}", started.elapsed().as_secs_f64() * 1000.0),
             request_id = response
@@ -84,4 +86,35 @@ async fn record(State(log): State<AccessLog>, request: Request, next: Next) -> R
         None => line(),
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// A path is logged quoted and escaped, so what it holds (a quote, an
+    /// `=`) cannot pass for another field of the line.
+    #[tokio::test]
+    async fn the_path_is_quoted_so_it_cannot_fake_a_field() {
+        let path = std::env::temp_dir().join(format!(
+            "walletgate-access-quoting-{}.log",
+            std::process::id()
+        ));
+        let router = Router::new().route("/{*rest}", get(|| async { "ok" }));
+        let router = AccessLog::to_file(&path).unwrap().around(router);
+        let request = http::Request::get(r#"/x"status=500"#)
+            .body(Body::empty())
+            .unwrap();
+        let response = router.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let line = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(line.contains(r#"path="/x\"status=500""#), "{line}");
+        assert!(line.contains("status=200"), "{line}");
+        assert_eq!(line.matches("status=500").count(), 1, "{line}");
+    }
 }

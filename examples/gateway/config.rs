@@ -956,6 +956,49 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// An unusable GATEWAY_EVM_RPC_URL is named by its variable (and at most
+    /// its scheme and host), never echoed: it may carry a provider's key.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_bad_rpc_url_is_refused_without_echoing_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let key = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+        let dir = std::env::temp_dir().join(format!("gateway-bad-rpc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("settler.key");
+        std::fs::write(&path, format!("{key}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        for url in [
+            "node.example/v2/SECRET-KEY with spaces",
+            "ftp://node.example/v2/SECRET-KEY?key=SECRET-KEY",
+            "wss://user:SECRET-KEY@node.example/v2/SECRET-KEY",
+        ] {
+            let settings = SettlerSettings {
+                rpc_url: url.into(),
+                key_file: path.display().to_string(),
+                receipt_timeout: Duration::from_secs(1),
+                confirmations: 0,
+            };
+            let records = Arc::new(
+                walletgate::x402::facilitator::evm_settler::MemorySettlementRecords::new(),
+            );
+            let error = settings
+                .connect(
+                    &EvmSettings::base_sepolia(),
+                    &ClientTls::webpki_roots(),
+                    records,
+                )
+                .await
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(error.contains("GATEWAY_EVM_RPC_URL"), "{error}");
+            assert!(!error.contains("SECRET-KEY"), "{error}");
+            assert!(!error.contains(&key[2..]), "{error}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn the_settler_variables_come_together_and_replace_the_facilitator() {
         let error = |list| Config::from_vars(vars(list)).err().unwrap().to_string();

@@ -152,6 +152,13 @@ code_table! {
     /// Another message-history shape problem.
     InvalidRequest => "INVALID_REQUEST", BAD_REQUEST, InvalidRequest,
         retry None, phase None, "The message history has an invalid shape";
+    /// A trusted proxy's forwarding header (`X-Forwarded-For`, `Forwarded`,
+    /// `X-Real-IP`) names a hop that is not an IP address, so the client
+    /// cannot be told; refused rather than limited in a shared bucket.
+    ///
+    /// Not in the specification's table: its codes are about the body.
+    InvalidForwardedHeader => "INVALID_FORWARDED_HEADER", BAD_REQUEST, InvalidRequest,
+        retry None, phase None, "A forwarding header names a hop that is not an IP address";
     /// Any other verification failure: bad signature, wrong network or asset, malformed payload.
     PaymentInvalid => "PAYMENT_INVALID", PAYMENT_REQUIRED, PaymentRequired,
         retry None, phase Some(Verify), "Payment is invalid; sign exactly the quoted requirements";

@@ -28,9 +28,9 @@ impl fmt::Display for ClientIp {
 
 /// Why a request's client address could not be resolved.
 ///
-/// Every variant is a server-side fault (missing wiring or a misbehaving
-/// trusted proxy); the limiter answers them with 500 and never falls back to
-/// a shared bucket.
+/// The limiter never falls back to a shared bucket: a missing peer address is
+/// a wiring fault (500 `INTERNAL_ERROR`), a malformed forwarded hop the
+/// request's (400 `INVALID_FORWARDED_HEADER`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ClientIpError {

@@ -139,7 +139,8 @@ impl<P, L> FreeTierLimitLayer<P, L> {
 
     /// Renders refusals with `render` instead of the route's envelope: it gets
     /// the failure (`FREE_TIER_RATE_LIMITED` with its `Retry-After` and
-    /// `X-RateLimit-*` figures, or a 500) and the route's style.
+    /// `X-RateLimit-*` figures, a 400 for a malformed forwarded hop, or a 500)
+    /// and the route's style.
     pub fn with_rejection<F>(mut self, render: F) -> Self
     where
         F: Fn(GatewayError, EnvelopeStyle) -> Response<bytes::Bytes> + Send + Sync + 'static,

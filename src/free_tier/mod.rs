@@ -36,10 +36,11 @@
 //!   [trusted proxy](TrustedProxies), then the right-most untrusted hop of the
 //!   configured [`ForwardedHeader`]. The resolved [`ClientIp`] goes into the
 //!   request extensions for handlers. IPv6 clients are keyed by their /64
-//!   ([`KeyPrefixes`]). A request whose client cannot be resolved gets a 500
-//!   naming the wiring fault (usually: the server was not started with
-//!   `into_make_service_with_connect_info::<SocketAddr>()`), never a shared
-//!   bucket.
+//!   ([`KeyPrefixes`]). A request whose client cannot be resolved never
+//!   shares a bucket: without a peer address it gets a 500 naming the wiring
+//!   fault (usually: the server was not started with
+//!   `into_make_service_with_connect_info::<SocketAddr>()`); a trusted proxy's
+//!   hop that is not an IP address gets 400 `INVALID_FORWARDED_HEADER`.
 //! * **Bounded memory.** [`InMemoryLimiter`] drops keys with nothing left in
 //!   either window ([`sweep`](InMemoryLimiter::sweep), and each shard on its own every
 //!   60 s) and reports [`len`](InMemoryLimiter::len); an optional

@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::client_ip::ClientIp;
+use super::client_ip::{ClientIp, ClientIpError};
 use super::future::ResponseFuture;
 use super::layer::{FreeTierLimitLayer, IsFreeRequest};
 use super::limiter::{FreeTierStore, InMemoryLimiter};
@@ -78,8 +78,16 @@ where
         let client = match self.layer.resolver.resolve(&request) {
             Ok(client) => client,
             Err(fault) => {
-                // Never a shared bucket: an unknown client is a server bug.
-                let error = GatewayError::new(ErrorCode::InternalError).with_message(format!(
+                // Never a shared bucket. A forwarded hop that is no address
+                // is the request's fault (a proxy passes on what it got), a
+                // missing peer address the server's wiring.
+                let code = match fault {
+                    ClientIpError::MalformedForwardingHeader { .. } => {
+                        ErrorCode::InvalidForwardedHeader
+                    }
+                    _ => ErrorCode::InternalError,
+                };
+                let error = GatewayError::new(code).with_message(format!(
                     "free-tier limit cannot identify the client: {fault}"
                 ));
                 let response = self.layer.render.render(error, style);
@@ -131,6 +139,45 @@ mod tests {
         let paid = service.oneshot(request("/paid")).await.unwrap();
         assert!(paid.headers().get("x-ratelimit-limit").is_none());
         assert_eq!(layer.store().len(), 1);
+    }
+
+    /// A trusted proxy passing on an X-Forwarded-For hop that is no address:
+    /// the request's fault, answered 400 in the route's envelope, never 500
+    /// and never a shared bucket.
+    #[tokio::test]
+    async fn a_malformed_forwarded_hop_is_a_400_with_its_own_code() {
+        use super::super::{ClientIpResolver, TrustedProxies};
+        use http_body_util::BodyExt;
+        let is_free = |_: &Request<Body>| true;
+        let called = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = Arc::clone(&called);
+        let proxies = TrustedProxies::from_cidrs(["10.0.0.0/8"]).unwrap();
+        let layer = FreeTierLimitLayer::new(is_free)
+            .with_client_ip(ClientIpResolver::new().with_trusted_proxies(proxies));
+        let service = layer.layer(service_fn(move |_request: Request<Body>| {
+            seen.store(true, std::sync::atomic::Ordering::SeqCst);
+            async { Ok::<_, Infallible>(Response::new(Body::default())) }
+        }));
+        let mut forwarded = Request::post("/free")
+            .header("x-forwarded-for", "198.51.100.7, not-an-ip")
+            .body(Body::default())
+            .unwrap();
+        forwarded
+            .extensions_mut()
+            .insert(SocketAddr::from(([10, 0, 0, 2], 443)));
+        forwarded.extensions_mut().insert(EnvelopeStyle::Chat);
+        let refused = service.oneshot(forwarded).await.unwrap();
+        assert_eq!(refused.status(), 400);
+        assert!(matches!(
+            refused.extensions().get::<ClientIpError>(),
+            Some(ClientIpError::MalformedForwardingHeader { .. })
+        ));
+        let body = refused.into_body().collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["code"], "INVALID_FORWARDED_HEADER");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        assert!(!called.load(std::sync::atomic::Ordering::SeqCst));
+        assert_eq!(layer.store().len(), 0);
     }
 
     /// A store that cannot answer (Redis down).

@@ -165,11 +165,12 @@ async fn every_non_payment_code_with_its_status_envelope_and_headers() {
             }
         }
     }
-    // Payment codes belong to the payment layer, the free-tier limit (and its
-    // store failing) to its layer.
+    // Payment codes belong to the payment layer, the free-tier limit (its
+    // store failing, a malformed forwarded hop) to its layer.
     let free_tier = [
         ErrorCode::FreeTierRateLimited,
         ErrorCode::RateLimitUnavailable,
+        ErrorCode::InvalidForwardedHeader,
     ];
     let missing: Vec<_> = ErrorCode::ALL
         .iter()

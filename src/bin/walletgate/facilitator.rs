@@ -1,13 +1,17 @@
 //! `walletgate facilitator --rpc-url URL --key-file F --network eip155:<id>
-//! --asset ADDR… --pay-to ADDR… [--listen ADDR] [--auth-token-file F]`
+//! --asset ADDR… --pay-to ADDR… [--listen ADDR] [--auth-token-file F]
+//! [--header-timeout-secs S] [--idle-timeout-secs S] [--max-connections N]`
 //!
 //! The standard facilitator API backed by walletgate's own settler, one
 //! chain per process: `POST /verify`, `POST /settle` (body
 //! `{x402Version, paymentPayload, paymentRequirements}`), `GET /supported`,
-//! `GET /healthz`, `GET /readyz`. Every verdict (a refused recipient, a
-//! replay, a high-`s` signature) is the standard JSON answer with status
-//! 200; only a missing or wrong bearer token is a 401, and a node that
-//! cannot answer a 503. A settle whose transaction has no receipt yet
+//! and the public probes `GET`/`HEAD /healthz`, `/readyz`. Every verdict (a
+//! refused recipient, a replay, a high-`s` signature) is the standard JSON
+//! answer with status 200; only a missing or wrong bearer token is a 401, and
+//! a node that cannot answer a 503. Each verify and settle decision is one
+//! log line on stderr (`RUST_LOG`, default `info`): payer, transaction,
+//! reason; never a key, token or signature. Connections are bounded before
+//! authentication ([`connections`]). A settle whose transaction has no receipt yet
 //! answers `settlement_pending` with the transaction (as the TS SDK reads
 //! it); the same `/settle` again reports its outcome, the same transaction.
 //!
@@ -18,8 +22,10 @@
 //! `invalid_exact_evm_nonce_already_used`, its `errorMessage` naming the
 //! settling transaction.
 
+mod connections;
+
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,8 +34,8 @@ use bytes::Bytes;
 use clap::Args;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::rt::TokioIo;
 use serde_json::json;
+use sha2::Digest as _;
 use walletgate::x402::facilitator::evm_settler::{DEFAULT_GAS_CAP, DEFAULT_RECEIPT_TIMEOUT};
 use walletgate::x402::facilitator::{
     EvmSettler, Facilitator, FacilitatorErrorKind, FacilitatorRequest, IDEMPOTENCY_KEY_HEADER,
@@ -38,6 +44,10 @@ use walletgate::x402::facilitator::{
 use walletgate::x402::wire::{Network, SettleResponse};
 
 use crate::exit::{Exit, Failure, Format};
+use connections::Limits;
+
+/// Shortest bearer token accepted, in bytes: a short one could be guessed.
+const MIN_TOKEN_BYTES: usize = 32;
 
 /// Largest request body read, in bytes.
 const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -92,12 +102,88 @@ pub(crate) struct FacilitatorArgs {
     /// authorizations cost gas and move nothing)
     #[arg(long, value_name = "UNITS", default_value_t = 1)]
     min_amount: u128,
+    /// Seconds a client has to send a request's headers, from its connection's
+    /// start or the previous answer (an idle keep-alive connection closes then)
+    #[arg(long, value_name = "SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    header_timeout_secs: u64,
+    /// Seconds a connection may go with no byte moving while no request is
+    /// worked on (an answer not read), or wait for a request's whole body
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    idle_timeout_secs: u64,
+    /// Connections served at once; more wait in the listen queue
+    #[arg(long, value_name = "N", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
 }
 
 /// What every request needs.
 struct Served {
     settler: EvmSettler,
-    token: Option<String>,
+    token: Option<BearerToken>,
+}
+
+/// The bearer token callers must send, kept as its SHA-256 digest: two
+/// digests compare in constant time whatever the lengths of the tokens, and
+/// the token itself is never held (nor printed: no `Debug`).
+struct BearerToken([u8; 32]);
+
+impl BearerToken {
+    fn new(token: &str) -> Self {
+        Self(sha2::Sha256::digest(token.as_bytes()).into())
+    }
+
+    fn matches(&self, given: &str) -> bool {
+        use subtle::ConstantTimeEq as _;
+        let given: [u8; 32] = sha2::Sha256::digest(given.as_bytes()).into();
+        bool::from(self.0.ct_eq(&given))
+    }
+}
+
+/// The `--auth-token-file`'s token: the file readable by its owner only and
+/// the token at least [`MIN_TOKEN_BYTES`] long. Errors name the file, never
+/// what it holds.
+fn read_token(path: &Path) -> Result<BearerToken, Failure> {
+    let named =
+        |reason: String| Failure::usage(format!("--auth-token-file {}: {reason}", path.display()));
+    let metadata = std::fs::metadata(path).map_err(|error| named(error.to_string()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = metadata.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(named(format!(
+                "mode {mode:o} lets others read it: chmod 600 (or 400) the file"
+            )));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = metadata;
+    let text = std::fs::read_to_string(path).map_err(|error| named(error.to_string()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(named("it is empty".to_owned()));
+    }
+    if token.len() < MIN_TOKEN_BYTES {
+        return Err(named(format!(
+            "the token is shorter than {MIN_TOKEN_BYTES} bytes: make a longer one \
+             (e.g. openssl rand -hex 32)"
+        )));
+    }
+    Ok(BearerToken::new(token))
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`: the decisions).
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Already set (never, in the binary): the first one stands.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
 }
 
 fn address(flag: &str, text: &str) -> Result<Address, Failure> {
@@ -113,20 +199,9 @@ pub(crate) async fn run(args: FacilitatorArgs, format: Format) -> Exit {
 }
 
 async fn serve(args: FacilitatorArgs) -> Result<(), Failure> {
+    init_logs();
     let token = match &args.auth_token_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|error| {
-                Failure::usage(format!("--auth-token-file {}: {error}", path.display()))
-            })?;
-            let token = text.trim().to_owned();
-            if token.is_empty() {
-                return Err(Failure::usage(format!(
-                    "--auth-token-file {} is empty",
-                    path.display()
-                )));
-            }
-            Some(token)
-        }
+        Some(path) => Some(read_token(path)?),
         None if !args.listen.ip().is_loopback() => {
             return Err(Failure::usage(format!(
                 "--listen {} is not loopback: callers must authenticate, give --auth-token-file",
@@ -175,23 +250,88 @@ async fn serve(args: FacilitatorArgs) -> Result<(), Failure> {
         report.address,
         settler.network()
     );
+    let limits = Limits {
+        header_timeout: Duration::from_secs(args.header_timeout_secs),
+        idle_timeout: Duration::from_secs(args.idle_timeout_secs),
+        max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+    };
     let served = Arc::new(Served { settler, token });
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+    let handle = move |request: Request<connections::Timed<hyper::body::Incoming>>| {
+        let served = Arc::clone(&served);
+        async move {
+            let decision = Decision::of(request.method(), request.uri().path());
+            let response = answer(&served, request).await;
+            match decision {
+                Some(decision) => decision.log(response).await,
+                None => response,
+            }
+        }
+    };
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    connections::serve(listener, limits, handle, shutdown).await;
+    Ok(())
+}
+
+/// A verify or settle decision, logged from its answer: the log says
+/// exactly what the caller was told.
+#[derive(Clone, Copy)]
+enum Decision {
+    Verify,
+    Settle,
+}
+
+impl Decision {
+    fn of(method: &Method, path: &str) -> Option<Self> {
+        match (method, path) {
+            (&Method::POST, "/verify") => Some(Self::Verify),
+            (&Method::POST, "/settle") => Some(Self::Settle),
+            _ => None,
+        }
+    }
+
+    /// One line for `response` (payer, transaction, reason; the answers hold
+    /// no key, token or signature), which is handed back unchanged.
+    async fn log(self, response: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
+        let (parts, body) = response.into_parts();
+        let bytes = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(never) => match never {},
         };
-        let Ok((stream, _)) = accepted else { continue };
-        let served = served.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let served = served.clone();
-                async move { Ok::<_, std::convert::Infallible>(answer(&served, request).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
+        let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        let text = |name: &str| answer.get(name).and_then(serde_json::Value::as_str);
+        let endpoint = match self {
+            Self::Verify => "verify",
+            Self::Settle => "settle",
+        };
+        let status = parts.status.as_u16();
+        let payer = text("payer");
+        let transaction = text("transaction").filter(|hash| !hash.is_empty());
+        // The settler does not report a receipt's gas used yet: not logged.
+        if parts.status != StatusCode::OK {
+            let reason = text("error");
+            if parts.status.is_server_error() {
+                tracing::warn!(
+                    target: "walletgate::facilitator", endpoint, status, reason,
+                    detail = text("detail"), "unavailable"
+                );
+            } else {
+                tracing::info!(target: "walletgate::facilitator", endpoint, status, reason, "rejected");
+            }
+        } else if answer["isValid"] == true {
+            tracing::info!(target: "walletgate::facilitator", endpoint, payer, "valid");
+        } else if answer["success"] == true {
+            tracing::info!(target: "walletgate::facilitator", endpoint, payer, transaction, "settled");
+        } else if text("errorReason") == Some(SETTLEMENT_PENDING) {
+            tracing::warn!(target: "walletgate::facilitator", endpoint, payer, transaction, "pending");
+        } else {
+            let reason = text("invalidReason").or_else(|| text("errorReason"));
+            tracing::info!(
+                target: "walletgate::facilitator", endpoint, payer, transaction, reason, "refused"
+            );
+        }
+        Response::from_parts(parts, Full::new(bytes))
     }
 }
 
@@ -204,23 +344,49 @@ fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response<F
         .unwrap_or_default()
 }
 
-/// Whether `request` carries the bearer token (compared in constant time).
+/// Whether `request` carries the bearer token (compared in constant time;
+/// the scheme in any case, as RFC 9110 has it).
 fn authorized(served: &Served, request: &Request<impl hyper::body::Body>) -> bool {
     let Some(token) = &served.token else {
         return true;
     };
-    let given = request
+    request
         .headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    given.len() == token.len()
-        && given
-            .bytes()
-            .zip(token.bytes())
-            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
-            == 0
+        .and_then(bearer)
+        .is_some_and(|given| token.matches(given))
+}
+
+/// The token of an `Authorization: Bearer <token>` value.
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_matches(' '))
+}
+
+/// `/healthz` (the process answers) and `/readyz` (the node answers): public,
+/// for probes that hold no token, by `GET` or `HEAD` (hyper sends no body to
+/// a `HEAD`). The node's error is logged, not told to anonymous callers.
+async fn probe(served: &Served, method: &Method, path: &str) -> Option<Response<Full<Bytes>>> {
+    if !matches!(*method, Method::GET | Method::HEAD) {
+        return None;
+    }
+    match path {
+        "/healthz" => Some(json_response(StatusCode::OK, &json!({"status": "ok"}))),
+        "/readyz" => Some(match served.settler.ready().await {
+            Ok(()) => json_response(StatusCode::OK, &json!({"status": "ready"})),
+            Err(error) => {
+                tracing::warn!(target: "walletgate::facilitator", detail = error.detail(), "not ready");
+                json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({"status": "unavailable"}),
+                )
+            }
+        }),
+        _ => None,
+    }
 }
 
 async fn answer<B>(served: &Served, request: Request<B>) -> Response<Full<Bytes>>
@@ -230,21 +396,14 @@ where
 {
     let path = request.uri().path().to_owned();
     let method = request.method().clone();
-    if path == "/healthz" && method == Method::GET {
-        return json_response(StatusCode::OK, &json!({"status": "ok"}));
+    if let Some(response) = probe(served, &method, &path).await {
+        return response;
     }
     if !authorized(served, &request) {
         return json_response(StatusCode::UNAUTHORIZED, &json!({"error": "unauthorized"}));
     }
     let settler = &served.settler;
     match (method, path.as_str()) {
-        (Method::GET, "/readyz") => match settler.ready().await {
-            Ok(()) => json_response(StatusCode::OK, &json!({"status": "ready"})),
-            Err(error) => json_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &json!({"status": "unavailable", "error": error.detail()}),
-            ),
-        },
         (Method::GET, "/supported") => match settler.supported().await {
             Ok(supported) => json_response(StatusCode::OK, &supported),
             Err(error) => unavailable(&error.to_string()),
@@ -331,4 +490,64 @@ fn unavailable(detail: &str) -> Response<Full<Bytes>> {
         http::HeaderValue::from_static("2"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef-token";
+
+    fn token_file(name: &str, text: &str, mode: u32) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("walletgate-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        path
+    }
+
+    #[test]
+    fn the_scheme_is_read_in_any_case_and_other_schemes_are_not_bearer() {
+        for value in [
+            format!("Bearer {TOKEN}"),
+            format!("bearer {TOKEN}"),
+            format!("BEARER  {TOKEN} "),
+        ] {
+            assert_eq!(bearer(&value), Some(TOKEN), "{value}");
+        }
+        assert_eq!(bearer(&format!("Basic {TOKEN}")), None);
+        assert_eq!(bearer(TOKEN), None);
+    }
+
+    #[test]
+    fn only_the_token_itself_matches() {
+        let token = BearerToken::new(TOKEN);
+        assert!(token.matches(TOKEN));
+        assert!(!token.matches(&TOKEN[..TOKEN.len() - 1]));
+        assert!(!token.matches(&format!("{TOKEN}x")));
+        assert!(!token.matches(""));
+    }
+
+    /// A token file others can read, or a short token, stops the start with
+    /// an error naming the file, never what it holds.
+    #[test]
+    fn a_readable_or_short_token_file_is_refused_without_its_contents() {
+        let open = token_file("open", &format!("{TOKEN}\n"), 0o644);
+        let message = read_token(&open).err().unwrap().message;
+        assert!(message.contains("chmod 600"), "{message}");
+        assert!(message.contains(&open.display().to_string()), "{message}");
+        assert!(!message.contains(TOKEN), "{message}");
+        let short = token_file("short", "short-secret-token\n", 0o600);
+        let message = read_token(&short).err().unwrap().message;
+        assert!(message.contains("32 bytes"), "{message}");
+        assert!(!message.contains("short-secret-token"), "{message}");
+        let empty = token_file("empty", "\n", 0o600);
+        assert!(read_token(&empty).err().unwrap().message.contains("empty"));
+        let good = token_file("good", &format!("{TOKEN}\n"), 0o600);
+        assert!(read_token(&good).unwrap().matches(TOKEN));
+        let _ = std::fs::remove_dir_all(open.parent().unwrap());
+    }
 }

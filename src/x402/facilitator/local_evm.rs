@@ -4,7 +4,8 @@
 //! the way the reference facilitator does, in the same order: scheme, EIP-712
 //! domain present, network, signature (signer recovery over the EIP-712
 //! digest, domain taken from the server's offer), `to == payTo`,
-//! `validBefore >= now + 6 s`, `validAfter <= now`, `value == amount`, then
+//! `now + 6 s <= validBefore <= now + maxTimeoutSeconds + 60 s` (the upper
+//! bound is walletgate's: it keeps replay records short-lived), `validAfter <= now`, `value == amount`, then
 //! the [`Ledger`]: nonce unused and balance sufficient. Settlement re-runs the
 //! checks and moves the funds through the same ledger.
 //!
@@ -39,6 +40,7 @@ use super::api::{Facilitator, FacilitatorError, FacilitatorRequest, reason};
 use super::ledger::{Ledger, LedgerError, Transfer};
 use crate::clock::SharedClock;
 use crate::store::BoxFuture;
+use crate::x402::server::quote::AUTHORIZATION_CLOCK_SKEW_SECS;
 use crate::x402::wire::EvmDecoding;
 use crate::x402::wire::eip712::{DomainCache, TokenId, parse_evm_address};
 use crate::x402::wire::types::{
@@ -157,7 +159,15 @@ pub(super) fn check_offline(
     if evm.to != pay_to {
         return Err(refuse(reason::RECIPIENT_MISMATCH, payer));
     }
-    if evm.valid_before < now.saturating_add(MIN_REMAINING_VALIDITY_SECS) {
+    // Too far ahead is refused like too close: a replay record lives until
+    // validBefore, so a year-3000 authorization would pin one until then.
+    // The bound is the gateway's (`check_authorization`).
+    let latest = now
+        .saturating_add(offer.max_timeout_seconds)
+        .saturating_add(AUTHORIZATION_CLOCK_SKEW_SECS);
+    if evm.valid_before < now.saturating_add(MIN_REMAINING_VALIDITY_SECS)
+        || evm.valid_before > latest
+    {
         return Err(refuse(reason::VALID_BEFORE, payer));
     }
     if evm.valid_after > now {
@@ -320,6 +330,33 @@ mod tests {
         let response = facilitator.verify(request).await.unwrap();
         assert_eq!(response.is_valid, response.invalid_reason.is_none());
         response.invalid_reason
+    }
+
+    /// B3 is valid until now + 300 = maxTimeoutSeconds: fine up to 60 s of
+    /// clock skew beyond that, refused past it (a year-3000 authorization
+    /// would otherwise pin its replay record until then).
+    #[tokio::test]
+    async fn a_valid_before_beyond_max_timeout_plus_skew_is_refused() {
+        let valid_before = 1_750_000_300;
+        let at_limit = valid_before - 300 - AUTHORIZATION_CLOCK_SKEW_SECS;
+        let request = vector_b3_request(|_, _| {});
+        assert_eq!(verdict(&facilitator_at(at_limit).0, &request).await, None);
+        let (early, ledger) = facilitator_at(at_limit - 1);
+        assert_eq!(
+            verdict(&early, &request).await.as_deref(),
+            Some(reason::VALID_BEFORE)
+        );
+        let settled = early.settle(&request).await.unwrap();
+        assert_eq!(settled.error_reason.as_deref(), Some(reason::VALID_BEFORE));
+        assert_eq!(ledger.settlements(), 0);
+        // A shorter offer shortens the bound.
+        let short = vector_b3_request(|offer, _| offer.max_timeout_seconds = 60);
+        assert_eq!(
+            verdict(&facilitator_at(1_750_000_000).0, &short)
+                .await
+                .as_deref(),
+            Some(reason::VALID_BEFORE)
+        );
     }
 
     #[tokio::test]

@@ -111,6 +111,15 @@ impl<'a> CallRequest<'a> {
     }
 }
 
+/// `uri`'s scheme and host, without user, port, path or query.
+fn origin_of(uri: &Uri) -> String {
+    format!(
+        "{}://{}",
+        uri.scheme_str().unwrap_or("http"),
+        uri.authority().map_or("", |a| a.host())
+    )
+}
+
 /// A JSON-RPC endpoint.
 pub(super) struct Rpc {
     client: Client<HttpsConnector, Full<Bytes>>,
@@ -122,9 +131,16 @@ pub(super) struct Rpc {
 impl Rpc {
     /// A client of the node at `url` (`http://` or `https://`), trusting `tls`'s roots.
     pub(super) fn new(url: &str, tls: &ClientTls, timeout: Duration) -> Result<Self, String> {
-        let uri: Uri = url.parse().map_err(|_| format!("{url} is not a URL"))?;
+        // Never the URL itself in an error: its path, query or user part may
+        // hold a provider's key, and these errors reach start-up messages.
+        let uri: Uri = url
+            .parse()
+            .map_err(|_| "it is not a URL (not shown: it may hold a key)".to_owned())?;
         if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
-            return Err(format!("{url} is not an http(s) URL"));
+            return Err(format!(
+                "{} is not an http(s) URL (only its scheme and host are shown)",
+                origin_of(&uri)
+            ));
         }
         let connector = tls.https_connector().map_err(|error| error.to_string())?;
         Ok(Self {
@@ -138,11 +154,7 @@ impl Rpc {
     /// The endpoint's scheme and authority, without path or query (which may
     /// carry an API key): what logs and errors may name.
     pub(super) fn origin(&self) -> String {
-        format!(
-            "{}://{}",
-            self.url.scheme_str().unwrap_or("http"),
-            self.url.authority().map_or("", |a| a.host())
-        )
+        origin_of(&self.url)
     }
 
     /// One call: its `result`.
@@ -328,6 +340,35 @@ pub(super) fn revert_message(data: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An RPC URL may carry a provider's key in its path, query or user
+    /// part: errors and `origin()` name its scheme and host only.
+    #[test]
+    fn rpc_url_errors_and_origin_name_scheme_and_host_only() {
+        let tls = ClientTls::webpki_roots();
+        let timeout = Duration::from_secs(1);
+        let error = Rpc::new("not a url/SECRET-KEY", &tls, timeout)
+            .err()
+            .unwrap();
+        assert!(!error.contains("SECRET-KEY"), "{error}");
+        assert!(error.contains("not a URL"), "{error}");
+        let error = Rpc::new(
+            "ftp://node.example/v3/SECRET-KEY?k=SECRET-KEY",
+            &tls,
+            timeout,
+        )
+        .err()
+        .unwrap();
+        assert!(!error.contains("SECRET-KEY"), "{error}");
+        assert!(error.contains("ftp://node.example"), "{error}");
+        let rpc = Rpc::new(
+            "https://user:SECRET-KEY@node.example:8545/v3/SECRET-KEY?k=SECRET-KEY",
+            &tls,
+            timeout,
+        )
+        .unwrap();
+        assert_eq!(rpc.origin(), "https://node.example");
+    }
 
     #[test]
     fn revert_strings_are_read_from_error_data() {
