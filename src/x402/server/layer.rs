@@ -136,6 +136,10 @@ impl fmt::Debug for Config {
 }
 
 /// Builds an [`X402Layer`]; [`build`](Self::build) validates once.
+///
+/// It is `Clone` (every part is shared behind an `Arc`): configure what
+/// routes have in common once, then clone it per route and set the rest.
+#[derive(Clone)]
 #[must_use]
 pub struct X402LayerBuilder {
     pricing: Option<Arc<dyn Pricing>>,
@@ -575,6 +579,35 @@ mod tests {
             ConfigError::NoPaymentOptions
         );
         assert!(complete().build().is_ok());
+    }
+
+    /// What routes share is set once; each clone then goes its own way.
+    #[tokio::test]
+    async fn a_builder_is_cloned_per_route() {
+        let shared = complete();
+        let cheap = shared.clone().build().unwrap();
+        let dear = shared
+            .with_pricing(
+                PriceTable::by_route()
+                    .with_usd("POST /v1/chat/completions", "0.5")
+                    .unwrap(),
+            )
+            .build()
+            .unwrap();
+        let quote = |layer: X402Layer| async move {
+            let response = layer
+                .layer(service_fn(inner))
+                .oneshot(request("POST", "/v1/chat/completions"))
+                .await
+                .unwrap();
+            let required: crate::x402::wire::PaymentRequired = crate::x402::wire::codec::decode(
+                response.headers()[header::PAYMENT_REQUIRED].as_bytes(),
+            )
+            .unwrap();
+            required.accepts[0].amount.to_string()
+        };
+        assert_eq!(quote(cheap).await, "3000");
+        assert_eq!(quote(dear).await, "501000");
     }
 
     #[test]
