@@ -45,6 +45,9 @@ pub const X402_SETTLE_DURATION_SECONDS: &str = "walletgate_x402_settle_duration_
 /// Settlement hooks that failed (the payment stays settled).
 pub const X402_SETTLEMENT_HOOK_FAILURES_TOTAL: &str =
     "walletgate_x402_settlement_hook_failures_total";
+/// Metered settlements whose answer named more than was authorised (the
+/// authorised amount was settled).
+pub const X402_SETTLEMENT_OVERRUNS_TOTAL: &str = "walletgate_x402_settlement_overruns_total";
 /// Free-tier requests admitted and refused.
 pub const FREE_TIER_REQUESTS_TOTAL: &str = "walletgate_free_tier_requests_total";
 /// Requests an API key admitted.
@@ -107,6 +110,10 @@ pub fn describe() {
     describe_counter!(
         X402_SETTLEMENT_HOOK_FAILURES_TOTAL,
         "settlement hooks that failed (the payment stays settled)"
+    );
+    describe_counter!(
+        X402_SETTLEMENT_OVERRUNS_TOTAL,
+        "metered answers that named more than was authorised"
     );
     describe_counter!(
         FREE_TIER_REQUESTS_TOTAL,
@@ -189,6 +196,7 @@ mod tests {
             X402_SETTLEMENTS_TOTAL,
             X402_REFUSALS_TOTAL,
             X402_SETTLEMENT_HOOK_FAILURES_TOTAL,
+            X402_SETTLEMENT_OVERRUNS_TOTAL,
             FREE_TIER_REQUESTS_TOTAL,
             API_KEY_ADMITTED_TOTAL,
             API_KEY_REFUSALS_TOTAL,

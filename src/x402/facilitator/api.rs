@@ -17,7 +17,8 @@ use super::idempotency::IdempotencyKey;
 use crate::envelope::ErrorCode;
 use crate::store::BoxFuture;
 use crate::x402::wire::types::{
-    PaymentPayload, PaymentRequirements, SettleResponse, SupportedResponse, VerifyResponse,
+    AtomicAmount, PaymentPayload, PaymentRequirements, SettleResponse, SupportedResponse,
+    VerifyResponse,
 };
 use crate::x402::wire::{EvmDecoding, ExactEvmPayment, PaymentHeader};
 
@@ -110,8 +111,20 @@ impl FacilitatorRequest {
     }
 
     /// Notes that the payer is a contract (see [`payer_is_contract`](Self::payer_is_contract)).
+    #[cfg(feature = "evm-settler")]
     pub(crate) fn note_contract_payer(&self) {
         let _ = self.contract_payer.set(());
+    }
+
+    /// The same payment asked to settle `amount` (a scheme that authorises
+    /// a maximum settles what was used: `paymentRequirements.amount` is the
+    /// amount settled, as the official facilitators read it).
+    pub fn with_settled_amount(&self, amount: AtomicAmount) -> Self {
+        let mut request = self.clone();
+        let mut requirements = (*self.payment_requirements).clone();
+        requirements.amount = amount;
+        request.payment_requirements = Arc::new(requirements);
+        request
     }
 
     /// The caller's `Idempotency-Key`, if it named one.

@@ -1,14 +1,18 @@
 //! The server side of x402: [`X402Layer`] (and its builder), the [`X402`]
-//! service and its [`ResponseFuture`], prices, quotes, receipts and the
-//! settlement hook, the settling stream body, and the replay guard.
+//! service (the HTTP front of the payment flow) and its [`ResponseFuture`],
+//! prices, quotes, receipts, the amount a metered answer settles
+//! ([`SettleAmount`]) and the settlement hook, the settling stream body, and
+//! the replay guard.
 //!
 //! See the [`x402` module docs](super) for the payment flow.
 
 mod answers;
 mod bazaar;
+mod config;
 #[cfg(feature = "siwx")]
 pub(crate) mod entitlements;
 mod extensions;
+mod flow;
 mod future;
 pub(crate) mod layer;
 pub mod payment_id;
@@ -29,6 +33,7 @@ pub use bazaar::{BAZAAR, BazaarRoute, JSON_SCHEMA_2020_12};
 #[cfg(feature = "siwx")]
 pub use entitlements::{DEFAULT_ENTITLEMENT_CAPACITY, EntitlementStore, InMemoryEntitlementStore};
 pub use extensions::{QuoteExtensionMap, QuoteExtensions};
+pub use flow::{EXTENSION_ECHO_MISMATCH, SETTLEMENT_PENDING, SettleAmount};
 pub use future::ResponseFuture;
 pub use layer::{X402Layer, X402LayerBuilder};
 pub use payment_id::{PAYMENT_IDENTIFIER, PaymentIdentifier};
@@ -39,7 +44,7 @@ pub use quote::{
 };
 pub use receipt::{PaymentReceipt, SettledPayment, SettlementHook, SettlementHookError};
 pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
-pub use service::{EXTENSION_ECHO_MISMATCH, SETTLEMENT_PENDING, X402};
+pub use service::X402;
 #[cfg(feature = "siwx")]
 pub use siwx::{
     ContractSignatures, SIGN_IN_WITH_X, SIGN_IN_WITH_X_HEADER, SIWX_MAX_AGE_SECS, SignInWithX,

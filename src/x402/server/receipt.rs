@@ -41,6 +41,12 @@ struct Receipt {
 }
 
 impl PaymentReceipt {
+    /// The same receipt for `amount` (what a metered answer settles).
+    pub(crate) fn with_amount(mut self, amount: AtomicAmount) -> Self {
+        Arc::make_mut(&mut self.0).amount = amount;
+        self
+    }
+
     /// A receipt for a verified, not yet settled payment.
     pub fn new(
         payer: String,

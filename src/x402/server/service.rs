@@ -1,6 +1,8 @@
-//! [`X402`], the service: the payment flow of one request.
+//! [`X402`], the HTTP front of the payment flow: the quote and the
+//! `PAYMENT-SIGNATURE` header in, the answer (whole, or a stream settled when
+//! it completes) and `PAYMENT-RESPONSE` out. The flow itself is
+//! [`flow`](super::flow)'s.
 
-use crate::metrics;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -9,47 +11,28 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
 
-use super::answers::{Begun, KeptAnswer};
+use super::answers::KeptAnswer;
+use super::config::Config;
 use super::extensions::QuoteExtensionMap;
+use super::flow::{
+    self, Admission, Keeper, Outcome, Paying, Payment, Refusal, Resolved, SETTLEMENT_PENDING,
+    Serving, collect_within, payment_outcome, receipt_settlement, settle_header,
+};
 use super::future::ResponseFuture;
-use super::layer::{Config, X402Layer};
-use super::payment_id::{self, IdBinding};
+use super::layer::X402Layer;
 use super::pricing::Price;
-use super::quote::{Quote, check_authorization, write_quote_headers};
-use super::receipt::{PaymentReceipt, SettledPayment};
-use super::replay::{AuthorizationKey, Claim, NonceStore, SpentAuthorization};
+use super::quote::write_quote_headers;
+use super::receipt::PaymentReceipt;
 use super::stream::{X402Body, receipt_event};
 use crate::body::{ResponseBody, rejection};
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, header};
-use crate::x402::facilitator::{FacilitatorErrorKind, FacilitatorRequest, code_for_reason, reason};
-use crate::x402::wire::types::{
-    PaymentRequired, PaymentRequirements, ResourceInfo, SettleResponse,
-};
-use crate::x402::wire::{PaymentHeader, codec};
-
-/// Seconds a spent authorization is remembered at least, whatever its
-/// `validBefore` (for paid replay), unless its offer's `maxTimeoutSeconds` is
-/// shorter: then that long (a server quoting short timeouts keeps its replay
-/// store that short).
-const MIN_SPENT_RETENTION_SECS: u64 = 120;
-
-/// The `errorReason` of a settlement whose outcome is not known yet (its
-/// `transaction` names the broadcast transaction when one is known): the
-/// payer is told to resend the same payment for the outcome.
-pub const SETTLEMENT_PENDING: &str = "settlement_pending";
-
-/// Why a payment is refused whose echo of a declared extension lost what
-/// the 402 declared (402 `PAYMENT_INVALID`).
-pub const EXTENSION_ECHO_MISMATCH: &str = "extension_echo_mismatch";
-
-/// Why a payment under an id still in flight is told to retry (503).
-const ID_IN_FLIGHT: &str = "payment_identifier_in_flight";
+use crate::metrics;
+use crate::x402::facilitator::reason;
+use crate::x402::wire::codec;
+use crate::x402::wire::types::{PaymentRequired, ResourceInfo, SettleResponse};
 
 /// The request id header handed to the settlement hook.
 const X_REQUEST_ID: &str = "x-request-id";
-
-/// Seconds an in-flight claim is held at least (the upstream may take 120 s).
-const MIN_CLAIM_HOLD_SECS: u64 = 600;
 
 /// The x402 payment middleware; built by [`X402Layer`](super::X402Layer).
 ///
@@ -138,40 +121,6 @@ where
     }
 }
 
-/// A paid request from its decoded header to its settlement: the typed
-/// payment the facilitator verifies and settles, its replay key and
-/// fingerprint, and what its answers need. Built once by `prepare`, moved
-/// whole into the settlement.
-struct Payment {
-    facilitation: FacilitatorRequest,
-    quote: Arc<Quote>,
-    key: AuthorizationKey,
-    fingerprint: [u8; 32],
-    style: EnvelopeStyle,
-    request_id: Option<String>,
-    /// `METHOD path?query`: a kept answer is for this request only.
-    request_line: String,
-    /// The `payment-identifier` id and the fingerprint of the request it is
-    /// bound to, when the payment carries one.
-    payment_id: Option<(String, [u8; 32])>,
-    /// The operation (request line and body digest) a settled answer is
-    /// kept under for its payer's sign-in, with `sign-in-with-x` on.
-    #[cfg(feature = "siwx")]
-    operation: Option<[u8; 32]>,
-}
-
-impl Payment {
-    /// The payer as the client wrote it, for refusals before any verdict.
-    fn claimed_payer(&self) -> Option<&str> {
-        self.facilitation.claimed_payer()
-    }
-
-    /// The server's offer the payment matched.
-    fn offer(&self) -> &PaymentRequirements {
-        self.facilitation.payment_requirements()
-    }
-}
-
 /// The synchronous part: price, quote, decode, match. `Err` is the answer.
 // The answer is built once and returned straight to the caller; boxing it buys nothing.
 #[allow(clippy::result_large_err)]
@@ -216,98 +165,20 @@ fn prepare<B>(
         payment_outcome("quoted");
         return Err(quote.response());
     };
-    let invalid = |why: &str, payer: Option<&str>| {
-        payment_rejection(
-            config,
-            ErrorCode::PaymentInvalid,
-            why,
-            payer,
-            style,
-            quote.required(),
-        )
-    };
-    let payload: PaymentHeader = match codec::decode(header_value.as_bytes()) {
-        Ok(payload) => payload,
-        Err(error) => return Err(invalid(error.reason(), None)),
-    };
-    if payload.x402_version != crate::x402::wire::X402_VERSION {
-        return Err(invalid(
-            reason::INVALID_X402_VERSION,
-            payload.claimed_payer(),
-        ));
-    }
-    let Some(offer) = quote.matching_offer(&payload.accepted).cloned() else {
-        return Err(invalid(
-            reason::NO_MATCHING_REQUIREMENTS,
-            payload.claimed_payer(),
-        ));
-    };
-    // Only what the layer declares is checked: a request's own extensions
-    // (discovery, say) describe the resource and differ between the request
-    // a payment was signed for and another it pays (a paid job's poll).
-    if !payment_id::echo_matches(config.quotes.declared(), payload.extensions.as_ref()) {
-        return Err(invalid(EXTENSION_ECHO_MISMATCH, payload.claimed_payer()));
-    }
-    let id = match payment_id::read_id(config.payment_identifier, payload.extensions.as_ref()) {
-        Ok(id) => id,
-        Err(why) => {
-            return Err(payment_rejection(
-                config,
-                ErrorCode::PaymentIdentifierInvalid,
-                why,
-                payload.claimed_payer(),
-                style,
-                quote.required(),
-            ));
-        }
-    };
-    let request_line = request_line(request);
-    let payment_id = id.map(|id| {
-        let bound = payment_id::request_fingerprint(&request_line, body_digest(request), &offer);
-        (id, bound)
-    });
-    #[cfg(feature = "siwx")]
-    let operation = (config.sign_in.as_ref())
-        .map(|_| super::siwx::operation(&request_line, body_digest(request)));
-    // The payload is read into typed values here, once, for every step after.
-    let facilitation = FacilitatorRequest::from_header(payload, offer);
-    let evm = facilitation.exact_evm();
-    let offer = facilitation.payment_requirements();
-    if let Err(why) = check_authorization(offer, evm, config.clock.now_unix_secs()) {
-        return Err(invalid(why, facilitation.claimed_payer()));
-    }
-    let typed = evm.and_then(|evm| Some((evm, evm.fingerprint()?)));
-    let (key, fingerprint) = match typed {
-        Some((evm, fingerprint)) => (
-            AuthorizationKey::new(&offer.network, evm.from, evm.nonce),
-            fingerprint,
-        ),
-        None => {
-            // Another scheme, or exact-EVM hex that does not parse (the facilitator
-            // refuses it): the header as sent identifies the payment.
-            let fingerprint = keccak256(header_value.as_bytes().trim_ascii()).0;
-            (
-                AuthorizationKey::of_payload(&offer.network, &fingerprint),
-                fingerprint,
-            )
-        }
-    };
-    Ok(Box::new(Payment {
-        facilitation,
-        quote,
-        key,
-        fingerprint,
+    let digest = || body_digest(request);
+    let paying = Paying {
+        request_line: request_line(request),
+        body_digest: &digest,
         style,
         request_id: request
             .headers()
             .get(X_REQUEST_ID)
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned),
-        request_line,
-        payment_id,
-        #[cfg(feature = "siwx")]
-        operation,
-    }))
+        sent: header_value.as_bytes(),
+    };
+    Payment::admit_encoded(config, quote.clone(), paying)
+        .map_err(|refusal| refused(config, &refusal, style, quote.required()))
 }
 
 /// The digest of the request's body, when a body layer read it.
@@ -343,48 +214,36 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
 {
     use super::siwx::Entitled;
-    if let Some(sign_in) = &config.sign_in {
-        let operation = super::siwx::operation(&request_line(&request), body_digest(&request));
-        let proof = (request.headers())
-            .get(super::siwx::SIGN_IN_WITH_X_HEADER)
-            .cloned();
-        let entitled = match proof {
-            Some(proof) => {
-                super::siwx::entitled_answer(
-                    sign_in,
-                    config.entitlements.as_ref(),
-                    config.answer_store.as_ref(),
-                    &proof,
-                    &operation,
-                    signing_in.rerun,
-                )
-                .await
-            }
-            None => None,
-        };
-        match entitled {
-            Some(Entitled::Kept(answer)) => {
-                trace_decision!(INFO, "x402", outcome = "signed in");
-                payment_outcome("signed_in");
-                return Ok(kept_response(&answer));
-            }
-            Some(Entitled::Rerun(receipt)) => {
-                trace_decision!(
-                    INFO,
-                    "x402",
-                    payer = receipt.payer(),
-                    outcome = "signed in, served again"
-                );
-                payment_outcome("signed_in");
-                request.extensions_mut().insert(receipt.replayed());
-                let mut response = inner.call(request).await?;
-                // Nothing was settled now.
-                response.headers_mut().remove(header::PAYMENT_RESPONSE);
-                mark_private(response.headers_mut());
-                return Ok(plain(response));
-            }
-            None => {}
+    let operation = super::siwx::operation(&request_line(&request), body_digest(&request));
+    let proof = (request.headers())
+        .get(super::siwx::SIGN_IN_WITH_X_HEADER)
+        .cloned();
+    let entitled = match proof {
+        Some(proof) => flow::signed_in_answer(&config, &proof, &operation, signing_in.rerun).await,
+        None => None,
+    };
+    match entitled {
+        Some(Entitled::Kept(answer)) => {
+            trace_decision!(INFO, "x402", outcome = "signed in");
+            payment_outcome("signed_in");
+            return Ok(kept_response(&answer));
         }
+        Some(Entitled::Rerun(receipt)) => {
+            trace_decision!(
+                INFO,
+                "x402",
+                payer = receipt.payer(),
+                outcome = "signed in, served again"
+            );
+            payment_outcome("signed_in");
+            request.extensions_mut().insert(receipt.replayed());
+            let mut response = inner.call(request).await?;
+            // Nothing was settled now.
+            response.headers_mut().remove(header::PAYMENT_RESPONSE);
+            mark_private(response.headers_mut());
+            return Ok(plain(response));
+        }
+        None => {}
     }
     // No payment header: `prepare` answers with the quote.
     let answer = match prepare(&config, &request, signing_in.price, signing_in.extensions) {
@@ -460,59 +319,25 @@ fn payment_rejection(
     response
 }
 
-/// Gives the claim back unless told to keep it, also when the future is
-/// dropped (unless built [`kept_on_drop`](Self::kept_on_drop)).
-struct ClaimGuard {
-    store: Arc<dyn NonceStore>,
-    key: Option<AuthorizationKey>,
-    release_on_drop: bool,
+/// The flow's refusal as the HTTP answer.
+fn refused(
+    config: &Config,
+    refusal: &Refusal,
+    style: EnvelopeStyle,
+    quote: &PaymentRequired,
+) -> Response<Bytes> {
+    payment_rejection(
+        config,
+        refusal.code,
+        &refusal.why,
+        refusal.payer.as_deref(),
+        style,
+        quote,
+    )
 }
 
-impl ClaimGuard {
-    fn new(config: &Config, key: &AuthorizationKey) -> Self {
-        Self {
-            store: config.nonce_store.clone(),
-            key: Some(key.clone()),
-            release_on_drop: true,
-        }
-    }
-
-    /// A guard of a settling record: given back only when its settlement
-    /// failed, never because the request went away (the transfer may land).
-    fn kept_on_drop(mut self) -> Self {
-        self.release_on_drop = false;
-        self
-    }
-
-    fn keep(mut self) {
-        self.key = None;
-    }
-
-    /// Gives the claim back and waits until the store has it, so the client's
-    /// retry (on any replica) finds it free.
-    async fn release(mut self) {
-        if let Some(key) = self.key.take() {
-            trace_decision!(DEBUG, "x402", outcome = "released");
-            self.store.release(&key).await;
-        }
-    }
-}
-
-impl Drop for ClaimGuard {
-    /// The request went away (client gone, inner error): the store starts the
-    /// release itself, and its claim's hold-until is the safety net.
-    fn drop(&mut self) {
-        if !self.release_on_drop {
-            return;
-        }
-        if let Some(key) = self.key.take() {
-            trace_decision!(DEBUG, "x402", outcome = "released");
-            drop(self.store.release(&key));
-        }
-    }
-}
-
-/// The asynchronous part: claim, verify, call, settle on 2xx (a stream when it completes).
+/// The asynchronous part: the flow admits the payment, the inner service
+/// answers, the flow settles on 2xx (a stream when it completes).
 async fn pay_and_call<S, ReqBody, ResBody>(
     config: Arc<Config>,
     mut inner: S,
@@ -523,302 +348,48 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     ResBody: http_body::Body<Data = Bytes> + Send + 'static,
 {
-    let reject = |payment: &Payment, code: ErrorCode, why: &str, payer: Option<&str>| {
-        Ok(rejection(payment_rejection(
-            &config,
-            code,
-            why,
-            payer,
-            payment.style,
-            payment.quote.required(),
-        ))
-        .map(X402Body::plain))
-    };
-    let now = config.clock.now_unix_secs();
-    let hold_until =
-        now.saturating_add(payment.offer().max_timeout_seconds.max(MIN_CLAIM_HOLD_SECS));
-
-    // The payment identifier is looked up before the claim.
-    let mut id_guard = None;
-    if let Some((id, request)) = payment.payment_id.clone() {
-        match Box::pin(begin_id(&config, &payment, &id, request, hold_until)).await {
-            IdStep::Proceed(guard) => id_guard = guard,
-            IdStep::Refuse(code, why) => {
-                return reject(&payment, code, &why, payment.claimed_payer());
+    let serving = match flow::admit(&config, payment).await {
+        Admission::Serve(serving) => serving,
+        Admission::Kept(answer) => return Ok(kept_response(&answer)),
+        Admission::Replay(receipt) => {
+            let receipt_header = settle_header(&receipt_settlement(&receipt));
+            request.extensions_mut().insert(receipt.replayed());
+            let mut response = inner.call(request).await?;
+            if let Some(value) = receipt_header {
+                response
+                    .headers_mut()
+                    .insert(header::PAYMENT_RESPONSE, value);
             }
-            IdStep::Stored(answer, stored) => {
-                return Ok(Box::pin(stored_answer(
-                    &config, &payment, &answer, &stored, hold_until,
-                ))
-                .await);
-            }
+            return Ok(plain(response));
         }
-    }
-
-    let claiming = metrics::Started::now();
-    let claimed = config.nonce_store.claim(&payment.key, hold_until).await;
-    claiming.observe(metrics::X402_CLAIM_DURATION_SECONDS);
-    match claimed {
-        Ok(Claim::Claimed) if payment.payment_id.is_some() && id_guard.is_none() => {
-            // The id is held by another request, which pays under it: a copy
-            // that claimed the authorization first gives it back, or the payment
-            // would settle with no answer kept under its id.
-            config.nonce_store.release(&payment.key).await;
-            return reject(
-                &payment,
-                ErrorCode::PaymentVerificationUnavailable,
-                ID_IN_FLIGHT,
-                payment.claimed_payer(),
-            );
-        }
-        Ok(Claim::Claimed) => {}
-        // The same payment under its id, still in flight: the one rule clients follow.
-        Ok(Claim::InFlight) if payment.payment_id.is_some() => {
-            return reject(
-                &payment,
-                ErrorCode::PaymentVerificationUnavailable,
-                ID_IN_FLIGHT,
-                payment.claimed_payer(),
-            );
-        }
-        Ok(Claim::InFlight) => {
-            return reject(
-                &payment,
-                ErrorCode::PaymentReplay,
-                "authorization_in_flight",
-                payment.claimed_payer(),
-            );
-        }
-        Ok(Claim::Spent(spent)) if spent.fingerprint == payment.fingerprint => {
-            // The very payment that was settled: its kept answer, if one was kept
-            // (a settlement first reported pending), else the route's paid replay.
-            if let Some(answer) = Box::pin(kept_answer(&config, &payment)).await {
-                trace_decision!(
-                    INFO,
-                    "x402",
-                    payer = spent.receipt.payer(),
-                    outcome = "kept answer"
-                );
-                payment_outcome("replayed");
-                return Ok(kept_response(&answer));
-            }
-            if config.paid_replay {
-                trace_decision!(
-                    INFO,
-                    "x402",
-                    payer = spent.receipt.payer(),
-                    transaction = spent.receipt.transaction(),
-                    outcome = "replayed",
-                );
-                payment_outcome("replayed");
-                let receipt_header = settle_header(&receipt_settlement(&spent.receipt));
-                request.extensions_mut().insert(spent.receipt.replayed());
-                let mut response = inner.call(request).await?;
-                if let Some(value) = receipt_header {
-                    response
-                        .headers_mut()
-                        .insert(header::PAYMENT_RESPONSE, value);
-                }
-                return Ok(plain(response));
-            }
-            if payment.payment_id.is_some() && id_guard.is_none() {
-                // Settled under an id another request still holds: its answer is
-                // being stored under the id, so the resend will find it.
-                return reject(
-                    &payment,
-                    ErrorCode::PaymentVerificationUnavailable,
-                    ID_IN_FLIGHT,
-                    payment.claimed_payer(),
-                );
-            }
-            return reject(
-                &payment,
-                ErrorCode::PaymentReplay,
-                "authorization_already_settled",
-                payment.claimed_payer(),
-            );
-        }
-        Ok(Claim::Settling(settling)) if settling.fingerprint == payment.fingerprint => {
+        Admission::Resolve(payment, settling) => {
             return Box::pin(resolve(config, inner, request, payment, settling)).await;
         }
-        Ok(Claim::Settling(_)) => {
-            return reject(
-                &payment,
-                ErrorCode::PaymentReplay,
-                "authorization_in_flight",
-                payment.claimed_payer(),
-            );
-        }
-        Ok(_) => {
-            return reject(
-                &payment,
-                ErrorCode::PaymentReplay,
-                "authorization_already_settled",
-                payment.claimed_payer(),
-            );
-        }
-        Err(error) => {
-            return reject(
-                &payment,
-                ErrorCode::PaymentVerificationUnavailable,
-                &error.to_string(),
-                payment.claimed_payer(),
-            );
-        }
-    }
-    let claim = ClaimGuard::new(&config, &payment.key);
-
-    let verifying = metrics::Started::now();
-    let verified = config.facilitator.verify(&payment.facilitation).await;
-    verifying.observe(metrics::X402_VERIFY_DURATION_SECONDS);
-    let verdict = match verified {
-        Ok(verdict) => verdict,
-        Err(error) => {
-            claim.release().await;
-            return reject(
-                &payment,
-                ErrorCode::PaymentVerificationUnavailable,
-                &error.to_string(),
-                payment.claimed_payer(),
-            );
+        Admission::Refused(payment, refusal) => {
+            let answer = refused(&config, &refusal, payment.style, payment.quote.required());
+            return Ok(rejection(answer).map(X402Body::plain));
         }
     };
-    let payer = verdict
-        .payer
-        .or_else(|| payment.claimed_payer().map(str::to_owned));
-    if !verdict.is_valid {
-        let why = verdict
-            .invalid_reason
-            .as_deref()
-            .unwrap_or(reason::INVALID_PAYLOAD);
-        claim.release().await;
-        return reject(&payment, code_for_reason(why), why, payer.as_deref());
-    }
-    payment_outcome("verified");
-    let offer = payment.offer();
-    let receipt = PaymentReceipt::new(
-        payer.unwrap_or_default(),
-        offer.amount,
-        offer.network.clone(),
-        payment.key.as_str().to_owned(),
-    );
-    request.extensions_mut().insert(receipt.clone());
+    request.extensions_mut().insert(serving.receipt().clone());
+    request.extensions_mut().insert(serving.amount().clone());
 
-    // Dropping `claim` on `?` or on an early return releases the authorization.
+    // Dropping `serving` on `?` or on an early return releases the authorization.
     let answering = metrics::Started::now();
     let mut response = inner.call(request).await?;
     answering.observe(metrics::X402_INNER_DURATION_SECONDS);
     if !response.status().is_success() {
         // Not served: not charged.
-        trace_decision!(
-            INFO,
-            "x402",
-            payer = receipt.payer(),
-            status = response.status().as_u16(),
-            outcome = "unsettled",
-        );
-        payment_outcome("unsettled");
-        claim.release().await;
+        serving.unserved(response.status().as_u16()).await;
         return Ok(plain(response));
     }
-    let style = payment.style;
-    let keep_until = answer_keep_until(&config, &payment);
-    // What the id's answer is bound to: the verified payer.
-    let id_binding = payment.payment_id.as_ref().map(|(_, request)| IdBinding {
-        request: *request,
-        payer: receipt.payer().to_ascii_lowercase(),
-        payment: payment.fingerprint,
-    });
-    #[cfg(feature = "siwx")]
-    let job_operation = payment.operation;
-    // A contract payer's own code judges its signature again when the
-    // transfer is mined: its stream is settled before the first byte, never after.
-    let settle_at_stream_end = !payment.facilitation.payer_is_contract();
-    let job = SettleJob {
-        config: config.clone(),
-        payment,
-        claim,
-        receipt,
-        after_lost_answer: false,
-        resolving: false,
-    };
     mark_private(response.headers_mut());
-
-    if is_event_stream(&response) && settle_at_stream_end {
-        // Settled when the stream completes; its receipt is the last event.
-        let (parts, body) = response.into_parts();
-        let kept_head = (parts.status, parts.headers.clone());
-        let limit = config.answer_limits.max_answer_bytes;
-        let config = config.clone();
-        let settle = Box::new(
-            move |recorded: Option<Bytes>| -> crate::store::BoxFuture<'static, Bytes> {
-                Box::pin(async move {
-                    let (status, headers) = kept_head;
-                    let (outcome, payment) = job.run().await;
-                    let settlement = match outcome {
-                        Outcome::Pending(settlement, _) => {
-                            // The stream went out; it is kept for the resend that learns the outcome.
-                            if let Some(stream) = recorded {
-                                let answer =
-                                    KeptAnswer::new(status.as_u16(), binding(&payment), stream)
-                                        .with_headers(&headers);
-                                keep_answer(
-                                    &config,
-                                    &answer_key(&payment.key),
-                                    &answer,
-                                    keep_until,
-                                )
-                                .await;
-                            }
-                            if let Some(guard) = id_guard {
-                                guard.hold();
-                            }
-                            settlement
-                        }
-                        Outcome::Settled(settlement, _receipt) => {
-                            // Under its id and for its payer's sign-in: the whole
-                            // stream and its receipt, or nothing.
-                            let event = receipt_event(&codec::encode(&settlement));
-                            #[cfg(feature = "siwx")]
-                            let for_sign_in = job_operation.is_some();
-                            #[cfg(not(feature = "siwx"))]
-                            let for_sign_in = false;
-                            let Some(stream) =
-                                recorded.filter(|_| for_sign_in || id_guard.is_some())
-                            else {
-                                return event;
-                            };
-                            let answer =
-                                KeptAnswer::new(status.as_u16(), binding(&payment), stream)
-                                    .with_headers(&headers)
-                                    .with_appended(&event);
-                            #[cfg(feature = "siwx")]
-                            if let Some(operation) = &job_operation {
-                                keep_for_sign_in(&config, _receipt.payer(), operation, &answer)
-                                    .await;
-                            }
-                            if let (Some(guard), Some(id_binding)) = (id_guard, id_binding) {
-                                let answer = answer.with_binding(id_binding.encode());
-                                guard.keep(&config, &answer, keep_until).await;
-                            }
-                            return event;
-                        }
-                        Outcome::Failed(settlement, _) | Outcome::Unavailable(settlement, _) => {
-                            settlement
-                        }
-                    };
-                    receipt_event(&codec::encode(&settlement))
-                })
-            },
-        );
-        return Ok(Response::from_parts(
-            parts,
-            X402Body::settling(body, settle, limit),
-        ));
+    // A contract payer's stream is settled before its first byte, as a whole answer is.
+    if is_event_stream(&response) && !serving.settles_before_streaming() {
+        return Ok(settled_at_stream_end(&config, *serving, response));
     }
-
+    let style = serving.style();
     // The response head is held and its body unpolled until settlement succeeds.
-    let (outcome, payment) = job.run().await;
+    let (outcome, keeper) = serving.settle().await;
     match outcome {
         Outcome::Settled(settlement, receipt) => {
             let header_value = settle_header(&settlement);
@@ -827,8 +398,6 @@ where
                     .headers_mut()
                     .insert(header::PAYMENT_RESPONSE, value);
             }
-            #[cfg(feature = "siwx")]
-            let payer = receipt.payer().to_owned();
             response.extensions_mut().insert(receipt);
             // Paid replay: the answer is kept, so a resend of this request (on
             // any replica) gets it again, uncharged; one of unknown or too large
@@ -837,11 +406,7 @@ where
             let fits = http_body::Body::size_hint(response.body())
                 .upper()
                 .is_some_and(|bytes| bytes <= limit);
-            #[cfg(feature = "siwx")]
-            let for_sign_in = job_operation.is_some();
-            #[cfg(not(feature = "siwx"))]
-            let for_sign_in = false;
-            if !(config.paid_replay || id_guard.is_some() || for_sign_in) || !fits {
+            if !keeper.keeps_settled(true) || !fits {
                 // Not kept under its id either: the id is free again.
                 return Ok(plain(response));
             }
@@ -851,23 +416,13 @@ where
                     .with_debug("the paid answer broke off after settlement");
                 return Ok(rejection(config.reject.render(error, style)).map(X402Body::plain));
             };
-            let mut answer = KeptAnswer::new(parts.status.as_u16(), binding(&payment), body)
+            let mut answer = KeptAnswer::new(parts.status.as_u16(), keeper.binding(), body)
                 .with_headers(&parts.headers);
             if let Some(value) = header_value.as_ref().and_then(|v| v.to_str().ok()) {
                 answer = answer.with_payment_response(value);
             }
-            if config.paid_replay {
-                keep_answer(&config, &answer_key(&payment.key), &answer, keep_until).await;
-            }
-            #[cfg(feature = "siwx")]
-            if let Some(operation) = &job_operation {
-                keep_for_sign_in(&config, &payer, operation, &answer).await;
-            }
-            if let (Some(guard), Some(id_binding)) = (id_guard, id_binding) {
-                let answer = answer.clone().with_binding(id_binding.encode());
-                guard.keep(&config, &answer, keep_until).await;
-            }
             let kept = Response::from_parts(parts, answer.body().clone());
+            keeper.keep_settled(&answer, true).await;
             Ok(rejection(kept).map(X402Body::plain))
         }
         Outcome::Failed(settlement, receipt) => Ok(settlement_failed(
@@ -888,401 +443,118 @@ where
             // Not sent now: kept whole (within its bound) for the resend.
             let (parts, body) = response.into_parts();
             let limit = config.answer_limits.max_answer_bytes;
-            if let Some(body) = collect_within(body, limit).await {
-                let answer = KeptAnswer::new(parts.status.as_u16(), binding(&payment), body)
-                    .with_headers(&parts.headers);
-                keep_answer(&config, &answer_key(&payment.key), &answer, keep_until).await;
-            }
-            // The id stays in flight until the resend learns the outcome.
-            if let Some(guard) = id_guard {
-                guard.hold();
-            }
+            let answer = collect_within(body, limit).await.map(|body| {
+                KeptAnswer::new(parts.status.as_u16(), keeper.binding(), body)
+                    .with_headers(&parts.headers)
+            });
+            keeper.keep_pending(answer).await;
             Ok(settlement_pending(&config, style, &settlement, &receipt))
         }
     }
 }
 
-/// The resend of a payment whose settlement was pending: the facilitator is
-/// asked again (a settler answers for the transaction it broadcast; an HTTP
-/// facilitator settles or refuses). Landed → the kept answer with its
-/// `PAYMENT-RESPONSE`, or, if none was kept, the inner service's answer
-/// again, charged once; still pending → 503 again; failed → released.
+/// A paid stream, settled when it completes; its receipt is the last event.
+fn settled_at_stream_end<ResBody>(
+    config: &Arc<Config>,
+    serving: Serving,
+    response: Response<ResBody>,
+) -> Response<X402Body<ResBody>>
+where
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+{
+    let (parts, body) = response.into_parts();
+    let kept_head = (parts.status, parts.headers.clone());
+    let limit = config.answer_limits.max_answer_bytes;
+    let settle = Box::new(
+        move |recorded: Option<Bytes>| -> crate::store::BoxFuture<'static, Bytes> {
+            Box::pin(async move {
+                let (status, headers) = kept_head;
+                let (outcome, keeper) = serving.settle().await;
+                let kept = |stream: Bytes, keeper: &Keeper| {
+                    KeptAnswer::new(status.as_u16(), keeper.binding(), stream)
+                        .with_headers(&headers)
+                };
+                match outcome {
+                    Outcome::Pending(settlement, _) => {
+                        // The stream went out; it is kept for the resend that learns the outcome.
+                        let answer = recorded.map(|stream| kept(stream, &keeper));
+                        keeper.keep_pending(answer).await;
+                        receipt_event(&codec::encode(&settlement))
+                    }
+                    Outcome::Settled(settlement, _) => {
+                        // Under its id and for its payer's sign-in: the whole
+                        // stream and its receipt, or nothing.
+                        let event = receipt_event(&codec::encode(&settlement));
+                        let Some(stream) = recorded.filter(|_| keeper.keeps_settled(false)) else {
+                            return event;
+                        };
+                        let answer = kept(stream, &keeper).with_appended(&event);
+                        keeper.keep_settled(&answer, false).await;
+                        event
+                    }
+                    Outcome::Failed(settlement, _) | Outcome::Unavailable(settlement, _) => {
+                        receipt_event(&codec::encode(&settlement))
+                    }
+                }
+            })
+        },
+    );
+    Response::from_parts(parts, X402Body::settling(body, settle, limit))
+}
+
+/// The resend of a payment whose settlement was pending: landed → the kept
+/// answer with its `PAYMENT-RESPONSE`, or, if none was kept, the inner
+/// service's answer again, charged once; still pending → 503 again; failed →
+/// released.
 async fn resolve<S, ReqBody, ResBody>(
     config: Arc<Config>,
     mut inner: S,
     mut request: Request<ReqBody>,
     payment: Box<Payment>,
-    settling: SpentAuthorization,
+    settling: super::replay::SpentAuthorization,
 ) -> Result<Response<X402Body<ResBody>>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     ResBody: Send + 'static,
 {
-    let pending = settling.receipt;
-    let receipt = PaymentReceipt::new(
-        pending.payer().to_owned(),
-        pending.amount(),
-        pending.network().clone(),
-        pending.authorization_id().to_owned(),
-    );
-    // The transaction already broadcast, kept if the facilitator cannot answer now.
-    let receipt = match pending.transaction() {
-        Some(transaction) => receipt.settled(transaction.to_owned()),
-        None => receipt,
-    };
-    trace_decision!(
-        INFO,
-        "x402",
-        payer = receipt.payer(),
-        transaction = pending.transaction(),
-        outcome = "resolving",
-    );
     let style = payment.style;
-    let answer_key = answer_key(&payment.key);
-    let keep_until = answer_keep_until(&config, &payment);
-    let kept = kept_answer(&config, &payment).await;
-    let id_binding = payment.payment_id.as_ref().map(|(id, request)| {
-        let binding = IdBinding {
-            request: *request,
-            payer: receipt.payer().to_ascii_lowercase(),
-            payment: payment.fingerprint,
-        };
-        (id.clone(), binding)
-    });
-    // A resend that goes away mid-settlement must not give the record back.
-    let claim = ClaimGuard::new(&config, &payment.key).kept_on_drop();
-    let job = SettleJob {
-        config: config.clone(),
-        payment,
-        claim,
-        receipt,
-        // No transaction known: the first `/settle` was sent and its answer lost.
-        after_lost_answer: pending.transaction().is_none(),
-        resolving: true,
-    };
-    match job.run().await.0 {
-        Outcome::Settled(settlement, receipt) => {
-            let header_value = settle_header(&settlement);
-            if let Some(mut answer) = kept {
-                if answer.is_event_stream() {
-                    answer = answer.with_appended(&receipt_event(&codec::encode(&settlement)));
-                }
-                if let Some(value) = header_value.as_ref().and_then(|v| v.to_str().ok()) {
-                    answer = answer.with_payment_response(value);
-                }
-                // Kept on: a resend that loses this answer too gets it again.
-                keep_answer(&config, &answer_key, &answer, keep_until).await;
-                if let Some((id, binding)) = &id_binding {
-                    let answer = answer.clone().with_binding(binding.encode());
-                    keep_answer(&config, &payment_id::id_key(id), &answer, keep_until).await;
-                }
-                return Ok(kept_response(&answer));
-            }
-            // Nothing kept (too large, or lost with a replica's memory): served again, charged once.
+    match flow::resolve(&config, payment, settling).await {
+        Resolved::Kept(answer) => Ok(kept_response(&answer)),
+        Resolved::ServeAgain(receipt, settlement) => {
             request.extensions_mut().insert(receipt);
             let mut response = inner.call(request).await?;
-            if let Some(value) = header_value {
+            if let Some(value) = settle_header(&settlement) {
                 response
                     .headers_mut()
                     .insert(header::PAYMENT_RESPONSE, value);
             }
             Ok(plain(response))
         }
-        Outcome::Pending(settlement, receipt) => {
+        Resolved::Unsettled(Outcome::Pending(settlement, receipt)) => {
             Ok(settlement_pending(&config, style, &settlement, &receipt))
         }
-        // Never while resolving (an unavailable facilitator keeps it pending).
-        Outcome::Unavailable(settlement, receipt) => Ok(settlement_failed(
+        Resolved::Unsettled(Outcome::Unavailable(settlement, receipt)) => Ok(settlement_failed(
             &config,
             ErrorCode::PaymentVerificationUnavailable,
             style,
             &settlement,
             &receipt,
         )),
-        Outcome::Failed(settlement, receipt) => {
-            forget_answer(&config, &answer_key).await;
-            if let Some((id, _)) = &id_binding {
-                forget_answer(&config, &payment_id::id_key(id)).await;
-            }
-            Ok(settlement_failed(
-                &config,
-                ErrorCode::SettlementFailed,
-                style,
-                &settlement,
-                &receipt,
-            ))
-        }
+        Resolved::Unsettled(
+            Outcome::Failed(settlement, receipt) | Outcome::Settled(settlement, receipt),
+        ) => Ok(settlement_failed(
+            &config,
+            ErrorCode::SettlementFailed,
+            style,
+            &settlement,
+            &receipt,
+        )),
     }
-}
-
-/// What the payment identifier's lookup decided.
-enum IdStep {
-    /// On to the claim; with the marker this request now holds, if it took one.
-    Proceed(Option<IdGuard>),
-    /// Refused: 409 for another request or payer, 503 while in flight, or
-    /// the store could not answer.
-    Refuse(ErrorCode, String),
-    /// A kept answer for this request, and what it is bound to.
-    Stored(KeptAnswer, IdBinding),
-}
-
-/// Looks the payment's id up (marking it in flight when new).
-async fn begin_id(
-    config: &Config,
-    payment: &Payment,
-    id: &str,
-    request: [u8; 32],
-    hold_until: u64,
-) -> IdStep {
-    let key = payment_id::id_key(id);
-    let binding = IdBinding {
-        request,
-        payer: payment
-            .claimed_payer()
-            .unwrap_or_default()
-            .to_ascii_lowercase(),
-        payment: payment.fingerprint,
-    };
-    let conflict = || {
-        IdStep::Refuse(
-            ErrorCode::PaymentIdentifierConflict,
-            "payment_identifier_conflict".to_owned(),
-        )
-    };
-    match config
-        .answer_store
-        .begin(&key, &binding.encode(), hold_until)
-        .await
-    {
-        Err(error) => IdStep::Refuse(ErrorCode::PaymentVerificationUnavailable, error.to_string()),
-        Ok(Begun::Started) => IdStep::Proceed(Some(IdGuard {
-            store: config.answer_store.clone(),
-            key: Some(key),
-        })),
-        Ok(Begun::InFlight(marker)) => match IdBinding::decode(&marker) {
-            // The very payment (for this request, or a poll of what it paid for):
-            // its claim decides (a pending settlement is resolved, a paid replay replayed).
-            Some(other) if other.payment == binding.payment => IdStep::Proceed(None),
-            Some(other) if other.same_request_and_payer(&binding) => IdStep::Refuse(
-                ErrorCode::PaymentVerificationUnavailable,
-                ID_IN_FLIGHT.to_owned(),
-            ),
-            _ => conflict(),
-        },
-        Ok(Begun::Kept(answer)) => match IdBinding::decode(answer.binding()) {
-            Some(stored) if stored.request == binding.request => IdStep::Stored(answer, stored),
-            Some(stored) if stored.payment == binding.payment => IdStep::Proceed(None),
-            _ => conflict(),
-        },
-    }
-}
-
-/// The answer kept under the payment's id: for the identical payment at
-/// once; for a fresh one once it verifies from the same payer, its claim
-/// then released (never settled).
-async fn stored_answer<B>(
-    config: &Config,
-    payment: &Payment,
-    answer: &KeptAnswer,
-    stored: &IdBinding,
-    hold_until: u64,
-) -> Response<X402Body<B>> {
-    let refuse = |code: ErrorCode, why: &str, payer: Option<&str>| {
-        rejection(payment_rejection(
-            config,
-            code,
-            why,
-            payer,
-            payment.style,
-            payment.quote.required(),
-        ))
-        .map(X402Body::plain)
-    };
-    if stored.payment == payment.fingerprint {
-        trace_decision!(INFO, "x402", outcome = "stored answer");
-        return kept_response(answer);
-    }
-    match config.nonce_store.claim(&payment.key, hold_until).await {
-        Ok(Claim::Claimed) => {}
-        Ok(_) => {
-            return refuse(
-                ErrorCode::PaymentReplay,
-                "authorization_already_used",
-                payment.claimed_payer(),
-            );
-        }
-        Err(error) => {
-            return refuse(
-                ErrorCode::PaymentVerificationUnavailable,
-                &error.to_string(),
-                payment.claimed_payer(),
-            );
-        }
-    }
-    let claim = ClaimGuard::new(config, &payment.key);
-    let verdict = config.facilitator.verify(&payment.facilitation).await;
-    // Verified or not, this authorization is never settled.
-    claim.release().await;
-    let verdict = match verdict {
-        Ok(verdict) => verdict,
-        Err(error) => {
-            return refuse(
-                ErrorCode::PaymentVerificationUnavailable,
-                &error.to_string(),
-                payment.claimed_payer(),
-            );
-        }
-    };
-    let payer = verdict
-        .payer
-        .clone()
-        .or_else(|| payment.claimed_payer().map(str::to_owned))
-        .unwrap_or_default();
-    if !verdict.is_valid {
-        let why = verdict
-            .invalid_reason
-            .as_deref()
-            .unwrap_or(reason::INVALID_PAYLOAD);
-        return refuse(code_for_reason(why), why, Some(&payer));
-    }
-    if payer.to_ascii_lowercase() != stored.payer {
-        return refuse(
-            ErrorCode::PaymentIdentifierConflict,
-            "payment_identifier_conflict",
-            Some(&payer),
-        );
-    }
-    trace_decision!(
-        INFO,
-        "x402",
-        payer = payer.as_str(),
-        outcome = "stored answer"
-    );
-    kept_response(answer)
-}
-
-/// The in-flight marker of a payment's id: given back (the id free again)
-/// unless the answer is kept under it, or it is held for a pending
-/// settlement; also when the request goes away.
-struct IdGuard {
-    store: Arc<dyn super::AnswerStore>,
-    key: Option<String>,
-}
-
-impl IdGuard {
-    /// Keeps `answer` under the id in place of the marker.
-    async fn keep(mut self, config: &Config, answer: &KeptAnswer, keep_until: u64) {
-        if let Some(key) = self.key.take() {
-            keep_answer(config, &key, answer, keep_until).await;
-        }
-    }
-
-    /// Leaves the marker until its hold-until: the settlement is pending.
-    fn hold(mut self) {
-        self.key = None;
-    }
-}
-
-impl Drop for IdGuard {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            // Started at once by the store; its hold-until is the safety net.
-            drop(self.store.forget(&key));
-        }
-    }
-}
-
-/// Where an authorization's answer is kept.
-fn answer_key(key: &AuthorizationKey) -> String {
-    ["x402-authorization:", key.as_str()].concat()
-}
-
-/// What a kept answer is bound to: the very payment (its fingerprint) and
-/// the request it paid for (a poll of a paid job, paid by the same payment,
-/// is another request).
-fn binding(payment: &Payment) -> String {
-    let fingerprint = alloy_primitives::hex::encode(payment.fingerprint);
-    [&fingerprint, " ", &payment.request_line].concat()
-}
-
-/// The answer kept for this very payment, if any (a store failure is none:
-/// the resend is then served again, charged once).
-async fn kept_answer(config: &Config, payment: &Payment) -> Option<KeptAnswer> {
-    match config.answer_store.kept(&answer_key(&payment.key)).await {
-        Ok(answer) => answer.filter(|answer| answer.binding() == binding(payment)),
-        Err(_error) => {
-            trace_warn!(error = %_error, "the answer store could not be read");
-            None
-        }
-    }
-}
-
-/// Keeps a settled answer under its payer and operation for the payer's
-/// `sign-in-with-x`, for the answer retention.
-#[cfg(feature = "siwx")]
-async fn keep_for_sign_in(config: &Config, payer: &str, operation: &[u8; 32], answer: &KeptAnswer) {
-    let key = super::siwx::kept_key(payer, operation);
-    let answer = answer.clone().with_binding(super::siwx::KEPT_BINDING);
-    let keep_until =
-        (config.clock.now_unix_secs()).saturating_add(config.answer_limits.retention_secs);
-    keep_answer(config, &key, &answer, keep_until).await;
-}
-
-/// Records that the payer of a settled `receipt` paid for `operation`, for
-/// the answer retention; a failure only costs a later sign-in its answer.
-#[cfg(feature = "siwx")]
-async fn entitle(config: &Config, operation: &[u8; 32], receipt: &PaymentReceipt) {
-    let until = (config.clock.now_unix_secs()).saturating_add(config.answer_limits.retention_secs);
-    if let Err(_error) = config.entitlements.entitle(operation, receipt, until).await {
-        trace_warn!(error = %_error, "the entitlement store could not record a payment");
-    }
-}
-
-/// Keeps `answer`; a failure only costs the resend a second upstream call.
-async fn keep_answer(config: &Config, key: &str, answer: &KeptAnswer, keep_until: u64) {
-    if answer.size() > config.answer_limits.max_answer_bytes {
-        return;
-    }
-    match config.answer_store.keep(key, answer, keep_until).await {
-        Ok(true) => {}
-        Ok(false) => trace_warn!("the answer store refused an answer as too large"),
-        Err(_error) => trace_warn!(error = %_error, "the answer store could not keep an answer"),
-    }
-}
-
-async fn forget_answer(config: &Config, key: &str) {
-    if let Err(_error) = config.answer_store.forget(key).await {
-        trace_warn!(error = %_error, "the answer store could not forget an answer");
-    }
-}
-
-/// Until when a payment's answer is kept: the retention, and at least as
-/// long as its authorization is remembered.
-fn answer_keep_until(config: &Config, payment: &Payment) -> u64 {
-    let now = config.clock.now_unix_secs();
-    spent_keep_until(config, payment).max(now.saturating_add(config.answer_limits.retention_secs))
 }
 
 /// A kept answer as the response.
 fn kept_response<B>(answer: &KeptAnswer) -> Response<X402Body<B>> {
     rejection(answer.to_response()).map(X402Body::plain)
-}
-
-/// The body of an answer, if it ends within `limit` bytes without an error.
-async fn collect_within<B: http_body::Body<Data = Bytes>>(body: B, limit: usize) -> Option<Bytes> {
-    use http_body_util::BodyExt;
-    let mut body = std::pin::pin!(body);
-    let mut collected = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else { return None };
-        if let Ok(data) = frame.into_data() {
-            if collected.len() + data.len() > limit {
-                return None;
-            }
-            collected.extend_from_slice(&data);
-        }
-    }
-    Some(Bytes::from(collected))
 }
 
 /// The failed settlement, nothing charged: 402 `SETTLEMENT_FAILED`, or 503
@@ -1356,257 +628,6 @@ fn is_event_stream<B>(response: &Response<B>) -> bool {
         })
 }
 
-/// A verified, served payment, its claim held, settled once.
-struct SettleJob {
-    config: Arc<Config>,
-    payment: Box<Payment>,
-    claim: ClaimGuard,
-    receipt: PaymentReceipt,
-    /// Asking again after a `/settle` whose answer was lost: a refusal for a
-    /// used authorization means that first settlement landed (the signed
-    /// authorization pays only `payTo`, only this amount).
-    after_lost_answer: bool,
-    /// Asking again about a settlement first reported pending: the transfer
-    /// may still land, so a facilitator that cannot answer keeps it pending.
-    resolving: bool,
-}
-
-/// How a settlement ended.
-enum Outcome {
-    /// Landed: the authorization is marked spent and the hook told.
-    Settled(SettleResponse, PaymentReceipt),
-    /// Refused or failed: the claim was given back.
-    Failed(SettleResponse, PaymentReceipt),
-    /// Not known yet (the facilitator reported it pending): the claim is kept
-    /// as a settling record until the authorization expires. The settlement
-    /// says [`SETTLEMENT_PENDING`] and names the transaction if known.
-    Pending(SettleResponse, PaymentReceipt),
-    /// The facilitator could not be asked (nothing consumed, the operator's
-    /// fault, e.g. a settler without gas): the claim was given back, so the
-    /// same payment works once it can settle. The settlement says why.
-    Unavailable(SettleResponse, PaymentReceipt),
-}
-
-/// Until when a settled (or settling) authorization is remembered: at least
-/// its `validBefore`, and a floor for paid replay.
-fn spent_keep_until(config: &Config, payment: &Payment) -> u64 {
-    let now = config.clock.now_unix_secs();
-    let floor_secs = MIN_SPENT_RETENTION_SECS.min(payment.offer().max_timeout_seconds);
-    payment
-        .facilitation
-        .exact_evm()
-        .map_or(now, |evm| evm.valid_before)
-        .max(now.saturating_add(floor_secs))
-}
-
-impl SettleJob {
-    /// Settles; on success marks the authorization spent and tells the hook;
-    /// on failure gives the claim back; when pending keeps it as settling.
-    /// Gives the payment back with the outcome: what an answer is kept
-    /// under is derived from it only when one is kept.
-    async fn run(self) -> (Outcome, Box<Payment>) {
-        let Self {
-            config,
-            payment,
-            claim,
-            receipt,
-            after_lost_answer,
-            resolving,
-        } = self;
-        let outcome = settle(
-            config,
-            &payment,
-            claim,
-            receipt,
-            after_lost_answer,
-            resolving,
-        )
-        .await;
-        (outcome, payment)
-    }
-}
-
-/// [`SettleJob::run`]'s work.
-async fn settle(
-    config: Arc<Config>,
-    payment: &Payment,
-    claim: ClaimGuard,
-    receipt: PaymentReceipt,
-    after_lost_answer: bool,
-    resolving: bool,
-) -> Outcome {
-    let offer = payment.offer();
-    let keep_until = spent_keep_until(&config, payment);
-    let unsettled = SpentAuthorization {
-        receipt,
-        fingerprint: payment.fingerprint,
-    };
-    config
-        .nonce_store
-        .settling(&payment.key, &unsettled, keep_until);
-    let receipt = unsettled.receipt;
-    let payer = Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty());
-    let settling = metrics::Started::now();
-    let settled = config.facilitator.settle(&payment.facilitation).await;
-    settling.observe(metrics::X402_SETTLE_DURATION_SECONDS);
-    let settlement = match settled {
-        Ok(settlement) => settlement,
-        Err(error)
-            if *error.kind() == FacilitatorErrorKind::Pending
-                || (resolving && *error.kind() == FacilitatorErrorKind::Unavailable) =>
-        {
-            let transaction = error
-                .transaction()
-                .or(receipt.transaction())
-                .unwrap_or_default()
-                .to_owned();
-            trace_decision!(
-                WARN,
-                "x402",
-                payer = receipt.payer(),
-                amount = %receipt.amount(),
-                network = %receipt.network(),
-                transaction = transaction.as_str(),
-                outcome = "settlement pending",
-            );
-            let mut record = receipt.clone();
-            if !transaction.is_empty() {
-                record = record.settled(transaction.clone());
-            }
-            let settling = SpentAuthorization {
-                receipt: record,
-                fingerprint: payment.fingerprint,
-            };
-            if let Err(_error) = config
-                .nonce_store
-                .mark_settling(&payment.key, settling, keep_until)
-                .await
-            {
-                // The claim stays held until its hold-until: never charged twice,
-                // but its resend is refused as in flight until then.
-                trace_warn!(error = %_error, "the nonce store could not record a pending settlement");
-            }
-            claim.keep();
-            let mut pending =
-                SettleResponse::failure(offer.network.clone(), SETTLEMENT_PENDING, payer);
-            pending.transaction = transaction;
-            pending.error_message =
-                Some("the transfer may still land: resend the same payment for its outcome".into());
-            return Outcome::Pending(pending, receipt);
-        }
-        Err(error) if *error.kind() == FacilitatorErrorKind::Unavailable => {
-            trace_decision!(
-                WARN,
-                "x402",
-                payer = receipt.payer(),
-                outcome = "unsettled",
-                error = ErrorCode::PaymentVerificationUnavailable.as_str(),
-            );
-            payment_outcome("unsettled");
-            claim.release().await;
-            let failed = SettleResponse::failure(offer.network.clone(), error.to_string(), payer);
-            return Outcome::Unavailable(failed, receipt);
-        }
-        Err(error) => SettleResponse::failure(offer.network.clone(), error.to_string(), payer),
-    };
-    let settlement = match settlement.error_reason.as_deref() {
-        Some(why) if after_lost_answer && code_for_reason(why) == ErrorCode::PaymentReplay => {
-            SettleResponse {
-                success: true,
-                error_reason: None,
-                error_message: None,
-                payer: Some(receipt.payer().to_owned()).filter(|payer| !payer.is_empty()),
-                // Landed by the first call, whose answer (and transaction) was lost.
-                transaction: String::new(),
-                network: offer.network.clone(),
-                amount: Some(offer.amount),
-            }
-        }
-        _ => settlement,
-    };
-    if !settlement.success {
-        trace_decision!(
-            WARN,
-            "x402",
-            payer = receipt.payer(),
-            amount = %receipt.amount(),
-            network = %receipt.network(),
-            outcome = "unsettled",
-            error = ErrorCode::SettlementFailed.as_str(),
-            reason = settlement.error_reason.as_deref(),
-        );
-        payment_outcome("unsettled");
-        claim.release().await;
-        return Outcome::Failed(settlement, receipt);
-    }
-    trace_decision!(
-        INFO,
-        "x402",
-        payer = receipt.payer(),
-        amount = %receipt.amount(),
-        network = %receipt.network(),
-        transaction = settlement.transaction.as_str(),
-        resource = payment.quote.required().resource.url.as_str(),
-        outcome = "settled",
-    );
-    payment_outcome("settled");
-    metrics::count(metrics::X402_SETTLEMENTS_TOTAL, []);
-    let receipt = receipt.settled(settlement.transaction.clone());
-    let spent = SpentAuthorization {
-        receipt: receipt.clone(),
-        fingerprint: payment.fingerprint,
-    };
-    // Settled on the ledger either way: a store failure here only weakens paid replay,
-    // since the ledger itself refuses the used nonce.
-    if let Err(_error) = config
-        .nonce_store
-        .mark_spent(&payment.key, spent, keep_until)
-        .await
-    {
-        trace_warn!(
-            error = %_error,
-            transaction = settlement.transaction.as_str(),
-            "settled, but the nonce store failed to mark the authorization spent",
-        );
-    }
-    claim.keep();
-    #[cfg(feature = "siwx")]
-    if let Some(operation) = &payment.operation {
-        entitle(&config, operation, &receipt).await;
-    }
-    config
-        .report_settled(|| {
-            SettledPayment::new(
-                receipt.payer(),
-                receipt.amount(),
-                receipt.network().clone(),
-                settlement.transaction.clone(),
-                payment.quote.required().resource.url.clone(),
-                payment.request_id.clone(),
-            )
-        })
-        .await;
-    Outcome::Settled(settlement, receipt)
-}
-
-/// The `PAYMENT-RESPONSE` value of a settlement.
-fn settle_header(settlement: &SettleResponse) -> Option<HeaderValue> {
-    HeaderValue::from_str(&codec::encode(settlement)).ok()
-}
-
-/// The settlement a receipt records, for the `PAYMENT-RESPONSE` of a paid replay.
-fn receipt_settlement(receipt: &PaymentReceipt) -> SettleResponse {
-    SettleResponse {
-        success: true,
-        error_reason: None,
-        error_message: None,
-        payer: Some(receipt.payer().to_owned()),
-        transaction: receipt.transaction().unwrap_or_default().to_owned(),
-        network: receipt.network().clone(),
-        amount: Some(receipt.amount()),
-    }
-}
-
 /// A paid answer is for its payer only: shared caches must not keep it.
 fn mark_private(headers: &mut http::HeaderMap) {
     let value = match headers
@@ -1628,11 +649,6 @@ fn mark_private(headers: &mut http::HeaderMap) {
     }
 }
 
-/// One paid-request decision into `walletgate_x402_payments_total`.
-fn payment_outcome(outcome: &'static str) {
-    metrics::count(metrics::X402_PAYMENTS_TOTAL, [("outcome", outcome)]);
-}
-
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;
@@ -1646,7 +662,10 @@ mod tests {
     use super::*;
     use crate::clock::FakeClock;
     use crate::store::BoxFuture;
+    use crate::x402::facilitator::FacilitatorRequest;
     use crate::x402::facilitator::{Facilitator, FacilitatorError};
+    use crate::x402::server::flow::{EXTENSION_ECHO_MISMATCH, ID_IN_FLIGHT};
+    use crate::x402::server::receipt::SettledPayment;
     use crate::x402::wire::types::PaymentPayload;
     use crate::x402::{
         server::{PaymentOption, PriceTable, SettlementHookError, X402Layer},

@@ -17,6 +17,6 @@ pub(crate) use evm::{EvmDecoding, WrittenAddress};
 pub(crate) use types::PaymentHeader;
 pub use types::{
     AtomicAmount, Eip3009Authorization, ExactEvmPayload, Network, PaymentPayload, PaymentRequired,
-    PaymentRequirements, ResourceInfo, SCHEME_EXACT, SettleResponse, SupportedKind,
+    PaymentRequirements, ResourceInfo, SCHEME_EXACT, SCHEME_UPTO, SettleResponse, SupportedKind,
     SupportedResponse, UsdAmount, ValueError, VerifyResponse, X402_VERSION,
 };

@@ -18,6 +18,9 @@ pub const X402_VERSION: u8 = 2;
 /// The only payment scheme the local verifier understands.
 pub const SCHEME_EXACT: &str = "exact";
 
+/// The scheme that authorises a maximum and settles what was used.
+pub const SCHEME_UPTO: &str = "upto";
+
 /// Why a wire value was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -1,0 +1,295 @@
+//! The payment flow of one paid call, whichever front carries it (the HTTP
+//! layer, a JSON-RPC tool call, another auth scheme): a decoded payment
+//! against its quote becomes a [`Payment`]; [`admit`] claims and verifies it
+//! (or answers from what is kept); the front runs the inner call; the
+//! [`Serving`] settles it when the answer ends, for the amount decided then
+//! ([`SettleAmount`]), and keeps the answer where the configuration asks.
+//!
+//! Settlement, replay, payment-identifier, answer keeping and the hook are
+//! the flow's; a front only carries the payment in and the answer out.
+//!
+//! ```text
+//! Payment::admit_header ─ admit ─┬─ Serve ── (inner call) ── settle ── keep
+//!                                ├─ Kept / Replay        (answered, nothing settled)
+//!                                ├─ Resolve              (a pending settlement asked again)
+//!                                └─ Refused
+//! ```
+
+mod amount;
+mod identified;
+mod kept;
+mod payment;
+mod pending;
+mod settle;
+#[cfg(feature = "siwx")]
+mod sign_in;
+
+use std::sync::Arc;
+
+pub use amount::SettleAmount;
+pub(crate) use kept::{Keeper, collect_within, kept_answer};
+pub use payment::EXTENSION_ECHO_MISMATCH;
+pub(crate) use payment::{ClaimGuard, ID_IN_FLIGHT, Paying, Payment, Refusal, payment_outcome};
+pub(crate) use pending::Resolved;
+pub(crate) use pending::resolve;
+pub use settle::SETTLEMENT_PENDING;
+pub(crate) use settle::{Outcome, receipt_settlement, settle_header};
+#[cfg(feature = "siwx")]
+pub(crate) use sign_in::signed_in_answer;
+
+use self::identified::{IdStep, begin_id, stored_answer};
+use self::kept::IdGuard;
+use self::settle::SettleJob;
+use super::config::Config;
+use super::receipt::PaymentReceipt;
+use super::replay::{Claim, SpentAuthorization};
+use crate::envelope::{EnvelopeStyle, ErrorCode};
+use crate::metrics;
+use crate::x402::facilitator::{code_for_reason, reason};
+
+/// What admitting a payment decided.
+pub(crate) enum Admission {
+    /// Claimed and verified: serve it, then [`Serving::settle`].
+    Serve(Box<Serving>),
+    /// The answer this very payment already paid for, kept.
+    Kept(super::KeptAnswer),
+    /// Paid replay: serve again, uncharged, with the settled payment's receipt.
+    Replay(PaymentReceipt),
+    /// A settlement of this payment first reported pending: ask again.
+    Resolve(Box<Payment>, SpentAuthorization),
+    /// Refused; nothing claimed, nothing charged.
+    Refused(Box<Payment>, Refusal),
+}
+
+/// Claims the payment (after its payment-identifier, if any) and verifies it.
+pub(crate) async fn admit(config: &Arc<Config>, payment: Box<Payment>) -> Admission {
+    let refused = |payment: Box<Payment>, code: ErrorCode, why: &str| {
+        let refusal = payment.refused(code, why);
+        Admission::Refused(payment, refusal)
+    };
+    let hold_until = payment.hold_until(config.clock.now_unix_secs());
+
+    // The payment identifier is looked up before the claim.
+    let mut id_guard = None;
+    if let Some((id, request)) = payment.payment_id.clone() {
+        match Box::pin(begin_id(config, &payment, &id, request, hold_until)).await {
+            IdStep::Proceed(guard) => id_guard = guard,
+            IdStep::Refuse(code, why) => return refused(payment, code, &why),
+            IdStep::Stored(answer, stored) => {
+                return match Box::pin(stored_answer(
+                    config, &payment, &answer, &stored, hold_until,
+                ))
+                .await
+                {
+                    Ok(()) => Admission::Kept(answer),
+                    Err(refusal) => Admission::Refused(payment, refusal),
+                };
+            }
+        }
+    }
+
+    let claiming = metrics::Started::now();
+    let claimed = config.nonce_store.claim(&payment.key, hold_until).await;
+    claiming.observe(metrics::X402_CLAIM_DURATION_SECONDS);
+    match claimed {
+        Ok(Claim::Claimed) if payment.payment_id.is_some() && id_guard.is_none() => {
+            // The id is held by another request, which pays under it: a copy
+            // that claimed the authorization first gives it back, or the payment
+            // would settle with no answer kept under its id.
+            config.nonce_store.release(&payment.key).await;
+            return refused(
+                payment,
+                ErrorCode::PaymentVerificationUnavailable,
+                ID_IN_FLIGHT,
+            );
+        }
+        Ok(Claim::Claimed) => {}
+        // The same payment under its id, still in flight: the one rule clients follow.
+        Ok(Claim::InFlight) if payment.payment_id.is_some() => {
+            return refused(
+                payment,
+                ErrorCode::PaymentVerificationUnavailable,
+                ID_IN_FLIGHT,
+            );
+        }
+        Ok(Claim::InFlight) => {
+            return refused(payment, ErrorCode::PaymentReplay, "authorization_in_flight");
+        }
+        Ok(Claim::Spent(spent)) if spent.fingerprint == payment.fingerprint => {
+            // The very payment that was settled: its kept answer, if one was kept
+            // (a settlement first reported pending), else the route's paid replay.
+            if let Some(answer) = Box::pin(kept_answer(config, &payment)).await {
+                trace_decision!(
+                    INFO,
+                    "x402",
+                    payer = spent.receipt.payer(),
+                    outcome = "kept answer"
+                );
+                payment_outcome("replayed");
+                return Admission::Kept(answer);
+            }
+            if config.paid_replay {
+                trace_decision!(
+                    INFO,
+                    "x402",
+                    payer = spent.receipt.payer(),
+                    transaction = spent.receipt.transaction(),
+                    outcome = "replayed",
+                );
+                payment_outcome("replayed");
+                return Admission::Replay(spent.receipt);
+            }
+            if payment.payment_id.is_some() && id_guard.is_none() {
+                // Settled under an id another request still holds: its answer is
+                // being stored under the id, so the resend will find it.
+                return refused(
+                    payment,
+                    ErrorCode::PaymentVerificationUnavailable,
+                    ID_IN_FLIGHT,
+                );
+            }
+            return refused(
+                payment,
+                ErrorCode::PaymentReplay,
+                "authorization_already_settled",
+            );
+        }
+        Ok(Claim::Settling(settling)) if settling.fingerprint == payment.fingerprint => {
+            return Admission::Resolve(payment, settling);
+        }
+        Ok(Claim::Settling(_)) => {
+            return refused(payment, ErrorCode::PaymentReplay, "authorization_in_flight");
+        }
+        Ok(_) => {
+            return refused(
+                payment,
+                ErrorCode::PaymentReplay,
+                "authorization_already_settled",
+            );
+        }
+        Err(error) => {
+            return refused(
+                payment,
+                ErrorCode::PaymentVerificationUnavailable,
+                &error.to_string(),
+            );
+        }
+    }
+    let claim = ClaimGuard::new(config, &payment.key);
+
+    let verifying = metrics::Started::now();
+    let verified = config.facilitator.verify(&payment.facilitation).await;
+    verifying.observe(metrics::X402_VERIFY_DURATION_SECONDS);
+    let verdict = match verified {
+        Ok(verdict) => verdict,
+        Err(error) => {
+            claim.release().await;
+            return refused(
+                payment,
+                ErrorCode::PaymentVerificationUnavailable,
+                &error.to_string(),
+            );
+        }
+    };
+    let payer = verdict
+        .payer
+        .or_else(|| payment.claimed_payer().map(str::to_owned));
+    if !verdict.is_valid {
+        let why = verdict
+            .invalid_reason
+            .as_deref()
+            .unwrap_or(reason::INVALID_PAYLOAD);
+        claim.release().await;
+        let refusal = Refusal::new(code_for_reason(why), why, payer.as_deref());
+        return Admission::Refused(payment, refusal);
+    }
+    payment_outcome("verified");
+    let offer = payment.offer();
+    let receipt = PaymentReceipt::new(
+        payer.unwrap_or_default(),
+        offer.amount,
+        offer.network.clone(),
+        payment.key.as_str().to_owned(),
+    );
+    Admission::Serve(Box::new(Serving {
+        config: config.clone(),
+        payment,
+        claim,
+        receipt,
+        id_guard,
+        amount: SettleAmount::default(),
+    }))
+}
+
+/// A verified payment whose claim is held while the front serves it.
+pub(crate) struct Serving {
+    config: Arc<Config>,
+    payment: Box<Payment>,
+    claim: ClaimGuard,
+    receipt: PaymentReceipt,
+    id_guard: Option<IdGuard>,
+    amount: SettleAmount,
+}
+
+impl Serving {
+    /// The receipt the inner call gets.
+    pub(crate) fn receipt(&self) -> &PaymentReceipt {
+        &self.receipt
+    }
+
+    /// The handle the inner call names a metered amount with.
+    pub(crate) fn amount(&self) -> &SettleAmount {
+        &self.amount
+    }
+
+    /// The payment's envelope style.
+    pub(crate) fn style(&self) -> EnvelopeStyle {
+        self.payment.style
+    }
+
+    /// Whether a stream of this payment must be settled before its first
+    /// byte: a contract payer's own code judges its signature again when
+    /// the transfer is mined.
+    pub(crate) fn settles_before_streaming(&self) -> bool {
+        self.payment.facilitation.payer_is_contract()
+    }
+
+    /// The inner call answered without success: not served, not charged.
+    pub(crate) async fn unserved(self, status: u16) {
+        trace_decision!(
+            INFO,
+            "x402",
+            payer = self.receipt.payer(),
+            status,
+            outcome = "unsettled",
+        );
+        let _ = status;
+        payment_outcome("unsettled");
+        self.claim.release().await;
+    }
+
+    /// Settles now, for the amount decided now; the [`Keeper`] keeps the
+    /// answer where the configuration asks.
+    pub(crate) async fn settle(self) -> (Outcome, Keeper) {
+        let Self {
+            config,
+            payment,
+            claim,
+            receipt,
+            id_guard,
+            amount,
+        } = self;
+        let job = SettleJob {
+            config: config.clone(),
+            payment,
+            claim,
+            receipt,
+            amount,
+            after_lost_answer: false,
+            resolving: false,
+        };
+        let (outcome, payment) = job.run().await;
+        let keeper = Keeper::new(config, payment, id_guard, outcome.receipt().payer());
+        (outcome, keeper)
+    }
+}
