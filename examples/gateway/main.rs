@@ -30,7 +30,9 @@
 //! `discovery.rs` also renders; `pipeline.rs` orders the steps of each route;
 //! `extensions.rs` holds what a step hands on to the next; `gates.rs` the
 //! free-tier limit and the payment layers with their pricing hooks (each
-//! paid route a clone of one configured builder);
+//! paid route a clone of one configured builder); `config.rs` parses the
+//! environment, `settler.rs` connects the on-chain settler it names and
+//! `stores.rs` opens the stores;
 //! `state.rs` what every request shares, and the upstream call;
 //! `inference.rs` and `images/` the handlers; `request.rs`, `catalogue.rs`,
 //! `render.rs` and `upstream/` the requests, models, answers and providers.
@@ -63,6 +65,7 @@ mod request;
 #[path = "../common/request_id.rs"]
 mod request_id;
 mod routes;
+mod settler;
 #[path = "../common/shutdown.rs"]
 mod shutdown;
 mod state;
@@ -123,7 +126,6 @@ use std::sync::atomic::Ordering;
 use axum::Router;
 use axum::routing::{get, post};
 use http::StatusCode;
-use walletgate::x402::facilitator::evm_settler::{MemorySettlementRecords, SettlementRecords};
 use walletgate::x402::{
     facilitator::{DevLedger, Facilitator},
     server::QuoteExtensions,
@@ -195,19 +197,10 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
                 .map_err(|error| format!("{}: {}", settings.facilitator_url, error.detail()))?,
         );
     }
-    if let PaymentNetwork::Evm(evm) = &config.network
-        && let Some(settings) = &config.settler_settings
-    {
-        // With Redis, every replica reads what any of them broadcast.
-        let records: Arc<dyn SettlementRecords> =
-            match redis_connection(&config).map_err(|error| error as Box<dyn std::error::Error>)? {
-                None => Arc::new(MemorySettlementRecords::new()),
-                #[cfg(feature = "redis")]
-                Some(conn) => Arc::new(walletgate::redis::RedisSettlementRecords::new(conn)),
-                #[cfg(not(feature = "redis"))]
-                Some(never) => match never {},
-            };
-        config.settler = Some(settings.connect(evm, &config.tls, records).await?);
+    if config.settler_settings.is_some() {
+        let redis =
+            redis_connection(&config).map_err(|error| error as Box<dyn std::error::Error>)?;
+        config.settler = settler::configured(&config, redis).await?;
     }
     if let PaymentNetwork::Evm(evm) = &config.network
         && let Some(url) = &evm.facilitator_url
