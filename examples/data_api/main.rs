@@ -355,7 +355,12 @@ pub(crate) fn build_with_clock(
         relationships: Relationships::default(),
         clock: clock.clone(),
         openapi: openapi::serialised(&operations, &config.origin)?,
-        protected_resource: protected_resource::Documents::new(&config.origin, &operations),
+        resource_metadata_api: protected_resource::serialised(&config.origin, "", &operations),
+        resource_metadata_mcp: protected_resource::serialised(
+            &config.origin,
+            protected_resource::MCP_RESOURCE,
+            &operations,
+        ),
     });
     let metadata = ResourceMetadata {
         api: protected_resource::metadata_url(&config.origin, "")?,
