@@ -19,7 +19,10 @@ It fails (exit 1), naming each offending edge with its file and line, when
 - files import each other in a circle, unless the circle's files are all
   `layer.rs`/`service.rs`/`future.rs` of one folder and include both
   `layer.rs` and `service.rs` (a layer and its service name each other);
-- top-level modules import each other in a circle.
+- top-level modules import each other in a circle;
+- the files of an example of several files (`examples/<name>/main.rs` and
+  the modules it declares, `#[path]` ones included) import each other in a
+  circle: the examples sit above every floor, so only circles are checked.
 
 `--self-test` runs the check on a copy of `src/` and ARCHITECTURE.md: the copy
 must pass, and fail once a cycle, then an upward import, is planted in it.
@@ -189,19 +192,23 @@ def parse_use_tree(tokens, i, prefix, out):
 
 
 class Crate:
-    def __init__(self, src):
+    def __init__(self, src, root_file="lib.rs"):
         self.src = src
         self.modules = {}
         self.references = []
         self.file_module = {}  # file -> module path of the file
         self.test_files = set()
-        root = Module((), src / "lib.rs")
+        self.path_attrs = {}  # file -> {line: the path of a `#[path = "…"]` on it}
+        root = Module((), src / root_file)
         self.modules[()] = root
-        self.parse_file(src / "lib.rs", root)
+        self.parse_file(src / root_file, root)
 
-    def child_file(self, module, name):
+    def child_file(self, module, name, path_attr=None):
         file = module.file
-        if file.name in ("lib.rs", "mod.rs"):
+        if path_attr is not None:  # `#[path = "…"] mod name;`, beside the declaring file
+            candidate = (file.parent / path_attr).resolve()
+            return candidate if candidate.exists() else None
+        if file.name in ("lib.rs", "mod.rs") or file == self.modules[()].file:
             base = file.parent
         else:
             base = file.parent / file.stem
@@ -212,11 +219,17 @@ class Crate:
 
     def parse_file(self, file, module):
         self.file_module[file] = module.path
-        tokens = tokenize(file.read_text())
+        text = file.read_text()
+        self.path_attrs[file] = {
+            text.count("\n", 0, m.start()) + 1: m.group(1)
+            for m in re.finditer(r'#\[path\s*=\s*"([^"]*)"\s*\]', text)
+        }
+        tokens = tokenize(text)
         self.parse_block(tokens, 0, len(tokens), module)
 
     def parse_block(self, tokens, i, end, module):
         pending_test = False
+        pending_path = None
         while i < end:
             t, line = tokens[i]
             if t == "#" and i + 1 < end and tokens[i + 1][0] in ("[", "!"):
@@ -228,23 +241,27 @@ class Crate:
                     if inner:  # the whole enclosing block is test code
                         return
                     pending_test = True
+                elif not inner and [a for a, _ in attr[:2]] == ["path", "="]:
+                    pending_path = self.path_attrs.get(module.file, {}).get(line)
                 i = close
                 continue
             if pending_test:
                 # `#[cfg(test)] mod name;`: the whole file is test code.
                 if t == "mod" and tokens[i + 2][0] == ";":
-                    child = self.child_file(module, tokens[i + 1][0])
+                    child = self.child_file(module, tokens[i + 1][0], pending_path)
                     if child:
                         self.test_files.add(child)
                 i = skip_item(tokens, i)
                 pending_test = False
+                pending_path = None
                 continue
             if t == "mod" and i + 2 < end and tokens[i + 2][0] in (";", "{"):
                 name = tokens[i + 1][0]
                 module.children.add(name)
                 path = module.path + (name,)
                 if tokens[i + 2][0] == ";":
-                    child_file = self.child_file(module, name)
+                    child_file = self.child_file(module, name, pending_path)
+                    pending_path = None
                     if child_file is not None:
                         child = Module(path, child_file)
                         self.modules[path] = child
@@ -398,6 +415,64 @@ def is_layer_pair(files):
     return len({f.parent for f in files}) == 1 and names <= LAYER_PAIR and {"layer.rs", "service.rs"} <= names
 
 
+def collect_file_edges(crate):
+    """file -> {file: [(line, target module)]}: the non-test import edges."""
+    file_edges = defaultdict(lambda: defaultdict(list))
+    for ref in crate.references:
+        source = ref.module.file
+        if source in crate.test_files:
+            continue
+        target_module = crate.resolve(ref.path)
+        target = crate.modules[target_module].file if target_module in crate.modules else None
+        if target is None or target == source:
+            continue
+        own = ref.module.path
+        if ref.facade and target_module[: len(own)] == own:
+            continue  # a module's façade re-exporting its own children
+        file_edges[source][target].append((ref.line, target_module))
+    return file_edges
+
+
+def example_crates(root):
+    """(name, Crate) for each example of several files: `examples/<name>/main.rs`."""
+    examples = root / "examples"
+    if not examples.is_dir():
+        return []
+    return [
+        (main.parent.name, Crate(main.parent, "main.rs"))
+        for main in sorted(examples.glob("*/main.rs"))
+    ]
+
+
+def check_examples(root):
+    """Import circles between the files of each example (test files not read).
+
+    The examples sit above every floor, so only circles are checked: an
+    example is wiring, and wiring imports downwards, never in a circle.
+    """
+    problems, files, edge_count = [], 0, 0
+
+    def rel(file):
+        return file.resolve().relative_to(root.resolve()).as_posix()
+
+    for name, crate in example_crates(root):
+        file_edges = collect_file_edges(crate)
+        files += len(crate.file_module) - len(crate.test_files)
+        edge_count += sum(len(t) for t in file_edges.values())
+        edges = {s: set(t) for s, t in file_edges.items()}
+        for component in strongly_connected(set(crate.file_module), edges):
+            members = set(component)
+            lines = []
+            for s in component:
+                for t in sorted(edges.get(s, ())):
+                    if t in members:
+                        line, module = file_edges[s][t][0]
+                        lines.append(f"  {rel(s)}:{line} -> {display(module)}")
+            names = ", ".join(rel(f) for f in component)
+            problems.append(f"import cycle in example {name} between files {names}:\n" + "\n".join(lines))
+    return problems, files, edge_count
+
+
 def check(root):
     """The violations (one message each) of the tree at root."""
     src = root / "src"
@@ -420,21 +495,7 @@ def check(root):
     def rel(file):
         return file.relative_to(root).as_posix()
 
-    # file -> {file: [(line, target module)]}
-    file_edges = defaultdict(lambda: defaultdict(list))
-    for ref in crate.references:
-        source = ref.module.file
-        if source in crate.test_files:
-            continue
-        target_module = crate.resolve(ref.path)
-        target = crate.modules[target_module].file if target_module in crate.modules else None
-        if target is None or target == source:
-            continue
-        own = ref.module.path
-        if ref.facade and target_module[: len(own)] == own:
-            continue  # a module's façade re-exporting its own children
-        file_edges[source][target].append((ref.line, target_module))
-
+    file_edges = collect_file_edges(crate)
     file_node = {file: path for file, path in crate.file_module.items()}
 
     def edge_text(source, target):
@@ -508,6 +569,9 @@ def check(root):
 
 def run(root):
     problems, warnings, summary, _, _ = check(root)
+    example_problems, example_files, example_edges = check_examples(root)
+    problems += example_problems
+    summary += f"; examples: {example_files} files, {example_edges} file edges"
     for warning in warnings:
         print(f"layer-check: warning: {warning}")
     for problem in problems:
@@ -515,7 +579,10 @@ def run(root):
     if problems:
         print(f"layer-check: {len(problems)} violation(s) ({summary})")
         return 1
-    print(f"layer-check: ok ({summary}; no upward import, no import cycle but layer/service pairs)")
+    print(
+        f"layer-check: ok ({summary}; no upward import, no import cycle but layer/service pairs, "
+        "none in the examples)"
+    )
     return 0
 
 
@@ -531,8 +598,8 @@ def self_test():
         shutil.copy(REPO / "ARCHITECTURE.md", tmp / "ARCHITECTURE.md")
         return tmp
 
-    def expect(name, root, fails, needle):
-        problems, _, _, _, _ = check(root)
+    def expect(name, root, fails, needle, checked=lambda root: check(root)[0]):
+        problems = checked(root)
         print(f"--- self-test: {name}: {len(problems)} violation(s)")
         for problem in problems:
             print("    " + problem.replace("\n", "\n    "))
@@ -585,11 +652,49 @@ def self_test():
     )
     expect("upward import in comments, strings and tests", root, False, "")
 
+    # The examples: a copy with them passes; a circle planted in one fails.
+    def copy_with_examples():
+        tmp = copy()
+        shutil.copytree(REPO / "examples", tmp / "examples")
+        return tmp
+
+    def expect_examples(name, root, fails, needle):
+        expect(name, root, fails, needle, lambda root: check_examples(root)[0])
+
+    expect_examples("untouched examples", copy_with_examples(), False, "")
+    root = copy_with_examples()
+    planted = None
+    for example, crate in example_crates(root):
+        edges = collect_file_edges(crate)
+        planted = next(
+            (
+                (s, t)
+                for s in sorted(edges)
+                for t in sorted(edges[s])
+                if crate.file_module[s] and crate.file_module[t]
+            ),
+            None,
+        )
+        if planted:
+            source, target = planted
+            back = "crate::" + display(crate.file_module[source])
+            plant(root, target.relative_to(root), f"\n#[allow(unused_imports)]\nuse {back} as _;\n")
+            print(f"    (planted `use {back} as _;` in {target.relative_to(root).as_posix()})")
+            break
+    if planted:
+        expect_examples("planted cycle in an example", root, True, "import cycle in example")
+    else:
+        shutil.rmtree(root)
+        failures.append("no example edge to plant a cycle on")
+
     if failures:
         for failure in failures:
             print(f"layer-check self-test FAILED: {failure}")
         return 1
-    print("layer-check self-test: ok (passes untouched, fails on a planted cycle and an upward import)")
+    print(
+        "layer-check self-test: ok (passes untouched, fails on a planted cycle and an upward "
+        "import, and on a cycle planted in an example)"
+    )
     return 0
 
 

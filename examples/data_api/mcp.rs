@@ -31,7 +31,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::ApiKeys;
+use crate::quotas::ApiKeys;
 use axum::body::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;

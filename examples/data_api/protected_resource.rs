@@ -46,29 +46,18 @@ pub(crate) fn document(origin: &str, resource_path: &str, operations: &[Operatio
     })
 }
 
-/// Both documents, serialised once at start.
-#[derive(Clone, Debug)]
-pub(crate) struct Documents {
-    pub(crate) api: Bytes,
-    pub(crate) mcp: Bytes,
-}
-
-impl Documents {
-    pub(crate) fn new(origin: &str, operations: &[Operation]) -> Self {
-        let bytes = |path| Bytes::from(document(origin, path, operations).to_string());
-        Self {
-            api: bytes(""),
-            mcp: bytes(MCP_RESOURCE),
-        }
-    }
+/// The document of the resource at `origin` + `resource_path`, serialised
+/// once at start (the state keeps the bytes).
+pub(crate) fn serialised(origin: &str, resource_path: &str, operations: &[Operation]) -> Bytes {
+    Bytes::from(document(origin, resource_path, operations).to_string())
 }
 
 /// `GET /.well-known/oauth-protected-resource`.
 pub(crate) async fn api_metadata(State(state): State<SharedState>) -> Response {
-    crate::openapi_common::json_bytes(state.protected_resource.api.clone())
+    crate::openapi_common::json_bytes(state.resource_metadata_api.clone())
 }
 
 /// `GET /.well-known/oauth-protected-resource/mcp`.
 pub(crate) async fn mcp_metadata(State(state): State<SharedState>) -> Response {
-    crate::openapi_common::json_bytes(state.protected_resource.mcp.clone())
+    crate::openapi_common::json_bytes(state.resource_metadata_mcp.clone())
 }

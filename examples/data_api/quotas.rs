@@ -9,7 +9,7 @@ use walletgate::api_key::{
 };
 use walletgate::clock::SharedClock;
 
-use crate::Config;
+use crate::config::Config;
 
 /// The quota buckets, in memory or on the shared Redis, chosen at start.
 pub(crate) type KeyQuotas = Arc<dyn QuotaStore>;

@@ -23,8 +23,10 @@ pub(crate) struct AppState {
     pub(crate) clock: SharedClock,
     /// The live description, rendered and serialised once from the route table.
     pub(crate) openapi: Bytes,
-    /// The RFC 9728 metadata documents, serialised once.
-    pub(crate) protected_resource: crate::protected_resource::Documents,
+    /// The RFC 9728 metadata document of the REST API, serialised once.
+    pub(crate) resource_metadata_api: Bytes,
+    /// The RFC 9728 metadata document of the MCP endpoint, serialised once.
+    pub(crate) resource_metadata_mcp: Bytes,
 }
 
 pub(crate) type SharedState = Arc<AppState>;

@@ -13,7 +13,7 @@ use walletgate::siwe::{InMemoryNonceStore, NonceStore};
 use walletgate::tokens::{InMemoryPatStore, InMemorySessionStore, PatStore, SessionStore};
 use walletgate::wallet_jwt::{InMemoryRevocations, RevocationCheck};
 
-use crate::Config;
+use crate::config::Config;
 
 /// PATs, in memory or on Redis.
 pub(crate) type Pats = Arc<dyn PatStore>;

@@ -15,8 +15,8 @@ use secp256k1::{Message, Secp256k1, SecretKey};
 use serde_json::{Value, json};
 use walletgate::FakeClock;
 
-use crate::Config;
 use crate::build_with_clock;
+use crate::config::Config;
 use crate::wire::rfc3339;
 
 /// The wallet client, the `walletgate` binary and its MCP bridge.
@@ -872,7 +872,7 @@ fn help_and_version_are_answered_and_list_every_variable() {
     assert_eq!(command(&["--help".to_owned()]), Command::Help);
     assert_eq!(command(&["--version".to_owned()]), Command::Version);
     let help = crate::help();
-    let read = crate::cli::variables_read(include_str!("main.rs"), "DATA_API_");
+    let read = crate::cli::variables_read(include_str!("config.rs"), "DATA_API_");
     assert!(read.len() > 15, "{read:?}");
     for variable in read {
         assert!(

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use walletgate::SystemClock;
 
-use crate::Config;
 use crate::access_log::AccessLog;
 use crate::build_with_clock;
+use crate::config::Config;
 
 /// Public Hardhat/Anvil development key #0 (wallet with seeded favorites).
 const DEV_KEY_0: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";

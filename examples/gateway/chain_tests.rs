@@ -120,10 +120,14 @@ pub(crate) async fn settler_config(
         confirmations: 0,
     };
     let evm = EvmSettings::base_sepolia();
-    let settler = settings
-        .connect(&evm, &walletgate::tls::ClientTls::webpki_roots(), records)
-        .await
-        .unwrap();
+    let settler = crate::settler::connect(
+        &settings,
+        &evm,
+        &walletgate::tls::ClientTls::webpki_roots(),
+        records,
+    )
+    .await
+    .unwrap();
     let pay_to = payer(fresh_payer_key()).address_bytes();
     let config = Config {
         pay_to: pay_to.to_checksum(None),

@@ -58,8 +58,7 @@ use std::time::Duration;
 use walletgate::free_tier::{ClientIpResolver, FreeTierQuotas};
 use walletgate::tls::ClientTls;
 use walletgate::x402::ConfigError as X402ConfigError;
-use walletgate::x402::facilitator::evm_settler::SettlementRecords;
-use walletgate::x402::facilitator::{CdpAuth, DevLedger, EvmSettler, FacilitatorAuth, SettlerKey};
+use walletgate::x402::facilitator::{CdpAuth, DevLedger, EvmSettler, FacilitatorAuth};
 use walletgate::x402::server::{
     AnswerLimits, DEFAULT_ANSWER_STORE_BYTES, PaymentIdentifier, PaymentOption, SignInWithX,
 };
@@ -93,7 +92,8 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-fn invalid(variable: &str, reason: impl Into<String>) -> ConfigError {
+/// `variable`'s value cannot be used, for `reason` (never the value: it may be a secret).
+pub(crate) fn invalid(variable: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         variable: variable.to_owned(),
         reason: reason.into(),
@@ -160,8 +160,9 @@ pub(crate) struct Config {
     pub(crate) drain: Duration,
     /// `GATEWAY_EVM_RPC_URL` + `GATEWAY_SETTLER_KEY_FILE`: settle on chain.
     pub(crate) settler_settings: Option<SettlerSettings>,
-    /// That settler once connected (its startup checks passed): it verifies
-    /// and settles instead of any facilitator.
+    /// That settler once connected by [`crate::settler::connect`] (its
+    /// startup checks passed): it verifies and settles instead of any
+    /// facilitator. Never set by parsing.
     pub(crate) settler: Option<EvmSettler>,
 }
 
@@ -182,40 +183,6 @@ impl fmt::Debug for SettlerSettings {
             .field("receipt_timeout", &self.receipt_timeout)
             .field("confirmations", &self.confirmations)
             .finish_non_exhaustive()
-    }
-}
-
-impl SettlerSettings {
-    /// The settler for `evm`'s USDC, its startup checks run (chain id, the
-    /// token's code, a warning when the key holds little ETH).
-    pub(crate) async fn connect(
-        &self,
-        evm: &EvmSettings,
-        tls: &ClientTls,
-        records: Arc<dyn SettlementRecords>,
-    ) -> Result<EvmSettler, ConfigError> {
-        let key = SettlerKey::from_file(&self.key_file)
-            .map_err(|error| invalid("GATEWAY_SETTLER_KEY_FILE", error.to_string()))?;
-        let usdc = evm
-            .usdc
-            .parse()
-            .map_err(|_| invalid("GATEWAY_USDC_ADDRESS", "not an EVM address"))?;
-        let (settler, report) = EvmSettler::builder(&self.rpc_url, key, evm.network.clone())
-            .with_asset(usdc)
-            .with_tls(tls.clone())
-            .with_records(records)
-            .with_receipt_timeout(self.receipt_timeout)
-            .with_confirmations(self.confirmations)
-            .connect()
-            .await
-            .map_err(|error| invalid("GATEWAY_EVM_RPC_URL", error.to_string()))?;
-        if report.low_balance {
-            eprintln!(
-                "gateway: WARNING: settler {} holds {} wei: fund it with ETH for gas",
-                report.address, report.balance_wei
-            );
-        }
-        Ok(settler)
     }
 }
 
@@ -902,101 +869,6 @@ mod tests {
                 .find(|(key, _)| *key == name)
                 .map(|(_, value)| (*value).to_owned())
         }
-    }
-
-    #[cfg(unix)]
-    #[tokio::test]
-    async fn a_settler_key_file_others_can_read_is_refused_and_never_echoed() {
-        use std::os::unix::fs::PermissionsExt;
-        let key = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
-        let dir = std::env::temp_dir().join(format!("gateway-settler-key-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("settler.key");
-        std::fs::write(&path, format!("{key}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let settings = SettlerSettings {
-            rpc_url: "http://127.0.0.1:1/secret-api-key".into(),
-            key_file: path.display().to_string(),
-            receipt_timeout: Duration::from_secs(1),
-            confirmations: 0,
-        };
-        let records =
-            Arc::new(walletgate::x402::facilitator::evm_settler::MemorySettlementRecords::new());
-        let error = settings
-            .connect(
-                &EvmSettings::base_sepolia(),
-                &ClientTls::webpki_roots(),
-                records.clone(),
-            )
-            .await
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(
-            error.contains("GATEWAY_SETTLER_KEY_FILE") && error.contains("chmod 600"),
-            "{error}"
-        );
-        assert!(!error.contains(&key[2..]));
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let error = settings
-            .connect(
-                &EvmSettings::base_sepolia(),
-                &ClientTls::webpki_roots(),
-                records,
-            )
-            .await
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(error.contains("GATEWAY_EVM_RPC_URL"), "{error}");
-        assert!(
-            !error.contains(&key[2..]) && !error.contains("secret-api-key"),
-            "{error}"
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// An unusable GATEWAY_EVM_RPC_URL is named by its variable (and at most
-    /// its scheme and host), never echoed: it may carry a provider's key.
-    #[cfg(unix)]
-    #[tokio::test]
-    async fn a_bad_rpc_url_is_refused_without_echoing_it() {
-        use std::os::unix::fs::PermissionsExt;
-        let key = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
-        let dir = std::env::temp_dir().join(format!("gateway-bad-rpc-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("settler.key");
-        std::fs::write(&path, format!("{key}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        for url in [
-            "node.example/v2/SECRET-KEY with spaces",
-            "ftp://node.example/v2/SECRET-KEY?key=SECRET-KEY",
-            "wss://user:SECRET-KEY@node.example/v2/SECRET-KEY",
-        ] {
-            let settings = SettlerSettings {
-                rpc_url: url.into(),
-                key_file: path.display().to_string(),
-                receipt_timeout: Duration::from_secs(1),
-                confirmations: 0,
-            };
-            let records = Arc::new(
-                walletgate::x402::facilitator::evm_settler::MemorySettlementRecords::new(),
-            );
-            let error = settings
-                .connect(
-                    &EvmSettings::base_sepolia(),
-                    &ClientTls::webpki_roots(),
-                    records,
-                )
-                .await
-                .err()
-                .unwrap()
-                .to_string();
-            assert!(error.contains("GATEWAY_EVM_RPC_URL"), "{error}");
-            assert!(!error.contains("SECRET-KEY"), "{error}");
-            assert!(!error.contains(&key[2..]), "{error}");
-        }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

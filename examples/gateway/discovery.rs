@@ -11,7 +11,9 @@ use bytes::Bytes;
 use http::request::Parts;
 use serde_json::{Map, Value, json};
 use walletgate::gateway::RequestModel;
-use walletgate::x402::server::{BazaarRoute, PaymentOption, QuoteExtensionMap};
+use walletgate::x402::server::{
+    BazaarRoute, PaymentOption, Price, QuoteExtensionMap, QuoteExtensions,
+};
 use walletgate::x402::wire::UsdAmount;
 
 use crate::catalogue::{Catalogue, Model, Pricing};
@@ -51,9 +53,8 @@ impl Bazaar {
         bazaar
     }
 
-    /// The entry of the request whose head is `request` (the payment
-    /// layer's `QuoteExtensions` hook).
-    pub(crate) fn entry(&self, request: &Parts) -> Option<QuoteExtensionMap> {
+    /// The entry of the request whose head is `request`.
+    fn entry(&self, request: &Parts) -> Option<QuoteExtensionMap> {
         let route = serving(request.uri.path())?;
         let model = (request.extensions.get::<RequestModel>())
             .map(RequestModel::as_str)
@@ -65,6 +66,14 @@ impl Bazaar {
             .and_then(|model| self.entries.get(&(route.path, model)))
             .or_else(|| self.fallbacks.get(route.path))
             .cloned()
+    }
+}
+
+/// The payment layers' hook: a 402 declares its request's entry, whatever
+/// its price.
+impl QuoteExtensions for Bazaar {
+    fn extensions(&self, request: &Parts, _: &Price) -> Option<QuoteExtensionMap> {
+        self.entry(request)
     }
 }
 

@@ -31,15 +31,13 @@ use walletgate::x402::{
         Ledger, LocalEvmFacilitator,
     },
     server::{
-        AnswerLimits, AnswerStore, EntitlementStore, InMemoryAnswerStore, InMemoryEntitlementStore,
-        InMemoryNonceStore, NonceStore, PaymentIdentifier, PaymentOption, RequestPrice,
-        SettledPayment, SettlementHookError, SignInWithX, X402Layer,
+        PaymentOption, Price, QuoteExtensions, RequestPrice, SettledPayment, SettlementHookError,
+        X402Layer, X402LayerBuilder,
     },
     wire::{SettleResponse, SupportedResponse, VerifyResponse},
 };
 
-use crate::config::{EvmSettings, PaymentFaults, SolanaSettings};
-use crate::discovery::Bazaar;
+use crate::config::{PaymentFaults, PaymentNetwork};
 
 /// The layers after validation, built once from the configuration.
 pub(crate) struct Gates {
@@ -49,6 +47,22 @@ pub(crate) struct Gates {
     pub(crate) inference_payment: X402Layer,
     /// Paid image jobs, in paid-replay mode: polls reuse the paying signature.
     pub(crate) image_payment: X402Layer,
+}
+
+impl Gates {
+    /// The free tier, and the two paid families' layers from what every paid
+    /// route shares (`payment`), each 402 declaring `extensions` when given.
+    pub(crate) fn new(
+        free_tier: FreeTier,
+        payment: &X402LayerBuilder,
+        extensions: Option<&Arc<dyn QuoteExtensions>>,
+    ) -> Result<Self, ConfigError> {
+        Ok(Self {
+            free_tier,
+            inference_payment: inference_layer(payment, extensions)?,
+            image_payment: image_layer(payment, extensions)?,
+        })
+    }
 }
 
 /// Where the free tier counts: this process, or the Redis every replica
@@ -104,232 +118,132 @@ pub(crate) fn facilitator_client(
     })
 }
 
-/// Where payments go and who checks them.
-#[derive(Clone)]
-pub(crate) struct PaymentSettings {
-    /// The offers of every quote, the first one preferred by clients.
-    pub(crate) options: Vec<PaymentOption>,
-    /// Verifies and settles.
-    pub(crate) facilitator: Arc<dyn Facilitator>,
-    /// Claims and spent authorizations, shared by every paid route.
-    pub(crate) nonce_store: Arc<dyn NonceStore>,
-    /// Paid answers kept for a resend, and their bounds.
-    pub(crate) answer_store: Arc<dyn AnswerStore>,
-    pub(crate) answer_limits: AnswerLimits,
-    /// The `payment-identifier` extension of every paid route.
-    pub(crate) payment_id: PaymentIdentifier,
-    pub(crate) clock: SharedClock,
-    /// Every settlement of every paid route, logged with a running total.
-    pub(crate) settled: Arc<SettlementTally>,
-    /// What every quote's `resource.url` starts with; never the client's `Host`.
-    pub(crate) public_url: String,
-    /// The `sign-in-with-x` extension of every paid route, when on.
-    pub(crate) sign_in: Option<SignInWithX>,
-    /// Who paid for which operation, for `sign-in-with-x`.
-    pub(crate) entitlements: Arc<dyn EntitlementStore>,
+/// The offers of every quote, the first one preferred by clients:
+/// `network`'s USDC paid to `pay_to` (Solana: to its own wallet, with its fee
+/// payer as `extra.feePayer`), each signed payment valid for
+/// `max_timeout_secs` (`maxTimeoutSeconds`).
+pub(crate) fn payment_options(
+    network: &PaymentNetwork,
+    pay_to: &str,
+    max_timeout_secs: u64,
+) -> Result<Vec<PaymentOption>, ConfigError> {
+    let option = match network {
+        PaymentNetwork::Evm(evm) => evm.option(pay_to)?,
+        PaymentNetwork::Solana(settings) => {
+            let Some(fee_payer) = settings.fee_payer.as_deref() else {
+                return Err(ConfigError::InvalidFacilitatorUrl(format!(
+                    "{}: no fee payer (set GATEWAY_SOLANA_FEE_PAYER or serve it in /supported)",
+                    settings.facilitator_url
+                )));
+            };
+            PaymentOption::solana_usdc(&settings.pay_to, fee_payer)
+        }
+    };
+    Ok(vec![option.with_max_timeout_secs(max_timeout_secs)?])
 }
 
-impl PaymentSettings {
-    /// `settings`' USDC paid to `pay_to`, verified and settled by the
-    /// facilitator at `settings.facilitator_url`, or without one in-process on
-    /// the development `ledger`.
-    pub(crate) fn evm(
-        settings: &EvmSettings,
-        pay_to: &str,
-        ledger: Arc<dyn Ledger>,
-        tls: &ClientTls,
-        auth: Option<&Arc<dyn FacilitatorAuth>>,
-        clock: SharedClock,
-    ) -> Result<Self, ConfigError> {
-        let facilitator: Arc<dyn Facilitator> = match &settings.facilitator_url {
-            Some(url) => Arc::new(facilitator_client(url, tls, auth, SETTLE_CALL_TIMEOUT)?),
-            None => Arc::new(LocalEvmFacilitator::new(ledger, clock.clone())),
-        };
-        let clock_for_entitlements = clock.clone();
-        Ok(Self {
-            options: vec![settings.option(pay_to)?],
-            facilitator,
-            nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
-            answer_store: Arc::new(InMemoryAnswerStore::new(clock.clone())),
-            answer_limits: AnswerLimits::default(),
-            payment_id: PaymentIdentifier::Optional,
-            clock,
-            settled: Arc::default(),
-            public_url: String::new(),
-            sign_in: None,
-            entitlements: Arc::new(InMemoryEntitlementStore::new(clock_for_entitlements)),
-        })
-    }
+/// Who verifies and settles `network`'s payments, behind `faults` (and their
+/// settle timeout): walletgate's own `settler` when given; else the
+/// facilitator at the configured URL, each call signed by `auth` when given
+/// (an unreachable or failing one is `PAYMENT_VERIFICATION_UNAVAILABLE`, 503,
+/// nothing consumed; a stale Solana blockhash it reports is
+/// `PAYMENT_BLOCKHASH_STALE`); else, Base Sepolia only, in-process on the
+/// development `ledger`.
+pub(crate) fn facilitator(
+    network: &PaymentNetwork,
+    settler: Option<Arc<dyn Facilitator>>,
+    ledger: Arc<dyn Ledger>,
+    tls: &ClientTls,
+    auth: Option<&Arc<dyn FacilitatorAuth>>,
+    clock: SharedClock,
+    faults: Arc<PaymentFaults>,
+) -> Result<Arc<dyn Facilitator>, ConfigError> {
+    let url = match network {
+        PaymentNetwork::Evm(evm) => evm.facilitator_url.as_deref(),
+        PaymentNetwork::Solana(settings) => Some(settings.facilitator_url.as_str()),
+    };
+    let inner: Arc<dyn Facilitator> = match (settler, url) {
+        (Some(settler), _) => settler,
+        (None, Some(url)) => Arc::new(facilitator_client(url, tls, auth, SETTLE_CALL_TIMEOUT)?),
+        (None, None) => Arc::new(LocalEvmFacilitator::new(ledger, clock)),
+    };
+    Ok(Arc::new(FaultyFacilitator {
+        inner,
+        faults,
+        landed: Mutex::default(),
+    }))
+}
 
-    /// Solana USDC paid to `settings.pay_to`, verified and settled by the
-    /// facilitator at `settings.facilitator_url`; quotes carry `extra.feePayer`.
-    ///
-    /// An unreachable or failing facilitator is `PAYMENT_VERIFICATION_UNAVAILABLE`
-    /// (503, nothing consumed); a stale blockhash it reports is
-    /// `PAYMENT_BLOCKHASH_STALE`.
-    pub(crate) fn solana(
-        settings: &SolanaSettings,
-        fee_payer: &str,
-        tls: &ClientTls,
-        auth: Option<&Arc<dyn FacilitatorAuth>>,
-        clock: SharedClock,
-    ) -> Result<Self, ConfigError> {
-        let facilitator =
-            facilitator_client(&settings.facilitator_url, tls, auth, SETTLE_CALL_TIMEOUT)?;
-        let clock_for_entitlements = clock.clone();
-        Ok(Self {
-            options: vec![PaymentOption::solana_usdc(&settings.pay_to, fee_payer)],
-            facilitator: Arc::new(facilitator),
-            nonce_store: Arc::new(InMemoryNonceStore::new(clock.clone())),
-            answer_store: Arc::new(InMemoryAnswerStore::new(clock.clone())),
-            answer_limits: AnswerLimits::default(),
-            payment_id: PaymentIdentifier::Optional,
-            clock,
-            settled: Arc::default(),
-            public_url: String::new(),
-            sign_in: None,
-            entitlements: Arc::new(InMemoryEntitlementStore::new(clock_for_entitlements)),
-        })
-    }
+/// What every paid route has in common, configured once and cloned per
+/// route ([`inference_layer`], [`image_layer`]): each route charges the
+/// [`RequestPrice`] an earlier step decided (none there: refused as a wiring
+/// fault, 500), quotes `options` with `public_url` + the path as
+/// `resource.url`, is settled by `facilitator`, and logs every settlement
+/// with a running total of all of them.
+pub(crate) fn payment(
+    options: &[PaymentOption],
+    facilitator: Arc<dyn Facilitator>,
+    clock: SharedClock,
+    public_url: &str,
+) -> Result<X402LayerBuilder, ConfigError> {
+    let settled = Arc::new(SettlementTally::default());
+    let builder = X402Layer::builder()
+        .with_pricing(RequestPrice::pricing)
+        .with_shared_facilitator(facilitator)
+        .with_clock(clock)
+        .with_mime_type("application/json")
+        .with_public_base_url(public_url)?
+        .on_settlement(settled.hook());
+    Ok(options.iter().fold(builder, |builder, option| {
+        builder.with_payment_option(option.clone())
+    }))
+}
 
-    /// The same settings verified and settled by `facilitator` (e.g. the
-    /// gateway's own on-chain settler).
-    pub(crate) fn with_facilitator(mut self, facilitator: Arc<dyn Facilitator>) -> Self {
-        self.facilitator = facilitator;
-        self
-    }
+/// The layer of the inference routes, from the routes' common `payment`:
+/// priced by model and request in the pipeline's model step. A sign-in
+/// re-runs nothing. `extensions`, when given, are each 402's own
+/// (discovery's `bazaar`).
+pub(crate) fn inference_layer(
+    payment: &X402LayerBuilder,
+    extensions: Option<&Arc<dyn QuoteExtensions>>,
+) -> Result<X402Layer, ConfigError> {
+    declaring(payment.clone(), extensions)
+        .with_description("Model inference")
+        .build()
+}
 
-    /// The same settings quoting `url` + the path as every `resource.url`.
-    pub(crate) fn with_public_url(mut self, url: &str) -> Self {
-        url.clone_into(&mut self.public_url);
-        self
-    }
+/// The layer of the image routes, from the routes' common `payment`: priced
+/// per image by `validate_image`, polls by their job (`find_job`), in
+/// paid-replay mode. The very payment that was settled goes through again,
+/// uncharged: its request gets the answer kept in the answer store (a lost
+/// answer recovered), another request (a poll of the paid job) runs again
+/// with the original receipt; and a wallet that signs in for the job it paid
+/// for is served again (the job's state, its result once done; without
+/// `sign-in-with-x` no request signs in).
+pub(crate) fn image_layer(
+    payment: &X402LayerBuilder,
+    extensions: Option<&Arc<dyn QuoteExtensions>>,
+) -> Result<X402Layer, ConfigError> {
+    declaring(payment.clone(), extensions)
+        .with_paid_replay(true)
+        .with_description("Image generation")
+        .rerun_signed_in(|_: &http::request::Parts| true)
+        .build()
+}
 
-    /// The same settings with paid answers kept in `store`, within `limits`.
-    pub(crate) fn with_answer_store(
-        mut self,
-        store: Arc<dyn AnswerStore>,
-        limits: AnswerLimits,
-    ) -> Self {
-        self.answer_store = store;
-        self.answer_limits = limits;
-        self
-    }
-
-    /// The same settings declaring `sign-in-with-x` when `sign_in` is given
-    /// (its spent nonces in `spent_nonces` and its entitlements in
-    /// `entitlements`, shared by the replicas).
-    pub(crate) fn with_sign_in(
-        mut self,
-        sign_in: Option<SignInWithX>,
-        spent_nonces: Arc<dyn walletgate::siwe::NonceStore>,
-        entitlements: Arc<dyn EntitlementStore>,
-    ) -> Self {
-        self.sign_in = sign_in.map(|sign_in| sign_in.with_spent_nonce_store(spent_nonces));
-        self.entitlements = entitlements;
-        self
-    }
-
-    /// The same settings taking the `payment-identifier` extension as `mode` says.
-    pub(crate) fn with_payment_id(mut self, mode: PaymentIdentifier) -> Self {
-        self.payment_id = mode;
-        self
-    }
-
-    /// The same settings with claims and spent authorizations kept in `store`.
-    pub(crate) fn with_nonce_store(mut self, store: Arc<dyn NonceStore>) -> Self {
-        self.nonce_store = store;
-        self
-    }
-
-    /// The same settings with the facilitator behind `faults` (and its settle timeout).
-    pub(crate) fn with_faults(mut self, faults: Arc<PaymentFaults>) -> Self {
-        self.facilitator = Arc::new(FaultyFacilitator {
-            inner: self.facilitator,
-            faults,
-            landed: Mutex::default(),
-        });
-        self
-    }
-
-    /// The same settings with every offer's `maxTimeoutSeconds` set to `secs`.
-    pub(crate) fn with_max_timeout_secs(mut self, secs: u64) -> Result<Self, ConfigError> {
-        self.options = self
-            .options
-            .into_iter()
-            .map(|option| option.with_max_timeout_secs(secs))
-            .collect::<Result<_, _>>()?;
-        Ok(self)
-    }
-
-    /// An x402 layer over these settings, charging the [`RequestPrice`] an
-    /// earlier step decided (none there: refused as a wiring fault, 500).
-    ///
-    /// `paid_replay` (a job route) lets the very payment that was settled
-    /// through again, uncharged: its request gets the answer kept in the
-    /// answer store (a lost answer recovered), another request (a poll of
-    /// the paid job) runs again with the original receipt; and a wallet that
-    /// signs in for the job it paid for is served again (the job's state, its
-    /// result once done). Inference routes re-run nothing for a sign-in.
-    ///
-    /// `bazaar`, when given, declares each 402's discovery extension.
-    pub(crate) fn layer(
-        &self,
-        paid_replay: bool,
-        description: &str,
-        bazaar: Option<&Arc<Bazaar>>,
-    ) -> Result<X402Layer, ConfigError> {
-        let mut builder = X402Layer::builder()
-            .with_pricing(RequestPrice::pricing)
-            .with_shared_facilitator(self.facilitator.clone())
-            .with_nonce_store(self.nonce_store.clone())
-            .with_answer_store(self.answer_store.clone())
-            .with_answer_limits(self.answer_limits)
-            .with_payment_identifier(self.payment_id)
-            .with_clock(self.clock.clone())
-            .with_paid_replay(paid_replay)
-            .with_description(description)
-            .with_mime_type("application/json")
-            .with_public_base_url(&self.public_url)?
-            .on_settlement(self.settled.hook());
-        for option in &self.options {
-            builder = builder.with_payment_option(option.clone());
+/// `builder` declaring `extensions` in each 402, when given.
+fn declaring(
+    builder: X402LayerBuilder,
+    extensions: Option<&Arc<dyn QuoteExtensions>>,
+) -> X402LayerBuilder {
+    match extensions {
+        None => builder,
+        Some(extensions) => {
+            let extensions = Arc::clone(extensions);
+            builder.with_quote_extensions(move |request: &http::request::Parts, price: &Price| {
+                extensions.extensions(request, price)
+            })
         }
-        if let Some(sign_in) = &self.sign_in {
-            builder = builder
-                .with_sign_in_with_x(sign_in.clone())
-                .with_entitlement_store(self.entitlements.clone());
-            if paid_replay {
-                builder = builder.rerun_signed_in(|_: &http::request::Parts| true);
-            }
-        }
-        if let Some(bazaar) = bazaar {
-            let bazaar = Arc::clone(bazaar);
-            builder = builder.with_quote_extensions(
-                move |request: &http::request::Parts, _: &walletgate::x402::server::Price| {
-                    bazaar.entry(request)
-                },
-            );
-        }
-        builder.build()
-    }
-
-    /// The layer of the image routes: priced per image by `validate_image`,
-    /// polls by their job (`find_job`).
-    pub(crate) fn image_layer(
-        &self,
-        bazaar: Option<&Arc<Bazaar>>,
-    ) -> Result<X402Layer, ConfigError> {
-        self.layer(true, "Image generation", bazaar)
-    }
-
-    /// The layer of the inference routes: priced by model and request in the
-    /// pipeline's model step.
-    pub(crate) fn inference_layer(
-        &self,
-        bazaar: Option<&Arc<Bazaar>>,
-    ) -> Result<X402Layer, ConfigError> {
-        self.layer(false, "Model inference", bazaar)
     }
 }
 
@@ -475,31 +389,28 @@ mod tests {
 
     #[test]
     fn every_offer_quotes_the_configured_max_timeout() {
-        let clock: SharedClock = Arc::new(walletgate::SystemClock);
-        let settings = PaymentSettings::evm(
-            &crate::config::EvmSettings::base_sepolia(),
-            DevLedger::DEV_ACCOUNTS[9],
-            Arc::new(DevLedger::new()),
-            &walletgate::tls::ClientTls::webpki_roots(),
-            None,
-            clock,
-        )
-        .unwrap();
+        let network = PaymentNetwork::Evm(crate::config::EvmSettings::base_sepolia());
+        let pay_to = DevLedger::DEV_ACCOUNTS[9];
         let amount = AtomicAmount::new(1_000);
+        let evm = crate::config::EvmSettings::base_sepolia();
+        let default = evm.option(pay_to).unwrap();
         assert_eq!(
-            settings.options[0]
-                .requirements_for_amount(amount)
-                .max_timeout_seconds,
+            default.requirements_for_amount(amount).max_timeout_seconds,
             300
         );
-        let settings = settings.with_max_timeout_secs(20).unwrap();
+        let max_timeout = |secs| {
+            payment_options(&network, pay_to, secs).map(|options| {
+                options[0]
+                    .requirements_for_amount(amount)
+                    .max_timeout_seconds
+            })
+        };
         assert_eq!(
-            settings.options[0]
-                .requirements_for_amount(amount)
-                .max_timeout_seconds,
-            20
+            max_timeout(walletgate::x402::server::DEFAULT_MAX_TIMEOUT_SECS).unwrap(),
+            300
         );
-        assert!(settings.with_max_timeout_secs(0).is_err());
+        assert_eq!(max_timeout(20).unwrap(), 20);
+        assert!(max_timeout(0).is_err());
     }
 
     #[tokio::test]

@@ -29,7 +29,10 @@
 //! layers ([`app`]), mounting the route table of `routes.rs`, which
 //! `discovery.rs` also renders; `pipeline.rs` orders the steps of each route;
 //! `extensions.rs` holds what a step hands on to the next; `gates.rs` the
-//! free-tier limit and the payment layers with their pricing hooks;
+//! free-tier limit and the payment layers with their pricing hooks (each
+//! paid route a clone of one configured builder); `config.rs` parses the
+//! environment, `settler.rs` connects the on-chain settler it names and
+//! `stores.rs` opens the stores;
 //! `state.rs` what every request shares, and the upstream call;
 //! `inference.rs` and `images/` the handlers; `request.rs`, `catalogue.rs`,
 //! `render.rs` and `upstream/` the requests, models, answers and providers.
@@ -62,6 +65,7 @@ mod request;
 #[path = "../common/request_id.rs"]
 mod request_id;
 mod routes;
+mod settler;
 #[path = "../common/shutdown.rs"]
 mod shutdown;
 mod state;
@@ -122,14 +126,14 @@ use std::sync::atomic::Ordering;
 use axum::Router;
 use axum::routing::{get, post};
 use http::StatusCode;
-use walletgate::x402::facilitator::evm_settler::{MemorySettlementRecords, SettlementRecords};
 use walletgate::x402::{
     facilitator::{DevLedger, Facilitator},
+    server::QuoteExtensions,
     wire::Network,
 };
 
 use crate::config::{Config, PaymentNetwork};
-use crate::gates::{Gates, PaymentSettings, RedisConnection, facilitator_client, free_tier};
+use crate::gates::{Gates, RedisConnection, facilitator_client, free_tier};
 use crate::images::jobs::ImageJobs;
 use crate::images::{create_image, poll_image};
 use crate::inference::{infer, models};
@@ -193,19 +197,10 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
                 .map_err(|error| format!("{}: {}", settings.facilitator_url, error.detail()))?,
         );
     }
-    if let PaymentNetwork::Evm(evm) = &config.network
-        && let Some(settings) = &config.settler_settings
-    {
-        // With Redis, every replica reads what any of them broadcast.
-        let records: Arc<dyn SettlementRecords> =
-            match redis_connection(&config).map_err(|error| error as Box<dyn std::error::Error>)? {
-                None => Arc::new(MemorySettlementRecords::new()),
-                #[cfg(feature = "redis")]
-                Some(conn) => Arc::new(walletgate::redis::RedisSettlementRecords::new(conn)),
-                #[cfg(not(feature = "redis"))]
-                Some(never) => match never {},
-            };
-        config.settler = Some(settings.connect(evm, &config.tls, records).await?);
+    if config.settler_settings.is_some() {
+        let redis =
+            redis_connection(&config).map_err(|error| error as Box<dyn std::error::Error>)?;
+        config.settler = settler::configured(&config, redis).await?;
     }
     if let PaymentNetwork::Evm(evm) = &config.network
         && let Some(url) = &evm.facilitator_url
@@ -382,62 +377,46 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         #[cfg(not(feature = "redis"))]
         Some(never) => match *never {},
     };
-    let payments = match &config.network {
-        PaymentNetwork::Evm(evm) => PaymentSettings::evm(
-            evm,
-            &config.pay_to,
-            stores.ledger,
-            &config.tls,
-            config.facilitator_auth.as_ref(),
-            config.clock.clone(),
-        )?,
-        PaymentNetwork::Solana(settings) => {
-            let Some(fee_payer) = settings.fee_payer.as_deref() else {
-                return Err(
-                    walletgate::x402::ConfigError::InvalidFacilitatorUrl(format!(
-                        "{}: no fee payer (set GATEWAY_SOLANA_FEE_PAYER or serve it in /supported)",
-                        settings.facilitator_url
-                    ))
-                    .into(),
-                );
-            };
-            PaymentSettings::solana(
-                settings,
-                fee_payer,
-                &config.tls,
-                config.facilitator_auth.as_ref(),
-                config.clock.clone(),
-            )?
-        }
-    };
-    // With walletgate's own settler, contract wallets sign in too (ERC-1271 through its node).
-    let (payments, sign_in) = match config.settler {
-        Some(settler) => (
-            payments.with_facilitator(Arc::new(settler.clone())),
-            sign_in.map(|sign_in| sign_in.with_contract_signatures(Arc::new(settler))),
-        ),
-        None => (payments, sign_in),
-    };
-    let payments = payments
-        .with_public_url(&public_url)
+    let options = gates::payment_options(&config.network, &config.pay_to, config.max_timeout_secs)?;
+    let settler = config.settler.map(Arc::new);
+    let facilitator = gates::facilitator(
+        &config.network,
+        settler
+            .clone()
+            .map(|settler| settler as Arc<dyn Facilitator>),
+        stores.ledger,
+        &config.tls,
+        config.facilitator_auth.as_ref(),
+        config.clock.clone(),
+        config.payment_faults,
+    )?;
+    let mut payment = gates::payment(&options, facilitator, config.clock.clone(), &public_url)?
         .with_nonce_store(stores.nonce_store)
-        .with_answer_store(stores.answer_store, config.answers.limits)
-        .with_payment_id(config.payment_id)
-        .with_sign_in(sign_in, stores.spent_siwx_nonces, stores.entitlements)
-        .with_faults(config.payment_faults)
-        .with_max_timeout_secs(config.max_timeout_secs)?;
+        .with_answer_store(stores.answer_store)
+        .with_answer_limits(config.answers.limits)
+        .with_payment_identifier(config.payment_id);
+    if let Some(sign_in) = sign_in {
+        // With walletgate's own settler, contract wallets sign in too (ERC-1271 through its node).
+        let sign_in = match settler {
+            Some(settler) => sign_in.with_contract_signatures(settler),
+            None => sign_in,
+        };
+        payment = payment
+            .with_sign_in_with_x(sign_in.with_spent_nonce_store(stores.spent_siwx_nonces))
+            .with_entitlement_store(stores.entitlements);
+    }
     let bazaar = config
         .bazaar
-        .then(|| Arc::new(discovery::Bazaar::new(&config.catalogue)));
-    let gates = Gates {
-        free_tier: free_tier(config.free_tier, config.client_ip, redis.as_ref()),
-        inference_payment: payments.inference_layer(bazaar.as_ref())?,
-        image_payment: payments.image_layer(bazaar.as_ref())?,
-    };
+        .then(|| Arc::new(discovery::Bazaar::new(&config.catalogue)) as Arc<dyn QuoteExtensions>);
+    let gates = Gates::new(
+        free_tier(config.free_tier, config.client_ip, redis.as_ref()),
+        &payment,
+        bazaar.as_ref(),
+    )?;
     let documents = discovery::Documents::new(
         &config.catalogue,
         &discovery::Quoting {
-            options: &payments.options,
+            options: &options,
             flat_fee: gates.inference_payment.flat_fee(),
         },
         &public_url,

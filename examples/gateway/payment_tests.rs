@@ -826,19 +826,24 @@ async fn image_requests_are_validated_before_any_quote() {
 #[tokio::test]
 async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
     use tower::ServiceExt;
-    let settings = crate::gates::PaymentSettings::evm(
-        &crate::config::EvmSettings::base_sepolia(),
-        DevLedger::DEV_ACCOUNTS[9],
+    let network = crate::config::PaymentNetwork::Evm(crate::config::EvmSettings::base_sepolia());
+    let options = crate::gates::payment_options(&network, DevLedger::DEV_ACCOUNTS[9], 300).unwrap();
+    let clock: walletgate::SharedClock = Arc::new(walletgate::SystemClock);
+    let facilitator = crate::gates::facilitator(
+        &network,
+        None,
         Arc::new(DevLedger::new()),
         &walletgate::tls::ClientTls::webpki_roots(),
         None,
-        Arc::new(walletgate::SystemClock),
+        clock.clone(),
+        Arc::default(),
     )
-    .unwrap()
-    .with_public_url("http://gateway.test");
+    .unwrap();
+    let payment =
+        crate::gates::payment(&options, facilitator, clock, "http://gateway.test").unwrap();
     for layer in [
-        settings.inference_layer(None).unwrap(),
-        settings.image_layer(None).unwrap(),
+        crate::gates::inference_layer(&payment, None).unwrap(),
+        crate::gates::image_layer(&payment, None).unwrap(),
     ] {
         let service = tower::ServiceBuilder::new()
             .layer(layer)

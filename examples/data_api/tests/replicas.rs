@@ -18,7 +18,8 @@ use super::{
     API_KEY, DEV_KEY_0, DEV_WALLET_0, NowSecs as _, Reply, Server, bearer, favorites_path,
     session_cookie, sign, siwe_fields, siwe_text,
 };
-use crate::{Config, build_with_clock};
+use crate::build_with_clock;
+use crate::config::Config;
 
 #[path = "../../../tests/redis_support/mod.rs"]
 mod redis_support;
