@@ -44,6 +44,7 @@ pub const AUTHORIZATION_CLOCK_SKEW_SECS: u64 = 60;
 /// order given; clients sign the first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PaymentOption {
+    scheme: String,
     network: Network,
     asset: String,
     pay_to: String,
@@ -102,6 +103,7 @@ impl PaymentOption {
     /// Only a facilitator that knows the network can verify it.
     pub fn other(network: Network, asset: &str, pay_to: &str, extra: Map<String, Value>) -> Self {
         Self {
+            scheme: SCHEME_EXACT.to_owned(),
             network,
             asset: asset.to_owned(),
             pay_to: pay_to.to_owned(),
@@ -110,6 +112,15 @@ impl PaymentOption {
             currency: "USDC".to_owned(),
             extra,
         }
+    }
+
+    /// The scheme its offers name (default `exact`): with
+    /// [`SCHEME_UPTO`](crate::x402::wire::SCHEME_UPTO) the signed amount is a
+    /// maximum and the answer names what is settled
+    /// ([`SettleAmount`](super::SettleAmount)); the facilitator must speak it.
+    pub fn with_scheme(mut self, scheme: impl Into<String>) -> Self {
+        self.scheme = scheme.into();
+        self
     }
 
     /// Sets `maxTimeoutSeconds` (default 300).
@@ -158,7 +169,7 @@ impl PaymentOption {
     /// The `accepts[]` entry for `amount` atomic units.
     pub fn requirements_for_amount(&self, amount: AtomicAmount) -> PaymentRequirements {
         PaymentRequirements {
-            scheme: SCHEME_EXACT.to_owned(),
+            scheme: self.scheme.clone(),
             network: self.network.clone(),
             amount,
             asset: self.asset.clone(),

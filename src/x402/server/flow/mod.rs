@@ -293,3 +293,248 @@ impl Serving {
         (outcome, keeper)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::clock::FakeClock;
+    use crate::store::BoxFuture;
+    use crate::x402::facilitator::{Facilitator, FacilitatorError, FacilitatorRequest};
+    use crate::x402::server::quote::Quote;
+    use crate::x402::server::{PaymentOption, PriceTable, X402Layer};
+    use crate::x402::wire::codec;
+    use crate::x402::wire::types::{
+        AtomicAmount, PaymentPayload, ResourceInfo, SCHEME_UPTO, SettleResponse, SupportedResponse,
+        UsdAmount, VerifyResponse,
+    };
+
+    const NOW: u64 = 1_750_000_000;
+    const PAY_TO: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+    /// $0.004 + the $0.001 fee, in USDC units: the authorised maximum.
+    const MAXIMUM: u128 = 5_000;
+
+    /// Accepts any payment of a scheme that authorises a maximum, and
+    /// settles the amount it is asked for (`paymentRequirements.amount`).
+    #[derive(Default)]
+    struct Metering {
+        settled: Mutex<Vec<AtomicAmount>>,
+    }
+
+    impl Facilitator for Metering {
+        fn verify<'a>(
+            &'a self,
+            _request: &'a FacilitatorRequest,
+        ) -> BoxFuture<'a, Result<VerifyResponse, FacilitatorError>> {
+            Box::pin(async {
+                Ok(VerifyResponse::valid(
+                    "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+                ))
+            })
+        }
+
+        fn settle<'a>(
+            &'a self,
+            request: &'a FacilitatorRequest,
+        ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
+            let requirements = request.payment_requirements();
+            let amount = requirements.amount;
+            self.settled.lock().unwrap().push(amount);
+            let settled = SettleResponse {
+                success: true,
+                error_reason: None,
+                error_message: None,
+                payer: None,
+                transaction: "0x01".into(),
+                network: requirements.network.clone(),
+                amount: Some(amount),
+            };
+            Box::pin(async move { Ok(settled) })
+        }
+
+        fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, FacilitatorError>> {
+            Box::pin(async { Err(FacilitatorError::unavailable("not asked")) })
+        }
+    }
+
+    /// A layer's configuration for `upto` offers settled by `facilitator`.
+    fn config(facilitator: Arc<Metering>) -> (X402Layer, Arc<Quote>) {
+        let layer = X402Layer::builder()
+            .with_host_derived_resource_url()
+            .with_pricing(
+                PriceTable::by_route()
+                    .with_usd("POST /tool", "0.004")
+                    .unwrap(),
+            )
+            .with_shared_facilitator(facilitator)
+            .with_payment_option(
+                PaymentOption::base_sepolia_usdc(PAY_TO)
+                    .unwrap()
+                    .with_scheme(SCHEME_UPTO),
+            )
+            .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+            .build()
+            .unwrap();
+        let config = layer.config.clone();
+        let total: UsdAmount = "0.005".parse().unwrap();
+        let quote = config
+            .quotes
+            .quote(
+                &config.options,
+                total,
+                None,
+                "tool",
+                || "tool:echo".into(),
+                |url| ResourceInfo {
+                    url,
+                    description: String::new(),
+                    mime_type: String::new(),
+                },
+            )
+            .unwrap();
+        (layer, quote)
+    }
+
+    /// A client's signed ceiling for the quote's first offer (`nonce` tells payments apart).
+    fn payment(quote: &Quote, nonce: u64) -> String {
+        let offer = quote.required().accepts[0].clone();
+        assert_eq!(offer.amount, AtomicAmount::new(MAXIMUM));
+        codec::encode(&PaymentPayload {
+            x402_version: 2,
+            resource: None,
+            accepted: offer,
+            payload: serde_json::json!({"permit2": "signed ceiling", "nonce": nonce}),
+            extensions: None,
+        })
+    }
+
+    /// A second front, not HTTP: a tool call's encoded payment in, the
+    /// tool's answer (its chunks) and the settlement out. The tool streams
+    /// its chunks through a channel and may name what it cost at any time.
+    async fn pay_tool_call<F, Fut>(
+        config: &Arc<Config>,
+        quote: Arc<Quote>,
+        sent: &str,
+        tool: F,
+    ) -> Result<(Vec<String>, SettleResponse), Refusal>
+    where
+        F: FnOnce(SettleAmount, tokio::sync::mpsc::Sender<String>) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let paying = Paying {
+            request_line: "tools/call echo".into(),
+            body_digest: &|| None,
+            style: EnvelopeStyle::default(),
+            request_id: None,
+            sent: sent.as_bytes(),
+        };
+        let payment = Payment::admit_encoded(config, quote, paying)?;
+        let serving = match admit(config, payment).await {
+            Admission::Serve(serving) => serving,
+            Admission::Refused(_, refusal) => return Err(refusal),
+            _ => panic!("a fresh payment is served"),
+        };
+        let (chunks, mut received) = tokio::sync::mpsc::channel(8);
+        let running = tokio::spawn(tool(serving.amount().clone(), chunks));
+        let mut answer = Vec::new();
+        while let Some(chunk) = received.recv().await {
+            answer.push(chunk);
+        }
+        running.await.unwrap();
+        // The answer ended: settled now, for what it named.
+        let (outcome, _keeper) = serving.settle().await;
+        match outcome {
+            Outcome::Settled(settlement, receipt) => {
+                assert_eq!(settlement.amount, Some(receipt.amount()));
+                Ok((answer, settlement))
+            }
+            _ => panic!("the metering facilitator settles"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_second_front_settles_what_a_whole_answer_named_below_the_maximum() {
+        let facilitator = Arc::new(Metering::default());
+        let (layer, quote) = config(facilitator.clone());
+        let sent = payment(&quote, 1);
+        let (answer, settled) =
+            pay_tool_call(&layer.config, quote, &sent, |amount, out| async move {
+                amount.set(AtomicAmount::new(1_234));
+                out.send("whole answer".into()).await.unwrap();
+            })
+            .await
+            .unwrap();
+        assert_eq!(answer, ["whole answer"]);
+        assert_eq!(settled.amount, Some(AtomicAmount::new(1_234)));
+        assert_eq!(
+            *facilitator.settled.lock().unwrap(),
+            [AtomicAmount::new(1_234)]
+        );
+        assert_eq!(layer.settlement_overruns(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_stream_settles_the_amount_its_last_chunk_named() {
+        let facilitator = Arc::new(Metering::default());
+        let (layer, quote) = config(facilitator.clone());
+        let sent = payment(&quote, 2);
+        let (answer, settled) =
+            pay_tool_call(&layer.config, quote, &sent, |amount, out| async move {
+                for (n, word) in ["metered", "live", "stream"].into_iter().enumerate() {
+                    if n == 2 {
+                        // Its usage is known with its last chunk.
+                        amount.set(AtomicAmount::new(777));
+                    }
+                    out.send(word.into()).await.unwrap();
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(answer, ["metered", "live", "stream"]);
+        assert_eq!(settled.amount, Some(AtomicAmount::new(777)));
+        assert_eq!(
+            *facilitator.settled.lock().unwrap(),
+            [AtomicAmount::new(777)]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_amount_above_the_maximum_settles_the_maximum_and_is_counted() {
+        let facilitator = Arc::new(Metering::default());
+        let (layer, quote) = config(facilitator.clone());
+        let sent = payment(&quote, 3);
+        let (_, settled) = pay_tool_call(
+            &layer.config,
+            quote.clone(),
+            &sent,
+            |amount, out| async move {
+                amount.set(AtomicAmount::new(MAXIMUM + 1));
+                out.send("too dear".into()).await.unwrap();
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(settled.amount, Some(AtomicAmount::new(MAXIMUM)));
+        assert_eq!(layer.settlement_overruns(), 1);
+        // Unnamed, the maximum is settled; and the same payment again is a replay.
+        let sent = payment(&quote, 4);
+        let (_, settled) =
+            pay_tool_call(&layer.config, quote.clone(), &sent, |_, out| async move {
+                out.send("unnamed".into()).await.unwrap();
+            })
+            .await
+            .unwrap();
+        assert_eq!(settled.amount, Some(AtomicAmount::new(MAXIMUM)));
+        let replayed = pay_tool_call(&layer.config, quote, &sent, |_, _| async {}).await;
+        assert_eq!(
+            replayed.map(|_| ()).unwrap_err().code,
+            ErrorCode::PaymentReplay
+        );
+        assert_eq!(
+            facilitator.settled.lock().unwrap().len(),
+            2,
+            "the replay settled nothing"
+        );
+    }
+}

@@ -135,8 +135,8 @@ impl Payment {
             (id, bound)
         });
         #[cfg(feature = "siwx")]
-        let operation =
-            (config.sign_in.as_ref()).map(|_| crate::x402::server::siwx::operation(&request_line, body_digest()));
+        let operation = (config.sign_in.as_ref())
+            .map(|_| crate::x402::server::siwx::operation(&request_line, body_digest()));
         // The payload is read into typed values here, once, for every step after.
         let facilitation = FacilitatorRequest::from_header(payload, offer);
         let evm = facilitation.exact_evm();
