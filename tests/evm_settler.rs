@@ -750,7 +750,7 @@ async fn rpc_mine(url: &str) {
 #[cfg(feature = "siwx")]
 #[tokio::test]
 async fn a_contract_wallet_confirms_its_owners_sign_in_and_no_one_elses() {
-    use walletgate::x402::server::ContractSignatures;
+    use walletgate::x402::facilitator::ContractSignatures;
     let setup = settler(ONE_ETH).await;
     let owner = Payer::from_key(fresh_payer_key().0).unwrap();
     let wallet = deploy_erc1271_wallet(&setup.rpc, owner.address_bytes(), false).await;

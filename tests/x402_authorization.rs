@@ -21,10 +21,11 @@ use walletgate::client::payer::sequential_nonce;
 use walletgate::clock::FakeClock;
 use walletgate::store::BoxFuture;
 use walletgate::x402::{
+    facilitator::AUTHORIZATION_CLOCK_SKEW_SECS,
     facilitator::{
         DevLedger, Facilitator, FacilitatorError, FacilitatorRequest, LocalEvmFacilitator,
     },
-    server::{AUTHORIZATION_CLOCK_SKEW_SECS, X402Layer},
+    server::X402Layer,
     wire::{
         PaymentPayload, PaymentRequirements, SettleResponse, SupportedResponse, VerifyResponse,
         codec,

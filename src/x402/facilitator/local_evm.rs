@@ -40,13 +40,16 @@ use super::api::{Facilitator, FacilitatorError, FacilitatorRequest, reason};
 use super::ledger::{Ledger, LedgerError, Transfer};
 use crate::clock::SharedClock;
 use crate::store::BoxFuture;
-use crate::x402::server::quote::AUTHORIZATION_CLOCK_SKEW_SECS;
 use crate::x402::wire::EvmDecoding;
 use crate::x402::wire::eip712::{DomainCache, TokenId, parse_evm_address};
 use crate::x402::wire::types::{
     Network, SCHEME_EXACT, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse,
     X402_VERSION,
 };
+
+/// Seconds a payer's clock may run ahead of the server's: an authorization's
+/// `validBefore` may reach now + `maxTimeoutSeconds` + this, no further.
+pub const AUTHORIZATION_CLOCK_SKEW_SECS: u64 = 60;
 
 /// Seconds an authorization must still be valid for at verification, as the
 /// reference facilitator requires (room for settlement).

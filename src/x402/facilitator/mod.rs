@@ -14,6 +14,8 @@ mod api;
 mod auth;
 #[cfg(feature = "cdp")]
 mod cdp;
+#[cfg(feature = "siwx")]
+mod contract_signatures;
 #[cfg(feature = "evm-settler")]
 pub mod evm_settler;
 #[cfg(feature = "http-facilitator")]
@@ -31,11 +33,15 @@ pub use api::{
 pub use auth::{AuthError, FacilitatorAuth};
 #[cfg(feature = "cdp")]
 pub use cdp::CdpAuth;
+#[cfg(feature = "siwx")]
+pub use contract_signatures::ContractSignatures;
 #[cfg(feature = "evm-settler")]
 pub use evm_settler::{EvmSettler, SettlerError, SettlerKey};
 #[cfg(feature = "http-facilitator")]
 pub use http::{DEFAULT_FACILITATOR_TIMEOUT, HttpFacilitator};
 pub use idempotency::{IDEMPOTENCY_KEY_HEADER, IdempotencyKey, InvalidIdempotencyKey};
 pub use ledger::{DevLedger, Ledger, LedgerError, Transfer};
-pub use local_evm::{LocalEvmFacilitator, MIN_REMAINING_VALIDITY_SECS};
+pub use local_evm::{
+    AUTHORIZATION_CLOCK_SKEW_SECS, LocalEvmFacilitator, MIN_REMAINING_VALIDITY_SECS,
+};
 pub use solana::{SOLANA_MAINNET, SOLANA_USDC_MINT};

@@ -4,7 +4,7 @@
 //! the fee for, so every quote names that fee payer in `extra.feePayer`. The
 //! facilitator announces it in `GET /supported`; a server reads it once at
 //! start ([`HttpFacilitator::fee_payer`], with the `http-facilitator`
-//! feature) and quotes [`PaymentOption::solana_usdc`].
+//! feature) and quotes `PaymentOption::solana_usdc` (the server role).
 //!
 //! ```
 //! use walletgate::x402::{facilitator::SOLANA_USDC_MINT, server::PaymentOption, wire::{Network, UsdAmount}};
@@ -20,9 +20,6 @@
 //! assert_eq!(offer.extra["feePayer"], "FeePayer11111111111111111111111111111111111");
 //! ```
 
-use serde_json::{Map, Value};
-
-use crate::x402::server::quote::PaymentOption;
 use crate::x402::wire::types::{Network, SupportedResponse};
 
 /// Solana mainnet (CAIP-2), as the specification's Solana gateway quotes it.
@@ -36,18 +33,6 @@ impl Network {
     pub fn solana_mainnet() -> Self {
         // A constant with a namespace and a reference: always a valid id (tested below).
         Self::parse(SOLANA_MAINNET).expect("SOLANA_MAINNET is a CAIP-2 id")
-    }
-}
-
-impl PaymentOption {
-    /// USDC on Solana mainnet paid to `pay_to`, the transaction fee paid by
-    /// the facilitator's `fee_payer` (`extra.feePayer`).
-    ///
-    /// Only a facilitator that knows Solana can verify it.
-    pub fn solana_usdc(pay_to: &str, fee_payer: &str) -> Self {
-        let mut extra = Map::new();
-        extra.insert("feePayer".into(), Value::from(fee_payer));
-        Self::other(Network::solana_mainnet(), SOLANA_USDC_MINT, pay_to, extra)
     }
 }
 

@@ -39,14 +39,12 @@ pub use layer::{X402Layer, X402LayerBuilder};
 pub use payment_id::{PAYMENT_IDENTIFIER, PaymentIdentifier};
 pub use pricing::{Price, PriceRefusal, PriceTable, Pricing, RequestPrice};
 pub use quote::{
-    AUTHORIZATION_CLOCK_SKEW_SECS, BASE_SEPOLIA_USDC, BASE_USDC, DEFAULT_MAX_TIMEOUT_SECS,
-    PaymentOption, QUOTE_ERROR, QUOTE_MESSAGE, matching_offer,
+    BASE_SEPOLIA_USDC, BASE_USDC, DEFAULT_MAX_TIMEOUT_SECS, PaymentOption, QUOTE_ERROR,
+    QUOTE_MESSAGE, matching_offer,
 };
 pub use receipt::{PaymentReceipt, SettledPayment, SettlementHook, SettlementHookError};
 pub use replay::{AuthorizationKey, Claim, InMemoryNonceStore, NonceStore, SpentAuthorization};
 pub use service::X402;
 #[cfg(feature = "siwx")]
-pub use siwx::{
-    ContractSignatures, SIGN_IN_WITH_X, SIGN_IN_WITH_X_HEADER, SIWX_MAX_AGE_SECS, SignInWithX,
-};
+pub use siwx::{SIGN_IN_WITH_X, SIGN_IN_WITH_X_HEADER, SIWX_MAX_AGE_SECS, SignInWithX};
 pub use stream::{PAYMENT_RESPONSE_EVENT, X402Body};

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use super::extensions::{QuoteExtensionMap, merge_extensions, same_extensions};
 use crate::envelope::{PaymentInfo, QuoteBody, QuotePrice, header};
 use crate::x402::ConfigError;
-use crate::x402::facilitator::reason;
+use crate::x402::facilitator::{AUTHORIZATION_CLOCK_SKEW_SECS, SOLANA_USDC_MINT, reason};
 use crate::x402::wire::ExactEvmPayment;
 use crate::x402::wire::codec;
 use crate::x402::wire::eip712::parse_evm_address;
@@ -33,10 +33,6 @@ pub const QUOTE_MESSAGE: &str = "This endpoint requires payment; sign the first 
 
 /// Default `maxTimeoutSeconds` of an offer (the TypeScript server's default).
 pub const DEFAULT_MAX_TIMEOUT_SECS: u64 = 300;
-
-/// Seconds a payer's clock may run ahead of the server's: an authorization's
-/// `validBefore` may reach now + `maxTimeoutSeconds` + this, no further.
-pub const AUTHORIZATION_CLOCK_SKEW_SECS: u64 = 60;
 
 /// One way to pay: network, asset, recipient and scheme data.
 ///
@@ -112,6 +108,16 @@ impl PaymentOption {
             currency: "USDC".to_owned(),
             extra,
         }
+    }
+
+    /// USDC on Solana mainnet paid to `pay_to`, the transaction fee paid by
+    /// the facilitator's `fee_payer` (`extra.feePayer`).
+    ///
+    /// Only a facilitator that knows Solana can verify it.
+    pub fn solana_usdc(pay_to: &str, fee_payer: &str) -> Self {
+        let mut extra = Map::new();
+        extra.insert("feePayer".into(), Value::from(fee_payer));
+        Self::other(Network::solana_mainnet(), SOLANA_USDC_MINT, pay_to, extra)
     }
 
     /// The scheme its offers name (default `exact`): with

@@ -27,7 +27,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use alloy_primitives::{Address, B256, eip191_hash_message, hex, keccak256};
+use alloy_primitives::{eip191_hash_message, hex, keccak256};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use bytes::{BufMut as _, Bytes, BytesMut};
@@ -46,7 +46,7 @@ use crate::siwe::{
     DEFAULT_LEEWAY_SECS, InMemoryNonceStore, NonceStore, NonceStoreError, SiweMessage,
     SiweMessageFields, Timestamp,
 };
-use crate::store::BoxFuture;
+use crate::x402::facilitator::ContractSignatures;
 use crate::x402::wire::types::PaymentRequired;
 
 /// The extension's key in `PaymentRequired.extensions`.
@@ -92,34 +92,6 @@ const NONCE_GROUPS_MAX: usize = (NONCE_BYTES * 2 + 1 + 4) / 3 * 4 + 4;
 
 /// The domain separation of the tag key derived from the layer's key.
 const TAG_KEY_CONTEXT: &[u8] = b"walletgate sign-in-with-x nonce tag v1";
-
-/// Asks a contract wallet whether it signed (ERC-1271 `isValidSignature`),
-/// for proofs whose signature does not recover their address; the gateway's
-/// on-chain settler implements it through its node.
-pub trait ContractSignatures: Send + Sync + 'static {
-    /// Whether `wallet`, a contract on EIP-155 chain `chain_id`, accepts
-    /// `signature` over `digest` (the EIP-191 hash of the signed text);
-    /// `false` when it could not be asked.
-    fn is_valid_signature<'a>(
-        &'a self,
-        chain_id: u64,
-        wallet: Address,
-        digest: B256,
-        signature: &'a [u8],
-    ) -> BoxFuture<'a, bool>;
-}
-
-impl<T: ContractSignatures + ?Sized> ContractSignatures for Arc<T> {
-    fn is_valid_signature<'a>(
-        &'a self,
-        chain_id: u64,
-        wallet: Address,
-        digest: B256,
-        signature: &'a [u8],
-    ) -> BoxFuture<'a, bool> {
-        (**self).is_valid_signature(chain_id, wallet, digest, signature)
-    }
-}
 
 /// The `sign-in-with-x` option of an [`X402LayerBuilder`](super::X402LayerBuilder):
 /// the nonce key and where spent nonces are recorded.
@@ -736,8 +708,11 @@ fn schema() -> Value {
 
 #[cfg(test)]
 mod tests {
+    use alloy_primitives::{Address, B256};
+
     use super::*;
     use crate::clock::FakeClock;
+    use crate::store::BoxFuture;
     use crate::x402::wire::types::{PaymentRequired, ResourceInfo};
 
     const NOW: u64 = 1_750_000_000;

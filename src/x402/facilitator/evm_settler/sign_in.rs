@@ -7,7 +7,7 @@ use alloy_primitives::{Address, B256};
 use super::EvmSettler;
 use super::rpc::CallRequest;
 use crate::store::BoxFuture;
-use crate::x402::server::ContractSignatures;
+use crate::x402::facilitator::ContractSignatures;
 
 /// `isValidSignature(bytes32,bytes)`, and the value a wallet answers to accept.
 const IS_VALID_SIGNATURE: [u8; 4] = [0x16, 0x26, 0xba, 0x7e];
