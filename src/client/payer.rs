@@ -38,8 +38,9 @@ use crate::x402::wire::eip712::{
 };
 use crate::x402::wire::types::{
     Eip3009Authorization, ExactEvmPayload, PaymentPayload, PaymentRequired, PaymentRequirements,
-    SCHEME_EXACT, X402_VERSION,
+    SCHEME_EXACT, SCHEME_UPTO, X402_VERSION,
 };
+use crate::x402::wire::{UPTO_PROXY_ADDRESS, UptoPayment};
 
 /// Why a payment could not be signed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +58,9 @@ pub enum PayerError {
     Randomness,
     /// The quote has no exact-EVM offer.
     NoExactEvmOffer,
+    /// The offer is not `upto` on an `eip155:` network, or names no
+    /// `extra.facilitatorAddress` (the witness must name who settles).
+    NotUptoEvm,
 }
 
 impl fmt::Display for PayerError {
@@ -68,6 +72,9 @@ impl fmt::Display for PayerError {
             Self::InvalidField(field) => write!(f, "`{field}` is not valid hex"),
             Self::Randomness => f.write_str("the random source failed"),
             Self::NoExactEvmOffer => f.write_str("the quote has no exact-EVM offer"),
+            Self::NotUptoEvm => f.write_str(
+                "the offer is not upto on an eip155 network with extra.facilitatorAddress",
+            ),
         }
     }
 }
@@ -203,6 +210,25 @@ impl Payer {
         )
     }
 
+    /// The `upto` payment for `offer` at `now_unix_secs`: a Permit2 permit
+    /// of its amount (the ceiling) to x402's `upto` proxy, the witness naming
+    /// its `payTo` and `extra.facilitatorAddress`, with a fresh random nonce.
+    /// The payer must have approved Permit2 for the token once.
+    pub fn pay_upto(
+        &self,
+        offer: &PaymentRequirements,
+        now_unix_secs: u64,
+    ) -> Result<PaymentPayload, PayerError> {
+        let nonce = U256::from_be_bytes(random_nonce()?.0);
+        let permit = upto_permit(self.address, offer, now_unix_secs, nonce)?;
+        let chain_id = offer
+            .network
+            .eip155_chain_id()
+            .ok_or(PayerError::NotUptoEvm)?;
+        let signature = self.sign_digest(permit.signing_hash(chain_id));
+        Ok(upto_payload(offer, &permit, &signature))
+    }
+
     /// The payment for a quote: its first exact-EVM offer (clients sign the
     /// first they can), a fresh random nonce, and the quote's `resource`.
     pub fn pay_quote(
@@ -326,6 +352,67 @@ pub fn signed_payment(
         payload: serde_json::to_value(payload).map_err(|_| PayerError::InvalidField("payload"))?,
         extensions: None,
     })
+}
+
+/// The Permit2 permit `from` signs for an `upto` `offer` at `now_unix_secs`
+/// with Permit2 `nonce`: the offer's amount as the ceiling, x402's proxy as
+/// spender, `deadline` = now + `maxTimeoutSeconds`, `validAfter` 0.
+pub fn upto_permit(
+    from: Address,
+    offer: &PaymentRequirements,
+    now_unix_secs: u64,
+    nonce: U256,
+) -> Result<UptoPayment, PayerError> {
+    if offer.scheme != SCHEME_UPTO || offer.network.eip155_chain_id().is_none() {
+        return Err(PayerError::NotUptoEvm);
+    }
+    let facilitator = offer
+        .extra_str("facilitatorAddress")
+        .and_then(parse_evm_address)
+        .ok_or(PayerError::NotUptoEvm)?;
+    Ok(UptoPayment {
+        from,
+        token: parse_evm_address(&offer.asset).ok_or(PayerError::InvalidField("asset"))?,
+        ceiling: offer.amount.units(),
+        spender: UPTO_PROXY_ADDRESS,
+        nonce,
+        deadline: now_unix_secs.saturating_add(offer.max_timeout_seconds),
+        to: parse_evm_address(&offer.pay_to).ok_or(PayerError::InvalidField("payTo"))?,
+        facilitator,
+        valid_after: 0,
+        signature: Vec::new(),
+    })
+}
+
+/// The `upto` payment of `permit` signed with `signature`, for `offer`
+/// (numbers as decimal strings, addresses checksummed, as the official client writes them).
+pub fn upto_payload(
+    offer: &PaymentRequirements,
+    permit: &UptoPayment,
+    signature: &[u8],
+) -> PaymentPayload {
+    let address = |address: Address| address.to_checksum(None);
+    PaymentPayload {
+        x402_version: X402_VERSION,
+        resource: None,
+        accepted: offer.clone(),
+        payload: serde_json::json!({
+            "signature": format!("0x{}", alloy_primitives::hex::encode(signature)),
+            "permit2Authorization": {
+                "from": address(permit.from),
+                "permitted": {"token": address(permit.token), "amount": permit.ceiling.to_string()},
+                "spender": address(permit.spender),
+                "nonce": permit.nonce.to_string(),
+                "deadline": permit.deadline.to_string(),
+                "witness": {
+                    "to": address(permit.to),
+                    "facilitator": address(permit.facilitator),
+                    "validAfter": permit.valid_after.to_string(),
+                },
+            },
+        }),
+        extensions: None,
+    }
 }
 
 /// Nonce `n` (big-endian in the last 8 bytes): distinct, reproducible nonces

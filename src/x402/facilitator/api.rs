@@ -448,6 +448,40 @@ pub mod reason {
     pub const NO_MATCHING_REQUIREMENTS: &str = "no_matching_payment_requirements";
     /// Settlement failed for a reason the ledger did not name.
     pub const UNEXPECTED_SETTLE_ERROR: &str = "unexpected_settle_error";
+
+    // The `upto` scheme's reasons, as the official facilitator (2.27) words them.
+
+    /// Not the `upto` scheme on both the payment and the offer.
+    pub const UPTO_SCHEME: &str = "invalid_upto_evm_scheme";
+    /// The payment's network is not the offer's.
+    pub const UPTO_NETWORK_MISMATCH: &str = "invalid_upto_evm_network_mismatch";
+    /// The payload is not a Permit2 authorization.
+    pub const UNSUPPORTED_PAYLOAD_TYPE: &str = "unsupported_payload_type";
+    /// The permit's spender is not x402's `upto` proxy.
+    pub const PERMIT2_SPENDER: &str = "invalid_permit2_spender";
+    /// The witness's recipient is not `payTo`.
+    pub const PERMIT2_RECIPIENT_MISMATCH: &str = "invalid_permit2_recipient_mismatch";
+    /// The witness names another facilitator than the one asked.
+    pub const UPTO_FACILITATOR_MISMATCH: &str = "upto_facilitator_mismatch";
+    /// The permit's deadline is past, or closer than the safety margin.
+    pub const PERMIT2_DEADLINE_EXPIRED: &str = "permit2_deadline_expired";
+    /// The witness's `validAfter` is in the future.
+    pub const PERMIT2_NOT_YET_VALID: &str = "permit2_not_yet_valid";
+    /// The permitted amount is not the offer's ceiling.
+    pub const PERMIT2_AMOUNT_MISMATCH: &str = "permit2_amount_mismatch";
+    /// The permitted token is not the offer's asset.
+    pub const PERMIT2_TOKEN_MISMATCH: &str = "permit2_token_mismatch";
+    /// The permit's signature is not the payer's.
+    pub const PERMIT2_SIGNATURE: &str = "invalid_permit2_signature";
+    /// The payer's balance is below the ceiling.
+    pub const PERMIT2_INSUFFICIENT_BALANCE: &str = "permit2_insufficient_balance";
+    /// The payer has not approved Permit2 for the ceiling.
+    pub const PERMIT2_ALLOWANCE_REQUIRED: &str = "permit2_allowance_required";
+    /// The Permit2 nonce was used already.
+    pub const PERMIT2_INVALID_NONCE: &str = "permit2_invalid_nonce";
+    /// The amount to settle is above the permitted ceiling.
+    pub const UPTO_SETTLEMENT_EXCEEDS_AMOUNT: &str =
+        "invalid_upto_evm_payload_settlement_exceeds_amount";
 }
 
 /// The specification's code for a facilitator's reason string.
@@ -473,6 +507,7 @@ pub fn code_for_reason(reason: &str) -> ErrorCode {
         ErrorCode::PaymentBlockhashStale
     } else if about(&[
         "nonce_already_used",
+        "invalid_nonce",
         "duplicate_settlement",
         "already_used",
         "replay",
@@ -480,8 +515,10 @@ pub fn code_for_reason(reason: &str) -> ErrorCode {
         ErrorCode::PaymentReplay
     } else if about(&[
         "insufficient",
+        "allowance",
         "valid_after",
         "valid_before",
+        "not_yet_valid",
         "simulation_failed",
         "expired",
     ]) {
@@ -553,6 +590,24 @@ mod tests {
             ),
             (reason::NONCE_ALREADY_USED, ErrorCode::PaymentReplay),
             ("duplicate_settlement", ErrorCode::PaymentReplay),
+            (reason::PERMIT2_INVALID_NONCE, ErrorCode::PaymentReplay),
+            (
+                reason::PERMIT2_INSUFFICIENT_BALANCE,
+                ErrorCode::PaymentUnfunded,
+            ),
+            (
+                reason::PERMIT2_ALLOWANCE_REQUIRED,
+                ErrorCode::PaymentUnfunded,
+            ),
+            (reason::PERMIT2_DEADLINE_EXPIRED, ErrorCode::PaymentUnfunded),
+            (reason::PERMIT2_NOT_YET_VALID, ErrorCode::PaymentUnfunded),
+            (reason::PERMIT2_SPENDER, ErrorCode::PaymentInvalid),
+            (reason::PERMIT2_SIGNATURE, ErrorCode::PaymentInvalid),
+            (reason::UPTO_FACILITATOR_MISMATCH, ErrorCode::PaymentInvalid),
+            (
+                reason::UPTO_SETTLEMENT_EXCEEDS_AMOUNT,
+                ErrorCode::PaymentInvalid,
+            ),
             (
                 "invalid_exact_svm_blockhash_not_found",
                 ErrorCode::PaymentBlockhashStale,

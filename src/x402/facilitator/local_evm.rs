@@ -38,22 +38,17 @@ use alloy_primitives::Address;
 
 use super::api::{Facilitator, FacilitatorError, FacilitatorRequest, reason};
 use super::ledger::{Ledger, LedgerError, Transfer};
+use super::local_upto::{Phase, check_upto};
+pub(super) use super::window::Refusal;
+pub use super::window::{AUTHORIZATION_CLOCK_SKEW_SECS, MIN_REMAINING_VALIDITY_SECS};
 use crate::clock::SharedClock;
 use crate::store::BoxFuture;
 use crate::x402::wire::EvmDecoding;
 use crate::x402::wire::eip712::{DomainCache, TokenId, parse_evm_address};
 use crate::x402::wire::types::{
-    Network, SCHEME_EXACT, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse,
-    X402_VERSION,
+    Network, SCHEME_EXACT, SCHEME_UPTO, SettleResponse, SupportedKind, SupportedResponse,
+    VerifyResponse, X402_VERSION,
 };
-
-/// Seconds a payer's clock may run ahead of the server's: an authorization's
-/// `validBefore` may reach now + `maxTimeoutSeconds` + this, no further.
-pub const AUTHORIZATION_CLOCK_SKEW_SECS: u64 = 60;
-
-/// Seconds an authorization must still be valid for at verification, as the
-/// reference facilitator requires (room for settlement).
-pub const MIN_REMAINING_VALIDITY_SECS: u64 = 6;
 
 /// Verifies and settles exact-EVM payments in-process, against a [`Ledger`].
 #[derive(Clone)]
@@ -61,6 +56,7 @@ pub struct LocalEvmFacilitator {
     ledger: Arc<dyn Ledger>,
     clock: SharedClock,
     domains: Arc<DomainCache>,
+    upto_facilitator: Address,
 }
 
 impl fmt::Debug for LocalEvmFacilitator {
@@ -68,12 +64,6 @@ impl fmt::Debug for LocalEvmFacilitator {
         f.debug_struct("LocalEvmFacilitator")
             .finish_non_exhaustive()
     }
-}
-
-/// A refused payment: the reason and, once known, the payer.
-pub(super) struct Refusal {
-    pub(super) reason: &'static str,
-    pub(super) payer: Option<Address>,
 }
 
 /// How the authorization's signature is judged offline.
@@ -92,12 +82,87 @@ fn refuse(reason: &'static str, payer: Option<Address>) -> Refusal {
 }
 
 impl LocalEvmFacilitator {
+    /// The facilitator an `upto` permit's witness names for this one
+    /// (`extra.facilitatorAddress`, listed in `GET /supported`): a fixed
+    /// address, since the ledger has no chain to call the proxy on
+    /// (development account #9's, which holds no key of this facilitator).
+    pub const UPTO_FACILITATOR: Address = Address::new([
+        0xa0, 0xee, 0x7a, 0x14, 0x2d, 0x26, 0x7c, 0x1f, 0x36, 0x71, 0x4e, 0x4a, 0x8f, 0x75, 0x61,
+        0x2f, 0x20, 0xa7, 0x97, 0x20,
+    ]);
+
     /// Checks against `ledger`, reading time from `clock`.
     pub fn new(ledger: Arc<dyn Ledger>, clock: SharedClock) -> Self {
         Self {
             ledger,
             clock,
             domains: Arc::default(),
+            upto_facilitator: Self::UPTO_FACILITATOR,
+        }
+    }
+
+    /// Verifies an `upto` payment: the permit's checks, then the ledger
+    /// (balance for the ceiling, nonce unused).
+    async fn verify_upto(
+        &self,
+        request: &FacilitatorRequest,
+    ) -> Result<VerifyResponse, FacilitatorError> {
+        let now = self.clock.now_unix_secs();
+        let permitted = match check_upto(request, now, self.upto_facilitator, Phase::Verify) {
+            Ok(permitted) => permitted,
+            Err(refusal) => {
+                let payer = refusal.payer.map(|a| a.to_checksum(None));
+                return Ok(VerifyResponse::invalid(refusal.reason, payer));
+            }
+        };
+        let payer = permitted.ceiling.from.to_checksum(None);
+        match self.ledger.check(&permitted.ceiling).await {
+            Ok(()) => Ok(VerifyResponse::valid(payer)),
+            Err(error) => match upto_ledger_reason(&error) {
+                Some(reason) => Ok(VerifyResponse::invalid(reason, Some(payer))),
+                None => Err(FacilitatorError::unavailable(error.to_string())),
+            },
+        }
+    }
+
+    /// Settles an `upto` payment for the offer's amount (the amount used,
+    /// at most the ceiling); 0 moves nothing and sends nothing.
+    async fn settle_upto(
+        &self,
+        request: &FacilitatorRequest,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        let network = request.payment_requirements().network.clone();
+        let now = self.clock.now_unix_secs();
+        let permitted = match check_upto(request, now, self.upto_facilitator, Phase::Settle) {
+            Ok(permitted) => permitted,
+            Err(refusal) => {
+                let payer = refusal.payer.map(|a| a.to_checksum(None));
+                return Ok(SettleResponse::failure(network, refusal.reason, payer));
+            }
+        };
+        let payer = permitted.ceiling.from.to_checksum(None);
+        let settled = |transaction: String| SettleResponse {
+            success: true,
+            error_reason: None,
+            error_message: None,
+            payer: Some(payer.clone()),
+            transaction,
+            network: network.clone(),
+            amount: Some(request.payment_requirements().amount),
+        };
+        if permitted.amount == 0 {
+            return Ok(settled(String::new()));
+        }
+        let transfer = Transfer {
+            value: permitted.amount,
+            ..permitted.ceiling
+        };
+        match self.ledger.transfer_with_authorization(&transfer).await {
+            Ok(transaction) => Ok(settled(transaction)),
+            Err(error) => match upto_ledger_reason(&error) {
+                Some(reason) => Ok(SettleResponse::failure(network, reason, Some(payer))),
+                None => Err(FacilitatorError::unavailable(error.to_string())),
+            },
         }
     }
 
@@ -189,6 +254,17 @@ pub(super) fn check_offline(
     })
 }
 
+/// The `upto` reason of a ledger refusal; `None` when the ledger is unreachable.
+fn upto_ledger_reason(error: &LedgerError) -> Option<&'static str> {
+    match error {
+        LedgerError::InsufficientFunds => Some(reason::PERMIT2_INSUFFICIENT_BALANCE),
+        LedgerError::AuthorizationUsed => Some(reason::PERMIT2_INVALID_NONCE),
+        LedgerError::UnknownToken => Some(reason::UPTO_NETWORK_MISMATCH),
+        LedgerError::AuthorizationExpired => Some(reason::PERMIT2_DEADLINE_EXPIRED),
+        LedgerError::Unavailable(_) => None,
+    }
+}
+
 /// The reason string of a ledger refusal; `None` when the ledger is unreachable.
 fn ledger_reason(error: &LedgerError) -> Option<&'static str> {
     match error {
@@ -206,6 +282,9 @@ impl Facilitator for LocalEvmFacilitator {
         request: &'a FacilitatorRequest,
     ) -> BoxFuture<'a, Result<VerifyResponse, FacilitatorError>> {
         Box::pin(async move {
+            if request.payment_requirements().scheme == SCHEME_UPTO {
+                return self.verify_upto(request).await;
+            }
             let transfer = match self.check_offline(request) {
                 Ok(transfer) => transfer,
                 Err(refusal) => {
@@ -231,6 +310,9 @@ impl Facilitator for LocalEvmFacilitator {
         request: &'a FacilitatorRequest,
     ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
         Box::pin(async move {
+            if request.payment_requirements().scheme == SCHEME_UPTO {
+                return self.settle_upto(request).await;
+            }
             let network = request.payment_requirements().network.clone();
             let transfer = match self.check_offline(request) {
                 Ok(transfer) => transfer,
@@ -261,12 +343,25 @@ impl Facilitator for LocalEvmFacilitator {
     }
 
     fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, FacilitatorError>> {
-        let kinds = vec![SupportedKind {
-            x402_version: X402_VERSION,
-            scheme: SCHEME_EXACT.to_owned(),
-            network: Network::base_sepolia(),
-            extra: None,
-        }];
+        let mut upto_extra = serde_json::Map::new();
+        upto_extra.insert(
+            "facilitatorAddress".into(),
+            self.upto_facilitator.to_checksum(None).into(),
+        );
+        let kinds = vec![
+            SupportedKind {
+                x402_version: X402_VERSION,
+                scheme: SCHEME_EXACT.to_owned(),
+                network: Network::base_sepolia(),
+                extra: None,
+            },
+            SupportedKind {
+                x402_version: X402_VERSION,
+                scheme: SCHEME_UPTO.to_owned(),
+                network: Network::base_sepolia(),
+                extra: Some(upto_extra),
+            },
+        ];
         Box::pin(std::future::ready(Ok(SupportedResponse {
             kinds,
             ..SupportedResponse::default()
@@ -456,8 +551,14 @@ mod tests {
             ),
             (
                 at(now),
-                vector_b3_request(|o, _| o.scheme = "upto".into()),
+                vector_b3_request(|o, _| o.scheme = "streaming".into()),
                 reason::UNSUPPORTED_SCHEME,
+            ),
+            // An `upto` offer paid with an exact payload: `upto`'s own refusal.
+            (
+                at(now),
+                vector_b3_request(|o, _| o.scheme = "upto".into()),
+                reason::UPTO_SCHEME,
             ),
             // 294 s left is fine, 5 s left is not.
             (at(now + 6), vector_b3_request(|_, _| {}), "ok"),

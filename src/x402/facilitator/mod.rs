@@ -23,7 +23,9 @@ mod http;
 mod idempotency;
 pub(crate) mod ledger;
 mod local_evm;
+mod local_upto;
 mod solana;
+mod window;
 
 pub use api::{
     Facilitator, FacilitatorError, FacilitatorErrorKind, FacilitatorRequest, code_for_reason,

@@ -1,5 +1,6 @@
 //! The x402 v2 wire: the protocol's types, the header codec and the EIP-712
-//! typed data an exact-EVM payment signs.
+//! typed data an exact-EVM payment signs (EIP-3009) and an `upto` payment
+//! signs (Permit2 with x402's witness).
 //!
 //! Everything here is what travels (headers, facilitator bodies, the signed
 //! struct), shared by the server, the facilitators and the paying client;
@@ -9,11 +10,16 @@
 pub mod codec;
 pub(crate) mod eip712;
 mod evm;
+mod permit2;
 pub(crate) mod types;
 
 pub use eip712::{ExactEvmDomain, TokenId, TransferWithAuthorization};
 pub use evm::ExactEvmPayment;
 pub(crate) use evm::{EvmDecoding, WrittenAddress};
+pub use permit2::{
+    ASSET_TRANSFER_METHOD_PERMIT2, PERMIT2_ADDRESS, PermitWitnessTransferFrom, TokenPermissions,
+    UPTO_PROXY_ADDRESS, UptoPayment, Witness, permit2_domain,
+};
 pub(crate) use types::PaymentHeader;
 pub use types::{
     AtomicAmount, Eip3009Authorization, ExactEvmPayload, Network, PaymentPayload, PaymentRequired,

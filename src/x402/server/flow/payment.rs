@@ -8,12 +8,13 @@ use alloy_primitives::keccak256;
 
 use crate::envelope::{EnvelopeStyle, ErrorCode};
 use crate::metrics;
-use crate::x402::facilitator::{FacilitatorRequest, reason};
+use crate::x402::facilitator::{AUTHORIZATION_CLOCK_SKEW_SECS, FacilitatorRequest, reason};
 use crate::x402::server::config::Config;
 use crate::x402::server::payment_id::{self, IdBinding};
 use crate::x402::server::quote::{Quote, check_authorization};
 use crate::x402::server::replay::{AuthorizationKey, NonceStore};
-use crate::x402::wire::types::PaymentRequirements;
+use crate::x402::wire::UptoPayment;
+use crate::x402::wire::types::{PaymentRequirements, SCHEME_UPTO};
 use crate::x402::wire::{PaymentHeader, codec};
 
 /// Seconds an in-flight claim is held at least (the upstream may take 120 s).
@@ -154,10 +155,15 @@ impl Payment {
                 // Another scheme, or exact-EVM hex that does not parse (the facilitator
                 // refuses it): the payment as sent identifies it.
                 let fingerprint = keccak256(sent.trim_ascii()).0;
-                (
-                    AuthorizationKey::of_payload(&offer.network, &fingerprint),
-                    fingerprint,
-                )
+                let key = match upto_permit(&facilitation, config.clock.now_unix_secs()) {
+                    // One Permit2 nonce is one payment, whatever else the permits say.
+                    Ok(Some(permit)) => {
+                        AuthorizationKey::new(&offer.network, permit.from, permit.replay_nonce())
+                    }
+                    Ok(None) => AuthorizationKey::of_payload(&offer.network, &fingerprint),
+                    Err(why) => return Err(invalid(why, facilitation.claimed_payer())),
+                };
+                (key, fingerprint)
             }
         };
         Ok(Box::new(Self {
@@ -278,4 +284,28 @@ pub(super) fn id_binding(payment: &Payment, payer: &str) -> Option<(String, IdBi
         };
         (id.clone(), binding)
     })
+}
+
+/// The permit of an `upto` payment, once its deadline is within the offer's
+/// bound (as an `exact` authorization's `validBefore` is: the replay record
+/// lives until then); `None` for another scheme or a payload the facilitator
+/// will refuse.
+fn upto_permit(
+    facilitation: &FacilitatorRequest,
+    now_unix_secs: u64,
+) -> Result<Option<UptoPayment>, &'static str> {
+    let offer = facilitation.payment_requirements();
+    if offer.scheme != SCHEME_UPTO {
+        return Ok(None);
+    }
+    let Some(permit) = UptoPayment::read(&facilitation.payment_payload().payload) else {
+        return Ok(None);
+    };
+    let latest = now_unix_secs
+        .saturating_add(offer.max_timeout_seconds)
+        .saturating_add(AUTHORIZATION_CLOCK_SKEW_SECS);
+    if permit.deadline > latest {
+        return Err(reason::AUTHORIZATION_TOO_LONG);
+    }
+    Ok(Some(permit))
 }
