@@ -58,6 +58,23 @@ pub(crate) struct Config {
 pub(crate) type RerunRoutes = dyn Fn(&http::request::Parts) -> bool + Send + Sync;
 
 impl Config {
+    /// How a USD price becomes `offer`'s units: the flat fee and the
+    /// decimals of the option it came from (USDC's 6 when none matches).
+    pub(crate) fn units_of(
+        &self,
+        offer: &crate::x402::wire::types::PaymentRequirements,
+    ) -> super::flow::Units {
+        let decimals = self
+            .options
+            .iter()
+            .find(|option| option.offers(offer))
+            .map_or(6, PaymentOption::decimals);
+        super::flow::Units {
+            flat_fee: self.flat_fee,
+            decimals,
+        }
+    }
+
     /// One settlement whose answer named more than was authorised (the
     /// authorised amount was settled).
     pub(crate) fn count_overrun(&self) {

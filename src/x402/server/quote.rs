@@ -185,6 +185,11 @@ impl PaymentOption {
         }
     }
 
+    /// Whether `offer` is one of this option's (its network and asset).
+    pub(crate) fn offers(&self, offer: &PaymentRequirements) -> bool {
+        self.network == offer.network && self.asset.eq_ignore_ascii_case(&offer.asset)
+    }
+
     /// The quote body's `price` for `amount` atomic units.
     pub(crate) fn quote_price(&self, amount: AtomicAmount) -> QuotePrice {
         QuotePrice {

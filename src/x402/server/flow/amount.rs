@@ -8,7 +8,8 @@ use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
 use http::request::Parts;
 
 use crate::envelope::MissingExtension;
-use crate::x402::wire::types::{AtomicAmount, PaymentRequirements, SCHEME_UPTO};
+use crate::x402::server::pricing::Price;
+use crate::x402::wire::types::{AtomicAmount, PaymentRequirements, SCHEME_UPTO, UsdAmount};
 
 /// The amount to settle for this request, in the asset's atomic units: a
 /// request-scoped handle in the extensions of every paid request that
@@ -22,30 +23,75 @@ use crate::x402::wire::types::{AtomicAmount, PaymentRequirements, SCHEME_UPTO};
 /// As an axum extractor it answers 500 when missing (the route is not
 /// behind `X402Layer`, or it was free).
 #[derive(Clone, Debug, Default)]
-pub struct SettleAmount(Arc<Mutex<Option<AtomicAmount>>>);
+pub struct SettleAmount(Arc<Mutex<Option<Named>>>);
+
+/// What the service named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Named {
+    /// Atomic units of the asset, all in.
+    Units(AtomicAmount),
+    /// A price in USD before the layer's flat fee.
+    Usd(UsdAmount),
+}
 
 impl SettleAmount {
-    /// Names the amount to settle (the last call wins).
+    /// Names the amount to settle in the asset's atomic units, fee included
+    /// (the last call wins).
     pub fn set(&self, amount: AtomicAmount) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(amount);
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Named::Units(amount));
     }
 
-    /// The amount named so far, if any.
-    pub fn get(&self) -> Option<AtomicAmount> {
+    /// Names what the answer cost in USD, before the layer's flat fee: the
+    /// flow adds the fee and converts to the offer's units, rounded up (the
+    /// one place the fee meets a price stays the layer's). The last call wins.
+    pub fn set_usd(&self, price: UsdAmount) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Named::Usd(price));
+    }
+
+    fn named(&self) -> Option<Named> {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// How a price in USD becomes the offer's units: the layer's flat fee and the
+/// asset's decimals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Units {
+    pub(crate) flat_fee: UsdAmount,
+    pub(crate) decimals: u8,
+}
+
+impl Units {
+    /// `price` plus the fee in atomic units, rounded up to a whole unit.
+    fn of(self, price: UsdAmount) -> Option<AtomicAmount> {
+        let total = Price::Usd(price).total(self.flat_fee)?;
+        // Micro-dollars, scaled to the asset's decimals and rounded up.
+        let micros = total.micros();
+        let units = match self.decimals {
+            d if d >= 6 => micros.checked_mul(10u128.checked_pow(u32::from(d - 6))?)?,
+            d => micros.div_ceil(10u128.pow(u32::from(6 - d))),
+        };
+        Some(AtomicAmount::new(units))
     }
 }
 
 /// What is settled for `offer` now, and the overrun beyond its maximum if
 /// the service named more than was authorised.
-pub(crate) fn decide(offer: &PaymentRequirements, named: &SettleAmount) -> Decision {
+pub(crate) fn decide(offer: &PaymentRequirements, named: &SettleAmount, units: Units) -> Decision {
+    let quoted = Decision {
+        amount: offer.amount,
+        overrun: None,
+    };
     if offer.scheme != SCHEME_UPTO {
-        return Decision {
-            amount: offer.amount,
-            overrun: None,
-        };
+        return quoted;
     }
-    match named.get() {
+    let named = match named.named() {
+        None => return quoted,
+        Some(Named::Units(amount)) => Some(amount),
+        // A price too large to convert is above any ceiling.
+        Some(Named::Usd(price)) => Some(units.of(price).unwrap_or(AtomicAmount::new(u128::MAX))),
+    };
+    match named {
         Some(amount) if amount.units() > offer.amount.units() => Decision {
             amount: offer.amount,
             overrun: Some(amount),
@@ -107,13 +153,41 @@ mod tests {
         offer
     }
 
+    const USDC: Units = Units {
+        flat_fee: UsdAmount::from_micros(1_000),
+        decimals: 6,
+    };
+
     #[test]
     fn exact_settles_what_was_signed_whatever_is_named() {
         let named = SettleAmount::default();
         named.set(AtomicAmount::new(1));
         assert_eq!(
-            decide(&offer("exact"), &named).amount,
+            decide(&offer("exact"), &named, USDC).amount,
             AtomicAmount::new(5_000)
+        );
+    }
+
+    #[test]
+    fn a_price_in_usd_settles_with_the_fee_in_the_assets_units_rounded_up() {
+        let named = SettleAmount::default();
+        named.set_usd(UsdAmount::from_micros(234));
+        let upto = offer(SCHEME_UPTO);
+        assert_eq!(decide(&upto, &named, USDC).amount, AtomicAmount::new(1_234));
+        let two_decimals = Units {
+            decimals: 2,
+            ..USDC
+        };
+        assert_eq!(
+            two_decimals.of(UsdAmount::from_micros(1)),
+            Some(AtomicAmount::new(1)),
+            "1 + 1,000 micro-dollars are a tenth of a cent: rounded up to one cent"
+        );
+        named.set_usd(UsdAmount::from_micros(u128::MAX / 2));
+        assert_eq!(
+            decide(&upto, &named, USDC).amount,
+            AtomicAmount::new(5_000),
+            "above the ceiling: the ceiling"
         );
     }
 
@@ -122,13 +196,13 @@ mod tests {
         let named = SettleAmount::default();
         let upto = offer(SCHEME_UPTO);
         assert_eq!(
-            decide(&upto, &named).amount,
+            decide(&upto, &named, USDC).amount,
             AtomicAmount::new(5_000),
             "unset: the quote"
         );
         named.set(AtomicAmount::new(1_234));
         assert_eq!(
-            decide(&upto, &named),
+            decide(&upto, &named, USDC),
             Decision {
                 amount: AtomicAmount::new(1_234),
                 overrun: None
@@ -136,7 +210,7 @@ mod tests {
         );
         named.set(AtomicAmount::new(9_000));
         assert_eq!(
-            decide(&upto, &named),
+            decide(&upto, &named, USDC),
             Decision {
                 amount: AtomicAmount::new(5_000),
                 overrun: Some(AtomicAmount::new(9_000))

@@ -27,6 +27,7 @@ mod sign_in;
 use std::sync::Arc;
 
 pub use amount::SettleAmount;
+pub(crate) use amount::Units;
 pub(crate) use kept::{Keeper, collect_within, kept_answer};
 pub use payment::EXTENSION_ECHO_MISMATCH;
 pub(crate) use payment::{ClaimGuard, ID_IN_FLIGHT, Paying, Payment, Refusal, payment_outcome};

@@ -117,7 +117,7 @@ async fn settle(
 ) -> Outcome {
     let offer = payment.offer();
     // Decided now, when the answer ended: what was signed, or what was used.
-    let decision = amount::decide(offer, amount);
+    let decision = amount::decide(offer, amount, config.units_of(offer));
     if let Some(_named) = decision.overrun {
         trace_warn!(
             named = %_named,
