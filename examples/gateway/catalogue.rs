@@ -153,6 +153,26 @@ impl Model {
         }
     }
 
+    /// What an answer that used `prompt_tokens` and `completion_tokens` costs on this per-token model, before
+    /// the flat fee, rounded up to a whole micro-dollar; `None` for a model
+    /// not priced by the token.
+    pub(crate) fn metered_price(
+        &self,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+    ) -> Option<UsdAmount> {
+        let Pricing::PerToken {
+            input_micros_per_million,
+            output_micros_per_million,
+        } = self.pricing
+        else {
+            return None;
+        };
+        let scaled = u128::from(prompt_tokens) * u128::from(input_micros_per_million)
+            + u128::from(completion_tokens) * u128::from(output_micros_per_million);
+        Some(UsdAmount::from_micros(scaled.div_ceil(1_000_000)))
+    }
+
     /// The model's `GET /v1/models` row.
     fn listing(&self) -> Value {
         json!({

@@ -22,6 +22,7 @@
 //! | `GATEWAY_ANSWER_RETENTION_SECS` | `3600` | how long a paid answer is kept for a resend (a settlement first reported pending), and a `sign-in-with-x` entitlement |
 //! | `GATEWAY_ANSWER_MAX_BYTES` | `1048576` | the largest paid answer kept (a larger one is served again on the resend, charged once) |
 //! | `GATEWAY_PAYMENT_ID` | `optional` | the `payment-identifier` extension: `off`, `optional` (declared; a payment may carry an id and then pays once per id) or `required` (a payment without an id is 400) |
+//! | `GATEWAY_UPTO` | `second` | the metered `upto` offer (a Permit2 ceiling; the answer's tokens are settled): `off` (the specification's quote byte for byte), `second` (after `exact`, which the specification's clients sign) or `first`; offered only where it can settle (the development ledger today) |
 //! | `GATEWAY_SIWX` | `on` | the `sign-in-with-x` extension (EVM networks): a wallet that paid for a request signs in to get its kept answer again, uncharged; declared only when the public origin is known (`GATEWAY_PUBLIC_URL`, or a bound address that is not a wildcard); `off`: not declared, and settled answers are not kept for it |
 //! | `GATEWAY_SIWX_KEY_FILE` | a random key per process | the key of sign-in nonces' tags (64 hex digits; never printed): replicas behind one origin must share it, or a nonce one issued fails on another |
 //! | `GATEWAY_ANSWER_STORE_BYTES` | `268435456` | the in-memory answer store's total (without Redis; the answers nearest their expiry make room) |
@@ -133,6 +134,8 @@ pub(crate) struct Config {
     pub(crate) answers: AnswerSettings,
     /// The `payment-identifier` extension (`GATEWAY_PAYMENT_ID`).
     pub(crate) payment_id: PaymentIdentifier,
+    /// Where the metered `upto` offer goes (`GATEWAY_UPTO`).
+    pub(crate) upto: UptoPlace,
     /// The `sign-in-with-x` extension (`GATEWAY_SIWX`).
     pub(crate) siwx: bool,
     /// Its nonce key (`GATEWAY_SIWX_KEY_FILE`); `None`: random per process.
@@ -326,6 +329,45 @@ impl EvmSettings {
     }
 }
 
+/// Where the metered `upto` offer goes in a chat's 402 (`GATEWAY_UPTO`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum UptoPlace {
+    /// Not offered: the specification's quote.
+    Off,
+    /// After `exact` (the specification's clients sign the first entry).
+    #[default]
+    Second,
+    /// Before `exact`.
+    First,
+}
+
+impl UptoPlace {
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "off" => Some(Self::Off),
+            "second" => Some(Self::Second),
+            "first" => Some(Self::First),
+            _ => None,
+        }
+    }
+}
+
+impl Config {
+    /// Where the `upto` offer goes and the facilitator its witness names,
+    /// when it is offered: on the development ledger only, for now (the
+    /// on-chain settler and HTTP facilitators settle `exact` alone here).
+    pub(crate) fn upto_offer(&self) -> Option<(UptoPlace, alloy_primitives::Address)> {
+        let PaymentNetwork::Evm(evm) = &self.network else {
+            return None;
+        };
+        let on_dev_ledger = evm.facilitator_url.is_none() && self.settler_settings.is_none();
+        (self.upto != UptoPlace::Off && on_dev_ledger).then_some((
+            self.upto,
+            walletgate::x402::facilitator::LocalEvmFacilitator::UPTO_FACILITATOR,
+        ))
+    }
+}
+
 /// The Solana variant's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SolanaSettings {
@@ -358,6 +400,7 @@ impl Default for Config {
             bazaar: true,
             answers: AnswerSettings::default(),
             payment_id: PaymentIdentifier::Optional,
+            upto: UptoPlace::default(),
             siwx: true,
             siwx_key: None,
             origin_known: false,
@@ -484,6 +527,10 @@ impl Config {
             config.payment_id = PaymentIdentifier::parse(&mode).ok_or_else(|| {
                 invalid("GATEWAY_PAYMENT_ID", "expected off, optional or required")
             })?;
+        }
+        if let Some(place) = var("GATEWAY_UPTO") {
+            config.upto = UptoPlace::parse(&place)
+                .ok_or_else(|| invalid("GATEWAY_UPTO", "expected off, second or first"))?;
         }
         if let Some(mode) = var("GATEWAY_SIWX") {
             config.siwx = match mode.as_str() {

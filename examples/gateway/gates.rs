@@ -37,6 +37,7 @@ use walletgate::x402::{
     wire::{SettleResponse, SupportedResponse, VerifyResponse},
 };
 
+use crate::config::UptoPlace;
 use crate::config::{PaymentFaults, PaymentNetwork};
 
 /// The layers after validation, built once from the configuration.
@@ -52,14 +53,21 @@ pub(crate) struct Gates {
 impl Gates {
     /// The free tier, and the two paid families' layers from what every paid
     /// route shares (`payment`), each 402 declaring `extensions` when given.
+    /// Inference offers `inference_options` when given (the metered `upto`
+    /// beside `exact`); images what every route shares.
     pub(crate) fn new(
         free_tier: FreeTier,
         payment: &X402LayerBuilder,
+        inference_options: Option<&[PaymentOption]>,
         extensions: Option<&Arc<dyn QuoteExtensions>>,
     ) -> Result<Self, ConfigError> {
+        let inference = match inference_options {
+            Some(options) => payment.clone().with_payment_options(options.to_vec()),
+            None => payment.clone(),
+        };
         Ok(Self {
             free_tier,
-            inference_payment: inference_layer(payment, extensions)?,
+            inference_payment: inference_layer(&inference, extensions)?,
             image_payment: image_layer(payment, extensions)?,
         })
     }
@@ -140,6 +148,38 @@ pub(crate) fn payment_options(
         }
     };
     Ok(vec![option.with_max_timeout_secs(max_timeout_secs)?])
+}
+
+/// `options` with the metered `upto` offer added where `upto` places it:
+/// the EVM network's asset and payTo, its ceiling the same amount (the
+/// layer quotes one total for every option), `extra` = `{facilitatorAddress}`.
+pub(crate) fn with_upto(
+    mut options: Vec<PaymentOption>,
+    upto: Option<(UptoPlace, alloy_primitives::Address)>,
+    evm: Option<&crate::config::EvmSettings>,
+    pay_to: &str,
+    max_timeout_secs: u64,
+) -> Result<Vec<PaymentOption>, ConfigError> {
+    let (Some((place, facilitator)), Some(evm)) = (upto, evm) else {
+        return Ok(options);
+    };
+    // What an upto client reads (the official one reads this alone): Permit2's
+    // domain is fixed, so no token domain; `assetTransferMethod` (the spec's
+    // example has none) would push a chat's 402 headers past 8 KiB.
+    let mut extra = serde_json::Map::new();
+    extra.insert(
+        "facilitatorAddress".into(),
+        facilitator.to_checksum(None).into(),
+    );
+    let metered = PaymentOption::other(evm.network.clone(), &evm.usdc, pay_to, extra)
+        .with_scheme(walletgate::x402::wire::SCHEME_UPTO)
+        .with_max_timeout_secs(max_timeout_secs)?;
+    match place {
+        UptoPlace::Off => {}
+        UptoPlace::Second => options.push(metered),
+        UptoPlace::First => options.insert(0, metered),
+    }
+    Ok(options)
 }
 
 /// Who verifies and settles `network`'s payments, behind `faults` (and their

@@ -5,6 +5,8 @@ use axum::extract::State;
 use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 
+use walletgate::x402::server::SettleAmount;
+
 use crate::extensions::PreparedRequest;
 use crate::render::{AnswerHead, SseBody, answer};
 use crate::reply::{json, reject};
@@ -38,6 +40,7 @@ pub(crate) fn id_prefix(endpoint: Endpoint) -> &'static str {
 /// resolved its model; ask the upstream and render the answer.
 pub(crate) async fn infer(
     State(gateway): State<AppState>,
+    metered: Option<SettleAmount>,
     PreparedRequest { request, model }: PreparedRequest,
 ) -> Response {
     let endpoint = request.endpoint;
@@ -49,7 +52,19 @@ pub(crate) async fn infer(
     };
     if !request.stream {
         return match gateway.complete(&model, &request).await {
-            Ok(completion) => json(StatusCode::OK, &answer(endpoint, &head, &completion)),
+            Ok(completion) => {
+                // What the answer used: settled if the payment authorised a maximum.
+                if let (Some(metered), Some(price)) = (
+                    &metered,
+                    model.metered_price(
+                        completion.usage.prompt_tokens,
+                        completion.usage.completion_tokens,
+                    ),
+                ) {
+                    metered.set_usd(price);
+                }
+                json(StatusCode::OK, &answer(endpoint, &head, &completion))
+            }
             Err(error) => reject(error, endpoint.style()),
         };
     }
@@ -57,9 +72,20 @@ pub(crate) async fn infer(
         Ok(events) => {
             let fault_gateway = gateway.clone();
             let idle_timeout = gateway.upstream_timeout;
-            let body = SseBody::new(endpoint, head, events, idle_timeout, move |fault| {
+            let priced = model.clone();
+            let mut body = SseBody::new(endpoint, head, events, idle_timeout, move |fault| {
                 fault_gateway.fault_error(&model, true, fault)
             });
+            if let Some(metered) = metered {
+                // Known with the last chunk; settled when the stream ends.
+                body = body.on_usage(move |usage| {
+                    if let Some(price) =
+                        priced.metered_price(usage.prompt_tokens, usage.completion_tokens)
+                    {
+                        metered.set_usd(price);
+                    }
+                });
+            }
             let mut response = Response::new(Body::new(body));
             let headers = response.headers_mut();
             headers.insert(

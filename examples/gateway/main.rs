@@ -93,6 +93,8 @@ mod cors_tests;
 mod discovery_tests;
 #[cfg(all(test, feature = "cli"))]
 mod facilitator_tests;
+#[cfg(test)]
+mod metering_tests;
 #[cfg(all(test, feature = "metrics"))]
 mod metrics_tests;
 #[cfg(test)]
@@ -358,6 +360,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
     let config_draining = config.draining.clone();
     let public_url = config.public_url();
     let sign_in = config.sign_in_with_x()?;
+    let upto = config.upto_offer();
     let cors = cors::layer(&config.cors_origins);
     let redis = redis_connection(&config)?;
     let mut router = ProviderRouter::new(Arc::new(EchoUpstream));
@@ -377,7 +380,18 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         #[cfg(not(feature = "redis"))]
         Some(never) => match *never {},
     };
+    let evm = match &config.network {
+        config::PaymentNetwork::Evm(evm) => Some(evm),
+        config::PaymentNetwork::Solana(_) => None,
+    };
     let options = gates::payment_options(&config.network, &config.pay_to, config.max_timeout_secs)?;
+    let inference_options = gates::with_upto(
+        options.clone(),
+        upto,
+        evm,
+        &config.pay_to,
+        config.max_timeout_secs,
+    )?;
     let settler = config.settler.map(Arc::new);
     let facilitator = gates::facilitator(
         &config.network,
@@ -411,6 +425,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
     let gates = Gates::new(
         free_tier(config.free_tier, config.client_ip, redis.as_ref()),
         &payment,
+        (inference_options.len() > options.len()).then_some(inference_options.as_slice()),
         bazaar.as_ref(),
     )?;
     let documents = discovery::Documents::new(

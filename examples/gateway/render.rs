@@ -285,6 +285,8 @@ pub(crate) struct SseBody<F> {
     idle_timeout: Duration,
     idle: Pin<Box<Sleep>>,
     done: bool,
+    /// Told the usage when the stream finishes, before its last chunk goes out.
+    on_usage: Option<Box<dyn FnOnce(Usage) + Send>>,
 }
 
 impl<F> SseBody<F>
@@ -311,7 +313,15 @@ where
             },
             fault_error,
             done: false,
+            on_usage: None,
         }
+    }
+
+    /// Tells `on_usage` the usage the upstream reported with the stream's
+    /// last chunk (a metered payment settles it when the stream ends).
+    pub(crate) fn on_usage(mut self, on_usage: impl FnOnce(Usage) + Send + 'static) -> Self {
+        self.on_usage = Some(Box::new(on_usage));
+        self
     }
 }
 
@@ -345,6 +355,11 @@ where
         };
         let deadline = tokio::time::Instant::now() + this.idle_timeout;
         this.idle.as_mut().reset(deadline);
+        if let Ok(StreamEvent::Finished { usage, .. }) = &step
+            && let Some(on_usage) = this.on_usage.take()
+        {
+            on_usage(*usage);
+        }
         let (text, done) = this.encoder.encode(step);
         this.done = done;
         Poll::Ready(Some(Ok(Frame::data(Bytes::from(text)))))

@@ -212,6 +212,17 @@ impl X402LayerBuilder {
         self
     }
 
+    /// Sets every way to pay, in the order clients see them, in place of
+    /// those set before (a route family that offers more than the others,
+    /// from a builder they share).
+    pub fn with_payment_options(
+        mut self,
+        options: impl IntoIterator<Item = PaymentOption>,
+    ) -> Self {
+        self.options = options.into_iter().collect();
+        self
+    }
+
     /// The fee added to every [`Price::Usd`](super::Price::Usd) (default
     /// [`UsdAmount::FLAT_FEE`], 0.001 USD); a [`Price::UsdAllIn`](super::Price::UsdAllIn)
     /// already includes it. The only fee a server configures: no pricing

@@ -1,0 +1,158 @@
+//! Metered chats on the embedded default (the development ledger): a buyer
+//! signs the `upto` offer's ceiling (a Permit2 permit), the answer is sent
+//! live, and what its tokens cost (plus the flat fee) is settled when it
+//! ends: the ledger moves exactly that, and the receipt says so.
+
+use serde_json::{Value, json};
+use walletgate::client::payer::Payer;
+use walletgate::x402::wire::{SCHEME_UPTO, SettleResponse, codec};
+
+use crate::config::{Config, UptoPlace};
+use crate::tests::{Server, now_secs};
+
+const CHAT: &str = "/v1/chat/completions";
+const MODEL: &str = "openai/gpt-5-mini";
+
+fn chat(stream: bool) -> String {
+    json!({"model": MODEL, "max_tokens": 4000, "stream": stream,
+           "messages": [{"role": "user", "content": "hi"}]})
+    .to_string()
+}
+
+/// The `upto` offer of a chat's 402, and the `exact` one before it.
+async fn offers(server: &Server, body: &str) -> Vec<walletgate::x402::wire::PaymentRequirements> {
+    let quote = server.post_once(CHAT, body.to_owned(), None).await;
+    assert_eq!(quote.status, 402, "{}", quote.text());
+    quote.quote().accepts
+}
+
+/// A development payer that is not the gateway's payTo.
+fn buyer(index: usize) -> Payer {
+    let payer = Payer::dev(index);
+    assert_ne!(
+        payer.address(),
+        Config::default().pay_to,
+        "not paying itself"
+    );
+    payer
+}
+
+#[tokio::test]
+async fn a_streamed_chat_paid_upto_is_charged_its_tokens_not_its_ceiling() {
+    let server = Server::start(Config::default()).await;
+    let body = chat(true);
+    let offers = offers(&server, &body).await;
+    assert_eq!(offers[0].scheme, "exact", "exact stays first");
+    let upto = offers
+        .iter()
+        .find(|offer| offer.scheme == SCHEME_UPTO)
+        .unwrap();
+    assert_eq!(
+        upto.amount, offers[0].amount,
+        "the ceiling is the exact price"
+    );
+    let ceiling = upto.amount.units();
+
+    let payer = buyer(4);
+    let before = server.balance(&payer.address());
+    let payment = codec::encode(&payer.pay_upto(upto, now_secs()).unwrap());
+    let paid = server.post_once(CHAT, body, Some(&payment)).await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    assert!(
+        paid.header("payment-response").is_none(),
+        "no receipt before the amount exists"
+    );
+    let text = paid.text();
+    let event = text
+        .lines()
+        .skip_while(|line| *line != "event: payment-response")
+        .nth(1)
+        .and_then(|line| line.strip_prefix("data: "))
+        .expect("the receipt is the last event");
+    let settled: SettleResponse = codec::decode(event.as_bytes()).unwrap();
+    assert!(settled.success);
+    let charged = settled.amount.unwrap().units();
+    assert!(charged * 2 < ceiling, "{charged} of a {ceiling} ceiling");
+    assert_eq!(server.balance(&payer.address()), before - charged);
+    // What the stream's usage chunk reports, priced: the same amount.
+    let usage: Value = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .find_map(|chunk| chunk.get("usage").cloned())
+        .expect("a usage chunk");
+    let model = Config::default().catalogue.get(MODEL).unwrap().clone();
+    let price = model
+        .metered_price(
+            usage["prompt_tokens"].as_u64().unwrap(),
+            usage["completion_tokens"].as_u64().unwrap(),
+        )
+        .unwrap();
+    assert_eq!(charged, price.micros() + 1_000, "tokens plus the flat fee");
+}
+
+#[tokio::test]
+async fn an_unstreamed_chat_paid_upto_carries_the_settled_amount_in_its_receipt() {
+    let server = Server::start(Config::default()).await;
+    let body = chat(false);
+    let offers = offers(&server, &body).await;
+    let upto = offers
+        .iter()
+        .find(|offer| offer.scheme == SCHEME_UPTO)
+        .unwrap();
+    let payer = buyer(5);
+    let before = server.balance(&payer.address());
+    let payment = codec::encode(&payer.pay_upto(upto, now_secs()).unwrap());
+    let paid = server.post_once(CHAT, body.clone(), Some(&payment)).await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    let settled: SettleResponse =
+        codec::decode(paid.header("payment-response").unwrap().as_bytes()).unwrap();
+    let charged = settled.amount.unwrap().units();
+    assert!(charged * 2 < upto.amount.units());
+    assert_eq!(server.balance(&payer.address()), before - charged);
+    // The same permit again: refused, nothing moves twice.
+    let again = server.post_once(CHAT, body, Some(&payment)).await;
+    assert_eq!(again.status, 402, "{}", again.text());
+    assert_eq!(server.balance(&payer.address()), before - charged);
+    // An exact payment of the same chat is charged its whole price, as before.
+    let exact = server.post_once(CHAT, chat(false), None).await;
+    let offer = exact.quote().accepts[0].clone();
+    let payer = buyer(6);
+    let before = server.balance(&payer.address());
+    let paid = server
+        .post_once(
+            CHAT,
+            chat(false),
+            Some(&codec::encode(&payer.pay(&offer, now_secs()).unwrap())),
+        )
+        .await;
+    assert_eq!(paid.status, 200);
+    assert_eq!(
+        server.balance(&payer.address()),
+        before - offer.amount.units()
+    );
+}
+
+#[tokio::test]
+async fn gateway_upto_off_quotes_the_specifications_402_and_first_puts_it_first() {
+    let off = Server::start(Config {
+        upto: UptoPlace::Off,
+        ..Config::default()
+    })
+    .await;
+    let offers_off = offers(&off, &chat(false)).await;
+    assert_eq!(offers_off.len(), 1);
+    assert_eq!(offers_off[0].scheme, "exact");
+    let first = Server::start(Config {
+        upto: UptoPlace::First,
+        ..Config::default()
+    })
+    .await;
+    let offers_first = offers(&first, &chat(false)).await;
+    assert_eq!(offers_first[0].scheme, SCHEME_UPTO);
+    assert_eq!(
+        offers_first[0].extra["facilitatorAddress"],
+        walletgate::x402::facilitator::LocalEvmFacilitator::UPTO_FACILITATOR.to_checksum(None)
+    );
+    assert_eq!(offers_first[1], offers_off[0]);
+}
