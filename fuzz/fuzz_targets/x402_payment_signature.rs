@@ -1,4 +1,6 @@
-//! Arbitrary bytes as `PAYMENT-SIGNATURE`, through decode, match and verify.
+//! Arbitrary bytes as `PAYMENT-SIGNATURE`, through decode, match and verify
+//! (the layer offers `exact` and the metered `upto`, whose Permit2 payload
+//! goes through the same steps).
 //!
 //! Each input is tried three ways: as the raw header value through the whole
 //! `X402` layer; base64-encoded (so the bytes reach the JSON parser) through
@@ -30,10 +32,10 @@ use walletgate::clock::FakeClock;
 use walletgate::x402::{
     facilitator::{DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator},
         server::{
-            PaymentIdentifier, PaymentOption, PriceTable, SignInWithX, X402, X402Layer,
-            matching_offer,
+            BASE_SEPOLIA_USDC, PaymentIdentifier, PaymentOption, PriceTable, SignInWithX, X402,
+            X402Layer, matching_offer,
         },
-    wire::{PaymentPayload, PaymentRequirements, UsdAmount, codec},
+    wire::{Network, PaymentPayload, PaymentRequirements, SCHEME_UPTO, UsdAmount, codec},
 };
 use walletgate_fuzz::ready;
 
@@ -74,10 +76,22 @@ fn harness() -> &'static Harness {
         let clock = Arc::new(FakeClock::at_unix_secs(NOW));
         let facilitator = LocalEvmFacilitator::new(Arc::new(DevLedger::new()), clock.clone());
         let option = PaymentOption::base_sepolia_usdc(PAY_TO).unwrap();
-        let offers = vec![option.requirements(UsdAmount::from_micros(3000)).unwrap()];
+        // The metered offer too: its Permit2 payload goes through the same steps.
+        let mut extra = serde_json::Map::new();
+        extra.insert(
+            "facilitatorAddress".into(),
+            LocalEvmFacilitator::UPTO_FACILITATOR.to_checksum(None).into(),
+        );
+        let upto = PaymentOption::other(Network::base_sepolia(), BASE_SEPOLIA_USDC, PAY_TO, extra)
+            .with_scheme(SCHEME_UPTO);
+        let offers = vec![
+            option.requirements(UsdAmount::from_micros(3000)).unwrap(),
+            upto.requirements(UsdAmount::from_micros(3000)).unwrap(),
+        ];
         let layer = X402Layer::builder()
             .with_host_derived_resource_url()
             .with_payment_option(option)
+            .with_payment_option(upto)
             .with_pricing(
                 PriceTable::by_route()
                     .with_usd(format!("POST {CHAT}"), "0.002")
