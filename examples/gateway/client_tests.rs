@@ -35,6 +35,7 @@ use walletgate::envelope::ErrorCode;
 use walletgate::store::BoxFuture;
 use walletgate::tls::ClientTls;
 use walletgate::x402::facilitator::DevLedger;
+use walletgate::x402::wire::{SettleResponse, codec};
 
 use crate::config::{Config, PaymentFaults};
 use crate::request::Endpoint;
@@ -590,6 +591,52 @@ fn assert_no_secret(printed: &str, keys: &[&str]) {
         !printed.to_ascii_lowercase().contains("payment-signature"),
         "{printed}"
     );
+}
+
+/// `walletgate pay --prefer-upto` of a streamed chat with `max_tokens: 4000`
+/// on the embedded default: charged the tokens it used (the development
+/// ledger moves exactly that), its one stderr line says so, and it agrees
+/// with the stream's final receipt event.
+#[tokio::test]
+async fn walletgate_pay_prefer_upto_is_charged_what_a_stream_used() {
+    let server = Server::start(Config::default()).await;
+    let payer = DevLedger::DEV_ACCOUNTS[8];
+    let key = format!("0x{}", DEV_KEYS[8]);
+    let url = server.url("/v1/chat/completions");
+    let data = json!({"model": PAID_MODEL, "max_tokens": 4000, "stream": true,
+                      "messages": [{"role": "user", "content": "hi"}]})
+    .to_string();
+    let (code, stdout, stderr) = walletgate_pay(
+        &[&url, "--data", &data, "--max-usd", "0.10", "--prefer-upto"],
+        Some(&key),
+    )
+    .await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let moved = DevLedger::DEV_ACCOUNT_FUNDS - server.balance(payer);
+    let event = stdout
+        .lines()
+        .skip_while(|line| *line != "event: payment-response")
+        .nth(1)
+        .and_then(|line| line.strip_prefix("data: "))
+        .expect("the receipt event");
+    let settled: SettleResponse = codec::decode(event.as_bytes()).unwrap();
+    assert_eq!(settled.amount.unwrap().units(), moved);
+    let quote = server
+        .post_once("/v1/chat/completions", data.clone(), None)
+        .await
+        .quote();
+    let ceiling = quote.accepts[0].amount.units();
+    assert!(moved * 2 < ceiling, "{moved} of a {ceiling} ceiling");
+    let usd = walletgate::x402::wire::AtomicAmount::new(moved).to_decimal_string(6);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with(&format!("paid {usd} USD from {payer}")),
+        "{stderr}"
+    );
+    // stdout is the stream, its receipt event base64 JSON: no key in it.
+    assert!(!stdout.contains(key.trim_start_matches("0x")));
+    assert_no_secret(&stderr, &[&key]);
 }
 
 #[tokio::test]

@@ -55,6 +55,11 @@ pub(crate) struct PayArgs {
     /// spend policy's verdict; sign nothing, settle nothing
     #[arg(long)]
     dry_run: bool,
+    /// Sign the metered `upto` offer when the server makes one: its amount is
+    /// a ceiling (checked against --max-usd) and what the answer used is
+    /// settled; the receipt line says what was settled
+    #[arg(long)]
+    prefer_upto: bool,
     /// The payment identifier of this request (16 to 128 of A-Z a-z 0-9 _ -):
     /// sent when the server declares the `payment-identifier` extension, so
     /// running the same command again gets the answer it paid for instead of
@@ -128,11 +133,14 @@ fn http() -> Result<Http, Failure> {
 
 async fn pay(args: PayArgs, format: Format) -> Result<Exit, Failure> {
     let request = request(&args)?;
-    let policy = SpendPolicy::new()
+    let mut policy = SpendPolicy::new()
         .with_max_per_payment_usd(&args.max_usd)
         .map_err(|error| {
             Failure::usage(format!("--max-usd {}", args.max_usd)).with_cause(error.to_string())
         })?;
+    if args.prefer_upto {
+        policy = policy.with_upto_preferred();
+    }
     if args.dry_run {
         return dry_run(request, &policy, format).await;
     }
@@ -180,6 +188,12 @@ async fn pay(args: PayArgs, format: Format) -> Result<Exit, Failure> {
     let _ = writeln!(stdout);
     if let Some(receipt) = receipt {
         eprintln!("{}", receipt.summary());
+        if receipt.overcharged() {
+            return Err(Failure::new(
+                Exit::Payment,
+                "the server settled more than the payment signed for",
+            ));
+        }
     }
     Ok(Exit::Ok)
 }
@@ -209,7 +223,8 @@ async fn poll(job: &ImageJob, http: &Http) -> Result<Value, Failure> {
 }
 
 /// Sends the request unpaid and reports the quote: the offer the payer would
-/// sign (the first, as the paying layer picks it) and the policy's verdict.
+/// sign (the first, or the metered one with --prefer-upto, as the paying
+/// layer picks it) and the policy's verdict.
 async fn dry_run(
     request: Request<Full<Bytes>>,
     policy: &SpendPolicy,
@@ -236,9 +251,8 @@ async fn dry_run(
     }
     let quote = parse_quote(&parts.headers, &body)
         .ok_or_else(|| Failure::api("the 402 answer holds no x402 quote"))?;
-    let offer = quote
-        .accepts
-        .first()
+    let offer = policy
+        .choose(&quote)
         .ok_or_else(|| Failure::new(Exit::Payment, "the quote offers no way to pay"))?;
     let verdict = policy.authorize(offer);
     let offer_json = serde_json::to_value(offer).unwrap_or(Value::Null);

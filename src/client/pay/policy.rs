@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::x402::{
     server::{BASE_SEPOLIA_USDC, BASE_USDC},
-    wire::{Network, PaymentRequirements, UsdAmount, ValueError},
+    wire::{Network, PaymentRequired, PaymentRequirements, SCHEME_UPTO, UsdAmount, ValueError},
 };
 
 /// The default maximum per payment: 0.10 USD.
@@ -136,6 +136,7 @@ pub struct SpendPolicy {
     allowed: Vec<AllowedAsset>,
     budget: Option<Arc<Budget>>,
     hook: Option<QuoteHook>,
+    prefer_upto: bool,
 }
 
 impl fmt::Debug for SpendPolicy {
@@ -145,6 +146,7 @@ impl fmt::Debug for SpendPolicy {
             .field("allowed", &self.allowed)
             .field("budget", &self.budget)
             .field("hook", &self.hook.is_some())
+            .field("prefer_upto", &self.prefer_upto)
             .finish()
     }
 }
@@ -156,6 +158,7 @@ impl Default for SpendPolicy {
             allowed: AllowedAsset::known_usdc(),
             budget: None,
             hook: None,
+            prefer_upto: false,
         }
     }
 }
@@ -216,6 +219,28 @@ impl SpendPolicy {
         self.budget
             .as_ref()
             .map(|budget| budget.spent_micros.load(Ordering::SeqCst))
+    }
+
+    /// Signs a quote's metered `upto` offer (its amount a ceiling, the
+    /// answer's cost settled) when it has one, instead of its first offer;
+    /// the ceiling passes the same checks as any amount.
+    pub fn with_upto_preferred(mut self) -> Self {
+        self.prefer_upto = true;
+        self
+    }
+
+    /// The offer of `quote` to sign: its first (as the official clients do),
+    /// or its `upto` one when preferred and offered.
+    pub fn choose<'a>(&self, quote: &'a PaymentRequired) -> Option<&'a PaymentRequirements> {
+        let upto = || {
+            quote.accepts.iter().find(|offer| {
+                offer.scheme == SCHEME_UPTO && offer.extra_str("facilitatorAddress").is_some()
+            })
+        };
+        self.prefer_upto
+            .then(upto)
+            .flatten()
+            .or_else(|| quote.accepts.first())
     }
 
     /// Checks `offer` and, if it passes, takes its amount from the budget.
@@ -310,6 +335,33 @@ mod tests {
         );
         assert_eq!(clone.authorize(&offer(2_000)), Ok(()));
         assert_eq!(policy.spent_micros(), Some(5_000));
+    }
+
+    #[test]
+    fn the_first_offer_is_chosen_unless_upto_is_preferred_and_offered() {
+        let mut upto = offer(5_000);
+        upto.scheme = SCHEME_UPTO.to_owned();
+        upto.extra.insert(
+            "facilitatorAddress".into(),
+            DevLedger::DEV_ACCOUNTS[9].into(),
+        );
+        let quote = |accepts: Vec<PaymentRequirements>| PaymentRequired {
+            accepts,
+            ..serde_json::from_value(serde_json::json!({
+                "x402Version": 2, "accepts": [], "resource": {"url": "https://x.test"}
+            }))
+            .unwrap()
+        };
+        let both = quote(vec![offer(5_000), upto.clone()]);
+        assert_eq!(SpendPolicy::new().choose(&both), Some(&both.accepts[0]));
+        let preferring = SpendPolicy::new().with_upto_preferred();
+        assert_eq!(preferring.choose(&both), Some(&both.accepts[1]));
+        let exact_only = quote(vec![offer(5_000)]);
+        assert_eq!(preferring.choose(&exact_only), Some(&exact_only.accepts[0]));
+        // An upto offer naming no facilitator cannot be signed: not chosen.
+        upto.extra.clear();
+        let unsignable = quote(vec![offer(5_000), upto]);
+        assert_eq!(preferring.choose(&unsignable), Some(&unsignable.accepts[0]));
     }
 
     #[test]

@@ -85,7 +85,22 @@ impl Receipt {
         &self.payment
     }
 
-    /// One line for a terminal: payer, amount, network, transaction. No signature.
+    /// What was settled, once known: the settlement's `amount` (a metered
+    /// `upto` payment settles what the answer used), else what was signed.
+    pub fn settled_amount(&self) -> Option<AtomicAmount> {
+        let settlement = self.settlement()?;
+        Some(settlement.amount.unwrap_or(self.offer.amount))
+    }
+
+    /// Whether the settlement names more than was signed for: a server that
+    /// did so broke the scheme (alarm; the chain's permit would refuse it).
+    pub fn overcharged(&self) -> bool {
+        self.settled_amount()
+            .is_some_and(|settled| settled.units() > self.offer.amount.units())
+    }
+
+    /// One line for a terminal: payer, amount settled (signed, until the
+    /// settlement is known), network, transaction. No signature.
     pub fn summary(&self) -> String {
         let settlement = self.settlement();
         let payer = settlement
@@ -96,7 +111,7 @@ impl Receipt {
         });
         format!(
             "paid {} USD from {payer} on {} tx {transaction}",
-            usd(self.offer.amount.units()),
+            usd(self.settled_amount().unwrap_or(self.offer.amount).units()),
             self.offer.network.as_str()
         )
     }
@@ -107,6 +122,17 @@ impl Receipt {
             .and_then(|value| codec::decode::<SettleResponse>(value.as_bytes()).ok())
         {
             let _ = self.settlement.set(settlement);
+            self.alarm_if_overcharged();
+        }
+    }
+
+    /// Logs an overcharge (the caller sees it in [`overcharged`](Self::overcharged)).
+    fn alarm_if_overcharged(&self) {
+        if self.overcharged() {
+            trace_error!(
+                signed = %self.offer.amount,
+                "the settlement names more than was signed for"
+            );
         }
     }
 }

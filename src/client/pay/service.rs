@@ -228,8 +228,9 @@ where
                     continue;
                 }
             }
-            // The official clients sign exactly the first offer.
-            let Some(offer) = quote.accepts.first() else {
+            // The official clients sign exactly the first offer (or the
+            // metered one, when the policy prefers it).
+            let Some(offer) = shared.policy.choose(&quote) else {
                 return payment_error(PaymentErrorKind::NoQuote, attempts);
             };
             if let Err(refusal) = shared.policy.authorize(offer) {

@@ -8,11 +8,13 @@ use alloy_signer::Signer;
 
 use crate::client::payer::PayerError;
 use crate::client::payer::{
-    authorization_for, offer_domain, random_nonce, signed_payment, transfer_digest,
+    authorization_for, offer_domain, random_nonce, signed_payment, transfer_digest, upto_payload,
+    upto_permit,
 };
 use crate::x402::wire::eip712::{DomainCache, parse_evm_address};
 use crate::x402::wire::{
-    ExactEvmDomain, PaymentPayload, PaymentRequirements, ResourceInfo, SCHEME_EXACT, TokenId, codec,
+    ExactEvmDomain, PaymentPayload, PaymentRequirements, ResourceInfo, SCHEME_EXACT, SCHEME_UPTO,
+    TokenId, codec,
 };
 
 /// Why an offer could not be signed.
@@ -129,6 +131,9 @@ impl PaymentSigner {
         offer: &PaymentRequirements,
         now_unix_secs: u64,
     ) -> Result<PaymentPayload, SignError> {
+        if offer.scheme == SCHEME_UPTO {
+            return self.sign_upto(offer, now_unix_secs).await;
+        }
         let domain = self.domain(offer).map_err(SignError::Offer)?;
         let nonce = random_nonce().map_err(SignError::Offer)?;
         let authorization = authorization_for(self.address.clone(), offer, now_unix_secs, nonce);
@@ -140,6 +145,37 @@ impl PaymentSigner {
             .await
             .map_err(|error| SignError::Signer(error.to_string()))?;
         signed_payment(offer, authorization, &signature.as_bytes()).map_err(SignError::Offer)
+    }
+}
+
+impl PaymentSigner {
+    /// An `upto` offer: a Permit2 permit of its ceiling, with a fresh random
+    /// nonce (the payer must have approved Permit2 for the token once).
+    async fn sign_upto(
+        &self,
+        offer: &PaymentRequirements,
+        now_unix_secs: u64,
+    ) -> Result<PaymentPayload, SignError> {
+        let nonce = random_nonce().map_err(SignError::Offer)?;
+        let from = self.signer.address();
+        let permit = upto_permit(
+            from,
+            offer,
+            now_unix_secs,
+            alloy_primitives::U256::from_be_bytes(nonce.0),
+        )
+        .map_err(SignError::Offer)?;
+        let chain_id = offer
+            .network
+            .eip155_chain_id()
+            .ok_or(SignError::Offer(PayerError::NotUptoEvm))?;
+        self.signatures.fetch_add(1, Ordering::Relaxed);
+        let signature = self
+            .signer
+            .sign_hash(&permit.signing_hash(chain_id))
+            .await
+            .map_err(|error| SignError::Signer(error.to_string()))?;
+        Ok(upto_payload(offer, &permit, &signature.as_bytes()))
     }
 }
 
