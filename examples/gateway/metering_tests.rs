@@ -156,3 +156,51 @@ async fn gateway_upto_off_quotes_the_specifications_402_and_first_puts_it_first(
     );
     assert_eq!(offers_first[1], offers_off[0]);
 }
+
+/// The official `@x402/evm` 2.27 `UptoEvmScheme` client, selecting `upto`,
+/// pays the embedded default: its permit verifies, the tokens are settled.
+#[tokio::test]
+async fn the_official_upto_client_pays_a_metered_chat() {
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/x402");
+    assert!(
+        folder.join("node_modules/@x402/evm").is_dir(),
+        "run `npm ci --prefix tests/interop/x402` (or `bash .ci/run`)"
+    );
+    let server = Server::start(Config::default()).await;
+    let payer = buyer(7);
+    let before = server.balance(&payer.address());
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        tokio::process::Command::new("node")
+            .arg("pay_upto.mjs")
+            .arg(server.url(""))
+            .arg("7")
+            .arg(MODEL)
+            .arg("hi")
+            .current_dir(&folder)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the client finishes")
+    .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(result["status"], 200, "{result}");
+    assert_eq!(result["answer"], "echo: hi");
+    assert_eq!(result["settlement"]["success"], true, "{result}");
+    let settled: u128 = result["settlement"]["amount"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let ceiling: u128 = result["ceiling"].as_str().unwrap().parse().unwrap();
+    assert!(settled * 2 < ceiling, "{settled} of {ceiling}");
+    assert_eq!(server.balance(&payer.address()), before - settled);
+}
