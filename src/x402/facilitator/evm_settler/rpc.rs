@@ -50,6 +50,8 @@ pub(super) struct Receipt {
     pub(super) transaction: B256,
     pub(super) success: bool,
     pub(super) block_number: u64,
+    /// The gas it used (what the settler paid for, at its price).
+    pub(super) gas_used: u64,
     pub(super) logs: Vec<Log>,
 }
 
@@ -298,6 +300,9 @@ impl Rpc {
 fn parse_receipt(transaction: B256, receipt: &Value) -> Option<Receipt> {
     let success = quantity(&receipt["status"])? == 1;
     let block_number = u64::try_from(quantity(&receipt["blockNumber"])?).ok()?;
+    // Every node sends it; one that does not still tells the outcome.
+    let gas_used =
+        quantity(&receipt["gasUsed"]).map_or(0, |gas| u64::try_from(gas).unwrap_or(u64::MAX));
     let mut logs = Vec::new();
     for log in receipt["logs"].as_array()? {
         let address = log["address"].as_str()?.parse().ok()?;
@@ -317,6 +322,7 @@ fn parse_receipt(transaction: B256, receipt: &Value) -> Option<Receipt> {
         transaction,
         success,
         block_number,
+        gas_used,
         logs,
     })
 }
@@ -389,12 +395,13 @@ mod tests {
     #[test]
     fn receipts_parse_status_block_and_logs() {
         let receipt = json!({
-            "status": "0x1", "blockNumber": "0x10",
+            "status": "0x1", "blockNumber": "0x10", "gasUsed": "0x13a4c",
             "logs": [{"address": "0x036cbd53842c5426634e7929541ec2318f3dcf7e",
                       "topics": [format!("0x{}", "dd".repeat(32))], "data": "0x01"}]
         });
         let parsed = parse_receipt(B256::ZERO, &receipt).unwrap();
         assert!(parsed.success);
+        assert_eq!(parsed.gas_used, 80_460);
         assert_eq!(parsed.block_number, 16);
         assert_eq!(parsed.logs[0].data, vec![1]);
         assert_eq!(quantity(&json!("0x")), None);

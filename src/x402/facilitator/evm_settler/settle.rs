@@ -589,6 +589,14 @@ impl EvmSettler {
                 )
             })
         };
+        trace_decision!(
+            INFO,
+            "x402",
+            payer = admitted.payer.as_str(),
+            transaction = %receipt.transaction,
+            gas_used = receipt.gas_used,
+            outcome = if receipt.success { "mined" } else { "reverted" },
+        );
         if !receipt.success {
             // The simulation passed and the settler paid for a revert: the
             // payer (and a contract payer's code anywhere) is refused a while.
@@ -711,6 +719,7 @@ mod tests {
 
     fn receipt(log: Log) -> Receipt {
         Receipt {
+            gas_used: 80_000,
             transaction: B256::ZERO,
             success: true,
             block_number: 1,
