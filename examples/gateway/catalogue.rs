@@ -173,6 +173,33 @@ impl Model {
         Some(UsdAmount::from_micros(scaled.div_ceil(1_000_000)))
     }
 
+    /// What a metered answer's receipt says it was for (`extensions.usage`;
+    /// the payment layer adds the fee and the amount): the model, its tokens
+    /// and unit prices, in USD per million tokens.
+    pub(crate) fn usage_statement(
+        &self,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+    ) -> Option<serde_json::Map<String, Value>> {
+        let Pricing::PerToken {
+            input_micros_per_million,
+            output_micros_per_million,
+        } = self.pricing
+        else {
+            return None;
+        };
+        let Value::Object(statement) = json!({
+            "model": self.id,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "input_usd_per_million": usd(input_micros_per_million),
+            "output_usd_per_million": usd(output_micros_per_million),
+        }) else {
+            return None;
+        };
+        Some(statement)
+    }
+
     /// The model's `GET /v1/models` row.
     fn listing(&self) -> Value {
         json!({

@@ -7,11 +7,13 @@ use http::{HeaderValue, StatusCode, header};
 
 use walletgate::x402::server::SettleAmount;
 
+use crate::catalogue::Model;
 use crate::extensions::PreparedRequest;
 use crate::render::{AnswerHead, SseBody, answer};
 use crate::reply::{json, reject};
 use crate::request::Endpoint;
 use crate::state::AppState;
+use crate::upstream::Usage;
 
 /// `Content-Type: application/json`, checked at compile time.
 const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
@@ -54,14 +56,8 @@ pub(crate) async fn infer(
         return match gateway.complete(&model, &request).await {
             Ok(completion) => {
                 // What the answer used: settled if the payment authorised a maximum.
-                if let (Some(metered), Some(price)) = (
-                    &metered,
-                    model.metered_price(
-                        completion.usage.prompt_tokens,
-                        completion.usage.completion_tokens,
-                    ),
-                ) {
-                    metered.set_usd(price);
+                if let Some(metered) = &metered {
+                    meter(metered, &model, completion.usage);
                 }
                 json(StatusCode::OK, &answer(endpoint, &head, &completion))
             }
@@ -78,13 +74,7 @@ pub(crate) async fn infer(
             });
             if let Some(metered) = metered {
                 // Known with the last chunk; settled when the stream ends.
-                body = body.on_usage(move |usage| {
-                    if let Some(price) =
-                        priced.metered_price(usage.prompt_tokens, usage.completion_tokens)
-                    {
-                        metered.set_usd(price);
-                    }
-                });
+                body = body.on_usage(move |usage| meter(&metered, &priced, usage));
             }
             let mut response = Response::new(Body::new(body));
             let headers = response.headers_mut();
@@ -96,5 +86,17 @@ pub(crate) async fn infer(
             response
         }
         Err(error) => reject(error, endpoint.style()),
+    }
+}
+
+/// Names what an answer that used `usage` cost on `model`, and what for:
+/// settled if the payment authorised a maximum (`upto`), ignored for `exact`.
+fn meter(metered: &SettleAmount, model: &Model, usage: Usage) {
+    let (prompt, completion) = (usage.prompt_tokens, usage.completion_tokens);
+    if let Some(price) = model.metered_price(prompt, completion) {
+        metered.set_usd(price);
+    }
+    if let Some(statement) = model.usage_statement(prompt, completion) {
+        metered.set_usage(statement);
     }
 }

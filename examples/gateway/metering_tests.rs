@@ -89,6 +89,15 @@ async fn a_streamed_chat_paid_upto_is_charged_its_tokens_not_its_ceiling() {
         )
         .unwrap();
     assert_eq!(charged, price.micros() + 1_000, "tokens plus the flat fee");
+    // The receipt says what it was for, in one place.
+    let statement = &settled.extensions.as_ref().unwrap()["usage"];
+    assert_eq!(statement["model"], MODEL);
+    assert_eq!(statement["prompt_tokens"], usage["prompt_tokens"]);
+    assert_eq!(statement["completion_tokens"], usage["completion_tokens"]);
+    assert_eq!(statement["fee"], "0.001");
+    assert_eq!(statement["amount"], charged.to_string());
+    assert!(!statement["input_usd_per_million"].is_null());
+    assert!(!statement["output_usd_per_million"].is_null());
 }
 
 #[tokio::test]

@@ -283,6 +283,7 @@ mod tests {
             transaction: "0xfeed".into(),
             network: Network::base_sepolia(),
             amount: None,
+            extensions: None,
         };
         let event = format!(
             "data: {{\"x\":1}}\n\ndata: [DONE]\n\nevent: {PAYMENT_RESPONSE_EVENT}\r\ndata: {}\n\n",

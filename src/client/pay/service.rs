@@ -538,6 +538,7 @@ mod tests {
             transaction: "0xabc".into(),
             network: Network::base_sepolia(),
             amount: None,
+            extensions: None,
         };
         let script = Scripted::new(vec![
             quote_answer(3_000),

@@ -149,6 +149,7 @@ impl LocalEvmFacilitator {
             transaction,
             network: network.clone(),
             amount: Some(request.payment_requirements().amount),
+            extensions: None,
         };
         if permitted.amount == 0 {
             return Ok(settled(String::new()));
@@ -333,6 +334,7 @@ impl Facilitator for LocalEvmFacilitator {
                     transaction,
                     network,
                     amount: Some(request.payment_requirements().amount),
+                    extensions: None,
                 }),
                 Err(error) => match ledger_reason(&error) {
                     Some(reason) => Ok(SettleResponse::failure(network, reason, Some(payer))),

@@ -744,6 +744,7 @@ mod tests {
                     transaction: format!("0x{n:064x}"),
                     network,
                     amount: Some(amount),
+                    extensions: None,
                 }
             };
             Box::pin(async move { Ok(answer) })

@@ -572,6 +572,9 @@ pub struct SettleResponse {
     /// Atomic units settled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amount: Option<AtomicAmount>,
+    /// What the server adds to its receipt (a metered answer's `usage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<Map<String, Value>>,
 }
 
 impl SettleResponse {
@@ -585,6 +588,7 @@ impl SettleResponse {
             transaction: String::new(),
             network,
             amount: None,
+            extensions: None,
         }
     }
 }

@@ -645,6 +645,7 @@ impl EvmSettler {
             amount: Some(crate::x402::wire::AtomicAmount::new(
                 admitted.transfer.value,
             )),
+            extensions: None,
         }
     }
 }

@@ -8,6 +8,8 @@ use axum_core::extract::{FromRequestParts, OptionalFromRequestParts};
 use http::request::Parts;
 
 use crate::envelope::MissingExtension;
+use serde_json::{Map, Value};
+
 use crate::x402::server::pricing::Price;
 use crate::x402::wire::types::{AtomicAmount, PaymentRequirements, SCHEME_UPTO, UsdAmount};
 
@@ -23,7 +25,10 @@ use crate::x402::wire::types::{AtomicAmount, PaymentRequirements, SCHEME_UPTO, U
 /// As an axum extractor it answers 500 when missing (the route is not
 /// behind `X402Layer`, or it was free).
 #[derive(Clone, Debug, Default)]
-pub struct SettleAmount(Arc<Mutex<Option<Named>>>);
+pub struct SettleAmount(
+    Arc<Mutex<Option<Named>>>,
+    Arc<Mutex<Option<Map<String, Value>>>>,
+);
 
 /// What the service named.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +51,21 @@ impl SettleAmount {
     /// one place the fee meets a price stays the layer's). The last call wins.
     pub fn set_usd(&self, price: UsdAmount) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Named::Usd(price));
+    }
+
+    /// What the metered amount was for (e.g. a model's tokens and unit
+    /// prices): a settled `upto` receipt carries it as `extensions.usage`,
+    /// with the flat `fee` and the settled `amount` added by the flow.
+    pub fn set_usage(&self, usage: Map<String, Value>) {
+        *self.1.lock().unwrap_or_else(PoisonError::into_inner) = Some(usage);
+    }
+
+    /// The usage statement named, if any.
+    pub(crate) fn usage(&self) -> Option<Map<String, Value>> {
+        self.1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn named(&self) -> Option<Named> {

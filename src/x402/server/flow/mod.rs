@@ -350,6 +350,7 @@ mod tests {
                 transaction: "0x01".into(),
                 network: requirements.network.clone(),
                 amount: Some(amount),
+                extensions: None,
             };
             Box::pin(async move { Ok(settled) })
         }

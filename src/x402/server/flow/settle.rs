@@ -217,10 +217,23 @@ async fn settle(
                 transaction: String::new(),
                 network: offer.network.clone(),
                 amount: Some(decision.amount),
+                extensions: None,
             }
         }
         _ => settlement,
     };
+    let mut settlement = settlement;
+    if settlement.success && offer.scheme == crate::x402::wire::types::SCHEME_UPTO {
+        // The usage statement, in one place: what the amount was for.
+        if let Some(mut usage) = amount.usage() {
+            usage.insert("fee".into(), config.flat_fee.to_string().into());
+            usage.insert("amount".into(), decision.amount.to_string().into());
+            settlement
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert("usage".into(), usage.into());
+        }
+    }
     if !settlement.success {
         trace_decision!(
             WARN,
@@ -301,6 +314,7 @@ pub(crate) fn receipt_settlement(receipt: &PaymentReceipt) -> SettleResponse {
         transaction: receipt.transaction().unwrap_or_default().to_owned(),
         network: receipt.network().clone(),
         amount: Some(receipt.amount()),
+        extensions: None,
     }
 }
 
