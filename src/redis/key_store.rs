@@ -24,6 +24,9 @@ use super::RedisConnection;
 use crate::api_key::{ApiKeyId, ApiKeyRecord, ApiKeySecret, KeyDigest, KeyQuota, KeyStore};
 use crate::store::{BoxFuture, StoreError};
 
+/// The key group of API keys: one hash slot on a Redis Cluster.
+const GROUP: &str = "api_key";
+
 /// `ARGV`: prefix, id, digest, then the record's field/value pairs.
 /// Answers 1 when stored, 0 when the id or the digest is already there.
 static INSERT: LazyLock<Script> = LazyLock::new(|| {
@@ -132,9 +135,8 @@ impl RedisKeyStore {
         digest: KeyDigest,
         record: &ApiKeyRecord,
     ) -> Result<bool, StoreError> {
-        let mut invocation = INSERT.prepare_invoke();
+        let mut invocation = self.conn.grouped_invocation(&INSERT, GROUP);
         invocation
-            .arg(self.conn.prefix())
             .arg(record.id.as_str())
             .arg(digest_hex(&digest))
             .arg("id")
@@ -158,8 +160,7 @@ impl RedisKeyStore {
     /// # Errors
     /// Redis failed, or a record does not read back.
     pub async fn list(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
-        let mut invocation = LIST.prepare_invoke();
-        invocation.arg(self.conn.prefix());
+        let invocation = self.conn.grouped_invocation(&LIST, GROUP);
         let rows: Vec<HashMap<String, String>> = self
             .conn
             .invoke("API key list on Redis failed", invocation)
@@ -175,8 +176,8 @@ impl RedisKeyStore {
     /// # Errors
     /// Redis failed.
     pub async fn revoke(&self, id: &ApiKeyId) -> Result<bool, StoreError> {
-        let mut invocation = REVOKE.prepare_invoke();
-        invocation.arg(self.conn.prefix()).arg(id.as_str());
+        let mut invocation = self.conn.grouped_invocation(&REVOKE, GROUP);
+        invocation.arg(id.as_str());
         let revoked: i64 = self
             .conn
             .invoke("API key revoke on Redis failed", invocation)
@@ -190,7 +191,7 @@ impl KeyStore for RedisKeyStore {
         &self,
         digest: &KeyDigest,
     ) -> BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreError>> {
-        let key = self.conn.key("api_key", &digest_hex(digest));
+        let key = self.conn.grouped_key(GROUP, "api_key", &digest_hex(digest));
         let conn = self.conn.clone();
         Box::pin(async move {
             let fields: HashMap<String, String> = conn
