@@ -36,10 +36,20 @@ fn now_secs() -> u64 {
     SystemClock.now_unix_secs()
 }
 
+/// The shared Redis of this run: a Redis Cluster when
+/// `WALLETGATE_TEST_REDIS_TOPOLOGY=cluster`, else one redis-server.
+fn shared_config() -> RedisConfig {
+    if redis_support::on_cluster() {
+        RedisConfig::cluster(redis_support::shared_cluster_seeds())
+    } else {
+        RedisConfig::new(redis_support::shared_url())
+    }
+}
+
 /// Two replicas' handles on one Redis under a fresh prefix, and a third
 /// connection to inspect the keys.
 fn redis_pair<S>(test: &str, make: impl Fn(RedisConnection) -> S) -> (Arc<S>, Arc<S>, Keys) {
-    let config = RedisConfig::new(redis_support::shared_url())
+    let config = shared_config()
         .with_prefix(redis_support::unique_prefix(test))
         .with_timeout(Duration::from_secs(2));
     let open = || RedisConnection::open(&config).expect("Redis URL");
@@ -565,7 +575,7 @@ async fn trait_objects_in_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trait_objects_in_redis() {
-    let config = RedisConfig::new(redis_support::shared_url())
+    let config = shared_config()
         .with_prefix(redis_support::unique_prefix("trait_objects"))
         .with_timeout(Duration::from_secs(2));
     let open = || RedisConnection::open(&config).expect("Redis URL");
