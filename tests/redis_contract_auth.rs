@@ -657,24 +657,27 @@ async fn a_corrupted_record_is_a_store_error() {
         secrets: secrets("corrupted", now),
     };
     b.1.insert(session.clone()).await.unwrap();
-    let pat_key = keys.0.key("pat", "4001");
-    let session_key = keys.0.key(
+    // On a Redis Cluster PATs and sessions each have their group's slot.
+    let pat_key = keys.0.grouped_key("pat", "pat", "4001");
+    let session_key = keys.0.grouped_key(
+        "session",
         "session",
         &alloy_primitives::hex::encode(session.secrets.access_digest.as_bytes()),
     );
-    let () = keys
-        .0
-        .call("corrupt", |mut c| async move {
-            redis::pipe()
-                .hset(&pat_key, "exp", "soon")
-                .ignore()
-                .hset(&session_key, "w", "not a wallet")
-                .ignore()
-                .query_async(&mut c)
-                .await
-        })
-        .await
-        .unwrap();
+    for (key, field, value) in [(pat_key, "exp", "soon"), (session_key, "w", "not a wallet")] {
+        let () = keys
+            .0
+            .call("corrupt", |mut c| async move {
+                redis::cmd("HSET")
+                    .arg(key)
+                    .arg(field)
+                    .arg(value)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await
+            .unwrap();
+    }
     assert!(b.0.find_by_digest(&record.digest).await.is_err());
     assert!(a.0.list(WALLET).await.is_err());
     assert!(

@@ -197,7 +197,7 @@ impl std::fmt::Debug for RedisConfig {
 /// call timeout every backend uses. Clones share the connection.
 #[derive(Clone)]
 pub struct RedisConnection {
-    link: RedisLink,
+    source: Source,
     prefix: Arc<str>,
     timeout: Duration,
     /// Calls made through this connection and its clones.
@@ -224,12 +224,12 @@ impl RedisConnection {
     /// A `rediss://` URL needs feature `redis-tls`: without it the URL is
     /// refused here rather than failing on every call.
     pub fn open(config: &RedisConfig) -> Result<Self, StoreError> {
-        let link = match &config.cluster_seeds {
-            Some(seeds) => RedisLink(Link::Cluster(open_cluster(config, seeds)?)),
-            None => RedisLink(Link::Standalone(open_manager(config)?)),
+        let source = match &config.cluster_seeds {
+            Some(seeds) => Source::Cluster(Arc::new(open_cluster(config, seeds)?)),
+            None => Source::Standalone(open_manager(config)?),
         };
         Ok(Self {
-            link,
+            source,
             prefix: config.prefix.as_str().into(),
             timeout: config.timeout,
             calls: Arc::default(),
@@ -238,7 +238,7 @@ impl RedisConnection {
 
     /// Whether this connection is to a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
-        matches!(self.link.0, Link::Cluster(_))
+        matches!(self.source, Source::Cluster(_))
     }
 
     /// The prefix of a group of keys that scripts touch together:
@@ -273,9 +273,71 @@ fn open_manager(config: &RedisConfig) -> Result<ConnectionManager, StoreError> {
         .map_err(|err| StoreError::new("Redis connection could not be set up").with_source(err))
 }
 
+/// Where a call's [`RedisLink`] comes from.
+#[derive(Clone)]
+enum Source {
+    Standalone(ConnectionManager),
+    Cluster(Arc<ClusterSource>),
+}
+
+impl Source {
+    fn link(&self) -> RedisLink {
+        RedisLink(match self {
+            Self::Standalone(manager) => Link::Standalone(manager.clone()),
+            Self::Cluster(cluster) => Link::Cluster(cluster.current()),
+        })
+    }
+
+    /// A call failed or timed out.
+    fn failed(&self) {
+        if let Self::Cluster(cluster) = self {
+            cluster.rediscover();
+        }
+    }
+}
+
+/// The cluster client and its current connection. redis-rs's cluster
+/// connection follows `MOVED` answers, but when a primary dies it keeps
+/// reconnecting to that address and never asks the survivors who took its
+/// slots over: after a failed call the connection is replaced by a fresh one
+/// that learns the topology from the seeds again (at most every
+/// [`REDISCOVER_EVERY`]), so calls reach the promoted replica once the
+/// cluster has promoted it, without a restart.
+struct ClusterSource {
+    client: redis::cluster::ClusterClient,
+    config: redis::cluster::ClusterConfig,
+    current: std::sync::Mutex<(ClusterConnection, std::time::Instant)>,
+}
+
+/// The shortest time between two rediscoveries of a cluster's topology.
+const REDISCOVER_EVERY: Duration = Duration::from_millis(500);
+
+impl ClusterSource {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (ClusterConnection, std::time::Instant)> {
+        // Replaced whole under the lock: a poisoned one is still consistent.
+        self.current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn current(&self) -> ClusterConnection {
+        self.lock().0.clone()
+    }
+
+    fn rediscover(&self) {
+        let mut current = self.lock();
+        if current.1.elapsed() >= REDISCOVER_EVERY {
+            let fresh = self
+                .client
+                .get_pending_async_connection_with_config(self.config.clone());
+            *current = (fresh, std::time::Instant::now());
+        }
+    }
+}
+
 /// The cluster client on `seeds`, connecting in the background: like the
 /// standalone connection, a service starts while the cluster is down.
-fn open_cluster(config: &RedisConfig, seeds: &[String]) -> Result<ClusterConnection, StoreError> {
+fn open_cluster(config: &RedisConfig, seeds: &[String]) -> Result<ClusterSource, StoreError> {
     if seeds.is_empty() {
         return Err(StoreError::new("Redis Cluster needs at least one seed URL"));
     }
@@ -314,7 +376,12 @@ fn open_cluster(config: &RedisConfig, seeds: &[String]) -> Result<ClusterConnect
     let cluster_config = redis::cluster::ClusterConfig::new()
         .set_connection_timeout(config.timeout)
         .set_response_timeout(config.timeout);
-    Ok(client.get_pending_async_connection_with_config(cluster_config))
+    let connection = client.get_pending_async_connection_with_config(cluster_config.clone());
+    Ok(ClusterSource {
+        client,
+        config: cluster_config,
+        current: std::sync::Mutex::new((connection, std::time::Instant::now())),
+    })
 }
 
 /// Whether `key` has a Redis Cluster hash tag: a `{…}` with something inside.
@@ -476,14 +543,16 @@ impl RedisConnection {
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout(timeout, call(self.link.clone())).await {
-            Ok(Ok(value)) => Ok(value),
+        let result = match tokio::time::timeout(timeout, call(self.source.link())).await {
+            Ok(Ok(value)) => return Ok(value),
             Ok(Err(err)) => Err(StoreError::new(what).with_source(err)),
             Err(_) => {
                 crate::metrics::count(crate::metrics::STORE_TIMEOUTS_TOTAL, [("store", "redis")]);
                 Err(StoreError::new(what).with_source(TimedOut(timeout)))
             }
-        }
+        };
+        self.source.failed();
+        result
     }
 }
 

@@ -60,12 +60,16 @@ PY
   timeout_ms=${REDIS_CLUSTER_NODE_TIMEOUT_MS:-2000}
   trap 'stop; exit 1' ERR
   for port in $ports; do
+    # A directory each: a replica's initial sync writes an RDB file there.
+    # Validity factor 0: a replica may always be promoted, however long its
+    # link was down (a test kills primaries on purpose).
+    mkdir -p "$dir/$port"
     redis-server --bind 127.0.0.1 --port "$port" \
-      --cluster-enabled yes --cluster-config-file "$dir/nodes-$port.conf" \
-      --cluster-node-timeout "$timeout_ms" \
+      --cluster-enabled yes --cluster-config-file "$dir/$port/nodes.conf" \
+      --cluster-node-timeout "$timeout_ms" --cluster-replica-validity-factor 0 \
       --save '' --appendonly no \
       --daemonize yes --pidfile "$dir/redis-$port.pid" \
-      --dir "$dir" --logfile "$dir/redis-$port.log"
+      --dir "$dir/$port" --logfile "$dir/$port/redis.log"
   done
   for port in $ports; do
     for _ in $(seq 200); do
@@ -81,6 +85,18 @@ PY
     for attempt in $(seq 300); do
       redis-cli -p "$port" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && break
       [ "$attempt" = 300 ] && { echo "cluster not ok on $port" >&2; false; }
+      sleep 0.1
+    done
+  done
+  # Every replica has synced with its primary (a failover promotes a copy).
+  for port in $ports; do
+    for attempt in $(seq 300); do
+      info=$(redis-cli -p "$port" info replication 2>/dev/null || true)
+      case "$info" in
+      *role:master*) break ;;
+      *master_link_status:up*) break ;;
+      esac
+      [ "$attempt" = 300 ] && { echo "replica $port never synced" >&2; false; }
       sleep 0.1
     done
   done
