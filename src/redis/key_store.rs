@@ -9,8 +9,9 @@
 //! | `{prefix}:api_key_ids` | hash: application id -> digest (lowercase hex) |
 //!
 //! Issuing and revoking touch both in one Lua script; a lookup is one
-//! `HGETALL`. The scripts derive their keys from the prefix, so on Redis
-//! Cluster give a prefix with a hash tag (`{walletgate}`).
+//! `HGETALL`. The scripts derive their keys from the prefix; on a Redis
+//! Cluster every key here carries the `{api_key}` hash tag
+//! (`{prefix}:{api_key}:api_key:…`), so they run on one shard.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -16,8 +16,9 @@
 //! than one key (insert, rotate, revoke a family) is one Lua script: of two
 //! replicas rotating the same token at once, exactly one succeeds.
 //!
-//! The scripts derive their keys from the prefix, so on Redis Cluster give a
-//! prefix with a hash tag (`{walletgate}`) to keep them in one slot.
+//! The scripts derive their keys from the prefix; on a Redis Cluster every
+//! key here carries the `{pat}` hash tag (`{prefix}:{pat}:pat:…`) to keep
+//! them in one slot.
 
 use std::sync::LazyLock;
 

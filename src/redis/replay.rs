@@ -1,6 +1,8 @@
 //! The x402 replay guard on Redis: [`RedisNonceStore`].
 //!
-//! One key per authorization, `{prefix}:x402-replay:{network/payer/nonce}`:
+//! One key per authorization, `{prefix}:x402-replay:{network/payer/nonce}`
+//! (on a Redis Cluster, when paired with a [`RedisLedger`], in the ledger's
+//! slot: `{prefix}:{x402-ledger}:x402-replay:…`):
 //!
 //! | value | meaning | expires |
 //! |---|---|---|
