@@ -86,7 +86,8 @@ impl RedisSettings {
             vec![url.as_str()]
         };
         for one in &urls {
-            if !(one.starts_with("redis://") || one.starts_with("rediss://")) {
+            let scheme = one.starts_with("redis://") || one.starts_with("rediss://");
+            if !scheme || (!cluster && one.contains(',')) {
                 let expected = if cluster {
                     "expected seed URLs redis://host:port, comma-separated"
                 } else {
