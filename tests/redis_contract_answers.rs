@@ -54,8 +54,18 @@ fn in_memory_answers() -> Answers {
     }
 }
 
+/// The shared Redis of this run: a Redis Cluster when
+/// `WALLETGATE_TEST_REDIS_TOPOLOGY=cluster`, else one redis-server.
+fn shared_config() -> RedisConfig {
+    if redis_support::on_cluster() {
+        RedisConfig::cluster(redis_support::shared_cluster_seeds())
+    } else {
+        RedisConfig::new(redis_support::shared_url())
+    }
+}
+
 fn connection(test: &str) -> RedisConnection {
-    let config = RedisConfig::new(redis_support::shared_url())
+    let config = shared_config()
         .with_prefix(redis_support::unique_prefix(test))
         .with_timeout(Duration::from_secs(2));
     RedisConnection::open(&config).unwrap()

@@ -36,10 +36,20 @@ fn now_secs() -> u64 {
     SystemClock.now_unix_secs()
 }
 
+/// The shared Redis of this run: a Redis Cluster when
+/// `WALLETGATE_TEST_REDIS_TOPOLOGY=cluster`, else one redis-server.
+fn shared_config() -> RedisConfig {
+    if redis_support::on_cluster() {
+        RedisConfig::cluster(redis_support::shared_cluster_seeds())
+    } else {
+        RedisConfig::new(redis_support::shared_url())
+    }
+}
+
 /// Two replicas' handles on one Redis under a fresh prefix, and a third
 /// connection to inspect the keys.
 fn redis_pair<S>(test: &str, make: impl Fn(RedisConnection) -> S) -> (Arc<S>, Arc<S>, Keys) {
-    let config = RedisConfig::new(redis_support::shared_url())
+    let config = shared_config()
         .with_prefix(redis_support::unique_prefix(test))
         .with_timeout(Duration::from_secs(2));
     let open = || RedisConnection::open(&config).expect("Redis URL");
@@ -565,7 +575,7 @@ async fn trait_objects_in_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trait_objects_in_redis() {
-    let config = RedisConfig::new(redis_support::shared_url())
+    let config = shared_config()
         .with_prefix(redis_support::unique_prefix("trait_objects"))
         .with_timeout(Duration::from_secs(2));
     let open = || RedisConnection::open(&config).expect("Redis URL");
@@ -647,24 +657,27 @@ async fn a_corrupted_record_is_a_store_error() {
         secrets: secrets("corrupted", now),
     };
     b.1.insert(session.clone()).await.unwrap();
-    let pat_key = keys.0.key("pat", "4001");
-    let session_key = keys.0.key(
+    // On a Redis Cluster PATs and sessions each have their group's slot.
+    let pat_key = keys.0.grouped_key("pat", "pat", "4001");
+    let session_key = keys.0.grouped_key(
+        "session",
         "session",
         &alloy_primitives::hex::encode(session.secrets.access_digest.as_bytes()),
     );
-    let () = keys
-        .0
-        .call("corrupt", |mut c| async move {
-            redis::pipe()
-                .hset(&pat_key, "exp", "soon")
-                .ignore()
-                .hset(&session_key, "w", "not a wallet")
-                .ignore()
-                .query_async(&mut c)
-                .await
-        })
-        .await
-        .unwrap();
+    for (key, field, value) in [(pat_key, "exp", "soon"), (session_key, "w", "not a wallet")] {
+        let () = keys
+            .0
+            .call("corrupt", |mut c| async move {
+                redis::cmd("HSET")
+                    .arg(key)
+                    .arg(field)
+                    .arg(value)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await
+            .unwrap();
+    }
     assert!(b.0.find_by_digest(&record.digest).await.is_err());
     assert!(a.0.list(WALLET).await.is_err());
     assert!(

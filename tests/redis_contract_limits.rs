@@ -66,8 +66,18 @@ impl Time {
 /// machine); the fake clock takes none.
 const SLACK: Duration = Duration::from_millis(250);
 
+/// The shared Redis of this run: a Redis Cluster when
+/// `WALLETGATE_TEST_REDIS_TOPOLOGY=cluster`, else one redis-server.
+fn shared_config() -> RedisConfig {
+    if redis_support::on_cluster() {
+        RedisConfig::cluster(redis_support::shared_cluster_seeds())
+    } else {
+        RedisConfig::new(redis_support::shared_url())
+    }
+}
+
 fn redis_conn(test: &str) -> RedisConnection {
-    let config = RedisConfig::new(redis_support::shared_url())
+    let config = shared_config()
         .with_prefix(redis_support::unique_prefix(test))
         .with_timeout(Duration::from_secs(2));
     RedisConnection::open(&config).unwrap()

@@ -48,8 +48,18 @@ fn in_memory_replay() -> Replay {
     }
 }
 
+/// The shared Redis of this run: a Redis Cluster when
+/// `WALLETGATE_TEST_REDIS_TOPOLOGY=cluster`, else one redis-server.
+fn shared_config() -> RedisConfig {
+    if redis_support::on_cluster() {
+        RedisConfig::cluster(redis_support::shared_cluster_seeds())
+    } else {
+        RedisConfig::new(redis_support::shared_url())
+    }
+}
+
 fn connection(test: &str) -> RedisConnection {
-    let config = RedisConfig::new(redis_support::shared_url())
+    let config = shared_config()
         .with_prefix(redis_support::unique_prefix(test))
         .with_timeout(Duration::from_secs(2));
     RedisConnection::open(&config).unwrap()
@@ -472,6 +482,9 @@ async fn a_paid_request_costs_two_redis_round_trips() {
     let ledger = RedisLedger::new(conn.clone());
     ledger.fund_dev_accounts().await.unwrap();
     let store = RedisNonceStore::new(conn.clone(), clock.clone()).with_ledger_prefetch(&ledger);
+    // Another replica's store, paired the same way: on a Redis Cluster the
+    // replay keys of a paired store live in the ledger's slot.
+    let reader = RedisNonceStore::new(conn.clone(), clock.clone()).with_ledger_prefetch(&ledger);
     let layer = x402_fixtures::chat_layer_builder(
         LocalEvmFacilitator::new(Arc::new(ledger), clock.clone()),
         clock.clone(),
@@ -519,7 +532,6 @@ async fn a_paid_request_costs_two_redis_round_trips() {
         Payer::dev(0).address_bytes(),
         sequential_nonce(100),
     );
-    let reader = RedisNonceStore::new(conn.clone(), clock.clone());
     match reader.claim(&key, u64::MAX).await.unwrap() {
         Claim::Spent(spent) => {
             assert_eq!(spent.receipt.payer(), Payer::dev(0).address());

@@ -1,6 +1,8 @@
-//! `{NAME}_REDIS_URL`, `{NAME}_REDIS_PREFIX` and `{NAME}_REDIS_CA_FILE`: the
-//! Redis several replicas of a reference server share (feature `redis`;
-//! `rediss://` needs `redis-tls`; without the URL every store stays in memory).
+//! `{NAME}_REDIS_URL`, `{NAME}_REDIS_MODE`, `{NAME}_REDIS_PREFIX` and
+//! `{NAME}_REDIS_CA_FILE`: the Redis several replicas of a reference server
+//! share (feature `redis`; `rediss://` needs `redis-tls`; without the URL
+//! every store stays in memory). `{NAME}_REDIS_MODE=cluster` reads the URL as
+//! a comma-separated list of a Redis Cluster's seed nodes.
 
 use std::fmt;
 use std::time::Duration;
@@ -8,8 +10,11 @@ use std::time::Duration;
 /// Where the shared Redis is.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct RedisSettings {
-    /// `redis://host:port/db`; may carry a password, so never printed.
+    /// `redis://host:port/db`; may carry a password, so never printed. On a
+    /// cluster, the seed nodes' URLs, comma-separated.
     pub(crate) url: String,
+    /// A Redis Cluster (`{NAME}_REDIS_MODE=cluster`), not one Redis.
+    pub(crate) cluster: bool,
     /// Key prefix: replicas of one service share it.
     pub(crate) prefix: String,
     /// Bound on one Redis call; `None`: the library's default (250 ms).
@@ -22,6 +27,7 @@ pub(crate) struct RedisSettings {
 impl fmt::Debug for RedisSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisSettings")
+            .field("cluster", &self.cluster)
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
@@ -32,6 +38,7 @@ impl RedisSettings {
     pub(crate) fn new(url: impl Into<String>, prefix: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            cluster: false,
             prefix: prefix.into(),
             timeout: None,
             ca_file: None,
@@ -46,8 +53,19 @@ impl RedisSettings {
         self
     }
 
-    /// `{name}_REDIS_URL` (and `{name}_REDIS_PREFIX`, default `walletgate`)
-    /// as `var` reads them; `Err((variable, reason))` for an unusable value.
+    /// A Redis Cluster reached through `seeds`, keys under `prefix`.
+    #[cfg(test)]
+    #[allow(dead_code)] // the gateway's replica tests use it, the data API's do not
+    pub(crate) fn cluster(seeds: &[String], prefix: impl Into<String>) -> Self {
+        Self {
+            cluster: true,
+            ..Self::new(seeds.join(","), prefix)
+        }
+    }
+
+    /// `{name}_REDIS_URL` (and `{name}_REDIS_MODE`, default `standalone`,
+    /// and `{name}_REDIS_PREFIX`, default `walletgate`) as `var` reads them;
+    /// `Err((variable, reason))` for an unusable value.
     pub(crate) fn from_vars(
         var: &impl Fn(&str) -> Option<String>,
         name: &str,
@@ -56,13 +74,35 @@ impl RedisSettings {
         let Some(url) = var(&url_variable).filter(|url| !url.is_empty()) else {
             return Ok(None);
         };
-        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-            return Err((url_variable, "expected redis://host:port[/db]".into()));
+        let mode_variable = format!("{name}_REDIS_MODE");
+        let cluster = match var(&mode_variable).as_deref() {
+            None | Some("" | "standalone") => false,
+            Some("cluster") => true,
+            Some(_) => return Err((mode_variable, "expected standalone or cluster".into())),
+        };
+        let urls: Vec<&str> = if cluster {
+            url.split(',').map(str::trim).collect()
+        } else {
+            vec![url.as_str()]
+        };
+        for one in &urls {
+            let scheme = one.starts_with("redis://") || one.starts_with("rediss://");
+            if !scheme || (!cluster && one.contains(',')) {
+                let expected = if cluster {
+                    "expected seed URLs redis://host:port, comma-separated"
+                } else {
+                    "expected redis://host:port[/db] (several URLs need REDIS_MODE=cluster)"
+                };
+                return Err((url_variable, expected.into()));
+            }
         }
         if !cfg!(feature = "redis") {
             return Err((url_variable, "this build lacks the `redis` feature".into()));
         }
-        let tls = url.starts_with("rediss://");
+        let tls = urls[0].starts_with("rediss://");
+        if urls.iter().any(|one| one.starts_with("rediss://") != tls) {
+            return Err((url_variable, "mixes redis:// and rediss:// seeds".into()));
+        }
         if tls && !cfg!(feature = "redis-tls") {
             return Err((
                 url_variable,
@@ -75,7 +115,8 @@ impl RedisSettings {
             return Err((ca_variable, "a CA file needs a rediss:// URL".into()));
         }
         let prefix = var(&format!("{name}_REDIS_PREFIX")).unwrap_or_else(|| "walletgate".into());
-        let mut settings = Self::new(url, prefix);
+        let mut settings = Self::new(urls.join(","), prefix);
+        settings.cluster = cluster;
         settings.ca_file = ca_file.map(Into::into);
         Ok(Some(settings))
     }
@@ -93,7 +134,12 @@ impl RedisSettings {
     /// The library's settings for this Redis (reads the CA file, if any).
     #[cfg(feature = "redis")]
     pub(crate) fn config(&self) -> Result<walletgate::redis::RedisConfig, String> {
-        let config = walletgate::redis::RedisConfig::new(&self.url).with_prefix(&self.prefix);
+        let config = if self.cluster {
+            walletgate::redis::RedisConfig::cluster(self.url.split(','))
+        } else {
+            walletgate::redis::RedisConfig::new(&self.url)
+        };
+        let config = config.with_prefix(&self.prefix);
         let config = match self.timeout {
             Some(timeout) => config.with_timeout(timeout),
             None => config,
@@ -145,6 +191,36 @@ mod tests {
             ])
             .unwrap_err();
             assert_eq!(variable, "SVC_REDIS_CA_FILE");
+        }
+    }
+
+    #[test]
+    fn cluster_mode_reads_comma_separated_seeds_of_one_scheme() {
+        let standalone = read(&[("SVC_REDIS_URL", "redis://a:6379,redis://b:6379")]);
+        let (variable, reason) = standalone.unwrap_err();
+        assert_eq!(variable, "SVC_REDIS_URL");
+        assert!(reason.contains("REDIS_MODE=cluster"), "{reason}");
+        let (variable, _) = read(&[
+            ("SVC_REDIS_URL", "redis://a:6379"),
+            ("SVC_REDIS_MODE", "sentinel"),
+        ])
+        .unwrap_err();
+        assert_eq!(variable, "SVC_REDIS_MODE");
+        if cfg!(feature = "redis") {
+            let cluster = read(&[
+                ("SVC_REDIS_URL", "redis://a:7000, redis://b:7001"),
+                ("SVC_REDIS_MODE", "cluster"),
+            ])
+            .unwrap()
+            .unwrap();
+            assert!(cluster.cluster);
+            assert_eq!(cluster.url, "redis://a:7000,redis://b:7001");
+            let (_, reason) = read(&[
+                ("SVC_REDIS_URL", "redis://a:7000,rediss://b:7001"),
+                ("SVC_REDIS_MODE", "cluster"),
+            ])
+            .unwrap_err();
+            assert!(reason.contains("mixes"), "{reason}");
         }
     }
 

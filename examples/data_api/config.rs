@@ -19,6 +19,7 @@
 //! | `DATA_API_FORWARDED_HEADER` | `x-forwarded-for` | the header those proxies write: `x-forwarded-for` or `forwarded` (RFC 7239) |
 //! | `DATA_API_ACCESS_LOG` | standard error | file for the log (access lines and the layers' events) |
 //! | `DATA_API_REDIS_URL` | none | `redis://host:port/db` (feature `redis`): replicas share nonces, sessions, PATs, revocations, API-key quotas and the keys `data_api keys create` issues there |
+//! | `DATA_API_REDIS_MODE` | `standalone` | `cluster`: `DATA_API_REDIS_URL` is a comma-separated list of Redis Cluster seed node URLs (`rediss://` with the CA file as for one Redis); every store works on both (keys in `docs/operations.md`) |
 //! | `DATA_API_REDIS_PREFIX` | `walletgate` | key prefix in that Redis (one per data API deployment) |
 //! | `DATA_API_REDIS_CA_FILE` | none (Mozilla's roots) | `rediss://` (feature `redis-tls`): PEM of the private CA that signed the Redis certificate |
 //! | `DATA_API_METRICS_LISTEN` | none (off) | `host:port` (feature `metrics`): Prometheus text at `GET /metrics` there (counters and histograms of `walletgate::metrics`), apart from the API |

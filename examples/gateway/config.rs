@@ -38,6 +38,7 @@
 //! | `GATEWAY_SOLANA_PAY_TO` | none | Solana: the wallet paid (its USDC account receives) |
 //! | `GATEWAY_SOLANA_FEE_PAYER` | from the facilitator | Solana: `extra.feePayer`; else read from `GET /supported` at start |
 //! | `GATEWAY_REDIS_URL` | none (in memory) | `redis://host:port[/db]` (feature `redis`): claims, spent authorizations, kept answers, `sign-in-with-x` entitlements, the ledger, image jobs and the free-tier limit in Redis, shared by every replica (see `stores.rs`) |
+//! | `GATEWAY_REDIS_MODE` | `standalone` | `cluster`: `GATEWAY_REDIS_URL` is a comma-separated list of Redis Cluster seed node URLs (`rediss://` with the CA file as for one Redis); every store works on both (keys in `docs/operations.md`) |
 //! | `GATEWAY_REDIS_PREFIX` | `walletgate` | the key prefix in that Redis (one per deployment) |
 //! | `GATEWAY_METRICS_LISTEN` | none (off) | `host:port` (feature `metrics`): Prometheus text at `GET /metrics` there (payments, refusals by code, verify/settle latency, free tier, store timeouts), apart from the API |
 //! | `GATEWAY_REDIS_CA_FILE` | none (Mozilla's roots) | `rediss://` (feature `redis-tls`): PEM of the private CA that signed the Redis certificate |

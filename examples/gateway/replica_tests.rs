@@ -19,7 +19,9 @@ use walletgate::x402::facilitator::DevLedger;
 
 use crate::config::Config;
 use crate::payment_tests::assert_payment_rejection;
-use crate::redis_support::{RedisServer, shared_url, unique_prefix};
+use crate::redis_support::{
+    RedisCluster, RedisServer, shared_cluster_seeds, shared_url, unique_prefix,
+};
 use crate::request::Endpoint;
 use crate::tests::{Reply, Server, body, path, sign_in_proof};
 
@@ -73,9 +75,24 @@ fn served_and_replayed(replies: &[Reply]) -> (usize, usize) {
     (served.len(), refused.len())
 }
 
+/// Under `prefix` on this binary's shared Redis Cluster (three primaries,
+/// three replicas).
+fn on_cluster(test: &str) -> RedisSettings {
+    RedisSettings::cluster(&shared_cluster_seeds(), unique_prefix(test))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_authorization_sent_twenty_times_over_both_replicas_settles_once() {
-    let gateways = Replicas::start(shared("twenty_copies")).await;
+    twenty_copies_settle_once(shared("twenty_copies")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_one_authorization_sent_twenty_times_over_both_replicas_settles_once() {
+    twenty_copies_settle_once(on_cluster("twenty_copies")).await;
+}
+
+async fn twenty_copies_settle_once(redis: RedisSettings) {
+    let gateways = Replicas::start(redis).await;
     let [a, b] = &gateways.replicas;
     let url = path(Endpoint::Chat);
     let quote = a.post_once(url, chat(), None).await;
@@ -399,4 +416,147 @@ fn sign_in_request(
         .header("sign-in-with-x", proof)
         .body(http_body_util::Full::new(bytes::Bytes::from(chat())))
         .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_thirty_one_free_calls_alternating_two_replicas_admit_thirty() {
+    let redis = on_cluster("free_tier");
+    let config = || Config {
+        redis: Some(redis.clone()),
+        ..Config::default()
+    };
+    let replicas = [Server::start(config()).await, Server::start(config()).await];
+    let body = body(Endpoint::Chat, "nvidia/nemotron-super", "hi", false).to_string();
+    let mut statuses = Vec::new();
+    for call in 0..31 {
+        let reply = replicas[call % 2]
+            .post_once(path(Endpoint::Chat), body.clone(), None)
+            .await;
+        statuses.push(reply.status.as_u16());
+    }
+    let admitted = statuses.iter().filter(|status| **status == 200).count();
+    assert_eq!(admitted, 30, "{statuses:?}");
+    assert_eq!(statuses[30], 429, "{statuses:?}");
+}
+
+/// What one paid request of the kill test saw.
+struct Sent {
+    /// Since the load began.
+    at: Duration,
+    took: Duration,
+    status: u16,
+    retry_after: bool,
+    payment: String,
+}
+
+/// SIGKILL of the primary that serves the ledger's slot (and so every paid
+/// request's replay key, the gateway's store being paired with the ledger)
+/// under a steady small load over two replicas: 200 paid requests, one every
+/// 50 ms. While the cluster promotes its replica the answers are 503 with
+/// Retry-After (never a 500, never past the timeout), then payments go
+/// through again without a restart; nothing settles twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_a_killed_primary_is_a_503_with_retry_after_until_its_replica_takes_over()
+ {
+    const REQUESTS: usize = 200;
+    const EVERY: Duration = Duration::from_millis(50);
+    const KILL_AFTER: Duration = Duration::from_secs(2);
+    let cluster = RedisCluster::start();
+    let redis = RedisSettings::cluster(&cluster.seeds(), "failover");
+    let gateways = Replicas::start(redis).await;
+    let [a, b] = &gateways.replicas;
+    let url = path(Endpoint::Chat);
+    let quote = Arc::new(a.post_once(url, chat(), None).await);
+    let before = gateways.balance(&a.payer).await;
+    let victim = cluster.primary_for("{x402-ledger}");
+
+    let start = tokio::time::Instant::now();
+    let mut sends = Vec::with_capacity(REQUESTS);
+    let mut killed_at = None;
+    for n in 0..REQUESTS {
+        tokio::time::sleep_until(start + EVERY * n as u32).await;
+        if killed_at.is_none() && start.elapsed() >= KILL_AFTER {
+            cluster.kill(victim);
+            killed_at = Some(start.elapsed());
+        }
+        let server = if n % 2 == 0 { a } else { b }.clone();
+        let quote = quote.clone();
+        sends.push(tokio::spawn(async move {
+            let payment = server.sign(&quote, &server.payer);
+            let at = start.elapsed();
+            let reply = server.post_once(url, chat(), Some(&payment)).await;
+            Sent {
+                at,
+                took: start.elapsed() - at,
+                status: reply.status.as_u16(),
+                retry_after: reply.header("retry-after").is_some(),
+                payment,
+            }
+        }));
+    }
+    let mut sent = Vec::with_capacity(REQUESTS);
+    for send in sends {
+        sent.push(send.await.unwrap());
+    }
+    let killed_at = killed_at.unwrap();
+
+    let unavailable: Vec<&Sent> = sent.iter().filter(|one| one.status == 503).collect();
+    let served = sent.iter().filter(|one| one.status == 200).count();
+    let last_503 = unavailable.iter().map(|one| one.at).max();
+    let slowest = sent.iter().map(|one| one.took).max().unwrap();
+    eprintln!(
+        "kill test: {REQUESTS} paid requests, primary killed at {killed_at:?}; \
+         {served} served, {} answered 503, last 503 sent {:?} after the kill, \
+         slowest answer {slowest:?}",
+        unavailable.len(),
+        last_503.map(|at| at.saturating_sub(killed_at)),
+    );
+    for one in &sent {
+        assert!(
+            matches!(one.status, 200 | 402 | 503),
+            "status {} at {:?}",
+            one.status,
+            one.at
+        );
+        if one.status == 503 {
+            assert!(one.retry_after, "a 503 without Retry-After at {:?}", one.at);
+        }
+        // Three store calls at most, each bounded by the 250 ms timeout.
+        assert!(
+            one.took < Duration::from_secs(2),
+            "{:?} at {:?}",
+            one.took,
+            one.at
+        );
+    }
+    if let Some(last) = last_503 {
+        assert!(
+            last < killed_at + Duration::from_secs(10),
+            "still 503 {:?} after the kill",
+            last - killed_at
+        );
+    }
+    let tail = sent.iter().rev().take(20);
+    assert!(
+        tail.clone().all(|one| one.status == 200),
+        "not normal again at the end: {:?}",
+        tail.map(|one| one.status).collect::<Vec<_>>()
+    );
+
+    // Nothing settled twice: every payment sent again is a replay if it was
+    // served, and is served now (once) if it met a 503.
+    for one in &sent {
+        let again = until_redis_answers(a, &one.payment).await;
+        match one.status {
+            200 => assert_payment_rejection(Endpoint::Chat, &again, ErrorCode::PaymentReplay),
+            _ => assert_eq!(again.status, 200, "{}", again.text()),
+        }
+    }
+    let settled = gateways.ledger.settlements().await.unwrap();
+    let amount = quote.quote().accepts[0].amount.units();
+    assert_eq!(settled, REQUESTS as u64, "one settlement per payment");
+    assert_eq!(
+        gateways.balance(&a.payer).await,
+        before - amount * REQUESTS as u128
+    );
 }

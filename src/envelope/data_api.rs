@@ -149,10 +149,18 @@ impl DataApiError {
         self.www_authenticate.as_ref()
     }
 
-    /// The `Retry-After` the response carries, in whole seconds, if any.
+    /// The `Retry-After` the response carries, in whole seconds, if any: a
+    /// 503 without one set carries [`Self::UNAVAILABLE_RETRY_AFTER_SECS`]
+    /// (a store that is down or failing over: retry soon, never give up).
     pub fn retry_after_secs(&self) -> Option<u64> {
-        self.retry_after_secs
+        self.retry_after_secs.or_else(|| {
+            (self.status == StatusCode::SERVICE_UNAVAILABLE)
+                .then_some(Self::UNAVAILABLE_RETRY_AFTER_SECS)
+        })
     }
+
+    /// `Retry-After` of a 503 that set none.
+    pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 1;
 
     /// Writes the headers the status implies (`WWW-Authenticate`,
     /// `Retry-After`) into `headers`: what a caller's own rendering keeps
@@ -161,7 +169,7 @@ impl DataApiError {
         if let Some(challenge) = &self.www_authenticate {
             headers.insert(http::header::WWW_AUTHENTICATE, challenge.clone());
         }
-        if let Some(secs) = self.retry_after_secs {
+        if let Some(secs) = self.retry_after_secs() {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
     }
@@ -597,5 +605,18 @@ mod tests {
         );
         add_bearer_params(&mut headers, "a=\"b\"");
         assert_eq!(headers["www-authenticate"], "Bearerish x");
+    }
+
+    #[test]
+    fn every_503_carries_retry_after_unless_it_set_its_own() {
+        let unavailable =
+            DataApiError::new(StatusCode::SERVICE_UNAVAILABLE, "nonce store unavailable");
+        let mut headers = HeaderMap::new();
+        unavailable.write_headers(&mut headers);
+        assert_eq!(headers[header::RETRY_AFTER], "1");
+        let own = unavailable.with_retry_after_secs(7);
+        assert_eq!(own.retry_after_secs(), Some(7));
+        let forbidden = DataApiError::new(StatusCode::FORBIDDEN, "no");
+        assert_eq!(forbidden.retry_after_secs(), None);
     }
 }

@@ -9,8 +9,9 @@
 //! | `{prefix}:api_key_ids` | hash: application id -> digest (lowercase hex) |
 //!
 //! Issuing and revoking touch both in one Lua script; a lookup is one
-//! `HGETALL`. The scripts derive their keys from the prefix, so on Redis
-//! Cluster give a prefix with a hash tag (`{walletgate}`).
+//! `HGETALL`. The scripts derive their keys from the prefix; on a Redis
+//! Cluster every key here carries the `{api_key}` hash tag
+//! (`{prefix}:{api_key}:api_key:…`), so they run on one shard.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,6 +24,9 @@ use redis::Script;
 use super::RedisConnection;
 use crate::api_key::{ApiKeyId, ApiKeyRecord, ApiKeySecret, KeyDigest, KeyQuota, KeyStore};
 use crate::store::{BoxFuture, StoreError};
+
+/// The key group of API keys: one hash slot on a Redis Cluster.
+const GROUP: &str = "api_key";
 
 /// `ARGV`: prefix, id, digest, then the record's field/value pairs.
 /// Answers 1 when stored, 0 when the id or the digest is already there.
@@ -132,9 +136,8 @@ impl RedisKeyStore {
         digest: KeyDigest,
         record: &ApiKeyRecord,
     ) -> Result<bool, StoreError> {
-        let mut invocation = INSERT.prepare_invoke();
+        let mut invocation = self.conn.grouped_invocation(&INSERT, GROUP);
         invocation
-            .arg(self.conn.prefix())
             .arg(record.id.as_str())
             .arg(digest_hex(&digest))
             .arg("id")
@@ -158,8 +161,7 @@ impl RedisKeyStore {
     /// # Errors
     /// Redis failed, or a record does not read back.
     pub async fn list(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
-        let mut invocation = LIST.prepare_invoke();
-        invocation.arg(self.conn.prefix());
+        let invocation = self.conn.grouped_invocation(&LIST, GROUP);
         let rows: Vec<HashMap<String, String>> = self
             .conn
             .invoke("API key list on Redis failed", invocation)
@@ -175,8 +177,8 @@ impl RedisKeyStore {
     /// # Errors
     /// Redis failed.
     pub async fn revoke(&self, id: &ApiKeyId) -> Result<bool, StoreError> {
-        let mut invocation = REVOKE.prepare_invoke();
-        invocation.arg(self.conn.prefix()).arg(id.as_str());
+        let mut invocation = self.conn.grouped_invocation(&REVOKE, GROUP);
+        invocation.arg(id.as_str());
         let revoked: i64 = self
             .conn
             .invoke("API key revoke on Redis failed", invocation)
@@ -190,7 +192,7 @@ impl KeyStore for RedisKeyStore {
         &self,
         digest: &KeyDigest,
     ) -> BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreError>> {
-        let key = self.conn.key("api_key", &digest_hex(digest));
+        let key = self.conn.grouped_key(GROUP, "api_key", &digest_hex(digest));
         let conn = self.conn.clone();
         Box::pin(async move {
             let fields: HashMap<String, String> = conn

@@ -49,6 +49,11 @@ use crate::x402::{
 /// The key seam of the ledger.
 const SEAM: &str = "x402-ledger";
 
+/// The key group of the ledger (one hash slot on a Redis Cluster: a
+/// transfer's script touches both balances, the used record, the counter and
+/// the paired nonce store's replay key).
+pub(crate) const GROUP: &str = SEAM;
+
 /// Largest balance or value the Lua comparison is exact for.
 const MAX_EXACT: u128 = 1 << 53;
 
@@ -253,7 +258,7 @@ impl RedisLedger {
 
     /// How many transfers settled on this ledger (every replica's).
     pub async fn settlements(&self) -> Result<u64, StoreError> {
-        let key = self.conn.key(SEAM, "settlements");
+        let key = self.conn.grouped_key(GROUP, SEAM, "settlements");
         let count: Option<u64> = self
             .conn
             .call("x402 ledger settlements", |mut c| async move {
@@ -264,12 +269,16 @@ impl RedisLedger {
     }
 
     pub(crate) fn balance_key(&self, owner: Address) -> String {
-        self.conn
-            .key(SEAM, &format!("balance:{}", lower_hex(owner.as_slice())))
+        self.conn.grouped_key(
+            GROUP,
+            SEAM,
+            &format!("balance:{}", lower_hex(owner.as_slice())),
+        )
     }
 
     pub(crate) fn used_key(&self, from: Address, nonce: B256) -> String {
-        self.conn.key(
+        self.conn.grouped_key(
+            GROUP,
             SEAM,
             &format!(
                 "used:{}:{}",
@@ -371,12 +380,12 @@ impl Ledger for RedisLedger {
                         announced.ttl_secs,
                     )
                 }
-                None => (self.conn.key(SEAM, "unused"), None, 1),
+                None => (self.conn.grouped_key(GROUP, SEAM, "unused"), None, 1),
             };
             let from = self.balance_key(transfer.from);
             let to = self.balance_key(transfer.to);
             let used = self.used_key(transfer.from, transfer.nonce);
-            let settlements = self.conn.key(SEAM, "settlements");
+            let settlements = self.conn.grouped_key(GROUP, SEAM, "settlements");
             let field = token_field(&transfer.token);
             let value = transfer.value.to_string();
             let debit = format!("-{value}");

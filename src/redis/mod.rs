@@ -3,14 +3,24 @@
 //! Several replicas of a service share their state through one Redis: every
 //! backend here implements the same trait as its in-memory default (see
 //! [`crate::store`]) over one [`RedisConnection`]. The connection is a
-//! `redis::aio::ConnectionManager`: cheap to clone, multiplexed, reconnecting
-//! on its own after Redis comes back. Every call is bounded by the configured
+//! `redis::aio::ConnectionManager` on one Redis, or redis-rs's cluster client
+//! on a Redis Cluster ([`RedisConfig::cluster`]): cheap to clone, multiplexed,
+//! reconnecting on its own after Redis comes back (on a cluster, following a
+//! failover to the promoted replica). Every call is bounded by the configured
 //! timeout, and a Redis that cannot answer in time is a [`StoreError`], which
 //! the layers answer with a 503 and never turn into a decision (a payment is
 //! neither served free nor charged twice).
 //!
 //! Keys are namespaced by a prefix (`walletgate` by default), so several
 //! services can share one Redis: `{prefix}:{seam}:{id}`.
+//!
+//! On a Redis Cluster every script must touch keys of one slot. Keys a
+//! script reads or writes together carry a hash tag naming their group
+//! (`{prefix}:{group}:{seam}:{id}`, see [`RedisConnection::grouped_key`]): API
+//! keys, PATs, sessions and the development ledger (with the replay keys of
+//! a nonce store paired to it) each live in one slot; every other key is
+//! alone in its scripts and spreads over the shards by its whole name. On one
+//! Redis (standalone) the layout is unchanged, without tags.
 //!
 //! Payments (with the `x402` feature): [`RedisNonceStore`] (claims, releases,
 //! settling and spent authorizations), [`RedisAnswerStore`] (paid answers kept
@@ -93,6 +103,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 
 use crate::store::StoreError;
 
@@ -100,6 +111,8 @@ use crate::store::StoreError;
 #[derive(Clone)]
 pub struct RedisConfig {
     url: String,
+    /// Seed nodes of a Redis Cluster; `None`: one Redis at `url`.
+    cluster_seeds: Option<Vec<String>>,
     prefix: String,
     timeout: Duration,
     /// PEM roots that replace Mozilla's for `rediss://` (a private CA).
@@ -118,11 +131,30 @@ impl RedisConfig {
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            cluster_seeds: None,
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             timeout: Self::DEFAULT_TIMEOUT,
             #[cfg(feature = "redis-tls")]
             ca_certificates: None,
         }
+    }
+
+    /// A Redis Cluster reached through `seeds` (node URLs, `redis://host:port`
+    /// or `rediss://` with feature `redis-tls`; any reachable node is
+    /// enough, the client learns the others and follows failovers). The
+    /// seeds are checked at [`RedisConnection::open`]: an empty list, or one
+    /// mixing `redis://` and `rediss://`, is refused there.
+    pub fn cluster<S: Into<String>>(seeds: impl IntoIterator<Item = S>) -> Self {
+        let seeds: Vec<String> = seeds.into_iter().map(Into::into).collect();
+        Self {
+            cluster_seeds: Some(seeds),
+            ..Self::new(String::new())
+        }
+    }
+
+    /// Whether this is a Redis Cluster ([`Self::cluster`]).
+    pub fn is_cluster(&self) -> bool {
+        self.cluster_seeds.is_some()
     }
 
     /// Trusts only the CA certificates in `pem` (one or more PEM blocks) for
@@ -154,6 +186,7 @@ impl std::fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URL may carry a password.
         f.debug_struct("RedisConfig")
+            .field("cluster", &self.is_cluster())
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
@@ -164,7 +197,7 @@ impl std::fmt::Debug for RedisConfig {
 /// call timeout every backend uses. Clones share the connection.
 #[derive(Clone)]
 pub struct RedisConnection {
-    manager: ConnectionManager,
+    source: Source,
     prefix: Arc<str>,
     timeout: Duration,
     /// Calls made through this connection and its clones.
@@ -175,6 +208,7 @@ impl std::fmt::Debug for RedisConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URL may carry a password: it is never kept, so never printed.
         f.debug_struct("RedisConnection")
+            .field("cluster", &self.is_cluster())
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
@@ -190,25 +224,226 @@ impl RedisConnection {
     /// A `rediss://` URL needs feature `redis-tls`: without it the URL is
     /// refused here rather than failing on every call.
     pub fn open(config: &RedisConfig) -> Result<Self, StoreError> {
-        let client = client(config)?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.timeout))
-            .set_response_timeout(Some(config.timeout))
-            // Reconnect attempts happen on the next command, not in a loop
-            // that would hold a request past its timeout.
-            .set_number_of_retries(1);
-        let manager =
-            ConnectionManager::new_lazy_with_config(client, manager_config).map_err(|err| {
-                StoreError::new("Redis connection could not be set up").with_source(err)
-            })?;
+        let source = match &config.cluster_seeds {
+            Some(seeds) => Source::Cluster(Arc::new(open_cluster(config, seeds)?)),
+            None => Source::Standalone(open_manager(config)?),
+        };
         Ok(Self {
-            manager,
+            source,
             prefix: config.prefix.as_str().into(),
             timeout: config.timeout,
             calls: Arc::default(),
         })
     }
 
+    /// Whether this connection is to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.source, Source::Cluster(_))
+    }
+
+    /// The prefix of a group of keys that scripts touch together:
+    /// `{prefix}:{group}` on a Redis Cluster, so they share one hash slot
+    /// (one shard runs the script); the bare prefix on one Redis (its layout
+    /// is unchanged) or when the prefix carries a hash tag already (then
+    /// every key shares that one slot).
+    pub fn group(&self, group: &str) -> String {
+        if !self.is_cluster() || has_hash_tag(&self.prefix) {
+            return self.prefix.to_string();
+        }
+        format!("{}:{{{group}}}", self.prefix)
+    }
+
+    /// `{group}:{seam}:{id}` with [`group`](Self::group)'s prefix: a key of
+    /// the slot its group's scripts run on.
+    pub fn grouped_key(&self, group: &str, seam: &str, id: &str) -> String {
+        format!("{}:{seam}:{id}", self.group(group))
+    }
+}
+
+/// The reconnecting connection to one Redis at `config.url`, opened lazily.
+fn open_manager(config: &RedisConfig) -> Result<ConnectionManager, StoreError> {
+    let client = client(config)?;
+    let manager_config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.timeout))
+        .set_response_timeout(Some(config.timeout))
+        // Reconnect attempts happen on the next command, not in a loop
+        // that would hold a request past its timeout.
+        .set_number_of_retries(1);
+    ConnectionManager::new_lazy_with_config(client, manager_config)
+        .map_err(|err| StoreError::new("Redis connection could not be set up").with_source(err))
+}
+
+/// Where a call's [`RedisLink`] comes from.
+#[derive(Clone)]
+enum Source {
+    Standalone(ConnectionManager),
+    Cluster(Arc<ClusterSource>),
+}
+
+impl Source {
+    fn link(&self) -> RedisLink {
+        RedisLink(match self {
+            Self::Standalone(manager) => Link::Standalone(manager.clone()),
+            Self::Cluster(cluster) => Link::Cluster(cluster.current()),
+        })
+    }
+
+    /// A call failed or timed out.
+    fn failed(&self) {
+        if let Self::Cluster(cluster) = self {
+            cluster.rediscover();
+        }
+    }
+}
+
+/// The cluster client and its current connection. redis-rs's cluster
+/// connection follows `MOVED` answers, but when a primary dies it keeps
+/// reconnecting to that address and never asks the survivors who took its
+/// slots over: after a failed call the connection is replaced by a fresh one
+/// that learns the topology from the seeds again (at most every
+/// [`REDISCOVER_EVERY`]), so calls reach the promoted replica once the
+/// cluster has promoted it, without a restart.
+struct ClusterSource {
+    client: redis::cluster::ClusterClient,
+    config: redis::cluster::ClusterConfig,
+    current: std::sync::Mutex<(ClusterConnection, std::time::Instant)>,
+}
+
+/// The shortest time between two rediscoveries of a cluster's topology.
+const REDISCOVER_EVERY: Duration = Duration::from_millis(500);
+
+impl ClusterSource {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (ClusterConnection, std::time::Instant)> {
+        // Replaced whole under the lock: a poisoned one is still consistent.
+        self.current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn current(&self) -> ClusterConnection {
+        self.lock().0.clone()
+    }
+
+    fn rediscover(&self) {
+        let mut current = self.lock();
+        if current.1.elapsed() >= REDISCOVER_EVERY {
+            let fresh = self
+                .client
+                .get_pending_async_connection_with_config(self.config.clone());
+            *current = (fresh, std::time::Instant::now());
+        }
+    }
+}
+
+/// The cluster client on `seeds`, connecting in the background: like the
+/// standalone connection, a service starts while the cluster is down.
+fn open_cluster(config: &RedisConfig, seeds: &[String]) -> Result<ClusterSource, StoreError> {
+    if seeds.is_empty() {
+        return Err(StoreError::new("Redis Cluster needs at least one seed URL"));
+    }
+    let tls = uses_tls(&seeds[0]);
+    if seeds.iter().any(|seed| uses_tls(seed) != tls) {
+        return Err(StoreError::new(
+            "Redis Cluster seeds mix redis:// and rediss://",
+        ));
+    }
+    if tls && !cfg!(feature = "redis-tls") {
+        return Err(StoreError::new(TLS_NEEDS_FEATURE));
+    }
+    #[cfg(feature = "redis-tls")]
+    if tls {
+        install_ring_provider();
+    }
+    let builder = redis::cluster::ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+        .connection_timeout(config.timeout)
+        .response_timeout(config.timeout)
+        // A request never waits past the store timeout anyway: few retries,
+        // short waits, so a slot that moved is followed within one call.
+        .retries(2)
+        .min_retry_wait(10)
+        .max_retry_wait(100);
+    #[cfg(feature = "redis-tls")]
+    let builder = match &config.ca_certificates {
+        Some(pem) => builder.certs(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.clone()),
+        }),
+        None => builder,
+    };
+    let client = builder
+        .build()
+        .map_err(|err| StoreError::new("invalid Redis Cluster seed URLs").with_source(err))?;
+    let cluster_config = redis::cluster::ClusterConfig::new()
+        .set_connection_timeout(config.timeout)
+        .set_response_timeout(config.timeout);
+    let connection = client.get_pending_async_connection_with_config(cluster_config.clone());
+    Ok(ClusterSource {
+        client,
+        config: cluster_config,
+        current: std::sync::Mutex::new((connection, std::time::Instant::now())),
+    })
+}
+
+/// Whether `key` has a Redis Cluster hash tag: a `{…}` with something inside.
+fn has_hash_tag(key: &str) -> bool {
+    key.find('{')
+        .and_then(|open| key[open + 1..].find('}'))
+        .is_some_and(|len| len > 0)
+}
+
+/// The handle a [`RedisConnection::call`] hands its closure: a clone of the
+/// shared connection (one Redis, or a Redis Cluster), usable wherever
+/// redis-rs takes an async connection (`query_async`, `invoke_async`).
+#[derive(Clone)]
+pub struct RedisLink(Link);
+
+#[derive(Clone)]
+enum Link {
+    Standalone(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for RedisLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Link::Standalone(_) => "RedisLink::Standalone",
+            Link::Cluster(_) => "RedisLink::Cluster",
+        })
+    }
+}
+
+impl redis::aio::ConnectionLike for RedisLink {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match &mut self.0 {
+            Link::Standalone(manager) => manager.req_packed_command(cmd),
+            Link::Cluster(cluster) => cluster.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match &mut self.0 {
+            Link::Standalone(manager) => manager.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(cluster) => cluster.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.0 {
+            Link::Standalone(manager) => manager.get_db(),
+            Link::Cluster(cluster) => cluster.get_db(),
+        }
+    }
+}
+
+impl RedisConnection {
     /// `{prefix}:{seam}:{id}`.
     pub fn key(&self, seam: &str, id: &str) -> String {
         let mut key = String::with_capacity(self.prefix.len() + seam.len() + id.len() + 2);
@@ -237,7 +472,7 @@ impl RedisConnection {
     /// names `what` (never a key or a value: they may hold digests of secrets).
     pub async fn call<T, F, Fut>(&self, what: &'static str, call: F) -> Result<T, StoreError>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(RedisLink) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         self.call_within(what, self.timeout, call).await
@@ -304,18 +539,20 @@ impl RedisConnection {
         call: F,
     ) -> Result<T, StoreError>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(RedisLink) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout(timeout, call(self.manager.clone())).await {
-            Ok(Ok(value)) => Ok(value),
+        let result = match tokio::time::timeout(timeout, call(self.source.link())).await {
+            Ok(Ok(value)) => return Ok(value),
             Ok(Err(err)) => Err(StoreError::new(what).with_source(err)),
             Err(_) => {
                 crate::metrics::count(crate::metrics::STORE_TIMEOUTS_TOTAL, [("store", "redis")]);
                 Err(StoreError::new(what).with_source(TimedOut(timeout)))
             }
-        }
+        };
+        self.source.failed();
+        result
     }
 }
 
@@ -451,6 +688,194 @@ mod tests {
         // The plain scheme on the TLS port gets no answer either.
         let plain = RedisConfig::new(server.url()).with_timeout(Duration::from_millis(500));
         assert!(ping(&plain).await.is_err());
+    }
+
+    /// A Redis Cluster connection that never connects (no node listens on
+    /// port 1): enough to build keys.
+    fn cluster_conn(prefix: &str) -> RedisConnection {
+        RedisConnection::open(&RedisConfig::cluster(["redis://127.0.0.1:1"]).with_prefix(prefix))
+            .unwrap()
+    }
+
+    fn slot(key: &str) -> u16 {
+        // CRC16/XMODEM of the hash tag (or the whole key) modulo 16384, as
+        // Redis Cluster computes it; checked against redis-rs's below.
+        let tagged = key
+            .find('{')
+            .and_then(|open| {
+                let rest = &key[open + 1..];
+                rest.find('}')
+                    .filter(|&len| len > 0)
+                    .map(|len| &rest[..len])
+            })
+            .unwrap_or(key);
+        let mut crc: u16 = 0;
+        for byte in tagged.bytes() {
+            crc ^= u16::from(byte) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                };
+            }
+        }
+        crc % 16384
+    }
+
+    /// Asserts every key of one script hashes to one slot.
+    #[track_caller]
+    fn one_slot(script: &str, keys: &[String]) {
+        let slots: Vec<u16> = keys.iter().map(|key| slot(key)).collect();
+        assert!(
+            slots.windows(2).all(|pair| pair[0] == pair[1]),
+            "{script}: keys {keys:?} hash to slots {slots:?}"
+        );
+    }
+
+    #[test]
+    fn the_slot_function_is_redis_clusters() {
+        // Redis's documented example, its hash-tag rules, and redis-rs's routing.
+        assert_eq!(slot("123456789"), 0x31c3);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        // An empty tag hashes the whole key; a tag ends at the first `}`.
+        assert_ne!(slot("foo{}{bar}"), slot("foo{}{bar}x"));
+        assert_eq!(slot("foo{{bar}}zap"), slot("{bar"));
+        for key in [
+            "walletgate:x402-replay:abc",
+            "p:{pat}:pat:1",
+            "{a}b",
+            "x{}y",
+            "foo{{bar}}",
+        ] {
+            assert_eq!(
+                redis::cluster_routing::Slot::new(slot(key)),
+                Some(redis::cluster_routing::Slot::for_key(key)),
+                "{key}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn groups_are_tagged_only_on_a_cluster_and_only_once() {
+        let standalone = RedisConnection::open(&RedisConfig::new("redis://127.0.0.1:1")).unwrap();
+        assert_eq!(standalone.group("pat"), "walletgate");
+        assert_eq!(
+            standalone.grouped_key("pat", "pat", "1"),
+            "walletgate:pat:1"
+        );
+        let cluster = cluster_conn("walletgate");
+        assert!(cluster.is_cluster());
+        assert_eq!(cluster.group("pat"), "walletgate:{pat}");
+        assert_eq!(
+            cluster.grouped_key("pat", "pat", "1"),
+            "walletgate:{pat}:pat:1"
+        );
+        // A prefix with its own hash tag puts every key in its slot already.
+        assert_eq!(cluster_conn("{gw}").group("pat"), "{gw}");
+        assert_eq!(cluster_conn("gw{}").group("pat"), "gw{}:{pat}");
+    }
+
+    #[test]
+    fn a_cluster_needs_seeds_of_one_scheme() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _inside = runtime.enter();
+        let empty = RedisConnection::open(&RedisConfig::cluster(Vec::<String>::new()));
+        assert!(empty.unwrap_err().to_string().contains("seed"));
+        let mixed = RedisConnection::open(&RedisConfig::cluster([
+            "redis://127.0.0.1:1",
+            "rediss://127.0.0.1:2",
+        ]));
+        assert!(mixed.unwrap_err().to_string().contains("mix"));
+    }
+
+    /// Every script's keys, as the stores build them on a cluster, hash to
+    /// one slot: each script runs on one shard (no `CROSSSLOT`). Scripts that
+    /// derive their keys from the group's prefix in Lua are checked on the
+    /// keys they derive (the names below follow their Lua).
+    #[tokio::test]
+    async fn every_scripts_keys_hash_to_one_slot_on_a_cluster() {
+        let conn = cluster_conn("walletgate");
+        // Scripts given one key (free tier, API-key quotas, SIWE nonces,
+        // revocations, answers, replay without a ledger) and the settlement
+        // records' one key per call: nothing to share.
+        for (group, derived) in [
+            ("api_key", vec!["api_key:0f0f", "api_key_ids"]),
+            (
+                "pat",
+                vec![
+                    "pat:id1",
+                    "pat-digest:0f0f",
+                    "pat-wallet:0xab",
+                    "pat-family:f1",
+                ],
+            ),
+            (
+                "session",
+                vec![
+                    "session:0f0f",
+                    "session-refresh:0e0e",
+                    "session-wallet:0xab",
+                ],
+            ),
+        ] {
+            let prefix = conn.group(group);
+            let mut keys = vec![conn.routing_key(group)];
+            keys.extend(derived.iter().map(|name| format!("{prefix}:{name}")));
+            one_slot(group, &keys);
+        }
+        #[cfg(feature = "x402")]
+        {
+            use alloy_primitives::{Address, B256};
+            let ledger = RedisLedger::new(conn.clone());
+            let store =
+                RedisNonceStore::new(conn.clone(), std::sync::Arc::new(crate::clock::SystemClock))
+                    .with_ledger_prefetch(&ledger);
+            let (payer, payee, nonce) = (
+                Address::repeat_byte(1),
+                Address::repeat_byte(2),
+                B256::repeat_byte(3),
+            );
+            let key = crate::x402::server::AuthorizationKey::new(
+                &crate::x402::wire::Network::base_sepolia(),
+                payer,
+                nonce,
+            );
+            let replay = store.redis_key(&key);
+            let (from, to, used) = (
+                ledger.balance_key(payer),
+                ledger.balance_key(payee),
+                ledger.used_key(payer, nonce),
+            );
+            let settlements = conn.grouped_key(ledger::GROUP, "x402-ledger", "settlements");
+            let unused = conn.grouped_key(ledger::GROUP, "x402-ledger", "unused");
+            one_slot(
+                "replay claim and peek",
+                &[replay.clone(), from.clone(), used.clone()],
+            );
+            one_slot("ledger check", &[from.clone(), used.clone()]);
+            one_slot(
+                "ledger transfer",
+                &[
+                    from.clone(),
+                    to.clone(),
+                    used.clone(),
+                    settlements.clone(),
+                    replay,
+                ],
+            );
+            one_slot(
+                "ledger transfer, no paired store",
+                &[from, to, used, settlements, unused],
+            );
+            // Without a ledger a replay key stands alone, spread by its name.
+            let alone =
+                RedisNonceStore::new(conn.clone(), std::sync::Arc::new(crate::clock::SystemClock));
+            assert!(!has_hash_tag(&alone.redis_key(&key)));
+        }
     }
 
     #[test]

@@ -16,8 +16,9 @@
 //! than one key (insert, rotate, revoke a family) is one Lua script: of two
 //! replicas rotating the same token at once, exactly one succeeds.
 //!
-//! The scripts derive their keys from the prefix, so on Redis Cluster give a
-//! prefix with a hash tag (`{walletgate}`) to keep them in one slot.
+//! The scripts derive their keys from the prefix; on a Redis Cluster every
+//! key here carries the `{pat}` hash tag (`{prefix}:{pat}:pat:…`) to keep
+//! them in one slot.
 
 use std::sync::LazyLock;
 
@@ -29,6 +30,9 @@ use super::records::{
     Fields, digest_field, digest_hex, field, malformed, optional_field, wallet_text,
 };
 use crate::store::{BoxFuture, StoreError};
+
+/// The key group of PATs: one hash slot on a Redis Cluster.
+const GROUP: &str = "pat";
 use crate::tokens::{PatRecord, PatStore, Revocation, RotateOutcome, SecretDigest};
 
 /// Stores one record: `put(P, base)` reads expire-at, id, wallet, digest,
@@ -253,8 +257,7 @@ fn read_optional_pat(fields: &Fields) -> Result<Option<PatRecord>, StoreError> {
 impl PatStore for RedisPatStore {
     fn insert(&self, record: PatRecord) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
-            let mut invocation = INSERT.prepare_invoke();
-            invocation.arg(self.conn.prefix());
+            let mut invocation = self.conn.grouped_invocation(&INSERT, GROUP);
             self.put_args(&mut invocation, &record);
             let () = self.conn.invoke("PAT insert", invocation).await?;
             Ok(())
@@ -266,8 +269,8 @@ impl PatStore for RedisPatStore {
         digest: &'a SecretDigest,
     ) -> BoxFuture<'a, Result<Option<PatRecord>, StoreError>> {
         Box::pin(async move {
-            let mut invocation = FIND_BY_DIGEST.prepare_invoke();
-            invocation.arg(self.conn.prefix()).arg(digest_hex(digest));
+            let mut invocation = self.conn.grouped_invocation(&FIND_BY_DIGEST, GROUP);
+            invocation.arg(digest_hex(digest));
             let fields: Fields = self.conn.invoke("PAT lookup", invocation).await?;
             read_optional_pat(&fields)
         })
@@ -275,8 +278,8 @@ impl PatStore for RedisPatStore {
 
     fn list(&self, wallet: Address) -> BoxFuture<'_, Result<Vec<PatRecord>, StoreError>> {
         Box::pin(async move {
-            let mut invocation = LIST.prepare_invoke();
-            invocation.arg(self.conn.prefix()).arg(wallet_text(wallet));
+            let mut invocation = self.conn.grouped_invocation(&LIST, GROUP);
+            invocation.arg(wallet_text(wallet));
             let records: Vec<Fields> = self.conn.invoke("PAT list", invocation).await?;
             records.iter().map(read_pat).collect()
         })
@@ -290,9 +293,8 @@ impl PatStore for RedisPatStore {
         now: u64,
     ) -> BoxFuture<'a, Result<Option<PatRecord>, StoreError>> {
         Box::pin(async move {
-            let mut invocation = REVOKE.prepare_invoke();
+            let mut invocation = self.conn.grouped_invocation(&REVOKE, GROUP);
             invocation
-                .arg(self.conn.prefix())
                 .arg(wallet_text(wallet))
                 .arg(id)
                 .arg(reason_text(because))
@@ -309,8 +311,8 @@ impl PatStore for RedisPatStore {
         now: u64,
     ) -> BoxFuture<'a, Result<RotateOutcome, StoreError>> {
         Box::pin(async move {
-            let mut invocation = ROTATE.prepare_invoke();
-            invocation.arg(self.conn.prefix()).arg(old_id).arg(now);
+            let mut invocation = self.conn.grouped_invocation(&ROTATE, GROUP);
+            invocation.arg(old_id).arg(now);
             self.put_args(&mut invocation, &new);
             let rotated: u8 = self.conn.invoke("PAT rotate", invocation).await?;
             Ok(if rotated == 1 {
@@ -327,8 +329,8 @@ impl PatStore for RedisPatStore {
         now: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let mut invocation = REVOKE_FAMILY.prepare_invoke();
-            invocation.arg(self.conn.prefix()).arg(family_id).arg(now);
+            let mut invocation = self.conn.grouped_invocation(&REVOKE_FAMILY, GROUP);
+            invocation.arg(family_id).arg(now);
             let () = self.conn.invoke("PAT family revoke", invocation).await?;
             Ok(())
         })
@@ -336,8 +338,8 @@ impl PatStore for RedisPatStore {
 
     fn touch<'a>(&'a self, id: &'a str, now: u64) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let mut invocation = TOUCH.prepare_invoke();
-            invocation.arg(self.conn.prefix()).arg(id).arg(now);
+            let mut invocation = self.conn.grouped_invocation(&TOUCH, GROUP);
+            invocation.arg(id).arg(now);
             let () = self.conn.invoke("PAT touch", invocation).await?;
             Ok(())
         })

@@ -1,6 +1,8 @@
 //! The x402 replay guard on Redis: [`RedisNonceStore`].
 //!
-//! One key per authorization, `{prefix}:x402-replay:{network/payer/nonce}`:
+//! One key per authorization, `{prefix}:x402-replay:{network/payer/nonce}`
+//! (on a Redis Cluster, when paired with a [`RedisLedger`], in the ledger's
+//! slot: `{prefix}:{x402-ledger}:x402-replay:…`):
 //!
 //! | value | meaning | expires |
 //! |---|---|---|
@@ -126,6 +128,18 @@ impl RedisNonceStore {
         Some((ledger, key.payer()?, key.nonce()?))
     }
 
+    /// The Redis key of `key`: in the ledger's key group when paired with
+    /// one (the claim and the transfer scripts touch it with the ledger's
+    /// keys, so on a Redis Cluster it must share their slot).
+    pub(crate) fn redis_key(&self, key: &AuthorizationKey) -> String {
+        match &self.ledger {
+            Some(_) => self
+                .conn
+                .grouped_key(super::ledger::GROUP, SEAM, key.as_str()),
+            None => self.conn.key(SEAM, key.as_str()),
+        }
+    }
+
     /// Seconds from now until `unix_secs`: at least one (Redis refuses zero),
     /// at most a year (Redis refuses lifetimes past its range).
     fn ttl_secs(&self, unix_secs: u64) -> u64 {
@@ -139,7 +153,7 @@ impl NonceStore for RedisNonceStore {
         key: &'a AuthorizationKey,
         hold_until_unix_secs: u64,
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        let redis_key = self.conn.key(SEAM, key.as_str());
+        let redis_key = self.redis_key(key);
         let ttl = self.ttl_secs(hold_until_unix_secs);
         let read_ahead = self.read_ahead(key);
         Box::pin(async move {
@@ -213,7 +227,7 @@ impl NonceStore for RedisNonceStore {
         if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
             ledger.prefetched().forget(payer, nonce);
         }
-        let redis_key = self.conn.key(SEAM, key.as_str());
+        let redis_key = self.redis_key(key);
         match self.hold().remove(&redis_key) {
             Some(token) => send_release(self.conn.clone(), redis_key, token),
             // Not a claim of this store: nothing of ours to give back.
@@ -229,7 +243,7 @@ impl NonceStore for RedisNonceStore {
     ) {
         if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
             let announced = Announced {
-                replay_key: self.conn.key(SEAM, key.as_str()),
+                replay_key: self.redis_key(key),
                 unsettled: unsettled.clone(),
                 ttl_secs: self.ttl_secs(keep_until_unix_secs),
             };
@@ -243,7 +257,7 @@ impl NonceStore for RedisNonceStore {
         settling: SpentAuthorization,
         keep_until_unix_secs: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let redis_key = self.conn.key(SEAM, key.as_str());
+        let redis_key = self.redis_key(key);
         // Kept, not held: this request no longer gives it back.
         self.hold().remove(&redis_key);
         if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
@@ -265,7 +279,7 @@ impl NonceStore for RedisNonceStore {
         keep_until_unix_secs: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         // Spent now: the claim's token is no longer needed.
-        self.hold().remove(&self.conn.key(SEAM, key.as_str()));
+        self.hold().remove(&self.redis_key(key));
         if let Some((ledger, payer, nonce)) = self.read_ahead(key) {
             let written = ledger.prefetched().take_written(payer, nonce, &spent);
             ledger.prefetched().forget(payer, nonce);
@@ -274,7 +288,7 @@ impl NonceStore for RedisNonceStore {
                 return Box::pin(std::future::ready(Ok(())));
             }
         }
-        let redis_key = self.conn.key(SEAM, key.as_str());
+        let redis_key = self.redis_key(key);
         let ttl = self.ttl_secs(keep_until_unix_secs);
         let value = encode_spent(&spent);
         Box::pin(async move {
@@ -330,7 +344,7 @@ async fn release_once(
     token: &str,
     patience: Option<std::time::Duration>,
 ) -> Result<i64, StoreError> {
-    let script = |mut c: redis::aio::ConnectionManager| {
+    let script = |mut c: super::RedisLink| {
         let (redis_key, token) = (redis_key.to_owned(), token.to_owned());
         async move { RELEASE.key(redis_key).arg(token).invoke_async(&mut c).await }
     };

@@ -21,6 +21,9 @@ use redis::Script;
 use super::RedisConnection;
 use super::records::{Fields, digest_field, digest_hex, field, malformed, wallet_text};
 use crate::store::{BoxFuture, StoreError};
+
+/// The key group of sessions: one hash slot on a Redis Cluster.
+const GROUP: &str = "session";
 use crate::tokens::{SecretDigest, SessionRecord, SessionSecrets, SessionStore};
 
 /// Stores one session: `put(P, wallet, base)` reads access digest, access
@@ -138,9 +141,8 @@ impl SessionStore for RedisSessionStore {
         Box::pin(async move {
             let [access, access_expires, refresh, refresh_expires, expire_at] =
                 put_args(&session.secrets);
-            let mut invocation = INSERT.prepare_invoke();
+            let mut invocation = self.conn.grouped_invocation(&INSERT, GROUP);
             invocation
-                .arg(self.conn.prefix())
                 .arg(wallet_text(session.wallet))
                 .arg(access)
                 .arg(access_expires)
@@ -157,7 +159,7 @@ impl SessionStore for RedisSessionStore {
         digest: &'a SecretDigest,
     ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>> {
         Box::pin(async move {
-            let key = self.conn.key("session", &digest_hex(digest));
+            let key = self.conn.grouped_key(GROUP, "session", &digest_hex(digest));
             let fields: Fields = self
                 .conn
                 .call("session lookup", |mut c| async move {
@@ -185,9 +187,8 @@ impl SessionStore for RedisSessionStore {
                 refresh_expires,
                 expire_at,
             ] = put_args(&fresh);
-            let mut invocation = ROTATE.prepare_invoke();
+            let mut invocation = self.conn.grouped_invocation(&ROTATE, GROUP);
             invocation
-                .arg(self.conn.prefix())
                 .arg(digest_hex(refresh))
                 .arg(now)
                 .arg(access)
@@ -204,8 +205,8 @@ impl SessionStore for RedisSessionStore {
 
     fn remove_wallet(&self, wallet: Address) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
-            let mut invocation = REMOVE_WALLET.prepare_invoke();
-            invocation.arg(self.conn.prefix()).arg(wallet_text(wallet));
+            let mut invocation = self.conn.grouped_invocation(&REMOVE_WALLET, GROUP);
+            invocation.arg(wallet_text(wallet));
             let () = self.conn.invoke("session sign-out", invocation).await?;
             Ok(())
         })

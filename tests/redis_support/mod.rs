@@ -6,6 +6,13 @@
 //! Tests that stop Redis on purpose start their own with [`RedisServer::start`].
 //! Each test takes its own key prefix ([`unique_prefix`]) so tests sharing one
 //! server never see each other's keys.
+//!
+//! A Redis Cluster (three primaries, three replicas) comes from
+//! `redis-cluster.sh` beside this file: [`RedisCluster::start`] for a test
+//! that stops nodes, [`shared_cluster_seeds`] for the contract tests, which
+//! run on it instead of one redis-server when `WALLETGATE_TEST_REDIS_TOPOLOGY`
+//! is `cluster` (`.ci/run` runs them once each way and exports
+//! `WALLETGATE_TEST_REDIS_CLUSTER_URLS`).
 #![allow(dead_code, unreachable_pub)]
 
 use std::net::TcpListener;
@@ -231,4 +238,182 @@ pub fn free_port() -> u16 {
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
         .expect("a free loopback port")
+}
+
+/// The script that starts and stops a test cluster.
+const CLUSTER_SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/redis_support/redis-cluster.sh"
+);
+
+/// Whether the contract tests run on a Redis Cluster this time
+/// (`WALLETGATE_TEST_REDIS_TOPOLOGY=cluster`).
+pub fn on_cluster() -> bool {
+    std::env::var("WALLETGATE_TEST_REDIS_TOPOLOGY").is_ok_and(|topology| topology == "cluster")
+}
+
+/// A Redis Cluster on loopback (three primaries with a replica each, a
+/// node timeout of 2 s), stopped on drop.
+pub struct RedisCluster {
+    dir: PathBuf,
+    seeds: Vec<String>,
+}
+
+impl RedisCluster {
+    /// Starts the six nodes and waits for `cluster_state:ok` on each.
+    pub fn start() -> Self {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "walletgate-redis-cluster-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let output = Command::new("bash")
+            .arg(CLUSTER_SCRIPT)
+            .arg("start")
+            .arg(&dir)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("bash to run redis-cluster.sh");
+        assert!(output.status.success(), "redis-cluster.sh start failed");
+        let seeds = parse_seeds(&String::from_utf8_lossy(&output.stdout));
+        Self { dir, seeds }
+    }
+
+    /// The six nodes' URLs (`redis://127.0.0.1:port`).
+    pub fn seeds(&self) -> Vec<String> {
+        self.seeds.clone()
+    }
+
+    /// The port of the primary that serves `key`'s slot now.
+    pub fn primary_for(&self, key: &str) -> u16 {
+        let slot: u16 = self
+            .cli(&["cluster", "keyslot", key])
+            .trim()
+            .parse()
+            .expect("CLUSTER KEYSLOT answers a number");
+        for line in self.cli(&["cluster", "nodes"]).lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
+                continue;
+            }
+            let serves = fields[8..].iter().any(|range| {
+                let mut ends = range.split('-').filter_map(|end| end.parse::<u16>().ok());
+                match (ends.next(), ends.next()) {
+                    (Some(first), Some(last)) => (first..=last).contains(&slot),
+                    (Some(only), None) => only == slot,
+                    _ => false,
+                }
+            });
+            if serves {
+                let address = fields[1].split('@').next().unwrap_or_default();
+                return address.rsplit(':').next().unwrap().parse().unwrap();
+            }
+        }
+        panic!("no primary serves slot {slot}");
+    }
+
+    /// SIGKILLs the node on `port` (no shutdown: as if its machine died).
+    pub fn kill(&self, port: u16) {
+        let pid = std::fs::read_to_string(self.dir.join(format!("redis-{port}.pid")))
+            .expect("the node's pid file");
+        let status = Command::new("kill")
+            .args(["-KILL", pid.trim()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -KILL {port}");
+    }
+
+    /// Whether the cluster answers `cluster_state:ok` on a node still alive.
+    pub fn is_ok(&self, alive_port: u16) -> bool {
+        redis_cli(alive_port, &["cluster", "info"]).contains("cluster_state:ok")
+    }
+
+    /// `redis-cli` on the first node that answers.
+    fn cli(&self, args: &[&str]) -> String {
+        for seed in &self.seeds {
+            let port: u16 = seed.rsplit(':').next().unwrap().parse().unwrap();
+            let answer = redis_cli(port, args);
+            if !answer.is_empty() {
+                return answer;
+            }
+        }
+        panic!("no cluster node answers");
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(CLUSTER_SCRIPT)
+            .arg("stop")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+/// `redis-cli -p port args…`'s output, empty when the node does not answer.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+fn parse_seeds(urls: &str) -> Vec<String> {
+    urls.trim()
+        .split(',')
+        .filter(|url| !url.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The shared Redis Cluster of this run: `WALLETGATE_TEST_REDIS_CLUSTER_URLS`
+/// (comma-separated seeds), or one started for this test binary and stopped
+/// by a watching shell once the binary is gone.
+pub fn shared_cluster_seeds() -> Vec<String> {
+    static STARTED: OnceLock<Vec<String>> = OnceLock::new();
+    if let Ok(urls) = std::env::var("WALLETGATE_TEST_REDIS_CLUSTER_URLS") {
+        return parse_seeds(&urls);
+    }
+    STARTED
+        .get_or_init(|| {
+            let dir = std::env::temp_dir().join(format!(
+                "walletgate-redis-cluster-shared-{}",
+                std::process::id()
+            ));
+            let urls_file = dir.with_extension("urls");
+            let watched = format!(
+                "bash '{script}' start '{dir}' > '{urls}.tmp' && mv '{urls}.tmp' '{urls}' || exit 1; \
+                 for _ in $(seq 7200); do kill -0 {parent} 2>/dev/null || break; sleep 1; done; \
+                 bash '{script}' stop '{dir}'; rm -f '{urls}'",
+                script = CLUSTER_SCRIPT,
+                dir = dir.display(),
+                urls = urls_file.display(),
+                parent = std::process::id(),
+            );
+            #[allow(clippy::zombie_processes)]
+            Command::new("sh")
+                .arg("-c")
+                .arg(watched)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("sh to start a Redis Cluster");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline {
+                if let Ok(urls) = std::fs::read_to_string(&urls_file) {
+                    return parse_seeds(&urls);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            panic!("the shared Redis Cluster did not start (redis-server, redis-cli installed?)");
+        })
+        .clone()
 }

@@ -35,6 +35,10 @@ return ARGV[1]",
 
 const SEAM: &str = "gateway-image";
 
+/// Both keys of a job are written by one script: on a Redis Cluster they
+/// share this group's hash slot (`{prefix}:{gateway-image}:…`).
+const GROUP: &str = SEAM;
+
 impl RedisJobs {
     /// Jobs kept a day: far beyond any poll of a paid job.
     pub(crate) const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
@@ -111,10 +115,9 @@ impl RedisJobs {
 impl JobStore for RedisJobs {
     fn accept(&self, job: Job) -> BoxFuture<'_, Result<Job, StoreError>> {
         Box::pin(async move {
-            let paid = self
-                .conn
-                .key(SEAM, &format!("paid:{}", job.authorization_id));
-            let by_id = self.conn.key(SEAM, &format!("job:{}", job.id));
+            let paid =
+                (self.conn).grouped_key(GROUP, SEAM, &format!("paid:{}", job.authorization_id));
+            let by_id = (self.conn).grouped_key(GROUP, SEAM, &format!("job:{}", job.id));
             let encoded = Self::encode(&job);
             let retention = self.retention.as_secs().max(1);
             let kept: String = self
@@ -134,14 +137,18 @@ impl JobStore for RedisJobs {
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Job>, StoreError>> {
-        Box::pin(self.read(self.conn.key(SEAM, &format!("job:{id}"))))
+        Box::pin(self.read(self.conn.grouped_key(GROUP, SEAM, &format!("job:{id}"))))
     }
 
     fn by_authorization<'a>(
         &'a self,
         authorization_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Job>, StoreError>> {
-        Box::pin(self.read(self.conn.key(SEAM, &format!("paid:{authorization_id}"))))
+        Box::pin(self.read((self.conn).grouped_key(
+            GROUP,
+            SEAM,
+            &format!("paid:{authorization_id}"),
+        )))
     }
 }
 
