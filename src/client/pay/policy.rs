@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::x402::{
     server::{BASE_SEPOLIA_USDC, BASE_USDC},
-    wire::{Network, PaymentRequired, PaymentRequirements, SCHEME_UPTO, UsdAmount, ValueError},
+    wire::{
+        AtomicAmount, Network, PaymentRequired, PaymentRequirements, SCHEME_UPTO, UsdAmount,
+        ValueError,
+    },
 };
 
 /// The default maximum per payment: 0.10 USD.
@@ -279,6 +282,28 @@ impl SpendPolicy {
                 })?;
         }
         Ok(())
+    }
+}
+
+impl SpendPolicy {
+    /// Gives back to the budget what a settlement of `offer` did not take
+    /// (a metered `upto` payment reserves its ceiling, then costs what the
+    /// answer used).
+    pub(crate) fn refund(&self, offer: &PaymentRequirements, settled: AtomicAmount) {
+        let (Some(budget), Some(allowed)) = (
+            &self.budget,
+            self.allowed.iter().find(|allowed| allowed.matches(offer)),
+        ) else {
+            return;
+        };
+        let reserved = micros(offer.amount.units(), allowed.decimals);
+        let taken = micros(settled.units(), allowed.decimals);
+        let back = u64::try_from(reserved.saturating_sub(taken)).unwrap_or(0);
+        let _ = budget
+            .spent_micros
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |spent| {
+                Some(spent.saturating_sub(back))
+            });
     }
 }
 

@@ -11,7 +11,7 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::policy::usd;
+use super::policy::{SpendPolicy, usd};
 use crate::x402::{
     server::PAYMENT_RESPONSE_EVENT,
     wire::{AtomicAmount, Network, PaymentRequirements, SettleResponse, codec},
@@ -28,6 +28,9 @@ pub struct Receipt {
     offer: PaymentRequirements,
     settlement: Arc<OnceLock<SettleResponse>>,
     payment: Arc<str>,
+    /// The policy whose budget reserved the signed amount: given back what
+    /// a metered settlement did not take.
+    policy: Option<SpendPolicy>,
 }
 
 impl fmt::Debug for Receipt {
@@ -46,6 +49,26 @@ impl Receipt {
             offer,
             settlement: Arc::new(OnceLock::new()),
             payment,
+            policy: None,
+        }
+    }
+
+    /// The receipt of a payment `policy` authorized: its budget is charged
+    /// the settled amount in the end, not the signed ceiling.
+    pub(crate) fn with_policy(mut self, policy: SpendPolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Records the settlement (once): an overcharge is logged, and what a
+    /// metered settlement did not take goes back to the budget.
+    fn record(&self, settlement: SettleResponse) {
+        if self.settlement.set(settlement).is_err() {
+            return;
+        }
+        self.alarm_if_overcharged();
+        if let (Some(policy), Some(settled)) = (&self.policy, self.settled_amount()) {
+            policy.refund(&self.offer, settled);
         }
     }
 
@@ -121,8 +144,7 @@ impl Receipt {
             .get("payment-response")
             .and_then(|value| codec::decode::<SettleResponse>(value.as_bytes()).ok())
         {
-            let _ = self.settlement.set(settlement);
-            self.alarm_if_overcharged();
+            self.record(settlement);
         }
     }
 
@@ -153,7 +175,7 @@ pin_project! {
 impl<B> PaidBody<B> {
     pub(crate) fn new(inner: B, receipt: Option<&Receipt>, is_stream: bool) -> Self {
         let scanner = receipt.filter(|_| is_stream).map(|receipt| Scanner {
-            slot: receipt.settlement.clone(),
+            receipt: receipt.clone(),
             line: Vec::new(),
             overlong: false,
             in_event: false,
@@ -207,7 +229,7 @@ where
 
 /// Reads SSE lines for `event: payment-response` and its `data:`.
 struct Scanner {
-    slot: Arc<OnceLock<SettleResponse>>,
+    receipt: Receipt,
     line: Vec<u8>,
     overlong: bool,
     in_event: bool,
@@ -244,7 +266,7 @@ impl Scanner {
             && self.in_event
             && let Ok(settlement) = codec::decode::<SettleResponse>(data.trim_ascii())
         {
-            let _ = self.slot.set(settlement);
+            self.receipt.record(settlement);
         }
     }
 }
@@ -271,6 +293,40 @@ mod tests {
             .unwrap()
             .requirements_for_amount(AtomicAmount::new(3_000));
         Receipt::new(offer, Arc::from("header"))
+    }
+
+    /// A metered payment reserves its ceiling in the budget and, once its
+    /// settlement is known, costs what was settled; the line says so.
+    #[test]
+    fn a_metered_settlement_gives_the_unused_ceiling_back_to_the_budget() {
+        let policy =
+            SpendPolicy::new().with_budget(crate::x402::wire::UsdAmount::from_micros(10_000));
+        let receipt = receipt().with_policy(policy.clone());
+        policy.authorize(receipt.offer()).unwrap();
+        assert_eq!(policy.spent_micros(), Some(3_000), "the ceiling reserved");
+        let mut headers = HeaderMap::new();
+        let settled = SettleResponse {
+            success: true,
+            error_reason: None,
+            error_message: None,
+            payer: Some(DevLedger::DEV_ACCOUNTS[1].into()),
+            transaction: "0xfeed".into(),
+            network: Network::base_sepolia(),
+            amount: Some(AtomicAmount::new(1_234)),
+            extensions: None,
+        };
+        headers.insert("payment-response", codec::encode(&settled).parse().unwrap());
+        receipt.settle_from_headers(&headers);
+        assert_eq!(policy.spent_micros(), Some(1_234));
+        assert!(
+            receipt.summary().starts_with("paid 0.001234 USD"),
+            "{}",
+            receipt.summary()
+        );
+        assert!(!receipt.overcharged());
+        // Told twice, given back once.
+        receipt.settle_from_headers(&headers);
+        assert_eq!(policy.spent_micros(), Some(1_234));
     }
 
     #[tokio::test]

@@ -173,7 +173,8 @@ where
                 (shared.paid_requests).record(sign_in::request_digest(&parts, &body));
             }
             let receipt = paid.as_ref().map(|paid| {
-                let receipt = Receipt::new(paid.offer.clone(), paid.header.clone());
+                let receipt = Receipt::new(paid.offer.clone(), paid.header.clone())
+                    .with_policy(shared.policy.clone());
                 receipt.settle_from_headers(response.headers());
                 receipt
             });
