@@ -165,7 +165,8 @@ async fn a_store_that_cannot_answer_renders_503() {
         kind: "store_unavailable",
         message: "API key store unavailable; retry later",
         challenge: None,
-        retry_after: None,
+        // Every 503 says when to come back (issue 43).
+        retry_after: Some("1"),
     };
     assert_rendered(
         jsonrpc(ApiKeyError::StoreUnavailable).map(Full::new),
@@ -189,7 +190,7 @@ async fn a_store_that_cannot_answer_renders_503() {
         kind: "revocation_unavailable",
         message: "Token revocation list unavailable: retry",
         challenge: None,
-        retry_after: None,
+        retry_after: Some("1"),
     };
     assert_rendered(
         jsonrpc(JwtError::RevocationUnavailable).map(Full::new),
