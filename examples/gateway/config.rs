@@ -32,6 +32,7 @@
 //! | `GATEWAY_RECEIPT_TIMEOUT_SECS` | `30` | with the settler: the wait for a receipt before a transaction is replaced (same nonce, higher fees); after a second wait the settlement is pending |
 //! | `GATEWAY_CONFIRMATIONS` | `0` | with the settler: blocks to wait for on top of the one that mined a transfer |
 //! | `GATEWAY_USDC_ADDRESS`, `GATEWAY_USDC_NAME`, `GATEWAY_USDC_VERSION` | none | `eip155:<id>`: the token's address and EIP-712 domain name and version |
+//! | `GATEWAY_FACILITATOR_SECRET_FILE` | a random secret per process | with `GATEWAY_FACILITATOR_URL`: the secret each settlement's `Idempotency-Key` is derived from (64 hex digits; never printed): replicas share it, or a settlement one replica left pending is refused to the other as a copy |
 //! | `GATEWAY_CDP_KEY_FILE` | none | the hosted CDP facilitator's API key file (`{"id", "privateKey"}`): every facilitator call carries a fresh JWT made with it (never printed) |
 //! | `GATEWAY_DEV_LEDGER` | unset | `1`: serve real upstreams (`GATEWAY_UPSTREAMS`) although payments settle on the development ledger |
 //! | `GATEWAY_EXTRA_CA_FILE` | none | PEM root(s) trusted besides Mozilla's, for upstreams and the facilitator |
@@ -141,6 +142,9 @@ pub(crate) struct Config {
     pub(crate) siwx: bool,
     /// Its nonce key (`GATEWAY_SIWX_KEY_FILE`); `None`: random per process.
     pub(crate) siwx_key: Option<[u8; 32]>,
+    /// What settlements' `Idempotency-Key`s are derived from with an HTTP
+    /// facilitator (`GATEWAY_FACILITATOR_SECRET_FILE`); `None`: random per process.
+    pub(crate) facilitator_secret: Option<[u8; 32]>,
     /// Whether the public origin is known: `GATEWAY_PUBLIC_URL`, or a bound
     /// address that is not a wildcard (set by [`Config::bound_to`]).
     pub(crate) origin_known: bool,
@@ -404,6 +408,7 @@ impl Default for Config {
             upto: UptoPlace::default(),
             siwx: true,
             siwx_key: None,
+            facilitator_secret: None,
             origin_known: false,
             network: PaymentNetwork::Evm(EvmSettings::base_sepolia()),
             payment_faults: Arc::default(),
@@ -541,7 +546,11 @@ impl Config {
             };
         }
         if let Some(path) = var("GATEWAY_SIWX_KEY_FILE") {
-            config.siwx_key = Some(read_siwx_key(&path)?);
+            config.siwx_key = Some(read_key_file("GATEWAY_SIWX_KEY_FILE", &path)?);
+        }
+        if let Some(path) = var("GATEWAY_FACILITATOR_SECRET_FILE") {
+            config.facilitator_secret =
+                Some(read_key_file("GATEWAY_FACILITATOR_SECRET_FILE", &path)?);
         }
         if let Some(path) = var("GATEWAY_EXTRA_CA_FILE") {
             config.tls = ClientTls::webpki_roots()
@@ -899,12 +908,14 @@ fn pairs(value: Option<String>, variable: &str) -> Result<Vec<(String, String)>,
 
 /// The sign-in nonce key in `path`: 64 hex digits (surrounding whitespace
 /// aside). The error never quotes the file.
-fn read_siwx_key(path: &str) -> Result<[u8; 32], ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| invalid("GATEWAY_SIWX_KEY_FILE", error.to_string()))?;
+/// The 32-byte secret in the file at `path` (64 hex digits, `0x` optional),
+/// named `variable` in errors (never its contents).
+fn read_key_file(variable: &'static str, path: &str) -> Result<[u8; 32], ConfigError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|error| invalid(variable, error.to_string()))?;
     let digits = text.trim();
     alloy_primitives::hex::decode_to_array(digits.strip_prefix("0x").unwrap_or(digits))
-        .map_err(|_| invalid("GATEWAY_SIWX_KEY_FILE", "expected 64 hex digits"))
+        .map_err(|_| invalid(variable, "expected 64 hex digits"))
 }
 
 #[cfg(test)]

@@ -187,14 +187,17 @@ pub(crate) fn with_upto(
 /// facilitator at the configured URL, each call signed by `auth` when given
 /// (an unreachable or failing one is `PAYMENT_VERIFICATION_UNAVAILABLE`, 503,
 /// nothing consumed; a stale Solana blockhash it reports is
-/// `PAYMENT_BLOCKHASH_STALE`); else, Base Sepolia only, in-process on the
-/// development `ledger`.
+/// `PAYMENT_BLOCKHASH_STALE`; its settlements' `Idempotency-Key`s derived
+/// from `idempotency_secret` when given, which replicas share); else, Base
+/// Sepolia only, in-process on the development `ledger`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn facilitator(
     network: &PaymentNetwork,
     settler: Option<Arc<dyn Facilitator>>,
     ledger: Arc<dyn Ledger>,
     tls: &ClientTls,
     auth: Option<&Arc<dyn FacilitatorAuth>>,
+    idempotency_secret: Option<[u8; 32]>,
     clock: SharedClock,
     faults: Arc<PaymentFaults>,
 ) -> Result<Arc<dyn Facilitator>, ConfigError> {
@@ -204,7 +207,13 @@ pub(crate) fn facilitator(
     };
     let inner: Arc<dyn Facilitator> = match (settler, url) {
         (Some(settler), _) => settler,
-        (None, Some(url)) => Arc::new(facilitator_client(url, tls, auth, SETTLE_CALL_TIMEOUT)?),
+        (None, Some(url)) => {
+            let client = facilitator_client(url, tls, auth, SETTLE_CALL_TIMEOUT)?;
+            Arc::new(match idempotency_secret {
+                Some(secret) => client.with_idempotency_secret(secret),
+                None => client,
+            })
+        }
         (None, None) => Arc::new(LocalEvmFacilitator::new(ledger, clock)),
     };
     Ok(Arc::new(FaultyFacilitator {

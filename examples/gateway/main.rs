@@ -401,6 +401,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         stores.ledger,
         &config.tls,
         config.facilitator_auth.as_ref(),
+        config.facilitator_secret,
         config.clock.clone(),
         config.payment_faults,
     )?;

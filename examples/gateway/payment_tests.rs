@@ -837,6 +837,7 @@ async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
         Arc::new(DevLedger::new()),
         &walletgate::tls::ClientTls::webpki_roots(),
         None,
+        None,
         clock.clone(),
         Arc::default(),
     )
@@ -1185,5 +1186,23 @@ fn sign_in_with_x_is_declared_only_at_a_known_origin_and_its_key_file_is_read() 
         .err()
         .unwrap();
     assert!(!error.to_string().contains("not a key"), "{error}");
+    // The facilitator's idempotency secret is read alike, never echoed.
+    let secret = |file: &str| {
+        let file = file.to_owned();
+        Config::from_vars(move |name| {
+            (name == "GATEWAY_FACILITATOR_SECRET_FILE").then(|| file.clone())
+        })
+    };
+    std::fs::write(&path, format!("0x{}\n", "cd".repeat(32))).unwrap();
+    assert_eq!(secret(&file).unwrap().facilitator_secret, Some([0xcd; 32]));
+    std::fs::write(&path, "not a secret").unwrap();
+    let error = secret(&file).err().unwrap();
+    assert!(
+        error
+            .to_string()
+            .contains("GATEWAY_FACILITATOR_SECRET_FILE"),
+        "{error}"
+    );
+    assert!(!error.to_string().contains("not a secret"), "{error}");
     std::fs::remove_file(&path).unwrap();
 }
