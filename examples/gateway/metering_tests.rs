@@ -19,7 +19,7 @@ fn chat(stream: bool) -> String {
     .to_string()
 }
 
-/// The `upto` offer of a chat's 402, and the `exact` one before it.
+/// The offers of a chat's 402, in order.
 async fn offers(server: &Server, body: &str) -> Vec<walletgate::x402::wire::PaymentRequirements> {
     let quote = server.post_once(CHAT, body.to_owned(), None).await;
     assert_eq!(quote.status, 402, "{}", quote.text());

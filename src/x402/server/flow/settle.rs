@@ -206,7 +206,7 @@ async fn settle(
         }
         Err(error) => SettleResponse::failure(offer.network.clone(), error.to_string(), payer),
     };
-    let settlement = match settlement.error_reason.as_deref() {
+    let mut settlement = match settlement.error_reason.as_deref() {
         Some(why) if after_lost_answer && code_for_reason(why) == ErrorCode::PaymentReplay => {
             SettleResponse {
                 success: true,
@@ -222,7 +222,6 @@ async fn settle(
         }
         _ => settlement,
     };
-    let mut settlement = settlement;
     if settlement.success && offer.scheme == crate::x402::wire::types::SCHEME_UPTO {
         // The usage statement, in one place: what the amount was for.
         if let Some(mut usage) = amount.usage() {
