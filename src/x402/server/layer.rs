@@ -13,6 +13,7 @@ use super::config::Config;
 #[cfg(feature = "siwx")]
 use super::config::RerunRoutes;
 use super::extensions::QuoteExtensions;
+use super::flow::{CutStreamLimit, CutStreams};
 use super::payment_id::{self, PaymentIdentifier};
 use super::pricing::Pricing;
 use super::quote::{PaymentOption, QuoteCache};
@@ -110,6 +111,7 @@ pub struct X402LayerBuilder {
     quote_extensions: Option<Arc<dyn QuoteExtensions>>,
     settlement_hook: Option<Arc<dyn SettlementHook>>,
     reject: RenderRejection,
+    cut_stream_limit: CutStreamLimit,
     #[cfg(feature = "siwx")]
     sign_in_with_x: Option<super::siwx::SignInWithX>,
     #[cfg(feature = "siwx")]
@@ -138,6 +140,7 @@ impl Default for X402LayerBuilder {
             quote_extensions: None,
             settlement_hook: None,
             reject: RenderRejection::default(),
+            cut_stream_limit: CutStreamLimit::DEFAULT,
             #[cfg(feature = "siwx")]
             sign_in_with_x: None,
             #[cfg(feature = "siwx")]
@@ -197,6 +200,16 @@ impl X402LayerBuilder {
     /// the [`payment_id`](super::payment_id) module).
     pub fn with_payment_identifier(mut self, mode: PaymentIdentifier) -> Self {
         self.payment_identifier = mode;
+        self
+    }
+
+    /// How many metered (`upto`) streams a payer may cut before its end
+    /// before its metered payments are refused for a while
+    /// ([`METERED_PAYMENTS_SUSPENDED`](super::METERED_PAYMENTS_SUSPENDED);
+    /// default [`CutStreamLimit::DEFAULT`]). A metered stream pays when it
+    /// ends, so a cut one is free; `exact` is paid before the answer.
+    pub fn with_cut_stream_limit(mut self, limit: CutStreamLimit) -> Self {
+        self.cut_stream_limit = limit;
         self
     }
 
@@ -444,6 +457,7 @@ impl X402LayerBuilder {
                 reject: self.reject,
                 hook_failures: AtomicU64::new(0),
                 overruns: AtomicU64::new(0),
+                cut_streams: CutStreams::new(self.cut_stream_limit),
                 #[cfg(feature = "siwx")]
                 sign_in,
                 #[cfg(feature = "siwx")]

@@ -33,7 +33,10 @@ pub use bazaar::{BAZAAR, BazaarRoute, JSON_SCHEMA_2020_12};
 #[cfg(feature = "siwx")]
 pub use entitlements::{DEFAULT_ENTITLEMENT_CAPACITY, EntitlementStore, InMemoryEntitlementStore};
 pub use extensions::{QuoteExtensionMap, QuoteExtensions};
-pub use flow::{EXTENSION_ECHO_MISMATCH, SETTLEMENT_PENDING, SettleAmount};
+pub use flow::{
+    CutStreamLimit, EXTENSION_ECHO_MISMATCH, METERED_PAYMENTS_SUSPENDED, SETTLEMENT_PENDING,
+    SettleAmount,
+};
 pub use future::ResponseFuture;
 pub use layer::{X402Layer, X402LayerBuilder};
 pub use payment_id::{PAYMENT_IDENTIFIER, PaymentIdentifier};

@@ -23,7 +23,7 @@ use super::layer::X402Layer;
 use super::pricing::Price;
 use super::quote::write_quote_headers;
 use super::receipt::PaymentReceipt;
-use super::stream::{X402Body, receipt_event};
+use super::stream::{OnCut, X402Body, receipt_event};
 use crate::body::{ResponseBody, rejection};
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, header};
 use crate::metrics;
@@ -465,6 +465,12 @@ where
     let (parts, body) = response.into_parts();
     let kept_head = (parts.status, parts.headers.clone());
     let limit = config.answer_limits.max_answer_bytes;
+    let metered_payer = serving.metered_payer();
+    let on_cut = metered_payer.clone().map(|payer| {
+        let config = config.clone();
+        Box::new(move || config.metered_stream_cut(&payer)) as OnCut
+    });
+    let config = config.clone();
     let settle = Box::new(
         move |recorded: Option<Bytes>| -> crate::store::BoxFuture<'static, Bytes> {
             Box::pin(async move {
@@ -482,6 +488,10 @@ where
                         receipt_event(&codec::encode(&settlement))
                     }
                     Outcome::Settled(settlement, _) => {
+                        if let Some(payer) = &metered_payer {
+                            // Read to its end: the row of cuts is broken.
+                            config.cut_streams.completed(payer);
+                        }
                         // Under its id and for its payer's sign-in: the whole
                         // stream and its receipt, or nothing.
                         let event = receipt_event(&codec::encode(&settlement));
@@ -499,7 +509,7 @@ where
             })
         },
     );
-    Response::from_parts(parts, X402Body::settling(body, settle, limit))
+    Response::from_parts(parts, X402Body::settling(body, settle, limit, on_cut))
 }
 
 /// The resend of a payment whose settlement was pending: landed → the kept
