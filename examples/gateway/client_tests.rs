@@ -35,7 +35,6 @@ use walletgate::envelope::ErrorCode;
 use walletgate::store::BoxFuture;
 use walletgate::tls::ClientTls;
 use walletgate::x402::facilitator::DevLedger;
-use walletgate::x402::wire::{SettleResponse, codec};
 
 use crate::config::{Config, PaymentFaults};
 use crate::request::Endpoint;
@@ -613,13 +612,7 @@ async fn walletgate_pay_prefer_upto_is_charged_what_a_stream_used() {
     .await;
     assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
     let moved = DevLedger::DEV_ACCOUNT_FUNDS - server.balance(payer);
-    let event = stdout
-        .lines()
-        .skip_while(|line| *line != "event: payment-response")
-        .nth(1)
-        .and_then(|line| line.strip_prefix("data: "))
-        .expect("the receipt event");
-    let settled: SettleResponse = codec::decode(event.as_bytes()).unwrap();
+    let settled = crate::tests::stream_settlement(&stdout);
     assert_eq!(settled.amount.unwrap().units(), moved);
     let quote = server
         .post_once("/v1/chat/completions", data.clone(), None)

@@ -32,6 +32,7 @@
 //! | `GATEWAY_RECEIPT_TIMEOUT_SECS` | `30` | with the settler: the wait for a receipt before a transaction is replaced (same nonce, higher fees); after a second wait the settlement is pending |
 //! | `GATEWAY_CONFIRMATIONS` | `0` | with the settler: blocks to wait for on top of the one that mined a transfer |
 //! | `GATEWAY_USDC_ADDRESS`, `GATEWAY_USDC_NAME`, `GATEWAY_USDC_VERSION` | none | `eip155:<id>`: the token's address and EIP-712 domain name and version |
+//! | `GATEWAY_OFFER_KEY_FILE` | none | sign every 402's offers, every receipt and every metered usage statement (x402 `offer-receipt`, EIP-712) with this secp256k1 key (64 hex digits, mode 0600 or refused; never printed); its address is published as `offerSigner` in `/.well-known/x402`. Unset: nothing is signed, the 402 is unchanged |
 //! | `GATEWAY_FACILITATOR_SECRET_FILE` | a random secret per process | with `GATEWAY_FACILITATOR_URL`: the secret each settlement's `Idempotency-Key` is derived from (64 hex digits; never printed): replicas share it, or a settlement one replica left pending is refused to the other as a copy |
 //! | `GATEWAY_CDP_KEY_FILE` | none | the hosted CDP facilitator's API key file (`{"id", "privateKey"}`): every facilitator call carries a fresh JWT made with it (never printed) |
 //! | `GATEWAY_DEV_LEDGER` | unset | `1`: serve real upstreams (`GATEWAY_UPSTREAMS`) although payments settle on the development ledger |
@@ -142,6 +143,8 @@ pub(crate) struct Config {
     pub(crate) siwx: bool,
     /// Its nonce key (`GATEWAY_SIWX_KEY_FILE`); `None`: random per process.
     pub(crate) siwx_key: Option<[u8; 32]>,
+    /// Signs offers, receipts and usage statements (`GATEWAY_OFFER_KEY_FILE`).
+    pub(crate) offer_signer: Option<walletgate::x402::server::OfferSigner>,
     /// What settlements' `Idempotency-Key`s are derived from with an HTTP
     /// facilitator (`GATEWAY_FACILITATOR_SECRET_FILE`); `None`: random per process.
     pub(crate) facilitator_secret: Option<[u8; 32]>,
@@ -409,6 +412,7 @@ impl Default for Config {
             siwx: true,
             siwx_key: None,
             facilitator_secret: None,
+            offer_signer: None,
             origin_known: false,
             network: PaymentNetwork::Evm(EvmSettings::base_sepolia()),
             payment_faults: Arc::default(),
@@ -547,6 +551,11 @@ impl Config {
         }
         if let Some(path) = var("GATEWAY_SIWX_KEY_FILE") {
             config.siwx_key = Some(read_key_file("GATEWAY_SIWX_KEY_FILE", &path)?);
+        }
+        if let Some(path) = var("GATEWAY_OFFER_KEY_FILE") {
+            let signer = walletgate::x402::server::OfferSigner::from_file(&path)
+                .map_err(|error| invalid("GATEWAY_OFFER_KEY_FILE", error.to_string()))?;
+            config.offer_signer = Some(signer);
         }
         if let Some(path) = var("GATEWAY_FACILITATOR_SECRET_FILE") {
             config.facilitator_secret =

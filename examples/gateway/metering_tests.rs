@@ -10,10 +10,11 @@ use walletgate::x402::wire::{SCHEME_UPTO, SettleResponse, codec};
 use crate::config::{Config, UptoPlace};
 use crate::tests::{Server, now_secs};
 
-const CHAT: &str = "/v1/chat/completions";
-const MODEL: &str = "openai/gpt-5-mini";
+pub(crate) const CHAT: &str = "/v1/chat/completions";
+pub(crate) const MODEL: &str = "openai/gpt-5-mini";
 
-fn chat(stream: bool) -> String {
+/// A chat of "hi" allowed 4,000 tokens.
+pub(crate) fn chat(stream: bool) -> String {
     json!({"model": MODEL, "max_tokens": 4000, "stream": stream,
            "messages": [{"role": "user", "content": "hi"}]})
     .to_string()
@@ -63,13 +64,7 @@ async fn a_streamed_chat_paid_upto_is_charged_its_tokens_not_its_ceiling() {
         "no receipt before the amount exists"
     );
     let text = paid.text();
-    let event = text
-        .lines()
-        .skip_while(|line| *line != "event: payment-response")
-        .nth(1)
-        .and_then(|line| line.strip_prefix("data: "))
-        .expect("the receipt is the last event");
-    let settled: SettleResponse = codec::decode(event.as_bytes()).unwrap();
+    let settled = crate::tests::stream_settlement(&text);
     assert!(settled.success);
     let charged = settled.amount.unwrap().units();
     assert!(charged * 2 < ceiling, "{charged} of a {ceiling} ceiling");

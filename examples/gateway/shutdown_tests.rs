@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use walletgate::client::payer::{Payer, sequential_nonce};
-use walletgate::x402::wire::{PaymentRequired, SCHEME_UPTO, SettleResponse, codec};
+use walletgate::x402::wire::{PaymentRequired, SCHEME_UPTO, codec};
 
 use crate::child_server::{exchange, header, spawn_child_server};
 use crate::request::Endpoint;
@@ -208,13 +208,7 @@ async fn a_sigterm_drains_a_metered_stream_and_settles_what_it_used() {
     let mut rest = Vec::new();
     paid.read_to_end(&mut rest).await.unwrap();
     let rest = String::from_utf8_lossy(&rest);
-    let event = rest
-        .lines()
-        .skip_while(|line| *line != "event: payment-response")
-        .nth(1)
-        .and_then(|line| line.strip_prefix("data: "))
-        .unwrap_or_else(|| panic!("the receipt is the last event: {rest}"));
-    let settled: SettleResponse = codec::decode(event.as_bytes()).unwrap();
+    let settled = crate::tests::stream_settlement(&rest);
     assert!(settled.success, "{rest}");
     let charged = settled.amount.unwrap().units();
     assert!(

@@ -87,6 +87,18 @@ pub(crate) struct Reply {
     pub(crate) body: Bytes,
 }
 
+/// The settlement a paid stream's text ends with (its last
+/// `event: payment-response`), decoded.
+pub(crate) fn stream_settlement(text: &str) -> walletgate::x402::wire::SettleResponse {
+    let event = text
+        .lines()
+        .skip_while(|line| *line != "event: payment-response")
+        .nth(1)
+        .and_then(|line| line.strip_prefix("data: "))
+        .unwrap_or_else(|| panic!("the receipt is the last event: {text}"));
+    walletgate::x402::wire::codec::decode(event.as_bytes()).unwrap()
+}
+
 impl Reply {
     pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body)

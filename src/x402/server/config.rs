@@ -42,6 +42,8 @@ pub(crate) struct Config {
     pub(crate) hook_failures: AtomicU64,
     /// Settlements whose answer named more than was authorised.
     pub(crate) overruns: AtomicU64,
+    /// Signs receipts and usage statements (its offers are the quotes').
+    pub(crate) offer_signer: Option<Arc<super::OfferSigner>>,
     /// Metered streams cut by their payers.
     pub(crate) cut_streams: super::flow::CutStreams,
     /// `sign-in-with-x`, when on and the layer knows its public origin.

@@ -14,6 +14,7 @@ use super::config::Config;
 use super::config::RerunRoutes;
 use super::extensions::QuoteExtensions;
 use super::flow::{CutStreamLimit, CutStreams};
+use super::offer_receipt::OfferSigner;
 use super::payment_id::{self, PaymentIdentifier};
 use super::pricing::Pricing;
 use super::quote::{PaymentOption, QuoteCache};
@@ -112,6 +113,7 @@ pub struct X402LayerBuilder {
     settlement_hook: Option<Arc<dyn SettlementHook>>,
     reject: RenderRejection,
     cut_stream_limit: CutStreamLimit,
+    offer_signer: Option<Arc<OfferSigner>>,
     #[cfg(feature = "siwx")]
     sign_in_with_x: Option<super::siwx::SignInWithX>,
     #[cfg(feature = "siwx")]
@@ -141,6 +143,7 @@ impl Default for X402LayerBuilder {
             settlement_hook: None,
             reject: RenderRejection::default(),
             cut_stream_limit: CutStreamLimit::DEFAULT,
+            offer_signer: None,
             #[cfg(feature = "siwx")]
             sign_in_with_x: None,
             #[cfg(feature = "siwx")]
@@ -210,6 +213,17 @@ impl X402LayerBuilder {
     /// ends, so a cut one is free; `exact` is paid before the answer.
     pub fn with_cut_stream_limit(mut self, limit: CutStreamLimit) -> Self {
         self.cut_stream_limit = limit;
+        self
+    }
+
+    /// Signs offers, receipts and usage statements with `signer` (x402's
+    /// `offer-receipt` extension, EIP-712): every 402 carries one signed
+    /// offer per `accepts` entry, every successful settlement a signed
+    /// receipt naming its transaction, and a metered one a signed usage
+    /// statement (`walletgate-usage`). Without it nothing is signed and
+    /// every 402 is as before, byte for byte.
+    pub fn with_offer_signer(mut self, signer: OfferSigner) -> Self {
+        self.offer_signer = Some(Arc::new(signer));
         self
     }
 
@@ -433,7 +447,8 @@ impl X402LayerBuilder {
         let entitlements = self
             .entitlements
             .unwrap_or_else(|| Arc::new(super::InMemoryEntitlementStore::new(clock.clone())));
-        let quotes = QuoteCache::with_extensions(layer_extensions(self.payment_identifier));
+        let quotes = QuoteCache::with_extensions(layer_extensions(self.payment_identifier))
+            .with_offer_signer(self.offer_signer.clone(), clock.clone());
         #[cfg(feature = "siwx")]
         let quotes = quotes.with_sign_in(sign_in.clone());
         Ok(X402Layer {
@@ -458,6 +473,7 @@ impl X402LayerBuilder {
                 hook_failures: AtomicU64::new(0),
                 overruns: AtomicU64::new(0),
                 cut_streams: CutStreams::new(self.cut_stream_limit),
+                offer_signer: self.offer_signer,
                 #[cfg(feature = "siwx")]
                 sign_in,
                 #[cfg(feature = "siwx")]

@@ -15,6 +15,7 @@ mod extensions;
 mod flow;
 mod future;
 pub(crate) mod layer;
+mod offer_receipt;
 pub mod payment_id;
 mod pricing;
 pub(crate) mod quote;
@@ -39,6 +40,7 @@ pub use flow::{
 };
 pub use future::ResponseFuture;
 pub use layer::{X402Layer, X402LayerBuilder};
+pub use offer_receipt::OfferSigner;
 pub use payment_id::{PAYMENT_IDENTIFIER, PaymentIdentifier};
 pub use pricing::{Price, PriceRefusal, PriceTable, Pricing, RequestPrice};
 pub use quote::{
