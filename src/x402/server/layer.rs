@@ -114,6 +114,8 @@ pub struct X402LayerBuilder {
     reject: RenderRejection,
     cut_stream_limit: CutStreamLimit,
     offer_signer: Option<Arc<OfferSigner>>,
+    #[cfg(feature = "mpp")]
+    mpp: Option<super::Mpp>,
     #[cfg(feature = "siwx")]
     sign_in_with_x: Option<super::siwx::SignInWithX>,
     #[cfg(feature = "siwx")]
@@ -144,6 +146,8 @@ impl Default for X402LayerBuilder {
             reject: RenderRejection::default(),
             cut_stream_limit: CutStreamLimit::DEFAULT,
             offer_signer: None,
+            #[cfg(feature = "mpp")]
+            mpp: None,
             #[cfg(feature = "siwx")]
             sign_in_with_x: None,
             #[cfg(feature = "siwx")]
@@ -224,6 +228,17 @@ impl X402LayerBuilder {
     /// every 402 is as before, byte for byte.
     pub fn with_offer_signer(mut self, signer: OfferSigner) -> Self {
         self.offer_signer = Some(Arc::new(signer));
+        self
+    }
+
+    /// Also takes MPP's `Payment` scheme (EVM `charge`, an EIP-3009
+    /// `authorization` credential): every 402 carries a challenge per EVM
+    /// `exact` offer beside the x402 quote, and a credential is paid through
+    /// the same flow (one replay set for both), its answer carrying
+    /// `Payment-Receipt`. A stream paid so is settled before its first byte.
+    #[cfg(feature = "mpp")]
+    pub fn with_mpp(mut self, mpp: super::Mpp) -> Self {
+        self.mpp = Some(mpp);
         self
     }
 
@@ -474,6 +489,8 @@ impl X402LayerBuilder {
                 overruns: AtomicU64::new(0),
                 cut_streams: CutStreams::new(self.cut_stream_limit),
                 offer_signer: self.offer_signer,
+                #[cfg(feature = "mpp")]
+                mpp: self.mpp,
                 #[cfg(feature = "siwx")]
                 sign_in,
                 #[cfg(feature = "siwx")]

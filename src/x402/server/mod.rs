@@ -15,6 +15,8 @@ mod extensions;
 mod flow;
 mod future;
 pub(crate) mod layer;
+#[cfg(feature = "mpp")]
+pub mod mpp;
 mod offer_receipt;
 pub mod payment_id;
 mod pricing;
@@ -40,6 +42,8 @@ pub use flow::{
 };
 pub use future::ResponseFuture;
 pub use layer::{X402Layer, X402LayerBuilder};
+#[cfg(feature = "mpp")]
+pub use mpp::Mpp;
 pub use offer_receipt::OfferSigner;
 pub use payment_id::{PAYMENT_IDENTIFIER, PaymentIdentifier};
 pub use pricing::{Price, PriceRefusal, PriceTable, Pricing, RequestPrice};
