@@ -560,3 +560,71 @@ async fn on_a_redis_cluster_a_killed_primary_is_a_503_with_retry_after_until_its
         before - amount * REQUESTS as u128
     );
 }
+
+/// `GATEWAY_REDIS_WAIT_REPLICAS` on a primary with one replica: waiting for
+/// one is served and settled; waiting for two (more than there are) is a
+/// 503 with Retry-After, nothing served, nothing settled, and the same
+/// payment goes through once a deployment asks for what it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_more_replicas_than_acknowledge_is_a_503_and_nothing_is_settled() {
+    let primary = RedisServer::start();
+    let _replica = RedisServer::start_replica_of(primary.port());
+    let prefix = unique_prefix("wait_replicas");
+    let settings =
+        |replicas| RedisSettings::new(primary.url(), &prefix).with_wait_replicas(replicas);
+    wait_replicas_decide(settings(1), settings(2)).await;
+}
+
+/// The same on the Redis Cluster (one replica per primary): the `WAIT` goes
+/// to the primary of the payment's key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_waiting_for_more_replicas_than_acknowledge_is_a_503() {
+    let prefix = unique_prefix("cluster_wait_replicas");
+    let seeds = shared_cluster_seeds();
+    let settings = |replicas| RedisSettings::cluster(&seeds, &prefix).with_wait_replicas(replicas);
+    wait_replicas_decide(settings(1), settings(2)).await;
+}
+
+async fn wait_replicas_decide(enough: RedisSettings, too_many: RedisSettings) {
+    let served = Replicas::start(enough).await;
+    let refused = Server::start(Config {
+        redis: Some(too_many),
+        ..Config::default()
+    })
+    .await;
+    let [a, _] = &served.replicas;
+    let url = path(Endpoint::Chat);
+    let quote = a.post_once(url, chat(), None).await;
+    let settled = served.ledger.settlements().await.unwrap();
+    let paid = a
+        .post_once(url, chat(), Some(&a.sign(&quote, &a.payer)))
+        .await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    assert_eq!(served.ledger.settlements().await.unwrap(), settled + 1);
+
+    let payment = refused.sign(&quote, &refused.payer);
+    let unreplicated = refused.post_once(url, chat(), Some(&payment)).await;
+    assert_payment_rejection(
+        Endpoint::Chat,
+        &unreplicated,
+        ErrorCode::PaymentVerificationUnavailable,
+    );
+    assert!(unreplicated.header("retry-after").is_some());
+    assert_eq!(served.ledger.settlements().await.unwrap(), settled + 1);
+    // The claim too few replicas acknowledged was given back: the same
+    // payment is payable where the replicas asked for are there.
+    let mut resent = None;
+    for _ in 0..20 {
+        let reply = a.post_once(url, chat(), Some(&payment)).await;
+        if reply.status == 200 {
+            resent = Some(reply);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        resent.is_some(),
+        "the unreplicated claim was never given back"
+    );
+    assert_eq!(served.ledger.settlements().await.unwrap(), settled + 2);
+}

@@ -28,6 +28,11 @@
 //! never frees another request's claim. Without that, a payment answered 503
 //! while Redis was away would be refused as in flight on every resend until
 //! its hold-until, although nothing was charged.
+//!
+//! With [`RedisConfig::with_wait_replicas`](super::RedisConfig::with_wait_replicas),
+//! a claim, a settling and a spent record each wait for that many replicas
+//! (`WAIT`); a claim too few replicas acknowledged is given back and answered
+//! as a store failure.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -252,6 +257,12 @@ impl NonceStore for RedisNonceStore {
                     token,
                     until_unix_secs: hold_until_unix_secs,
                 };
+                if let Err(error) = self.conn.replicated("x402 replay claim", &redis_key).await {
+                    // Written, but on too few replicas to survive a failover:
+                    // given back, and answered as the store failing.
+                    drop(self.send_release(redis_key, held));
+                    return Err(error);
+                }
                 self.hold().insert(redis_key, held);
                 if let Some((ledger, payer, nonce)) = read_ahead {
                     ledger
@@ -307,9 +318,11 @@ impl NonceStore for RedisNonceStore {
         let ttl = self.ttl_secs(keep_until_unix_secs);
         let value = encode_record('P', &settling);
         Box::pin(async move {
+            let what = "x402 replay mark settling";
             self.conn
-                .set_expiring("x402 replay mark settling", redis_key, value, ttl)
-                .await
+                .set_expiring(what, redis_key.clone(), value, ttl)
+                .await?;
+            self.conn.replicated(what, &redis_key).await
         })
     }
 
@@ -333,9 +346,11 @@ impl NonceStore for RedisNonceStore {
         let ttl = self.ttl_secs(keep_until_unix_secs);
         let value = encode_spent(&spent);
         Box::pin(async move {
+            let what = "x402 replay mark spent";
             self.conn
-                .set_expiring("x402 replay mark spent", redis_key, value, ttl)
-                .await
+                .set_expiring(what, redis_key.clone(), value, ttl)
+                .await?;
+            self.conn.replicated(what, &redis_key).await
         })
     }
 }

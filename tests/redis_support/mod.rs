@@ -41,6 +41,30 @@ impl RedisServer {
         Self::start_with(port, &[])
     }
 
+    /// Starts redis-server on a free loopback port as a replica of the one
+    /// on `primary_port`, and waits until the primary counts it in sync.
+    pub fn start_replica_of(primary_port: u16) -> Self {
+        let primary = primary_port.to_string();
+        let replica = Self::start_with(free_port(), &["--replicaof", "127.0.0.1", &primary]);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let info = redis_cli(primary_port, &["info", "replication"]);
+            let synced = format!("port={},state=online", replica.port);
+            if info.contains(&synced) {
+                return replica;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the replica on {} never synced", replica.port);
+    }
+
+    /// Makes this replica a primary (`REPLICAOF NO ONE`), as a managed
+    /// endpoint's failover promotes one.
+    pub fn promote(&self) {
+        let answer = redis_cli(self.port, &["replicaof", "no", "one"]);
+        assert!(answer.contains("OK"), "REPLICAOF NO ONE: {answer:?}");
+    }
+
     fn start_with(port: u16, extra: &[&str]) -> Self {
         let dir =
             std::env::temp_dir().join(format!("walletgate-redis-{}-{port}", std::process::id()));
