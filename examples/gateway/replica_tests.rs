@@ -20,7 +20,8 @@ use walletgate::x402::facilitator::DevLedger;
 use crate::config::Config;
 use crate::payment_tests::assert_payment_rejection;
 use crate::redis_support::{
-    Forwarder, RedisCluster, RedisServer, shared_cluster_seeds, shared_url, unique_prefix,
+    Forwarder, RedisCluster, RedisServer, free_port, shared_cluster_seeds, shared_url,
+    unique_prefix,
 };
 use crate::request::Endpoint;
 use crate::tests::{Captured, Reply, Server, body, path, sign_in_proof};
@@ -768,6 +769,25 @@ async fn wait_replicas_decide(enough: RedisSettings, too_many: RedisSettings) {
         "the unreplicated claim was never given back"
     );
     assert_eq!(served.ledger.settlements().await.unwrap(), settled + 2);
+}
+
+/// A cluster URL list whose first seed does not answer: the gateway starts
+/// and serves through the seeds that do (redis-rs tries each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_a_seed_that_does_not_answer_is_passed_over() {
+    let mut seeds = vec![format!("redis://127.0.0.1:{}", free_port())];
+    seeds.extend(shared_cluster_seeds());
+    let gateways =
+        Replicas::start(RedisSettings::cluster(&seeds, unique_prefix("dead_seed"))).await;
+    let [a, b] = &gateways.replicas;
+    let url = path(Endpoint::Chat);
+    let quote = a.post_once(url, chat(), None).await;
+    assert_eq!(quote.status, 402, "{}", quote.text());
+    let paid = b
+        .post_once(url, chat(), Some(&b.sign(&quote, &b.payer)))
+        .await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    assert_eq!(gateways.ledger.settlements().await.unwrap(), 1);
 }
 
 /// Every line the process logs (a global subscriber at DEBUG, installed
