@@ -712,8 +712,11 @@ async fn waiting_for_more_replicas_than_acknowledge_is_a_503_and_nothing_is_sett
     let primary = RedisServer::start();
     let _replica = RedisServer::start_replica_of(primary.port());
     let prefix = unique_prefix("wait_replicas");
-    let settings =
-        |replicas| RedisSettings::new(primary.url(), &prefix).with_wait_replicas(replicas);
+    let settings = |replicas| {
+        RedisSettings::new(primary.url(), &prefix)
+            .with_wait_replicas(replicas)
+            .with_timeout(WAIT_TEST_TIMEOUT)
+    };
     wait_replicas_decide(settings(1), settings(2)).await;
 }
 
@@ -723,9 +726,18 @@ async fn waiting_for_more_replicas_than_acknowledge_is_a_503_and_nothing_is_sett
 async fn on_a_redis_cluster_waiting_for_more_replicas_than_acknowledge_is_a_503() {
     let prefix = unique_prefix("cluster_wait_replicas");
     let seeds = shared_cluster_seeds();
-    let settings = |replicas| RedisSettings::cluster(&seeds, &prefix).with_wait_replicas(replicas);
+    let settings = |replicas| {
+        RedisSettings::cluster(&seeds, &prefix)
+            .with_wait_replicas(replicas)
+            .with_timeout(WAIT_TEST_TIMEOUT)
+    };
     wait_replicas_decide(settings(1), settings(2)).await;
 }
+
+/// The store timeout of the `WAIT` tests: a replica on a busy test machine
+/// may take longer than the default 250 ms to acknowledge (Redis waits four
+/// fifths of it for the replicas asked for).
+const WAIT_TEST_TIMEOUT: Duration = Duration::from_secs(2);
 
 async fn wait_replicas_decide(enough: RedisSettings, too_many: RedisSettings) {
     let served = Replicas::start(enough).await;
