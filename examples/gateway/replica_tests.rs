@@ -735,8 +735,8 @@ async fn on_a_redis_cluster_waiting_for_more_replicas_than_acknowledge_is_a_503(
 }
 
 /// The store timeout of the `WAIT` tests: a replica on a busy test machine
-/// may take longer than the default 250 ms to acknowledge (Redis waits four
-/// fifths of it for the replicas asked for).
+/// may take longer than the default 250 ms to acknowledge (Redis waits half
+/// of it for the replicas asked for).
 const WAIT_TEST_TIMEOUT: Duration = Duration::from_secs(2);
 
 async fn wait_replicas_decide(enough: RedisSettings, too_many: RedisSettings) {

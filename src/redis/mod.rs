@@ -569,11 +569,12 @@ impl RedisConnection {
         if wanted == 0 {
             return Ok(());
         }
-        // Redis waits four fifths of the timeout, leaving the rest for the
-        // answer's way back: the call stays within the timeout, as every call
-        // does (the connection's own response timeout is that timeout too).
-        // `WAIT n 0` would block for ever: at least a millisecond.
-        let wait_ms = u64::try_from(self.timeout.as_millis() * 4 / 5)
+        // Redis waits half the timeout, leaving the rest for the answer's
+        // way back and for Redis noticing the wait is over (its timers tick
+        // every 100 ms by default): the call stays within the timeout, as
+        // every call does (the connection's response timeout is that timeout
+        // too). `WAIT n 0` would block for ever: at least a millisecond.
+        let wait_ms = u64::try_from(self.timeout.as_millis() / 2)
             .unwrap_or(u64::MAX)
             .max(1);
         let slot = redis::cluster_routing::Slot::for_key(key);

@@ -184,4 +184,28 @@ mod tests {
         let (_, record) = crate::x402::facilitator::evm_settler::sample_record(now + 300);
         assert!(ttl_secs(&record) > RECORD_RETENTION_SECS);
     }
+
+    #[tokio::test]
+    async fn a_record_begun_on_too_few_replicas_is_an_error_and_is_gone() {
+        // The shared server has no replica: waiting for one cannot succeed.
+        let prefix = redis_support::unique_prefix("settlement-records-wait");
+        let open = |replicas| {
+            let config = RedisConfig::new(redis_support::shared_url())
+                .with_prefix(&prefix)
+                .with_timeout(Duration::from_secs(2))
+                .with_wait_replicas(replicas);
+            RedisSettlementRecords::new(RedisConnection::open(&config).unwrap())
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let (key, record) = crate::x402::facilitator::evm_settler::sample_record(now + 300);
+        let error = open(1).begin(&key, &record).await.unwrap_err();
+        let chain = crate::error_chain(&error);
+        assert!(chain.contains("replicas"), "{chain}");
+        // Nothing is left that another replica would take for a broadcast.
+        assert_eq!(open(0).get(&key).await.unwrap(), None);
+        assert!(open(0).begin(&key, &record).await.unwrap());
+    }
 }
