@@ -52,7 +52,7 @@ impl RedisSettings {
 
     /// Waits for `replicas` replicas after each write that guards money or replay.
     #[cfg(test)]
-    #[allow(dead_code)] // the gateway's replica tests use it, the data API's do not
+    #[allow(dead_code)] // the replica tests use it, which need feature `redis`
     pub(crate) fn with_wait_replicas(mut self, replicas: u32) -> Self {
         self.wait_replicas = replicas;
         self
@@ -60,7 +60,7 @@ impl RedisSettings {
 
     /// Bounds every Redis call by `timeout` instead of the default.
     #[cfg(test)]
-    #[allow(dead_code)] // the gateway's replica tests use it, the data API's do not
+    #[allow(dead_code)] // the replica tests use it, which need feature `redis`
     pub(crate) fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
