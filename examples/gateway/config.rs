@@ -44,6 +44,7 @@
 //! | `GATEWAY_REDIS_PREFIX` | `walletgate` | the key prefix in that Redis (one per deployment) |
 //! | `GATEWAY_METRICS_LISTEN` | none (off) | `host:port` (feature `metrics`): Prometheus text at `GET /metrics` there (payments, refusals by code, verify/settle latency, free tier, store timeouts), apart from the API |
 //! | `GATEWAY_REDIS_CA_FILE` | none (Mozilla's roots) | `rediss://` (feature `redis-tls`): PEM of the private CA that signed the Redis certificate |
+//! | `GATEWAY_REDIS_WAIT_REPLICAS` | `0` (none) | after the claim of each payment, its settling and spent records and the on-chain settler's records, wait until this many replicas acknowledged it (Redis `WAIT`, within the store timeout); fewer is a 503 with `Retry-After`, as Redis away (see `docs/operations.md`) |
 //!
 //! Providers without an upstream are answered by the embedded echo family.
 //! Without `GATEWAY_FACILITATOR_URL`, payments are quoted in Base Sepolia USDC
