@@ -32,6 +32,8 @@
 //! | `GATEWAY_RECEIPT_TIMEOUT_SECS` | `30` | with the settler: the wait for a receipt before a transaction is replaced (same nonce, higher fees); after a second wait the settlement is pending |
 //! | `GATEWAY_CONFIRMATIONS` | `0` | with the settler: blocks to wait for on top of the one that mined a transfer |
 //! | `GATEWAY_USDC_ADDRESS`, `GATEWAY_USDC_NAME`, `GATEWAY_USDC_VERSION` | none | `eip155:<id>`: the token's address and EIP-712 domain name and version |
+//! | `GATEWAY_MPP` | `on` on EVM networks | `on`: every 402 also carries an MPP `Payment` challenge (EVM `charge`, EIP-3009 `authorization`) per `exact` offer and an `Authorization: Payment` credential pays the route through the same flow (its answer carries `Payment-Receipt`; an MPP stream is settled before its first byte); `off`: not a byte added |
+//! | `GATEWAY_MPP_KEY_FILE` | a random key per process | the secret MPP challenge ids are tagged with (32+ bytes, mode 0600; never printed): replicas share it, or a challenge one issued is refused by another |
 //! | `GATEWAY_OFFER_KEY_FILE` | none | sign every 402's offers, every receipt and every metered usage statement (x402 `offer-receipt`, EIP-712) with this secp256k1 key (64 hex digits, mode 0600 or refused; never printed); its address is published as `offerSigner` in `/.well-known/x402`. Unset: nothing is signed, the 402 is unchanged |
 //! | `GATEWAY_FACILITATOR_SECRET_FILE` | a random secret per process | with `GATEWAY_FACILITATOR_URL`: the secret each settlement's `Idempotency-Key` is derived from (64 hex digits; never printed): replicas share it, or a settlement one replica left pending is refused to the other as a copy |
 //! | `GATEWAY_CDP_KEY_FILE` | none | the hosted CDP facilitator's API key file (`{"id", "privateKey"}`): every facilitator call carries a fresh JWT made with it (never printed) |
@@ -144,6 +146,10 @@ pub(crate) struct Config {
     pub(crate) siwx: bool,
     /// Its nonce key (`GATEWAY_SIWX_KEY_FILE`); `None`: random per process.
     pub(crate) siwx_key: Option<[u8; 32]>,
+    /// MPP beside x402 (`GATEWAY_MPP`; `None`: on where the network is EVM).
+    pub(crate) mpp: Option<bool>,
+    /// Its challenge key file (`GATEWAY_MPP_KEY_FILE`); `None`: random per process.
+    pub(crate) mpp_key_file: Option<String>,
     /// Signs offers, receipts and usage statements (`GATEWAY_OFFER_KEY_FILE`).
     pub(crate) offer_signer: Option<walletgate::x402::server::OfferSigner>,
     /// What settlements' `Idempotency-Key`s are derived from with an HTTP
@@ -414,6 +420,8 @@ impl Default for Config {
             siwx_key: None,
             facilitator_secret: None,
             offer_signer: None,
+            mpp: None,
+            mpp_key_file: None,
             origin_known: false,
             network: PaymentNetwork::Evm(EvmSettings::base_sepolia()),
             payment_faults: Arc::default(),
@@ -553,6 +561,19 @@ impl Config {
         if let Some(path) = var("GATEWAY_SIWX_KEY_FILE") {
             config.siwx_key = Some(read_key_file("GATEWAY_SIWX_KEY_FILE", &path)?);
         }
+        if let Some(mode) = var("GATEWAY_MPP") {
+            config.mpp = Some(match mode.as_str() {
+                "on" => true,
+                "off" => false,
+                _ => return Err(invalid("GATEWAY_MPP", "expected on or off")),
+            });
+        }
+        config.mpp_key_file = var("GATEWAY_MPP_KEY_FILE");
+        if let Some(path) = &config.mpp_key_file {
+            // Read at start, so a bad file refuses to start here, naming the variable.
+            walletgate::x402::server::Mpp::from_key_file(path, "localhost")
+                .map_err(|error| invalid("GATEWAY_MPP_KEY_FILE", error.to_string()))?;
+        }
         if let Some(path) = var("GATEWAY_OFFER_KEY_FILE") {
             let signer = walletgate::x402::server::OfferSigner::from_file(&path)
                 .map_err(|error| invalid("GATEWAY_OFFER_KEY_FILE", error.to_string()))?;
@@ -667,6 +688,36 @@ impl Config {
 
     /// The `sign-in-with-x` option of the paid routes: on, and only when
     /// the public origin is known (never guessed from a request's `Host`).
+    /// MPP's challenges for the gateway at `public_url` (its host is the
+    /// realm), if MPP is on: on by default where payments are EVM.
+    pub(crate) fn mpp(
+        &self,
+        public_url: &str,
+    ) -> Result<Option<walletgate::x402::server::Mpp>, ConfigError> {
+        let evm = matches!(self.network, PaymentNetwork::Evm(_));
+        if !self.mpp.unwrap_or(evm) {
+            return Ok(None);
+        }
+        if !evm {
+            return Err(invalid(
+                "GATEWAY_MPP",
+                "MPP's evm charge needs an EVM network",
+            ));
+        }
+        let realm = public_url
+            .split_once("://")
+            .map_or(public_url, |(_, rest)| rest)
+            .split(['/', '?'])
+            .next()
+            .unwrap_or_default();
+        let mpp = match &self.mpp_key_file {
+            Some(path) => walletgate::x402::server::Mpp::from_key_file(path, realm),
+            None => walletgate::x402::server::Mpp::random(realm),
+        };
+        mpp.map(Some)
+            .map_err(|error| invalid("GATEWAY_MPP_KEY_FILE", error.to_string()))
+    }
+
     pub(crate) fn sign_in_with_x(&self) -> Result<Option<SignInWithX>, ConfigError> {
         if !self.siwx || !self.origin_known {
             return Ok(None);

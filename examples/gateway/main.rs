@@ -98,6 +98,8 @@ mod metering_tests;
 #[cfg(all(test, feature = "metrics"))]
 mod metrics_tests;
 #[cfg(test)]
+mod mpp_tests;
+#[cfg(test)]
 mod offer_receipt_tests;
 #[cfg(test)]
 mod payment_tests;
@@ -361,6 +363,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
     let config_ready = Arc::clone(&config.ready);
     let config_draining = config.draining.clone();
     let public_url = config.public_url();
+    let mpp = config.mpp(&public_url)?;
     let sign_in = config.sign_in_with_x()?;
     let upto = config.upto_offer();
     let cors = cors::layer(&config.cors_origins);
@@ -412,6 +415,18 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         .with_answer_store(stores.answer_store)
         .with_answer_limits(config.answers.limits)
         .with_payment_identifier(config.payment_id);
+    if let Some(mpp) = mpp {
+        eprintln!(
+            "gateway: MPP Payment challenges beside x402 (realm {}){}",
+            mpp.realm(),
+            if config.mpp_key_file.is_some() {
+                ""
+            } else {
+                "; its challenge key is random per process: one replica only (GATEWAY_MPP_KEY_FILE)"
+            }
+        );
+        payment = payment.with_mpp(mpp);
+    }
     let offer_signer = config.offer_signer.as_ref().map(|signer| signer.address());
     if let Some(signer) = config.offer_signer {
         eprintln!(

@@ -19,6 +19,25 @@ pub(crate) enum KeyError {
     Invalid,
 }
 
+/// The text of a secret's file, which on Unix only its owner may read
+/// (mode 0600 or stricter): never echoed, in an error either.
+pub(crate) fn read_owner_only(path: &Path) -> Result<String, KeyError> {
+    let metadata = std::fs::metadata(path).map_err(|error| KeyError::File(error.to_string()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = metadata.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(KeyError::File(format!(
+                "mode {mode:o} lets others read it: chmod 600 (or 400) the file"
+            )));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = metadata;
+    std::fs::read_to_string(path).map_err(|error| KeyError::File(error.to_string()))
+}
+
 /// A private key and its address. `Debug` shows the address only.
 #[derive(Clone)]
 pub(crate) struct SigningKey {
@@ -39,22 +58,7 @@ impl SigningKey {
     /// whitespace (a trailing newline) ignored. On Unix the file must not be
     /// readable by group or others (mode 0600 or stricter).
     pub(crate) fn from_file(path: &Path) -> Result<Self, KeyError> {
-        let metadata =
-            std::fs::metadata(path).map_err(|error| KeyError::File(error.to_string()))?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = metadata.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                return Err(KeyError::File(format!(
-                    "mode {mode:o} lets others read it: chmod 600 (or 400) the file"
-                )));
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = metadata;
-        let text =
-            std::fs::read_to_string(path).map_err(|error| KeyError::File(error.to_string()))?;
+        let text = read_owner_only(path)?;
         Self::from_hex(&text).map_err(|_| {
             KeyError::File("not a secp256k1 private key (64 hex digits, 0x optional)".into())
         })

@@ -90,6 +90,23 @@ impl Mpp {
         })
     }
 
+    /// Challenges for `realm` tagged with the secret in `path` (at least 32
+    /// bytes of text; on Unix mode 0600 or stricter; never echoed).
+    pub fn from_key_file(
+        path: impl AsRef<std::path::Path>,
+        realm: &str,
+    ) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let secret = crate::x402::signing_key::read_owner_only(path).map_err(|error| {
+            let reason = match error {
+                crate::x402::signing_key::KeyError::File(reason) => reason,
+                crate::x402::signing_key::KeyError::Invalid => "unreadable".into(),
+            };
+            ConfigError::InvalidCredential(format!("MPP key file {}: {reason}", path.display()))
+        })?;
+        Self::new(secret.trim().as_bytes(), realm)
+    }
+
     /// Challenges for `realm` with a random key: one process only.
     pub fn random(realm: &str) -> Result<Self, ConfigError> {
         let mut secret = [0u8; 32];

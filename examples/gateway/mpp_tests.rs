@@ -1,0 +1,198 @@
+//! MPP beside x402 (`GATEWAY_MPP`, on by default): mppx 0.11's own `evm`
+//! client pays the embedded default with an EIP-3009 `authorization`
+//! credential, the same credential again is refused and moves nothing, and
+//! bad credentials get MPP's problems.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::{Value, json};
+use walletgate::x402::facilitator::DevLedger;
+
+use crate::config::Config;
+use crate::tests::{Reply, Server};
+
+const CHAT: &str = "/v1/chat/completions";
+const MODEL: &str = "openai/gpt-5-mini";
+
+fn chat(stream: bool) -> String {
+    json!({"model": MODEL, "max_tokens": 64, "stream": stream,
+           "messages": [{"role": "user", "content": "hi"}]})
+    .to_string()
+}
+
+/// mppx's client paying `body` as development account `index`; its
+/// credential is written to `credential` (never printed).
+async fn mppx_pays(
+    server: &Server,
+    index: usize,
+    body: &str,
+    credential: &std::path::Path,
+) -> Value {
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/mpp");
+    assert!(
+        folder.join("node_modules/mppx").is_dir(),
+        "run `npm ci --prefix tests/interop/mpp` (or `bash .ci/run`)"
+    );
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        tokio::process::Command::new("node")
+            .arg("pay.mjs")
+            .arg(server.url(CHAT))
+            .arg(index.to_string())
+            .arg(body)
+            .arg(credential)
+            .current_dir(&folder)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("mppx finishes")
+    .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).expect("one JSON line")
+}
+
+fn problem(reply: &Reply) -> Value {
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/problem+json"),
+        "{}",
+        reply.text()
+    );
+    serde_json::from_slice(&reply.body).unwrap()
+}
+
+async fn with_credential(server: &Server, credential: &str, body: &str) -> Reply {
+    let request = http::Request::post(server.url(CHAT))
+        .header("content-type", "application/json")
+        .header("authorization", credential)
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_owned(),
+        )))
+        .unwrap();
+    server.send(request).await
+}
+
+#[tokio::test]
+async fn mppx_pays_a_chat_and_the_same_credential_again_moves_nothing() {
+    let server = Server::start(Config::default()).await;
+    let payer = DevLedger::DEV_ACCOUNTS[6];
+    let body = chat(false);
+    let quote = server.post_once(CHAT, body.clone(), None).await;
+    assert_eq!(quote.status, 402);
+    let price = quote.quote().accepts[0].amount.units();
+    let challenges: Vec<_> = quote
+        .headers
+        .get_all("www-authenticate")
+        .iter()
+        .filter(|value| value.as_bytes().starts_with(b"Payment "))
+        .collect();
+    assert_eq!(challenges.len(), 1, "one per exact offer, none for upto");
+
+    let dir = std::env::temp_dir().join(format!("walletgate-mpp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let saved = dir.join("credential");
+    let paid = mppx_pays(&server, 6, &body, &saved).await;
+    assert_eq!(paid["status"], 200, "{paid}");
+    assert_eq!(
+        server.balance(payer),
+        DevLedger::DEV_ACCOUNT_FUNDS - price,
+        "exactly the quoted amount"
+    );
+    let receipt: Value = serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(paid["receipt"].as_str().expect("a Payment-Receipt"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(receipt["status"], "success");
+    assert_eq!(receipt["method"], "evm");
+    assert!(receipt["reference"].as_str().unwrap().starts_with("0x"));
+    assert!(paid["cacheControl"].as_str().unwrap().contains("private"));
+
+    // The credential mppx sent, again: refused, a fresh challenge, nothing moves.
+    let credential = std::fs::read_to_string(&saved).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let again = with_credential(&server, &credential, &body).await;
+    assert_eq!(again.status, 402, "{}", again.text());
+    let refused = problem(&again);
+    assert_eq!(
+        refused["type"],
+        "https://paymentauth.org/problems/verification-failed"
+    );
+    assert!(refused["challengeId"].is_string());
+    assert!(
+        again.header("payment-required").is_some(),
+        "x402 can pay too"
+    );
+    assert_eq!(server.balance(payer), DevLedger::DEV_ACCOUNT_FUNDS - price);
+}
+
+#[tokio::test]
+async fn a_streamed_chat_paid_with_mpp_carries_its_receipt_in_the_head() {
+    let server = Server::start(Config::default()).await;
+    let dir = std::env::temp_dir().join(format!("walletgate-mpp-s-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let paid = mppx_pays(&server, 7, &chat(true), &dir.join("credential")).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(paid["status"], 200, "{paid}");
+    assert!(
+        paid["receipt"].is_string(),
+        "settled before the first byte: {paid}"
+    );
+    assert!(paid["body"].as_str().unwrap().contains("[DONE]"), "{paid}");
+}
+
+#[tokio::test]
+async fn bad_credentials_get_mpps_problems_and_off_adds_not_a_byte() {
+    let server = Server::start(Config::default()).await;
+    let body = chat(false);
+    let garbage = with_credential(&server, "Payment !!!not-base64!!!", &body).await;
+    assert_eq!(garbage.status, 402);
+    assert_eq!(
+        problem(&garbage)["type"],
+        "https://paymentauth.org/problems/malformed-credential"
+    );
+    let encoded = URL_SAFE_NO_PAD.encode(
+        json!({"challenge": {"id": "x", "realm": "r", "method": "tempo", "intent": "charge",
+                             "request": "e30", "expires": "2030-01-01T00:00:00Z"},
+               "payload": {}})
+        .to_string(),
+    );
+    let unknown = with_credential(&server, &format!("Payment {encoded}"), &body).await;
+    assert_eq!(unknown.status, 400);
+    assert_eq!(
+        problem(&unknown)["type"],
+        "https://paymentauth.org/problems/method-unsupported"
+    );
+    let request = http::Request::post(server.url(CHAT))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Payment {encoded}"))
+        .header("payment-authorization", format!("Payment {encoded}"))
+        .body(http_body_util::Full::new(bytes::Bytes::from(body.clone())))
+        .unwrap();
+    let two = server.send(request).await;
+    assert_eq!(two.status, 400, "{}", two.text());
+    server.assert_nothing_settled();
+
+    let off = Server::start(Config {
+        mpp: Some(false),
+        ..Config::default()
+    })
+    .await;
+    let quote = off.post_once(CHAT, body, None).await;
+    assert!(
+        quote
+            .headers
+            .get_all("www-authenticate")
+            .iter()
+            .all(|value| !value.as_bytes().starts_with(b"Payment ")),
+        "GATEWAY_MPP=off: no challenge"
+    );
+}
