@@ -108,7 +108,13 @@ impl LocalEvmFacilitator {
         request: &FacilitatorRequest,
     ) -> Result<VerifyResponse, FacilitatorError> {
         let now = self.clock.now_unix_secs();
-        let permitted = match check_upto(request, now, self.upto_facilitator, Phase::Verify) {
+        let permitted = match check_upto(
+            request,
+            now,
+            self.upto_facilitator,
+            Phase::Verify,
+            SignatureCheck::Recover,
+        ) {
             Ok(permitted) => permitted,
             Err(refusal) => {
                 let payer = refusal.payer.map(|a| a.to_checksum(None));
@@ -133,7 +139,13 @@ impl LocalEvmFacilitator {
     ) -> Result<SettleResponse, FacilitatorError> {
         let network = request.payment_requirements().network.clone();
         let now = self.clock.now_unix_secs();
-        let permitted = match check_upto(request, now, self.upto_facilitator, Phase::Settle) {
+        let permitted = match check_upto(
+            request,
+            now,
+            self.upto_facilitator,
+            Phase::Settle,
+            SignatureCheck::Recover,
+        ) {
             Ok(permitted) => permitted,
             Err(refusal) => {
                 let payer = refusal.payer.map(|a| a.to_checksum(None));
