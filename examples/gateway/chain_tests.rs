@@ -531,8 +531,9 @@ async fn a_facilitator_that_settles_another_network_is_refused_at_start() {
     let PaymentNetwork::Evm(evm) = &probe.network else {
         unreachable!()
     };
-    // The facilitator settles eip155:84532, and not Base mainnet.
-    crate::check_facilitator(
+    // The facilitator settles eip155:84532, and not Base mainnet; it
+    // settles `upto` there too, naming its own account for the witness.
+    let upto = crate::check_facilitator(
         &facilitator.url(),
         &evm.network,
         &probe.tls,
@@ -541,6 +542,7 @@ async fn a_facilitator_that_settles_another_network_is_refused_at_start() {
     )
     .await
     .unwrap();
+    assert!(upto.is_some_and(|address| address != Address::ZERO));
     let error = crate::check_facilitator(
         &facilitator.url(),
         &walletgate::x402::wire::Network::base(),
