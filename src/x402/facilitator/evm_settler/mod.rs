@@ -57,6 +57,7 @@
 //! # }
 //! ```
 
+mod approve;
 mod fees;
 mod key;
 mod nonce;
@@ -78,6 +79,7 @@ use std::time::Duration;
 
 use alloy_primitives::{Address, B256, hex, keccak256};
 
+pub use approve::{ApprovalError, ApprovalPlan, Permit2Approval};
 pub use key::SettlerKey;
 #[cfg(all(test, feature = "redis"))]
 pub(crate) use records::tests::{contract as records_contract, sample as sample_record};
