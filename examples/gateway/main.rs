@@ -116,6 +116,8 @@ mod shutdown_tests;
 mod solana_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upto_chain_tests;
 // A loopback HTTPS server with a certificate made in the test.
 #[cfg(test)]
 #[path = "../../tests/tls_support/mod.rs"]

@@ -9,8 +9,9 @@ use alloy_primitives::{Address, Signature};
 
 use super::api::{FacilitatorRequest, reason};
 use super::ledger::Transfer;
-use super::local_evm::SignatureCheck;
-use super::window::{AUTHORIZATION_CLOCK_SKEW_SECS, MIN_REMAINING_VALIDITY_SECS, Refusal};
+use super::window::{
+    AUTHORIZATION_CLOCK_SKEW_SECS, MIN_REMAINING_VALIDITY_SECS, Refusal, SignatureCheck,
+};
 use crate::x402::wire::eip712::{TokenId, parse_evm_address};
 use crate::x402::wire::types::SCHEME_UPTO;
 use crate::x402::wire::{UPTO_PROXY_ADDRESS, UptoPayment};

@@ -31,8 +31,8 @@ use super::{Admitted, EvmSettler, Scheme, Stop, reasons, standing};
 use crate::x402::facilitator::IdempotencyKey;
 use crate::x402::facilitator::api::{FacilitatorError, FacilitatorRequest, reason};
 use crate::x402::facilitator::ledger::Transfer;
-use crate::x402::facilitator::local_evm::SignatureCheck;
 use crate::x402::facilitator::local_upto::{Phase, check_upto};
+use crate::x402::facilitator::window::SignatureCheck;
 use crate::x402::wire::types::SettleResponse;
 use crate::x402::wire::{AtomicAmount, PERMIT2_ADDRESS, UPTO_PROXY_ADDRESS, UptoPayment};
 
