@@ -669,6 +669,25 @@ async fn the_settler_never_shows_its_key_or_its_rpc_path() {
     assert!(!format!("{builder:?}").contains("secret-api-key"));
 }
 
+/// Settles `request` (signed at `started`, valid 9 s) while `proxy` swallows
+/// receipts: pending; then waits until fewer than 6 s of it are left, so a
+/// fresh payment would be refused offline. The pending error.
+async fn pending_until_nearly_expired(
+    setup: &Setup,
+    proxy: &RpcProxy,
+    request: &FacilitatorRequest,
+    started: u64,
+) -> walletgate::x402::facilitator::FacilitatorError {
+    proxy.set(ProxyMode::SwallowReceipts);
+    let pending = setup.settler.settle(request).await.unwrap_err();
+    assert_eq!(pending.kind(), &FacilitatorErrorKind::Pending);
+    proxy.set(ProxyMode::Pass);
+    while now() < started + 4 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    pending
+}
+
 #[tokio::test]
 async fn a_pending_settlement_still_answers_after_its_window_nearly_closed() {
     let rpc = shared_rpc_url();
@@ -681,14 +700,7 @@ async fn a_pending_settlement_still_answers_after_its_window_nearly_closed() {
     offer.max_timeout_seconds = 9;
     let started = now();
     let request = FacilitatorRequest::new(payer.pay(&offer, started).unwrap(), offer);
-    proxy.set(ProxyMode::SwallowReceipts);
-    let pending = setup.settler.settle(&request).await.unwrap_err();
-    assert_eq!(pending.kind(), &FacilitatorErrorKind::Pending);
-    proxy.set(ProxyMode::Pass);
-    // Fewer than 6 s left: a fresh payment would be refused offline.
-    while now() < started + 4 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let pending = pending_until_nearly_expired(&setup, &proxy, &request, started).await;
     let verdict = setup.settler.verify(&request).await.unwrap();
     assert!(!verdict.is_valid);
     let settled = setup.settler.settle(&request).await.unwrap();
@@ -1120,4 +1132,25 @@ async fn the_settler_lists_upto_naming_itself_as_the_facilitator() {
         upto.extra.as_ref().unwrap()["facilitatorAddress"],
         setup.settler.address().to_checksum(None)
     );
+}
+
+#[tokio::test]
+async fn a_pending_upto_settlement_still_answers_after_its_deadline_nearly_passed() {
+    let rpc = shared_rpc_url();
+    let proxy = RpcProxy::start(&rpc).await;
+    let setup = settler_at(&rpc, &proxy.url(), ONE_ETH, Duration::from_secs(1)).await;
+    let payer = Payer::from_key(fresh_payer_key().0).unwrap();
+    mint(&rpc, payer.address_bytes(), 1_000_000).await;
+    approve_permit2(&rpc, payer.address_bytes(), U256::from(1_000_000)).await;
+    let mut offer = upto_offer(setup.pay_to, setup.settler.address());
+    offer.max_timeout_seconds = 9;
+    let started = now();
+    let request = FacilitatorRequest::new(payer.pay_upto(&offer, started).unwrap(), offer)
+        .with_settled_amount(AtomicAmount::new(2_500));
+    let pending = pending_until_nearly_expired(&setup, &proxy, &request, started).await;
+    let settled = setup.settler.settle(&request).await.unwrap();
+    assert!(settled.success, "{settled:?}");
+    assert_eq!(Some(settled.transaction.as_str()), pending.transaction());
+    assert_eq!(balance(&rpc, setup.pay_to).await, units(2_500));
+    assert_eq!(settler_nonce(&setup).await, 1, "sent once");
 }

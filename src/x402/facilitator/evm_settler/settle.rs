@@ -178,6 +178,13 @@ impl EvmSettler {
         request: &FacilitatorRequest,
         caller: Option<B256>,
     ) -> Option<Settled> {
+        let admitted = self.exact_unchecked(request)?;
+        self.answer_from_record(&admitted, caller).await
+    }
+
+    /// An exact payment as its record knows it, without its checks (only
+    /// read, never simulated nor sent again).
+    fn exact_unchecked(&self, request: &FacilitatorRequest) -> Option<Admitted> {
         let evm = request.exact_evm()?;
         let asset =
             crate::x402::wire::eip712::parse_evm_address(&request.payment_requirements().asset)?;
@@ -213,6 +220,16 @@ impl EvmSettler {
             target: asset,
             scheme: super::Scheme::Exact,
         };
+        Some(admitted)
+    }
+
+    /// What the record of `admitted` (a payment past its checks) says, if
+    /// anything of it was sent: mined, still pending; `None` otherwise.
+    pub(super) async fn answer_from_record(
+        &self,
+        admitted: &Admitted,
+        caller: Option<B256>,
+    ) -> Option<Settled> {
         let lock = super::lock_in_flight(&self.inner.in_flight, admitted.key);
         let _guard = lock.lock().await;
         let record = self.inner.records.get(&admitted.key).await.ok()??;
@@ -220,15 +237,15 @@ impl EvmSettler {
             return None;
         }
         if let Some(refusal) =
-            self.refuse_copy(&admitted, &record, payment_id(&admitted.calldata), caller)
+            self.refuse_copy(admitted, &record, payment_id(&admitted.calldata), caller)
         {
             return Some(refusal);
         }
-        let answer = match self.reconcile(&admitted, record).await {
+        let answer = match self.reconcile(admitted, record).await {
             Ok(answer) => answer?,
             Err(error) => Err(error),
         };
-        Some(self.tell_once(&admitted, caller, answer).await)
+        Some(self.tell_once(admitted, caller, answer).await)
     }
 
     /// Simulate, estimate, sign, record, send, wait.

@@ -273,27 +273,45 @@ impl EvmSettler {
                 format!("recipient {} is not paid by this facilitator", permit.to),
             ));
         }
+        Ok(self.upto_admitted(&permit, permitted.amount, code_hash))
+    }
+
+    /// The settlement of `amount` of `permit` as the records and the chain know it.
+    fn upto_admitted(
+        &self,
+        permit: &UptoPayment,
+        amount: u128,
+        code_hash: Option<B256>,
+    ) -> Admitted {
+        let chain_id = self.inner.chain_id;
         let transfer = Transfer {
-            value: permitted.amount,
-            ..permitted.ceiling
+            token: crate::x402::wire::TokenId {
+                chain_id,
+                asset: permit.token,
+            },
+            from: permit.from,
+            to: permit.to,
+            value: amount,
+            nonce: permit.replay_nonce(),
+            valid_before_unix_secs: permit.deadline,
         };
-        Ok(Admitted {
+        Admitted {
             // Permit2's nonces are the owner's across every token.
             key: SettlementKey {
-                chain_id: inner.chain_id,
+                chain_id,
                 asset: PERMIT2_ADDRESS,
-                from: owner,
+                from: permit.from,
                 nonce: transfer.nonce,
             },
-            calldata: settle_calldata(&permit, permitted.amount),
+            calldata: settle_calldata(permit, amount),
             transfer,
-            payer,
+            payer: permit.from.to_checksum(None),
             target: UPTO_PROXY_ADDRESS,
             code_hash,
             scheme: Scheme::Upto {
                 permit2_nonce: permit.nonce,
             },
-        })
+        }
     }
 
     /// Settles an `upto` payment for the requirements' amount (the amount
@@ -303,6 +321,7 @@ impl EvmSettler {
         request: &FacilitatorRequest,
     ) -> Result<SettleResponse, FacilitatorError> {
         let network = self.inner.network.clone();
+        let caller = request.idempotency_key().map(IdempotencyKey::digest);
         let admitted = match self.admit_upto(request, Phase::Settle).await {
             Ok(admitted) => admitted,
             Err(Stop::Refused {
@@ -310,6 +329,15 @@ impl EvmSettler {
                 message,
                 payer,
             }) => {
+                // A retry of a settled permit can be past its deadline now:
+                // its record still answers.
+                if let Some(permit) = UptoPayment::read(&request.payment_payload().payload) {
+                    let amount = request.payment_requirements().amount.units();
+                    let unchecked = self.upto_admitted(&permit, amount, None);
+                    if let Some(answer) = self.answer_from_record(&unchecked, caller).await {
+                        return answer;
+                    }
+                }
                 return Ok(SettleResponse {
                     error_message: message,
                     ..SettleResponse::failure(network, reason, payer)
@@ -330,7 +358,6 @@ impl EvmSettler {
                 extensions: None,
             });
         }
-        let caller = request.idempotency_key().map(IdempotencyKey::digest);
         self.settle_admitted(&admitted, caller).await
     }
 
