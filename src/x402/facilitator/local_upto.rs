@@ -40,7 +40,7 @@ fn refuse(reason: &'static str, payer: Option<Address>) -> Refusal {
 
 /// The official facilitator's `upto` checks, in its order, at `now`, for a
 /// facilitator that settles as `facilitator`. With
-/// [`SignatureCheck::OnChain`] (an owner with code) the signature is left to
+/// `SignatureCheck::OnChain` (an owner with code) the signature is left to
 /// Permit2's ERC-1271 call.
 pub(super) fn check_upto(
     request: &FacilitatorRequest,
