@@ -53,7 +53,7 @@ use walletgate::x402::{
     server::{InMemoryNonceStore, matching_offer},
     wire::{
         AtomicAmount, ExactEvmDomain, ExactEvmPayload, PaymentPayload, PaymentRequirements,
-        SCHEME_UPTO, TransferWithAuthorization, UptoPayment, codec,
+        TransferWithAuthorization, UptoPayment, codec,
     },
 };
 
@@ -244,20 +244,12 @@ fn bench_x402(c: &mut Criterion) {
 /// settled by the local facilitator's fixed `upto` address.
 fn upto_offer() -> PaymentRequirements {
     let exact = offer();
-    let mut extra = serde_json::Map::new();
-    extra.insert(
-        "facilitatorAddress".into(),
-        LocalEvmFacilitator::UPTO_FACILITATOR
-            .to_checksum(None)
-            .into(),
-    );
-    walletgate::x402::server::PaymentOption::other(
+    walletgate::x402::server::PaymentOption::upto_permit2(
         exact.network.clone(),
         &exact.asset,
         &exact.pay_to,
-        extra,
+        LocalEvmFacilitator::UPTO_FACILITATOR,
     )
-    .with_scheme(SCHEME_UPTO)
     .requirements_for_amount(AtomicAmount::new(3_000))
 }
 

@@ -915,18 +915,12 @@ const CEILING: u64 = 10_000;
 
 /// An `upto` offer of `CEILING` to `pay_to`, naming `facilitator` as the one that settles.
 fn upto_offer(pay_to: Address, facilitator: Address) -> PaymentRequirements {
-    let mut extra = serde_json::Map::new();
-    extra.insert(
-        "facilitatorAddress".into(),
-        facilitator.to_checksum(None).into(),
-    );
-    PaymentOption::other(
+    PaymentOption::upto_permit2(
         Network::base_sepolia(),
         &USDC.to_checksum(None),
         &pay_to.to_checksum(None),
-        extra,
+        facilitator,
     )
-    .with_scheme(walletgate::x402::wire::SCHEME_UPTO)
     .requirements_for_amount(AtomicAmount::new(CEILING.into()))
 }
 

@@ -729,15 +729,12 @@ fn a_key_file_others_can_read_is_refused_and_never_echoed() {
 
 /// An `upto` offer of 10000 units to `pay_to`, settled by `facilitator`.
 fn upto_offer(pay_to: Address, facilitator: &str) -> walletgate::x402::wire::PaymentRequirements {
-    let mut extra = serde_json::Map::new();
-    extra.insert("facilitatorAddress".into(), facilitator.into());
-    PaymentOption::other(
+    PaymentOption::upto_permit2(
         walletgate::x402::wire::Network::base_sepolia(),
         &USDC.to_checksum(None),
         &pay_to.to_checksum(None),
-        extra,
+        facilitator.parse().unwrap(),
     )
-    .with_scheme(walletgate::x402::wire::SCHEME_UPTO)
     .requirements_for_amount(AtomicAmount::new(10_000))
 }
 

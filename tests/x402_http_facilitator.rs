@@ -327,23 +327,15 @@ async fn a_settle_whose_answer_was_lost_keeps_the_claim_and_the_resend_gets_the_
 /// the amount used, as the official facilitators read it (upto.md §2).
 #[tokio::test]
 async fn an_upto_settlement_sends_the_amount_used_in_the_settle_requirements() {
-    use walletgate::x402::wire::{AtomicAmount, Network, SCHEME_UPTO};
+    use walletgate::x402::wire::{AtomicAmount, Network};
     let fixture = facilitator_server().await;
     let facilitator = client(fixture.address);
-    let mut extra = serde_json::Map::new();
-    extra.insert(
-        "facilitatorAddress".into(),
-        LocalEvmFacilitator::UPTO_FACILITATOR
-            .to_checksum(None)
-            .into(),
-    );
-    let offer = walletgate::x402::server::PaymentOption::other(
+    let offer = walletgate::x402::server::PaymentOption::upto_permit2(
         Network::base_sepolia(),
         "0x036CbD53842c5426634e7929541eC2318f3dCF7e",
         &Payer::dev(1).address(),
-        extra,
+        LocalEvmFacilitator::UPTO_FACILITATOR,
     )
-    .with_scheme(SCHEME_UPTO)
     .requirements_for_amount(AtomicAmount::new(10_000));
     let payer = Payer::dev(0);
     let request = FacilitatorRequest::new(payer.pay_upto(&offer, NOW).unwrap(), offer.clone());
