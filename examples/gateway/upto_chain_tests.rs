@@ -366,3 +366,61 @@ async fn the_official_upto_client_and_facilitator_settle_a_live_metered_stream_o
         assert_eq!(balance(&rpc, pay_to).await, before + U256::from(charged));
     }
 }
+
+#[tokio::test]
+async fn permits_the_chain_would_refuse_are_402s_and_move_nothing() {
+    let rpc = shared_rpc_url();
+    let (server, pay_to, settler) = settler_gateway(&rpc, None).await;
+    let body = chat(false, "hi");
+    let offer = upto_offer(&server, &body, settler).await;
+    let (_, buyer) = buyer(&rpc).await;
+    let refused = |payment: String| {
+        let (server, body) = (&server, body.clone());
+        async move {
+            let answer = server.post_once(CHAT, body, Some(&payment)).await;
+            assert_eq!(answer.status, 402, "{}", answer.text());
+            serde_json::from_slice::<Value>(&answer.body).unwrap()
+        }
+    };
+    // Expired: signed an hour ago.
+    let expired = refused(codec::encode(
+        &buyer.pay_upto(&offer, now_secs() - 3_600).unwrap(),
+    ))
+    .await;
+    // A witness naming another facilitator than the one the offer names.
+    let mut elsewhere = offer.clone();
+    elsewhere.extra.insert(
+        "facilitatorAddress".into(),
+        Address::repeat_byte(0x77).to_checksum(None).into(),
+    );
+    let mut payment = buyer.pay_upto(&elsewhere, now_secs()).unwrap();
+    payment.accepted = offer.clone();
+    let other_facilitator = refused(codec::encode(&payment)).await;
+    // A permit whose Permit2 nonce was burnt already: one settled, then its twin.
+    let used = codec::encode(&buyer.pay_upto(&offer, now_secs()).unwrap());
+    let paid = server.post_once(CHAT, body.clone(), Some(&used)).await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    let settled: SettleResponse =
+        codec::decode(paid.header("payment-response").unwrap().as_bytes()).unwrap();
+    let charged = settled.amount.unwrap().units();
+    let replayed = refused(used).await;
+    for (answer, code, reason) in [
+        (&expired, "PAYMENT_UNFUNDED", "permit2_deadline_expired"),
+        (
+            &other_facilitator,
+            "PAYMENT_INVALID",
+            "upto_facilitator_mismatch",
+        ),
+        (&replayed, "PAYMENT_REPLAY", ""),
+    ] {
+        assert_eq!(answer["code"], code, "{answer}");
+        assert!(answer.to_string().contains(reason), "{reason}: {answer}");
+    }
+    // Only the one payment moved.
+    assert_eq!(
+        balance(&rpc, buyer.address_bytes()).await,
+        U256::from(u128::from(FUNDS) - charged)
+    );
+    assert_eq!(balance(&rpc, pay_to).await, U256::from(charged));
+    assert_eq!(transaction_count(&rpc, settler).await, 1);
+}
