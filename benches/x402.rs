@@ -220,6 +220,47 @@ fn bench_x402(c: &mut Criterion) {
         })
     });
 
+    // The same 402 with signed offers (`offer-receipt`): cached, so the
+    // difference is what serving the larger header costs, not signing.
+    let signer = walletgate::x402::server::OfferSigner::from_hex(
+        "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba",
+    )
+    .unwrap();
+    let store = Arc::new(InMemoryNonceStore::new(clock.clone()));
+    let signing = x402_paid::paid_chat_with(facilitator.clone(), clock.clone(), store, |builder| {
+        builder.with_offer_signer(signer)
+    });
+    let quote_bytes = |service: &dyn Fn() -> http::Response<_>| {
+        let response = service();
+        response.headers()["payment-required"].len()
+    };
+    let plain_bytes = quote_bytes(&|| {
+        let request = Request::post("/v1/chat/completions")
+            .body(Full::default())
+            .unwrap();
+        ready(service.clone().oneshot(request)).unwrap()
+    });
+    let signed_bytes = quote_bytes(&|| {
+        let request = Request::post("/v1/chat/completions")
+            .body(Full::default())
+            .unwrap();
+        ready(signing.clone().oneshot(request)).unwrap()
+    });
+    eprintln!(
+        "PAYMENT-REQUIRED: {plain_bytes} bytes without an offer signer, {signed_bytes} with one \
+         (+{})",
+        signed_bytes - plain_bytes
+    );
+    group.bench_function("quote_402_signed_offers", |b| {
+        b.iter(|| {
+            let request = Request::post("/v1/chat/completions")
+                .body(Full::default())
+                .unwrap();
+            let response = ready(signing.clone().oneshot(request)).unwrap();
+            assert_eq!(response.status(), 402);
+        })
+    });
+
     // Signing is the client's work: outside the timed part.
     let steady_clock = FakeClock::at_unix_secs(NOW);
     let service = steady_service(steady_clock.clone());

@@ -48,6 +48,8 @@ pub const X402_SETTLEMENT_HOOK_FAILURES_TOTAL: &str =
 /// Metered settlements whose answer named more than was authorised (the
 /// authorised amount was settled).
 pub const X402_SETTLEMENT_OVERRUNS_TOTAL: &str = "walletgate_x402_settlement_overruns_total";
+/// Metered streams their client left before the end (settled nothing).
+pub const X402_METERED_STREAM_CUTS_TOTAL: &str = "walletgate_x402_metered_stream_cuts_total";
 /// Free-tier requests admitted and refused.
 pub const FREE_TIER_REQUESTS_TOTAL: &str = "walletgate_free_tier_requests_total";
 /// Requests an API key admitted.
@@ -114,6 +116,10 @@ pub fn describe() {
     describe_counter!(
         X402_SETTLEMENT_OVERRUNS_TOTAL,
         "metered answers that named more than was authorised"
+    );
+    describe_counter!(
+        X402_METERED_STREAM_CUTS_TOTAL,
+        "metered streams their client left before the end (nothing settled)"
     );
     describe_counter!(
         FREE_TIER_REQUESTS_TOTAL,
@@ -197,6 +203,7 @@ mod tests {
             X402_REFUSALS_TOTAL,
             X402_SETTLEMENT_HOOK_FAILURES_TOTAL,
             X402_SETTLEMENT_OVERRUNS_TOTAL,
+            X402_METERED_STREAM_CUTS_TOTAL,
             FREE_TIER_REQUESTS_TOTAL,
             API_KEY_ADMITTED_TOTAL,
             API_KEY_REFUSALS_TOTAL,

@@ -356,13 +356,7 @@ async fn a_lost_settlement_answer_is_resolved_by_the_resend_on_another_replica()
         tower::Layer::layer(&layer, tower::util::BoxCloneService::new(inner))
     };
     let (first, second) = (replica(), replica());
-    let chat = |payment: Option<&str>| {
-        let mut request = http::Request::post(x402_fixtures::CHAT);
-        if let Some(payment) = payment {
-            request = request.header("payment-signature", payment);
-        }
-        request.body(Full::default()).unwrap()
-    };
+    let chat = x402_fixtures::chat_request;
     let quote = first.clone().oneshot(chat(None)).await.unwrap();
     let quote: PaymentRequired =
         codec::decode(quote.headers()["payment-required"].as_bytes()).unwrap();
@@ -445,13 +439,7 @@ async fn twenty_copies_of_one_payment_under_one_id_over_two_replicas_pay_and_cal
         tower::Layer::layer(&layer, tower::util::BoxCloneService::new(inner))
     };
     let replicas = [replica(), replica()];
-    let chat = |payment: Option<&str>| {
-        let mut request = http::Request::post(x402_fixtures::CHAT);
-        if let Some(payment) = payment {
-            request = request.header("payment-signature", payment);
-        }
-        request.body(Full::default()).unwrap()
-    };
+    let chat = x402_fixtures::chat_request;
     let quote = replicas[0].clone().oneshot(chat(None)).await.unwrap();
     let quote: PaymentRequired =
         codec::decode(quote.headers()["payment-required"].as_bytes()).unwrap();

@@ -686,3 +686,45 @@ async fn a_corrupted_record_is_a_store_error() {
             .is_err()
     );
 }
+
+/// With `with_wait_replicas`, a SIWE nonce spent and a revocation are done
+/// only once that many replicas acknowledged them: on a primary with one
+/// replica, waiting for one works and waiting for two is a store failure
+/// (the data API answers it 503 with Retry-After).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spent_nonces_and_revocations_wait_for_the_replicas_asked_for() {
+    let primary = redis_support::RedisServer::start();
+    let _replica = redis_support::RedisServer::start_replica_of(primary.port());
+    let open = |replicas| {
+        let config = RedisConfig::new(primary.url())
+            .with_prefix(redis_support::unique_prefix("wait_replicas"))
+            // A busy test machine's replica may take longer than 250 ms.
+            .with_timeout(Duration::from_secs(2))
+            .with_wait_replicas(replicas);
+        RedisConnection::open(&config).unwrap()
+    };
+    let now_ms = now_secs() * 1000;
+    for (replicas, acknowledged) in [(1, true), (2, false)] {
+        let conn = open(replicas);
+        let nonces = RedisSiweNonceStore::new(conn.clone());
+        nonces
+            .insert("nonce-1", now_ms, now_ms + 60_000)
+            .await
+            .unwrap();
+        let consumed = nonces.consume("nonce-1", now_ms).await;
+        let revoked = RedisRevocations::new(conn)
+            .revoke("pat-1", now_secs() + 60)
+            .await;
+        if acknowledged {
+            assert_eq!(consumed.unwrap(), NonceConsumption::Fresh);
+            revoked.unwrap();
+        } else {
+            assert!(
+                matches!(consumed, Err(NonceStoreError::Backend(_))),
+                "{consumed:?}"
+            );
+            let error = walletgate::error_chain(&revoked.unwrap_err());
+            assert!(error.contains("replicas"), "{error}");
+        }
+    }
+}

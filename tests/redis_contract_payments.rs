@@ -468,7 +468,6 @@ async fn a_release_dropped_unawaited_still_reaches_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paid_request_costs_two_redis_round_trips() {
-    use http_body_util::Full;
     use tower::ServiceExt;
     use walletgate::client::payer::Payer;
     use walletgate::client::payer::sequential_nonce;
@@ -493,13 +492,7 @@ async fn a_paid_request_costs_two_redis_round_trips() {
     .build()
     .unwrap();
     let service = x402_fixtures::answering(&layer);
-    let chat = |payment: Option<String>| {
-        let mut request = http::Request::post(x402_fixtures::CHAT);
-        if let Some(payment) = payment {
-            request = request.header("payment-signature", payment);
-        }
-        request.body(Full::default()).unwrap()
-    };
+    let chat = x402_fixtures::chat_request;
     let quote = service.clone().oneshot(chat(None)).await.unwrap();
     let quote: PaymentRequired =
         codec::decode(quote.headers()["payment-required"].as_bytes()).unwrap();
@@ -512,7 +505,7 @@ async fn a_paid_request_costs_two_redis_round_trips() {
             )
             .unwrap();
         let service = service.clone();
-        async move { service.oneshot(chat(Some(header))).await.unwrap().status() }
+        async move { service.oneshot(chat(Some(&header))).await.unwrap().status() }
     };
     // Warm up: every script is loaded into Redis on its first use.
     assert_eq!(pay(1).await, 200);
@@ -638,4 +631,111 @@ async fn a_claim_that_timed_out_is_taken_back_once_redis_moves_again() {
         Some(Claim::Claimed),
         "the timed-out claim was never taken back"
     );
+}
+
+/// Redis goes away (its address stops answering, its data stays) between a
+/// payment's claim and its settlement: the answer is a 503, nothing is
+/// charged, and the claim's release cannot reach Redis. Once Redis answers
+/// again the release is sent again, so the same signed payment is payable
+/// on its resend, through another replica too, and settles once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_answered_503_while_redis_was_away_is_payable_again_once_it_returns() {
+    use http_body_util::Full;
+    use tower::ServiceExt;
+    use walletgate::client::payer::{Payer, sequential_nonce};
+    use walletgate::x402::{
+        facilitator::LocalEvmFacilitator,
+        wire::{PaymentRequired, codec},
+    };
+
+    let server = redis_support::RedisServer::start();
+    let address = Arc::new(redis_support::Forwarder::start(server.port()).await);
+    let clock: SharedClock = Arc::new(SystemClock);
+    // Two replicas: each its own connection, store and ledger.
+    let replica = |inner: x402_fixtures::Answering| {
+        let config = RedisConfig::new(address.url()).with_timeout(Duration::from_millis(250));
+        let conn = RedisConnection::open(&config).unwrap();
+        let ledger = RedisLedger::new(conn.clone());
+        let store = RedisNonceStore::new(conn, clock.clone()).with_ledger_prefetch(&ledger);
+        let layer = x402_fixtures::chat_layer_builder(
+            LocalEvmFacilitator::new(Arc::new(ledger.clone()), clock.clone()),
+            clock.clone(),
+        )
+        .with_nonce_store(Arc::new(store))
+        .build()
+        .unwrap();
+        (tower::Layer::layer(&layer, inner), ledger)
+    };
+    // Replica A's handler takes Redis away while it answers, once.
+    let away = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (taking_away, forwarder) = (away.clone(), address.clone());
+    let handler = tower::service_fn(move |_request: http::Request<Full<bytes::Bytes>>| {
+        if taking_away.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            forwarder.point_to(None);
+        }
+        async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                bytes::Bytes::from_static(b"answer"),
+            )))
+        }
+    });
+    let (a, ledger) = replica(tower::util::BoxCloneService::new(handler));
+    let answering = tower::service_fn(|_request: http::Request<Full<bytes::Bytes>>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+            bytes::Bytes::from_static(b"answer"),
+        )))
+    });
+    let (b, _) = replica(tower::util::BoxCloneService::new(answering));
+    ledger.fund_dev_accounts().await.unwrap();
+    let chat = x402_fixtures::chat_request;
+    let quote = a.clone().oneshot(chat(None)).await.unwrap();
+    let quote: PaymentRequired =
+        codec::decode(quote.headers()["payment-required"].as_bytes()).unwrap();
+    let payment = Payer::dev(0)
+        .header_with_nonce(
+            &quote.accepts[0],
+            clock.now_unix_secs(),
+            sequential_nonce(7),
+        )
+        .unwrap();
+
+    away.store(true, std::sync::atomic::Ordering::SeqCst);
+    let unsettled = a.clone().oneshot(chat(Some(&payment))).await.unwrap();
+    assert_eq!(unsettled.status(), 503);
+    assert!(unsettled.headers().contains_key("retry-after"));
+    // Still away: a resend is a 503 again, never a replay.
+    let still = b.clone().oneshot(chat(Some(&payment))).await.unwrap();
+    assert_eq!(still.status(), 503);
+
+    address.point_to(Some(server.port()));
+    // Replica B never held the claim: only A's retried release frees it.
+    let mut statuses = Vec::new();
+    for _ in 0..50 {
+        let status = b
+            .clone()
+            .oneshot(chat(Some(&payment)))
+            .await
+            .unwrap()
+            .status();
+        statuses.push(status.as_u16());
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        statuses.last(),
+        Some(&200),
+        "the resend never went through: {statuses:?}"
+    );
+    assert!(
+        statuses
+            .iter()
+            .all(|status| matches!(status, 200 | 402 | 503)),
+        "{statuses:?}"
+    );
+    assert_eq!(ledger.settlements().await.unwrap(), 1);
+    let again = a.clone().oneshot(chat(Some(&payment))).await.unwrap();
+    assert_eq!(again.status(), 402, "settled once, then a replay");
+    assert_eq!(ledger.settlements().await.unwrap(), 1);
 }

@@ -323,6 +323,42 @@ async fn a_free_request_logs_client_ip_model_and_remaining_then_its_refusal() {
     captured.assert_none_of(&["free-tier-cookie-value-42"]);
 }
 
+/// A free-tier store that cannot answer (Redis away) is a WARN naming the
+/// code the client is answered, `RATE_LIMIT_UNAVAILABLE`, not an internal error.
+#[tokio::test]
+async fn a_free_tier_store_that_cannot_answer_is_a_warning_naming_the_503s_code() {
+    struct Down;
+    impl walletgate::free_tier::FreeTierStore for Down {
+        fn check(
+            &self,
+            _key: walletgate::free_tier::ClientKey,
+        ) -> walletgate::store::BoxFuture<
+            'static,
+            Result<walletgate::free_tier::Verdict, walletgate::store::StoreError>,
+        > {
+            Box::pin(std::future::ready(Err(walletgate::store::StoreError::new(
+                "limiter store down",
+            ))))
+        }
+    }
+    let (captured, _guard) = capture();
+    let layer = FreeTierLimitLayer::new(|_: &Request<Full<Bytes>>| true).with_store(Down);
+    let service = ServiceBuilder::new().layer(layer).service(service_fn(
+        |_request: Request<Full<Bytes>>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from("ok"))))
+        },
+    ));
+    let mut request = Request::post(CHAT).body(Full::default()).unwrap();
+    let peer: SocketAddr = "203.0.113.7:50000".parse().unwrap();
+    request.extensions_mut().insert(peer);
+    let refused = service.oneshot(request).await.unwrap();
+    assert_eq!(refused.status(), 503);
+    let line = captured.line_with(&["outcome=\"refused\""]);
+    assert!(line.contains(" WARN "), "{line}");
+    let code = format!("error=\"{}\"", ErrorCode::RateLimitUnavailable.as_str());
+    assert!(line.contains(&code), "{line}");
+}
+
 /// The gateway's stack (body parse, a model step that takes the model out of
 /// the parsed body and prices the request once, the free tier on that price,
 /// x402 on that price): the free request's `free_tier` span names its model,

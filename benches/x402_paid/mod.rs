@@ -60,7 +60,19 @@ pub(crate) fn paid_chat(
     clock: walletgate::SharedClock,
     nonce_store: Arc<dyn NonceStore>,
 ) -> impl PaidService {
-    let layer = X402Layer::builder()
+    paid_chat_with(facilitator, clock, nonce_store, |builder| builder)
+}
+
+/// [`paid_chat`], its layer's builder given to `configure` last.
+pub(crate) fn paid_chat_with(
+    facilitator: LocalEvmFacilitator,
+    clock: walletgate::SharedClock,
+    nonce_store: Arc<dyn NonceStore>,
+    configure: impl FnOnce(
+        walletgate::x402::server::X402LayerBuilder,
+    ) -> walletgate::x402::server::X402LayerBuilder,
+) -> impl PaidService {
+    let builder = X402Layer::builder()
         .with_host_derived_resource_url()
         .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
         .with_pricing(
@@ -70,9 +82,8 @@ pub(crate) fn paid_chat(
         )
         .with_facilitator(facilitator)
         .with_clock(clock)
-        .with_nonce_store(nonce_store)
-        .build()
-        .unwrap();
+        .with_nonce_store(nonce_store);
+    let layer = configure(builder).build().unwrap();
     tower::ServiceBuilder::new()
         .layer(layer)
         .service(tower::service_fn(|_request: Request<Full<Bytes>>| async {

@@ -1,8 +1,9 @@
-//! `{NAME}_REDIS_URL`, `{NAME}_REDIS_MODE`, `{NAME}_REDIS_PREFIX` and
-//! `{NAME}_REDIS_CA_FILE`: the Redis several replicas of a reference server
-//! share (feature `redis`; `rediss://` needs `redis-tls`; without the URL
-//! every store stays in memory). `{NAME}_REDIS_MODE=cluster` reads the URL as
-//! a comma-separated list of a Redis Cluster's seed nodes.
+//! `{NAME}_REDIS_URL`, `{NAME}_REDIS_MODE`, `{NAME}_REDIS_PREFIX`,
+//! `{NAME}_REDIS_CA_FILE` and `{NAME}_REDIS_WAIT_REPLICAS`: the Redis several
+//! replicas of a reference server share (feature `redis`; `rediss://` needs
+//! `redis-tls`; without the URL every store stays in memory).
+//! `{NAME}_REDIS_MODE=cluster` reads the URL as a comma-separated list of a
+//! Redis Cluster's seed nodes.
 
 use std::fmt;
 use std::time::Duration;
@@ -22,6 +23,8 @@ pub(crate) struct RedisSettings {
     /// PEM file of the private CA that signed a `rediss://` Redis's
     /// certificate; `None`: Mozilla's roots.
     pub(crate) ca_file: Option<std::path::PathBuf>,
+    /// Replicas each write that guards money or replay waits for (`WAIT`); 0: none.
+    pub(crate) wait_replicas: u32,
 }
 
 impl fmt::Debug for RedisSettings {
@@ -29,6 +32,7 @@ impl fmt::Debug for RedisSettings {
         f.debug_struct("RedisSettings")
             .field("cluster", &self.cluster)
             .field("prefix", &self.prefix)
+            .field("wait_replicas", &self.wait_replicas)
             .finish_non_exhaustive()
     }
 }
@@ -42,12 +46,21 @@ impl RedisSettings {
             prefix: prefix.into(),
             timeout: None,
             ca_file: None,
+            wait_replicas: 0,
         }
+    }
+
+    /// Waits for `replicas` replicas after each write that guards money or replay.
+    #[cfg(test)]
+    #[allow(dead_code)] // the replica tests use it, which need feature `redis`
+    pub(crate) fn with_wait_replicas(mut self, replicas: u32) -> Self {
+        self.wait_replicas = replicas;
+        self
     }
 
     /// Bounds every Redis call by `timeout` instead of the default.
     #[cfg(test)]
-    #[allow(dead_code)] // the gateway's replica tests use it, the data API's do not
+    #[allow(dead_code)] // the replica tests use it, which need feature `redis`
     pub(crate) fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -64,7 +77,8 @@ impl RedisSettings {
     }
 
     /// `{name}_REDIS_URL` (and `{name}_REDIS_MODE`, default `standalone`,
-    /// and `{name}_REDIS_PREFIX`, default `walletgate`) as `var` reads them;
+    /// `{name}_REDIS_PREFIX`, default `walletgate`, and
+    /// `{name}_REDIS_WAIT_REPLICAS`, default 0) as `var` reads them;
     /// `Err((variable, reason))` for an unusable value.
     pub(crate) fn from_vars(
         var: &impl Fn(&str) -> Option<String>,
@@ -114,10 +128,21 @@ impl RedisSettings {
         if ca_file.is_some() && !tls {
             return Err((ca_variable, "a CA file needs a rediss:// URL".into()));
         }
+        let wait_variable = format!("{name}_REDIS_WAIT_REPLICAS");
+        let wait_replicas = match var(&wait_variable).filter(|n| !n.is_empty()) {
+            None => 0,
+            Some(n) => n.trim().parse::<u32>().map_err(|_| {
+                (
+                    wait_variable,
+                    "expected a number of replicas (0: wait for none)".to_owned(),
+                )
+            })?,
+        };
         let prefix = var(&format!("{name}_REDIS_PREFIX")).unwrap_or_else(|| "walletgate".into());
         let mut settings = Self::new(urls.join(","), prefix);
         settings.cluster = cluster;
         settings.ca_file = ca_file.map(Into::into);
+        settings.wait_replicas = wait_replicas;
         Ok(Some(settings))
     }
 
@@ -139,7 +164,9 @@ impl RedisSettings {
         } else {
             walletgate::redis::RedisConfig::new(&self.url)
         };
-        let config = config.with_prefix(&self.prefix);
+        let config = config
+            .with_prefix(&self.prefix)
+            .with_wait_replicas(self.wait_replicas);
         let config = match self.timeout {
             Some(timeout) => config.with_timeout(timeout),
             None => config,
@@ -221,6 +248,22 @@ mod tests {
             ])
             .unwrap_err();
             assert!(reason.contains("mixes"), "{reason}");
+        }
+    }
+
+    #[test]
+    fn wait_replicas_is_a_count_and_a_bad_one_names_the_variable() {
+        let url = ("SVC_REDIS_URL", "redis://127.0.0.1:6379");
+        if !cfg!(feature = "redis") {
+            return;
+        }
+        assert_eq!(read(&[url]).unwrap().unwrap().wait_replicas, 0);
+        let two = read(&[url, ("SVC_REDIS_WAIT_REPLICAS", "2")]);
+        assert_eq!(two.unwrap().unwrap().wait_replicas, 2);
+        for bad in ["-1", "two", "1.5"] {
+            let (variable, reason) = read(&[url, ("SVC_REDIS_WAIT_REPLICAS", bad)]).unwrap_err();
+            assert_eq!(variable, "SVC_REDIS_WAIT_REPLICAS", "{bad}");
+            assert!(reason.contains("number"), "{reason}");
         }
     }
 

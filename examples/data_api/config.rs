@@ -22,6 +22,7 @@
 //! | `DATA_API_REDIS_MODE` | `standalone` | `cluster`: `DATA_API_REDIS_URL` is a comma-separated list of Redis Cluster seed node URLs (`rediss://` with the CA file as for one Redis); every store works on both (keys in `docs/operations.md`) |
 //! | `DATA_API_REDIS_PREFIX` | `walletgate` | key prefix in that Redis (one per data API deployment) |
 //! | `DATA_API_REDIS_CA_FILE` | none (Mozilla's roots) | `rediss://` (feature `redis-tls`): PEM of the private CA that signed the Redis certificate |
+//! | `DATA_API_REDIS_WAIT_REPLICAS` | `0` (none) | after each SIWE nonce spent and each revocation (a PAT's, its JWTs'), wait until this many replicas acknowledged it (Redis `WAIT`, within the store timeout); fewer is a 503 with `Retry-After`, as Redis away (see `docs/operations.md`) |
 //! | `DATA_API_METRICS_LISTEN` | none (off) | `host:port` (feature `metrics`): Prometheus text at `GET /metrics` there (counters and histograms of `walletgate::metrics`), apart from the API |
 //! | `DATA_API_JWKS_URL` | none | an external issuer's JWKS URL: its JWTs are accepted too |
 //! | `DATA_API_JWT_ISSUER` | none (required with the URL) | that issuer's `iss` |

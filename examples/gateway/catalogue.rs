@@ -192,8 +192,9 @@ impl Model {
             "model": self.id,
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
-            "input_usd_per_million": usd(input_micros_per_million),
-            "output_usd_per_million": usd(output_micros_per_million),
+            // Decimal text, exact (a signed statement's verifier redoes the sum).
+            "input_usd_per_million": UsdAmount::from_micros(u128::from(input_micros_per_million)).to_string(),
+            "output_usd_per_million": UsdAmount::from_micros(u128::from(output_micros_per_million)).to_string(),
         }) else {
             return None;
         };

@@ -35,7 +35,6 @@ use walletgate::envelope::ErrorCode;
 use walletgate::store::BoxFuture;
 use walletgate::tls::ClientTls;
 use walletgate::x402::facilitator::DevLedger;
-use walletgate::x402::wire::{SettleResponse, codec};
 
 use crate::config::{Config, PaymentFaults};
 use crate::request::Endpoint;
@@ -613,13 +612,7 @@ async fn walletgate_pay_prefer_upto_is_charged_what_a_stream_used() {
     .await;
     assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
     let moved = DevLedger::DEV_ACCOUNT_FUNDS - server.balance(payer);
-    let event = stdout
-        .lines()
-        .skip_while(|line| *line != "event: payment-response")
-        .nth(1)
-        .and_then(|line| line.strip_prefix("data: "))
-        .expect("the receipt event");
-    let settled: SettleResponse = codec::decode(event.as_bytes()).unwrap();
+    let settled = crate::tests::stream_settlement(&stdout);
     assert_eq!(settled.amount.unwrap().units(), moved);
     let quote = server
         .post_once("/v1/chat/completions", data.clone(), None)
@@ -926,5 +919,64 @@ async fn walletgate_pay_polls_a_paid_image_job_to_completion() {
         "{stderr} vs {usd}"
     );
     assert_no_secret(&stdout, &[&key]);
+    assert_no_secret(&stderr, &[&key]);
+}
+
+/// `walletgate pay --offer-signatures require` against a gateway that signs
+/// its offers: the key published in `/.well-known/x402` is found and the
+/// metered answer's receipt and usage statement hold; a pinned key that is
+/// not the gateway's refuses to sign, and nothing moves.
+#[tokio::test]
+async fn walletgate_pay_checks_signed_offers_against_the_published_key() {
+    // Public development keys (Hardhat/Anvil #5 signs; #6 is not the gateway's).
+    let signer = walletgate::x402::server::OfferSigner::from_hex(
+        "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba",
+    )
+    .unwrap();
+    let server = Server::start(Config {
+        offer_signer: Some(signer),
+        ..Config::default()
+    })
+    .await;
+    let payer = DevLedger::DEV_ACCOUNTS[6];
+    let key = format!("0x{}", DEV_KEYS[6]);
+    let url = server.url("/v1/chat/completions");
+    let data = json!({"model": PAID_MODEL, "max_tokens": 4000, "stream": true,
+                      "messages": [{"role": "user", "content": "hi"}]})
+    .to_string();
+    let pay = [
+        "--data",
+        &data,
+        "--prefer-upto",
+        "--offer-signatures",
+        "require",
+    ];
+    let (code, stdout, stderr) = walletgate_pay(
+        &[
+            &[url.as_str()][..],
+            &pay,
+            &["--offer-signer", DevLedger::DEV_ACCOUNTS[6]],
+        ]
+        .concat(),
+        Some(&key),
+    )
+    .await;
+    assert_eq!(
+        code, 4,
+        "payment declined; stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(stderr.contains("not the server's key"), "{stderr}");
+    assert_eq!(
+        server.balance(payer),
+        DevLedger::DEV_ACCOUNT_FUNDS,
+        "nothing moved"
+    );
+    let (code, stdout, stderr) =
+        walletgate_pay(&[&[url.as_str()][..], &pay].concat(), Some(&key)).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let settled = crate::tests::stream_settlement(&stdout);
+    assert!(walletgate::x402::wire::usage_of(&settled).is_some());
+    assert!(server.balance(payer) < DevLedger::DEV_ACCOUNT_FUNDS);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert_no_secret(&stderr, &[&key]);
 }

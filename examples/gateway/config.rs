@@ -22,7 +22,7 @@
 //! | `GATEWAY_ANSWER_RETENTION_SECS` | `3600` | how long a paid answer is kept for a resend (a settlement first reported pending), and a `sign-in-with-x` entitlement |
 //! | `GATEWAY_ANSWER_MAX_BYTES` | `1048576` | the largest paid answer kept (a larger one is served again on the resend, charged once) |
 //! | `GATEWAY_PAYMENT_ID` | `optional` | the `payment-identifier` extension: `off`, `optional` (declared; a payment may carry an id and then pays once per id) or `required` (a payment without an id is 400) |
-//! | `GATEWAY_UPTO` | `second` | the metered `upto` offer (a Permit2 ceiling; the answer's tokens are settled): `off` (the specification's quote byte for byte), `second` (after `exact`, which the specification's clients sign) or `first`; offered only where it can settle: the development ledger, the on-chain settler (`GATEWAY_EVM_RPC_URL`), or a `GATEWAY_FACILITATOR_URL` whose `GET /supported` lists `upto` on the network at start (its `facilitatorAddress`) |
+//! | `GATEWAY_UPTO` | `second` | the metered `upto` offer (a Permit2 ceiling; the answer's tokens are settled): `off` (the specification's quote byte for byte), `second` (after `exact`, which the specification's clients sign) or `first`; offered only where it can settle: the development ledger, the on-chain settler (`GATEWAY_EVM_RPC_URL`), or a `GATEWAY_FACILITATOR_URL` whose `GET /supported` lists `upto` on the network at start (its `facilitatorAddress`); a payer that cuts 3 metered streams within 10 minutes is served `exact` only for 10 minutes |
 //! | `GATEWAY_SIWX` | `on` | the `sign-in-with-x` extension (EVM networks): a wallet that paid for a request signs in to get its kept answer again, uncharged; declared only when the public origin is known (`GATEWAY_PUBLIC_URL`, or a bound address that is not a wildcard); `off`: not declared, and settled answers are not kept for it |
 //! | `GATEWAY_SIWX_KEY_FILE` | a random key per process | the key of sign-in nonces' tags (64 hex digits; never printed): replicas behind one origin must share it, or a nonce one issued fails on another |
 //! | `GATEWAY_ANSWER_STORE_BYTES` | `268435456` | the in-memory answer store's total (without Redis; the answers nearest their expiry make room) |
@@ -32,6 +32,7 @@
 //! | `GATEWAY_RECEIPT_TIMEOUT_SECS` | `30` | with the settler: the wait for a receipt before a transaction is replaced (same nonce, higher fees); after a second wait the settlement is pending |
 //! | `GATEWAY_CONFIRMATIONS` | `0` | with the settler: blocks to wait for on top of the one that mined a transfer |
 //! | `GATEWAY_USDC_ADDRESS`, `GATEWAY_USDC_NAME`, `GATEWAY_USDC_VERSION` | none | `eip155:<id>`: the token's address and EIP-712 domain name and version |
+//! | `GATEWAY_OFFER_KEY_FILE` | none | sign every 402's offers, every receipt and every metered usage statement (x402 `offer-receipt`, EIP-712) with this secp256k1 key (64 hex digits, mode 0600 or refused; never printed); its address is published as `offerSigner` in `/.well-known/x402`. Unset: nothing is signed, the 402 is unchanged |
 //! | `GATEWAY_FACILITATOR_SECRET_FILE` | a random secret per process | with `GATEWAY_FACILITATOR_URL`: the secret each settlement's `Idempotency-Key` is derived from (64 hex digits; never printed): replicas share it, or a settlement one replica left pending is refused to the other as a copy |
 //! | `GATEWAY_CDP_KEY_FILE` | none | the hosted CDP facilitator's API key file (`{"id", "privateKey"}`): every facilitator call carries a fresh JWT made with it (never printed) |
 //! | `GATEWAY_DEV_LEDGER` | unset | `1`: serve real upstreams (`GATEWAY_UPSTREAMS`) although payments settle on the development ledger |
@@ -43,6 +44,7 @@
 //! | `GATEWAY_REDIS_PREFIX` | `walletgate` | the key prefix in that Redis (one per deployment) |
 //! | `GATEWAY_METRICS_LISTEN` | none (off) | `host:port` (feature `metrics`): Prometheus text at `GET /metrics` there (payments, refusals by code, verify/settle latency, free tier, store timeouts), apart from the API |
 //! | `GATEWAY_REDIS_CA_FILE` | none (Mozilla's roots) | `rediss://` (feature `redis-tls`): PEM of the private CA that signed the Redis certificate |
+//! | `GATEWAY_REDIS_WAIT_REPLICAS` | `0` (none) | after the claim of each payment, its settling and spent records and the on-chain settler's records, wait until this many replicas acknowledged it (Redis `WAIT`, within the store timeout); fewer is a 503 with `Retry-After`, as Redis away (see `docs/operations.md`) |
 //!
 //! Providers without an upstream are answered by the embedded echo family.
 //! Without `GATEWAY_FACILITATOR_URL`, payments are quoted in Base Sepolia USDC
@@ -142,6 +144,8 @@ pub(crate) struct Config {
     pub(crate) siwx: bool,
     /// Its nonce key (`GATEWAY_SIWX_KEY_FILE`); `None`: random per process.
     pub(crate) siwx_key: Option<[u8; 32]>,
+    /// Signs offers, receipts and usage statements (`GATEWAY_OFFER_KEY_FILE`).
+    pub(crate) offer_signer: Option<walletgate::x402::server::OfferSigner>,
     /// What settlements' `Idempotency-Key`s are derived from with an HTTP
     /// facilitator (`GATEWAY_FACILITATOR_SECRET_FILE`); `None`: random per process.
     pub(crate) facilitator_secret: Option<[u8; 32]>,
@@ -425,6 +429,7 @@ impl Default for Config {
             siwx: true,
             siwx_key: None,
             facilitator_secret: None,
+            offer_signer: None,
             origin_known: false,
             network: PaymentNetwork::Evm(EvmSettings::base_sepolia()),
             payment_faults: Arc::default(),
@@ -564,6 +569,11 @@ impl Config {
         }
         if let Some(path) = var("GATEWAY_SIWX_KEY_FILE") {
             config.siwx_key = Some(read_key_file("GATEWAY_SIWX_KEY_FILE", &path)?);
+        }
+        if let Some(path) = var("GATEWAY_OFFER_KEY_FILE") {
+            let signer = walletgate::x402::server::OfferSigner::from_file(&path)
+                .map_err(|error| invalid("GATEWAY_OFFER_KEY_FILE", error.to_string()))?;
+            config.offer_signer = Some(signer);
         }
         if let Some(path) = var("GATEWAY_FACILITATOR_SECRET_FILE") {
             config.facilitator_secret =

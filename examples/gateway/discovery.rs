@@ -101,6 +101,8 @@ fn bazaar_route(route: &Route, model: &Model, catalogue: &Catalogue) -> Map<Stri
 pub(crate) struct Quoting<'a> {
     pub(crate) options: &'a [PaymentOption],
     pub(crate) flat_fee: UsdAmount,
+    /// Who signs offers and receipts (`GATEWAY_OFFER_KEY_FILE`), if anyone.
+    pub(crate) offer_signer: Option<alloy_primitives::Address>,
 }
 
 impl Quoting<'_> {
@@ -201,6 +203,10 @@ pub(crate) fn well_known_x402(catalogue: &Catalogue, quoting: &Quoting, origin: 
         });
         if let Some(chain_id) = offer.network.eip155_chain_id() {
             payment["chainId"] = json!(chain_id);
+        }
+        if let Some(signer) = quoting.offer_signer {
+            // What a payer checks signed offers and receipts against.
+            payment["offerSigner"] = json!(signer.to_checksum(None));
         }
         payment
     });

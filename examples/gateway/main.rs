@@ -98,6 +98,8 @@ mod metering_tests;
 #[cfg(all(test, feature = "metrics"))]
 mod metrics_tests;
 #[cfg(test)]
+mod offer_receipt_tests;
+#[cfg(test)]
 mod payment_tests;
 #[cfg(all(test, feature = "redis"))]
 mod redis_limits_tests;
@@ -432,6 +434,14 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         .with_answer_store(stores.answer_store)
         .with_answer_limits(config.answers.limits)
         .with_payment_identifier(config.payment_id);
+    let offer_signer = config.offer_signer.as_ref().map(|signer| signer.address());
+    if let Some(signer) = config.offer_signer {
+        eprintln!(
+            "gateway: offers, receipts and usage statements are signed as {}",
+            signer.address()
+        );
+        payment = payment.with_offer_signer(signer);
+    }
     if let Some(sign_in) = sign_in {
         // With walletgate's own settler, contract wallets sign in too (ERC-1271 through its node).
         let sign_in = match settler {
@@ -456,6 +466,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         &discovery::Quoting {
             options: &options,
             flat_fee: gates.inference_payment.flat_fee(),
+            offer_signer,
         },
         &public_url,
     );

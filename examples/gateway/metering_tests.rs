@@ -10,24 +10,14 @@ use walletgate::x402::wire::{SCHEME_UPTO, SettleResponse, codec};
 use crate::config::{Config, UptoPlace};
 use crate::tests::{Server, now_secs};
 
-const CHAT: &str = "/v1/chat/completions";
+pub(crate) const CHAT: &str = "/v1/chat/completions";
 pub(crate) const MODEL: &str = "openai/gpt-5-mini";
 
-fn chat(stream: bool) -> String {
+/// A chat of "hi" allowed 4,000 tokens.
+pub(crate) fn chat(stream: bool) -> String {
     json!({"model": MODEL, "max_tokens": 4000, "stream": stream,
            "messages": [{"role": "user", "content": "hi"}]})
     .to_string()
-}
-
-/// The settlement a stream's last `payment-response` event carries.
-pub(crate) fn final_event(text: &str) -> SettleResponse {
-    let event = text
-        .lines()
-        .skip_while(|line| *line != "event: payment-response")
-        .nth(1)
-        .and_then(|line| line.strip_prefix("data: "))
-        .expect("the receipt is the last event");
-    codec::decode(event.as_bytes()).unwrap()
 }
 
 /// The `usage` a stream's usage chunk reports.
@@ -95,7 +85,7 @@ async fn a_streamed_chat_paid_upto_is_charged_its_tokens_not_its_ceiling() {
         "no receipt before the amount exists"
     );
     let text = paid.text();
-    let settled = final_event(&text);
+    let settled = crate::tests::stream_settlement(&text);
     assert!(settled.success);
     let charged = settled.amount.unwrap().units();
     assert!(charged * 2 < ceiling, "{charged} of a {ceiling} ceiling");
@@ -153,6 +143,154 @@ async fn an_unstreamed_chat_paid_upto_carries_the_settled_amount_in_its_receipt(
     assert_eq!(
         server.balance(&payer.address()),
         before - offer.amount.units()
+    );
+}
+
+/// The `upto` offer of a chat's 402.
+async fn upto_offer(server: &Server, body: &str) -> walletgate::x402::wire::PaymentRequirements {
+    offers(server, body)
+        .await
+        .into_iter()
+        .find(|offer| offer.scheme == SCHEME_UPTO)
+        .expect("an upto offer")
+}
+
+/// Pays a streamed chat with `payment` over a raw connection, reads until
+/// the first chunk of the answer, and hangs up.
+async fn cut_after_first_chunk(server: &Server, body: &str, payment: &str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut connection = tokio::net::TcpStream::connect(server.address)
+        .await
+        .unwrap();
+    let request = format!(
+        "POST {CHAT} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\npayment-signature: {payment}\r\n\r\n{body}",
+        body.len()
+    );
+    connection.write_all(request.as_bytes()).await.unwrap();
+    let mut read = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !String::from_utf8_lossy(&read).contains("data: ") {
+        let n = tokio::time::timeout_at(deadline, connection.read(&mut buffer))
+            .await
+            .expect("the first chunk within 10 s")
+            .unwrap();
+        assert_ne!(n, 0, "{}", String::from_utf8_lossy(&read));
+        read.extend_from_slice(&buffer[..n]);
+    }
+    assert!(
+        read.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&read)
+    );
+    drop(connection);
+    // The gateway sees the cut at its next write (a slow stream writes every 300 ms).
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+}
+
+/// A metered stream its client leaves early moves nothing; after three in a
+/// row the payer's metered payments are refused for a while, and `exact`
+/// (paid in full before the answer) still serves it.
+#[tokio::test]
+async fn a_cut_metered_stream_moves_nothing_and_three_in_a_row_leave_exact_only() {
+    let mut config = Config::default();
+    config
+        .faults
+        .insert(MODEL.to_owned(), crate::upstream::Fault::SlowStream);
+    let server = Server::start(config).await;
+    let body = json!({"model": MODEL, "max_tokens": 4000, "stream": true,
+                      "messages": [{"role": "user", "content": "one two three four five"}]})
+    .to_string();
+    let upto = upto_offer(&server, &body).await;
+    let payer = buyer(7);
+    let before = server.balance(&payer.address());
+    for _ in 0..3 {
+        let payment = codec::encode(&payer.pay_upto(&upto, now_secs()).unwrap());
+        cut_after_first_chunk(&server, &body, &payment).await;
+        assert_eq!(
+            server.balance(&payer.address()),
+            before,
+            "a cut stream is free"
+        );
+    }
+    let fourth = codec::encode(&payer.pay_upto(&upto, now_secs()).unwrap());
+    let refused = server.post_once(CHAT, body.clone(), Some(&fourth)).await;
+    assert_eq!(refused.status, 402, "{}", refused.text());
+    assert_eq!(refused.json()["code"], "PAYMENT_INVALID");
+    assert!(
+        refused
+            .text()
+            .contains(walletgate::x402::server::METERED_PAYMENTS_SUSPENDED),
+        "{}",
+        refused.text()
+    );
+    assert_eq!(
+        refused.quote().accepts[0].scheme,
+        "exact",
+        "the way to pay now"
+    );
+    // Another payer still pays metered; this one pays exact, in full.
+    let other = buyer(8);
+    let metered = codec::encode(&other.pay_upto(&upto, now_secs()).unwrap());
+    assert_eq!(
+        server
+            .post_once(CHAT, body.clone(), Some(&metered))
+            .await
+            .status,
+        200
+    );
+    let exact = refused.quote().accepts[0].clone();
+    let paid = server
+        .post_once(
+            CHAT,
+            body,
+            Some(&codec::encode(&payer.pay(&exact, now_secs()).unwrap())),
+        )
+        .await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    assert_eq!(
+        server.balance(&payer.address()),
+        before - exact.amount.units()
+    );
+}
+
+/// An upstream that reports more tokens than the request allowed: the
+/// ceiling the payer signed is settled, never more.
+#[tokio::test]
+async fn an_answer_that_used_more_than_its_ceiling_settles_the_ceiling() {
+    use axum::Router;
+    use axum::routing::post;
+
+    let overrun = || async {
+        axum::Json(json!({
+            "id": "chatcmpl-overrun", "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "long"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 1_000_000}
+        }))
+    };
+    let upstream = crate::tests::serve(Router::new().route(CHAT, post(overrun))).await;
+    let config = Config::default()
+        .with_openai_upstream(
+            "openai",
+            &format!("http://{upstream}/v1"),
+            crate::upstream::ApiKey::new("sk-test-overrun"),
+        )
+        .unwrap();
+    let server = Server::start(config).await;
+    let body = chat(false);
+    let upto = upto_offer(&server, &body).await;
+    let payer = buyer(3);
+    let before = server.balance(&payer.address());
+    let payment = codec::encode(&payer.pay_upto(&upto, now_secs()).unwrap());
+    let paid = server.post_once(CHAT, body, Some(&payment)).await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    let settled: SettleResponse =
+        codec::decode(paid.header("payment-response").unwrap().as_bytes()).unwrap();
+    assert_eq!(settled.amount, Some(upto.amount));
+    assert_eq!(
+        server.balance(&payer.address()),
+        before - upto.amount.units()
     );
 }
 

@@ -20,10 +20,11 @@ use walletgate::x402::facilitator::DevLedger;
 use crate::config::Config;
 use crate::payment_tests::assert_payment_rejection;
 use crate::redis_support::{
-    RedisCluster, RedisServer, shared_cluster_seeds, shared_url, unique_prefix,
+    Forwarder, RedisCluster, RedisServer, free_port, shared_cluster_seeds, shared_url,
+    unique_prefix,
 };
 use crate::request::Endpoint;
-use crate::tests::{Reply, Server, body, path, sign_in_proof};
+use crate::tests::{Captured, Reply, Server, body, path, sign_in_proof};
 
 const PAID_MODEL: &str = "anthropic/claude-sonnet-4.6";
 
@@ -439,79 +440,68 @@ async fn on_a_redis_cluster_thirty_one_free_calls_alternating_two_replicas_admit
     assert_eq!(statuses[30], 429, "{statuses:?}");
 }
 
-/// What one paid request of the kill test saw.
+/// What one request of a failover test saw.
 struct Sent {
     /// Since the load began.
     at: Duration,
     took: Duration,
     status: u16,
     retry_after: bool,
+    /// The payment sent; empty for a free request.
     payment: String,
 }
 
-/// SIGKILL of the primary that serves the ledger's slot (and so every paid
-/// request's replay key, the gateway's store being paired with the ledger)
-/// under a steady small load over two replicas: 200 paid requests, one every
-/// 50 ms. While the cluster promotes its replica the answers are 503 with
-/// Retry-After (never a 500, never past the timeout), then payments go
-/// through again without a restart; nothing settles twice.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_a_redis_cluster_a_killed_primary_is_a_503_with_retry_after_until_its_replica_takes_over()
- {
-    const REQUESTS: usize = 200;
+/// A steady small load over both replicas: `requests` chat requests, one
+/// every 50 ms, each `free_every`-th one free (the rest paid, each with a
+/// payment of its own); `event` is called before each send with the time
+/// since the start (to kill, promote, switch).
+async fn steady_load(
+    gateways: &Replicas,
+    quote: &Arc<Reply>,
+    requests: usize,
+    free_every: Option<usize>,
+    mut event: impl FnMut(Duration),
+) -> Vec<Sent> {
     const EVERY: Duration = Duration::from_millis(50);
-    const KILL_AFTER: Duration = Duration::from_secs(2);
-    let cluster = RedisCluster::start();
-    let redis = RedisSettings::cluster(&cluster.seeds(), "failover");
-    let gateways = Replicas::start(redis).await;
     let [a, b] = &gateways.replicas;
     let url = path(Endpoint::Chat);
-    let quote = Arc::new(a.post_once(url, chat(), None).await);
-    let before = gateways.balance(&a.payer).await;
-    let victim = cluster.primary_for("{x402-ledger}");
-
+    let free_body = body(Endpoint::Chat, "nvidia/nemotron-super", "hi", false).to_string();
     let start = tokio::time::Instant::now();
-    let mut sends = Vec::with_capacity(REQUESTS);
-    let mut killed_at = None;
-    for n in 0..REQUESTS {
+    let mut sends = Vec::with_capacity(requests);
+    for n in 0..requests {
         tokio::time::sleep_until(start + EVERY * n as u32).await;
-        if killed_at.is_none() && start.elapsed() >= KILL_AFTER {
-            cluster.kill(victim);
-            killed_at = Some(start.elapsed());
-        }
+        event(start.elapsed());
         let server = if n % 2 == 0 { a } else { b }.clone();
-        let quote = quote.clone();
+        let (quote, free_body) = (quote.clone(), free_body.clone());
+        let free = free_every.is_some_and(|every| n % every == every - 1);
         sends.push(tokio::spawn(async move {
-            let payment = server.sign(&quote, &server.payer);
+            let payment = (!free).then(|| server.sign(&quote, &server.payer));
             let at = start.elapsed();
-            let reply = server.post_once(url, chat(), Some(&payment)).await;
+            let reply = match &payment {
+                Some(payment) => server.post_once(url, chat(), Some(payment)).await,
+                None => server.post_once(url, free_body, None).await,
+            };
             Sent {
                 at,
                 took: start.elapsed() - at,
                 status: reply.status.as_u16(),
                 retry_after: reply.header("retry-after").is_some(),
-                payment,
+                payment: payment.unwrap_or_default(),
             }
         }));
     }
-    let mut sent = Vec::with_capacity(REQUESTS);
+    let mut sent = Vec::with_capacity(requests);
     for send in sends {
         sent.push(send.await.unwrap());
     }
-    let killed_at = killed_at.unwrap();
+    sent
+}
 
-    let unavailable: Vec<&Sent> = sent.iter().filter(|one| one.status == 503).collect();
-    let served = sent.iter().filter(|one| one.status == 200).count();
-    let last_503 = unavailable.iter().map(|one| one.at).max();
-    let slowest = sent.iter().map(|one| one.took).max().unwrap();
-    eprintln!(
-        "kill test: {REQUESTS} paid requests, primary killed at {killed_at:?}; \
-         {served} served, {} answered 503, last 503 sent {:?} after the kill, \
-         slowest answer {slowest:?}",
-        unavailable.len(),
-        last_503.map(|at| at.saturating_sub(killed_at)),
-    );
-    for one in &sent {
+/// No answer but 200, 402 or 503 with Retry-After; none slower than 2 s
+/// (three store calls at most, each bounded by the 250 ms timeout); no
+/// 503 answered later than 10 s after `since`; the last 20 served.
+fn assert_failover_answers(sent: &[Sent], since: Duration) {
+    for one in sent {
         assert!(
             matches!(one.status, 200 | 402 | 503),
             "status {} at {:?}",
@@ -521,7 +511,6 @@ async fn on_a_redis_cluster_a_killed_primary_is_a_503_with_retry_after_until_its
         if one.status == 503 {
             assert!(one.retry_after, "a 503 without Retry-After at {:?}", one.at);
         }
-        // Three store calls at most, each bounded by the 250 ms timeout.
         assert!(
             one.took < Duration::from_secs(2),
             "{:?} at {:?}",
@@ -529,11 +518,11 @@ async fn on_a_redis_cluster_a_killed_primary_is_a_503_with_retry_after_until_its
             one.at
         );
     }
-    if let Some(last) = last_503 {
+    if let Some(last) = last_503(sent) {
         assert!(
-            last < killed_at + Duration::from_secs(10),
-            "still 503 {:?} after the kill",
-            last - killed_at
+            last < since + Duration::from_secs(10),
+            "still 503 {:?} after {since:?}",
+            last - since
         );
     }
     let tail = sent.iter().rev().take(20);
@@ -542,21 +531,342 @@ async fn on_a_redis_cluster_a_killed_primary_is_a_503_with_retry_after_until_its
         "not normal again at the end: {:?}",
         tail.map(|one| one.status).collect::<Vec<_>>()
     );
+}
 
-    // Nothing settled twice: every payment sent again is a replay if it was
-    // served, and is served now (once) if it met a 503.
-    for one in &sent {
+/// When the last 503 was answered, since the load began.
+fn last_503(sent: &[Sent]) -> Option<Duration> {
+    sent.iter()
+        .filter(|one| one.status == 503)
+        .map(|one| one.at + one.took)
+        .max()
+}
+
+/// Nothing settled twice and nothing served unsettled: every payment sent
+/// again is a replay if it was served, and is served now (once) if it met a
+/// 503; the ledger settled each once and debited each once since `before`.
+/// Then the logs of it all are clean.
+async fn assert_each_payment_settled_once(
+    gateways: &Replicas,
+    quote: &Reply,
+    before: u128,
+    sent: &[Sent],
+    logs: &Logs,
+) {
+    let [a, _] = &gateways.replicas;
+    let paid: Vec<&str> = sent
+        .iter()
+        .filter(|one| !one.payment.is_empty())
+        .map(|one| one.payment.as_str())
+        .collect();
+    for one in sent.iter().filter(|one| !one.payment.is_empty()) {
         let again = until_redis_answers(a, &one.payment).await;
         match one.status {
             200 => assert_payment_rejection(Endpoint::Chat, &again, ErrorCode::PaymentReplay),
             _ => assert_eq!(again.status, 200, "{}", again.text()),
         }
     }
-    let settled = gateways.ledger.settlements().await.unwrap();
+    // The test's own connection may meet a failover on its first call after it.
+    let mut settled = gateways.ledger.settlements().await;
+    for _ in 0..20 {
+        if settled.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        settled = gateways.ledger.settlements().await;
+    }
     let amount = quote.quote().accepts[0].amount.units();
-    assert_eq!(settled, REQUESTS as u64, "one settlement per payment");
+    assert_eq!(
+        settled.unwrap(),
+        paid.len() as u64,
+        "one settlement per payment"
+    );
     assert_eq!(
         gateways.balance(&a.payer).await,
-        before - amount * REQUESTS as u128
+        before - amount * paid.len() as u128
     );
+    logs.assert_clean(&paid);
+}
+
+/// SIGKILL of the primary that serves the ledger's slot (and so every paid
+/// request's replay key, the gateway's store being paired with the ledger)
+/// under a steady small load over two replicas: 200 paid requests, one every
+/// 50 ms. While the cluster promotes its replica the answers are 503 with
+/// Retry-After (never a 500, never past the timeout), then payments go
+/// through again without a restart; nothing settles twice; the logs stay
+/// clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_a_killed_primary_is_a_503_with_retry_after_until_its_replica_takes_over()
+ {
+    const REQUESTS: usize = 200;
+    const KILL_AFTER: Duration = Duration::from_secs(2);
+    let logs = Logs::capture();
+    let cluster = RedisCluster::start();
+    let redis = RedisSettings::cluster(&cluster.seeds(), "failover");
+    let gateways = Replicas::start(redis).await;
+    let [a, _] = &gateways.replicas;
+    let quote = Arc::new(a.post_once(path(Endpoint::Chat), chat(), None).await);
+    let before = gateways.balance(&a.payer).await;
+    let victim = cluster.primary_for("{x402-ledger}");
+
+    let mut killed_at = None;
+    let sent = steady_load(&gateways, &quote, REQUESTS, None, |now| {
+        if killed_at.is_none() && now >= KILL_AFTER {
+            cluster.kill(victim);
+            killed_at = Some(now);
+        }
+    })
+    .await;
+    let killed_at = killed_at.unwrap();
+
+    let unavailable = sent.iter().filter(|one| one.status == 503).count();
+    let served = sent.iter().filter(|one| one.status == 200).count();
+    let slowest = sent.iter().map(|one| one.took).max().unwrap();
+    eprintln!(
+        "kill test: {REQUESTS} paid requests, primary killed at {killed_at:?}; \
+         {served} served, {unavailable} answered 503, the last 503 answered {:?} after the \
+         kill, slowest answer {slowest:?}",
+        last_503(&sent).map(|at| at.saturating_sub(killed_at)),
+    );
+    assert_failover_answers(&sent, killed_at);
+    assert_each_payment_settled_once(&gateways, &quote, before, &sent, &logs).await;
+}
+
+/// A managed Redis endpoint's failover: one address (a forwarder) in front
+/// of a primary and its replica. Under a steady load of paid and free
+/// requests over two replicas the primary is SIGKILLed, and 2 s later its
+/// replica is promoted (`REPLICAOF NO ONE`) and the address switched to it.
+/// Until then answers are 503 with Retry-After (never a 500, never past the
+/// store timeout), then normal again without a restart; nothing settles
+/// twice and nothing is served unsettled; the logs stay clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_switched_over_behind_one_address_is_a_503_with_retry_after_until_the_switch() {
+    const REQUESTS: usize = 200;
+    const KILL_AFTER: Duration = Duration::from_secs(2);
+    const SWITCH_AFTER_KILL: Duration = Duration::from_secs(2);
+    // Every eighth request is free: 25 in all, under the free tier's 30.
+    const FREE_EVERY: usize = 8;
+    let logs = Logs::capture();
+    let mut primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(primary.port());
+    let address = Forwarder::start(primary.port()).await;
+    let redis = RedisSettings::new(address.url(), unique_prefix("switchover"));
+    let gateways = Replicas::start(redis).await;
+    let [a, _] = &gateways.replicas;
+    let quote = Arc::new(a.post_once(path(Endpoint::Chat), chat(), None).await);
+    let before = gateways.balance(&a.payer).await;
+
+    let (mut killed_at, mut switched_at) = (None, None);
+    let sent = steady_load(&gateways, &quote, REQUESTS, Some(FREE_EVERY), |now| {
+        if killed_at.is_none() && now >= KILL_AFTER {
+            primary.stop();
+            killed_at = Some(now);
+        }
+        if let Some(killed) = killed_at
+            && switched_at.is_none()
+            && now >= killed + SWITCH_AFTER_KILL
+        {
+            replica.promote();
+            address.point_to(Some(replica.port()));
+            switched_at = Some(now);
+        }
+    })
+    .await;
+    let (killed_at, switched_at) = (killed_at.unwrap(), switched_at.unwrap());
+
+    let unavailable = sent.iter().filter(|one| one.status == 503).count();
+    let paid = sent.iter().filter(|one| !one.payment.is_empty()).count();
+    let served = sent
+        .iter()
+        .filter(|one| one.status == 200 && !one.payment.is_empty())
+        .count();
+    // Normal again: when the last 503 was answered, counted from the switch
+    // (zero if none was answered after it), and the first 200 sent after it.
+    let recovered = last_503(&sent).map_or(Duration::ZERO, |at| at.saturating_sub(switched_at));
+    let first_served = sent
+        .iter()
+        .filter(|one| one.status == 200 && one.at >= switched_at)
+        .map(|one| one.at + one.took - switched_at)
+        .min();
+    let slowest = sent.iter().map(|one| one.took).max().unwrap();
+    eprintln!(
+        "switchover test: {REQUESTS} requests ({paid} paid), primary killed at {killed_at:?}, \
+         replica promoted and the address switched {:?} later; {served} paid served, \
+         {unavailable} answered 503, the last 503 answered {recovered:?} after the switch, \
+         the first 200 sent after it answered {first_served:?} after it, slowest answer \
+         {slowest:?}",
+        switched_at - killed_at,
+    );
+    assert_failover_answers(&sent, switched_at);
+    // A payment served before the kill was settled on the primary and
+    // replicated (on loopback well within the 50 ms between requests): its
+    // resend is a replay.
+    assert_each_payment_settled_once(&gateways, &quote, before, &sent, &logs).await;
+}
+
+/// `GATEWAY_REDIS_WAIT_REPLICAS` on a primary with one replica: waiting for
+/// one is served and settled; waiting for two (more than there are) is a
+/// 503 with Retry-After, nothing served, nothing settled, and the same
+/// payment goes through once a deployment asks for what it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_more_replicas_than_acknowledge_is_a_503_and_nothing_is_settled() {
+    let primary = RedisServer::start();
+    let _replica = RedisServer::start_replica_of(primary.port());
+    let prefix = unique_prefix("wait_replicas");
+    let settings = |replicas| {
+        RedisSettings::new(primary.url(), &prefix)
+            .with_wait_replicas(replicas)
+            .with_timeout(WAIT_TEST_TIMEOUT)
+    };
+    wait_replicas_decide(settings(1), settings(2)).await;
+}
+
+/// The same on the Redis Cluster (one replica per primary): the `WAIT` goes
+/// to the primary of the payment's key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_waiting_for_more_replicas_than_acknowledge_is_a_503() {
+    let prefix = unique_prefix("cluster_wait_replicas");
+    let seeds = shared_cluster_seeds();
+    let settings = |replicas| {
+        RedisSettings::cluster(&seeds, &prefix)
+            .with_wait_replicas(replicas)
+            .with_timeout(WAIT_TEST_TIMEOUT)
+    };
+    wait_replicas_decide(settings(1), settings(2)).await;
+}
+
+/// The store timeout of the `WAIT` tests: a replica on a busy test machine
+/// may take longer than the default 250 ms to acknowledge (Redis waits half
+/// of it for the replicas asked for).
+const WAIT_TEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+async fn wait_replicas_decide(enough: RedisSettings, too_many: RedisSettings) {
+    let served = Replicas::start(enough).await;
+    let refused = Server::start(Config {
+        redis: Some(too_many),
+        ..Config::default()
+    })
+    .await;
+    let [a, _] = &served.replicas;
+    let url = path(Endpoint::Chat);
+    let quote = a.post_once(url, chat(), None).await;
+    let settled = served.ledger.settlements().await.unwrap();
+    let paid = a
+        .post_once(url, chat(), Some(&a.sign(&quote, &a.payer)))
+        .await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    assert_eq!(served.ledger.settlements().await.unwrap(), settled + 1);
+
+    let payment = refused.sign(&quote, &refused.payer);
+    let unreplicated = refused.post_once(url, chat(), Some(&payment)).await;
+    assert_payment_rejection(
+        Endpoint::Chat,
+        &unreplicated,
+        ErrorCode::PaymentVerificationUnavailable,
+    );
+    assert!(unreplicated.header("retry-after").is_some());
+    assert_eq!(served.ledger.settlements().await.unwrap(), settled + 1);
+    // The claim too few replicas acknowledged was given back: the same
+    // payment is payable where the replicas asked for are there.
+    let mut resent = None;
+    for _ in 0..20 {
+        let reply = a.post_once(url, chat(), Some(&payment)).await;
+        if reply.status == 200 {
+            resent = Some(reply);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        resent.is_some(),
+        "the unreplicated claim was never given back"
+    );
+    assert_eq!(served.ledger.settlements().await.unwrap(), settled + 2);
+}
+
+/// A cluster URL list whose first seed does not answer: the gateway starts
+/// and serves through the seeds that do (redis-rs tries each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_redis_cluster_a_seed_that_does_not_answer_is_passed_over() {
+    let mut seeds = vec![format!("redis://127.0.0.1:{}", free_port())];
+    seeds.extend(shared_cluster_seeds());
+    let gateways =
+        Replicas::start(RedisSettings::cluster(&seeds, unique_prefix("dead_seed"))).await;
+    let [a, b] = &gateways.replicas;
+    let url = path(Endpoint::Chat);
+    let quote = a.post_once(url, chat(), None).await;
+    assert_eq!(quote.status, 402, "{}", quote.text());
+    let paid = b
+        .post_once(url, chat(), Some(&b.sign(&quote, &b.payer)))
+        .await;
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    assert_eq!(gateways.ledger.settlements().await.unwrap(), 1);
+}
+
+/// Every line the process logs (a global subscriber at DEBUG, installed
+/// once: the replicas log from the runtime's worker threads), from the
+/// moment a test asks. Tests running beside it add their lines too, which
+/// only makes the checks stricter.
+struct Logs {
+    from: usize,
+}
+
+impl Logs {
+    fn captured() -> &'static Captured {
+        static CAPTURED: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+        CAPTURED.get_or_init(|| {
+            let captured = Captured::default();
+            tracing::subscriber::set_global_default(captured.subscriber())
+                .expect("no other global subscriber in the gateway's tests");
+            captured
+        })
+    }
+
+    fn capture() -> Self {
+        Self {
+            from: Self::captured().len(),
+        }
+    }
+
+    fn text(&self) -> String {
+        Self::captured().text_from(self.from)
+    }
+
+    /// No WARN or ERROR line shows a cluster redirection or a cluster state
+    /// (the client handles those), and neither any of `payments` (the
+    /// `PAYMENT-SIGNATURE` values sent) nor their signatures appear anywhere.
+    fn assert_clean(&self, payments: &[&str]) {
+        let text = self.text();
+        let problems = ["MOVED", "ASK ", "CROSSSLOT", "CLUSTERDOWN", "TRYAGAIN"];
+        let mut warnings = 0;
+        for line in text.lines() {
+            if !(line.contains(" WARN ") || line.contains(" ERROR ")) {
+                continue;
+            }
+            warnings += 1;
+            for problem in problems {
+                assert!(
+                    !line.contains(problem),
+                    "{problem} reached a log line: {line}"
+                );
+            }
+        }
+        for payment in payments {
+            let payload: walletgate::x402::wire::PaymentPayload =
+                walletgate::x402::wire::codec::decode(payment.as_bytes()).unwrap();
+            let payload = serde_json::to_value(&payload).unwrap();
+            let signature = payload["payload"]["signature"].as_str().unwrap();
+            for secret in [*payment, signature] {
+                assert!(secret.len() >= 32);
+                assert!(
+                    !text.contains(secret),
+                    "a payment's signature reached the log"
+                );
+            }
+        }
+        eprintln!(
+            "logs: {} lines captured, {warnings} at WARN or ERROR, none with a cluster \
+             redirection or a secret",
+            text.lines().count()
+        );
+    }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use walletgate::client::payer::{Payer, sequential_nonce};
-use walletgate::x402::wire::{PaymentRequired, codec};
+use walletgate::x402::wire::{PaymentRequired, SCHEME_UPTO, codec};
 
 use crate::child_server::{exchange, header, spawn_child_server};
 use crate::request::Endpoint;
@@ -80,18 +80,31 @@ async fn spawn_gateway(
     (child, address, stderr)
 }
 
-/// A paid stream on `address`, its first bytes read: in flight.
-async fn paid_stream_in_flight(address: &str) -> TcpStream {
+/// A paid stream on `address`, its first bytes read: in flight. Paid
+/// `exact`, or `upto` (a ceiling, settled for what the stream used) when
+/// `metered`; the ceiling it was paid under.
+async fn paid_stream_in_flight(address: &str, metered: bool) -> (TcpStream, u128) {
     let quote = exchange(address, &post(None, true)).await;
     let quote: PaymentRequired =
         codec::decode(header(&quote, "payment-required").unwrap().as_bytes()).unwrap();
-    let payment = Payer::dev(1)
-        .header_with_nonce(
-            &quote.accepts[0],
-            now_secs(),
-            sequential_nonce(fresh_nonce()),
-        )
-        .unwrap();
+    let (payment, ceiling) = if metered {
+        let upto = quote
+            .accepts
+            .iter()
+            .find(|offer| offer.scheme == SCHEME_UPTO)
+            .expect("an upto offer");
+        let signed = Payer::dev(2).pay_upto(upto, now_secs()).unwrap();
+        (codec::encode(&signed), upto.amount.units())
+    } else {
+        let signed = Payer::dev(1)
+            .header_with_nonce(
+                &quote.accepts[0],
+                now_secs(),
+                sequential_nonce(fresh_nonce()),
+            )
+            .unwrap();
+        (signed, quote.accepts[0].amount.units())
+    };
     let mut paid = TcpStream::connect(address).await.unwrap();
     paid.write_all(post(Some(&payment), true).as_bytes())
         .await
@@ -103,7 +116,7 @@ async fn paid_stream_in_flight(address: &str) -> TcpStream {
         "{:?}",
         &first[..read]
     );
-    paid
+    (paid, ceiling)
 }
 
 fn sigterm(child: &tokio::process::Child) {
@@ -121,7 +134,7 @@ async fn a_sigterm_drains_a_paid_stream_to_its_settlement() {
     // A keep-alive connection with a request begun before the signal.
     let mut probe = TcpStream::connect(&address).await.unwrap();
     probe.write_all(b"GET /readyz HTTP/1.1\r\n").await.unwrap();
-    let mut paid = paid_stream_in_flight(&address).await;
+    let (mut paid, _) = paid_stream_in_flight(&address, false).await;
 
     let signalled = Instant::now();
     sigterm(&child);
@@ -171,7 +184,7 @@ async fn a_sigterm_drains_a_paid_stream_to_its_settlement() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_cut_by_its_deadline_exits_1_and_settles_nothing() {
     let (mut child, address, stderr) = spawn_gateway("0").await;
-    let mut paid = paid_stream_in_flight(&address).await;
+    let (mut paid, _) = paid_stream_in_flight(&address, false).await;
     sigterm(&child);
     let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
         .await
@@ -183,4 +196,30 @@ async fn a_drain_cut_by_its_deadline_exits_1_and_settles_nothing() {
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("cut requests still in flight"), "{stderr}");
     assert!(!stderr.contains("total_settlements="), "{stderr}");
+}
+
+/// A metered (`upto`) stream in flight at SIGTERM runs to its end and is
+/// settled for what it used, not its ceiling.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sigterm_drains_a_metered_stream_and_settles_what_it_used() {
+    let (mut child, address, stderr) = spawn_gateway("20").await;
+    let (mut paid, ceiling) = paid_stream_in_flight(&address, true).await;
+    sigterm(&child);
+    let mut rest = Vec::new();
+    paid.read_to_end(&mut rest).await.unwrap();
+    let rest = String::from_utf8_lossy(&rest);
+    let settled = crate::tests::stream_settlement(&rest);
+    assert!(settled.success, "{rest}");
+    let charged = settled.amount.unwrap().units();
+    assert!(
+        0 < charged && charged * 2 < ceiling,
+        "{charged} of a {ceiling} ceiling"
+    );
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("exited within the drain deadline")
+        .unwrap();
+    let stderr = stderr.await.unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr.matches("total_settlements=1").count(), 1, "{stderr}");
 }

@@ -23,8 +23,8 @@ use crate::chain_support::{
 };
 use crate::chain_tests::{CHAT, ONE_ETH, funded_settler_key, payer, settler_config};
 use crate::config::{Config, EvmSettings, PaymentNetwork};
-use crate::metering_tests::{MODEL, final_event, priced, usage_chunk};
-use crate::tests::{Server, now_secs};
+use crate::metering_tests::{MODEL, priced, usage_chunk};
+use crate::tests::{Server, now_secs, stream_settlement as final_event};
 use crate::upstream::Fault;
 
 const FUNDS: u64 = 1_000_000;

@@ -178,7 +178,8 @@ fn report_verdict<B>(_request: Option<&http::Request<B>>, verdict: &Result<Verdi
         Ok(Verdict::Allowed { .. }) => ("admitted", None),
         Ok(Verdict::Refused { .. }) => ("refused", Some(Code::FreeTierRateLimited)),
         Ok(Verdict::AtCapacity) => ("refused", Some(Code::FreeModelFailed)),
-        Err(_) => ("refused", Some(Code::InternalError)),
+        // Answered 503 RATE_LIMIT_UNAVAILABLE (`store_failure`): counted as answered.
+        Err(_) => ("refused", Some(Code::RateLimitUnavailable)),
     };
     match code.map(Code::as_str) {
         Some(code) => crate::metrics::count(
@@ -225,13 +226,15 @@ fn report_verdict<B>(_request: Option<&http::Request<B>>, verdict: &Result<Verdi
                 outcome = "refused",
                 error = ErrorCode::FreeModelFailed.as_str(),
             ),
+            // A store away (as in a Redis failover) is a WARN, as the payment
+            // layer's is: the answer is a retryable 503, nothing is lost.
             Err(error) => trace_decision!(
-                ERROR,
+                WARN,
                 "free_tier",
                 client_ip,
                 model,
                 outcome = "refused",
-                error = ErrorCode::InternalError.as_str(),
+                error = ErrorCode::RateLimitUnavailable.as_str(),
                 reason = %error,
             ),
         }

@@ -115,6 +115,8 @@ pub struct RedisConfig {
     cluster_seeds: Option<Vec<String>>,
     prefix: String,
     timeout: Duration,
+    /// Replicas a write that guards money or replay waits for (`WAIT`); 0: none.
+    wait_replicas: u32,
     /// PEM roots that replace Mozilla's for `rediss://` (a private CA).
     #[cfg(feature = "redis-tls")]
     ca_certificates: Option<Vec<u8>>,
@@ -134,6 +136,7 @@ impl RedisConfig {
             cluster_seeds: None,
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             timeout: Self::DEFAULT_TIMEOUT,
+            wait_replicas: 0,
             #[cfg(feature = "redis-tls")]
             ca_certificates: None,
         }
@@ -180,6 +183,21 @@ impl RedisConfig {
         self.timeout = timeout;
         self
     }
+
+    /// After each write that guards money or replay (a payment's claim, its
+    /// settling and spent records, the on-chain settler's records, a SIWE
+    /// nonce spent, a revocation), waits until `replicas` replicas of the
+    /// primary written to acknowledged it (Redis's `WAIT`, within the
+    /// timeout); fewer is a [`StoreError`], as if Redis could not answer.
+    /// A failover then cannot lose those writes unless every one of the
+    /// replicas is lost too. Costs one round trip per such write; 0 (the
+    /// default) waits for none. On a Redis Cluster the wait goes to the
+    /// primary of the key written.
+    #[must_use]
+    pub fn with_wait_replicas(mut self, replicas: u32) -> Self {
+        self.wait_replicas = replicas;
+        self
+    }
 }
 
 impl std::fmt::Debug for RedisConfig {
@@ -189,6 +207,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("cluster", &self.is_cluster())
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
+            .field("wait_replicas", &self.wait_replicas)
             .finish_non_exhaustive()
     }
 }
@@ -200,6 +219,8 @@ pub struct RedisConnection {
     source: Source,
     prefix: Arc<str>,
     timeout: Duration,
+    /// [`RedisConfig::with_wait_replicas`].
+    wait_replicas: u32,
     /// Calls made through this connection and its clones.
     calls: Arc<AtomicU64>,
 }
@@ -232,6 +253,7 @@ impl RedisConnection {
             source,
             prefix: config.prefix.as_str().into(),
             timeout: config.timeout,
+            wait_replicas: config.wait_replicas,
             calls: Arc::default(),
         })
     }
@@ -529,6 +551,61 @@ impl RedisConnection {
         Ok(set.is_some())
     }
 
+    /// Waits until the configured number of replicas
+    /// ([`RedisConfig::with_wait_replicas`]) acknowledged this connection's
+    /// writes so far, `key`'s among them: Redis's `WAIT`, on a cluster sent to
+    /// the primary of `key`'s slot (where the write went; redis-rs would send
+    /// a keyless `WAIT` to every primary). Fewer acknowledgements within the
+    /// timeout is a [`StoreError`] naming `what`, as a Redis that cannot
+    /// answer. Nothing to wait for: `Ok` at once, no round trip.
+    #[cfg(any(
+        feature = "x402",
+        feature = "siwe",
+        feature = "wallet-jwt",
+        feature = "tokens"
+    ))]
+    pub(crate) async fn replicated(&self, what: &'static str, key: &str) -> Result<(), StoreError> {
+        let wanted = self.wait_replicas;
+        if wanted == 0 {
+            return Ok(());
+        }
+        // Redis waits half the timeout, leaving the rest for the answer's
+        // way back and for Redis noticing the wait is over (its timers tick
+        // every 100 ms by default): the call stays within the timeout, as
+        // every call does (the connection's response timeout is that timeout
+        // too). `WAIT n 0` would block for ever: at least a millisecond.
+        let wait_ms = u64::try_from(self.timeout.as_millis() / 2)
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let slot = redis::cluster_routing::Slot::for_key(key);
+        let acknowledged: u64 = self
+            .call(what, |link| async move {
+                let mut wait = redis::cmd("WAIT");
+                wait.arg(wanted).arg(wait_ms);
+                match link.0 {
+                    Link::Standalone(mut manager) => wait.query_async(&mut manager).await,
+                    Link::Cluster(mut cluster) => {
+                        use redis::cluster_routing::{
+                            Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+                        };
+                        let primary = Route::with_slot(slot, SlotAddr::Master);
+                        let routing =
+                            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(primary));
+                        let answer = cluster.route_command(wait, routing).await?;
+                        redis::from_redis_value(answer).map_err(Into::into)
+                    }
+                }
+            })
+            .await?;
+        if acknowledged < u64::from(wanted) {
+            return Err(StoreError::new(what).with_source(TooFewReplicas {
+                wanted,
+                acknowledged,
+            }));
+        }
+        Ok(())
+    }
+
     /// [`call`](Self::call) bounded by `timeout` instead of the configured
     /// one: for background work no request waits on (a compensation that
     /// must outlast a stall of Redis).
@@ -624,6 +701,43 @@ impl std::fmt::Display for TimedOut {
 }
 
 impl std::error::Error for TimedOut {}
+
+/// A write fewer replicas acknowledged than [`RedisConfig::with_wait_replicas`] asks.
+#[cfg(any(
+    feature = "x402",
+    feature = "siwe",
+    feature = "wallet-jwt",
+    feature = "tokens"
+))]
+#[derive(Debug)]
+struct TooFewReplicas {
+    wanted: u32,
+    acknowledged: u64,
+}
+
+#[cfg(any(
+    feature = "x402",
+    feature = "siwe",
+    feature = "wallet-jwt",
+    feature = "tokens"
+))]
+impl std::fmt::Display for TooFewReplicas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} of the {} replicas asked for acknowledged the write in time",
+            self.acknowledged, self.wanted
+        )
+    }
+}
+
+#[cfg(any(
+    feature = "x402",
+    feature = "siwe",
+    feature = "wallet-jwt",
+    feature = "tokens"
+))]
+impl std::error::Error for TooFewReplicas {}
 
 #[cfg(test)]
 mod tests {

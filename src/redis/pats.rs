@@ -300,6 +300,8 @@ impl PatStore for RedisPatStore {
                 .arg(reason_text(because))
                 .arg(now);
             let fields: Fields = self.conn.invoke("PAT revoke", invocation).await?;
+            let routing = self.conn.routing_key(GROUP);
+            self.conn.replicated("PAT revoke", &routing).await?;
             read_optional_pat(&fields)
         })
     }
@@ -332,7 +334,8 @@ impl PatStore for RedisPatStore {
             let mut invocation = self.conn.grouped_invocation(&REVOKE_FAMILY, GROUP);
             invocation.arg(family_id).arg(now);
             let () = self.conn.invoke("PAT family revoke", invocation).await?;
-            Ok(())
+            let routing = self.conn.routing_key(GROUP);
+            self.conn.replicated("PAT family revoke", &routing).await
         })
     }
 

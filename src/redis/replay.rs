@@ -20,10 +20,24 @@
 //!
 //! A release is sent on the tokio runtime as soon as it is asked for (see
 //! [`NonceStore::release`]): a request dropped mid-flight still frees its
-//! claim; if Redis cannot take it, the claim expires at its hold-until.
+//! claim. A release Redis cannot take (it is away) waits in a bounded queue
+//! and is sent again in the background, with backoff, until Redis takes it
+//! or the claim's hold-until passes (the claim has expired then); a claim of
+//! the same authorization by this store sends it first. Each release deletes
+//! the claim only while it still holds this store's token, so a late one
+//! never frees another request's claim. Without that, a payment answered 503
+//! while Redis was away would be refused as in flight on every resend until
+//! its hold-until, although nothing was charged.
+//!
+//! With [`RedisConfig::with_wait_replicas`](super::RedisConfig::with_wait_replicas),
+//! a claim, a settling and a spent record each wait for that many replicas
+//! (`WAIT`); a claim too few replicas acknowledged is given back and answered
+//! as a store failure.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::time::Duration;
 
 use alloy_primitives::{Address, B256};
 use redis::Script;
@@ -82,7 +96,16 @@ pub struct RedisNonceStore {
     ledger: Option<RedisLedger>,
     /// The token of each claim this store holds, by Redis key: a release
     /// deletes its own claim only.
-    held: Arc<Mutex<HashMap<String, String>>>,
+    held: Arc<Mutex<HashMap<String, Held>>>,
+    /// Releases Redis could not take yet.
+    unreleased: Arc<Unreleased>,
+}
+
+/// A claim this store holds: its token, and when it expires on its own.
+#[derive(Clone, Debug)]
+struct Held {
+    token: String,
+    until_unix_secs: u64,
 }
 
 impl std::fmt::Debug for RedisNonceStore {
@@ -102,6 +125,7 @@ impl RedisNonceStore {
             clock,
             ledger: None,
             held: Arc::default(),
+            unreleased: Arc::default(),
         }
     }
 
@@ -115,7 +139,7 @@ impl RedisNonceStore {
     }
 
     /// The tokens of the claims this store holds.
-    fn hold(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+    fn hold(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
         // One insert or remove per update: a poisoned map is still consistent.
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -157,6 +181,15 @@ impl NonceStore for RedisNonceStore {
         let ttl = self.ttl_secs(hold_until_unix_secs);
         let read_ahead = self.read_ahead(key);
         Box::pin(async move {
+            // This store's own claim of the same authorization whose release
+            // Redis could not take (a resend after a 503): released first.
+            if let Some(stale) = self.unreleased.take(&redis_key)
+                && let Err(error) = release_once(&self.conn, &redis_key, &stale.token, None).await
+            {
+                let (conn, clock) = (&self.conn, &self.clock);
+                self.unreleased.queue(conn, clock, redis_key, stale);
+                return Err(error);
+            }
             let Ok(random) = getrandom::u64() else {
                 return Err(StoreError::new(
                     "x402 replay claim: no randomness for a claim token",
@@ -201,7 +234,11 @@ impl NonceStore for RedisNonceStore {
                     // Timed out, the claim may still land: take it back behind it
                     // (same connection, so in order), or the same signed payment
                     // would be refused as in flight until the claim expired.
-                    take_back(self.conn.clone(), redis_key, token);
+                    let held = Held {
+                        token,
+                        until_unix_secs: hold_until_unix_secs,
+                    };
+                    self.take_back(redis_key, held);
                     return Err(error);
                 }
             };
@@ -209,10 +246,24 @@ impl NonceStore for RedisNonceStore {
             let claim = decode_claim(value)?;
             if matches!(claim, Claim::Settling(_)) {
                 // Held as the record itself: a release deletes it only while unchanged.
-                self.hold().insert(redis_key.clone(), value.to_owned());
+                let held = Held {
+                    token: value.to_owned(),
+                    until_unix_secs: hold_until_unix_secs,
+                };
+                self.hold().insert(redis_key.clone(), held);
             }
             if claim == Claim::Claimed {
-                self.hold().insert(redis_key, token);
+                let held = Held {
+                    token,
+                    until_unix_secs: hold_until_unix_secs,
+                };
+                if let Err(error) = self.conn.replicated("x402 replay claim", &redis_key).await {
+                    // Written, but on too few replicas to survive a failover:
+                    // given back, and answered as the store failing.
+                    drop(self.send_release(redis_key, held));
+                    return Err(error);
+                }
+                self.hold().insert(redis_key, held);
                 if let Some((ledger, payer, nonce)) = read_ahead {
                     ledger
                         .prefetched()
@@ -228,8 +279,9 @@ impl NonceStore for RedisNonceStore {
             ledger.prefetched().forget(payer, nonce);
         }
         let redis_key = self.redis_key(key);
-        match self.hold().remove(&redis_key) {
-            Some(token) => send_release(self.conn.clone(), redis_key, token),
+        let held = self.hold().remove(&redis_key);
+        match held {
+            Some(held) => self.send_release(redis_key, held),
             // Not a claim of this store: nothing of ours to give back.
             None => Box::pin(std::future::ready(())),
         }
@@ -266,9 +318,11 @@ impl NonceStore for RedisNonceStore {
         let ttl = self.ttl_secs(keep_until_unix_secs);
         let value = encode_record('P', &settling);
         Box::pin(async move {
+            let what = "x402 replay mark settling";
             self.conn
-                .set_expiring("x402 replay mark settling", redis_key, value, ttl)
-                .await
+                .set_expiring(what, redis_key.clone(), value, ttl)
+                .await?;
+            self.conn.replicated(what, &redis_key).await
         })
     }
 
@@ -292,47 +346,173 @@ impl NonceStore for RedisNonceStore {
         let ttl = self.ttl_secs(keep_until_unix_secs);
         let value = encode_spent(&spent);
         Box::pin(async move {
+            let what = "x402 replay mark spent";
             self.conn
-                .set_expiring("x402 replay mark spent", redis_key, value, ttl)
-                .await
+                .set_expiring(what, redis_key.clone(), value, ttl)
+                .await?;
+            self.conn.replicated(what, &redis_key).await
         })
     }
 }
 
-/// Deletes the claim `token` at `redis_key`, sent on the runtime at once
-/// (whether or not the returned future is awaited: a dropped request still
-/// releases); without a runtime, when the future is polled. A claim that
-/// cannot be released expires at its hold-until time.
-fn send_release(conn: RedisConnection, redis_key: String, token: String) -> BoxFuture<'static, ()> {
-    spawn_or_return(async move {
-        if let Err(_error) = release_once(&conn, &redis_key, &token, None).await {
+impl RedisNonceStore {
+    /// Deletes the claim `held` at `redis_key`, sent on the runtime at once
+    /// (whether or not the returned future is awaited: a dropped request
+    /// still releases); without a runtime, when the future is polled. A
+    /// release Redis cannot take waits for it in [`Unreleased`].
+    fn send_release(&self, redis_key: String, held: Held) -> BoxFuture<'static, ()> {
+        let (conn, clock, unreleased) = (
+            self.conn.clone(),
+            self.clock.clone(),
+            self.unreleased.clone(),
+        );
+        spawn_or_return(async move {
+            if let Err(_error) = release_once(&conn, &redis_key, &held.token, None).await {
+                trace_warn!(
+                    error = %_error,
+                    "a claim could not be released; it is sent again when Redis answers",
+                );
+                unreleased.queue(&conn, &clock, redis_key, held);
+            }
+        })
+    }
+
+    /// Takes back a claim whose answer never came (Redis stalled past the
+    /// timeout): it may still run once Redis moves again, and would then hold
+    /// the same signed payment as in flight until its hold-until. Sent behind
+    /// it on the same connection, patiently (a few tries, several seconds
+    /// each), in the background: no request waits on it. If Redis still
+    /// cannot take it, it waits in [`Unreleased`].
+    fn take_back(&self, redis_key: String, held: Held) {
+        let (conn, clock, unreleased) = (
+            self.conn.clone(),
+            self.clock.clone(),
+            self.unreleased.clone(),
+        );
+        drop(spawn_or_return(async move {
+            for _ in 0..3 {
+                let patience = Some(COMPENSATION_TIMEOUT);
+                if release_once(&conn, &redis_key, &held.token, patience)
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
             trace_warn!(
-                error = %_error,
-                "the claim could not be released; it expires at its hold-until time",
+                "a timed-out claim could not be taken back yet; it is sent again when Redis answers"
             );
-        }
-    })
+            unreleased.queue(&conn, &clock, redis_key, held);
+        }));
+    }
 }
 
-/// Takes back a claim whose answer never came (Redis stalled past the
-/// timeout): it may still run once Redis moves again, and would then hold
-/// the same signed payment as in flight until its hold-until. Sent behind it
-/// on the same connection, patiently (a few tries, several seconds each), in
-/// the background: no request waits on it.
-fn take_back(conn: RedisConnection, redis_key: String, token: String) {
-    drop(spawn_or_return(async move {
-        for _ in 0..3 {
-            let patience = Some(COMPENSATION_TIMEOUT);
-            if release_once(&conn, &redis_key, &token, patience)
-                .await
-                .is_ok()
-            {
+/// Releases Redis could not take, by Redis key, sent again in the
+/// background until Redis takes them or their claims expire.
+#[derive(Debug, Default)]
+struct Unreleased {
+    waiting: Mutex<HashMap<String, Held>>,
+    /// Whether the task that sends them runs.
+    retrying: AtomicBool,
+}
+
+/// The most releases kept waiting: past it, a claim expires at its
+/// hold-until as before (a Redis away that long refuses payments anyway).
+const MAX_UNRELEASED: usize = 10_000;
+/// The first wait before sending the waiting releases again, and the
+/// longest (the wait doubles while Redis stays away).
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_LONGEST: Duration = Duration::from_secs(1);
+
+impl Unreleased {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
+        // One insert or remove per update: a poisoned map is still consistent.
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the release waiting for `redis_key`, if any.
+    fn take(&self, redis_key: &str) -> Option<Held> {
+        let mut waiting = self.lock();
+        if waiting.is_empty() {
+            return None;
+        }
+        waiting.remove(redis_key)
+    }
+
+    /// Keeps `held` to send again, and starts the task that sends them.
+    fn queue(
+        self: &Arc<Self>,
+        conn: &RedisConnection,
+        clock: &SharedClock,
+        key: String,
+        held: Held,
+    ) {
+        {
+            let mut waiting = self.lock();
+            if waiting.len() >= MAX_UNRELEASED && !waiting.contains_key(&key) {
+                trace_warn!(
+                    "too many releases wait for Redis; this claim expires at its hold-until time"
+                );
                 return;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            waiting.insert(key, held);
         }
-        trace_warn!("a timed-out claim could not be taken back; it expires at its hold-until time");
-    }));
+        if self.retrying.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to send it later on: a claim of the same
+            // authorization by this store still sends it first.
+            self.retrying.store(false, Ordering::Release);
+            return;
+        };
+        runtime.spawn(self.clone().retry(conn.clone(), clock.clone()));
+    }
+
+    /// Sends the waiting releases until none is left, backing off while
+    /// Redis stays away; bounded by the claims' hold-until times.
+    async fn retry(self: Arc<Self>, conn: RedisConnection, clock: SharedClock) {
+        let mut wait = RETRY_FIRST;
+        loop {
+            tokio::time::sleep(wait).await;
+            let now = clock.now_unix_secs();
+            let due: Vec<(String, Held)> = {
+                let mut waiting = self.lock();
+                // Expired on their own by now.
+                waiting.retain(|_, held| held.until_unix_secs > now);
+                waiting
+                    .iter()
+                    .map(|(key, held)| (key.clone(), held.clone()))
+                    .collect()
+            };
+            let mut answered = true;
+            for (key, held) in due {
+                if release_once(&conn, &key, &held.token, None).await.is_err() {
+                    answered = false;
+                    break;
+                }
+                let mut waiting = self.lock();
+                // Unless a newer release of the same key was queued meanwhile.
+                if waiting.get(&key).is_some_and(|now| now.token == held.token) {
+                    waiting.remove(&key);
+                }
+            }
+            if self.lock().is_empty() {
+                self.retrying.store(false, Ordering::Release);
+                // A release queued after the check starts its own task,
+                // unless this one takes it on.
+                if self.lock().is_empty() || self.retrying.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+            }
+            wait = if answered {
+                RETRY_FIRST
+            } else {
+                (wait * 2).min(RETRY_LONGEST)
+            };
+        }
+    }
 }
 
 /// How long a take-back waits for Redis on each try.

@@ -4,6 +4,8 @@
 //! the Unix second until which its tokens are refused and expiring at that
 //! second (`EXAT`): once the last JWT minted from the PAT has expired the
 //! entry has nothing left to refuse and Redis drops it. Checking is one `GET`.
+//! With [`RedisConfig::with_wait_replicas`](super::RedisConfig::with_wait_replicas)
+//! a revocation waits for that many replicas.
 
 use std::sync::LazyLock;
 
@@ -67,10 +69,12 @@ impl RevocationCheck for RedisRevocations {
         until: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            let key = self.conn.key(SEAM, client_id);
             let mut invocation = REVOKE.prepare_invoke();
-            invocation.key(self.conn.key(SEAM, client_id)).arg(until);
+            invocation.key(&key).arg(until);
             let _stored: u8 = self.conn.invoke("JWT revocation", invocation).await?;
-            Ok(())
+            // A revocation a failover could undo is not reported done.
+            self.conn.replicated("JWT revocation", &key).await
         })
     }
 }

@@ -9,7 +9,10 @@
 //! `begin` is `SET … NX`: of several replicas settling the same
 //! authorization, one records (and sends) a transaction; the others read its
 //! record and report its outcome. A replica restarted mid-settlement finds
-//! the record when the payment is settled again.
+//! the record when the payment is settled again. With
+//! [`RedisConfig::with_wait_replicas`](super::RedisConfig::with_wait_replicas)
+//! `begin` and `update` wait for that many replicas; a record begun on too
+//! few is removed again and nothing is sent.
 
 use super::RedisConnection;
 use crate::store::{BoxFuture, StoreError};
@@ -41,6 +44,18 @@ impl RedisSettlementRecords {
     fn answered_key(&self, key: &SettlementKey) -> String {
         self.conn.key(ANSWERED_SEAM, &key.id())
     }
+
+    /// `DEL redis_key`, one key per call (a cluster keeps keys on different shards).
+    async fn del(&self, what: &'static str, redis_key: String) -> Result<(), StoreError> {
+        self.conn
+            .call(what, |mut c| async move {
+                redis::cmd("DEL")
+                    .arg(&redis_key)
+                    .query_async::<()>(&mut c)
+                    .await
+            })
+            .await
+    }
 }
 
 /// Seconds until `record` may be forgotten (at least one minute).
@@ -71,10 +86,19 @@ impl SettlementRecords for RedisSettlementRecords {
         record: &'a SettlementRecord,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
+            let what = "settlement record begin";
             let (redis_key, json, ttl) = (self.key(key), encode(record)?, ttl_secs(record));
-            self.conn
-                .set_new_expiring("settlement record begin", redis_key, json, ttl)
-                .await
+            let began = self
+                .conn
+                .set_new_expiring(what, redis_key.clone(), json, ttl)
+                .await?;
+            if began && let Err(error) = self.conn.replicated(what, &redis_key).await {
+                // Nothing is sent on a record a failover could lose: it is
+                // taken back (best effort), and the settlement fails unsent.
+                let _ = self.del("settlement record removal", redis_key).await;
+                return Err(error);
+            }
+            Ok(began)
         })
     }
 
@@ -84,10 +108,12 @@ impl SettlementRecords for RedisSettlementRecords {
         record: &'a SettlementRecord,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            let what = "settlement record update";
             let (redis_key, json, ttl) = (self.key(key), encode(record)?, ttl_secs(record));
             self.conn
-                .set_expiring("settlement record update", redis_key, json, ttl)
-                .await
+                .set_expiring(what, redis_key.clone(), json, ttl)
+                .await?;
+            self.conn.replicated(what, &redis_key).await
         })
     }
 
@@ -114,16 +140,8 @@ impl SettlementRecords for RedisSettlementRecords {
 
     fn remove<'a>(&'a self, key: &'a SettlementKey) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            // One key per call: a cluster keeps them on different shards.
             for redis_key in [self.key(key), self.answered_key(key)] {
-                self.conn
-                    .call("settlement record removal", |mut c| async move {
-                        redis::cmd("DEL")
-                            .arg(&redis_key)
-                            .query_async::<()>(&mut c)
-                            .await
-                    })
-                    .await?;
+                self.del("settlement record removal", redis_key).await?;
             }
             Ok(())
         })
@@ -135,6 +153,8 @@ impl SettlementRecords for RedisSettlementRecords {
         valid_before: u64,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
+            // Not waited for: a mark lost in a failover lets a second caller
+            // be told `success` too; the transfer happened once either way.
             let (redis_key, ttl) = (self.answered_key(key), retention_secs(valid_before));
             self.conn
                 .set_new_expiring("settlement answer claim", redis_key, 1, ttl)
@@ -163,5 +183,29 @@ mod tests {
         crate::x402::facilitator::evm_settler::records_contract(&records, now + 300).await;
         let (_, record) = crate::x402::facilitator::evm_settler::sample_record(now + 300);
         assert!(ttl_secs(&record) > RECORD_RETENTION_SECS);
+    }
+
+    #[tokio::test]
+    async fn a_record_begun_on_too_few_replicas_is_an_error_and_is_gone() {
+        // The shared server has no replica: waiting for one cannot succeed.
+        let prefix = redis_support::unique_prefix("settlement-records-wait");
+        let open = |replicas| {
+            let config = RedisConfig::new(redis_support::shared_url())
+                .with_prefix(&prefix)
+                .with_timeout(Duration::from_secs(2))
+                .with_wait_replicas(replicas);
+            RedisSettlementRecords::new(RedisConnection::open(&config).unwrap())
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let (key, record) = crate::x402::facilitator::evm_settler::sample_record(now + 300);
+        let error = open(1).begin(&key, &record).await.unwrap_err();
+        let chain = crate::error_chain(&error);
+        assert!(chain.contains("replicas"), "{chain}");
+        // Nothing is left that another replica would take for a broadcast.
+        assert_eq!(open(0).get(&key).await.unwrap(), None);
+        assert!(open(0).begin(&key, &record).await.unwrap());
     }
 }

@@ -5,7 +5,9 @@
 //! the nonce, so nothing outlives its use. Issuing is `SET NX PX` (a
 //! collision is [`NonceStoreError::Duplicate`]); consuming is one Lua script
 //! that reads and spends in the same step, so of two replicas racing with the
-//! same nonce exactly one sees [`NonceConsumption::Fresh`].
+//! same nonce exactly one sees [`NonceConsumption::Fresh`], and with
+//! [`RedisConfig::with_wait_replicas`](super::RedisConfig::with_wait_replicas)
+//! only once that many replicas acknowledged the spend.
 
 use std::sync::LazyLock;
 
@@ -91,12 +93,17 @@ impl NonceStore for RedisSiweNonceStore {
         nonce: &'a str,
         now_unix_millis: u64,
     ) -> BoxFuture<'a, Result<NonceConsumption, NonceStoreError>> {
+        let key = self.conn.key(SEAM, nonce);
         let mut invocation = CONSUME.prepare_invoke();
-        invocation
-            .key(self.conn.key(SEAM, nonce))
-            .arg(now_unix_millis);
+        invocation.key(&key).arg(now_unix_millis);
         Box::pin(async move {
-            let found: u8 = self.conn.invoke("SIWE nonce consume", invocation).await?;
+            let what = "SIWE nonce consume";
+            let found: u8 = self.conn.invoke(what, invocation).await?;
+            if found == 3 {
+                // Spent on the replicas asked for, or the sign-in fails (it is
+                // never accepted on a spend a failover could undo).
+                self.conn.replicated(what, &key).await?;
+            }
             Ok(match found {
                 3 => NonceConsumption::Fresh,
                 2 => NonceConsumption::Expired,

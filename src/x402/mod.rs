@@ -161,6 +161,7 @@ mod error;
 mod expiring;
 pub mod facilitator;
 pub mod server;
+pub(crate) mod signing_key;
 pub mod wire;
 
 pub use error::ConfigError;

@@ -38,6 +38,34 @@ impl RedisServer {
 
     /// Starts redis-server on `port` (used to restart a stopped one in place).
     pub fn start_on(port: u16) -> Self {
+        Self::start_with(port, &[])
+    }
+
+    /// Starts redis-server on a free loopback port as a replica of the one
+    /// on `primary_port`, and waits until the primary counts it in sync.
+    pub fn start_replica_of(primary_port: u16) -> Self {
+        let primary = primary_port.to_string();
+        let replica = Self::start_with(free_port(), &["--replicaof", "127.0.0.1", &primary]);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let info = redis_cli(primary_port, &["info", "replication"]);
+            let synced = format!("port={},state=online", replica.port);
+            if info.contains(&synced) {
+                return replica;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the replica on {} never synced", replica.port);
+    }
+
+    /// Makes this replica a primary (`REPLICAOF NO ONE`), as a managed
+    /// endpoint's failover promotes one.
+    pub fn promote(&self) {
+        let answer = redis_cli(self.port, &["replicaof", "no", "one"]);
+        assert!(answer.contains("OK"), "REPLICAOF NO ONE: {answer:?}");
+    }
+
+    fn start_with(port: u16, extra: &[&str]) -> Self {
         let dir =
             std::env::temp_dir().join(format!("walletgate-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir for redis-server");
@@ -52,6 +80,7 @@ impl RedisServer {
                 "--appendonly",
                 "no",
             ])
+            .args(extra)
             .arg("--dir")
             .arg(&dir)
             .stdout(Stdio::null())
@@ -129,7 +158,8 @@ impl RedisServer {
         self.port
     }
 
-    /// Kills the server and waits for it to exit.
+    /// Kills the server (SIGKILL: no shutdown, as if its machine died) and
+    /// waits for it to exit.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -416,4 +446,85 @@ pub fn shared_cluster_seeds() -> Vec<String> {
             panic!("the shared Redis Cluster did not start (redis-server, redis-cli installed?)");
         })
         .clone()
+}
+
+/// A TCP forwarder on a free loopback port in front of a redis-server on
+/// loopback: the one address of a managed Redis endpoint, which a failover
+/// points at another node. Connections made while it points nowhere are
+/// closed at once (Redis unreachable). Stopped on drop. Needs a tokio
+/// runtime.
+pub struct Forwarder {
+    port: u16,
+    target: std::sync::Arc<std::sync::Mutex<Option<u16>>>,
+    /// Bumped on each switch: every open connection ends (as a failover
+    /// drops them), new ones go to the new target.
+    switches: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Forwarder {
+    /// Listens on a free loopback port, forwarding to `127.0.0.1:target`.
+    pub async fn start(target: u16) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port for the forwarder");
+        let port = listener.local_addr().unwrap().port();
+        let target = std::sync::Arc::new(std::sync::Mutex::new(Some(target)));
+        let switches = std::sync::Arc::new(tokio::sync::watch::channel(0_u64).0);
+        let (to, switched) = (target.clone(), switches.clone());
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                let Some(port) = *to.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+                else {
+                    // Pointing nowhere: closed at once.
+                    continue;
+                };
+                let mut switch = switched.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", port)).await
+                    else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = switch.changed() => {}
+                    }
+                });
+            }
+        });
+        Self {
+            port,
+            target,
+            switches,
+            accept,
+        }
+    }
+
+    /// `redis://127.0.0.1:{port}`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Points the address at `127.0.0.1:target`, or nowhere (`None`);
+    /// every open connection ends.
+    pub fn point_to(&self, target: Option<u16>) {
+        *self
+            .target
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = target;
+        self.switches.send_modify(|switches| *switches += 1);
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.accept.abort();
+        // Ends every open connection.
+        self.point_to(None);
+    }
 }

@@ -37,6 +37,15 @@ pub fn chat_layer_builder(
         .with_clock(clock)
 }
 
+/// A `POST` of the paid route, with `payment` as its `PAYMENT-SIGNATURE`.
+pub fn chat_request(payment: Option<&str>) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    let mut request = http::Request::post(CHAT);
+    if let Some(payment) = payment {
+        request = request.header("payment-signature", payment);
+    }
+    request.body(http_body_util::Full::default()).unwrap()
+}
+
 /// A handler that answers 200 at once.
 pub type Answering = tower::util::BoxCloneService<
     http::Request<http_body_util::Full<bytes::Bytes>>,

@@ -20,6 +20,7 @@ use super::{
 };
 use crate::build_with_clock;
 use crate::config::Config;
+use crate::redis_settings::RedisSettings;
 
 #[path = "../../../tests/redis_support/mod.rs"]
 mod redis_support;
@@ -46,11 +47,17 @@ fn shared_key_file(test: &str) -> PathBuf {
 /// One replica on its own loopback port, serving [`ORIGIN`], its stores in
 /// the Redis at `url` under `prefix`.
 async fn replica(url: &str, prefix: &str, key_file: &Path) -> Server {
+    replica_on(RedisSettings::new(url, prefix), key_file).await
+}
+
+/// One replica on its own loopback port, serving [`ORIGIN`], its stores in
+/// the Redis `redis` names.
+async fn replica_on(redis: RedisSettings, key_file: &Path) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address: SocketAddr = listener.local_addr().unwrap();
     let mut config = Config::for_origin(address, ORIGIN).unwrap();
     config.api_key = Some(API_KEY.to_owned());
-    config.redis = Some(crate::redis_settings::RedisSettings::new(url, prefix));
+    config.redis = Some(redis);
     config.signing_key_file = Some(key_file.to_path_buf());
     // Real time: Redis expires keys on its own clock.
     let clock = FakeClock::at_unix_secs(SystemClock.now_unix_secs());
@@ -177,6 +184,36 @@ async fn two_replicas_share_sign_in_tokens_and_revocation() {
     if VERIFIER_CONSULTS_REVOCATIONS {
         assert_eq!(b.favorites(&jwt).await, StatusCode::UNAUTHORIZED);
         assert_eq!(a.favorites(&jwt).await, StatusCode::UNAUTHORIZED);
+    }
+}
+
+/// `DATA_API_REDIS_WAIT_REPLICAS` on a primary with one replica: a sign-in
+/// whose spent nonce one replica acknowledged goes through; one waiting for
+/// two (more than there are) is a 503 with Retry-After, never a session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_waits_for_the_replicas_asked_for_and_fewer_is_a_503() {
+    let primary = redis_support::RedisServer::start();
+    let _replica = redis_support::RedisServer::start_replica_of(primary.port());
+    let key_file = shared_key_file("wait-replicas");
+    let prefix = redis_support::unique_prefix("data-api-wait-replicas");
+    // A busy test machine's replica may take longer than 250 ms to answer.
+    let settings = |replicas| {
+        RedisSettings::new(primary.url(), &prefix)
+            .with_wait_replicas(replicas)
+            .with_timeout(Duration::from_secs(2))
+    };
+    for (replicas, signed_in) in [(1, true), (2, false)] {
+        let server = replica_on(settings(replicas), &key_file).await;
+        let nonce = server.nonce().await;
+        assert_eq!(nonce.status, StatusCode::OK, "{}", nonce.body);
+        let verified = server.verify(nonce.body["nonce"].as_str().unwrap()).await;
+        if signed_in {
+            assert_eq!(verified.status, StatusCode::OK, "{}", verified.body);
+        } else {
+            assert_unavailable(&verified);
+            assert!(verified.headers.contains_key("retry-after"));
+            assert!(!verified.headers.contains_key("set-cookie"));
+        }
     }
 }
 

@@ -87,6 +87,18 @@ pub(crate) struct Reply {
     pub(crate) body: Bytes,
 }
 
+/// The settlement a paid stream's text ends with (its last
+/// `event: payment-response`), decoded.
+pub(crate) fn stream_settlement(text: &str) -> walletgate::x402::wire::SettleResponse {
+    let event = text
+        .lines()
+        .skip_while(|line| *line != "event: payment-response")
+        .nth(1)
+        .and_then(|line| line.strip_prefix("data: "))
+        .unwrap_or_else(|| panic!("the receipt is the last event: {text}"));
+    walletgate::x402::wire::codec::decode(event.as_bytes()).unwrap()
+}
+
 impl Reply {
     pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
@@ -448,4 +460,65 @@ pub(crate) fn walletgate_binary() -> std::path::PathBuf {
         binary.display()
     );
     binary
+}
+
+/// The log lines a `fmt` subscriber writes, kept for a test to read (up to
+/// 64 MiB: a runaway log must not eat the machine).
+#[derive(Clone, Default)]
+pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
+
+const CAPTURED_MAX_BYTES: usize = 64 << 20;
+
+impl Captured {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn text(&self) -> String {
+        self.text_from(0)
+    }
+
+    /// What was written after the first `from` bytes.
+    pub(crate) fn text_from(&self, from: usize) -> String {
+        let captured = self.lock();
+        String::from_utf8_lossy(&captured[from.min(captured.len())..]).into_owned()
+    }
+
+    /// How many bytes were written so far.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// A `fmt` subscriber at DEBUG, without colours, writing here.
+    pub(crate) fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + 'static {
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(self.clone())
+            .with_ansi(false)
+            .finish()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut captured = self.lock();
+        if captured.len() + buf.len() <= CAPTURED_MAX_BYTES {
+            captured.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Self;
+
+    fn make_writer(&'a self) -> Self {
+        self.clone()
+    }
 }

@@ -60,35 +60,6 @@ async fn the_echo_family_rejects_like_a_real_provider() {
     assert_envelope(Endpoint::Chat, &reply, ErrorCode::InvalidImageUrl);
 }
 
-/// The log lines a `fmt` subscriber writes, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Self;
-
-    fn make_writer(&'a self) -> Self {
-        self.clone()
-    }
-}
-
 /// The model step prices a request once: a free model is limited by the free
 /// tier (whose trace names the model, though the step took the model out of
 /// the parsed body) and passes the payment layer; a paid one is quoted and
@@ -97,12 +68,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
 async fn the_model_steps_price_decides_free_for_both_gates_and_names_the_model() {
     use tower::ServiceExt;
     let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(captured.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = tracing::subscriber::set_default(captured.subscriber());
     let router = app(Config::default()).unwrap();
     let request = |model: &str| {
         let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});

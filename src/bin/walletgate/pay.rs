@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use tower_layer::Layer;
 use tower_service::Service;
 use walletgate::client::pay::{
-    IdempotencyKey, ImageJob, Receipt, SpendPolicy, X402PaymentLayer, parse_quote,
+    IdempotencyKey, ImageJob, OfferSignatures, Receipt, SpendPolicy, X402PaymentLayer, parse_quote,
 };
 use walletgate::tls::ClientTls;
 
@@ -60,6 +60,16 @@ pub(crate) struct PayArgs {
     /// settled; the receipt line says what was settled
     #[arg(long)]
     prefer_upto: bool,
+    /// Check the server's signed offers (x402 `offer-receipt`) before paying:
+    /// `require` (an unsigned or wrongly signed offer is not paid), `prefer`
+    /// (a signed one must hold), `ignore`. Receipts and usage statements are
+    /// then checked against the same key after paying
+    #[arg(long, value_name = "MODE", default_value = "ignore")]
+    offer_signatures: String,
+    /// The server's offer-signing address; without it, the `offerSigner` its
+    /// `/.well-known/x402` publishes
+    #[arg(long, value_name = "ADDRESS")]
+    offer_signer: Option<String>,
     /// The payment identifier of this request (16 to 128 of A-Z a-z 0-9 _ -):
     /// sent when the server declares the `payment-identifier` extension, so
     /// running the same command again gets the answer it paid for instead of
@@ -141,11 +151,13 @@ async fn pay(args: PayArgs, format: Format) -> Result<Exit, Failure> {
     if args.prefer_upto {
         policy = policy.with_upto_preferred();
     }
+    let http = http()?;
+    let offer_signatures = offer_signatures(&args, request.uri(), &http).await?;
+    policy = policy.with_offer_signatures(offer_signatures);
     if args.dry_run {
         return dry_run(request, &policy, format).await;
     }
     let signer = args.key.signer()?;
-    let http = http()?;
     let uri = request.uri().clone();
     let mut client = X402PaymentLayer::new(signer)
         .with_policy(policy)
@@ -194,8 +206,89 @@ async fn pay(args: PayArgs, format: Format) -> Result<Exit, Failure> {
                 "the server settled more than the payment signed for",
             ));
         }
+        let failures = receipt.proof_failures();
+        if !failures.is_empty() {
+            return Err(Failure::new(
+                Exit::Payment,
+                format!(
+                    "the server's signed proof does not hold: {}",
+                    failures.join("; ")
+                ),
+            ));
+        }
     }
     Ok(Exit::Ok)
+}
+
+/// `--offer-signatures` and the key it checks against: `--offer-signer`,
+/// or what the server publishes in its `/.well-known/x402`.
+async fn offer_signatures(
+    args: &PayArgs,
+    url: &http::Uri,
+    http: &Http,
+) -> Result<OfferSignatures, Failure> {
+    let mode = args.offer_signatures.as_str();
+    if !matches!(mode, "require" | "prefer" | "ignore") {
+        return Err(Failure::usage(format!(
+            "--offer-signatures takes require, prefer or ignore, not `{mode}`"
+        )));
+    }
+    if mode == "ignore" {
+        return Ok(OfferSignatures::Ignore);
+    }
+    let signer = match &args.offer_signer {
+        Some(text) => text
+            .parse::<alloy_primitives::Address>()
+            .map_err(|_| Failure::usage(format!("--offer-signer is not an address: `{text}`")))?,
+        None => published_offer_signer(url, http).await?,
+    };
+    Ok(match mode {
+        "require" => OfferSignatures::Require(signer),
+        _ => OfferSignatures::Prefer(signer),
+    })
+}
+
+/// The `payment.offerSigner` of the server's `/.well-known/x402`.
+async fn published_offer_signer(
+    url: &http::Uri,
+    http: &Http,
+) -> Result<alloy_primitives::Address, Failure> {
+    let (Some(scheme), Some(authority)) = (url.scheme_str(), url.authority()) else {
+        return Err(Failure::usage(format!("not a URL: {url}")));
+    };
+    let document = format!("{scheme}://{authority}/.well-known/x402");
+    let unpublished = || {
+        Failure::new(
+            Exit::Payment,
+            format!("{document} publishes no offerSigner: give --offer-signer"),
+        )
+    };
+    let request = Request::get(&document)
+        .body(Full::new(Bytes::new()))
+        .map_err(|_| Failure::usage(format!("not a URL: {url}")))?;
+    let response = http
+        .request(request)
+        .await
+        .map_err(|error| Failure::api(format!("GET {document}")).with_cause(error.to_string()))?;
+    if !response.status().is_success() {
+        return Err(unpublished());
+    }
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|error| Failure::api(format!("GET {document}")).with_cause(error.to_string()))?
+        .to_bytes();
+    serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|document| {
+            document
+                .pointer("/payment/offerSigner")?
+                .as_str()?
+                .parse()
+                .ok()
+        })
+        .ok_or_else(unpublished)
 }
 
 /// Polls a paid job until it is done (the server answers a replay of its
@@ -254,7 +347,12 @@ async fn dry_run(
     let offer = policy
         .choose(&quote)
         .ok_or_else(|| Failure::new(Exit::Payment, "the quote offers no way to pay"))?;
-    let verdict = policy.authorize(offer);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let verdict = policy
+        .check_offer(&quote, offer, now)
+        .and_then(|()| policy.authorize(offer));
     let offer_json = serde_json::to_value(offer).unwrap_or(Value::Null);
     match format {
         Format::Json => println!(

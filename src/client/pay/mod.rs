@@ -76,7 +76,8 @@ pub use job::ImageJob;
 pub use layer::{DEFAULT_MAX_BODY_BYTES, X402PaymentLayer};
 pub use payment_id::{IdempotencyKey, InvalidIdempotencyKey};
 pub use policy::{
-    AllowedAsset, DEFAULT_MAX_PER_PAYMENT, QuoteHook, Refusal, SpendPolicy, parse_usd,
+    AllowedAsset, DEFAULT_MAX_PER_PAYMENT, OfferSignatures, QuoteHook, Refusal, SpendPolicy,
+    parse_usd,
 };
 pub use receipt::{PaidBody, Receipt};
 pub use retry::{RetryPolicy, SharedSleeper, Sleeper, TokioSleeper, parse_quote};

@@ -4,13 +4,50 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use alloy_primitives::Address;
+
 use crate::x402::{
     server::{BASE_SEPOLIA_USDC, BASE_USDC},
     wire::{
-        AtomicAmount, Network, PaymentRequired, PaymentRequirements, SCHEME_UPTO, UsdAmount,
-        ValueError,
+        AtomicAmount, Network, OfferPayload, PaymentRequired, PaymentRequirements, SCHEME_UPTO,
+        UsdAmount, ValueError, offers_of,
     },
 };
+
+/// Whether a server's signed offers (x402 `offer-receipt`) are checked
+/// before paying, and the key its offers, receipts and usage statements
+/// must be signed with (the one it publishes, e.g. `offerSigner` in its
+/// `/.well-known/x402`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OfferSignatures {
+    /// Not checked (the default): what the official clients do.
+    #[default]
+    Ignore,
+    /// A signed offer must be signed by this key; an unsigned one is paid.
+    Prefer(Address),
+    /// The offer must be signed by this key, or nothing is signed.
+    Require(Address),
+}
+
+impl OfferSignatures {
+    /// The server key checked against, if any.
+    pub fn signer(&self) -> Option<Address> {
+        match self {
+            Self::Ignore => None,
+            Self::Prefer(signer) | Self::Require(signer) => Some(*signer),
+        }
+    }
+}
+
+/// Whether a signed offer's payload is `offer`, field for field.
+fn describes(payload: &OfferPayload, offer: &PaymentRequirements) -> bool {
+    payload.scheme == offer.scheme
+        && payload.network == offer.network.as_str()
+        && payload.asset.eq_ignore_ascii_case(&offer.asset)
+        && payload.pay_to.eq_ignore_ascii_case(&offer.pay_to)
+        && payload.amount == offer.amount.to_string()
+}
 
 /// The default maximum per payment: 0.10 USD.
 pub const DEFAULT_MAX_PER_PAYMENT: UsdAmount = UsdAmount::from_micros(100_000);
@@ -79,6 +116,10 @@ pub enum Refusal {
     },
     /// The quote hook refused the offer.
     Hook(String),
+    /// Signed offers are required and this one is not signed.
+    UnsignedOffer,
+    /// The offer's signature is not the server's, or it signs something else.
+    OfferSignature(String),
 }
 
 impl fmt::Display for Refusal {
@@ -109,6 +150,12 @@ impl fmt::Display for Refusal {
                 usd(*left_micros)
             ),
             Self::Hook(reason) => write!(f, "the quote hook refused the offer: {reason}"),
+            Self::UnsignedOffer => {
+                f.write_str("the offer is not signed and signed offers are required")
+            }
+            Self::OfferSignature(reason) => {
+                write!(f, "the offer's signature does not hold: {reason}")
+            }
         }
     }
 }
@@ -140,6 +187,7 @@ pub struct SpendPolicy {
     budget: Option<Arc<Budget>>,
     hook: Option<QuoteHook>,
     prefer_upto: bool,
+    offer_signatures: OfferSignatures,
 }
 
 impl fmt::Debug for SpendPolicy {
@@ -150,6 +198,7 @@ impl fmt::Debug for SpendPolicy {
             .field("budget", &self.budget)
             .field("hook", &self.hook.is_some())
             .field("prefer_upto", &self.prefer_upto)
+            .field("offer_signatures", &self.offer_signatures)
             .finish()
     }
 }
@@ -162,6 +211,7 @@ impl Default for SpendPolicy {
             budget: None,
             hook: None,
             prefer_upto: false,
+            offer_signatures: OfferSignatures::Ignore,
         }
     }
 }
@@ -230,6 +280,65 @@ impl SpendPolicy {
     pub fn with_upto_preferred(mut self) -> Self {
         self.prefer_upto = true;
         self
+    }
+
+    /// Checks the server's signed offers ([`OfferSignatures`]); the key
+    /// is also what receipts and usage statements are checked against.
+    pub fn with_offer_signatures(mut self, mode: OfferSignatures) -> Self {
+        self.offer_signatures = mode;
+        self
+    }
+
+    /// How signed offers are checked.
+    pub fn offer_signatures(&self) -> OfferSignatures {
+        self.offer_signatures
+    }
+
+    /// Checks the signature of `offer` (one of `quote`'s) at `now`, as
+    /// [`OfferSignatures`] asks: signed by the server's key, for this offer
+    /// and this resource, not expired.
+    pub fn check_offer(
+        &self,
+        quote: &PaymentRequired,
+        offer: &PaymentRequirements,
+        now: u64,
+    ) -> Result<(), Refusal> {
+        let (signer, required) = match self.offer_signatures {
+            OfferSignatures::Ignore => return Ok(()),
+            OfferSignatures::Prefer(signer) => (signer, false),
+            OfferSignatures::Require(signer) => (signer, true),
+        };
+        let index = quote.accepts.iter().position(|entry| entry == offer);
+        let signed = offers_of(quote);
+        let Some(candidate) = signed
+            .iter()
+            .find(|signed| signed.accept_index.is_some() && signed.accept_index == index)
+            .or_else(|| {
+                signed
+                    .iter()
+                    .find(|signed| describes(&signed.payload, offer))
+            })
+        else {
+            return if required {
+                Err(Refusal::UnsignedOffer)
+            } else {
+                Ok(())
+            };
+        };
+        let bad = |why: &str| Err(Refusal::OfferSignature(why.to_owned()));
+        let payload = candidate
+            .verify(signer)
+            .map_err(|error| Refusal::OfferSignature(error.to_string()))?;
+        if !describes(payload, offer) {
+            return bad("it signs another offer");
+        }
+        if payload.resource_url != quote.resource.url {
+            return bad("it signs another resource");
+        }
+        if payload.valid_until < now {
+            return bad("it has expired");
+        }
+        Ok(())
     }
 
     /// The offer of `quote` to sign: its first (as the official clients do),

@@ -14,7 +14,10 @@ use pin_project_lite::pin_project;
 use super::policy::{SpendPolicy, usd};
 use crate::x402::{
     server::PAYMENT_RESPONSE_EVENT,
-    wire::{AtomicAmount, Network, PaymentRequirements, SettleResponse, codec},
+    wire::{
+        AtomicAmount, Network, PaymentRequirements, SettleResponse, SignedReceipt, SignedUsage,
+        codec, receipt_of, usage_of,
+    },
 };
 
 /// The payment behind a paid answer, in its extensions.
@@ -67,6 +70,9 @@ impl Receipt {
             return;
         }
         self.alarm_if_overcharged();
+        for _failure in self.proof_failures() {
+            trace_error!(failure = %_failure, "the settlement's signed proof does not hold");
+        }
         if let (Some(policy), Some(settled)) = (&self.policy, self.settled_amount()) {
             policy.refund(&self.offer, settled);
         }
@@ -120,6 +126,76 @@ impl Receipt {
     pub fn overcharged(&self) -> bool {
         self.settled_amount()
             .is_some_and(|settled| settled.units() > self.offer.amount.units())
+    }
+
+    /// The settlement's signed receipt (`offer-receipt`), if it carries one.
+    pub fn signed_receipt(&self) -> Option<SignedReceipt> {
+        receipt_of(self.settlement()?)
+    }
+
+    /// The settlement's signed usage statement (a metered answer's), if any.
+    pub fn usage_statement(&self) -> Option<SignedUsage> {
+        usage_of(self.settlement()?)
+    }
+
+    /// What does not hold in the settlement's signed proof, once known: a
+    /// receipt or usage statement not signed by the server's key (the
+    /// policy's [`OfferSignatures`](super::OfferSignatures); a missing
+    /// receipt when they are required), a receipt naming another
+    /// transaction, a usage statement whose tokens at its prices plus the
+    /// fee do not come to the amount settled (or the ceiling). Empty when
+    /// all holds, or nothing is signed and nothing is asked.
+    pub fn proof_failures(&self) -> Vec<String> {
+        let Some(settlement) = self.settlement().filter(|settlement| settlement.success) else {
+            return Vec::new();
+        };
+        let mode = self
+            .policy
+            .as_ref()
+            .map(SpendPolicy::offer_signatures)
+            .unwrap_or_default();
+        let mut failures = Vec::new();
+        match (receipt_of(settlement), mode.signer()) {
+            (Some(receipt), Some(signer)) => match receipt.verify(signer) {
+                Err(error) => failures.push(format!("the receipt: {error}")),
+                Ok(payload) if payload.transaction != settlement.transaction => {
+                    failures.push("the receipt names another transaction".to_owned());
+                }
+                Ok(_) => {}
+            },
+            (None, _) if matches!(mode, super::OfferSignatures::Require(_)) => {
+                failures.push("the settlement carries no signed receipt".to_owned());
+            }
+            _ => {}
+        }
+        if let Some(statement) = usage_of(settlement) {
+            if let Some(signer) = mode.signer()
+                && let Err(error) = statement.verify(signer)
+            {
+                failures.push(format!("the usage statement: {error}"));
+            }
+            let usage = &statement.payload;
+            if !usage.adds_up(self.offer.amount.units()) {
+                let priced = usage.priced_amount().map_or_else(
+                    || "an unreadable price".to_owned(),
+                    |units| units.to_string(),
+                );
+                failures.push(format!(
+                    "the usage statement does not add up: it names {} units, its tokens at its \
+                     prices plus the fee come to {priced}",
+                    usage.amount
+                ));
+            }
+            let settled = self.settled_amount().map(|amount| amount.to_string());
+            if settled.as_deref() != Some(usage.amount.as_str()) {
+                failures.push(format!(
+                    "the usage statement names {} units, the settlement {}",
+                    usage.amount,
+                    settled.unwrap_or_default()
+                ));
+            }
+        }
+        failures
     }
 
     /// One line for a terminal: payer, amount settled (signed, until the

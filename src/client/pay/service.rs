@@ -234,7 +234,12 @@ where
             let Some(offer) = shared.policy.choose(&quote) else {
                 return payment_error(PaymentErrorKind::NoQuote, attempts);
             };
-            if let Err(refusal) = shared.policy.authorize(offer) {
+            let now = shared.clock.now_unix_secs();
+            if let Err(refusal) = shared
+                .policy
+                .check_offer(&quote, offer, now)
+                .and_then(|()| shared.policy.authorize(offer))
+            {
                 return payment_error(PaymentErrorKind::Policy(refusal), attempts);
             }
             attempts.signatures += 1;
@@ -529,9 +534,9 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn the_first_offer_is_signed_with_its_window_and_the_body_resent() {
-        let settled = SettleResponse {
+    /// A settlement of development account 1's payment in transaction `0xabc`.
+    fn settled() -> SettleResponse {
+        SettleResponse {
             success: true,
             error_reason: None,
             error_message: None,
@@ -540,7 +545,12 @@ mod tests {
             network: Network::base_sepolia(),
             amount: None,
             extensions: None,
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn the_first_offer_is_signed_with_its_window_and_the_body_resent() {
+        let settled = settled();
         let script = Scripted::new(vec![
             quote_answer(3_000),
             answer(200, &[("payment-response", codec::encode(&settled))], "ok"),
@@ -567,6 +577,100 @@ mod tests {
         let evm = payment.exact_evm().unwrap();
         assert_eq!(evm.authorization.valid_before, NOW + 300);
         assert_eq!(evm.authorization.value, AtomicAmount::new(3_000));
+    }
+
+    /// Public development keys (Hardhat/Anvil #5 and #6): the server's and an impostor's.
+    const SERVER_KEY: &str = "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba";
+    const OTHER_KEY: &str = "0x92db14e403b83dfe3df233f83dfa3a0d7096f21ca9b0d6d6b8d88b2b4ec1564e";
+
+    fn offer_signer(key: &str) -> crate::x402::server::OfferSigner {
+        crate::x402::server::OfferSigner::from_hex(key).unwrap()
+    }
+
+    /// A quote of `units` whose offers `key` signed (none: unsigned).
+    fn signed_quote_answer(units: u128, key: Option<&str>) -> Response<Full<Bytes>> {
+        let mut required = quote(units);
+        if let Some(key) = key {
+            let (offers, _) =
+                offer_signer(key).offers(&required.resource.url, &required.accepts, NOW);
+            required.extensions = Some(serde_json::Map::from_iter([(
+                crate::x402::wire::OFFER_RECEIPT.to_owned(),
+                offers,
+            )]));
+        }
+        answer(402, &[("payment-required", codec::encode(&required))], "{}")
+    }
+
+    fn requiring(signer: &str) -> X402PaymentLayer {
+        layer().with_policy(super::super::SpendPolicy::new().with_offer_signatures(
+            super::super::OfferSignatures::Require(offer_signer(signer).address()),
+        ))
+    }
+
+    #[tokio::test]
+    async fn an_offer_not_signed_by_the_servers_key_is_refused_without_signing() {
+        for (key, unsigned) in [(Some(OTHER_KEY), false), (None, true)] {
+            let script = Scripted::new(vec![signed_quote_answer(3_000, key)]);
+            let layer = requiring(SERVER_KEY);
+            let client = ServiceBuilder::new()
+                .layer(layer.clone())
+                .service(script.service());
+            let error = payment_error(client.oneshot(chat("m")).await);
+            match error.kind {
+                PaymentErrorKind::Policy(super::super::Refusal::UnsignedOffer) => assert!(unsigned),
+                PaymentErrorKind::Policy(super::super::Refusal::OfferSignature(why)) => {
+                    assert!(!unsigned);
+                    assert!(why.contains("not the server's key"), "{why}");
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(layer.signer().signatures(), 0);
+            assert_eq!(script.payments(), [None]);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_usage_statement_one_unit_off_is_reported_and_a_true_one_is_not() {
+        for (lie, failures) in [(0, 0), (1, 1)] {
+            // 9 × 0.25 + 1 × 2 micro-dollars → 5, plus the 1,000 fee.
+            let amount = 1_005 + lie;
+            let mut settled = SettleResponse {
+                amount: Some(AtomicAmount::new(amount)),
+                extensions: Some(serde_json::Map::from_iter([(
+                    "usage".to_owned(),
+                    serde_json::json!({"model": "m", "prompt_tokens": 9, "completion_tokens": 1,
+                        "input_usd_per_million": "0.25", "output_usd_per_million": "2",
+                        "fee": "0.001", "amount": amount.to_string()}),
+                )])),
+                ..settled()
+            };
+            offer_signer(SERVER_KEY).sign_settlement(
+                &mut settled,
+                "http://gateway/v1/chat/completions",
+                DevLedger::DEV_ACCOUNTS[1],
+                6,
+                NOW,
+            );
+            let script = Scripted::new(vec![
+                signed_quote_answer(9_001, Some(SERVER_KEY)),
+                answer(200, &[("payment-response", codec::encode(&settled))], "ok"),
+            ]);
+            let client = ServiceBuilder::new()
+                .layer(requiring(SERVER_KEY))
+                .service(script.service());
+            let response = client.oneshot(chat("m")).await.unwrap();
+            let receipt = response.extensions().get::<Receipt>().unwrap();
+            assert!(receipt.signed_receipt().is_some());
+            let found = receipt.proof_failures();
+            assert_eq!(found.len(), failures, "{found:?}");
+            if lie > 0 {
+                assert!(found[0].contains("does not add up"), "{found:?}");
+                assert!(
+                    found[0].contains("1006") && found[0].contains("1005"),
+                    "{found:?}"
+                );
+            }
+        }
     }
 
     #[tokio::test]

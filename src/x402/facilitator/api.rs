@@ -164,7 +164,12 @@ impl FacilitatorRequest {
             return Some(payer);
         }
         let payload = &self.payment_payload().payload;
-        payload.get("authorization")?.get("from")?.as_str()
+        // `exact`'s EIP-3009 authorization, or `upto`'s Permit2 permit.
+        payload
+            .get("authorization")
+            .or_else(|| payload.get("permit2Authorization"))?
+            .get("from")?
+            .as_str()
     }
 
     /// The offer it matched.

@@ -42,6 +42,13 @@ pub(crate) struct Config {
     pub(crate) hook_failures: AtomicU64,
     /// Settlements whose answer named more than was authorised.
     pub(crate) overruns: AtomicU64,
+    /// Signs receipts and usage statements (its offers are the quotes').
+    pub(crate) offer_signer: Option<Arc<super::OfferSigner>>,
+    /// MPP challenges and credentials beside x402 (`with_mpp`).
+    #[cfg(feature = "mpp")]
+    pub(crate) mpp: Option<super::Mpp>,
+    /// Metered streams cut by their payers.
+    pub(crate) cut_streams: super::flow::CutStreams,
     /// `sign-in-with-x`, when on and the layer knows its public origin.
     #[cfg(feature = "siwx")]
     pub(crate) sign_in: Option<Arc<super::siwx::SignIn>>,
@@ -80,6 +87,21 @@ impl Config {
     pub(crate) fn count_overrun(&self) {
         self.overruns.fetch_add(1, Ordering::Relaxed);
         crate::metrics::count(crate::metrics::X402_SETTLEMENT_OVERRUNS_TOTAL, []);
+    }
+
+    /// `payer` left a metered stream before its end: counted, and past the
+    /// [limit](super::CutStreamLimit) its metered payments are refused a while.
+    pub(crate) fn metered_stream_cut(&self, payer: &str) {
+        crate::metrics::count(crate::metrics::X402_METERED_STREAM_CUTS_TOTAL, []);
+        let now = self.clock.now_unix_secs();
+        if self.cut_streams.cut(payer, now) {
+            trace_decision!(
+                WARN,
+                "x402",
+                payer,
+                outcome = "metered payments suspended: cut streams",
+            );
+        }
     }
 
     /// Hands a settled payment to the hook, if any. A failure is counted,

@@ -13,6 +13,8 @@ use super::config::Config;
 #[cfg(feature = "siwx")]
 use super::config::RerunRoutes;
 use super::extensions::QuoteExtensions;
+use super::flow::{CutStreamLimit, CutStreams};
+use super::offer_receipt::OfferSigner;
 use super::payment_id::{self, PaymentIdentifier};
 use super::pricing::Pricing;
 use super::quote::{PaymentOption, QuoteCache};
@@ -110,6 +112,10 @@ pub struct X402LayerBuilder {
     quote_extensions: Option<Arc<dyn QuoteExtensions>>,
     settlement_hook: Option<Arc<dyn SettlementHook>>,
     reject: RenderRejection,
+    cut_stream_limit: CutStreamLimit,
+    offer_signer: Option<Arc<OfferSigner>>,
+    #[cfg(feature = "mpp")]
+    mpp: Option<super::Mpp>,
     #[cfg(feature = "siwx")]
     sign_in_with_x: Option<super::siwx::SignInWithX>,
     #[cfg(feature = "siwx")]
@@ -138,6 +144,10 @@ impl Default for X402LayerBuilder {
             quote_extensions: None,
             settlement_hook: None,
             reject: RenderRejection::default(),
+            cut_stream_limit: CutStreamLimit::DEFAULT,
+            offer_signer: None,
+            #[cfg(feature = "mpp")]
+            mpp: None,
             #[cfg(feature = "siwx")]
             sign_in_with_x: None,
             #[cfg(feature = "siwx")]
@@ -197,6 +207,38 @@ impl X402LayerBuilder {
     /// the [`payment_id`](super::payment_id) module).
     pub fn with_payment_identifier(mut self, mode: PaymentIdentifier) -> Self {
         self.payment_identifier = mode;
+        self
+    }
+
+    /// How many metered (`upto`) streams a payer may cut before its end
+    /// before its metered payments are refused for a while
+    /// ([`METERED_PAYMENTS_SUSPENDED`](super::METERED_PAYMENTS_SUSPENDED);
+    /// default [`CutStreamLimit::DEFAULT`]). A metered stream pays when it
+    /// ends, so a cut one is free; `exact` is paid before the answer.
+    pub fn with_cut_stream_limit(mut self, limit: CutStreamLimit) -> Self {
+        self.cut_stream_limit = limit;
+        self
+    }
+
+    /// Signs offers, receipts and usage statements with `signer` (x402's
+    /// `offer-receipt` extension, EIP-712): every 402 carries one signed
+    /// offer per `accepts` entry, every successful settlement a signed
+    /// receipt naming its transaction, and a metered one a signed usage
+    /// statement (`walletgate-usage`). Without it nothing is signed and
+    /// every 402 is as before, byte for byte.
+    pub fn with_offer_signer(mut self, signer: OfferSigner) -> Self {
+        self.offer_signer = Some(Arc::new(signer));
+        self
+    }
+
+    /// Also takes MPP's `Payment` scheme (EVM `charge`, an EIP-3009
+    /// `authorization` credential): every 402 carries a challenge per EVM
+    /// `exact` offer beside the x402 quote, and a credential is paid through
+    /// the same flow (one replay set for both), its answer carrying
+    /// `Payment-Receipt`. A stream paid so is settled before its first byte.
+    #[cfg(feature = "mpp")]
+    pub fn with_mpp(mut self, mpp: super::Mpp) -> Self {
+        self.mpp = Some(mpp);
         self
     }
 
@@ -420,7 +462,8 @@ impl X402LayerBuilder {
         let entitlements = self
             .entitlements
             .unwrap_or_else(|| Arc::new(super::InMemoryEntitlementStore::new(clock.clone())));
-        let quotes = QuoteCache::with_extensions(layer_extensions(self.payment_identifier));
+        let quotes = QuoteCache::with_extensions(layer_extensions(self.payment_identifier))
+            .with_offer_signer(self.offer_signer.clone(), clock.clone());
         #[cfg(feature = "siwx")]
         let quotes = quotes.with_sign_in(sign_in.clone());
         Ok(X402Layer {
@@ -444,6 +487,10 @@ impl X402LayerBuilder {
                 reject: self.reject,
                 hook_failures: AtomicU64::new(0),
                 overruns: AtomicU64::new(0),
+                cut_streams: CutStreams::new(self.cut_stream_limit),
+                offer_signer: self.offer_signer,
+                #[cfg(feature = "mpp")]
+                mpp: self.mpp,
                 #[cfg(feature = "siwx")]
                 sign_in,
                 #[cfg(feature = "siwx")]

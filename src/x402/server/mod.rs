@@ -15,6 +15,9 @@ mod extensions;
 mod flow;
 mod future;
 pub(crate) mod layer;
+#[cfg(feature = "mpp")]
+pub mod mpp;
+mod offer_receipt;
 pub mod payment_id;
 mod pricing;
 pub(crate) mod quote;
@@ -33,9 +36,15 @@ pub use bazaar::{BAZAAR, BazaarRoute, JSON_SCHEMA_2020_12};
 #[cfg(feature = "siwx")]
 pub use entitlements::{DEFAULT_ENTITLEMENT_CAPACITY, EntitlementStore, InMemoryEntitlementStore};
 pub use extensions::{QuoteExtensionMap, QuoteExtensions};
-pub use flow::{EXTENSION_ECHO_MISMATCH, SETTLEMENT_PENDING, SettleAmount};
+pub use flow::{
+    CutStreamLimit, EXTENSION_ECHO_MISMATCH, METERED_PAYMENTS_SUSPENDED, SETTLEMENT_PENDING,
+    SettleAmount,
+};
 pub use future::ResponseFuture;
 pub use layer::{X402Layer, X402LayerBuilder};
+#[cfg(feature = "mpp")]
+pub use mpp::Mpp;
+pub use offer_receipt::OfferSigner;
 pub use payment_id::{PAYMENT_IDENTIFIER, PaymentIdentifier};
 pub use pricing::{Price, PriceRefusal, PriceTable, Pricing, RequestPrice};
 pub use quote::{

@@ -8,16 +8,18 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{Map, Value};
 
 use super::extensions::{QuoteExtensionMap, merge_extensions, same_extensions};
+use super::offer_receipt::OfferSigner;
+use crate::clock::SharedClock;
 use crate::envelope::{PaymentInfo, QuoteBody, QuotePrice, header};
 use crate::x402::ConfigError;
 use crate::x402::facilitator::{AUTHORIZATION_CLOCK_SKEW_SECS, SOLANA_USDC_MINT, reason};
 use crate::x402::wire::ExactEvmPayment;
-use crate::x402::wire::codec;
 use crate::x402::wire::eip712::parse_evm_address;
 use crate::x402::wire::types::{
     AtomicAmount, Network, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
     UsdAmount, ValueError, X402_VERSION,
 };
+use crate::x402::wire::{OFFER_RECEIPT, codec};
 
 /// Base Sepolia USDC, the embedded default asset.
 pub const BASE_SEPOLIA_USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
@@ -291,18 +293,22 @@ pub(crate) struct Quote {
     /// The `sign-in-with-x` challenge spliced fresh into each 402.
     #[cfg(feature = "siwx")]
     sign_in: Option<(Arc<super::siwx::SignIn>, super::siwx::QuoteTemplate)>,
+    /// When its signed offers are re-signed (half their window gone).
+    resign_at: Option<u64>,
 }
 
 impl Quote {
     /// The quote of `options` at `total` for `resource`, declaring the
     /// layer's `declared` extensions and the request's `extensions` over them;
     /// `None` if no option can express `total` in whole units of its asset.
+    /// With `signing`, its offers are signed at that time (`offer-receipt`).
     fn build(
         options: &[PaymentOption],
         total: UsdAmount,
         resource: ResourceInfo,
         declared: Option<&serde_json::Map<String, serde_json::Value>>,
         extensions: Option<QuoteExtensionMap>,
+        signing: Option<(&OfferSigner, u64)>,
     ) -> Option<Self> {
         let offers: Vec<_> = options
             .iter()
@@ -314,6 +320,15 @@ impl Quote {
         if let Some(extensions) = &extensions {
             merge_extensions(&mut required, extensions);
         }
+        let resign_at = signing.map(|(signer, now)| {
+            let (signed, valid_until) =
+                signer.offers(&required.resource.url, &required.accepts, now);
+            required
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert(OFFER_RECEIPT.to_owned(), signed);
+            now + valid_until.saturating_sub(now) / 2
+        });
         let (parts, body) = quote_response(&required, first).into_parts();
         Some(Self {
             offers: required.accepts.iter().cloned().map(Arc::new).collect(),
@@ -323,6 +338,7 @@ impl Quote {
             extensions,
             #[cfg(feature = "siwx")]
             sign_in: None,
+            resign_at,
         })
     }
 
@@ -366,6 +382,20 @@ pub(crate) struct QuoteCache {
     /// `sign-in-with-x`, declared per resource with a fresh challenge per 402.
     #[cfg(feature = "siwx")]
     sign_in: Option<Arc<super::siwx::SignIn>>,
+    /// Signs every quote's offers, at the clock's time.
+    offer_signing: Option<OfferSigning>,
+}
+
+/// The signer of a cache's offers and the clock their windows start by.
+struct OfferSigning {
+    signer: Arc<OfferSigner>,
+    clock: SharedClock,
+}
+
+impl std::fmt::Debug for OfferSigning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.signer.fmt(f)
+    }
 }
 
 /// Resources quoted at most; past it the cache starts afresh (URLs carry the
@@ -385,6 +415,16 @@ impl QuoteCache {
     #[cfg(feature = "siwx")]
     pub(crate) fn with_sign_in(mut self, sign_in: Option<Arc<super::siwx::SignIn>>) -> Self {
         self.sign_in = sign_in;
+        self
+    }
+
+    /// Also signs every quote's offers with `signer` (`offer-receipt`).
+    pub(crate) fn with_offer_signer(
+        mut self,
+        signer: Option<Arc<OfferSigner>>,
+        clock: SharedClock,
+    ) -> Self {
+        self.offer_signing = signer.map(|signer| OfferSigning { signer, clock });
         self
     }
 
@@ -408,13 +448,19 @@ impl QuoteCache {
         url: impl FnOnce() -> String,
         resource: impl FnOnce(String) -> ResourceInfo,
     ) -> Option<Arc<Quote>> {
+        let now = self
+            .offer_signing
+            .as_ref()
+            .map(|signing| signing.clock.now_unix_secs());
         let cached = self
             .quotes
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(key)
             .filter(|(price, quote)| {
-                *price == total && same_extensions(quote.extensions.as_ref(), extensions.as_ref())
+                *price == total
+                    && same_extensions(quote.extensions.as_ref(), extensions.as_ref())
+                    && quote.resign_at.zip(now).is_none_or(|(at, now)| now < at)
             })
             .map(|(_, quote)| quote.clone());
         if cached.is_some() {
@@ -440,6 +486,10 @@ impl QuoteCache {
             resource(url.clone()),
             declared.as_ref().or(self.extensions.as_ref()),
             extensions,
+            self.offer_signing
+                .as_ref()
+                .zip(now)
+                .map(|(signing, now)| (&*signing.signer, now)),
         )?;
         #[cfg(feature = "siwx")]
         if let Some(sign_in) = &self.sign_in {
@@ -659,6 +709,54 @@ mod tests {
             url,
             ..ResourceInfo::default()
         }
+    }
+
+    #[test]
+    fn signed_offers_are_cached_and_signed_again_once_half_their_window_is_gone() {
+        use crate::clock::FakeClock;
+        use crate::x402::wire::offers_of;
+
+        let clock = Arc::new(FakeClock::at_unix_secs(1_000));
+        let signer = Arc::new(
+            OfferSigner::from_hex(
+                "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+            )
+            .unwrap(),
+        );
+        let cache = QuoteCache::default().with_offer_signer(Some(signer.clone()), clock.clone());
+        let options = [PaymentOption::base_sepolia_usdc(PAY_TO).unwrap()];
+        let window = options[0].max_timeout_secs();
+        let price = UsdAmount::from_micros(11_000);
+        let quote = || {
+            cache
+                .quote(&options, price, None, "http://a/x", url("http://a/x"), bare)
+                .unwrap()
+        };
+        let first = quote();
+        assert!(Arc::ptr_eq(&first, &quote()), "signed once, not per 402");
+        let offers = offers_of(first.required());
+        assert_eq!(offers.len(), 1);
+        let payload = offers[0].verify(signer.address()).unwrap();
+        assert_eq!(payload.valid_until, 1_000 + window);
+        assert_eq!(payload.resource_url, "http://a/x");
+        assert_eq!(
+            payload.amount,
+            first.required().accepts[0].amount.to_string()
+        );
+        // PAYMENT-REQUIRED carries them; the older headers do not.
+        let response = first.response();
+        let header = |name| response.headers()[name].to_str().unwrap().to_owned();
+        let decoded: PaymentRequired =
+            codec::decode(header("payment-required").as_bytes()).unwrap();
+        assert_eq!(offers_of(&decoded), offers);
+        assert!(!header("www-authenticate").contains(&codec::encode(&offers[0].signature)));
+        clock.advance(std::time::Duration::from_secs(window / 2 - 1));
+        assert!(Arc::ptr_eq(&first, &quote()));
+        clock.advance(std::time::Duration::from_secs(1));
+        let resigned = quote();
+        assert!(!Arc::ptr_eq(&first, &resigned), "half the window gone");
+        let payload = offers_of(resigned.required())[0].payload.clone();
+        assert_eq!(payload.valid_until, 1_000 + window / 2 + window);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use super::layer::X402Layer;
 use super::pricing::Price;
 use super::quote::write_quote_headers;
 use super::receipt::PaymentReceipt;
-use super::stream::{X402Body, receipt_event};
+use super::stream::{OnCut, X402Body, receipt_event};
 use crate::body::{ResponseBody, rejection};
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, header};
 use crate::metrics;
@@ -33,6 +33,24 @@ use crate::x402::wire::types::{PaymentRequired, ResourceInfo, SettleResponse};
 
 /// The request id header handed to the settlement hook.
 const X_REQUEST_ID: &str = "x-request-id";
+
+/// Which protocol brought the payment: what the answer and a refusal carry.
+#[derive(Clone, Debug, Default)]
+enum Via {
+    /// `PAYMENT-SIGNATURE`: x402's answers.
+    #[default]
+    X402,
+    /// An MPP `Payment` credential: `Payment-Receipt`, problem+json refusals,
+    /// settled before a stream's first byte (the receipt is a header).
+    #[cfg(feature = "mpp")]
+    Mpp { challenge_id: String },
+}
+
+impl Via {
+    fn is_mpp(&self) -> bool {
+        !matches!(self, Self::X402)
+    }
+}
 
 /// The x402 payment middleware; built by [`X402Layer`](super::X402Layer).
 ///
@@ -110,12 +128,12 @@ where
         }
         match prepare(&self.config, &request, price, extensions) {
             Err(answer) => ResponseFuture::ready(rejection(answer).map(X402Body::plain)),
-            Ok(payment) => {
+            Ok((payment, via)) => {
                 // Move the service that was polled ready into the future; keep a fresh clone.
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
                 let config = self.config.clone();
-                ResponseFuture::paid(Box::pin(pay_and_call(config, inner, request, payment)))
+                ResponseFuture::paid(Box::pin(pay_and_call(config, inner, request, payment, via)))
             }
         }
     }
@@ -129,7 +147,7 @@ fn prepare<B>(
     request: &Request<B>,
     price: Price,
     extensions: Option<QuoteExtensionMap>,
-) -> Result<Box<Payment>, Response<Bytes>> {
+) -> Result<(Box<Payment>, Via), Response<Bytes>> {
     let style = EnvelopeStyle::of_request(request);
     // The one place the configured fee meets the price (`Price::total`).
     let Some(total) = price.total(config.flat_fee) else {
@@ -160,13 +178,8 @@ fn prepare<B>(
             .with_debug("price is not a whole number of the asset's units");
         return Err(config.reject.render(error, style));
     };
-    let Some(header_value) = request.headers().get(header::PAYMENT_SIGNATURE) else {
-        trace_decision!(DEBUG, "x402", price = %total, outcome = "quoted");
-        payment_outcome("quoted");
-        return Err(quote.response());
-    };
     let digest = || body_digest(request);
-    let paying = Paying {
+    let paying = |sent| Paying {
         request_line: request_line(request),
         body_digest: &digest,
         style,
@@ -175,10 +188,99 @@ fn prepare<B>(
             .get(X_REQUEST_ID)
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned),
-        sent: header_value.as_bytes(),
+        sent,
     };
-    Payment::admit_encoded(config, quote.clone(), paying)
+    let Some(header_value) = request.headers().get(header::PAYMENT_SIGNATURE) else {
+        #[cfg(feature = "mpp")]
+        if let Some(mpp) = &config.mpp
+            && let Some(credential) = super::mpp::credential(request.headers())
+        {
+            let read = credential.and_then(|value| {
+                let now = config.clock.now_unix_secs();
+                mpp.read_credential(value, &quote.required().accepts, now)
+            });
+            let paid = read.map_err(|problem| mpp_refused(config, &quote, problem, None))?;
+            let header = serde_json::from_str(&paid.payment_json).map_err(|_| {
+                mpp_refused(config, &quote, super::mpp::Problem::InvalidPayload, None)
+            })?;
+            let via = Via::Mpp {
+                challenge_id: paid.challenge_id.clone(),
+            };
+            return Payment::admit_header(
+                config,
+                quote.clone(),
+                header,
+                paying(paid.payment_json.as_bytes()),
+            )
+            .map(|payment| (payment, via))
+            .map_err(|refusal| {
+                mpp_refused(
+                    config,
+                    &quote,
+                    super::mpp::Problem::VerificationFailed(""),
+                    Some(&refusal.why),
+                )
+            });
+        }
+        trace_decision!(DEBUG, "x402", price = %total, outcome = "quoted");
+        payment_outcome("quoted");
+        return Err(quote_answer(config, &quote));
+    };
+    Payment::admit_encoded(config, quote.clone(), paying(header_value.as_bytes()))
+        .map(|payment| (payment, Via::X402))
         .map_err(|refusal| refused(config, &refusal, style, quote.required()))
+}
+
+/// The 402 quote, with an MPP challenge per EVM `exact` offer where the
+/// layer takes MPP.
+fn quote_answer(config: &Config, quote: &super::quote::Quote) -> Response<Bytes> {
+    #[cfg_attr(not(feature = "mpp"), allow(unused_mut))]
+    let mut response = quote.response();
+    #[cfg(feature = "mpp")]
+    super::mpp::add_challenges(
+        response.headers_mut(),
+        &mpp_challenges(config, quote.required()),
+    );
+    #[cfg(not(feature = "mpp"))]
+    let _ = config;
+    response
+}
+
+/// Fresh MPP challenges for `quote`'s offers (none without MPP).
+#[cfg(feature = "mpp")]
+fn mpp_challenges(config: &Config, quote: &PaymentRequired) -> Vec<super::mpp::Challenge> {
+    let Some(mpp) = &config.mpp else {
+        return Vec::new();
+    };
+    let decimals = |offer: &_| config.units_of(offer).decimals;
+    mpp.challenges(&quote.accepts, decimals, config.clock.now_unix_secs())
+}
+
+/// A refused MPP credential: MPP's problem, with the x402 quote and fresh
+/// challenges when it is a 402.
+#[cfg(feature = "mpp")]
+fn mpp_refused(
+    config: &Config,
+    quote: &super::quote::Quote,
+    problem: super::mpp::Problem,
+    detail: Option<&str>,
+) -> Response<Bytes> {
+    let (code, status, _) = problem.parts();
+    trace_decision!(
+        INFO,
+        "x402",
+        outcome = "refused",
+        protocol = "mpp",
+        problem = code,
+        reason = detail
+    );
+    payment_outcome("refused");
+    metrics::count(metrics::X402_REFUSALS_TOTAL, [("code", code)]);
+    let _ = status;
+    let challenges = mpp_challenges(config, quote.required());
+    super::mpp::problem_response(problem, detail, &challenges, |headers| {
+        write_quote_headers(headers, quote.required());
+    })
 }
 
 /// The digest of the request's body, when a body layer read it.
@@ -248,7 +350,7 @@ where
     // No payment header: `prepare` answers with the quote.
     let answer = match prepare(&config, &request, signing_in.price, signing_in.extensions) {
         Err(answer) => answer,
-        Ok(payment) => payment.quote.response(),
+        Ok((payment, _)) => quote_answer(&config, &payment.quote),
     };
     Ok(rejection(answer).map(X402Body::plain))
 }
@@ -315,6 +417,8 @@ fn payment_rejection(
             sign_in.refresh_challenge(&mut quote);
         }
         write_quote_headers(response.headers_mut(), &quote);
+        #[cfg(feature = "mpp")]
+        super::mpp::add_challenges(response.headers_mut(), &mpp_challenges(config, &quote));
     }
     response
 }
@@ -343,12 +447,34 @@ async fn pay_and_call<S, ReqBody, ResBody>(
     mut inner: S,
     mut request: Request<ReqBody>,
     payment: Box<Payment>,
+    via: Via,
 ) -> Result<Response<X402Body<ResBody>>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     ResBody: http_body::Body<Data = Bytes> + Send + 'static,
 {
-    let serving = match flow::admit(&config, payment).await {
+    #[cfg(feature = "mpp")]
+    let mpp_quote = via.is_mpp().then(|| payment.quote.clone());
+    let admitted = flow::admit(&config, payment).await;
+    #[cfg(feature = "mpp")]
+    if let Some(quote) = &mpp_quote {
+        // An MPP credential pays once: a copy is refused, never served again.
+        let why = match &admitted {
+            Admission::Kept(_) | Admission::Replay(_) => Some("the credential was already used"),
+            Admission::Refused(_, refusal)
+                if refusal.code.status() == StatusCode::PAYMENT_REQUIRED =>
+            {
+                Some(refusal.why.as_str())
+            }
+            _ => None,
+        };
+        if let Some(why) = why {
+            let problem = super::mpp::Problem::VerificationFailed("");
+            let answer = mpp_refused(&config, quote, problem, Some(why));
+            return Ok(rejection(answer).map(X402Body::plain));
+        }
+    }
+    let serving = match admitted {
         Admission::Serve(serving) => serving,
         Admission::Kept(answer) => return Ok(kept_response(&answer)),
         Admission::Replay(receipt) => {
@@ -384,7 +510,9 @@ where
     }
     mark_private(response.headers_mut());
     // A contract payer's stream is settled before its first byte, as a whole answer is.
-    if is_event_stream(&response) && !serving.settles_before_streaming() {
+    // A contract payer's stream, or one paid with MPP (whose receipt is a
+    // header), is settled before its first byte, as a whole answer is.
+    if is_event_stream(&response) && !serving.settles_before_streaming() && !via.is_mpp() {
         return Ok(settled_at_stream_end(&config, *serving, response));
     }
     let style = serving.style();
@@ -397,6 +525,18 @@ where
                 response
                     .headers_mut()
                     .insert(header::PAYMENT_RESPONSE, value);
+            }
+            #[cfg(feature = "mpp")]
+            if let Via::Mpp { challenge_id } = &via {
+                let chain_id = settlement.network.eip155_chain_id().unwrap_or_default();
+                let now = config.clock.now_unix_secs();
+                let value =
+                    super::mpp::receipt(&settlement.transaction, challenge_id, chain_id, now);
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    response
+                        .headers_mut()
+                        .insert(super::mpp::PAYMENT_RECEIPT, value);
+                }
             }
             response.extensions_mut().insert(receipt);
             // Paid replay: the answer is kept, so a resend of this request (on
@@ -425,13 +565,25 @@ where
             keeper.keep_settled(&answer, true).await;
             Ok(rejection(kept).map(X402Body::plain))
         }
-        Outcome::Failed(settlement, receipt) => Ok(settlement_failed(
-            &config,
-            ErrorCode::SettlementFailed,
-            style,
-            &settlement,
-            &receipt,
-        )),
+        Outcome::Failed(settlement, receipt) => {
+            #[cfg(feature = "mpp")]
+            if let Some(quote) = &mpp_quote {
+                let why = settlement
+                    .error_reason
+                    .as_deref()
+                    .unwrap_or("settlement failed");
+                let problem = super::mpp::Problem::VerificationFailed("");
+                let answer = mpp_refused(&config, quote, problem, Some(why));
+                return Ok(rejection(answer).map(X402Body::plain));
+            }
+            Ok(settlement_failed(
+                &config,
+                ErrorCode::SettlementFailed,
+                style,
+                &settlement,
+                &receipt,
+            ))
+        }
         Outcome::Unavailable(settlement, receipt) => Ok(settlement_failed(
             &config,
             ErrorCode::PaymentVerificationUnavailable,
@@ -465,6 +617,12 @@ where
     let (parts, body) = response.into_parts();
     let kept_head = (parts.status, parts.headers.clone());
     let limit = config.answer_limits.max_answer_bytes;
+    let metered_payer = serving.metered_payer();
+    let on_cut = metered_payer.clone().map(|payer| {
+        let config = config.clone();
+        Box::new(move || config.metered_stream_cut(&payer)) as OnCut
+    });
+    let config = config.clone();
     let settle = Box::new(
         move |recorded: Option<Bytes>| -> crate::store::BoxFuture<'static, Bytes> {
             Box::pin(async move {
@@ -482,6 +640,10 @@ where
                         receipt_event(&codec::encode(&settlement))
                     }
                     Outcome::Settled(settlement, _) => {
+                        if let Some(payer) = &metered_payer {
+                            // Read to its end: the row of cuts is broken.
+                            config.cut_streams.completed(payer);
+                        }
                         // Under its id and for its payer's sign-in: the whole
                         // stream and its receipt, or nothing.
                         let event = receipt_event(&codec::encode(&settlement));
@@ -499,7 +661,7 @@ where
             })
         },
     );
-    Response::from_parts(parts, X402Body::settling(body, settle, limit))
+    Response::from_parts(parts, X402Body::settling(body, settle, limit, on_cut))
 }
 
 /// The resend of a payment whose settlement was pending: landed → the kept

@@ -36,6 +36,10 @@ pin_project! {
 /// stream as sent (`None` when it passed the recording bound).
 pub(crate) type Settle = Box<dyn FnOnce(Option<Bytes>) -> BoxFuture<'static, Bytes> + Send>;
 
+/// Told when the client goes away before the stream's terminal event (the
+/// body dropped while still streaming, with no error event seen).
+pub(crate) type OnCut = Box<dyn FnOnce() + Send>;
+
 struct Meter {
     watch: SseWatch,
     phase: Phase,
@@ -43,6 +47,19 @@ struct Meter {
     /// (its answer is kept for the resend); `None` once past `record_limit`.
     recorded: Option<Vec<u8>>,
     record_limit: usize,
+    on_cut: Option<OnCut>,
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        // Still streaming and nothing failed: the reader left early.
+        if matches!(self.phase, Phase::Streaming { .. })
+            && self.watch.outcome() == Outcome::Open
+            && let Some(on_cut) = self.on_cut.take()
+        {
+            on_cut();
+        }
+    }
 }
 
 impl Meter {
@@ -88,8 +105,14 @@ impl<B> X402Body<B> {
     /// its output is sent as the last frame.
     /// Dropping `settle` unrun (a failed, broken or abandoned stream) is how
     /// the claim is given back. Up to `record_limit` bytes of the stream
-    /// are recorded and handed to `settle`.
-    pub(crate) fn settling(body: B, settle: Settle, record_limit: usize) -> Self {
+    /// are recorded and handed to `settle`; `on_cut` is told if the body is
+    /// dropped before its terminal event.
+    pub(crate) fn settling(
+        body: B,
+        settle: Settle,
+        record_limit: usize,
+        on_cut: Option<OnCut>,
+    ) -> Self {
         Self {
             body: ResponseBody::inner(body),
             meter: Some(Box::new(Meter {
@@ -97,6 +120,7 @@ impl<B> X402Body<B> {
                 phase: Phase::Streaming { settle },
                 recorded: Some(Vec::new()),
                 record_limit,
+                on_cut,
             })),
         }
     }
@@ -460,7 +484,7 @@ mod tests {
     }
 
     fn metered(body: Chunks, settle: Settle) -> X402Body<Chunks> {
-        X402Body::settling(body, settle, 32)
+        X402Body::settling(body, settle, 32, None)
     }
 
     /// A settlement that counts its runs and answers `receipt`.
@@ -564,6 +588,40 @@ mod tests {
         assert!(body.frame().await.is_some());
         drop(body);
         assert_eq!(runs.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn only_a_reader_leaving_before_the_end_of_a_sound_stream_is_a_cut() {
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let body = |parts: &[Result<&'static str, &'static str>]| {
+            let cuts = cuts.clone();
+            let on_cut: OnCut = Box::new(move || {
+                cuts.fetch_add(1, Ordering::SeqCst);
+            });
+            X402Body::settling(chunks(parts), counting(&runs), 32, Some(on_cut))
+        };
+        // Read to its end: settled, no cut.
+        body(&[Ok("data: {}\n\n"), Ok("data: [DONE]\n\n")])
+            .collect()
+            .await
+            .unwrap();
+        // An error event, then dropped; a body that breaks: the upstream's fault.
+        let mut failed = body(&[Ok("event: error\ndata: {}\n\n"), Ok("data: {}\n\n")]);
+        assert!(failed.frame().await.is_some());
+        drop(failed);
+        let _ = body(&[Ok("data: {}\n\n"), Err("reset")]).collect().await;
+        assert_eq!(cuts.load(Ordering::SeqCst), 0);
+        // Dropped mid-stream: a cut, told once.
+        let mut cut = body(&[Ok("data: {}\n\n"), Ok("data: [DONE]\n\n")]);
+        assert!(cut.frame().await.is_some());
+        drop(cut);
+        assert_eq!(cuts.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "only the whole stream settled"
+        );
     }
 
     #[tokio::test]

@@ -10,12 +10,19 @@
 pub mod codec;
 pub(crate) mod eip712;
 mod evm;
+mod offer_receipt;
 mod permit2;
 pub(crate) mod types;
 
 pub use eip712::{ExactEvmDomain, TokenId, TransferWithAuthorization};
 pub use evm::ExactEvmPayment;
 pub(crate) use evm::{EvmDecoding, WrittenAddress};
+pub(crate) use offer_receipt::extension;
+pub use offer_receipt::{
+    FORMAT_EIP712, OFFER_RECEIPT, OFFER_RECEIPT_VERSION, OfferPayload, ReceiptPayload,
+    SignatureError, Signed, SignedOffer, SignedPayload, SignedReceipt, SignedUsage,
+    USAGE_STATEMENT, UsagePayload, offers_of, receipt_of, usage_of,
+};
 pub use permit2::{
     ASSET_TRANSFER_METHOD_PERMIT2, PERMIT2_ADDRESS, PermitWitnessTransferFrom, TokenPermissions,
     UPTO_PROXY_ADDRESS, UptoPayment, Witness, permit2_domain,

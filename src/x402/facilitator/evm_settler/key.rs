@@ -1,28 +1,26 @@
 //! The settler's private key: read from a file only its owner may read,
-//! never printed.
+//! never printed (the crate's one signing key type, named the settler's).
 
 use std::fmt;
 use std::path::Path;
 
-use alloy_primitives::{Address, B256, Signature, U256};
-use secp256k1::{Message, PublicKey, SECP256K1, SecretKey};
+use alloy_primitives::{Address, B256, Signature};
 
 use super::SettlerError;
-use crate::x402::wire::eip712::prefixed_hex;
+use crate::x402::signing_key::{KeyError, SigningKey};
 
 /// The key that signs the settler's transactions (and pays their gas).
 ///
 /// Its `Debug` shows the address only.
 #[derive(Clone)]
 pub struct SettlerKey {
-    key: SecretKey,
-    address: Address,
+    key: SigningKey,
 }
 
 impl fmt::Debug for SettlerKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SettlerKey")
-            .field("address", &self.address)
+            .field("address", &self.key.address())
             .finish_non_exhaustive()
     }
 }
@@ -33,63 +31,30 @@ impl SettlerKey {
     /// readable by group or others (mode 0600 or stricter).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, SettlerError> {
         let path = path.as_ref();
-        let shown = path.display().to_string();
-        let metadata = std::fs::metadata(path).map_err(|error| SettlerError::KeyFile {
-            path: shown.clone(),
-            reason: error.to_string(),
+        let key = SigningKey::from_file(path).map_err(|error| SettlerError::KeyFile {
+            path: path.display().to_string(),
+            reason: match error {
+                KeyError::File(reason) => reason,
+                KeyError::Invalid => "not a secp256k1 private key".into(),
+            },
         })?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = metadata.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                return Err(SettlerError::KeyFile {
-                    path: shown,
-                    reason: format!(
-                        "mode {mode:o} lets others read it: chmod 600 (or 400) the file"
-                    ),
-                });
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = metadata;
-        let text = std::fs::read_to_string(path).map_err(|error| SettlerError::KeyFile {
-            path: shown.clone(),
-            reason: error.to_string(),
-        })?;
-        Self::from_hex(&text).map_err(|_| SettlerError::KeyFile {
-            path: shown,
-            reason: "not a secp256k1 private key (64 hex digits, 0x optional)".into(),
-        })
+        Ok(Self { key })
     }
 
     /// A key from 64 hex digits, with or without `0x`.
     pub fn from_hex(text: &str) -> Result<Self, SettlerError> {
-        let text = text.trim();
-        let digits = text.strip_prefix("0x").unwrap_or(text);
-        let bytes = prefixed_hex::<32>(&format!("0x{digits}")).ok_or(SettlerError::InvalidKey)?;
-        let key = SecretKey::from_byte_array(bytes).map_err(|_| SettlerError::InvalidKey)?;
-        let public = PublicKey::from_secret_key_global(&key).serialize_uncompressed();
-        Ok(Self {
-            key,
-            address: Address::from_raw_public_key(&public[1..]),
-        })
+        let key = SigningKey::from_hex(text).map_err(|_| SettlerError::InvalidKey)?;
+        Ok(Self { key })
     }
 
     /// The settler's address: the transactions' sender.
     pub fn address(&self) -> Address {
-        self.address
+        self.key.address()
     }
 
     /// The signature of a transaction's signing hash (low `s`, the parity bit).
     pub(super) fn sign_hash(&self, hash: B256) -> Signature {
-        let signature = SECP256K1.sign_ecdsa_recoverable(Message::from_digest(hash.0), &self.key);
-        let (recovery_id, compact) = signature.serialize_compact();
-        Signature::new(
-            U256::from_be_slice(&compact[..32]),
-            U256::from_be_slice(&compact[32..]),
-            i32::from(recovery_id) == 1,
-        )
+        self.key.sign_hash(hash)
     }
 }
 

@@ -55,7 +55,11 @@ impl SettleAmount {
 
     /// What the metered amount was for (e.g. a model's tokens and unit
     /// prices): a settled `upto` receipt carries it as `extensions.usage`,
-    /// with the flat `fee` and the settled `amount` added by the flow.
+    /// with the flat `fee` and the settled `amount` added by the flow. With
+    /// an [`OfferSigner`](crate::x402::server::OfferSigner), a statement of
+    /// `model`, `prompt_tokens`, `completion_tokens` (integers) and
+    /// `input_usd_per_million`, `output_usd_per_million` (decimal text) is
+    /// signed too (`walletgate-usage`).
     pub fn set_usage(&self, usage: Map<String, Value>) {
         *self.1.lock().unwrap_or_else(PoisonError::into_inner) = Some(usage);
     }

@@ -16,6 +16,7 @@
 //! ```
 
 mod amount;
+mod cuts;
 mod identified;
 mod kept;
 mod payment;
@@ -28,6 +29,8 @@ use std::sync::Arc;
 
 pub use amount::SettleAmount;
 pub(crate) use amount::Units;
+pub(crate) use cuts::CutStreams;
+pub use cuts::{CutStreamLimit, METERED_PAYMENTS_SUSPENDED};
 pub(crate) use kept::{Keeper, collect_within, kept_answer};
 pub use payment::EXTENSION_ECHO_MISMATCH;
 pub(crate) use payment::{ClaimGuard, ID_IN_FLIGHT, Paying, Payment, Refusal, payment_outcome};
@@ -47,6 +50,7 @@ use super::replay::{Claim, SpentAuthorization};
 use crate::envelope::{EnvelopeStyle, ErrorCode};
 use crate::metrics;
 use crate::x402::facilitator::{code_for_reason, reason};
+use crate::x402::wire::types::SCHEME_UPTO;
 
 /// What admitting a payment decided.
 pub(crate) enum Admission {
@@ -68,7 +72,20 @@ pub(crate) async fn admit(config: &Arc<Config>, payment: Box<Payment>) -> Admiss
         let refusal = payment.refused(code, why);
         Admission::Refused(payment, refusal)
     };
-    let hold_until = payment.hold_until(config.clock.now_unix_secs());
+    let now = config.clock.now_unix_secs();
+    let hold_until = payment.hold_until(now);
+    if payment.offer().scheme == SCHEME_UPTO
+        && let Some(payer) = payment.claimed_payer()
+        && config.cut_streams.exact_only(payer, now)
+    {
+        // Checked against the claimed payer, before anything is claimed: a
+        // payment naming another's address is only refused, never served.
+        return refused(
+            payment,
+            ErrorCode::PaymentInvalid,
+            METERED_PAYMENTS_SUSPENDED,
+        );
+    }
 
     // The payment identifier is looked up before the claim.
     let mut id_guard = None;
@@ -248,6 +265,13 @@ impl Serving {
         self.payment.style
     }
 
+    /// The payer, when its payment authorised a maximum (`upto`): its
+    /// stream, cut before its end, counts against it ([`CutStreamLimit`]).
+    pub(crate) fn metered_payer(&self) -> Option<String> {
+        (self.payment.offer().scheme == SCHEME_UPTO && !self.receipt.payer().is_empty())
+            .then(|| self.receipt.payer().to_owned())
+    }
+
     /// Whether a stream of this payment must be settled before its first
     /// byte: a contract payer's own code judges its signature again when
     /// the transfer is mined.
@@ -298,6 +322,7 @@ impl Serving {
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+    use std::sync::atomic::Ordering;
 
     use super::*;
     use crate::clock::FakeClock;
@@ -321,6 +346,8 @@ mod tests {
     #[derive(Default)]
     struct Metering {
         settled: Mutex<Vec<AtomicAmount>>,
+        /// The first settlement's outcome is not known yet (no receipt).
+        pending_first: std::sync::atomic::AtomicBool,
     }
 
     impl Facilitator for Metering {
@@ -342,6 +369,11 @@ mod tests {
             let requirements = request.payment_requirements();
             let amount = requirements.amount;
             self.settled.lock().unwrap().push(amount);
+            if self.pending_first.swap(false, Ordering::SeqCst) {
+                return Box::pin(async {
+                    Err(FacilitatorError::pending("0x02", "no receipt yet"))
+                });
+            }
             let settled = SettleResponse {
                 success: true,
                 error_reason: None,
@@ -360,8 +392,15 @@ mod tests {
         }
     }
 
+    /// The payer [`Metering`] verifies.
+    const PAYER: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+
     /// A layer's configuration for `upto` offers settled by `facilitator`.
     fn config(facilitator: Arc<Metering>) -> (X402Layer, Arc<Quote>) {
+        config_at(facilitator, Arc::new(FakeClock::at_unix_secs(NOW)))
+    }
+
+    fn config_at(facilitator: Arc<Metering>, clock: Arc<FakeClock>) -> (X402Layer, Arc<Quote>) {
         let layer = X402Layer::builder()
             .with_host_derived_resource_url()
             .with_pricing(
@@ -375,7 +414,7 @@ mod tests {
                     .unwrap()
                     .with_scheme(SCHEME_UPTO),
             )
-            .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
+            .with_clock(clock)
             .build()
             .unwrap();
         let config = layer.config.clone();
@@ -406,9 +445,27 @@ mod tests {
             x402_version: 2,
             resource: None,
             accepted: offer,
-            payload: serde_json::json!({"permit2": "signed ceiling", "nonce": nonce}),
+            payload: serde_json::json!({
+                "permit2Authorization": {"from": PAYER, "nonce": nonce.to_string()},
+                "signature": "signed ceiling",
+            }),
             extensions: None,
         })
+    }
+
+    /// What admitting the encoded payment `sent` for a tool call decides.
+    async fn admit_sent(config: &Arc<Config>, quote: Arc<Quote>, sent: &str) -> Admission {
+        let paying = Paying {
+            request_line: "tools/call echo".into(),
+            body_digest: &|| None,
+            style: EnvelopeStyle::default(),
+            request_id: None,
+            sent: sent.as_bytes(),
+        };
+        match Payment::admit_encoded(config, quote, paying) {
+            Ok(payment) => admit(config, payment).await,
+            Err(refusal) => panic!("decoded: {}", refusal.why),
+        }
     }
 
     /// A second front, not HTTP: a tool call's encoded payment in, the
@@ -424,15 +481,7 @@ mod tests {
         F: FnOnce(SettleAmount, tokio::sync::mpsc::Sender<String>) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        let paying = Paying {
-            request_line: "tools/call echo".into(),
-            body_digest: &|| None,
-            style: EnvelopeStyle::default(),
-            request_id: None,
-            sent: sent.as_bytes(),
-        };
-        let payment = Payment::admit_encoded(config, quote, paying)?;
-        let serving = match admit(config, payment).await {
+        let serving = match admit_sent(config, quote, sent).await {
             Admission::Serve(serving) => serving,
             Admission::Refused(_, refusal) => return Err(refusal),
             _ => panic!("a fresh payment is served"),
@@ -538,5 +587,56 @@ mod tests {
             2,
             "the replay settled nothing"
         );
+    }
+
+    #[tokio::test]
+    async fn a_pending_metered_settlement_is_asked_again_for_its_amount_not_its_maximum() {
+        let facilitator = Arc::new(Metering::default());
+        facilitator.pending_first.store(true, Ordering::SeqCst);
+        let (layer, quote) = config(facilitator.clone());
+        let config = &layer.config;
+        let sent = payment(&quote, 5);
+        let Admission::Serve(serving) = admit_sent(config, quote.clone(), &sent).await else {
+            panic!("a fresh payment is served");
+        };
+        serving.amount().set(AtomicAmount::new(1_234));
+        let (outcome, _keeper) = serving.settle().await;
+        assert!(matches!(outcome, Outcome::Pending(..)));
+        // The resend asks again, for what the answer used.
+        let Admission::Resolve(payment, settling) = admit_sent(config, quote, &sent).await else {
+            panic!("the resend of a pending settlement resolves it");
+        };
+        let Resolved::ServeAgain(receipt, settlement) = resolve(config, payment, settling).await
+        else {
+            panic!("landed, nothing kept");
+        };
+        assert_eq!(settlement.amount, Some(AtomicAmount::new(1_234)));
+        assert_eq!(receipt.amount(), AtomicAmount::new(1_234));
+        assert_eq!(
+            *facilitator.settled.lock().unwrap(),
+            [AtomicAmount::new(1_234), AtomicAmount::new(1_234)]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_payer_that_cut_three_metered_streams_pays_them_no_more_for_ten_minutes() {
+        let clock = Arc::new(FakeClock::at_unix_secs(NOW));
+        let (layer, quote) = config_at(Arc::new(Metering::default()), clock.clone());
+        let config = &layer.config;
+        for _ in 0..3 {
+            config.metered_stream_cut(&PAYER.to_lowercase());
+        }
+        let sent = payment(&quote, 6);
+        let Admission::Refused(_, refusal) = admit_sent(config, quote.clone(), &sent).await else {
+            panic!("refused while suspended");
+        };
+        assert_eq!(refusal.code, ErrorCode::PaymentInvalid);
+        assert_eq!(refusal.why, METERED_PAYMENTS_SUSPENDED);
+        assert_eq!(refusal.payer.as_deref(), Some(PAYER));
+        clock.advance(std::time::Duration::from_secs(600));
+        assert!(matches!(
+            admit_sent(config, quote, &sent).await,
+            Admission::Serve(_)
+        ));
     }
 }

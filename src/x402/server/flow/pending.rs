@@ -58,12 +58,16 @@ pub(crate) async fn resolve(
     let payer = receipt.payer().to_owned();
     // A resend that goes away mid-settlement must not give the record back.
     let claim = ClaimGuard::new(config, &payment.key).kept_on_drop();
+    // What was decided when the answer ended (a metered payment's amount, not
+    // its ceiling): the amount the first `/settle` asked for, asked again.
+    let amount = SettleAmount::default();
+    amount.set(pending.amount());
     let job = SettleJob {
         config: config.clone(),
         payment,
         claim,
         receipt,
-        amount: SettleAmount::default(),
+        amount,
         // No transaction known: the first `/settle` was sent and its answer lost.
         after_lost_answer: pending.transaction().is_none(),
         resolving: true,

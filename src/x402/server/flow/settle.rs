@@ -233,6 +233,17 @@ async fn settle(
                 .insert("usage".into(), usage.into());
         }
     }
+    if settlement.success
+        && let Some(signer) = &config.offer_signer
+    {
+        signer.sign_settlement(
+            &mut settlement,
+            &payment.quote.required().resource.url,
+            receipt.payer(),
+            config.units_of(offer).decimals,
+            config.clock.now_unix_secs(),
+        );
+    }
     if !settlement.success {
         trace_decision!(
             WARN,
