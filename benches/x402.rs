@@ -18,6 +18,13 @@
 //! instruction-cache misses per paid request either way, where the floor,
 //! back to back, misses 2. The paid path's code does not fit the cache.
 //!
+//! `x402_upto`: the `upto` scheme's Permit2 payload against the same floor,
+//! measured in its own group: `permit2_payload_verification` reads the
+//! payload, computes Permit2's witness digest and recovers its signer once
+//! (target: at most 1.3× `bare_secp256k1_recovery`); `upto_verify_local`
+//! is the local facilitator's whole verify (every official check, then the
+//! development ledger).
+//!
 //! On a machine others share: `X402_INTERLEAVED=300 <bench binary>` prints
 //! the fastest of 300 alternating blocks of floor and paid requests.
 //!
@@ -45,8 +52,8 @@ use walletgate::x402::{
     facilitator::{DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator},
     server::{InMemoryNonceStore, matching_offer},
     wire::{
-        ExactEvmDomain, ExactEvmPayload, PaymentPayload, PaymentRequirements,
-        TransferWithAuthorization, codec,
+        AtomicAmount, ExactEvmDomain, ExactEvmPayload, PaymentPayload, PaymentRequirements,
+        TransferWithAuthorization, UptoPayment, codec,
     },
 };
 
@@ -274,6 +281,75 @@ fn bench_x402(c: &mut Criterion) {
     group.finish();
 }
 
+/// The `upto` offer the benchmarks pay: Base Sepolia USDC to [`x402_paid::PAY_TO`],
+/// settled by the local facilitator's fixed `upto` address.
+fn upto_offer() -> PaymentRequirements {
+    let exact = offer();
+    walletgate::x402::server::PaymentOption::upto_permit2(
+        exact.network.clone(),
+        &exact.asset,
+        &exact.pay_to,
+        LocalEvmFacilitator::UPTO_FACILITATOR,
+    )
+    .requirements_for_amount(AtomicAmount::new(3_000))
+}
+
+/// A Permit2 payload's verification, offline: read, witness digest, one
+/// recovery, the signer compared with the owner.
+fn verify_permit2_payload(payload: &serde_json::Value, chain_id: u64) -> bool {
+    let Some(permit) = UptoPayment::read(payload) else {
+        return false;
+    };
+    let Ok(raw) = <[u8; 65]>::try_from(permit.signature.as_slice()) else {
+        return false;
+    };
+    let Ok(signature) = alloy_primitives::Signature::from_raw_array(&raw) else {
+        return false;
+    };
+    signature
+        .recover_address_from_prehash(&permit.signing_hash(chain_id))
+        .is_ok_and(|signer| signer == permit.from)
+}
+
+fn bench_upto(c: &mut Criterion) {
+    let clock = Arc::new(FakeClock::at_unix_secs(NOW));
+    let facilitator = LocalEvmFacilitator::new(Arc::new(DevLedger::new()), clock);
+    let offer = upto_offer();
+    let payment = Payer::dev(0).pay_upto(&offer, NOW).unwrap();
+    let chain_id = offer.network.eip155_chain_id().unwrap();
+    assert!(verify_permit2_payload(&payment.payload, chain_id));
+    let request = FacilitatorRequest::new(payment.clone(), offer);
+    assert!(ready(facilitator.verify(&request)).unwrap().is_valid);
+
+    // The floor, in this group: one recovery of the same signature over the same digest.
+    let permit = UptoPayment::read(&payment.payload).unwrap();
+    let digest = permit.signing_hash(chain_id);
+    let signature = alloy_primitives::Signature::from_raw_array(
+        &<[u8; 65]>::try_from(permit.signature.as_slice()).unwrap(),
+    )
+    .unwrap();
+
+    let mut group = c.benchmark_group("x402_upto");
+    group.bench_function("bare_secp256k1_recovery", |b| {
+        b.iter(|| black_box(&signature).recover_address_from_prehash(black_box(&digest)))
+    });
+    group.bench_function("permit2_payload_verification", |b| {
+        b.iter(|| {
+            assert!(verify_permit2_payload(
+                black_box(&payment.payload),
+                chain_id
+            ))
+        })
+    });
+    group.bench_function("upto_verify_local", |b| {
+        b.iter(|| {
+            let verdict = ready(facilitator.verify(black_box(&request))).unwrap();
+            assert!(verdict.is_valid);
+        })
+    });
+    group.finish();
+}
+
 /// The floor's inputs: signed payments' EIP-712 domain, structs and signatures.
 struct Floor {
     domain: ExactEvmDomain,
@@ -452,6 +528,15 @@ fn main() {
         .configure_from_args();
     if benchmarking {
         bench_x402(&mut criterion);
+        bench_upto(&mut criterion);
+    } else {
+        // `cargo test --benches`: the upto payload verifies, once.
+        let offer = upto_offer();
+        let payment = Payer::dev(0).pay_upto(&offer, NOW).unwrap();
+        assert!(verify_permit2_payload(
+            &payment.payload,
+            offer.network.eip155_chain_id().unwrap()
+        ));
     }
     criterion.final_summary();
 }

@@ -16,6 +16,7 @@ use walletgate::x402::facilitator::evm_settler::{
 };
 use walletgate::x402::facilitator::{
     EvmSettler, Facilitator, FacilitatorErrorKind, FacilitatorRequest, IdempotencyKey, SettlerKey,
+    code_for_reason, reason,
 };
 use walletgate::x402::server::PaymentOption;
 use walletgate::x402::wire::{
@@ -23,8 +24,9 @@ use walletgate::x402::wire::{
 };
 
 use chain_support::{
-    Hostility, ProxyMode, RpcProxy, USDC, balance, deploy_erc1271_wallet, deploy_hostile_wallet,
-    fresh_payer_key, mint, private_chain, rpc, set_eth_balance, shared_rpc_url, transaction_count,
+    Hostility, ProxyMode, RpcProxy, UPTO_PROXY, USDC, approve_permit2, balance,
+    deploy_erc1271_wallet, deploy_hostile_wallet, fresh_payer_key, mint, private_chain, rpc,
+    set_eth_balance, shared_rpc_url, transaction_count,
 };
 
 const PRICE: u64 = 10_000;
@@ -667,6 +669,25 @@ async fn the_settler_never_shows_its_key_or_its_rpc_path() {
     assert!(!format!("{builder:?}").contains("secret-api-key"));
 }
 
+/// Settles `request` (signed at `started`, valid 9 s) while `proxy` swallows
+/// receipts: pending; then waits until fewer than 6 s of it are left, so a
+/// fresh payment would be refused offline. The pending error.
+async fn pending_until_nearly_expired(
+    setup: &Setup,
+    proxy: &RpcProxy,
+    request: &FacilitatorRequest,
+    started: u64,
+) -> walletgate::x402::facilitator::FacilitatorError {
+    proxy.set(ProxyMode::SwallowReceipts);
+    let pending = setup.settler.settle(request).await.unwrap_err();
+    assert_eq!(pending.kind(), &FacilitatorErrorKind::Pending);
+    proxy.set(ProxyMode::Pass);
+    while now() < started + 4 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    pending
+}
+
 #[tokio::test]
 async fn a_pending_settlement_still_answers_after_its_window_nearly_closed() {
     let rpc = shared_rpc_url();
@@ -679,14 +700,7 @@ async fn a_pending_settlement_still_answers_after_its_window_nearly_closed() {
     offer.max_timeout_seconds = 9;
     let started = now();
     let request = FacilitatorRequest::new(payer.pay(&offer, started).unwrap(), offer);
-    proxy.set(ProxyMode::SwallowReceipts);
-    let pending = setup.settler.settle(&request).await.unwrap_err();
-    assert_eq!(pending.kind(), &FacilitatorErrorKind::Pending);
-    proxy.set(ProxyMode::Pass);
-    // Fewer than 6 s left: a fresh payment would be refused offline.
-    while now() < started + 4 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let pending = pending_until_nearly_expired(&setup, &proxy, &request, started).await;
     let verdict = setup.settler.verify(&request).await.unwrap();
     assert!(!verdict.is_valid);
     let settled = setup.settler.settle(&request).await.unwrap();
@@ -892,4 +906,245 @@ async fn a_wallet_that_approves_only_without_fees_is_refused_then_denied_a_while
             Some(reasons::NONCE_ALREADY_USED)
         );
     }
+}
+
+// ---- `upto`: a Permit2 permit settled through the upto proxy ----
+
+/// The ceiling of the `upto` tests' offers.
+const CEILING: u64 = 10_000;
+
+/// An `upto` offer of `CEILING` to `pay_to`, naming `facilitator` as the one that settles.
+fn upto_offer(pay_to: Address, facilitator: Address) -> PaymentRequirements {
+    PaymentOption::upto_permit2(
+        Network::base_sepolia(),
+        &USDC.to_checksum(None),
+        &pay_to.to_checksum(None),
+        facilitator,
+    )
+    .requirements_for_amount(AtomicAmount::new(CEILING.into()))
+}
+
+/// A fresh payer holding `funds`, having approved Permit2 for `allowance`
+/// (none when 0), and its permit of `CEILING` for the setup's settler signed at `at`.
+async fn upto_payment(
+    setup: &Setup,
+    funds: u64,
+    allowance: u64,
+    at: u64,
+) -> (FacilitatorRequest, Address) {
+    let payer = Payer::from_key(fresh_payer_key().0).unwrap();
+    let from = payer.address_bytes();
+    mint(&setup.rpc, from, funds).await;
+    if allowance > 0 {
+        approve_permit2(&setup.rpc, from, U256::from(allowance)).await;
+    }
+    let offer = upto_offer(setup.pay_to, setup.settler.address());
+    let payload = payer.pay_upto(&offer, at).unwrap();
+    (FacilitatorRequest::new(payload, offer), from)
+}
+
+#[tokio::test]
+async fn an_upto_permit_settles_the_amount_used_through_the_proxy_once() {
+    let setup = settler(ONE_ETH).await;
+    let (request, from) = upto_payment(&setup, 1_000_000, 1_000_000, now()).await;
+    let verdict = setup.settler.verify(&request).await.unwrap();
+    assert!(verdict.is_valid, "{verdict:?}");
+    assert_eq!(verdict.payer, Some(from.to_checksum(None)));
+
+    let caller = IdempotencyKey::new("upto-first-caller-0123456789").unwrap();
+    let used = request
+        .with_settled_amount(AtomicAmount::new(3_456))
+        .with_idempotency_key(caller);
+    let settled = setup.settler.settle(&used).await.unwrap();
+    assert!(settled.success, "{settled:?}");
+    assert_eq!(settled.amount, Some(AtomicAmount::new(3_456)));
+    let hash: B256 = settled.transaction.parse().unwrap();
+    assert_eq!(chain_support::mined_status(&setup.rpc, hash).await, 1);
+    // Sent to the proxy from the settler, the witness's facilitator.
+    let sent = chain_support::transaction(&setup.rpc, hash).await;
+    let address = |field: &str| sent[field].as_str().unwrap().parse::<Address>().unwrap();
+    assert_eq!(address("to"), UPTO_PROXY);
+    assert_eq!(address("from"), setup.settler.address());
+    assert_eq!(balance(&setup.rpc, from).await, units(1_000_000 - 3_456));
+    assert_eq!(balance(&setup.rpc, setup.pay_to).await, units(3_456));
+    assert_eq!(settler_nonce(&setup).await, 1);
+
+    // Its caller asks again: its answer, nothing sent.
+    assert_eq!(setup.settler.settle(&used).await.unwrap(), settled);
+    // The same permit for another amount: one signature settles once.
+    let more = request.with_settled_amount(AtomicAmount::new(5_000));
+    let refused = setup.settler.settle(&more).await.unwrap();
+    assert!(!refused.success);
+    assert_eq!(
+        refused.error_reason.as_deref(),
+        Some(reason::PERMIT2_INVALID_NONCE)
+    );
+    // Verified again, Permit2 itself says the nonce is used; so does a settler that never saw it.
+    let replay = setup.settler.verify(&request).await.unwrap();
+    assert_eq!(
+        replay.invalid_reason.as_deref(),
+        Some(reason::PERMIT2_INVALID_NONCE)
+    );
+    assert_eq!(
+        code_for_reason(replay.invalid_reason.as_deref().unwrap()),
+        walletgate::envelope::ErrorCode::PaymentReplay
+    );
+    assert_eq!(settler_nonce(&setup).await, 1);
+    assert_eq!(balance(&setup.rpc, setup.pay_to).await, units(3_456));
+}
+
+#[tokio::test]
+async fn an_upto_permit_settled_for_nothing_sends_nothing_and_above_the_ceiling_is_refused() {
+    let setup = settler(ONE_ETH).await;
+    let (request, from) = upto_payment(&setup, 1_000_000, 1_000_000, now()).await;
+    let nothing = setup
+        .settler
+        .settle(&request.with_settled_amount(AtomicAmount::new(0)))
+        .await
+        .unwrap();
+    assert!(nothing.success, "{nothing:?}");
+    assert_eq!(nothing.transaction, "");
+    assert_eq!(nothing.amount, Some(AtomicAmount::new(0)));
+    let above = setup
+        .settler
+        .settle(&request.with_settled_amount(AtomicAmount::new(CEILING as u128 + 1)))
+        .await
+        .unwrap();
+    assert!(!above.success);
+    assert_eq!(
+        above.error_reason.as_deref(),
+        Some(reason::UPTO_SETTLEMENT_EXCEEDS_AMOUNT)
+    );
+    assert_eq!(settler_nonce(&setup).await, 0, "nothing sent");
+    assert_eq!(balance(&setup.rpc, from).await, units(1_000_000));
+    // The permit is still good for what it allows.
+    let settled = setup
+        .settler
+        .settle(&request.with_settled_amount(AtomicAmount::new(CEILING.into())))
+        .await
+        .unwrap();
+    assert!(settled.success, "{settled:?}");
+    assert_eq!(balance(&setup.rpc, setup.pay_to).await, units(CEILING));
+}
+
+#[tokio::test]
+async fn upto_permits_the_chain_would_refuse_are_refused_with_the_official_reasons_and_move_nothing()
+ {
+    let setup = settler(ONE_ETH).await;
+    // No Permit2 allowance: a 402 PAYMENT_UNFUNDED, at verify and at settle.
+    let (unapproved, from) = upto_payment(&setup, 1_000_000, 0, now()).await;
+    let verdict = setup.settler.verify(&unapproved).await.unwrap();
+    assert_eq!(
+        verdict.invalid_reason.as_deref(),
+        Some(reason::PERMIT2_ALLOWANCE_REQUIRED),
+        "{verdict:?}"
+    );
+    assert_eq!(
+        code_for_reason(reason::PERMIT2_ALLOWANCE_REQUIRED),
+        walletgate::envelope::ErrorCode::PaymentUnfunded
+    );
+    let settled = setup
+        .settler
+        .settle(&unapproved.with_settled_amount(AtomicAmount::new(1_000)))
+        .await
+        .unwrap();
+    assert_eq!(
+        settled.error_reason.as_deref(),
+        Some(reason::PERMIT2_ALLOWANCE_REQUIRED),
+        "{settled:?}"
+    );
+    assert_eq!(balance(&setup.rpc, from).await, units(1_000_000));
+    // An allowance below the ceiling is no allowance for it either.
+    let (short, _) = upto_payment(&setup, 1_000_000, CEILING - 1, now()).await;
+    let verdict = setup.settler.verify(&short).await.unwrap();
+    assert_eq!(
+        verdict.invalid_reason.as_deref(),
+        Some(reason::PERMIT2_ALLOWANCE_REQUIRED)
+    );
+    // A balance below the ceiling.
+    let (poor, _) = upto_payment(&setup, CEILING - 1, 1_000_000, now()).await;
+    let verdict = setup.settler.verify(&poor).await.unwrap();
+    assert_eq!(
+        verdict.invalid_reason.as_deref(),
+        Some(reason::PERMIT2_INSUFFICIENT_BALANCE)
+    );
+    // An expired deadline: signed long ago.
+    let (expired, _) = upto_payment(&setup, 1_000_000, 1_000_000, now() - 3_600).await;
+    for verdict in [
+        setup.settler.verify(&expired).await.unwrap().invalid_reason,
+        setup
+            .settler
+            .settle(&expired.with_settled_amount(AtomicAmount::new(1_000)))
+            .await
+            .unwrap()
+            .error_reason,
+    ] {
+        assert_eq!(verdict.as_deref(), Some(reason::PERMIT2_DEADLINE_EXPIRED));
+    }
+    // A witness naming another facilitator: this settler may not send it
+    // (the proxy would refuse it: UnauthorizedFacilitator).
+    let payer = Payer::from_key(fresh_payer_key().0).unwrap();
+    mint(&setup.rpc, payer.address_bytes(), 1_000_000).await;
+    approve_permit2(&setup.rpc, payer.address_bytes(), U256::from(1_000_000)).await;
+    let offer = upto_offer(setup.pay_to, Address::repeat_byte(0x77));
+    let elsewhere = FacilitatorRequest::new(payer.pay_upto(&offer, now()).unwrap(), offer);
+    for verdict in [
+        setup
+            .settler
+            .verify(&elsewhere)
+            .await
+            .unwrap()
+            .invalid_reason,
+        setup
+            .settler
+            .settle(&elsewhere.with_settled_amount(AtomicAmount::new(1_000)))
+            .await
+            .unwrap()
+            .error_reason,
+    ] {
+        assert_eq!(verdict.as_deref(), Some(reason::UPTO_FACILITATOR_MISMATCH));
+    }
+    assert_eq!(
+        balance(&setup.rpc, payer.address_bytes()).await,
+        units(1_000_000)
+    );
+    assert_eq!(balance(&setup.rpc, setup.pay_to).await, units(0));
+    assert_eq!(settler_nonce(&setup).await, 0, "nothing sent");
+}
+
+#[tokio::test]
+async fn the_settler_lists_upto_naming_itself_as_the_facilitator() {
+    let setup = settler(ONE_ETH).await;
+    let supported = setup.settler.supported().await.unwrap();
+    let upto = supported
+        .kinds
+        .iter()
+        .find(|kind| kind.scheme == "upto")
+        .expect("upto is listed");
+    assert_eq!(upto.network, Network::base_sepolia());
+    assert_eq!(
+        upto.extra.as_ref().unwrap()["facilitatorAddress"],
+        setup.settler.address().to_checksum(None)
+    );
+}
+
+#[tokio::test]
+async fn a_pending_upto_settlement_still_answers_after_its_deadline_nearly_passed() {
+    let rpc = shared_rpc_url();
+    let proxy = RpcProxy::start(&rpc).await;
+    let setup = settler_at(&rpc, &proxy.url(), ONE_ETH, Duration::from_secs(1)).await;
+    let payer = Payer::from_key(fresh_payer_key().0).unwrap();
+    mint(&rpc, payer.address_bytes(), 1_000_000).await;
+    approve_permit2(&rpc, payer.address_bytes(), U256::from(1_000_000)).await;
+    let mut offer = upto_offer(setup.pay_to, setup.settler.address());
+    offer.max_timeout_seconds = 9;
+    let started = now();
+    let request = FacilitatorRequest::new(payer.pay_upto(&offer, started).unwrap(), offer)
+        .with_settled_amount(AtomicAmount::new(2_500));
+    let pending = pending_until_nearly_expired(&setup, &proxy, &request, started).await;
+    let settled = setup.settler.settle(&request).await.unwrap();
+    assert!(settled.success, "{settled:?}");
+    assert_eq!(Some(settled.transaction.as_str()), pending.transaction());
+    assert_eq!(balance(&rpc, setup.pay_to).await, units(2_500));
+    assert_eq!(settler_nonce(&setup).await, 1, "sent once");
 }

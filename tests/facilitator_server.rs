@@ -726,3 +726,120 @@ fn a_key_file_others_can_read_is_refused_and_never_echoed() {
     assert!(!printed.contains(&key[2..]), "the key leaked");
     assert!(!printed.contains("secret-api-key"), "{printed}");
 }
+
+/// An `upto` offer of 10000 units to `pay_to`, settled by `facilitator`.
+fn upto_offer(pay_to: Address, facilitator: &str) -> walletgate::x402::wire::PaymentRequirements {
+    PaymentOption::upto_permit2(
+        walletgate::x402::wire::Network::base_sepolia(),
+        &USDC.to_checksum(None),
+        &pay_to.to_checksum(None),
+        facilitator.parse().unwrap(),
+    )
+    .requirements_for_amount(AtomicAmount::new(10_000))
+}
+
+#[tokio::test]
+async fn upto_is_listed_naming_the_settler_and_settles_the_amount_used() {
+    let rpc = shared_rpc_url();
+    let pay_to = fresh_address();
+    let (_running, url) = facilitator(&rpc, pay_to, &[]).await;
+    let (_, _, supported) = exchange("GET", &format!("{url}/supported"), &[], None).await;
+    let kind = supported["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|kind| kind["scheme"] == "upto")
+        .expect("upto is listed")
+        .clone();
+    assert_eq!(kind["network"], "eip155:84532");
+    let settler = kind["extra"]["facilitatorAddress"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(supported["signers"]["eip155:*"][0], settler.as_str());
+
+    // A payer whose wallet approved Permit2 for 0.05 USD with `walletgate approve`.
+    let key = fresh_payer_key();
+    let payer = Payer::from_key(key.0).unwrap();
+    let from = payer.address_bytes();
+    mint(&rpc, from, 1_000_000).await;
+    set_eth_balance(&rpc, from, ONE_ETH).await;
+    let approve = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_walletgate"))
+            .args([
+                "approve",
+                "--rpc-url",
+                &rpc,
+                "--asset",
+                &USDC.to_checksum(None),
+            ])
+            .args(extra)
+            .env("WALLETGATE_PRIVATE_KEY", key.to_string())
+            .output()
+            .unwrap()
+    };
+    let dry = approve(&["--max-usd", "0.05", "--dry-run", "--format", "json"]);
+    assert_eq!(dry.status.code(), Some(0), "{dry:?}");
+    let plan: Value = serde_json::from_slice(&dry.stdout).unwrap();
+    assert_eq!(plan["dryRun"], true);
+    assert_eq!(plan["amount"], "50000");
+    assert_eq!(
+        plan["spender"],
+        "0x000000000022D473030F116dDEE9F6B43aC78BA3"
+    );
+    assert_eq!(
+        chain_support::permit2_allowance(&rpc, from).await,
+        U256::ZERO,
+        "a dry run sends nothing"
+    );
+    let sent = approve(&["--max-usd", "0.05"]);
+    assert_eq!(sent.status.code(), Some(0), "{sent:?}");
+    let stdout = String::from_utf8_lossy(&sent.stdout);
+    assert!(stdout.starts_with("approved Permit2"), "{stdout}");
+    assert!(
+        !stdout.contains(&key.to_string()[2..])
+            && !String::from_utf8_lossy(&sent.stderr).contains(&key.to_string()[2..])
+    );
+    assert_eq!(
+        chain_support::permit2_allowance(&rpc, from).await,
+        U256::from(50_000)
+    );
+    // Not a decimal amount: a usage error, nothing sent.
+    assert_eq!(approve(&["--max-usd", "1e3"]).status.code(), Some(64));
+
+    let offer = upto_offer(pay_to, &settler);
+    let request = FacilitatorRequest::new(payer.pay_upto(&offer, now()).unwrap(), offer);
+    let (status, _, verdict) = exchange(
+        "POST",
+        &format!("{url}/verify"),
+        &[],
+        Some(serde_json::to_string(&request).unwrap()),
+    )
+    .await;
+    assert_eq!(
+        (status, &verdict["isValid"]),
+        (StatusCode::OK, &json!(true)),
+        "{verdict}"
+    );
+    let used = request.with_settled_amount(AtomicAmount::new(4_321));
+    let (status, _, settled) = exchange(
+        "POST",
+        &format!("{url}/settle"),
+        &[],
+        Some(serde_json::to_string(&used).unwrap()),
+    )
+    .await;
+    assert_eq!(
+        (status, &settled["success"]),
+        (StatusCode::OK, &json!(true)),
+        "{settled}"
+    );
+    assert_eq!(settled["amount"], "4321");
+    assert_eq!(balance(&rpc, from).await, U256::from(1_000_000 - 4_321));
+    assert_eq!(balance(&rpc, pay_to).await, U256::from(4_321));
+    // FiatToken lowers the allowance by what Permit2 pulled.
+    assert_eq!(
+        chain_support::permit2_allowance(&rpc, from).await,
+        U256::from(50_000 - 4_321)
+    );
+}

@@ -321,3 +321,39 @@ async fn a_settle_whose_answer_was_lost_keeps_the_claim_and_the_resend_gets_the_
     let paths: Vec<&str> = received.iter().map(|(path, _)| path.as_str()).collect();
     assert_eq!(paths, ["verify", "settle", "settle"]);
 }
+
+/// A metered (`upto`) payment through an HTTP facilitator: `/verify` gets the
+/// ceiling, `/settle` the same payload with `paymentRequirements.amount` =
+/// the amount used, as the official facilitators read it (upto.md §2).
+#[tokio::test]
+async fn an_upto_settlement_sends_the_amount_used_in_the_settle_requirements() {
+    use walletgate::x402::wire::{AtomicAmount, Network};
+    let fixture = facilitator_server().await;
+    let facilitator = client(fixture.address);
+    let offer = walletgate::x402::server::PaymentOption::upto_permit2(
+        Network::base_sepolia(),
+        "0x036CbD53842c5426634e7929541eC2318f3dCF7e",
+        &Payer::dev(1).address(),
+        LocalEvmFacilitator::UPTO_FACILITATOR,
+    )
+    .requirements_for_amount(AtomicAmount::new(10_000));
+    let payer = Payer::dev(0);
+    let request = FacilitatorRequest::new(payer.pay_upto(&offer, NOW).unwrap(), offer.clone());
+    assert!(facilitator.verify(&request).await.unwrap().is_valid);
+    let settled = facilitator
+        .settle(&request.with_settled_amount(AtomicAmount::new(1_234)))
+        .await
+        .unwrap();
+    assert!(settled.success, "{settled:?}");
+    assert_eq!(settled.amount, Some(AtomicAmount::new(1_234)));
+
+    let received = fixture.scripted.received.lock().unwrap().clone();
+    let (verify, settle) = (&received[0].1, &received[1].1);
+    assert_eq!(verify["paymentRequirements"]["amount"], "10000");
+    assert_eq!(settle["paymentRequirements"]["amount"], "1234");
+    // Nothing else differs: the payload as signed, the requirements but the amount.
+    assert_eq!(settle["paymentPayload"], verify["paymentPayload"]);
+    let mut requirements = settle["paymentRequirements"].clone();
+    requirements["amount"] = "10000".into();
+    assert_eq!(requirements, serde_json::to_value(&offer).unwrap());
+}

@@ -4,13 +4,12 @@
 //! mints to fresh payers and pays a fresh `payTo`, so balances are asserted
 //! to the unit whatever else runs on the chain.
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use alloy_primitives::{Address, B256, U256};
 use http::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 use walletgate::client::payer::Payer;
 use walletgate::x402::facilitator::evm_settler::{MemorySettlementRecords, SettlementRecords};
 use walletgate::x402::wire::{SettleResponse, codec};
@@ -141,40 +140,23 @@ pub(crate) async fn settler_config(
 
 /// The official `@x402/fetch` client pays one chat: mined, to the unit.
 async fn official_fetch_pays_once(rpc: &str, server: &Server, pay_to: Address) {
-    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/x402");
-    assert!(
-        folder.join("node_modules/@x402/fetch").is_dir(),
-        "run `npm ci --prefix tests/interop/x402` (or `bash .ci/run`)"
-    );
     let rpc = rpc.to_owned();
     let key = fresh_payer_key();
     let from = payer(key).address_bytes();
     mint(&rpc, from, 1_000_000).await;
 
-    let output = tokio::time::timeout(
+    let result = crate::tests::official_client(
+        "pay_gateway.mjs",
+        &[
+            &server.url(""),
+            "env",
+            "openai/gpt-5-mini",
+            "hello from a real chain",
+        ],
+        &[("PAYER_PRIVATE_KEY", key.to_string())],
         Duration::from_secs(120),
-        tokio::process::Command::new("node")
-            .arg("pay_gateway.mjs")
-            .arg(server.url(""))
-            .arg("env")
-            .arg("openai/gpt-5-mini")
-            .arg("hello from a real chain")
-            .env("PAYER_PRIVATE_KEY", key.to_string())
-            .current_dir(&folder)
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
     )
-    .await
-    .expect("the client finishes")
-    .expect("node runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let result: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    .await;
     assert_eq!(result["status"], 200, "{result}");
     assert_eq!(result["answer"], "echo: hello from a real chain");
     assert_eq!(result["settlement"]["success"], true, "{result}");
@@ -531,8 +513,9 @@ async fn a_facilitator_that_settles_another_network_is_refused_at_start() {
     let PaymentNetwork::Evm(evm) = &probe.network else {
         unreachable!()
     };
-    // The facilitator settles eip155:84532, and not Base mainnet.
-    crate::check_facilitator(
+    // The facilitator settles eip155:84532, and not Base mainnet; it
+    // settles `upto` there too, naming its own account for the witness.
+    let upto = crate::check_facilitator(
         &facilitator.url(),
         &evm.network,
         &probe.tls,
@@ -541,6 +524,7 @@ async fn a_facilitator_that_settles_another_network_is_refused_at_start() {
     )
     .await
     .unwrap();
+    assert!(upto.is_some_and(|address| address != Address::ZERO));
     let error = crate::check_facilitator(
         &facilitator.url(),
         &walletgate::x402::wire::Network::base(),

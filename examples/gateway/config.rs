@@ -22,7 +22,7 @@
 //! | `GATEWAY_ANSWER_RETENTION_SECS` | `3600` | how long a paid answer is kept for a resend (a settlement first reported pending), and a `sign-in-with-x` entitlement |
 //! | `GATEWAY_ANSWER_MAX_BYTES` | `1048576` | the largest paid answer kept (a larger one is served again on the resend, charged once) |
 //! | `GATEWAY_PAYMENT_ID` | `optional` | the `payment-identifier` extension: `off`, `optional` (declared; a payment may carry an id and then pays once per id) or `required` (a payment without an id is 400) |
-//! | `GATEWAY_UPTO` | `second` | the metered `upto` offer (a Permit2 ceiling; the answer's tokens are settled): `off` (the specification's quote byte for byte), `second` (after `exact`, which the specification's clients sign) or `first`; offered only where it can settle (the development ledger today); a payer that cuts 3 metered streams within 10 minutes is served `exact` only for 10 minutes |
+//! | `GATEWAY_UPTO` | `second` | the metered `upto` offer (a Permit2 ceiling; the answer's tokens are settled): `off` (the specification's quote byte for byte), `second` (after `exact`, which the specification's clients sign) or `first`; offered only where it can settle: the development ledger, the on-chain settler (`GATEWAY_EVM_RPC_URL`), or a `GATEWAY_FACILITATOR_URL` whose `GET /supported` lists `upto` on the network at start (its `facilitatorAddress`); a payer that cuts 3 metered streams within 10 minutes is served `exact` only for 10 minutes |
 //! | `GATEWAY_SIWX` | `on` | the `sign-in-with-x` extension (EVM networks): a wallet that paid for a request signs in to get its kept answer again, uncharged; declared only when the public origin is known (`GATEWAY_PUBLIC_URL`, or a bound address that is not a wildcard); `off`: not declared, and settled answers are not kept for it |
 //! | `GATEWAY_SIWX_KEY_FILE` | a random key per process | the key of sign-in nonces' tags (64 hex digits; never printed): replicas behind one origin must share it, or a nonce one issued fails on another |
 //! | `GATEWAY_ANSWER_STORE_BYTES` | `268435456` | the in-memory answer store's total (without Redis; the answers nearest their expiry make room) |
@@ -182,6 +182,12 @@ pub(crate) struct Config {
     /// startup checks passed): it verifies and settles instead of any
     /// facilitator. Never set by parsing.
     pub(crate) settler: Option<EvmSettler>,
+    /// The `facilitatorAddress` the HTTP facilitator's `GET /supported`
+    /// listed for `upto` on the network, asked at start by
+    /// [`crate::check_facilitator`]: the `upto` offer names it. `None`: that
+    /// facilitator does not settle `upto` (or did not answer at start), so
+    /// it is not offered. Never set by parsing.
+    pub(crate) facilitator_upto: Option<alloy_primitives::Address>,
 }
 
 /// walletgate's own settler: where the chain is and which key pays gas.
@@ -369,17 +375,27 @@ impl UptoPlace {
 
 impl Config {
     /// Where the `upto` offer goes and the facilitator its witness names,
-    /// when it is offered: on the development ledger only, for now (the
-    /// on-chain settler and HTTP facilitators settle `exact` alone here).
+    /// when it is offered: only where it can settle, which names that
+    /// facilitator: an HTTP facilitator whose `/supported` lists `upto`
+    /// (its `facilitatorAddress`), the on-chain settler (its own key) or
+    /// the development ledger (a fixed address).
     pub(crate) fn upto_offer(&self) -> Option<(UptoPlace, alloy_primitives::Address)> {
         let PaymentNetwork::Evm(evm) = &self.network else {
             return None;
         };
-        let on_dev_ledger = evm.facilitator_url.is_none() && self.settler_settings.is_none();
-        (self.upto != UptoPlace::Off && on_dev_ledger).then_some((
-            self.upto,
-            walletgate::x402::facilitator::LocalEvmFacilitator::UPTO_FACILITATOR,
-        ))
+        if self.upto == UptoPlace::Off {
+            return None;
+        }
+        let facilitator = match (&evm.facilitator_url, &self.settler, &self.settler_settings) {
+            (Some(_), _, _) => self.facilitator_upto?,
+            (None, Some(settler), _) => settler.address(),
+            (None, None, None) => {
+                walletgate::x402::facilitator::LocalEvmFacilitator::UPTO_FACILITATOR
+            }
+            // A settler configured but not connected (yet): nothing settles `upto`.
+            (None, None, Some(_)) => return None,
+        };
+        Some((self.upto, facilitator))
     }
 }
 
@@ -433,6 +449,7 @@ impl Default for Config {
             drain: Duration::from_secs(crate::shutdown::DEFAULT_DRAIN_SECS),
             settler_settings: None,
             settler: None,
+            facilitator_upto: None,
         }
     }
 }

@@ -166,13 +166,7 @@ pub(crate) fn with_upto(
     // What an upto client reads (the official one reads this alone): Permit2's
     // domain is fixed, so no token domain; `assetTransferMethod` (the spec's
     // example has none) would push a chat's 402 headers past 8 KiB.
-    let mut extra = serde_json::Map::new();
-    extra.insert(
-        "facilitatorAddress".into(),
-        facilitator.to_checksum(None).into(),
-    );
-    let metered = PaymentOption::other(evm.network.clone(), &evm.usdc, pay_to, extra)
-        .with_scheme(walletgate::x402::wire::SCHEME_UPTO)
+    let metered = PaymentOption::upto_permit2(evm.network.clone(), &evm.usdc, pay_to, facilitator)
         .with_max_timeout_secs(max_timeout_secs)?;
     match place {
         UptoPlace::Off => {}

@@ -120,6 +120,8 @@ mod shutdown_tests;
 mod solana_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upto_chain_tests;
 // A loopback HTTPS server with a certificate made in the test.
 #[cfg(test)]
 #[path = "../../tests/tls_support/mod.rs"]
@@ -211,7 +213,7 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     if let PaymentNetwork::Evm(evm) = &config.network
         && let Some(url) = &evm.facilitator_url
     {
-        check_facilitator(
+        config.facilitator_upto = check_facilitator(
             url,
             &evm.network,
             &config.tls,
@@ -291,13 +293,15 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
 /// `exact` on `network`" refuses to start, naming both; an unreachable one
 /// starts the gateway not ready (`/readyz` 503) and is asked again every 2 s
 /// until it answers, so a facilitator that starts later is never a crash loop.
+/// Answers the `facilitatorAddress` it lists for `upto` on `network`, if it
+/// answered and lists one (the metered offer is made only then).
 pub(crate) async fn check_facilitator(
     url: &str,
     network: &Network,
     tls: &walletgate::tls::ClientTls,
     auth: Option<&Arc<dyn walletgate::x402::facilitator::FacilitatorAuth>>,
     ready: Arc<std::sync::atomic::AtomicBool>,
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> Result<Option<alloy_primitives::Address>, Box<dyn std::error::Error>> {
     let facilitator = facilitator_client(url, tls, auth, std::time::Duration::from_secs(5))?;
     fn settles(supported: &walletgate::x402::wire::SupportedResponse, network: &Network) -> bool {
         supported
@@ -306,7 +310,7 @@ pub(crate) async fn check_facilitator(
             .any(|kind| kind.scheme == "exact" && kind.network == *network)
     }
     match facilitator.supported().await {
-        Ok(supported) if settles(&supported, network) => Ok(()),
+        Ok(supported) if settles(&supported, network) => Ok(upto_facilitator(&supported, network)),
         Ok(_) => Err(format!(
             "the facilitator at {url} does not settle `exact` payments on {network} \
              (GATEWAY_FACILITATOR_URL, GATEWAY_NETWORK)"
@@ -337,9 +341,27 @@ pub(crate) async fn check_facilitator(
                     }
                 }
             });
-            Ok(())
+            // Its kinds are not known: `upto` is not offered (until a restart).
+            Ok(None)
         }
     }
+}
+
+/// The `facilitatorAddress` of `supported`'s `upto` kind on `network`, if listed.
+fn upto_facilitator(
+    supported: &walletgate::x402::wire::SupportedResponse,
+    network: &Network,
+) -> Option<alloy_primitives::Address> {
+    supported
+        .kinds
+        .iter()
+        .filter(|kind| {
+            kind.scheme == walletgate::x402::wire::SCHEME_UPTO && kind.network == *network
+        })
+        .find_map(|kind| {
+            let address = kind.extra.as_ref()?.get("facilitatorAddress")?.as_str()?;
+            address.parse().ok()
+        })
 }
 
 /// The shared Redis of the replicas (`GATEWAY_REDIS_URL`), if configured.

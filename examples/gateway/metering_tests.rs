@@ -20,6 +20,27 @@ pub(crate) fn chat(stream: bool) -> String {
     .to_string()
 }
 
+/// The `usage` a stream's usage chunk reports.
+pub(crate) fn usage_chunk(text: &str) -> Value {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .find_map(|chunk| chunk.get("usage").cloned())
+        .expect("a usage chunk")
+}
+
+/// `usage` (`{prompt_tokens, completion_tokens}`) of [`MODEL`] priced, plus the flat fee.
+pub(crate) fn priced(usage: &Value) -> u128 {
+    let model = Config::default().catalogue.get(MODEL).unwrap().clone();
+    let price = model
+        .metered_price(
+            usage["prompt_tokens"].as_u64().unwrap(),
+            usage["completion_tokens"].as_u64().unwrap(),
+        )
+        .unwrap();
+    price.micros() + 1_000
+}
+
 /// The offers of a chat's 402, in order.
 async fn offers(server: &Server, body: &str) -> Vec<walletgate::x402::wire::PaymentRequirements> {
     let quote = server.post_once(CHAT, body.to_owned(), None).await;
@@ -70,20 +91,8 @@ async fn a_streamed_chat_paid_upto_is_charged_its_tokens_not_its_ceiling() {
     assert!(charged * 2 < ceiling, "{charged} of a {ceiling} ceiling");
     assert_eq!(server.balance(&payer.address()), before - charged);
     // What the stream's usage chunk reports, priced: the same amount.
-    let usage: Value = text
-        .lines()
-        .filter_map(|line| line.strip_prefix("data: "))
-        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
-        .find_map(|chunk| chunk.get("usage").cloned())
-        .expect("a usage chunk");
-    let model = Config::default().catalogue.get(MODEL).unwrap().clone();
-    let price = model
-        .metered_price(
-            usage["prompt_tokens"].as_u64().unwrap(),
-            usage["completion_tokens"].as_u64().unwrap(),
-        )
-        .unwrap();
-    assert_eq!(charged, price.micros() + 1_000, "tokens plus the flat fee");
+    let usage = usage_chunk(&text);
+    assert_eq!(charged, priced(&usage), "tokens plus the flat fee");
     // The receipt says what it was for, in one place.
     let statement = &settled.extensions.as_ref().unwrap()["usage"];
     assert_eq!(statement["model"], MODEL);
@@ -313,37 +322,16 @@ async fn gateway_upto_off_quotes_the_specifications_402_and_first_puts_it_first(
 /// pays the embedded default: its permit verifies, the tokens are settled.
 #[tokio::test]
 async fn the_official_upto_client_pays_a_metered_chat() {
-    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/x402");
-    assert!(
-        folder.join("node_modules/@x402/evm").is_dir(),
-        "run `npm ci --prefix tests/interop/x402` (or `bash .ci/run`)"
-    );
     let server = Server::start(Config::default()).await;
     let payer = buyer(7);
     let before = server.balance(&payer.address());
-    let output = tokio::time::timeout(
+    let result = crate::tests::official_client(
+        "pay_upto.mjs",
+        &[&server.url(""), "7", MODEL, "hi"],
+        &[],
         std::time::Duration::from_secs(60),
-        tokio::process::Command::new("node")
-            .arg("pay_upto.mjs")
-            .arg(server.url(""))
-            .arg("7")
-            .arg(MODEL)
-            .arg("hi")
-            .current_dir(&folder)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output(),
     )
-    .await
-    .expect("the client finishes")
-    .expect("node runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let result: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    .await;
     assert_eq!(result["status"], 200, "{result}");
     assert_eq!(result["answer"], "echo: hi");
     assert_eq!(result["settlement"]["success"], true, "{result}");

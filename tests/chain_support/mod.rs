@@ -35,7 +35,14 @@ pub const MINTER: Address = address!("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266
 sol! {
     function mint(address to, uint256 amount) returns (bool);
     function balanceOf(address account) returns (uint256);
+    function approve(address spender, uint256 amount) returns (bool);
+    function allowance(address owner, address spender) returns (uint256);
 }
+
+/// Uniswap's Permit2 on the test chain (`deploy.mjs` sets its code there).
+pub const PERMIT2: Address = address!("0x000000000022D473030F116dDEE9F6B43aC78BA3");
+/// The `upto` proxy on the test chain (walletgate's stand-in, `UptoPermit2Proxy.sol`).
+pub const UPTO_PROXY: Address = address!("0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002");
 
 /// `tests/interop/chain`, with its npm packages.
 pub fn chain_dir() -> PathBuf {
@@ -126,12 +133,29 @@ async fn deploy_wallet(rpc_url: &str, file: &str, owner: Address, flag: u8) -> A
 /// spending its balance elsewhere.
 pub async fn spend_all_usdc(rpc_url: &str, from: Address, to: Address) {
     let all = balance(rpc_url, from).await;
-    rpc(rpc_url, "anvil_impersonateAccount", json!([from])).await;
-    set_eth_balance(rpc_url, from, 10u128.pow(18)).await;
     let data = format!(
         "0xa9059cbb{:0>64}{all:064x}",
         alloy_primitives::hex::encode(to.as_slice()),
     );
+    usdc_call_as(rpc_url, from, data, "the transfer").await;
+}
+
+/// `owner` approves Permit2 for `amount` of USDC (impersonated on anvil):
+/// the one-time step an `upto` payer takes before its first permit.
+pub async fn approve_permit2(rpc_url: &str, owner: Address, amount: U256) {
+    let data = approveCall {
+        spender: PERMIT2,
+        amount,
+    }
+    .abi_encode();
+    let data = format!("0x{}", alloy_primitives::hex::encode(data));
+    usdc_call_as(rpc_url, owner, data, "the approval").await;
+}
+
+/// `from` (impersonated, given gas) sends USDC the call `data`; panics naming `what` if it reverts.
+async fn usdc_call_as(rpc_url: &str, from: Address, data: String, what: &str) {
+    rpc(rpc_url, "anvil_impersonateAccount", json!([from])).await;
+    set_eth_balance(rpc_url, from, 10u128.pow(18)).await;
     let hash = rpc(
         rpc_url,
         "eth_sendTransaction",
@@ -139,12 +163,35 @@ pub async fn spend_all_usdc(rpc_url: &str, from: Address, to: Address) {
     )
     .await;
     let hash: B256 = serde_json::from_value(hash).expect("a transaction hash");
-    assert_eq!(
-        mined_status(rpc_url, hash).await,
-        1,
-        "the transfer reverted"
-    );
+    assert_eq!(mined_status(rpc_url, hash).await, 1, "{what} reverted");
     rpc(rpc_url, "anvil_stopImpersonatingAccount", json!([from])).await;
+}
+
+/// `owner`'s USDC allowance to Permit2.
+pub async fn permit2_allowance(rpc_url: &str, owner: Address) -> U256 {
+    let data = allowanceCall {
+        owner,
+        spender: PERMIT2,
+    }
+    .abi_encode();
+    usdc_word(rpc_url, &data).await
+}
+
+/// The `uint256` USDC answers the view call `data` with.
+async fn usdc_word(rpc_url: &str, data: &[u8]) -> U256 {
+    let answer = rpc(
+        rpc_url,
+        "eth_call",
+        json!([{ "to": USDC, "data": format!("0x{}", alloy_primitives::hex::encode(data)) }, "latest"]),
+    )
+    .await;
+    let bytes: alloy_primitives::Bytes = serde_json::from_value(answer).expect("call output");
+    U256::from_be_slice(&bytes)
+}
+
+/// The transaction `hash` as the node has it (`from`, `to`, …).
+pub async fn transaction(rpc_url: &str, hash: B256) -> Value {
+    rpc(rpc_url, "eth_getTransactionByHash", json!([hash])).await
 }
 
 /// `account`'s transaction count in mined blocks.
@@ -290,15 +337,7 @@ pub async fn mined_status(rpc_url: &str, hash: B256) -> u64 {
 
 /// `account`'s USDC balance in units.
 pub async fn balance(rpc_url: &str, account: Address) -> U256 {
-    let data = balanceOfCall { account }.abi_encode();
-    let answer = rpc(
-        rpc_url,
-        "eth_call",
-        json!([{ "to": USDC, "data": format!("0x{}", alloy_primitives::hex::encode(data)) }, "latest"]),
-    )
-    .await;
-    let bytes: alloy_primitives::Bytes = serde_json::from_value(answer).expect("call output");
-    U256::from_be_slice(&bytes)
+    usdc_word(rpc_url, &balanceOfCall { account }.abi_encode()).await
 }
 
 /// The status (1 success, 0 reverted) of transaction `hash`, `None` if unknown.

@@ -123,6 +123,43 @@ impl Reply {
 }
 
 /// Unix seconds now, as the server's system clock reads it.
+/// Runs one of the official x402 clients in `tests/interop/x402`
+/// (`node <script> <args…>`, its packages installed) with `env`, for at most
+/// `limit`: the one JSON line it prints. Panics (with its output) if it fails.
+pub(crate) async fn official_client(
+    script: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+    limit: Duration,
+) -> Value {
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/x402");
+    assert!(
+        folder.join("node_modules/@x402/evm").is_dir(),
+        "run `npm ci --prefix tests/interop/x402` (or `bash .ci/run`)"
+    );
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg(script)
+        .args(args)
+        .current_dir(&folder)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = tokio::time::timeout(limit, command.output())
+        .await
+        .expect("the client finishes")
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).expect("one JSON line")
+}
+
 pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

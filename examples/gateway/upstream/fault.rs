@@ -11,7 +11,7 @@ use http::StatusCode;
 use tokio::sync::mpsc;
 
 use super::{
-    BoxFuture, Completion, EventStream, SharedUpstream, StreamEvent, Upstream, UpstreamFault,
+    BoxFuture, Completion, EventStream, SharedUpstream, StreamEvent, Upstream, UpstreamFault, Usage,
 };
 use crate::catalogue::Model;
 use crate::request::ChatRequest;
@@ -34,6 +34,21 @@ pub(crate) enum Fault {
     /// event, so a stream is still in flight when something else happens
     /// (a shutdown signal, in the drain test).
     SlowStream,
+    /// Not a failure of the answer: its usage reports [`OVERCOUNT`] times
+    /// the tokens it used (an upstream that overcounts), so a metered
+    /// answer names more than was authorised.
+    OvercountUsage,
+}
+
+/// The factor of [`Fault::OvercountUsage`].
+const OVERCOUNT: u64 = 1_000_000;
+
+/// `usage`, overcounted.
+fn overcounted(usage: Usage) -> Usage {
+    Usage {
+        prompt_tokens: usage.prompt_tokens.saturating_mul(OVERCOUNT),
+        completion_tokens: usage.completion_tokens.saturating_mul(OVERCOUNT),
+    }
 }
 
 /// The pause of [`Fault::SlowStream`] before each event.
@@ -116,6 +131,7 @@ impl Fault {
             }
             "stall_stream" => return Some(Self::StallStream),
             "slow_stream" => return Some(Self::SlowStream),
+            "overcount_usage" => return Some(Self::OvercountUsage),
             "break_stream" => {
                 return Some(Self::BreakStream {
                     text: "upstream connect error or disconnect/reset before headers. reset reason: connection termination".into(),
@@ -142,6 +158,7 @@ impl Fault {
             "break_stream",
             "stall_stream",
             "slow_stream",
+            "overcount_usage",
         ])
     }
 }
@@ -177,6 +194,13 @@ impl Upstream for FaultInjecting {
                 }
                 Fault::Hang | Fault::StallStream => pending().await,
                 Fault::SlowStream => self.inner.complete(model, request).await,
+                Fault::OvercountUsage => {
+                    let completion = self.inner.complete(model, request).await?;
+                    Ok(Completion {
+                        usage: overcounted(completion.usage),
+                        ..completion
+                    })
+                }
             }
         })
     }
@@ -197,6 +221,21 @@ impl Upstream for FaultInjecting {
                     tokio::spawn(async move {
                         while let Some(event) = events.recv().await {
                             tokio::time::sleep(SLOW_STREAM_PAUSE).await;
+                            if sender.send(event).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                    Ok(receiver)
+                }
+                Fault::OvercountUsage => {
+                    let mut events = self.inner.stream(model, request).await?;
+                    let (sender, receiver) = mpsc::channel(1);
+                    tokio::spawn(async move {
+                        while let Some(mut event) = events.recv().await {
+                            if let Ok(StreamEvent::Finished { usage, .. }) = &mut event {
+                                *usage = overcounted(*usage);
+                            }
                             if sender.send(event).await.is_err() {
                                 return;
                             }

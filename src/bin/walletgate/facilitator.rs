@@ -41,7 +41,7 @@ use walletgate::x402::facilitator::{
     EvmSettler, Facilitator, FacilitatorErrorKind, FacilitatorRequest, IDEMPOTENCY_KEY_HEADER,
     IdempotencyKey, InvalidIdempotencyKey, SettlerKey,
 };
-use walletgate::x402::wire::{Network, SettleResponse};
+use walletgate::x402::wire::{Network, SettleResponse, UptoPayment};
 
 use crate::exit::{Exit, Failure, Format};
 use connections::Limits;
@@ -466,7 +466,14 @@ async fn settle(settler: &EvmSettler, payment: &FacilitatorRequest) -> Response<
             let pending = SettleResponse {
                 error_message: Some(error.detail().to_owned()),
                 transaction: error.transaction().unwrap_or_default().to_owned(),
-                payer: payment.exact_evm().map(|evm| evm.from.to_checksum(None)),
+                payer: payment
+                    .exact_evm()
+                    .map(|evm| evm.from)
+                    .or_else(|| {
+                        UptoPayment::read(&payment.payment_payload().payload)
+                            .map(|permit| permit.from)
+                    })
+                    .map(|from| from.to_checksum(None)),
                 ..SettleResponse::failure(
                     payment.payment_requirements().network.clone(),
                     SETTLEMENT_PENDING,

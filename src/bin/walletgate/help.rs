@@ -92,6 +92,21 @@ settler's address with ETH for gas. Callers send `Authorization: Bearer <token>`
 Environment:
   WALLETGATE_FACILITATOR_RPC_URL  the --rpc-url (keeps a provider's API key off the process list)"
         }
+        "walletgate approve" => {
+            "Examples:
+  walletgate approve --rpc-url https://sepolia.base.org \\
+    --asset 0x036CbD53842c5426634e7929541eC2318f3dCF7e --max-usd 5 --dry-run
+  walletgate approve --rpc-url https://sepolia.base.org \\
+    --asset 0x036CbD53842c5426634e7929541eC2318f3dCF7e --max-usd 5 --key-file wallet.key
+
+Once per token, before paying metered (`upto`) offers: Permit2 may then pull at
+most that many USD in all, each permit at most its own ceiling. The wallet pays
+the gas. Never unlimited unless --unlimited.
+
+Environment:
+  WALLETGATE_RPC_URL      the --rpc-url (keeps a provider's API key off the process list)
+  WALLETGATE_PRIVATE_KEY  the wallet key, when no --key-file or --keystore"
+        }
         "walletgate completions" => {
             "Examples:
   walletgate completions bash > ~/.local/share/bash-completion/completions/walletgate

@@ -1,6 +1,7 @@
 //! `walletgate`: the command-line client of walletgate services.
 //!
 //! * `walletgate pay URL` — one paid request to an x402 gateway;
+//! * `approve` — the one-time Permit2 approval metered (`upto`) payments need;
 //! * `login`, `whoami`, `auth`, `api request`, `mcp-bridge` — the data API
 //!   commands (sign in with a wallet, keep its JWT, call the API);
 //! * `facilitator` — the standard facilitator API, settling on chain with
@@ -9,6 +10,7 @@
 //!
 //! Exit codes, help texts and JSON errors follow one contract ([`exit`]).
 
+mod approve;
 mod data;
 mod exit;
 mod facilitator;
@@ -40,6 +42,9 @@ enum Command {
     /// One paid request: pays the x402 quote within --max-usd, prints the
     /// body on stdout and one receipt line on stderr
     Pay(pay::PayArgs),
+    /// Approve Permit2 for at most --max-usd of a token (once, before paying
+    /// metered `upto` offers); --dry-run prints the transaction only
+    Approve(approve::ApproveArgs),
     /// Serve the standard facilitator API (POST /verify, /settle, GET
     /// /supported), settling on chain with the settler's own key
     Facilitator(facilitator::FacilitatorArgs),
@@ -138,6 +143,7 @@ fn main() -> ExitCode {
     let exit = runtime.block_on(async move {
         match cli.command {
             Command::Pay(args) => pay::run(args, format).await,
+            Command::Approve(args) => approve::run(args, format).await,
             Command::Data(command) => data::run(command, format).await,
             Command::Facilitator(args) => facilitator::run(args, format).await,
             Command::Completions { .. } => Exit::Ok,

@@ -40,6 +40,7 @@ use super::api::{Facilitator, FacilitatorError, FacilitatorRequest, reason};
 use super::ledger::{Ledger, LedgerError, Transfer};
 use super::local_upto::{Phase, check_upto};
 pub(super) use super::window::Refusal;
+use super::window::SignatureCheck;
 pub use super::window::{AUTHORIZATION_CLOCK_SKEW_SECS, MIN_REMAINING_VALIDITY_SECS};
 use crate::clock::SharedClock;
 use crate::store::BoxFuture;
@@ -64,17 +65,6 @@ impl fmt::Debug for LocalEvmFacilitator {
         f.debug_struct("LocalEvmFacilitator")
             .finish_non_exhaustive()
     }
-}
-
-/// How the authorization's signature is judged offline.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum SignatureCheck {
-    /// One recovery, which must give `from`.
-    Recover,
-    /// `from` is a contract: its own check (ERC-1271, through the token) judges
-    /// the signature on chain, so offline it is not looked at.
-    #[cfg(feature = "evm-settler")]
-    OnChain,
 }
 
 fn refuse(reason: &'static str, payer: Option<Address>) -> Refusal {
@@ -108,7 +98,13 @@ impl LocalEvmFacilitator {
         request: &FacilitatorRequest,
     ) -> Result<VerifyResponse, FacilitatorError> {
         let now = self.clock.now_unix_secs();
-        let permitted = match check_upto(request, now, self.upto_facilitator, Phase::Verify) {
+        let permitted = match check_upto(
+            request,
+            now,
+            self.upto_facilitator,
+            Phase::Verify,
+            SignatureCheck::Recover,
+        ) {
             Ok(permitted) => permitted,
             Err(refusal) => {
                 let payer = refusal.payer.map(|a| a.to_checksum(None));
@@ -133,7 +129,13 @@ impl LocalEvmFacilitator {
     ) -> Result<SettleResponse, FacilitatorError> {
         let network = request.payment_requirements().network.clone();
         let now = self.clock.now_unix_secs();
-        let permitted = match check_upto(request, now, self.upto_facilitator, Phase::Settle) {
+        let permitted = match check_upto(
+            request,
+            now,
+            self.upto_facilitator,
+            Phase::Settle,
+            SignatureCheck::Recover,
+        ) {
             Ok(permitted) => permitted,
             Err(refusal) => {
                 let payer = refusal.payer.map(|a| a.to_checksum(None));

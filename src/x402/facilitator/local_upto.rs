@@ -9,7 +9,9 @@ use alloy_primitives::{Address, Signature};
 
 use super::api::{FacilitatorRequest, reason};
 use super::ledger::Transfer;
-use super::window::{AUTHORIZATION_CLOCK_SKEW_SECS, MIN_REMAINING_VALIDITY_SECS, Refusal};
+use super::window::{
+    AUTHORIZATION_CLOCK_SKEW_SECS, MIN_REMAINING_VALIDITY_SECS, Refusal, SignatureCheck,
+};
 use crate::x402::wire::eip712::{TokenId, parse_evm_address};
 use crate::x402::wire::types::SCHEME_UPTO;
 use crate::x402::wire::{UPTO_PROXY_ADDRESS, UptoPayment};
@@ -27,6 +29,9 @@ pub(super) enum Phase {
 pub(super) struct Permitted {
     pub(super) ceiling: Transfer,
     pub(super) amount: u128,
+    /// The payment as read (the settler builds the proxy's call from it).
+    #[cfg_attr(not(feature = "evm-settler"), allow(dead_code))]
+    pub(super) permit: UptoPayment,
 }
 
 fn refuse(reason: &'static str, payer: Option<Address>) -> Refusal {
@@ -34,12 +39,15 @@ fn refuse(reason: &'static str, payer: Option<Address>) -> Refusal {
 }
 
 /// The official facilitator's `upto` checks, in its order, at `now`, for a
-/// facilitator that settles as `facilitator`.
+/// facilitator that settles as `facilitator`. With
+/// `SignatureCheck::OnChain` (an owner with code) the signature is left to
+/// Permit2's ERC-1271 call.
 pub(super) fn check_upto(
     request: &FacilitatorRequest,
     now: u64,
     facilitator: Address,
     phase: Phase,
+    signature: SignatureCheck,
 ) -> Result<Permitted, Refusal> {
     let offer = request.payment_requirements();
     if offer.scheme != SCHEME_UPTO || request.accepted().scheme != SCHEME_UPTO {
@@ -93,7 +101,7 @@ pub(super) fn check_upto(
     if permit.token != asset {
         return Err(refuse(reason::PERMIT2_TOKEN_MISMATCH, payer));
     }
-    if !signed_by_owner(&permit, chain_id) {
+    if signature == SignatureCheck::Recover && !signed_by_owner(&permit, chain_id) {
         return Err(refuse(reason::PERMIT2_SIGNATURE, payer));
     }
     Ok(Permitted {
@@ -106,6 +114,7 @@ pub(super) fn check_upto(
             valid_before_unix_secs: permit.deadline,
         },
         amount,
+        permit,
     })
 }
 

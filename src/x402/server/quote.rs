@@ -112,6 +112,24 @@ impl PaymentOption {
         }
     }
 
+    /// A metered (`upto`) option: a Permit2 permit of `asset` on `network`
+    /// to x402's upto proxy, its amount a ceiling, paid to `pay_to` and
+    /// settled by `facilitator` (`extra` = `{facilitatorAddress}`, the only
+    /// member the official client reads; the witness must name it).
+    pub fn upto_permit2(
+        network: Network,
+        asset: &str,
+        pay_to: &str,
+        facilitator: alloy_primitives::Address,
+    ) -> Self {
+        let mut extra = Map::new();
+        extra.insert(
+            "facilitatorAddress".into(),
+            Value::from(facilitator.to_checksum(None)),
+        );
+        Self::other(network, asset, pay_to, extra).with_scheme(crate::x402::wire::SCHEME_UPTO)
+    }
+
     /// USDC on Solana mainnet paid to `pay_to`, the transaction fee paid by
     /// the facilitator's `fee_payer` (`extra.feePayer`).
     ///

@@ -7,8 +7,15 @@
 // test mnemonic): #0 owns and mints, #9 administers the proxy (a proxy admin
 // may not call the token), #8 takes lost-and-found.
 //
+// Then the parts the `upto` scheme settles through, by `anvil_setCode` at
+// their canonical addresses: Uniswap's Permit2 (its runtime code as
+// @uniswap/v4-periphery ships it for tests; its cached domain is chain
+// 31337's, so on 84532 it computes the right one) and walletgate's own
+// stand-in for x402's upto proxy (UptoPermit2Proxy.sol, built by
+// build-wallet.mjs; Permit2's address is baked into its runtime code).
+//
 // usage: node deploy.mjs <rpc url>
-// stdout: one JSON line {chainId, usdc, name, version, minter}
+// stdout: one JSON line {chainId, usdc, name, version, minter, permit2, uptoProxy}
 import { readFileSync } from "node:fs";
 import {
   createPublicClient,
@@ -35,6 +42,9 @@ if (!rpc) {
   console.error("usage: node deploy.mjs <rpc url>");
   process.exit(2);
 }
+
+const PERMIT2 = "0x000000000022D473030F116dDEE9F6B43aC78BA3";
+const UPTO_PROXY = "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002";
 
 const artifact = (path) =>
   JSON.parse(
@@ -113,9 +123,27 @@ await call(owner, usdc, "initializeV2_1", [lostAndFound]);
 await call(owner, usdc, "initializeV2_2", [[], "USDC"]);
 await call(owner, usdc, "configureMinter", [owner, maxUint256]);
 
+// 5. Permit2 and the upto proxy. The Solidity file holds exactly one hex
+//    literal: Permit2's runtime code.
+const deployPermit2 = readFileSync(
+  new URL("./node_modules/@uniswap/v4-periphery/lib/permit2/test/utils/DeployPermit2.sol", import.meta.url),
+  "utf8",
+);
+const literals = [...deployPermit2.matchAll(/hex"([0-9a-fA-F]+)"/g)];
+if (literals.length !== 1) throw new Error(`DeployPermit2.sol holds ${literals.length} hex literals, expected 1`);
+await testClient.setCode({ address: PERMIT2, bytecode: `0x${literals[0][1]}` });
+const proxyRuntime = readFileSync(new URL("./UptoPermit2Proxy.runtime.bin", import.meta.url), "utf8").trim();
+await testClient.setCode({ address: UPTO_PROXY, bytecode: proxyRuntime });
+const permit2Of = await publicClient.readContract({
+  address: UPTO_PROXY,
+  abi: [{ type: "function", name: "PERMIT2", stateMutability: "view", inputs: [], outputs: [{ type: "address" }] }],
+  functionName: "PERMIT2",
+});
+if (permit2Of !== PERMIT2) throw new Error(`the upto proxy names Permit2 ${permit2Of}`);
+
 const read = (functionName) => publicClient.readContract({ address: usdc, abi: fiatToken.abi, functionName });
 const [name, version, decimals] = await Promise.all([read("name"), read("version"), read("decimals")]);
 if (name !== lookAlike.name || version !== "2" || decimals !== 6) {
   throw new Error(`deployed token reads back ${name}/${version}/${decimals}`);
 }
-console.log(JSON.stringify({ chainId, usdc, name, version, minter: owner }));
+console.log(JSON.stringify({ chainId, usdc, name, version, minter: owner, permit2: PERMIT2, uptoProxy: UPTO_PROXY }));

@@ -1,10 +1,13 @@
 // The official x402 TS facilitator (@x402/core's x402Facilitator with
-// @x402/evm's exact scheme) settling on a real chain: the packages ship no
-// HTTP server, so this serves the standard facilitator API on loopback.
+// @x402/evm's exact and upto schemes) settling on a real chain: the packages
+// ship no HTTP server, so this serves the standard facilitator API on loopback.
 //
-//   GET  /supported   the kinds it settles (exact on the chain's eip155 id)
+//   GET  /supported   the kinds it settles (exact and upto on the chain's eip155 id;
+//                     upto's extra.facilitatorAddress is this account)
 //   POST /verify      {x402Version, paymentPayload, paymentRequirements}
-//   POST /settle      the same body; broadcasts transferWithAuthorization
+//   POST /settle      the same body; broadcasts transferWithAuthorization (exact)
+//                     or the upto proxy's settle for requirements.amount (upto;
+//                     needs Permit2 and the proxy: deploy.mjs puts them there)
 //
 // It signs with an account of anvil's public test mnemonic (#7 unless told;
 // one past the ten funded ones is given ether first), with a nonce manager:
@@ -18,6 +21,7 @@ import express from "express";
 import { x402Facilitator } from "@x402/core/facilitator";
 import { toFacilitatorEvmSigner } from "@x402/evm";
 import { ExactEvmScheme } from "@x402/evm/exact/facilitator";
+import { UptoEvmScheme } from "@x402/evm/upto/facilitator";
 import { createWalletClient, defineChain, http, nonceManager, publicActions } from "viem";
 import { mnemonicToAccount } from "viem/accounts";
 
@@ -52,7 +56,9 @@ const signer = toFacilitatorEvmSigner({
   getCode: (args) => client.getCode(args),
 });
 const network = `eip155:${chainId}`;
-const facilitator = new x402Facilitator().register(network, new ExactEvmScheme(signer));
+const facilitator = new x402Facilitator()
+  .register(network, new ExactEvmScheme(signer))
+  .register(network, new UptoEvmScheme(signer));
 
 const app = express();
 app.use(express.json({ limit: "64kb" }));

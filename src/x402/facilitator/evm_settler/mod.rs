@@ -57,6 +57,7 @@
 //! # }
 //! ```
 
+mod approve;
 mod fees;
 mod key;
 mod nonce;
@@ -69,6 +70,7 @@ mod sign_in;
 mod simulate;
 mod standing;
 mod tx;
+mod upto;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -77,6 +79,7 @@ use std::time::Duration;
 
 use alloy_primitives::{Address, B256, hex, keccak256};
 
+pub use approve::{ApprovalError, ApprovalPlan, Permit2Approval};
 pub use key::SettlerKey;
 #[cfg(all(test, feature = "redis"))]
 pub(crate) use records::tests::{contract as records_contract, sample as sample_record};
@@ -92,14 +95,15 @@ use self::simulate::Simulation;
 use self::standing::PayerStandings;
 use super::api::{Facilitator, FacilitatorError, FacilitatorRequest, reason};
 use super::ledger::Transfer;
-use super::local_evm::{SignatureCheck, check_offline};
+use super::local_evm::check_offline;
+use super::window::SignatureCheck;
 use crate::clock::{SharedClock, SystemClock};
 use crate::store::BoxFuture;
 use crate::tls::ClientTls;
 use crate::x402::wire::eip712::DomainCache;
 use crate::x402::wire::types::{
-    Network, SCHEME_EXACT, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse,
-    X402_VERSION,
+    Network, SCHEME_EXACT, SCHEME_UPTO, SettleResponse, SupportedKind, SupportedResponse,
+    VerifyResponse, X402_VERSION,
 };
 
 /// Default wait for a receipt before the transaction counts as stuck
@@ -429,12 +433,54 @@ impl fmt::Debug for EvmSettler {
 
 /// A payment the offline checks let through, ready to simulate.
 struct Admitted {
+    /// What moves: for `upto`, the amount settled now (the permit's nonce
+    /// as its replay identity, its deadline as `valid_before`).
     transfer: Transfer,
     key: SettlementKey,
     payer: String,
+    /// The contract the settlement calls: the token (`exact`) or the upto proxy.
+    target: Address,
     calldata: Vec<u8>,
     /// The payer's code hash, when it is a contract (judged by its own check).
     code_hash: Option<B256>,
+    scheme: Scheme,
+}
+
+/// The scheme of an admitted payment: what says it is used, and its reasons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scheme {
+    /// EIP-3009 on the token: `authorizationState`.
+    Exact,
+    /// A Permit2 permit through the upto proxy: Permit2's nonce bitmap.
+    Upto {
+        permit2_nonce: alloy_primitives::U256,
+    },
+}
+
+impl Admitted {
+    /// The reason a copy of a used authorization is refused with.
+    fn used_reason(&self) -> &'static str {
+        match self.scheme {
+            Scheme::Exact => reasons::NONCE_ALREADY_USED,
+            Scheme::Upto { .. } => reason::PERMIT2_INVALID_NONCE,
+        }
+    }
+
+    /// The reason of an authorization whose window closed before it landed.
+    fn expired_reason(&self) -> &'static str {
+        match self.scheme {
+            Scheme::Exact => reasons::VALID_BEFORE,
+            Scheme::Upto { .. } => reason::PERMIT2_DEADLINE_EXPIRED,
+        }
+    }
+
+    /// The reason of a settlement mined and reverted.
+    fn reverted_reason(&self) -> &'static str {
+        match self.scheme {
+            Scheme::Exact => reasons::TRANSACTION_FAILED,
+            Scheme::Upto { .. } => reasons::UPTO_TRANSACTION_FAILED,
+        }
+    }
 }
 
 /// Why a payment goes no further.
@@ -595,11 +641,13 @@ impl EvmSettler {
             .payer_text()
             .map_or_else(|| transfer.from.to_checksum(None), str::to_owned);
         Ok(Admitted {
+            target: transfer.token.asset,
             transfer,
             key,
             payer,
             calldata,
             code_hash,
+            scheme: Scheme::Exact,
         })
     }
 
@@ -608,11 +656,7 @@ impl EvmSettler {
         let Some(evm) = request.exact_evm() else {
             return Ok(None);
         };
-        let code =
-            self.inner.rpc.code(evm.from).await.map_err(|error| {
-                Stop::Unavailable(FacilitatorError::unavailable(error.to_string()))
-            })?;
-        Ok((!code.is_empty()).then(|| keccak256(&code)))
+        self.code_hash_of(evm.from).await
     }
 
     /// The settlement's call as it will be sent: at most the gas cap, at
@@ -623,24 +667,34 @@ impl EvmSettler {
     ) -> Result<CallRequest<'a>, FacilitatorError> {
         let call = CallRequest::new(
             self.inner.key.address(),
-            admitted.transfer.token.asset,
+            admitted.target,
             &admitted.calldata,
         );
         Ok(call.limited_to(self.inner.gas_cap, self.current_fees().await?))
     }
 
-    /// The token's verdict on `admitted`, from the settler's address, as it
-    /// will be sent. A refusal of the payer's own doing counts against it.
+    /// The token's (or the proxy's) verdict on `admitted`, from the
+    /// settler's address, as it will be sent. A refusal of the payer's own
+    /// doing counts against it.
     async fn simulate(&self, admitted: &Admitted) -> Simulation {
         let call = match self.call_as_sent(admitted).await {
             Ok(call) => call,
             Err(error) => return Simulation::Unavailable(error.detail().to_owned()),
         };
-        let simulation = simulate::judge(self.inner.rpc.eth_call(&call).await.map(drop));
+        let outcome = self.inner.rpc.eth_call(&call).await.map(drop);
+        let simulation = self.verdict(admitted, outcome).await;
         if let Simulation::Refused { reason, .. } = &simulation {
             self.payer_failed(admitted, reason);
         }
         simulation
+    }
+
+    /// The verdict of a simulated (or estimated) settlement's outcome, in its scheme's words.
+    async fn verdict(&self, admitted: &Admitted, outcome: Result<(), rpc::RpcError>) -> Simulation {
+        match admitted.scheme {
+            Scheme::Exact => simulate::judge(outcome),
+            Scheme::Upto { .. } => self.judge_upto(admitted, outcome).await,
+        }
     }
 
     /// Counts a refusal for `reason` against the payer, unless anyone could have caused it.
@@ -752,7 +806,13 @@ impl Facilitator for EvmSettler {
         request: &'a FacilitatorRequest,
     ) -> BoxFuture<'a, Result<VerifyResponse, FacilitatorError>> {
         Box::pin(async move {
-            let admitted = match self.admit(request).await {
+            let admitted = if request.payment_requirements().scheme == SCHEME_UPTO {
+                self.admit_upto(request, super::local_upto::Phase::Verify)
+                    .await
+            } else {
+                self.admit(request).await
+            };
+            let admitted = match admitted {
                 Ok(admitted) => admitted,
                 Err(stop) => return stop_verdict(stop),
             };
@@ -773,19 +833,35 @@ impl Facilitator for EvmSettler {
         &'a self,
         request: &'a FacilitatorRequest,
     ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
-        Box::pin(self.settle_payment(request))
+        Box::pin(async move {
+            if request.payment_requirements().scheme == SCHEME_UPTO {
+                return self.settle_upto(request).await;
+            }
+            self.settle_payment(request).await
+        })
     }
 
     fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, FacilitatorError>> {
         let address = self.inner.key.address().to_checksum(None);
         let mut signers = serde_json::Map::new();
-        signers.insert("eip155:*".into(), serde_json::json!([address]));
-        let kinds = vec![SupportedKind {
-            x402_version: X402_VERSION,
-            scheme: SCHEME_EXACT.to_owned(),
-            network: self.inner.network.clone(),
-            extra: None,
-        }];
+        signers.insert("eip155:*".into(), serde_json::json!([address.clone()]));
+        // `upto` permits name the facilitator that may settle them: this key.
+        let mut upto_extra = serde_json::Map::new();
+        upto_extra.insert("facilitatorAddress".into(), address.into());
+        let kinds = vec![
+            SupportedKind {
+                x402_version: X402_VERSION,
+                scheme: SCHEME_EXACT.to_owned(),
+                network: self.inner.network.clone(),
+                extra: None,
+            },
+            SupportedKind {
+                x402_version: X402_VERSION,
+                scheme: SCHEME_UPTO.to_owned(),
+                network: self.inner.network.clone(),
+                extra: Some(upto_extra),
+            },
+        ];
         Box::pin(std::future::ready(Ok(SupportedResponse {
             kinds,
             extensions: Vec::new(),

@@ -33,10 +33,41 @@ pub const PAYER_DENIED: &str = "invalid_exact_evm_payer_denied";
 /// The asset is not one this settler settles.
 pub const ASSET_NOT_SERVED: &str = "invalid_payment_requirements";
 
+// The `upto` scheme's settlement reasons, as the official facilitator (2.27)
+// maps the proxy's and Permit2's reverts (its verify reasons are
+// `facilitator::reason`'s).
+
+/// The amount asked is above the permit (`AmountExceedsPermitted`, Permit2's `InvalidAmount`).
+pub const UPTO_AMOUNT_EXCEEDS_PERMITTED: &str = "upto_amount_exceeds_permitted";
+/// The caller is not the witness's facilitator (`UnauthorizedFacilitator`).
+pub const UPTO_UNAUTHORIZED_FACILITATOR: &str = "upto_unauthorized_facilitator";
+/// The witness's `validAfter` is in the future (`PaymentTooEarly`).
+pub const PERMIT2_PAYMENT_TOO_EARLY: &str = "permit2_payment_too_early";
+/// Permit2 refused the signature, or its deadline passed (`InvalidSigner`, `SignatureExpired`, …).
+pub const PERMIT2_INVALID_SIGNATURE: &str = "permit2_invalid_signature";
+/// No proxy (or no Permit2 behind it) on this chain.
+pub const PERMIT2_PROXY_NOT_DEPLOYED: &str = "permit2_proxy_not_deployed";
+/// The proxy refused the settlement for another reason.
+pub const PERMIT2_SIMULATION_FAILED: &str = "permit2_simulation_failed";
+/// The proxy's settlement was mined and reverted.
+pub const UPTO_TRANSACTION_FAILED: &str = "invalid_upto_evm_transaction_failed";
+
 /// Whether a refusal for `reason` is the payer's own doing: a copy of a used
 /// or expired authorization is anyone's, so it never counts against the payer.
 pub(super) fn counts_against_payer(reason: &str) -> bool {
-    ![NONCE_ALREADY_USED, VALID_BEFORE, VALID_AFTER].contains(&reason)
+    use crate::x402::facilitator::reason;
+    ![
+        NONCE_ALREADY_USED,
+        VALID_BEFORE,
+        VALID_AFTER,
+        reason::PERMIT2_INVALID_NONCE,
+        reason::PERMIT2_DEADLINE_EXPIRED,
+        reason::PERMIT2_NOT_YET_VALID,
+        PERMIT2_PAYMENT_TOO_EARLY,
+        // A one-time setup step the payer may not know of yet.
+        reason::PERMIT2_ALLOWANCE_REQUIRED,
+    ]
+    .contains(&reason)
 }
 
 /// The TS spelling of one of the offline checks' reasons.

@@ -8,7 +8,7 @@ use alloy_primitives::{Address, B256, U256};
 
 use super::records::{SettlementKey, SettlementRecord};
 use super::rpc::{CallRequest, Receipt, RpcError};
-use super::simulate::{self, Simulation};
+use super::simulate::Simulation;
 use super::tx::{self, Fees, TRANSFER_TOPIC};
 use super::{Admitted, EvmSettler, Stop, payment_id, reasons};
 use crate::x402::facilitator::IdempotencyKey;
@@ -62,27 +62,37 @@ impl EvmSettler {
             }
             Err(Stop::Unavailable(error)) => return Err(error),
         };
+        self.settle_admitted(&admitted, caller).await
+    }
+
+    /// Settles a payment its scheme's checks admitted: once per
+    /// authorization, recorded before it is sent, its record answering repeats.
+    pub(super) async fn settle_admitted(
+        &self,
+        admitted: &Admitted,
+        caller: Option<B256>,
+    ) -> Settled {
         let records = &self.inner.records;
         let payment = payment_id(&admitted.calldata);
         // A copy is refused at once, without waiting for the settlement it copies.
         if let Some(record) = records.get(&admitted.key).await.map_err(unavailable)?
-            && let Some(refusal) = self.refuse_copy(&admitted, &record, payment, caller)
+            && let Some(refusal) = self.refuse_copy(admitted, &record, payment, caller)
         {
             return refusal;
         }
         let lock = super::lock_in_flight(&self.inner.in_flight, admitted.key);
         let _guard = lock.lock().await;
         if let Some(record) = records.get(&admitted.key).await.map_err(unavailable)? {
-            if let Some(refusal) = self.refuse_copy(&admitted, &record, payment, caller) {
+            if let Some(refusal) = self.refuse_copy(admitted, &record, payment, caller) {
                 return refusal;
             }
             // `None`: the recorded transaction cannot land, settle afresh.
-            if let Some(answer) = self.reconcile(&admitted, record).await? {
-                return self.tell_once(&admitted, caller, answer).await;
+            if let Some(answer) = self.reconcile(admitted, record).await? {
+                return self.tell_once(admitted, caller, answer).await;
             }
         }
-        let answer = self.settle_fresh(&admitted, payment, caller).await;
-        self.tell_once(&admitted, caller, answer).await
+        let answer = self.settle_fresh(admitted, payment, caller).await;
+        self.tell_once(admitted, caller, answer).await
     }
 
     /// The refusal of a `/settle` that is not the recorded settlement's
@@ -117,7 +127,7 @@ impl EvmSettler {
             error_message: Some(message),
             ..SettleResponse::failure(
                 self.inner.network.clone(),
-                reasons::NONCE_ALREADY_USED,
+                admitted.used_reason(),
                 Some(admitted.payer.clone()),
             )
         })
@@ -168,6 +178,13 @@ impl EvmSettler {
         request: &FacilitatorRequest,
         caller: Option<B256>,
     ) -> Option<Settled> {
+        let admitted = self.exact_unchecked(request)?;
+        self.answer_from_record(&admitted, caller).await
+    }
+
+    /// An exact payment as its record knows it, without its checks (only
+    /// read, never simulated nor sent again).
+    fn exact_unchecked(&self, request: &FacilitatorRequest) -> Option<Admitted> {
         let evm = request.exact_evm()?;
         let asset =
             crate::x402::wire::eip712::parse_evm_address(&request.payment_requirements().asset)?;
@@ -200,7 +217,19 @@ impl EvmSettler {
             transfer,
             // Past its window it is only read, never simulated nor sent again.
             code_hash: None,
+            target: asset,
+            scheme: super::Scheme::Exact,
         };
+        Some(admitted)
+    }
+
+    /// What the record of `admitted` (a payment past its checks) says, if
+    /// anything of it was sent: mined, still pending; `None` otherwise.
+    pub(super) async fn answer_from_record(
+        &self,
+        admitted: &Admitted,
+        caller: Option<B256>,
+    ) -> Option<Settled> {
         let lock = super::lock_in_flight(&self.inner.in_flight, admitted.key);
         let _guard = lock.lock().await;
         let record = self.inner.records.get(&admitted.key).await.ok()??;
@@ -208,15 +237,15 @@ impl EvmSettler {
             return None;
         }
         if let Some(refusal) =
-            self.refuse_copy(&admitted, &record, payment_id(&admitted.calldata), caller)
+            self.refuse_copy(admitted, &record, payment_id(&admitted.calldata), caller)
         {
             return Some(refusal);
         }
-        let answer = match self.reconcile(&admitted, record).await {
+        let answer = match self.reconcile(admitted, record).await {
             Ok(answer) => answer?,
             Err(error) => Err(error),
         };
-        Some(self.tell_once(&admitted, caller, answer).await)
+        Some(self.tell_once(admitted, caller, answer).await)
     }
 
     /// Simulate, estimate, sign, record, send, wait.
@@ -247,7 +276,7 @@ impl EvmSettler {
                 .saturating_add(gas * GAS_MARGIN_PERCENT / 100)
                 .min(inner.gas_cap),
             Err(error) => {
-                return match simulate::judge(Err(error)) {
+                return match self.verdict(admitted, Err(error)).await {
                     Simulation::Refused { reason, message } => {
                         self.payer_failed(admitted, reason);
                         refused(reason, message)
@@ -272,7 +301,7 @@ impl EvmSettler {
                 lease.nonce(),
                 gas,
                 fees,
-                admitted.transfer.token.asset,
+                admitted.target,
                 admitted.calldata.clone(),
             );
             let record = SettlementRecord {
@@ -423,7 +452,7 @@ impl EvmSettler {
                 ),
                 ..SettleResponse::failure(
                     inner.network.clone(),
-                    reasons::VALID_BEFORE,
+                    admitted.expired_reason(),
                     Some(admitted.payer.clone()),
                 )
             })));
@@ -434,6 +463,11 @@ impl EvmSettler {
     }
 
     async fn authorization_used(&self, admitted: &Admitted) -> Result<bool, FacilitatorError> {
+        if let super::Scheme::Upto { permit2_nonce } = admitted.scheme {
+            return self
+                .permit2_nonce_used(admitted.transfer.from, permit2_nonce)
+                .await;
+        }
         let data =
             tx::authorization_state_calldata(admitted.transfer.from, admitted.transfer.nonce);
         let answer = self
@@ -479,7 +513,7 @@ impl EvmSettler {
             record.tx_nonce,
             record.gas_limit,
             fees,
-            admitted.transfer.token.asset,
+            admitted.target,
             admitted.calldata.clone(),
         );
         let before = record.clone();
@@ -611,7 +645,7 @@ impl EvmSettler {
                 .await
                 .map_err(unavailable)?;
             return Ok(failed(
-                reasons::TRANSACTION_FAILED,
+                admitted.reverted_reason(),
                 format!("transaction {:#x} reverted", receipt.transaction),
             ));
         }
@@ -714,7 +748,9 @@ mod tests {
             transfer,
             payer: String::new(),
             code_hash: None,
+            target: transfer.token.asset,
             calldata: Vec::new(),
+            scheme: crate::x402::facilitator::evm_settler::Scheme::Exact,
         }
     }
 
