@@ -74,7 +74,7 @@ async fn settler_gateway(rpc: &str, wei: u128) -> (Server, Address, Address) {
 }
 
 /// The same, its config changed by `adjust` first.
-async fn settler_gateway_with(
+pub(crate) async fn settler_gateway_with(
     rpc: &str,
     wei: u128,
     adjust: impl FnOnce(Config) -> Config,

@@ -28,6 +28,30 @@ async fn mppx_pays(
     body: &str,
     credential: &std::path::Path,
 ) -> Value {
+    mppx_pays_as(server, &index.to_string(), None, body, credential).await
+}
+
+/// The same, as `account` (`key`: the private key given, in the child's
+/// environment only).
+async fn mppx_pays_as(
+    server: &Server,
+    account: &str,
+    key: Option<&str>,
+    body: &str,
+    credential: &std::path::Path,
+) -> Value {
+    mppx_run(server, account, key, body, credential, &[]).await
+}
+
+/// mppx's client with `env` set (`MPP_PAY_AT`, `MPP_RETRIES`).
+async fn mppx_run(
+    server: &Server,
+    account: &str,
+    key: Option<&str>,
+    body: &str,
+    credential: &std::path::Path,
+    env: &[(&str, String)],
+) -> Value {
     let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/mpp");
     assert!(
         folder.join("node_modules/mppx").is_dir(),
@@ -38,7 +62,9 @@ async fn mppx_pays(
         tokio::process::Command::new("node")
             .arg("pay.mjs")
             .arg(server.url(CHAT))
-            .arg(index.to_string())
+            .arg(account)
+            .envs(key.map(|key| ("MPP_PAYER_KEY", key)))
+            .envs(env.iter().map(|(name, value)| (*name, value.as_str())))
             .arg(body)
             .arg(credential)
             .current_dir(&folder)
@@ -195,4 +221,113 @@ async fn bad_credentials_get_mpps_problems_and_off_adds_not_a_byte() {
             .all(|value| !value.as_bytes().starts_with(b"Payment ")),
         "GATEWAY_MPP=off: no challenge"
     );
+}
+
+/// On a real chain (Circle's USDC on anvil) with the gateway's own settler:
+/// mppx pays, exactly the quoted amount moves, and the receipt names a
+/// mined, successful transfer.
+#[tokio::test]
+async fn mppx_pays_the_gateways_own_settler_on_chain() {
+    use crate::chain_support::{balance, fresh_payer_key, mined_status, mint, shared_rpc_url};
+    let rpc = shared_rpc_url();
+    let (server, pay_to, _) =
+        crate::chain_tests::settler_gateway_with(&rpc, crate::chain_tests::ONE_ETH, |config| {
+            config
+        })
+        .await;
+    let key = fresh_payer_key();
+    let from = crate::chain_tests::payer(key).address_bytes();
+    mint(&rpc, from, 1_000_000).await;
+    let body = chat(false);
+    let price = server
+        .post_once(CHAT, body.clone(), None)
+        .await
+        .quote()
+        .accepts[0]
+        .amount
+        .units();
+    let dir = std::env::temp_dir().join(format!("walletgate-mpp-chain-{from:x}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_text = key.to_string();
+    let paid = mppx_pays_as(
+        &server,
+        "key",
+        Some(&key_text),
+        &body,
+        &dir.join("credential"),
+    )
+    .await;
+    let credential = std::fs::read_to_string(dir.join("credential")).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(paid["status"], 200, "{paid}");
+    let receipt: Value = serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(paid["receipt"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let transaction: alloy_primitives::B256 =
+        receipt["reference"].as_str().unwrap().parse().unwrap();
+    assert_eq!(mined_status(&rpc, transaction).await, 1);
+    let funded = alloy_primitives::U256::from(1_000_000u64);
+    let price = alloy_primitives::U256::from(price);
+    assert_eq!(balance(&rpc, from).await, funded - price);
+    assert_eq!(balance(&rpc, pay_to).await, price);
+    // Again: refused, nothing moves twice.
+    let again = with_credential(&server, &credential, &body).await;
+    assert_eq!(again.status, 402, "{}", again.text());
+    assert_eq!(balance(&rpc, from).await, funded - price);
+}
+
+/// Replicas behind one origin that share `GATEWAY_MPP_KEY_FILE` take each
+/// other's challenges: issued by one, paid at the other; a replica with
+/// another key refuses it and nothing moves there.
+#[tokio::test]
+async fn replicas_sharing_a_key_file_take_each_others_challenges() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("walletgate-mpp-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = |name: &str, byte: char| {
+        let path = dir.join(name);
+        std::fs::write(&path, byte.to_string().repeat(40)).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        path.display().to_string()
+    };
+    let (shared, other) = (key_file("shared.key", 'a'), key_file("other.key", 'b'));
+    let replica = |key: &str| Config {
+        public_url: Some("http://gateway.test".into()),
+        mpp_key_file: Some(key.to_owned()),
+        ..Config::default()
+    };
+    let (first, second, stranger) = (
+        Server::start(replica(&shared)).await,
+        Server::start(replica(&shared)).await,
+        Server::start(replica(&other)).await,
+    );
+    let body = chat(false);
+    let payer = DevLedger::DEV_ACCOUNTS[5];
+    let at = |server: &Server| {
+        vec![
+            ("MPP_PAY_AT", server.url(CHAT)),
+            ("MPP_RETRIES", "1".into()),
+        ]
+    };
+    let credential = dir.join("credential");
+    let paid = mppx_run(&first, "5", None, &body, &credential, &at(&second)).await;
+    assert_eq!(paid["status"], 200, "{paid}");
+    assert!(
+        second.balance(payer) < DevLedger::DEV_ACCOUNT_FUNDS,
+        "paid at the second"
+    );
+    let refused = mppx_run(&first, "5", None, &body, &credential, &at(&stranger)).await;
+    assert_eq!(refused["status"], 402, "{refused}");
+    assert!(
+        refused["body"]
+            .as_str()
+            .unwrap()
+            .contains("invalid-challenge"),
+        "{refused}"
+    );
+    stranger.assert_nothing_settled();
+    std::fs::remove_dir_all(&dir).unwrap();
 }
