@@ -157,6 +157,23 @@ fn steady_service(clock: FakeClock) -> impl PaidService {
     paid_chat(facilitator, shared, store)
 }
 
+/// Times `service`'s 402 for a chat (no payment): `name` in `group`.
+fn bench_quote(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    service: &impl PaidService,
+) {
+    group.bench_function(name, |b| {
+        b.iter(|| {
+            let request = Request::post("/v1/chat/completions")
+                .body(Full::default())
+                .unwrap();
+            let response = ready(service.clone().oneshot(request)).unwrap();
+            assert_eq!(response.status(), 402);
+        })
+    });
+}
+
 fn bench_x402(c: &mut Criterion) {
     let clock = Arc::new(FakeClock::at_unix_secs(NOW));
     let ledger = Arc::new(DevLedger::new());
@@ -210,15 +227,7 @@ fn bench_x402(c: &mut Criterion) {
 
     let store = Arc::new(InMemoryNonceStore::new(clock.clone()));
     let service = paid_chat(facilitator.clone(), clock.clone(), store);
-    group.bench_function("quote_402", |b| {
-        b.iter(|| {
-            let request = Request::post("/v1/chat/completions")
-                .body(Full::default())
-                .unwrap();
-            let response = ready(service.clone().oneshot(request)).unwrap();
-            assert_eq!(response.status(), 402);
-        })
-    });
+    bench_quote(&mut group, "quote_402", &service);
 
     // The same 402 with signed offers (`offer-receipt`): cached, so the
     // difference is what serving the larger header costs, not signing.
@@ -251,15 +260,20 @@ fn bench_x402(c: &mut Criterion) {
          (+{})",
         signed_bytes - plain_bytes
     );
-    group.bench_function("quote_402_signed_offers", |b| {
-        b.iter(|| {
-            let request = Request::post("/v1/chat/completions")
-                .body(Full::default())
-                .unwrap();
-            let response = ready(signing.clone().oneshot(request)).unwrap();
-            assert_eq!(response.status(), 402);
-        })
-    });
+    bench_quote(&mut group, "quote_402_signed_offers", &signing);
+
+    // The same 402 with an MPP challenge per exact offer (a fresh id, its
+    // tag and an RFC 3339 expiry per 402); without MPP not a byte is added.
+    #[cfg(feature = "mpp")]
+    {
+        let store = Arc::new(InMemoryNonceStore::new(clock.clone()));
+        let mpp = walletgate::x402::server::Mpp::new(&[7; 32], "gateway.test").unwrap();
+        let challenging =
+            x402_paid::paid_chat_with(facilitator.clone(), clock.clone(), store, |builder| {
+                builder.with_mpp(mpp)
+            });
+        bench_quote(&mut group, "quote_402_mpp", &challenging);
+    }
 
     // Signing is the client's work: outside the timed part.
     let steady_clock = FakeClock::at_unix_secs(NOW);

@@ -5,6 +5,7 @@ use axum::extract::State;
 use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 
+use walletgate::envelope::{ErrorCode, GatewayError};
 use walletgate::x402::server::SettleAmount;
 
 use crate::catalogue::Model;
@@ -13,7 +14,7 @@ use crate::render::{AnswerHead, SseBody, answer};
 use crate::reply::{json, reject};
 use crate::request::Endpoint;
 use crate::state::AppState;
-use crate::upstream::Usage;
+use crate::upstream::{UpstreamFault, Usage};
 
 /// `Content-Type: application/json`, checked at compile time.
 const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
@@ -65,13 +66,29 @@ pub(crate) async fn infer(
         };
     }
     match gateway.stream(&model, &request).await {
-        Ok(events) => {
-            let fault_gateway = gateway.clone();
+        Ok(mut events) => {
             let idle_timeout = gateway.upstream_timeout;
+            // The upstream's first event before the answer's head: one that
+            // fails before it gets an error answer, never a 200, so a payment
+            // settled before a stream's first byte (MPP's) is not charged for it.
+            let first = match tokio::time::timeout(idle_timeout, events.recv()).await {
+                Ok(Some(Ok(event))) => event,
+                Ok(Some(Err(fault))) => {
+                    return reject(gateway.fault_error(&model, true, &fault), endpoint.style());
+                }
+                Ok(None) => {
+                    let fault =
+                        UpstreamFault::new(None, "upstream stream closed before its first event");
+                    return reject(gateway.fault_error(&model, true, &fault), endpoint.style());
+                }
+                Err(_) => return reject(GatewayError::new(ErrorCode::Timeout), endpoint.style()),
+            };
+            let fault_gateway = gateway.clone();
             let priced = model.clone();
             let mut body = SseBody::new(endpoint, head, events, idle_timeout, move |fault| {
                 fault_gateway.fault_error(&model, true, fault)
-            });
+            })
+            .with_first(first);
             if let Some(metered) = metered {
                 // Known with the last chunk; settled when the stream ends.
                 body = body.on_usage(move |usage| meter(&metered, &priced, usage));

@@ -331,3 +331,36 @@ async fn replicas_sharing_a_key_file_take_each_others_challenges() {
     stranger.assert_nothing_settled();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An MPP-paid stream whose upstream ends before its first event: an error
+/// answer, and nothing is charged (MPP settles before the first byte, so the
+/// gateway waits for the upstream's first event before its head).
+#[tokio::test]
+async fn an_mpp_stream_whose_upstream_fails_before_its_first_event_is_not_charged() {
+    use axum::Router;
+    use axum::routing::post;
+
+    let empty = || async {
+        (
+            [(http::header::CONTENT_TYPE, "text/event-stream")],
+            String::new(),
+        )
+    };
+    let upstream = crate::tests::serve(Router::new().route(CHAT, post(empty))).await;
+    let config = Config::default()
+        .with_openai_upstream(
+            "openai",
+            &format!("http://{upstream}/v1"),
+            crate::upstream::ApiKey::new("sk-test-empty-stream"),
+        )
+        .unwrap();
+    let server = Server::start(config).await;
+    let dir = std::env::temp_dir().join(format!("walletgate-mpp-e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let answered = mppx_pays(&server, 8, &chat(true), &dir.join("credential")).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+    let status = answered["status"].as_u64().unwrap();
+    assert!(status >= 500 || status == 429, "{answered}");
+    assert!(answered["receipt"].is_null(), "{answered}");
+    server.assert_nothing_settled();
+}

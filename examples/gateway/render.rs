@@ -287,6 +287,8 @@ pub(crate) struct SseBody<F> {
     done: bool,
     /// Told the usage when the stream finishes, before its last chunk goes out.
     on_usage: Option<Box<dyn FnOnce(Usage) + Send>>,
+    /// The upstream's first event, already read before the answer's head.
+    first: Option<StreamEvent>,
 }
 
 impl<F> SseBody<F>
@@ -314,7 +316,14 @@ where
             fault_error,
             done: false,
             on_usage: None,
+            first: None,
         }
+    }
+
+    /// Starts with `event`, the upstream's first, read before the head.
+    pub(crate) fn with_first(mut self, event: StreamEvent) -> Self {
+        self.first = Some(event);
+        self
     }
 
     /// Tells `on_usage` the usage the upstream reported with the stream's
@@ -340,7 +349,11 @@ where
         if this.done {
             return Poll::Ready(None);
         }
-        let step = match this.events.poll_recv(cx) {
+        let received = match this.first.take() {
+            Some(event) => Poll::Ready(Some(Ok(event))),
+            None => this.events.poll_recv(cx),
+        };
+        let step = match received {
             Poll::Ready(Some(Ok(event))) => Ok(event),
             Poll::Ready(Some(Err(fault))) => Err((this.fault_error)(&fault)),
             // The upstream side vanished without finishing: a broken stream.

@@ -13,7 +13,9 @@
 //! The same bytes (raw and base64-encoded) also go as a `SIGN-IN-WITH-X`
 //! proof to a layer declaring `sign-in-with-x`, where nothing was paid:
 //! the answer is always the normal 402 (oversized, non-base64, CR/LF in a
-//! field, an unknown chain), never a 5xx.
+//! field, an unknown chain), never a 5xx. That layer also takes MPP: the
+//! bytes as an `Authorization: Payment` credential (raw, and base64url so
+//! they reach the JSON parser) get MPP's 402 or 400, never a 5xx.
 #![no_main]
 
 use std::convert::Infallible;
@@ -32,7 +34,7 @@ use walletgate::clock::FakeClock;
 use walletgate::x402::{
     facilitator::{DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator},
         server::{
-            BASE_SEPOLIA_USDC, PaymentIdentifier, PaymentOption, PriceTable, SignInWithX, X402,
+            BASE_SEPOLIA_USDC, Mpp, PaymentIdentifier, PaymentOption, PriceTable, SignInWithX, X402,
             X402Layer, matching_offer,
         },
     wire::{Network, PaymentPayload, PaymentRequirements, SCHEME_UPTO, UsdAmount, codec},
@@ -114,6 +116,7 @@ fn harness() -> &'static Harness {
             .with_facilitator(facilitator.clone())
             .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
             .with_sign_in_with_x(SignInWithX::with_key([7; 32]))
+            .with_mpp(Mpp::new(&[7; 32], "gateway.test").unwrap())
             .build()
             .unwrap();
         Harness {
@@ -172,7 +175,27 @@ fn decode_match_verify(header: &[u8]) {
     }
 }
 
+/// `data` as an MPP credential: MPP's refusal (402, or 400 for another
+/// method or two credentials), never a 5xx, never a panic.
+fn mpp_credential(data: &[u8]) {
+    let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(data);
+    for value in [data, &[b"Payment ", data].concat(), &[b"Payment ", encoded.as_bytes()].concat()] {
+        let Ok(value) = HeaderValue::from_bytes(value) else {
+            continue;
+        };
+        let request = Request::post(CHAT)
+            .header("authorization", value)
+            .body(Full::default())
+            .unwrap();
+        let mut service = harness().signing_in.clone();
+        let response = ready(service.call(request)).unwrap();
+        let status = response.status().as_u16();
+        assert!(matches!(status, 400 | 402), "{status}");
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
+    mpp_credential(data);
     through_layer(data);
     decode_match_verify(data);
     sign_in(data);
