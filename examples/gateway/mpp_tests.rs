@@ -277,6 +277,22 @@ async fn mppx_pays_the_gateways_own_settler_on_chain() {
     let again = with_credential(&server, &credential, &body).await;
     assert_eq!(again.status, 402, "{}", again.text());
     assert_eq!(balance(&rpc, from).await, funded - price);
+    // A stream: its head carries the receipt of a mined transfer.
+    let dir = std::env::temp_dir().join(format!("walletgate-mpp-chain-s-{from:x}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let streamed = mppx_pays_as(&server, "key", Some(&key_text), &chat(true), &dir.join("c")).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(streamed["status"], 200, "{streamed}");
+    let receipt: Value = serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(streamed["receipt"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let transaction: alloy_primitives::B256 =
+        receipt["reference"].as_str().unwrap().parse().unwrap();
+    assert_eq!(mined_status(&rpc, transaction).await, 1);
+    assert!(streamed["body"].as_str().unwrap().contains("[DONE]"));
 }
 
 /// Replicas behind one origin that share `GATEWAY_MPP_KEY_FILE` take each

@@ -707,6 +707,22 @@ mod tests {
             mpp.read_credential(&good, &dearer, NOW),
             Err(Problem::InvalidChallenge(_))
         ));
+        // The request echoed re-serialized (not the canonical bytes issued), or huge.
+        let mut echoed = challenge.clone();
+        let canonical = URL_SAFE_NO_PAD.decode(&challenge.request).unwrap();
+        let spaced = String::from_utf8(canonical).unwrap().replace(',', ", ");
+        echoed.request = URL_SAFE_NO_PAD.encode(spaced);
+        let resorted = credential(&echoed, &payer, "1129", PAY_TO);
+        assert!(matches!(
+            read(&resorted, NOW),
+            Err(Problem::InvalidChallenge(_))
+        ));
+        echoed.request = "A".repeat(MAX_REQUEST_BYTES + 1);
+        let huge = credential(&echoed, &payer, "1129", PAY_TO);
+        assert!(matches!(
+            read(&huge, NOW),
+            Err(Problem::InvalidChallenge(_))
+        ));
         assert!(read(&good, NOW).is_ok());
     }
 
