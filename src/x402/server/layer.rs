@@ -415,6 +415,20 @@ impl X402LayerBuilder {
         self
     }
 
+    /// For a front that prices calls itself (MCP's tools): a request
+    /// pricing it never asks, so `build` needs none.
+    pub(crate) fn with_pricing_if_none(mut self) -> Self {
+        if self.pricing.is_none() {
+            let unused = |_: &http::request::Parts| {
+                Err(super::PriceRefusal::missing(
+                    "a request pricing (an MCP-only layer)",
+                ))
+            };
+            self.pricing = Some(Arc::new(unused));
+        }
+        self
+    }
+
     /// Validates and builds the layer.
     pub fn build(self) -> Result<X402Layer, ConfigError> {
         let pricing = self.pricing.ok_or(ConfigError::MissingPricing)?;

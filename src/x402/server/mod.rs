@@ -15,6 +15,7 @@ mod extensions;
 mod flow;
 mod future;
 pub(crate) mod layer;
+pub mod mcp;
 mod offer_receipt;
 pub mod payment_id;
 mod pricing;
