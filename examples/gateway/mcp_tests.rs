@@ -327,3 +327,80 @@ async fn bad_input_is_a_json_rpc_or_tool_error_never_a_5xx() {
     assert!(funds > 0);
     server.assert_nothing_settled();
 }
+
+/// The official MCP TypeScript client, paying with the official x402 client
+/// scheme (`pay_mcp.mjs`): free listing, the PaymentRequired, a paid answer
+/// with its settlement, and each documented refusal.
+#[tokio::test]
+async fn the_official_mcp_client_pays_with_the_official_x402_scheme() {
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/mcp-x402");
+    assert!(
+        folder
+            .join("node_modules/@modelcontextprotocol/sdk")
+            .is_dir(),
+        "the official clients are not installed; run `npm ci --prefix tests/interop/mcp-x402` \
+         (or `bash .ci/run`)"
+    );
+    let server = Server::start(Config {
+        free_tier: FreeTierQuotas::new(2, 300).unwrap(),
+        ..fault_config()
+    })
+    .await;
+    let payer = Payer::dev(6);
+    let before = balance(&server, &payer);
+    let run = tokio::process::Command::new("node")
+        .arg("pay_mcp.mjs")
+        .arg(server.url("/mcp"))
+        .arg("6")
+        .arg(PAID_MODEL)
+        .arg(FREE_MODEL)
+        .arg("faulty/rate_limited")
+        .current_dir(&folder)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("node pay_mcp.mjs took over 60 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "node pay_mcp.mjs failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|_| panic!("one JSON line expected: {stdout}"));
+    assert_eq!(result["payer"], payer.address());
+    let tools = result["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 3);
+    assert!(tools.iter().all(|tool| tool["hasOutputSchema"] == false));
+    assert!(result["modelCount"].as_u64().unwrap() > 3);
+    let unpaid = &result["unpaid"];
+    assert_eq!(unpaid["isError"], true);
+    assert_eq!(unpaid["required"]["resource"]["url"], "mcp://tool/chat");
+    assert_eq!(unpaid["required"]["accepts"][0]["scheme"], "exact");
+    let paid = &result["paid"];
+    assert_eq!(paid["isError"], false, "{result}");
+    assert_eq!(paid["text"], "echo: hello over mcp");
+    assert_eq!(paid["paymentResponse"]["success"], true);
+    assert_eq!(paid["paymentResponse"]["network"], "eip155:84532");
+    assert_eq!(result["replayed"]["code"], "PAYMENT_REPLAY", "{result}");
+    assert_eq!(result["tampered"]["code"], "PAYMENT_INVALID", "{result}");
+    assert_eq!(result["unfunded"]["code"], "PAYMENT_UNFUNDED", "{result}");
+    let failed = &result["toolError"];
+    assert_eq!(failed["isError"], true);
+    assert_eq!(failed["code"], "RATE_LIMITED", "{result}");
+    assert_eq!(failed["paymentResponse"], Value::Null);
+    let free: Vec<&Value> = result["free"].as_array().unwrap().iter().collect();
+    assert_eq!(free[0]["isError"], false, "{result}");
+    assert_eq!(free[1]["isError"], false);
+    assert_eq!(free[2]["code"], "FREE_TIER_RATE_LIMITED");
+    // One settlement: the paid chat.
+    assert_eq!(server.ledger.settlements(), 1);
+    let quoted: u128 = unpaid["required"]["accepts"][0]["amount"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(balance(&server, &payer), before - quoted);
+}
