@@ -404,3 +404,78 @@ async fn the_official_mcp_client_pays_with_the_official_x402_scheme() {
         .unwrap();
     assert_eq!(balance(&server, &payer), before - quoted);
 }
+
+/// walletgate's own client: a paid tool answered once under its policy
+/// with its receipt, a free one unpaid, a quote over its cap never signed.
+#[tokio::test]
+async fn walletgate_s_client_pays_a_tool_once_under_its_policy() {
+    use walletgate::client::pay::{ClientError, PaymentErrorKind, SpendPolicy, X402PaymentLayer};
+    let server = Server::start(fault_config()).await;
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let payer = Payer::dev(7);
+    let key: alloy_signer_local::PrivateKeySigner =
+        walletgate::client::payer::DEV_KEYS[7].parse().unwrap();
+    assert_eq!(key.address().to_checksum(None), payer.address());
+    let policy = SpendPolicy::new().with_max_per_payment_usd("0.05").unwrap();
+    let client = X402PaymentLayer::new(key.clone()).with_policy(policy);
+    let url = server.url("/mcp");
+    let before = balance(&server, &payer);
+
+    let paid = client
+        .call_tool(
+            http.clone(),
+            &url,
+            "chat",
+            chat_arguments(PAID_MODEL, false),
+        )
+        .await
+        .unwrap();
+    assert_eq!(paid.result["content"][0]["text"], "echo: hello");
+    let receipt = paid.receipt.expect("a paid call has a receipt");
+    let settlement = receipt.settlement().expect("settled");
+    assert!(settlement.success);
+    assert_eq!(balance(&server, &payer), before - receipt.amount().units());
+
+    let free = client
+        .call_tool(
+            http.clone(),
+            &url,
+            "chat",
+            chat_arguments(FREE_MODEL, false),
+        )
+        .await
+        .unwrap();
+    assert!(free.receipt.is_none());
+
+    let failing = client
+        .call_tool(
+            http.clone(),
+            &url,
+            "chat",
+            chat_arguments("faulty/rate_limited", false),
+        )
+        .await
+        .unwrap();
+    assert_eq!(failing.result["isError"], true);
+    assert!(
+        failing.receipt.unwrap().settlement().is_none(),
+        "nothing settled"
+    );
+
+    let capped = X402PaymentLayer::new(key).with_policy(
+        SpendPolicy::new()
+            .with_max_per_payment_usd("0.000001")
+            .unwrap(),
+    );
+    let refused = capped
+        .call_tool(http, &url, "chat", chat_arguments(PAID_MODEL, false))
+        .await
+        .unwrap_err();
+    let ClientError::Payment(error) = refused else {
+        panic!("a payment error: {refused}");
+    };
+    assert!(matches!(error.kind, PaymentErrorKind::Policy(_)), "{error}");
+    assert_eq!(error.attempts.signatures, 0);
+    assert_eq!(server.ledger.settlements(), 1);
+}

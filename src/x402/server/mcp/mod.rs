@@ -30,5 +30,6 @@ mod service;
 
 pub use future::ResponseFuture;
 pub use layer::{DEFAULT_MCP_ANSWER_BYTES, DEFAULT_MCP_BODY_BYTES, ToolPricing, X402McpLayer};
+pub(crate) use rpc::Answer;
 pub use rpc::{PAYMENT_META, PAYMENT_REQUIRED_ERROR, PAYMENT_RESPONSE_META, tool_resource_url};
 pub use service::X402Mcp;

@@ -186,7 +186,7 @@ fn tool_error_result(structured: Value) -> Value {
 /// The JSON-RPC answer to a call, read from the inner service's body: a
 /// JSON body, or the event of an SSE stream that answers the call (the
 /// others, progress notifications, are kept as they were).
-pub(super) struct Answer {
+pub(crate) struct Answer {
     /// The SSE events, when the answer is a stream, and which one answers.
     events: Option<(Vec<String>, usize)>,
     message: Value,
@@ -195,7 +195,7 @@ pub(super) struct Answer {
 impl Answer {
     /// The answer to the call `id` (to any call, for `None`: a kept
     /// answer) in `body`, or `None` when it holds none.
-    pub(super) fn read(event_stream: bool, body: &[u8], id: Option<&Value>) -> Option<Self> {
+    pub(crate) fn read(event_stream: bool, body: &[u8], id: Option<&Value>) -> Option<Self> {
         let answers = |message: &Value| {
             id.is_none_or(|id| message.get("id") == Some(id))
                 && (message.get("result").is_some() || message.get("error").is_some())
@@ -220,6 +220,11 @@ impl Answer {
             events: Some((events, index)),
             message,
         })
+    }
+
+    /// The JSON-RPC message: a `result` or an `error`.
+    pub(crate) fn message(&self) -> &Value {
+        &self.message
     }
 
     /// Whether the tool did not succeed: a JSON-RPC error, or a result
