@@ -441,7 +441,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         &payment,
         (inference_options.len() > options.len()).then_some(inference_options.as_slice()),
         bazaar.as_ref(),
-        mcp::ToolPrices::new(&config.catalogue),
+        mcp::ToolPrices::new(&config.catalogue, config.bazaar),
     )?;
     let documents = discovery::Documents::new(
         &config.catalogue,

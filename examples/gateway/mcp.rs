@@ -23,17 +23,22 @@ use http::request::Parts;
 use http::{HeaderValue, Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
 use tower::{Layer, ServiceExt};
 use walletgate::envelope::ErrorCode;
 use walletgate::gateway::RequestModel;
 use walletgate::x402::server::mcp::ToolPricing;
-use walletgate::x402::server::{PaymentReceipt, Price, PriceRefusal, RequestPrice};
+
+use walletgate::x402::server::{
+    BazaarTool, PaymentReceipt, Price, PriceRefusal, QuoteExtensionMap, RequestPrice,
+};
 
 use crate::catalogue::Catalogue;
 use crate::extensions::PreparedRequest;
 use crate::reply::json as json_response;
 use crate::request::{ChatRequest, Endpoint};
-use crate::routes::{Kind, ROUTES};
+use crate::routes::mcp_tools;
 use crate::state::AppState;
 
 /// The protocol revisions answered; a client's own is echoed when listed.
@@ -42,16 +47,31 @@ const PROTOCOL_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "
 /// Largest collected answer of a streamed `chat` (bytes of SSE).
 const MAX_STREAM_BYTES: usize = 8 << 20;
 
-/// The tools' prices: the REST pricing of the same body.
+/// The tools' prices (the REST pricing of the same body) and, with
+/// discovery on, each paid tool's `bazaar` (keyed by `mcp://tool/<name>`
+/// and its `toolName`).
 #[derive(Clone)]
 pub(crate) struct ToolPrices {
     catalogue: Catalogue,
+    bazaar: HashMap<String, QuoteExtensionMap>,
 }
 
 impl ToolPrices {
-    pub(crate) fn new(catalogue: &Catalogue) -> Self {
+    /// `bazaar`: whether each paid tool's PaymentRequired declares its entry.
+    pub(crate) fn new(catalogue: &Catalogue, bazaar: bool) -> Self {
+        let tools = mcp_tools(catalogue);
+        let bazaar = (tools.iter())
+            .filter(|tool| bazaar && tool["name"] != "list_models")
+            .filter_map(|tool| {
+                let name = tool["name"].as_str()?;
+                let entry = BazaarTool::new(name, tool["inputSchema"].clone())
+                    .with_description(tool["description"].as_str().unwrap_or_default());
+                Some((name.to_owned(), Arc::new(entry.to_extensions())))
+            })
+            .collect();
         Self {
             catalogue: catalogue.clone(),
+            bazaar,
         }
     }
 }
@@ -59,6 +79,10 @@ impl ToolPrices {
 impl ToolPricing for ToolPrices {
     fn price(&self, tool: &str, arguments: &Value) -> Result<Price, PriceRefusal> {
         Ok(tool_price(&self.catalogue, tool, arguments).unwrap_or(Price::Free))
+    }
+
+    fn extensions(&self, tool: &str, _price: &Price) -> Option<QuoteExtensionMap> {
+        self.bazaar.get(tool).cloned()
     }
 }
 
@@ -79,29 +103,6 @@ pub(crate) fn tool_price(catalogue: &Catalogue, tool: &str, arguments: &Value) -
     }
 }
 
-/// The tools, generated from the route table and the catalogue.
-pub(crate) fn tools(catalogue: &Catalogue) -> Vec<Value> {
-    let mut tools = vec![json!({
-        "name": "list_models",
-        "description": "The model catalogue with prices (free)",
-        "inputSchema": {"type": "object", "properties": {}},
-        "annotations": {"readOnlyHint": true},
-    })];
-    for route in ROUTES {
-        let name = match route.kind {
-            Kind::Inference(Endpoint::Chat) => "chat",
-            Kind::ImageJob => "generate_image",
-            _ => continue,
-        };
-        let Some(schema) = route.body_schema(catalogue) else {
-            continue;
-        };
-        // No outputSchema: see the module docs.
-        tools.push(json!({"name": name, "description": route.summary, "inputSchema": schema}));
-    }
-    tools
-}
-
 /// `POST /mcp`: one JSON-RPC message (the layer refused batches).
 pub(crate) async fn handle(State(gateway): State<AppState>, parts: Parts, body: Bytes) -> Response {
     let Ok(message) = serde_json::from_slice::<Value>(&body) else {
@@ -118,7 +119,7 @@ pub(crate) async fn handle(State(gateway): State<AppState>, parts: Parts, body: 
     match method {
         Some("initialize") => initialize(&gateway, &id, &params),
         Some("ping") => rpc_result(&id, json!({})),
-        Some("tools/list") => rpc_result(&id, json!({"tools": tools(&gateway.catalogue)})),
+        Some("tools/list") => rpc_result(&id, json!({"tools": mcp_tools(&gateway.catalogue)})),
         Some("tools/call") => {
             let name = params.get("name").and_then(Value::as_str).unwrap_or("");
             let arguments = params.get("arguments").cloned().unwrap_or(json!({}));

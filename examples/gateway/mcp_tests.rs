@@ -479,3 +479,39 @@ async fn walletgate_s_client_pays_a_tool_once_under_its_policy() {
     assert_eq!(error.attempts.signatures, 0);
     assert_eq!(server.ledger.settlements(), 1);
 }
+
+/// Discovery for agents: each paid tool's PaymentRequired declares its
+/// `bazaar` entry (type `mcp`, its `toolName`), and `/.well-known/x402`
+/// lists the tools, from the same table as `tools/list`.
+#[tokio::test]
+async fn paid_tools_are_discoverable_in_the_bazaar_and_the_well_known_document() {
+    let server = Server::start(Config::default()).await;
+    let quote =
+        payment_required(&call(&server, "chat", &chat_arguments(PAID_MODEL, false), None).await);
+    let bazaar = &quote.extensions.as_ref().unwrap()["bazaar"];
+    assert_eq!(quote.resource.url, "mcp://tool/chat");
+    assert_eq!(bazaar["info"]["input"]["type"], "mcp");
+    assert_eq!(bazaar["info"]["input"]["toolName"], "chat");
+    assert_eq!(bazaar["info"]["input"]["inputSchema"]["type"], "object");
+    let well_known = server.get("/.well-known/x402").await.json();
+    let mcp = &well_known["mcp"];
+    assert_eq!(mcp["endpoint"], "/mcp");
+    let tools: Vec<(&str, &str, bool)> = (mcp["tools"].as_array().unwrap().iter())
+        .map(|tool| {
+            let name = tool["name"].as_str().unwrap();
+            (
+                name,
+                tool["resource"].as_str().unwrap(),
+                tool["paid"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            ("list_models", "mcp://tool/list_models", false),
+            ("chat", "mcp://tool/chat", true),
+            ("generate_image", "mcp://tool/generate_image", true),
+        ]
+    );
+}

@@ -31,7 +31,7 @@ pub use answers::{
     AnswerLimits, AnswerStore, Begun, DEFAULT_ANSWER_MAX_BYTES, DEFAULT_ANSWER_RETENTION_SECS,
     DEFAULT_ANSWER_STORE_BYTES, InMemoryAnswerStore, KeptAnswer,
 };
-pub use bazaar::{BAZAAR, BazaarRoute, JSON_SCHEMA_2020_12};
+pub use bazaar::{BAZAAR, BazaarRoute, BazaarTool, JSON_SCHEMA_2020_12};
 #[cfg(feature = "siwx")]
 pub use entitlements::{DEFAULT_ENTITLEMENT_CAPACITY, EntitlementStore, InMemoryEntitlementStore};
 pub use extensions::{QuoteExtensionMap, QuoteExtensions};
