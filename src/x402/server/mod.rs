@@ -2,7 +2,8 @@
 //! service (the HTTP front of the payment flow) and its [`ResponseFuture`],
 //! prices, quotes, receipts, the amount a metered answer settles
 //! ([`SettleAmount`]) and the settlement hook, the settling stream body, and
-//! the replay guard.
+//! the replay guard; [`mcp`], the MCP front of the same payment flow
+//! (x402's MCP transport for `tools/call`).
 //!
 //! See the [`x402` module docs](super) for the payment flow.
 

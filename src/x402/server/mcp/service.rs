@@ -494,6 +494,8 @@ mod tests {
     #[derive(Default)]
     struct Facade {
         fail_settle: AtomicBool,
+        /// The next settlement's outcome is not known yet.
+        pending: AtomicBool,
         settled: AtomicUsize,
     }
 
@@ -512,6 +514,11 @@ mod tests {
         ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
             let network = request.payment_requirements().network.clone();
             let amount = request.payment_requirements().amount;
+            if self.pending.swap(false, Ordering::SeqCst) {
+                return Box::pin(async {
+                    Err(FacilitatorError::pending("0x0f", "no receipt yet"))
+                });
+            }
             let answer = if self.fail_settle.load(Ordering::SeqCst) {
                 SettleResponse::failure(network, "invalid_exact_evm_transaction_failed", None)
             } else {
@@ -948,5 +955,36 @@ mod tests {
             "INTERNAL_ERROR"
         );
         assert!(seen.bodies.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_pending_settlement_keeps_the_answer_for_the_resend_of_the_same_payment() {
+        let facade = Arc::new(Facade::default());
+        let seen = Arc::new(Seen::default());
+        let service = service(&layer(&facade), &seen);
+        let payment = pay(&quote_of(&service).await);
+        facade.pending.store(true, Ordering::SeqCst);
+        let first = json_answer(
+            &service,
+            tool_call(1, "chat", json!({}), Some(payment.clone())),
+        )
+        .await;
+        let (code, error) = refusal(&first);
+        assert_eq!(code, "PAYMENT_VERIFICATION_UNAVAILABLE");
+        assert!(error.starts_with("settlement_pending"), "{error}");
+        assert!(
+            !first.to_string().contains("hello"),
+            "withheld until it lands"
+        );
+        // The resend learns it landed and gets the kept answer, under its own id.
+        let resent = json_answer(&service, tool_call(2, "chat", json!({}), Some(payment))).await;
+        assert_eq!(resent["id"], 2);
+        assert_eq!(resent["result"]["content"][0]["text"], "hello");
+        assert_eq!(
+            resent["result"]["_meta"][PAYMENT_RESPONSE_META]["success"],
+            true
+        );
+        assert_eq!(seen.bodies.lock().unwrap().len(), 1, "the tool ran once");
+        assert_eq!(facade.settled.load(Ordering::SeqCst), 1);
     }
 }
