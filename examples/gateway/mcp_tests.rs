@@ -463,6 +463,27 @@ async fn walletgate_s_client_pays_a_tool_once_under_its_policy() {
         "nothing settled"
     );
 
+    // An unfunded wallet: refused with its code, after one signature.
+    let unfunded: alloy_signer_local::PrivateKeySigner =
+        format!("0x{}", "42".repeat(32)).parse().unwrap();
+    let refused = X402PaymentLayer::new(unfunded)
+        .call_tool(
+            http.clone(),
+            &url,
+            "chat",
+            chat_arguments(PAID_MODEL, false),
+        )
+        .await
+        .unwrap_err();
+    let ClientError::Payment(error) = refused else {
+        panic!("a payment error: {refused}");
+    };
+    assert_eq!(
+        error.code(),
+        Some(walletgate::envelope::ErrorCode::PaymentUnfunded)
+    );
+    assert_eq!(error.attempts.signatures, 1);
+
     let capped = X402PaymentLayer::new(key).with_policy(
         SpendPolicy::new()
             .with_max_per_payment_usd("0.000001")
