@@ -82,26 +82,15 @@ pub(super) fn read(bytes: &[u8]) -> Read {
             return Read::Refused(answer);
         }
     };
-    let object = match &message {
-        Value::Object(object) => object,
-        Value::Array(_) => {
-            let why = "Invalid Request: batches are not supported";
-            return Read::Refused(error(
-                &Value::Null,
-                StatusCode::BAD_REQUEST,
-                INVALID_REQUEST,
-                why,
-            ));
-        }
-        _ => {
-            let why = "Invalid Request: not a JSON-RPC message";
-            return Read::Refused(error(
-                &Value::Null,
-                StatusCode::BAD_REQUEST,
-                INVALID_REQUEST,
-                why,
-            ));
-        }
+    let why = match &message {
+        Value::Object(_) => None,
+        Value::Array(_) => Some("Invalid Request: batches are not supported"),
+        _ => Some("Invalid Request: not a JSON-RPC message"),
+    };
+    let (Some(object), None) = (message.as_object(), why) else {
+        let why = why.unwrap_or_default();
+        let refused = error(&Value::Null, StatusCode::BAD_REQUEST, INVALID_REQUEST, why);
+        return Read::Refused(refused);
     };
     if object.get("method").and_then(Value::as_str) != Some("tools/call") {
         return Read::Other;

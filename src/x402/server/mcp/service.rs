@@ -8,14 +8,13 @@ use alloy_primitives::keccak256;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::Value;
 use tower_service::Service;
 
 use super::future::ResponseFuture;
 use super::layer::{ToolPricing, X402McpLayer};
 use super::rpc::{self, Answer, Read, ToolCall};
-use crate::body::{ResponseBody, rejection};
+use crate::body::{ReadError, ResponseBody, read_within, rejection};
 use crate::envelope::{EnvelopeStyle, ErrorCode};
 use crate::metrics;
 use crate::x402::facilitator::reason;
@@ -110,8 +109,7 @@ impl<S> Call<S> {
     }
 }
 
-/// Reads the body (bounded); a `tools/call` of a priced tool goes through
-/// the payment flow, anything else to the inner service as it came.
+/// Reads the body (bounded); too large or broken, a JSON-RPC error.
 async fn read_then_call<S, ReqBody, ResBody>(
     inner: S,
     layer: X402McpLayer,
@@ -124,28 +122,34 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
 {
     let (parts, body) = request.into_parts();
-    let bytes = match Limited::new(body, layer.max_body_bytes).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) if error.is::<LengthLimitError>() => {
-            let why = "Invalid Request: the body is too large";
-            return Ok(rejection(rpc::error(
-                &Value::Null,
-                StatusCode::PAYLOAD_TOO_LARGE,
-                rpc::INVALID_REQUEST,
-                why,
-            )));
-        }
-        Err(_) => {
-            let why = "Parse error: the body could not be read";
-            return Ok(rejection(rpc::error(
-                &Value::Null,
-                StatusCode::BAD_REQUEST,
-                rpc::PARSE_ERROR,
-                why,
-            )));
-        }
+    let (status, code, why) = match read_within(body, layer.max_body_bytes).await {
+        Ok(bytes) => return Box::pin(route(layer, Call { inner, parts }, bytes)).await,
+        Err(ReadError::TooLarge) => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            rpc::INVALID_REQUEST,
+            "Invalid Request: the body is too large",
+        ),
+        Err(ReadError::Unreadable) => (
+            StatusCode::BAD_REQUEST,
+            rpc::PARSE_ERROR,
+            "Parse error: the body could not be read",
+        ),
     };
-    let call = Call { inner, parts };
+    Ok(rejection(rpc::error(&Value::Null, status, code, why)))
+}
+
+/// A read body: a `tools/call` of a priced tool goes through the payment
+/// flow, anything else to the inner service as it came.
+async fn route<S, ReqBody, ResBody>(
+    layer: X402McpLayer,
+    call: Call<S>,
+    bytes: Bytes,
+) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ReqBody: From<Bytes>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+{
     let tool_call = match rpc::read(&bytes) {
         Read::Call(tool_call) => tool_call,
         Read::Other => return Ok(call.run(bytes).await?.map(ResponseBody::inner)),
@@ -475,7 +479,7 @@ mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-    use http_body_util::Full;
+    use http_body_util::{BodyExt, Full};
     use serde_json::json;
     use tower::{Layer, ServiceExt, service_fn};
 
@@ -483,20 +487,35 @@ mod tests {
     use crate::client::payer::Payer;
     use crate::clock::FakeClock;
     use crate::store::BoxFuture;
-    use crate::x402::facilitator::{Facilitator, FacilitatorError, FacilitatorRequest};
+    use crate::x402::facilitator::{
+        DevLedger, Facilitator, FacilitatorError, FacilitatorRequest, LocalEvmFacilitator,
+    };
     use crate::x402::server::{PaymentOption, PaymentReceipt, PriceRefusal};
     use crate::x402::wire::{SupportedResponse, VerifyResponse};
 
     const NOW: u64 = 1_750_000_000;
     const PAY_TO: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 
-    /// Accepts every payment; settles unless told to fail; counts settlements.
-    #[derive(Default)]
+    /// The development ledger's facilitator (real signatures, funded dev
+    /// accounts), told to fail or leave pending the next settlement.
     struct Facade {
+        ledger: LocalEvmFacilitator,
         fail_settle: AtomicBool,
         /// The next settlement's outcome is not known yet.
         pending: AtomicBool,
         settled: AtomicUsize,
+    }
+
+    impl Default for Facade {
+        fn default() -> Self {
+            let clock = Arc::new(FakeClock::at_unix_secs(NOW));
+            Self {
+                ledger: LocalEvmFacilitator::new(Arc::new(DevLedger::new()), clock),
+                fail_settle: AtomicBool::default(),
+                pending: AtomicBool::default(),
+                settled: AtomicUsize::default(),
+            }
+        }
     }
 
     impl Facilitator for Facade {
@@ -504,41 +523,30 @@ mod tests {
             &'a self,
             request: &'a FacilitatorRequest,
         ) -> BoxFuture<'a, Result<VerifyResponse, FacilitatorError>> {
-            let payer = request.claimed_payer().unwrap_or_default().to_owned();
-            Box::pin(async move { Ok(VerifyResponse::valid(payer)) })
+            self.ledger.verify(request)
         }
 
         fn settle<'a>(
             &'a self,
             request: &'a FacilitatorRequest,
         ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
-            let network = request.payment_requirements().network.clone();
-            let amount = request.payment_requirements().amount;
             if self.pending.swap(false, Ordering::SeqCst) {
                 return Box::pin(async {
                     Err(FacilitatorError::pending("0x0f", "no receipt yet"))
                 });
             }
-            let answer = if self.fail_settle.load(Ordering::SeqCst) {
-                SettleResponse::failure(network, "invalid_exact_evm_transaction_failed", None)
-            } else {
-                let n = self.settled.fetch_add(1, Ordering::SeqCst);
-                SettleResponse {
-                    success: true,
-                    error_reason: None,
-                    error_message: None,
-                    payer: request.claimed_payer().map(str::to_owned),
-                    transaction: format!("0x{n:064x}"),
-                    network,
-                    amount: Some(amount),
-                    extensions: None,
-                }
-            };
-            Box::pin(async move { Ok(answer) })
+            if self.fail_settle.load(Ordering::SeqCst) {
+                let network = request.payment_requirements().network.clone();
+                let failed =
+                    SettleResponse::failure(network, "invalid_exact_evm_transaction_failed", None);
+                return Box::pin(async move { Ok(failed) });
+            }
+            self.settled.fetch_add(1, Ordering::SeqCst);
+            self.ledger.settle(request)
         }
 
         fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, FacilitatorError>> {
-            Box::pin(async { Err(FacilitatorError::unavailable("not needed")) })
+            self.ledger.supported()
         }
     }
 
