@@ -415,9 +415,10 @@ impl X402LayerBuilder {
         self
     }
 
-    /// For a front that prices calls itself (MCP's tools): a request
-    /// pricing it never asks, so `build` needs none.
-    pub(crate) fn with_pricing_if_none(mut self) -> Self {
+    /// For a front that prices calls itself and names its own resources
+    /// (MCP's tools, `mcp://tool/<name>`): a request pricing it never asks,
+    /// and no public base URL, so `build` needs neither.
+    pub(crate) fn for_tools(mut self) -> Self {
         if self.pricing.is_none() {
             let unused = |_: &http::request::Parts| {
                 Err(super::PriceRefusal::missing(
@@ -426,6 +427,7 @@ impl X402LayerBuilder {
             };
             self.pricing = Some(Arc::new(unused));
         }
+        self.host_derived_resource_url |= self.public_base_url.is_none();
         self
     }
 

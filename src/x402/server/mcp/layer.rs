@@ -96,11 +96,12 @@ impl X402McpLayer {
 
 impl X402LayerBuilder {
     /// Validates and builds the MCP front ([`X402McpLayer`]) of this
-    /// configuration, its tools priced by `pricing`. A request pricing
-    /// ([`with_pricing`](Self::with_pricing)) is not needed: tool calls are
-    /// priced by `pricing` alone.
+    /// configuration, its tools priced by `pricing`. Neither a request
+    /// pricing ([`with_pricing`](Self::with_pricing)) nor a public base URL
+    /// is needed: tool calls are priced by `pricing` alone, and a tool's
+    /// resource is `mcp://tool/<name>`.
     pub fn build_mcp(self, pricing: impl ToolPricing) -> Result<X402McpLayer, ConfigError> {
-        let layer = self.with_pricing_if_none().build()?;
+        let layer = self.for_tools().build()?;
         Ok(X402McpLayer::new(&layer, pricing))
     }
 }

@@ -560,8 +560,8 @@ mod tests {
     }
 
     fn layer(facade: &Arc<Facade>) -> X402McpLayer {
+        // Neither a request pricing nor a public base URL: the tools name their own.
         X402Layer::builder()
-            .with_host_derived_resource_url()
             .with_payment_option(PaymentOption::base_sepolia_usdc(PAY_TO).unwrap())
             .with_shared_facilitator(facade.clone())
             .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
