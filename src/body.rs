@@ -91,6 +91,29 @@ pub fn rejection<B>(response: http::Response<Bytes>) -> http::Response<ResponseB
     response.map(ResponseBody::rejection)
 }
 
+/// Why a request body was not read whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadError {
+    /// Over the limit: nothing past it was read.
+    TooLarge,
+    /// The body broke off.
+    Unreadable,
+}
+
+/// A request body, read whole when it is at most `limit` bytes.
+pub(crate) async fn read_within<B>(body: B, limit: usize) -> Result<Bytes, ReadError>
+where
+    B: Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    use http_body_util::{BodyExt, LengthLimitError, Limited};
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<LengthLimitError>() => Err(ReadError::TooLarge),
+        Err(_) => Err(ReadError::Unreadable),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

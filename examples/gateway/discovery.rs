@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use serde_json::{Map, Value, json};
 use walletgate::gateway::RequestModel;
+use walletgate::x402::server::mcp::tool_resource_url;
 use walletgate::x402::server::{
     BazaarRoute, PaymentOption, Price, QuoteExtensionMap, QuoteExtensions,
 };
@@ -21,7 +22,7 @@ use crate::extensions::ImageRequest;
 use crate::openapi_common::{
     document, json_request_body, json_response, openapi_schema, path_parameter, schema_ref,
 };
-use crate::routes::{Kind, ROUTES, Route, serving};
+use crate::routes::{Kind, ROUTES, Route, mcp_tools, serving};
 
 /// The `bazaar` extension of every paid route and model, built once.
 ///
@@ -228,7 +229,25 @@ pub(crate) fn well_known_x402(catalogue: &Catalogue, quoting: &Quoting, origin: 
             "walletBased": true,
         },
         "openapi": format!("{origin}/openapi.json"),
+        "mcp": mcp_service(catalogue),
     })
+}
+
+/// The `/mcp` endpoint and its tools, from the same table as `tools/list`;
+/// each paid tool's PaymentRequired names `resource.url` `mcp://tool/<name>`.
+fn mcp_service(catalogue: &Catalogue) -> Value {
+    let tools: Vec<Value> = (mcp_tools(catalogue).iter())
+        .filter_map(|tool| {
+            let name = tool["name"].as_str()?;
+            Some(json!({
+                "name": name,
+                "description": tool["description"],
+                "resource": tool_resource_url(name),
+                "paid": name != "list_models",
+            }))
+        })
+        .collect();
+    json!({"endpoint": "/mcp", "transport": "streamable-http", "tools": tools})
 }
 
 /// `GET /openapi.json`: every route of the table, request and answer

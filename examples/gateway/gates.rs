@@ -48,6 +48,8 @@ pub(crate) struct Gates {
     pub(crate) inference_payment: X402Layer,
     /// Paid image jobs, in paid-replay mode: polls reuse the paying signature.
     pub(crate) image_payment: X402Layer,
+    /// Paid MCP tools (`/mcp`): priced by the same code as their REST routes.
+    pub(crate) mcp_payment: walletgate::x402::server::mcp::X402McpLayer,
 }
 
 impl Gates {
@@ -60,6 +62,7 @@ impl Gates {
         payment: &X402LayerBuilder,
         inference_options: Option<&[PaymentOption]>,
         extensions: Option<&Arc<dyn QuoteExtensions>>,
+        tool_pricing: impl walletgate::x402::server::mcp::ToolPricing,
     ) -> Result<Self, ConfigError> {
         let inference = match inference_options {
             Some(options) => payment.clone().with_payment_options(options.to_vec()),
@@ -69,6 +72,9 @@ impl Gates {
             free_tier,
             inference_payment: inference_layer(&inference, extensions)?,
             image_payment: image_layer(payment, extensions)?,
+            mcp_payment: (payment.clone())
+                .with_description("Model inference (MCP tool)")
+                .build_mcp(tool_pricing)?,
         })
     }
 }

@@ -50,6 +50,7 @@ mod images;
 mod inference;
 #[path = "../common/logging.rs"]
 mod logging;
+mod mcp;
 #[path = "../common/metrics.rs"]
 mod metrics_endpoint;
 #[path = "../common/openapi.rs"]
@@ -93,6 +94,8 @@ mod cors_tests;
 mod discovery_tests;
 #[cfg(all(test, feature = "cli"))]
 mod facilitator_tests;
+#[cfg(test)]
+mod mcp_tests;
 #[cfg(test)]
 mod metering_tests;
 #[cfg(all(test, feature = "metrics"))]
@@ -475,6 +478,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         &payment,
         (inference_options.len() > options.len()).then_some(inference_options.as_slice()),
         bazaar.as_ref(),
+        mcp::ToolPrices::new(&config.catalogue, config.bazaar),
     )?;
     let documents = discovery::Documents::new(
         &config.catalogue,
@@ -542,7 +546,12 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
             served = served.merge(with_pipeline(inference, &state, endpoint));
         }
     }
+    // The catalogue as MCP tools, paid per call by the MCP front of the same flow.
+    let mcp = Router::new()
+        .route("/mcp", post(mcp::handle).delete(mcp::end_session))
+        .route_layer(state.gates.mcp_payment.clone());
     let router = served
+        .merge(mcp)
         .merge(with_image_pipeline(image_jobs, &state))
         .merge(with_poll_pipeline(image_polls, &state))
         .with_state(state)

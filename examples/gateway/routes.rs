@@ -8,7 +8,7 @@
 //! rendered by the handlers' own functions.
 
 use http::Method;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::catalogue::{Catalogue, Model};
 use crate::request::{ChatRequest, Endpoint};
@@ -259,6 +259,31 @@ pub(crate) fn serving(path: &str) -> Option<&'static Route> {
                     .strip_prefix("/api")
                     .is_some_and(|rest| matches(route.path, rest)))
     })
+}
+
+/// The MCP tools of `/mcp` (their `tools/list` entries), generated from
+/// this table and the catalogue: the free listing, then each paid route's
+/// tool, its input schema the route's body schema.
+pub(crate) fn mcp_tools(catalogue: &Catalogue) -> Vec<Value> {
+    let mut tools = vec![json!({
+        "name": "list_models",
+        "description": "The model catalogue with prices (free)",
+        "inputSchema": {"type": "object", "properties": {}},
+        "annotations": {"readOnlyHint": true},
+    })];
+    for route in ROUTES {
+        let name = match route.kind {
+            Kind::Inference(Endpoint::Chat) => "chat",
+            Kind::ImageJob => "generate_image",
+            _ => continue,
+        };
+        let Some(schema) = route.body_schema(catalogue) else {
+            continue;
+        };
+        // No outputSchema: see the module docs.
+        tools.push(json!({"name": name, "description": route.summary, "inputSchema": schema}));
+    }
+    tools
 }
 
 #[cfg(test)]

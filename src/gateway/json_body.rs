@@ -21,14 +21,13 @@ use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
 use http::{Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use pin_project_lite::pin_project;
 use serde_json::Value;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use super::{JsonBodyBytes, ParsedJson};
-use crate::body::ResponseBody;
+use crate::body::{ReadError, ResponseBody};
 use crate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, RenderRejection};
 
 /// Limits a request body to `limit_bytes` and parses it as JSON, once.
@@ -171,12 +170,12 @@ where
     ReqBody::Error: std::error::Error + Send + Sync + 'static,
 {
     let (mut parts, body) = request.into_parts();
-    let bytes = match Limited::new(body, layer.limit_bytes).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) if error.is::<LengthLimitError>() => {
+    let bytes = match crate::body::read_within(body, layer.limit_bytes).await {
+        Ok(bytes) => bytes,
+        Err(ReadError::TooLarge) => {
             return Ok(crate::body::rejection(layer.too_large(style)));
         }
-        Err(_) => {
+        Err(ReadError::Unreadable) => {
             let error = GatewayError::new(ErrorCode::InvalidJson)
                 .with_message("Request body could not be read");
             return Ok(crate::body::rejection(layer.reject.render(error, style)));
@@ -261,7 +260,7 @@ mod tests {
     use std::convert::Infallible;
 
     use http::StatusCode;
-    use http_body_util::Full;
+    use http_body_util::{BodyExt, Full};
     use tower::{ServiceExt, service_fn};
 
     use super::*;

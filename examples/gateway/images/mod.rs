@@ -34,9 +34,10 @@ use serde_json::{Map, Value, json};
 use walletgate::envelope::{EnvelopeStyle, ErrorCode, GatewayError, UnknownModelBody};
 use walletgate::gateway::{BodyCheck, ParsedJson, at, invalid_request_body};
 use walletgate::store::StoreError;
-use walletgate::x402::server::{PaymentReceipt, RequestPrice};
+use walletgate::x402::server::{PaymentReceipt, Price, RequestPrice};
 
 use self::jobs::{Job, Progress};
+use crate::catalogue::Catalogue;
 use crate::extensions::{ImageRequest, missing};
 use crate::reply::{json, reject};
 use crate::state::AppState;
@@ -54,20 +55,36 @@ pub(crate) async fn validate_image(
     let Some(ParsedJson(value)) = request.extensions_mut().remove::<ParsedJson>() else {
         return missing::<ParsedJson>("JsonBodyLayer", style);
     };
+    let (image, price) = match image_request(&gateway.catalogue, value) {
+        Ok(found) => found,
+        Err(answer) => return answer,
+    };
+    request.extensions_mut().insert(RequestPrice(price));
+    request.extensions_mut().insert(image);
+    next.run(request).await
+}
+
+/// An image request's body read (every problem named) and priced, as the
+/// REST route and the MCP tool take it; `Err` is the REST answer.
+#[allow(clippy::result_large_err)]
+pub(crate) fn image_request(
+    catalogue: &Catalogue,
+    value: Value,
+) -> Result<(ImageRequest, Price), Response> {
     let mut check = BodyCheck::default();
     let Value::Object(object) = value else {
         check.fail(&[], "the body must be a JSON object");
-        return invalid(check);
+        return Err(invalid(check));
     };
     let fields = image_fields(&mut check, &object);
     let model = match fields.model {
-        Some(id) => match gateway.catalogue.image_model(id) {
+        Some(id) => match catalogue.image_model(id) {
             Some(model) => Some(model.clone()),
             None if check.is_ok() => {
-                let suggestions = gateway.catalogue.close_matches(id, true);
-                return UnknownModelBody::new(id, suggestions)
+                let suggestions = catalogue.close_matches(id, true);
+                return Err(UnknownModelBody::new(id, suggestions)
                     .into_response()
-                    .map(Body::from);
+                    .map(Body::from));
             }
             None => None,
         },
@@ -77,20 +94,21 @@ pub(crate) async fn validate_image(
         if check.is_ok() {
             check.fail(&at(&[], "model"), "required");
         }
-        return invalid(check);
+        return Err(invalid(check));
     };
     let Some(price) = model.image_price(fields.count) else {
         check.fail(&at(&[], "model"), "not an image model");
-        return invalid(check);
+        return Err(invalid(check));
     };
-    request.extensions_mut().insert(RequestPrice(price));
-    request.extensions_mut().insert(ImageRequest {
-        model,
-        prompt: prompt.to_owned(),
-        size: fields.size.to_owned(),
-        count: fields.count,
-    });
-    next.run(request).await
+    Ok((
+        ImageRequest {
+            model,
+            prompt: prompt.to_owned(),
+            size: fields.size.to_owned(),
+            count: fields.count,
+        },
+        price,
+    ))
 }
 
 struct ImageFields<'a> {
@@ -352,4 +370,32 @@ fn rendered_image(request: &ImageRequest, index: u64) -> String {
         "data:image/svg+xml;base64,{}",
         base64::engine::general_purpose::STANDARD.encode(svg)
     )
+}
+
+/// The job `request` for the payment `receipt`, accepted (the same job again
+/// for the same payment) and waited for until done or `wait` has passed:
+/// its REST answer (200 done, 202 still running), or the store's 503.
+pub(crate) async fn accept_and_wait(
+    gateway: &AppState,
+    request: ImageRequest,
+    price: Price,
+    receipt: &PaymentReceipt,
+    wait: std::time::Duration,
+) -> Response {
+    let accepted = (gateway.images)
+        .accept(request, price, receipt.authorization_id())
+        .await;
+    let job = match accepted {
+        Ok(job) => job,
+        Err(error) => return store_unavailable(&error),
+    };
+    let waiting = tokio::time::Instant::now();
+    loop {
+        let running = matches!(gateway.images.progress(&job), Progress::Running { .. });
+        if !running || waiting.elapsed() >= wait {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    job_state(gateway, &job, false, receipt)
 }

@@ -112,6 +112,39 @@ impl X402PaymentLayer {
         self.edit(|shared| shared.failover = Some(failover))
     }
 
+    /// Calls the MCP tool `tool` with `arguments` at the streamable-HTTP
+    /// endpoint `url`, through `http` (the bare client: this layer does not
+    /// wrap it). A PaymentRequired result (x402's MCP transport) is paid
+    /// once under this layer's [`SpendPolicy`](super::SpendPolicy), the
+    /// payment sent in `_meta["x402/payment"]`; the answer carries the
+    /// [`Receipt`](super::Receipt) from `_meta["x402/payment-response"]`. A
+    /// refusal after paying is a [`PaymentError`](super::PaymentError) with
+    /// the server's code; a JSON-RPC error an [`ApiError`](super::ApiError).
+    pub async fn call_tool<S, ResBody>(
+        &self,
+        http: S,
+        url: &str,
+        tool: &str,
+        arguments: serde_json::Value,
+    ) -> Result<super::ToolAnswer, super::ClientError>
+    where
+        S: tower_service::Service<
+                http::Request<http_body_util::Full<bytes::Bytes>>,
+                Response = http::Response<ResBody>,
+            > + Clone,
+        S::Error: Into<super::BoxError>,
+        ResBody: http_body::Body<Data = bytes::Bytes>,
+        ResBody::Error: Into<super::BoxError>,
+    {
+        let shared = &self.shared;
+        let paying = super::mcp::Paying {
+            signer: &shared.signer,
+            policy: &shared.policy,
+            now_unix_secs: shared.clock.now_unix_secs(),
+        };
+        super::mcp::call_tool(paying, http, url, tool, arguments).await
+    }
+
     /// The clock `validBefore` is computed from.
     pub fn with_clock(self, clock: SharedClock) -> Self {
         self.edit(|shared| shared.clock = clock)

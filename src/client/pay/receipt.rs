@@ -215,6 +215,12 @@ impl Receipt {
         )
     }
 
+    /// Records a settlement carried elsewhere than a header (an MCP tool
+    /// result's `_meta`).
+    pub(crate) fn settle_with(&self, settlement: SettleResponse) {
+        self.record(settlement);
+    }
+
     pub(crate) fn settle_from_headers(&self, headers: &HeaderMap) {
         if let Some(settlement) = headers
             .get("payment-response")

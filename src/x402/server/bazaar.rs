@@ -105,20 +105,13 @@ impl BazaarRoute {
                 output_schema["properties"]["example"] = schema.clone();
             }
         }
-        let schema = json!({
-            "$schema": JSON_SCHEMA_2020_12,
+        let input_schema = json!({
             "type": "object",
-            "required": ["input"],
-            "properties": {
-                "input": {
-                    "type": "object",
-                    "required": required,
-                    "additionalProperties": false,
-                    "properties": input_schema,
-                },
-                "output": output_schema,
-            },
+            "required": required,
+            "additionalProperties": false,
+            "properties": input_schema,
         });
+        let schema = info_schema(input_schema, Some(output_schema));
         let mut bazaar = Map::new();
         bazaar.insert("info".into(), Value::Object(info));
         bazaar.insert("schema".into(), schema);
@@ -129,6 +122,95 @@ impl BazaarRoute {
         extensions.insert(BAZAAR.into(), Value::Object(bazaar));
         extensions
     }
+}
+
+/// An MCP tool's discovery info (`info.input.type` `"mcp"`): its name, the
+/// JSON Schema of its arguments, and optionally a description and an
+/// example. Catalogued under (`resource.url`, `toolName`): the tool's
+/// PaymentRequired names `mcp://tool/<name>`. `toolName` is what the npm
+/// 2.27 helpers write (the specification's text says `tool`).
+#[derive(Clone, Debug, PartialEq)]
+#[must_use]
+pub struct BazaarTool {
+    name: String,
+    input_schema: Value,
+    description: Option<String>,
+    example: Option<Value>,
+}
+
+impl BazaarTool {
+    /// The tool `name`, its arguments following `input_schema`.
+    pub fn new(name: impl Into<String>, input_schema: Value) -> Self {
+        Self {
+            name: name.into(),
+            input_schema,
+            description: None,
+            example: None,
+        }
+    }
+
+    /// What the tool does.
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// Example arguments.
+    pub fn with_example(mut self, arguments: Value) -> Self {
+        self.example = Some(arguments);
+        self
+    }
+
+    /// `{"bazaar": {"info": {"input": {"type": "mcp", …}}, "schema": …}}`,
+    /// ready for `PaymentRequired.extensions`; served over streamable HTTP.
+    pub fn to_extensions(&self) -> Map<String, Value> {
+        let mut input = Map::new();
+        input.insert("type".into(), json!("mcp"));
+        input.insert("toolName".into(), json!(self.name));
+        input.insert("inputSchema".into(), self.input_schema.clone());
+        input.insert("transport".into(), json!("streamable-http"));
+        if let Some(description) = &self.description {
+            input.insert("description".into(), json!(description));
+        }
+        if let Some(example) = &self.example {
+            input.insert("example".into(), example.clone());
+        }
+        let input_schema = json!({
+            "type": "object",
+            "required": ["type", "toolName", "inputSchema"],
+            "properties": {
+                "type": {"type": "string", "const": "mcp"},
+                "toolName": {"type": "string", "const": self.name},
+                "inputSchema": {"type": "object"},
+                "description": {"type": "string"},
+                "transport": {"type": "string", "enum": ["streamable-http", "sse"]},
+                "example": {"type": "object"},
+            },
+        });
+        let schema = info_schema(input_schema, None);
+        let mut bazaar = Map::new();
+        bazaar.insert(
+            BAZAAR.into(),
+            json!({"info": {"input": Value::Object(input)}, "schema": schema}),
+        );
+        bazaar
+    }
+}
+
+/// The schema an extension's `info` validates against: its `input` (and
+/// `output`) as described.
+fn info_schema(input: Value, output: Option<Value>) -> Value {
+    let mut properties = Map::new();
+    properties.insert("input".into(), input);
+    if let Some(output) = output {
+        properties.insert("output".into(), output);
+    }
+    json!({
+        "$schema": JSON_SCHEMA_2020_12,
+        "type": "object",
+        "required": ["input"],
+        "properties": properties,
+    })
 }
 
 #[cfg(test)]
@@ -177,5 +259,22 @@ mod tests {
             json!({"id": "job_1"})
         );
         assert!(bazaar["info"]["input"].get("body").is_none());
+    }
+
+    #[test]
+    fn a_tool_is_described_as_mcp_by_its_tool_name() {
+        let schema = json!({"type": "object", "properties": {"model": {"type": "string"}}});
+        let extensions = BazaarTool::new("chat", schema.clone())
+            .with_description("Chat")
+            .with_example(json!({"model": "m"}))
+            .to_extensions();
+        let input = &extensions[BAZAAR]["info"]["input"];
+        assert_eq!(input["type"], "mcp");
+        assert_eq!(input["toolName"], "chat");
+        assert_eq!(input["inputSchema"], schema);
+        assert_eq!(input["transport"], "streamable-http");
+        assert_eq!(input["example"]["model"], "m");
+        let declared = &extensions[BAZAAR]["schema"]["properties"]["input"];
+        assert_eq!(declared["properties"]["toolName"]["const"], "chat");
     }
 }

@@ -430,6 +430,22 @@ impl X402LayerBuilder {
         self
     }
 
+    /// For a front that prices calls itself and names its own resources
+    /// (MCP's tools, `mcp://tool/<name>`): a request pricing it never asks,
+    /// and no public base URL, so `build` needs neither.
+    pub(crate) fn for_tools(mut self) -> Self {
+        if self.pricing.is_none() {
+            let unused = |_: &http::request::Parts| {
+                Err(super::PriceRefusal::missing(
+                    "a request pricing (an MCP-only layer)",
+                ))
+            };
+            self.pricing = Some(Arc::new(unused));
+        }
+        self.host_derived_resource_url |= self.public_base_url.is_none();
+        self
+    }
+
     /// Validates and builds the layer.
     pub fn build(self) -> Result<X402Layer, ConfigError> {
         let pricing = self.pricing.ok_or(ConfigError::MissingPricing)?;

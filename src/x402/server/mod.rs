@@ -2,7 +2,8 @@
 //! service (the HTTP front of the payment flow) and its [`ResponseFuture`],
 //! prices, quotes, receipts, the amount a metered answer settles
 //! ([`SettleAmount`]) and the settlement hook, the settling stream body, and
-//! the replay guard.
+//! the replay guard; [`mcp`], the MCP front of the same payment flow
+//! (x402's MCP transport for `tools/call`).
 //!
 //! See the [`x402` module docs](super) for the payment flow.
 
@@ -15,6 +16,7 @@ mod extensions;
 mod flow;
 mod future;
 pub(crate) mod layer;
+pub mod mcp;
 #[cfg(feature = "mpp")]
 pub mod mpp;
 mod offer_receipt;
@@ -32,7 +34,7 @@ pub use answers::{
     AnswerLimits, AnswerStore, Begun, DEFAULT_ANSWER_MAX_BYTES, DEFAULT_ANSWER_RETENTION_SECS,
     DEFAULT_ANSWER_STORE_BYTES, InMemoryAnswerStore, KeptAnswer,
 };
-pub use bazaar::{BAZAAR, BazaarRoute, JSON_SCHEMA_2020_12};
+pub use bazaar::{BAZAAR, BazaarRoute, BazaarTool, JSON_SCHEMA_2020_12};
 #[cfg(feature = "siwx")]
 pub use entitlements::{DEFAULT_ENTITLEMENT_CAPACITY, EntitlementStore, InMemoryEntitlementStore};
 pub use extensions::{QuoteExtensionMap, QuoteExtensions};
