@@ -114,6 +114,10 @@ pub struct X402LayerBuilder {
     reject: RenderRejection,
     cut_stream_limit: CutStreamLimit,
     offer_signer: Option<Arc<OfferSigner>>,
+    /// The in-memory stores of layers built without their own: made at the
+    /// first build and shared by every layer built from this builder or its
+    /// clones, so a payment spent on one front (HTTP, MCP) is spent on all.
+    defaults: Arc<std::sync::OnceLock<DefaultStores>>,
     #[cfg(feature = "mpp")]
     mpp: Option<super::Mpp>,
     #[cfg(feature = "siwx")]
@@ -146,6 +150,7 @@ impl Default for X402LayerBuilder {
             reject: RenderRejection::default(),
             cut_stream_limit: CutStreamLimit::DEFAULT,
             offer_signer: None,
+            defaults: Arc::default(),
             #[cfg(feature = "mpp")]
             mpp: None,
             #[cfg(feature = "siwx")]
@@ -177,7 +182,8 @@ impl X402LayerBuilder {
         self
     }
 
-    /// Where claims live (default: an [`InMemoryNonceStore`] on the layer's clock).
+    /// Where claims live (default: an [`InMemoryNonceStore`] on the layer's
+    /// clock, shared by every layer built from this builder and its clones).
     /// Share one store between layers that take the same payments.
     pub fn with_nonce_store(mut self, store: Arc<dyn NonceStore>) -> Self {
         self.nonce_store = Some(store);
@@ -457,12 +463,11 @@ impl X402LayerBuilder {
             return Err(ConfigError::MissingPublicBaseUrl);
         }
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        let nonce_store = self
-            .nonce_store
-            .unwrap_or_else(|| Arc::new(InMemoryNonceStore::new(clock.clone())));
+        let defaults = self.defaults.get_or_init(|| DefaultStores::new(&clock));
+        let nonce_store = self.nonce_store.unwrap_or_else(|| defaults.nonces.clone());
         let answer_store = self
             .answer_store
-            .unwrap_or_else(|| Arc::new(InMemoryAnswerStore::new(clock.clone())));
+            .unwrap_or_else(|| defaults.answers.clone());
         #[cfg(feature = "siwx")]
         let sign_in = match (self.sign_in_with_x, &self.public_base_url) {
             (Some(sign_in), Some(base)) => {
@@ -477,7 +482,7 @@ impl X402LayerBuilder {
         #[cfg(feature = "siwx")]
         let entitlements = self
             .entitlements
-            .unwrap_or_else(|| Arc::new(super::InMemoryEntitlementStore::new(clock.clone())));
+            .unwrap_or_else(|| defaults.entitlements.clone());
         let quotes = QuoteCache::with_extensions(layer_extensions(self.payment_identifier))
             .with_offer_signer(self.offer_signer.clone(), clock.clone());
         #[cfg(feature = "siwx")]
@@ -518,6 +523,25 @@ impl X402LayerBuilder {
     }
 }
 
+/// The in-memory stores a builder's layers share when given none.
+struct DefaultStores {
+    nonces: Arc<dyn NonceStore>,
+    answers: Arc<dyn AnswerStore>,
+    #[cfg(feature = "siwx")]
+    entitlements: Arc<dyn super::EntitlementStore>,
+}
+
+impl DefaultStores {
+    fn new(clock: &SharedClock) -> Self {
+        Self {
+            nonces: Arc::new(InMemoryNonceStore::new(clock.clone())),
+            answers: Arc::new(InMemoryAnswerStore::new(clock.clone())),
+            #[cfg(feature = "siwx")]
+            entitlements: Arc::new(super::InMemoryEntitlementStore::new(clock.clone())),
+        }
+    }
+}
+
 /// The `extensions` every quote of the layer declares (a request's own, from
 /// [`QuoteExtensions`], are merged over them).
 fn layer_extensions(
@@ -540,7 +564,7 @@ mod tests {
     use crate::envelope::header;
     use crate::x402::{
         facilitator::{DevLedger, LocalEvmFacilitator},
-        server::PriceTable,
+        server::{AuthorizationKey, Claim, PriceTable},
     };
 
     const NOW: u64 = 1_750_000_000;
@@ -605,6 +629,41 @@ mod tests {
             ConfigError::NoPaymentOptions
         );
         assert!(complete().build().is_ok());
+    }
+
+    /// Layers built from one builder (or its clones) without stores of
+    /// their own share its in-memory ones: a payment claimed on one front is
+    /// claimed on every other.
+    #[tokio::test]
+    async fn layers_of_one_builder_share_its_default_stores() {
+        let same = |a: &X402Layer, b: &X402Layer| {
+            std::ptr::eq(
+                Arc::as_ptr(&a.config.nonce_store).cast::<()>(),
+                Arc::as_ptr(&b.config.nonce_store).cast::<()>(),
+            ) && std::ptr::eq(
+                Arc::as_ptr(&a.config.answer_store).cast::<()>(),
+                Arc::as_ptr(&b.config.answer_store).cast::<()>(),
+            )
+        };
+        let builder = complete();
+        let (first, second) = (builder.clone().build().unwrap(), builder.build().unwrap());
+        assert!(same(&first, &second));
+        let key = AuthorizationKey::new(
+            &crate::x402::wire::Network::base_sepolia(),
+            PAY_TO.parse().unwrap(),
+            alloy_primitives::B256::ZERO,
+        );
+        let claimed = first.config.nonce_store.claim(&key, NOW + 60).await;
+        assert!(matches!(claimed, Ok(Claim::Claimed)));
+        let again = second.config.nonce_store.claim(&key, NOW + 60).await;
+        assert!(
+            matches!(again, Ok(Claim::InFlight)),
+            "claimed through the other layer"
+        );
+        assert!(
+            !same(&complete().build().unwrap(), &first),
+            "another builder: its own"
+        );
     }
 
     /// What routes share is set once; each clone then goes its own way.
