@@ -980,3 +980,73 @@ async fn walletgate_pay_checks_signed_offers_against_the_published_key() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert_no_secret(&stderr, &[&key]);
 }
+
+/// On the gateway, which offers x402 and MPP on one 402: the layer pays
+/// through x402 by default (`PAYMENT-RESPONSE`) and through MPP when told
+/// (`Payment-Receipt`); `walletgate pay --protocol mpp` pays the quoted
+/// amount with the same one receipt line, and a bad `--protocol` is usage.
+#[tokio::test]
+async fn mpp_is_paid_when_told_and_x402_by_default() {
+    use walletgate::client::pay::Protocol;
+    let server = Server::start(Config::default()).await;
+    let payer = DevLedger::DEV_ACCOUNTS[3];
+    let waits = Arc::new(Waits::default());
+    for protocol in [Protocol::X402, Protocol::Mpp] {
+        let client = ServiceBuilder::new()
+            .layer(
+                layer(dev_key(3), &waits).with_policy(SpendPolicy::new().with_protocol(protocol)),
+            )
+            .service(hyper());
+        let before = server.balance(payer);
+        let request = post(
+            &server,
+            "/v1/chat/completions",
+            &body(Endpoint::Chat, PAID_MODEL, "hello", false),
+        );
+        let response = client.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let mpp = protocol == Protocol::Mpp;
+        // The gateway's MPP answer carries PAYMENT-RESPONSE too; x402's no receipt.
+        assert_eq!(response.headers().contains_key("payment-receipt"), mpp);
+        assert!(response.headers().contains_key("payment-response"));
+        let (receipt, answer) = text(response).await;
+        assert!(answer.contains("hello"), "{answer}");
+        let receipt = receipt.unwrap();
+        assert_eq!(receipt.protocol(), protocol);
+        assert_eq!(receipt.mpp_receipt().is_some(), mpp);
+        let settlement = receipt.settlement().expect("settled");
+        assert!(settlement.success && settlement.transaction.starts_with("0x"));
+        assert_eq!(server.balance(payer), before - receipt.amount().units());
+    }
+    assert_eq!(server.ledger.settlements(), 2);
+
+    let payer = DevLedger::DEV_ACCOUNTS[2];
+    let key = format!("0x{}", DEV_KEYS[2]);
+    let url = server.url("/v1/chat/completions");
+    let data = body(Endpoint::Chat, PAID_MODEL, "hello over mpp", false).to_string();
+    let quote = server
+        .post_once("/v1/chat/completions", data.clone(), None)
+        .await;
+    let price = quote.quote().accepts[0].amount.units();
+    let (code, stdout, stderr) =
+        walletgate_pay(&[&url, "--data", &data, "--protocol", "mpp"], Some(&key)).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.contains("echo: hello over mpp"), "{stdout}");
+    assert_eq!(server.balance(payer), DevLedger::DEV_ACCOUNT_FUNDS - price);
+    let usd = walletgate::x402::wire::AtomicAmount::new(price).to_decimal_string(6);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "paid {usd} USD from {payer} on eip155:84532 tx 0x"
+        )),
+        "{stderr}"
+    );
+    assert_no_secret(&stdout, &[&key]);
+    assert_no_secret(&stderr, &[&key]);
+    assert!(!stderr.contains("Payment "), "{stderr}");
+    let (code, _, stderr) =
+        walletgate_pay(&[&url, "--data", &data, "--protocol", "tempo"], Some(&key)).await;
+    assert_eq!(code, 64, "{stderr}");
+    assert_eq!(server.ledger.settlements(), 3);
+}

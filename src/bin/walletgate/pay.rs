@@ -1,4 +1,4 @@
-//! `walletgate pay [-X POST] URL [-d JSON | --data-file F] [--max-usd 0.10] [-H K:V]… [--idempotency-key KEY] [--dry-run]`
+//! `walletgate pay [-X POST] URL [-d JSON | --data-file F] [--max-usd 0.10] [-H K:V]… [--protocol x402|mpp] [--idempotency-key KEY] [--dry-run]`
 //!
 //! The key comes from a keystore, a key file or `WALLETGATE_PRIVATE_KEY`
 //! ([`KeyArgs`]), never from the command line. The body goes to stdout, one
@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 use tower_layer::Layer;
 use tower_service::Service;
 use walletgate::client::pay::{
-    IdempotencyKey, ImageJob, OfferSignatures, Receipt, SpendPolicy, X402PaymentLayer, parse_quote,
+    IdempotencyKey, ImageJob, OfferSignatures, Protocol, Receipt, SpendPolicy, X402PaymentLayer,
+    parse_quote,
 };
 use walletgate::tls::ClientTls;
 
@@ -60,6 +61,11 @@ pub(crate) struct PayArgs {
     /// settled; the receipt line says what was settled
     #[arg(long)]
     prefer_upto: bool,
+    /// The protocol that pays a server offering both x402 and MPP
+    /// (`WWW-Authenticate: Payment`, evm/charge): `x402` or `mpp`. A server
+    /// offering one is paid through that one
+    #[arg(long, value_name = "PROTOCOL", default_value = "x402")]
+    protocol: String,
     /// Check the server's signed offers (x402 `offer-receipt`) before paying:
     /// `require` (an unsigned or wrongly signed offer is not paid), `prefer`
     /// (a signed one must hold), `ignore`. Receipts and usage statements are
@@ -151,6 +157,11 @@ async fn pay(args: PayArgs, format: Format) -> Result<Exit, Failure> {
     if args.prefer_upto {
         policy = policy.with_upto_preferred();
     }
+    let protocol = args
+        .protocol
+        .parse::<Protocol>()
+        .map_err(|why| Failure::usage(format!("--protocol: {why}")))?;
+    policy = policy.with_protocol(protocol);
     let http = http()?;
     let offer_signatures = offer_signatures(&args, request.uri(), &http).await?;
     policy = policy.with_offer_signatures(offer_signatures);

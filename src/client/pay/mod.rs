@@ -58,6 +58,7 @@ mod failover;
 mod future;
 mod job;
 mod layer;
+mod mpp;
 mod payment_id;
 mod policy;
 mod receipt;
@@ -74,6 +75,7 @@ pub use failover::{Failover, ModelRow};
 pub use future::ResponseFuture;
 pub use job::ImageJob;
 pub use layer::{DEFAULT_MAX_BODY_BYTES, X402PaymentLayer};
+pub use mpp::{MppReceipt, Protocol, Unsupported};
 pub use payment_id::{IdempotencyKey, InvalidIdempotencyKey};
 pub use policy::{
     AllowedAsset, DEFAULT_MAX_PER_PAYMENT, OfferSignatures, QuoteHook, Refusal, SpendPolicy,
