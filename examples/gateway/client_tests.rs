@@ -541,7 +541,7 @@ async fn a_402_after_paying_gets_no_second_signature() {
 }
 
 /// Runs `walletgate pay` with `key` in the environment (or none); exit code, stdout, stderr.
-async fn walletgate_pay(args: &[&str], key: Option<&str>) -> (i32, String, String) {
+pub(crate) async fn walletgate_pay(args: &[&str], key: Option<&str>) -> (i32, String, String) {
     let mut all = vec!["pay"];
     all.extend_from_slice(args);
     walletgate(&all, key).await
@@ -571,7 +571,7 @@ async fn walletgate(args: &[&str], key: Option<&str>) -> (i32, String, String) {
 }
 
 /// Nothing printed holds a key, a signature (65 bytes of hex) or a JWT-style token.
-fn assert_no_secret(printed: &str, keys: &[&str]) {
+pub(crate) fn assert_no_secret(printed: &str, keys: &[&str]) {
     for key in keys {
         let bare = key.trim_start_matches("0x");
         assert!(!printed.contains(bare), "a key was printed");
