@@ -359,6 +359,15 @@ fn unquote(text: &str) -> Option<(String, &str)> {
     None
 }
 
+/// Whether a 402's body is MPP's `payment-required` problem: the server
+/// asks for payment as if none was sent.
+pub(crate) fn asks_again(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|problem| problem.get("type")?.as_str().map(str::to_owned))
+        .is_some_and(|kind| kind == "https://paymentauth.org/problems/payment-required")
+}
+
 /// A paid answer's `Payment-Receipt`, decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -488,6 +497,17 @@ mod tests {
             expired.offer(1_764_300_300).unwrap_err(),
             Unsupported::Request("it has expired")
         );
+    }
+
+    #[test]
+    fn only_the_payment_required_problem_asks_again() {
+        let problem = |kind: &str| {
+            format!(r#"{{"type":"https://paymentauth.org/problems/{kind}","status":402}}"#)
+        };
+        assert!(asks_again(problem("payment-required").as_bytes()));
+        assert!(!asks_again(problem("verification-failed").as_bytes()));
+        assert!(!asks_again(b"{}"));
+        assert!(!asks_again(b"not json"));
     }
 
     #[test]

@@ -219,10 +219,15 @@ where
 
         if status == StatusCode::PAYMENT_REQUIRED {
             let stale = answer.known == Some(ErrorCode::PaymentBlockhashStale);
-            if paid.is_some() {
+            if let Some(sent) = &paid {
                 let resign = stale && shared.retry.resign_on_stale_blockhash && !resigned;
                 if !resign {
+                    // An MPP server's `payment-required` problem asks as if nothing was
+                    // sent, whatever reason its x402 quote beside it gives.
+                    let asked_again =
+                        sent.protocol == Protocol::Mpp && mpp::asks_again(&error_body);
                     let kind = match answer.known {
+                        _ if asked_again => PaymentErrorKind::RequiredAgain,
                         Some(code) if code.is_payment() => PaymentErrorKind::Refused(code),
                         _ => PaymentErrorKind::RequiredAgain,
                     };
