@@ -66,33 +66,45 @@ const mppx = Mppx.create({
     charge({
       currency: usdc,
       recipient,
-      async settle({ payload, request }) {
-        const { v, r, s, yParity } = parseSignature(payload.signature);
-        const hash = await wallet.writeContract({
-          address: request.currency,
-          abi: TRANSFER_WITH_AUTHORIZATION,
-          functionName: "transferWithAuthorization",
-          args: [
-            payload.from,
-            payload.to,
-            BigInt(payload.value),
-            BigInt(payload.validAfter),
-            BigInt(payload.validBefore),
-            payload.nonce,
-            Number(v ?? 27n + BigInt(yParity)),
-            r,
-            s,
-          ],
-        });
-        const receipt = await reader.waitForTransactionReceipt({ hash, timeout: 30_000 });
-        if (receipt.status !== "success") throw new Error(`transfer reverted: ${hash}`);
-        return { reference: hash };
+      async settle(parameters) {
+        try {
+          return await settle(parameters);
+        } catch (error) {
+          // Why, for the test's output (never a key: the message is viem's).
+          console.error(`serve.mjs: settle failed: ${error?.shortMessage ?? error?.message ?? error}`);
+          throw error;
+        }
       },
     }),
   ],
   secretKey: randomBytes(32).toString("base64"),
   realm: "127.0.0.1",
 });
+
+// USDC's transferWithAuthorization of the authorization; the transaction hash
+// once mined with status 1.
+async function settle({ payload, request }) {
+  const { v, r, s, yParity } = parseSignature(payload.signature);
+  const hash = await wallet.writeContract({
+    address: request.currency,
+    abi: TRANSFER_WITH_AUTHORIZATION,
+    functionName: "transferWithAuthorization",
+    args: [
+      payload.from,
+      payload.to,
+      BigInt(payload.value),
+      BigInt(payload.validAfter),
+      BigInt(payload.validBefore),
+      payload.nonce,
+      Number(v ?? 27n + BigInt(yParity)),
+      r,
+      s,
+    ],
+  });
+  const receipt = await reader.waitForTransactionReceipt({ hash, timeout: 30_000 });
+  if (receipt.status !== "success") throw new Error(`transfer reverted: ${hash}`);
+  return { reference: hash };
+}
 
 const server = createServer(async (req, res) => {
   try {
