@@ -742,7 +742,28 @@ async fn walletgate_pay_dry_run_prints_the_offer_and_signs_nothing() {
     assert_eq!(report["wouldPay"], true, "{report}");
     assert_eq!(report["offer"]["network"], "eip155:84532", "{report}");
     assert!(report["offer"]["amount"].as_str().is_some(), "{report}");
+    assert_eq!(report["protocol"], "x402", "{report}");
     assert_no_secret(&stdout, &[]);
+    // --protocol mpp: the offer MPP's challenge asks, the same amount.
+    let (code, stdout, stderr) = walletgate_pay(
+        &[
+            &url,
+            "-d",
+            &data,
+            "--dry-run",
+            "--format",
+            "json",
+            "--protocol",
+            "mpp",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let mpp = json_out(&stdout);
+    assert_eq!(mpp["protocol"], "mpp", "{mpp}");
+    assert_eq!(mpp["offer"]["amount"], report["offer"]["amount"], "{mpp}");
+    assert_eq!(mpp["offer"]["payTo"], report["offer"]["payTo"], "{mpp}");
 
     // The same offer over --max-usd: the verdict says why, exit 4.
     let (code, stdout, _) = walletgate_pay(

@@ -21,7 +21,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 use walletgate::client::pay::{
     IdempotencyKey, ImageJob, OfferSignatures, Protocol, Receipt, SpendPolicy, X402PaymentLayer,
-    parse_quote,
+    mpp_offer, parse_quote,
 };
 use walletgate::tls::ClientTls;
 
@@ -353,28 +353,49 @@ async fn dry_run(
         }
         return Ok(Exit::Ok);
     }
-    let quote = parse_quote(&parts.headers, &body)
-        .ok_or_else(|| Failure::api("the 402 answer holds no x402 quote"))?;
-    let offer = policy
-        .choose(&quote)
-        .ok_or_else(|| Failure::new(Exit::Payment, "the quote offers no way to pay"))?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_secs());
-    let verdict = policy
-        .check_offer(&quote, offer, now)
-        .and_then(|()| policy.authorize(offer));
-    let offer_json = serde_json::to_value(offer).unwrap_or(Value::Null);
+    let quote = parse_quote(&parts.headers, &body);
+    // As the client chooses: MPP when preferred or the only way offered.
+    let mpp = mpp_offer(&parts.headers, now);
+    let use_mpp =
+        matches!(mpp, Some(Ok(_))) && (quote.is_none() || policy.protocol() == Protocol::Mpp);
+    let (protocol, offer, verdict) = match (mpp, quote) {
+        (Some(Ok(offer)), _) if use_mpp => {
+            let verdict = policy.authorize(&offer);
+            (Protocol::Mpp, offer, verdict)
+        }
+        (_, Some(quote)) => {
+            let offer = policy
+                .choose(&quote)
+                .ok_or_else(|| Failure::new(Exit::Payment, "the quote offers no way to pay"))?
+                .clone();
+            let verdict = policy
+                .check_offer(&quote, &offer, now)
+                .and_then(|()| policy.authorize(&offer));
+            (Protocol::X402, offer, verdict)
+        }
+        (Some(Err(why)), None) => return Err(Failure::new(Exit::Payment, why.to_string())),
+        (_, None) => {
+            return Err(Failure::api(
+                "the 402 answer holds no x402 quote or MPP challenge",
+            ));
+        }
+    };
+    let offer_json = serde_json::to_value(&offer).unwrap_or(Value::Null);
     match format {
         Format::Json => println!(
             "{}",
             json!({
+                "protocol": protocol.as_str(),
                 "offer": offer_json,
                 "verdict": match &verdict { Ok(()) => "would pay".to_owned(), Err(refusal) => refusal.to_string() },
                 "wouldPay": verdict.is_ok(),
             })
         ),
         Format::Text => {
+            println!("protocol: {protocol}");
             println!("offer: {offer_json:#}");
             match &verdict {
                 Ok(()) => println!("verdict: would pay (nothing signed, nothing settled)"),

@@ -85,7 +85,7 @@ pub use failover::{Failover, ModelRow};
 pub use future::ResponseFuture;
 pub use job::ImageJob;
 pub use layer::{DEFAULT_MAX_BODY_BYTES, X402PaymentLayer};
-pub use mpp::{MppReceipt, Protocol, Unsupported};
+pub use mpp::{MppReceipt, Protocol, Unsupported, mpp_offer};
 pub use payment_id::{IdempotencyKey, InvalidIdempotencyKey};
 pub use policy::{
     AllowedAsset, DEFAULT_MAX_PER_PAYMENT, OfferSignatures, QuoteHook, Refusal, SpendPolicy,

@@ -270,6 +270,25 @@ pub(crate) fn credential(
     format!("Payment {}", URL_SAFE_NO_PAD.encode(credential.to_string()))
 }
 
+/// The offer the client would sign for a 402 with these `headers` at `now`
+/// through MPP: the first `evm`/`charge` challenge it can pay; else why the
+/// first `Payment` challenge is not paid; `None` without any.
+pub fn mpp_offer(
+    headers: &HeaderMap,
+    now: u64,
+) -> Option<Result<PaymentRequirements, Unsupported>> {
+    let mut first = None;
+    for challenge in challenges(headers) {
+        match challenge.offer(now) {
+            Ok(charge) => return Some(Ok(charge.offer)),
+            Err(why) => {
+                first.get_or_insert(why);
+            }
+        }
+    }
+    first.map(Err)
+}
+
 /// Every `Payment` challenge of the answer's `WWW-Authenticate` fields
 /// (other schemes beside them are skipped).
 pub(crate) fn challenges(headers: &HeaderMap) -> Vec<Challenge> {
