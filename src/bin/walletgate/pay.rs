@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 use tower_layer::Layer;
 use tower_service::Service;
 use walletgate::client::pay::{
-    IdempotencyKey, ImageJob, OfferSignatures, Protocol, Receipt, SpendPolicy, X402PaymentLayer,
-    mpp_offer, parse_quote,
+    IdempotencyKey, ImageJob, OfferSignatures, Protocol, Receipt, Refusal, SpendPolicy,
+    X402PaymentLayer, mpp_offer, parse_quote,
 };
 use walletgate::tls::ClientTls;
 
@@ -363,7 +363,11 @@ async fn dry_run(
         matches!(mpp, Some(Ok(_))) && (quote.is_none() || policy.protocol() == Protocol::Mpp);
     let (protocol, offer, verdict) = match (mpp, quote) {
         (Some(Ok(offer)), _) if use_mpp => {
-            let verdict = policy.authorize(&offer);
+            // MPP offers are never signed: required signatures refuse them.
+            let verdict = match policy.offer_signatures() {
+                OfferSignatures::Require(_) => Err(Refusal::UnsignedOffer),
+                _ => policy.authorize(&offer),
+            };
             (Protocol::Mpp, offer, verdict)
         }
         (_, Some(quote)) => {

@@ -251,7 +251,13 @@ where
             if let Some((challenge, charge)) = charge
                 && (quote.is_none() || shared.policy.protocol() == Protocol::Mpp)
             {
-                if let Err(refusal) = shared.policy.authorize(&charge.offer) {
+                // MPP offers are never signed by the server: required signatures refuse them.
+                let unsigned = match shared.policy.offer_signatures() {
+                    super::OfferSignatures::Require(_) => Err(super::Refusal::UnsignedOffer),
+                    _ => Ok(()),
+                };
+                if let Err(refusal) = unsigned.and_then(|()| shared.policy.authorize(&charge.offer))
+                {
                     return payment_error(PaymentErrorKind::Policy(refusal), attempts);
                 }
                 attempts.signatures += 1;
@@ -1216,6 +1222,25 @@ mod tests {
         let error = payment_error(client.oneshot(chat("m")).await);
         assert!(matches!(error.kind, PaymentErrorKind::Policy(_)), "{error}");
         assert_eq!(layer.signer().signatures(), 0);
+
+        // Signed offers required: MPP has none, nothing is signed.
+        let layer =
+            self::layer().with_policy(super::super::SpendPolicy::new().with_offer_signatures(
+                super::super::OfferSignatures::Require(alloy_primitives::Address::ZERO),
+            ));
+        let client = ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(mpp_server(ledger.clone(), true, Arc::default()));
+        let error = payment_error(client.oneshot(chat("m")).await);
+        assert!(
+            matches!(
+                error.kind,
+                PaymentErrorKind::Policy(super::super::Refusal::UnsignedOffer)
+            ),
+            "{error}"
+        );
+        assert_eq!(layer.signer().signatures(), 0);
+        assert_eq!(ledger.settlements(), 1);
     }
 
     #[tokio::test]
