@@ -541,7 +541,7 @@ async fn a_402_after_paying_gets_no_second_signature() {
 }
 
 /// Runs `walletgate pay` with `key` in the environment (or none); exit code, stdout, stderr.
-async fn walletgate_pay(args: &[&str], key: Option<&str>) -> (i32, String, String) {
+pub(crate) async fn walletgate_pay(args: &[&str], key: Option<&str>) -> (i32, String, String) {
     let mut all = vec!["pay"];
     all.extend_from_slice(args);
     walletgate(&all, key).await
@@ -571,7 +571,7 @@ async fn walletgate(args: &[&str], key: Option<&str>) -> (i32, String, String) {
 }
 
 /// Nothing printed holds a key, a signature (65 bytes of hex) or a JWT-style token.
-fn assert_no_secret(printed: &str, keys: &[&str]) {
+pub(crate) fn assert_no_secret(printed: &str, keys: &[&str]) {
     for key in keys {
         let bare = key.trim_start_matches("0x");
         assert!(!printed.contains(bare), "a key was printed");
@@ -742,7 +742,28 @@ async fn walletgate_pay_dry_run_prints_the_offer_and_signs_nothing() {
     assert_eq!(report["wouldPay"], true, "{report}");
     assert_eq!(report["offer"]["network"], "eip155:84532", "{report}");
     assert!(report["offer"]["amount"].as_str().is_some(), "{report}");
+    assert_eq!(report["protocol"], "x402", "{report}");
     assert_no_secret(&stdout, &[]);
+    // --protocol mpp: the offer MPP's challenge asks, the same amount.
+    let (code, stdout, stderr) = walletgate_pay(
+        &[
+            &url,
+            "-d",
+            &data,
+            "--dry-run",
+            "--format",
+            "json",
+            "--protocol",
+            "mpp",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    let mpp = json_out(&stdout);
+    assert_eq!(mpp["protocol"], "mpp", "{mpp}");
+    assert_eq!(mpp["offer"]["amount"], report["offer"]["amount"], "{mpp}");
+    assert_eq!(mpp["offer"]["payTo"], report["offer"]["payTo"], "{mpp}");
 
     // The same offer over --max-usd: the verdict says why, exit 4.
     let (code, stdout, _) = walletgate_pay(
@@ -979,4 +1000,74 @@ async fn walletgate_pay_checks_signed_offers_against_the_published_key() {
     assert!(server.balance(payer) < DevLedger::DEV_ACCOUNT_FUNDS);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert_no_secret(&stderr, &[&key]);
+}
+
+/// On the gateway, which offers x402 and MPP on one 402: the layer pays
+/// through x402 by default (`PAYMENT-RESPONSE`) and through MPP when told
+/// (`Payment-Receipt`); `walletgate pay --protocol mpp` pays the quoted
+/// amount with the same one receipt line, and a bad `--protocol` is usage.
+#[tokio::test]
+async fn mpp_is_paid_when_told_and_x402_by_default() {
+    use walletgate::client::pay::Protocol;
+    let server = Server::start(Config::default()).await;
+    let payer = DevLedger::DEV_ACCOUNTS[3];
+    let waits = Arc::new(Waits::default());
+    for protocol in [Protocol::X402, Protocol::Mpp] {
+        let client = ServiceBuilder::new()
+            .layer(
+                layer(dev_key(3), &waits).with_policy(SpendPolicy::new().with_protocol(protocol)),
+            )
+            .service(hyper());
+        let before = server.balance(payer);
+        let request = post(
+            &server,
+            "/v1/chat/completions",
+            &body(Endpoint::Chat, PAID_MODEL, "hello", false),
+        );
+        let response = client.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let mpp = protocol == Protocol::Mpp;
+        // The gateway's MPP answer carries PAYMENT-RESPONSE too; x402's no receipt.
+        assert_eq!(response.headers().contains_key("payment-receipt"), mpp);
+        assert!(response.headers().contains_key("payment-response"));
+        let (receipt, answer) = text(response).await;
+        assert!(answer.contains("hello"), "{answer}");
+        let receipt = receipt.unwrap();
+        assert_eq!(receipt.protocol(), protocol);
+        assert_eq!(receipt.mpp_receipt().is_some(), mpp);
+        let settlement = receipt.settlement().expect("settled");
+        assert!(settlement.success && settlement.transaction.starts_with("0x"));
+        assert_eq!(server.balance(payer), before - receipt.amount().units());
+    }
+    assert_eq!(server.ledger.settlements(), 2);
+
+    let payer = DevLedger::DEV_ACCOUNTS[2];
+    let key = format!("0x{}", DEV_KEYS[2]);
+    let url = server.url("/v1/chat/completions");
+    let data = body(Endpoint::Chat, PAID_MODEL, "hello over mpp", false).to_string();
+    let quote = server
+        .post_once("/v1/chat/completions", data.clone(), None)
+        .await;
+    let price = quote.quote().accepts[0].amount.units();
+    let (code, stdout, stderr) =
+        walletgate_pay(&[&url, "--data", &data, "--protocol", "mpp"], Some(&key)).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.contains("echo: hello over mpp"), "{stdout}");
+    assert_eq!(server.balance(payer), DevLedger::DEV_ACCOUNT_FUNDS - price);
+    let usd = walletgate::x402::wire::AtomicAmount::new(price).to_decimal_string(6);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "paid {usd} USD from {payer} on eip155:84532 tx 0x"
+        )),
+        "{stderr}"
+    );
+    assert_no_secret(&stdout, &[&key]);
+    assert_no_secret(&stderr, &[&key]);
+    assert!(!stderr.contains("Payment "), "{stderr}");
+    let (code, _, stderr) =
+        walletgate_pay(&[&url, "--data", &data, "--protocol", "tempo"], Some(&key)).await;
+    assert_eq!(code, 64, "{stderr}");
+    assert_eq!(server.ledger.settlements(), 3);
 }

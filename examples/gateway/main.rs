@@ -101,6 +101,8 @@ mod metering_tests;
 #[cfg(all(test, feature = "metrics"))]
 mod metrics_tests;
 #[cfg(test)]
+mod mpp_chain_tests;
+#[cfg(test)]
 mod mpp_tests;
 #[cfg(test)]
 mod offer_receipt_tests;

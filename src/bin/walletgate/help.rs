@@ -21,6 +21,7 @@ fn examples(path: &str) -> Option<&'static str> {
   walletgate pay URL --data-file body.json --max-usd 0.05 --keystore ~/.foundry/keystores/dev
   walletgate pay URL -d '{…}' --dry-run          # the offer and the verdict, nothing signed
   walletgate pay URL -d '{…}' --idempotency-key order-2026-000001   # run again: the same answer, paid once
+  walletgate pay URL -d '{…}' --protocol mpp     # pay MPP's challenge where x402 is offered too
   walletgate pay -X GET URL -H 'X-Request-Id: 42'"
         }
         "walletgate login" | "walletgate auth login" => {

@@ -1,4 +1,4 @@
-//! `walletgate pay [-X POST] URL [-d JSON | --data-file F] [--max-usd 0.10] [-H K:V]… [--idempotency-key KEY] [--dry-run]`
+//! `walletgate pay [-X POST] URL [-d JSON | --data-file F] [--max-usd 0.10] [-H K:V]… [--protocol x402|mpp] [--idempotency-key KEY] [--dry-run]`
 //!
 //! The key comes from a keystore, a key file or `WALLETGATE_PRIVATE_KEY`
 //! ([`KeyArgs`]), never from the command line. The body goes to stdout, one
@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 use tower_layer::Layer;
 use tower_service::Service;
 use walletgate::client::pay::{
-    IdempotencyKey, ImageJob, OfferSignatures, Receipt, SpendPolicy, X402PaymentLayer, parse_quote,
+    IdempotencyKey, ImageJob, OfferSignatures, Protocol, Receipt, Refusal, SpendPolicy,
+    X402PaymentLayer, mpp_offer, parse_quote,
 };
 use walletgate::tls::ClientTls;
 
@@ -60,6 +61,11 @@ pub(crate) struct PayArgs {
     /// settled; the receipt line says what was settled
     #[arg(long)]
     prefer_upto: bool,
+    /// The protocol that pays a server offering both x402 and MPP
+    /// (`WWW-Authenticate: Payment`, evm/charge): `x402` or `mpp`. A server
+    /// offering one is paid through that one
+    #[arg(long, value_name = "PROTOCOL", default_value = "x402")]
+    protocol: String,
     /// Check the server's signed offers (x402 `offer-receipt`) before paying:
     /// `require` (an unsigned or wrongly signed offer is not paid), `prefer`
     /// (a signed one must hold), `ignore`. Receipts and usage statements are
@@ -151,6 +157,11 @@ async fn pay(args: PayArgs, format: Format) -> Result<Exit, Failure> {
     if args.prefer_upto {
         policy = policy.with_upto_preferred();
     }
+    let protocol = args
+        .protocol
+        .parse::<Protocol>()
+        .map_err(|why| Failure::usage(format!("--protocol: {why}")))?;
+    policy = policy.with_protocol(protocol);
     let http = http()?;
     let offer_signatures = offer_signatures(&args, request.uri(), &http).await?;
     policy = policy.with_offer_signatures(offer_signatures);
@@ -342,28 +353,53 @@ async fn dry_run(
         }
         return Ok(Exit::Ok);
     }
-    let quote = parse_quote(&parts.headers, &body)
-        .ok_or_else(|| Failure::api("the 402 answer holds no x402 quote"))?;
-    let offer = policy
-        .choose(&quote)
-        .ok_or_else(|| Failure::new(Exit::Payment, "the quote offers no way to pay"))?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_secs());
-    let verdict = policy
-        .check_offer(&quote, offer, now)
-        .and_then(|()| policy.authorize(offer));
-    let offer_json = serde_json::to_value(offer).unwrap_or(Value::Null);
+    let quote = parse_quote(&parts.headers, &body);
+    // As the client chooses: MPP when preferred or the only way offered.
+    let mpp = mpp_offer(&parts.headers, now);
+    let use_mpp =
+        matches!(mpp, Some(Ok(_))) && (quote.is_none() || policy.protocol() == Protocol::Mpp);
+    let (protocol, offer, verdict) = match (mpp, quote) {
+        (Some(Ok(offer)), _) if use_mpp => {
+            // MPP offers are never signed: required signatures refuse them.
+            let verdict = match policy.offer_signatures() {
+                OfferSignatures::Require(_) => Err(Refusal::UnsignedOffer),
+                _ => policy.authorize(&offer),
+            };
+            (Protocol::Mpp, offer, verdict)
+        }
+        (_, Some(quote)) => {
+            let offer = policy
+                .choose(&quote)
+                .ok_or_else(|| Failure::new(Exit::Payment, "the quote offers no way to pay"))?
+                .clone();
+            let verdict = policy
+                .check_offer(&quote, &offer, now)
+                .and_then(|()| policy.authorize(&offer));
+            (Protocol::X402, offer, verdict)
+        }
+        (Some(Err(why)), None) => return Err(Failure::new(Exit::Payment, why.to_string())),
+        (_, None) => {
+            return Err(Failure::api(
+                "the 402 answer holds no x402 quote or MPP challenge",
+            ));
+        }
+    };
+    let offer_json = serde_json::to_value(&offer).unwrap_or(Value::Null);
     match format {
         Format::Json => println!(
             "{}",
             json!({
+                "protocol": protocol.as_str(),
                 "offer": offer_json,
                 "verdict": match &verdict { Ok(()) => "would pay".to_owned(), Err(refusal) => refusal.to_string() },
                 "wouldPay": verdict.is_ok(),
             })
         ),
         Format::Text => {
+            println!("protocol: {protocol}");
             println!("offer: {offer_json:#}");
             match &verdict {
                 Ok(()) => println!("verdict: would pay (nothing signed, nothing settled)"),

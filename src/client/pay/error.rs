@@ -6,6 +6,7 @@ use std::fmt;
 use bytes::Bytes;
 use http::StatusCode;
 
+use super::mpp::Unsupported;
 use super::policy::Refusal;
 use super::signer::SignError;
 use crate::envelope::ErrorCode;
@@ -59,6 +60,9 @@ pub enum PaymentErrorKind {
     Policy(Refusal),
     /// The 402 carried no readable quote.
     NoQuote,
+    /// The 402 carried only MPP challenges the client does not pay (the
+    /// first one's reason); nothing was signed.
+    Unsupported(Unsupported),
     /// The offer could not be signed.
     Sign(SignError),
     /// The request body is a stream that cannot be resent; it was not paid for.
@@ -108,7 +112,10 @@ impl fmt::Display for PaymentError {
                 "the server asked for payment again after it was paid; not paying twice",
             )?,
             PaymentErrorKind::Policy(refusal) => write!(f, "{refusal}; nothing was signed")?,
-            PaymentErrorKind::NoQuote => f.write_str("the 402 answer carries no x402 quote")?,
+            PaymentErrorKind::NoQuote => {
+                f.write_str("the 402 answer carries no x402 quote or MPP challenge")?;
+            }
+            PaymentErrorKind::Unsupported(why) => write!(f, "{why}; nothing was signed")?,
             PaymentErrorKind::Sign(error) => write!(f, "{error}")?,
             PaymentErrorKind::StreamingBody => f.write_str(
                 "the request body is a stream the client cannot resend; not paid for",

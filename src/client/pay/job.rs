@@ -37,8 +37,13 @@ pub struct ImageJob {
 
 impl ImageJob {
     /// The job of a 202 answer to `request_uri` whose JSON body is `body`,
-    /// paid as `receipt` says. `None` if the body names no job.
+    /// paid as `receipt` says. `None` if the body names no job, or it was
+    /// paid through MPP: a job is polled with its x402 `PAYMENT-SIGNATURE`,
+    /// and an MPP credential is single-use.
     pub fn new(request_uri: &Uri, body: &[u8], receipt: Receipt) -> Option<Self> {
+        if receipt.protocol() != super::Protocol::X402 {
+            return None;
+        }
         let json: Value = serde_json::from_slice(body).ok()?;
         let id = json.get("id")?.as_str()?.to_owned();
         let poll = json.get("poll_url")?.as_str()?;
@@ -120,5 +125,10 @@ mod tests {
         );
         assert!(!format!("{job:?}").contains("signed"));
         assert!(ImageJob::new(&uri, b"{}", job.receipt().clone()).is_none());
+        let mpp = job
+            .receipt()
+            .clone()
+            .with_protocol(super::super::Protocol::Mpp);
+        assert!(ImageJob::new(&uri, body, mpp).is_none());
     }
 }

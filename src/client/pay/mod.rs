@@ -22,6 +22,16 @@
 //! `{ status, code, body }`, transport. A paid image job answers 202: see
 //! [`ImageJob`] to poll it with the same payment.
 //!
+//! MPP (the `Payment` HTTP authentication scheme): a 402 whose
+//! `WWW-Authenticate` carries an `evm`/`charge` challenge is paid the same
+//! way (same policy, receipt and errors) with an EIP-3009 `authorization`
+//! credential whose nonce is keccak256(id ‖ realm), valid until the
+//! challenge's `expires`; the [`Receipt`] then holds the server's
+//! `Payment-Receipt` ([`Receipt::mpp_receipt`]). A server offering both is
+//! paid through x402 unless the policy prefers [`Protocol::Mpp`]; a server
+//! offering only MPP is paid through MPP. Other methods and intents are
+//! [`Unsupported`], never signed. Requests carry `Accept-Payment: evm/charge`.
+//!
 //! Keys never appear in `Debug`, logs or errors; neither do signatures.
 //!
 //! ```no_run
@@ -59,6 +69,7 @@ mod future;
 mod job;
 mod layer;
 mod mcp;
+mod mpp;
 mod payment_id;
 mod policy;
 mod receipt;
@@ -76,6 +87,7 @@ pub use future::ResponseFuture;
 pub use job::ImageJob;
 pub use layer::{DEFAULT_MAX_BODY_BYTES, X402PaymentLayer};
 pub use mcp::ToolAnswer;
+pub use mpp::{MppReceipt, Protocol, Unsupported, mpp_offer};
 pub use payment_id::{IdempotencyKey, InvalidIdempotencyKey};
 pub use policy::{
     AllowedAsset, DEFAULT_MAX_PER_PAYMENT, OfferSignatures, QuoteHook, Refusal, SpendPolicy,

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use alloy_primitives::Address;
 
+use super::mpp::Protocol;
+
 use crate::x402::{
     server::{BASE_SEPOLIA_USDC, BASE_USDC},
     wire::{
@@ -188,6 +190,7 @@ pub struct SpendPolicy {
     hook: Option<QuoteHook>,
     prefer_upto: bool,
     offer_signatures: OfferSignatures,
+    protocol: Protocol,
 }
 
 impl fmt::Debug for SpendPolicy {
@@ -199,6 +202,7 @@ impl fmt::Debug for SpendPolicy {
             .field("hook", &self.hook.is_some())
             .field("prefer_upto", &self.prefer_upto)
             .field("offer_signatures", &self.offer_signatures)
+            .field("protocol", &self.protocol)
             .finish()
     }
 }
@@ -212,6 +216,7 @@ impl Default for SpendPolicy {
             hook: None,
             prefer_upto: false,
             offer_signatures: OfferSignatures::Ignore,
+            protocol: Protocol::X402,
         }
     }
 }
@@ -287,6 +292,18 @@ impl SpendPolicy {
     pub fn with_offer_signatures(mut self, mode: OfferSignatures) -> Self {
         self.offer_signatures = mode;
         self
+    }
+
+    /// The protocol that pays a 402 offering both x402 and MPP (x402 by
+    /// default); a 402 offering one is paid through that one.
+    pub fn with_protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    /// The preferred protocol.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
     }
 
     /// How signed offers are checked.

@@ -11,6 +11,7 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use super::mpp::{MppReceipt, Protocol};
 use super::policy::{SpendPolicy, usd};
 use crate::x402::{
     server::PAYMENT_RESPONSE_EVENT,
@@ -34,6 +35,9 @@ pub struct Receipt {
     /// The policy whose budget reserved the signed amount: given back what
     /// a metered settlement did not take.
     policy: Option<SpendPolicy>,
+    protocol: Protocol,
+    /// The `Payment-Receipt` of an answer paid through MPP.
+    mpp: Arc<OnceLock<MppReceipt>>,
 }
 
 impl fmt::Debug for Receipt {
@@ -42,6 +46,8 @@ impl fmt::Debug for Receipt {
             .field("amount", &self.offer.amount)
             .field("network", &self.offer.network)
             .field("settlement", &self.settlement.get())
+            .field("protocol", &self.protocol)
+            .field("mpp", &self.mpp.get())
             .finish_non_exhaustive()
     }
 }
@@ -53,7 +59,49 @@ impl Receipt {
             settlement: Arc::new(OnceLock::new()),
             payment,
             policy: None,
+            protocol: Protocol::X402,
+            mpp: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// The receipt of a payment made through `protocol`.
+    pub(crate) fn with_protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    /// The protocol that paid.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// The server's `Payment-Receipt`, for an answer paid through MPP.
+    pub fn mpp_receipt(&self) -> Option<&MppReceipt> {
+        self.mpp.get()
+    }
+
+    /// Reads an MPP answer's `Payment-Receipt`: a `success` one is the
+    /// settlement (its `reference` the transaction) of what `payer` signed.
+    pub(crate) fn settle_from_mpp(&self, headers: &HeaderMap, payer: &str) {
+        let Some(receipt) = MppReceipt::from_headers(headers) else {
+            trace_error!("the MPP answer carries no readable Payment-Receipt");
+            return;
+        };
+        if receipt.is_success() {
+            self.record(SettleResponse {
+                success: true,
+                error_reason: None,
+                error_message: None,
+                payer: Some(payer.to_owned()),
+                transaction: receipt.reference.clone(),
+                network: self.offer.network.clone(),
+                amount: None,
+                extensions: None,
+            });
+        } else {
+            trace_error!(status = %receipt.status, "the Payment-Receipt does not say success");
+        }
+        let _ = self.mpp.set(receipt);
     }
 
     /// The receipt of a payment `policy` authorized: its budget is charged

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::header::HeaderValue;
+use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::{BodyExt, Full, Limited};
@@ -15,6 +15,7 @@ use tower_service::Service;
 use super::error::{ApiError, Attempts, BoxError, ClientError, PaymentError, PaymentErrorKind};
 use super::future::ResponseFuture;
 use super::layer::{Shared, X402PaymentLayer};
+use super::mpp::{self, Protocol};
 use super::payment_id::{IdempotencyKey, declares_payment_identifier, with_extensions};
 use super::receipt::{PaidBody, Receipt, is_event_stream};
 use super::retry::{parse_quote, read_error, retry_after};
@@ -101,6 +102,10 @@ struct Paid {
     header: Arc<str>,
     /// Sent under a payment identifier: resent after a transport failure.
     under_id: bool,
+    /// The header it travels in: `PAYMENT-SIGNATURE`, or the one the MPP
+    /// challenge names (`Authorization` unless told otherwise).
+    name: HeaderName,
+    protocol: Protocol,
 }
 
 /// Sends `request`, pays its quote, applies the retry rules.
@@ -145,11 +150,17 @@ where
             let value = HeaderValue::from_str(&paid.header).map_err(|_| {
                 ClientError::Transport("the payment header is not a header value".into())
             })?;
-            request.headers_mut().insert(PAYMENT_SIGNATURE, value);
+            request.headers_mut().insert(paid.name.clone(), value);
         } else if let Some(proof) = sign_in_proof.take()
             && let Ok(value) = HeaderValue::from_str(&proof)
         {
             request.headers_mut().insert(SIGN_IN_WITH_X, value);
+        }
+        // What MPP servers should offer first (mpp.md §7); the caller's wins.
+        if !request.headers().contains_key(mpp::ACCEPT_PAYMENT) {
+            request
+                .headers_mut()
+                .insert(mpp::ACCEPT_PAYMENT, HeaderValue::from_static(mpp::ACCEPTED));
         }
         attempts.requests += 1;
         let response = match send(inner.clone(), request).await {
@@ -174,8 +185,14 @@ where
             }
             let receipt = paid.as_ref().map(|paid| {
                 let receipt = Receipt::new(paid.offer.clone(), paid.header.clone())
-                    .with_policy(shared.policy.clone());
-                receipt.settle_from_headers(response.headers());
+                    .with_policy(shared.policy.clone())
+                    .with_protocol(paid.protocol);
+                match paid.protocol {
+                    Protocol::Mpp => {
+                        receipt.settle_from_mpp(response.headers(), shared.signer.address());
+                    }
+                    _ => receipt.settle_from_headers(response.headers()),
+                }
                 receipt
             });
             let is_stream = is_event_stream(response.headers());
@@ -202,10 +219,15 @@ where
 
         if status == StatusCode::PAYMENT_REQUIRED {
             let stale = answer.known == Some(ErrorCode::PaymentBlockhashStale);
-            if paid.is_some() {
+            if let Some(sent) = &paid {
                 let resign = stale && shared.retry.resign_on_stale_blockhash && !resigned;
                 if !resign {
+                    // An MPP server's `payment-required` problem asks as if nothing was
+                    // sent, whatever reason its x402 quote beside it gives.
+                    let asked_again =
+                        sent.protocol == Protocol::Mpp && mpp::asks_again(&error_body);
                     let kind = match answer.known {
+                        _ if asked_again => PaymentErrorKind::RequiredAgain,
                         Some(code) if code.is_payment() => PaymentErrorKind::Refused(code),
                         _ => PaymentErrorKind::RequiredAgain,
                     };
@@ -213,8 +235,52 @@ where
                 }
                 resigned = true;
             }
+            // MPP: the first `evm`/`charge` challenge the client can pay,
+            // used when there is no x402 quote or MPP is preferred.
+            let now = shared.clock.now_unix_secs();
+            let mut unsupported = None;
+            let charge = mpp::challenges(&head.headers)
+                .into_iter()
+                .find_map(|challenge| match challenge.offer(now) {
+                    Ok(charge) => Some((challenge, charge)),
+                    Err(why) => {
+                        unsupported.get_or_insert(why);
+                        None
+                    }
+                });
+            if let Some((challenge, charge)) = charge
+                && (quote.is_none() || shared.policy.protocol() == Protocol::Mpp)
+            {
+                // MPP offers are never signed by the server: required signatures refuse them.
+                let unsigned = match shared.policy.offer_signatures() {
+                    super::OfferSignatures::Require(_) => Err(super::Refusal::UnsignedOffer),
+                    _ => Ok(()),
+                };
+                if let Err(refusal) = unsigned.and_then(|()| shared.policy.authorize(&charge.offer))
+                {
+                    return payment_error(PaymentErrorKind::Policy(refusal), attempts);
+                }
+                attempts.signatures += 1;
+                let name = HeaderName::from_bytes(challenge.credential_header().as_bytes())
+                    .unwrap_or(http::header::AUTHORIZATION);
+                match shared.signer.mpp_credential(&challenge, &charge).await {
+                    Ok(header) => {
+                        paid = Some(Paid {
+                            offer: charge.offer,
+                            header: Arc::from(header),
+                            under_id: false,
+                            name,
+                            protocol: Protocol::Mpp,
+                        });
+                    }
+                    Err(error) => return payment_error(PaymentErrorKind::Sign(error), attempts),
+                }
+                continue;
+            }
             let Some(quote) = quote else {
-                return payment_error(PaymentErrorKind::NoQuote, attempts);
+                let kind =
+                    unsupported.map_or(PaymentErrorKind::NoQuote, PaymentErrorKind::Unsupported);
+                return payment_error(kind, attempts);
             };
             // Paid for before: sign in once, pay only if that is refused.
             if paid.is_none()
@@ -257,6 +323,8 @@ where
                         offer: offer.clone(),
                         header: Arc::from(header),
                         under_id: key.is_some(),
+                        name: HeaderName::from_static(PAYMENT_SIGNATURE),
+                        protocol: Protocol::X402,
                     });
                 }
                 Err(error) => return payment_error(PaymentErrorKind::Sign(error), attempts),
@@ -875,21 +943,23 @@ mod tests {
         assert_eq!(layer.signer().signatures(), 2);
     }
 
-    /// A server (the real x402 layer, payment identifier on, over an echo
-    /// handler) whose first paid answer is lost on the way back: it settled,
-    /// then the connection broke.
-    fn losing_first_paid_answer(
+    /// The real x402 layer (0.002 USD a chat, as `configure` adds to it)
+    /// over a handler echoing the body.
+    fn echo_server(
         ledger: Arc<DevLedger>,
+        configure: impl FnOnce(
+            crate::x402::server::X402LayerBuilder,
+        ) -> crate::x402::server::X402LayerBuilder,
     ) -> impl Service<
         Request<Full<Bytes>>,
-        Response = Response<Full<Bytes>>,
-        Error = std::io::Error,
+        Response = Response<crate::x402::server::X402Body<Full<Bytes>>>,
+        Error = Infallible,
         Future = impl Send,
     > + Clone
     + Send
     + 'static {
         let clock = Arc::new(FakeClock::at_unix_secs(NOW));
-        let server_layer = X402Layer::builder()
+        let builder = X402Layer::builder()
             .with_host_derived_resource_url()
             .with_payment_option(
                 PaymentOption::base_sepolia_usdc(DevLedger::DEV_ACCOUNTS[9]).unwrap(),
@@ -900,16 +970,48 @@ mod tests {
                     .unwrap(),
             )
             .with_facilitator(LocalEvmFacilitator::new(ledger, clock.clone()))
-            .with_clock(clock)
-            .with_payment_identifier(crate::x402::server::PaymentIdentifier::Optional)
-            .build()
-            .unwrap();
-        let server = ServiceBuilder::new()
+            .with_clock(clock);
+        let server_layer = configure(builder).build().unwrap();
+        ServiceBuilder::new()
             .layer(server_layer)
             .service(service_fn(|request: Request<Full<Bytes>>| async move {
                 let body = request.into_body().collect().await.unwrap().to_bytes();
                 Ok::<_, Infallible>(Response::new(Full::new(body)))
-            }));
+            }))
+    }
+
+    /// What a test server is: a service the client layer wraps.
+    trait TestServer:
+        Service<
+            Request<Full<Bytes>>,
+            Response = Response<Full<Bytes>>,
+            Error = std::io::Error,
+            Future: Send,
+        > + Clone
+        + Send
+        + 'static
+    {
+    }
+
+    impl<T> TestServer for T where
+        T: Service<
+                Request<Full<Bytes>>,
+                Response = Response<Full<Bytes>>,
+                Error = std::io::Error,
+                Future: Send,
+            > + Clone
+            + Send
+            + 'static
+    {
+    }
+
+    /// A server (the real x402 layer, payment identifier on, over an echo
+    /// handler) whose first paid answer is lost on the way back: it settled,
+    /// then the connection broke.
+    fn losing_first_paid_answer(ledger: Arc<DevLedger>) -> impl TestServer {
+        let server = echo_server(ledger, |builder| {
+            builder.with_payment_identifier(crate::x402::server::PaymentIdentifier::Optional)
+        });
         let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
         service_fn(move |request: Request<Full<Bytes>>| {
             let (server, lost) = (server.clone(), lost.clone());
@@ -1014,5 +1116,196 @@ mod tests {
         let payment: PaymentPayload =
             codec::decode(script.payments()[1].as_ref().unwrap().as_bytes()).unwrap();
         assert_eq!(payment.extensions, None);
+    }
+
+    /// A request's `Authorization`, `PAYMENT-SIGNATURE` and `Accept-Payment`.
+    type MppSeen = (Option<String>, Option<String>, Option<String>);
+
+    /// The real x402 layer with MPP beside it over an echo handler; with
+    /// `mpp_only`, its 402s lose the x402 quote (header and body) and keep
+    /// only `WWW-Authenticate: Payment`. Notes each request's credential
+    /// and `PAYMENT-SIGNATURE` in `seen`.
+    fn mpp_server(
+        ledger: Arc<DevLedger>,
+        mpp_only: bool,
+        seen: Arc<Mutex<Vec<MppSeen>>>,
+    ) -> impl TestServer {
+        let server = echo_server(ledger, |builder| {
+            builder.with_mpp(crate::x402::server::Mpp::new(&[7u8; 32], "gateway").unwrap())
+        });
+        service_fn(move |request: Request<Full<Bytes>>| {
+            let header = |name: &str| {
+                request
+                    .headers()
+                    .get(name)
+                    .map(|value| value.to_str().unwrap().to_owned())
+            };
+            seen.lock().unwrap().push((
+                header("authorization"),
+                header(PAYMENT_SIGNATURE),
+                header("accept-payment"),
+            ));
+            let server = server.clone();
+            async move {
+                let response = server.oneshot(request).await.unwrap();
+                let (mut head, body) = response.into_parts();
+                let mut body = body.collect().await.unwrap().to_bytes();
+                if mpp_only && head.status == StatusCode::PAYMENT_REQUIRED {
+                    head.headers.remove("payment-required");
+                    let payment: Vec<_> = head
+                        .headers
+                        .get_all(http::header::WWW_AUTHENTICATE)
+                        .iter()
+                        .filter(|value| value.as_bytes().starts_with(b"Payment "))
+                        .cloned()
+                        .collect();
+                    head.headers.remove(http::header::WWW_AUTHENTICATE);
+                    for value in payment {
+                        head.headers.append(http::header::WWW_AUTHENTICATE, value);
+                    }
+                    body = Bytes::from_static(b"{}");
+                }
+                Ok(Response::from_parts(head, Full::new(body)))
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn an_mpp_only_server_is_paid_through_mpp_under_the_same_policy() {
+        let ledger = Arc::new(DevLedger::new());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let layer = layer();
+        let client = ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(mpp_server(ledger.clone(), true, seen.clone()));
+        let response = client.oneshot(chat("m")).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let receipt = response.extensions().get::<Receipt>().cloned().unwrap();
+        assert_eq!(receipt.protocol(), super::super::Protocol::Mpp);
+        assert!(receipt.mpp_receipt().unwrap().is_success());
+        assert_eq!(
+            receipt.transaction(),
+            Some(receipt.mpp_receipt().unwrap().reference.as_str())
+        );
+        // The route's price with the layer's fee, as its x402 quote says.
+        assert_eq!(receipt.amount(), AtomicAmount::new(3_000));
+        assert!(
+            receipt.summary().starts_with(&format!(
+                "paid 0.003 USD from {} on eip155:84532 tx 0x",
+                DevLedger::DEV_ACCOUNTS[1]
+            )),
+            "{}",
+            receipt.summary()
+        );
+        assert_eq!(ledger.settlements(), 1);
+        assert_eq!(layer.signer().signatures(), 1);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2);
+        assert!(
+            seen.iter()
+                .all(|(_, _, accept)| accept.as_deref() == Some("evm/charge"))
+        );
+        assert!(seen[1].0.as_deref().unwrap().starts_with("Payment "));
+        assert_eq!(seen[1].1, None);
+        let debug = format!("{receipt:?}");
+        assert!(!debug.contains(seen[1].0.as_deref().unwrap()), "{debug}");
+
+        // Over the cap: refused before signing, as for x402.
+        let layer = self::layer().with_policy(
+            super::super::SpendPolicy::new()
+                .with_max_per_payment_usd("0.001")
+                .unwrap(),
+        );
+        let client = ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(mpp_server(ledger.clone(), true, Arc::default()));
+        let error = payment_error(client.oneshot(chat("m")).await);
+        assert!(matches!(error.kind, PaymentErrorKind::Policy(_)), "{error}");
+        assert_eq!(layer.signer().signatures(), 0);
+
+        // Signed offers required: MPP has none, nothing is signed.
+        let layer =
+            self::layer().with_policy(super::super::SpendPolicy::new().with_offer_signatures(
+                super::super::OfferSignatures::Require(alloy_primitives::Address::ZERO),
+            ));
+        let client = ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(mpp_server(ledger.clone(), true, Arc::default()));
+        let error = payment_error(client.oneshot(chat("m")).await);
+        assert!(
+            matches!(
+                error.kind,
+                PaymentErrorKind::Policy(super::super::Refusal::UnsignedOffer)
+            ),
+            "{error}"
+        );
+        assert_eq!(layer.signer().signatures(), 0);
+        assert_eq!(ledger.settlements(), 1);
+    }
+
+    #[tokio::test]
+    async fn both_offered_x402_unless_mpp_is_preferred() {
+        for protocol in [super::super::Protocol::X402, super::super::Protocol::Mpp] {
+            let ledger = Arc::new(DevLedger::new());
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let layer =
+                layer().with_policy(super::super::SpendPolicy::new().with_protocol(protocol));
+            let client = ServiceBuilder::new()
+                .layer(layer.clone())
+                .service(mpp_server(ledger.clone(), false, seen.clone()));
+            let response = client.oneshot(chat("m")).await.unwrap();
+            let receipt = response.extensions().get::<Receipt>().cloned().unwrap();
+            assert_eq!(receipt.protocol(), protocol);
+            assert!(receipt.settlement().unwrap().success);
+            assert_eq!(ledger.settlements(), 1);
+            let seen = seen.lock().unwrap().clone();
+            let mpp = protocol == super::super::Protocol::Mpp;
+            assert_eq!(seen[1].0.is_some(), mpp);
+            assert_eq!(seen[1].1.is_some(), !mpp);
+            assert_eq!(receipt.mpp_receipt().is_some(), mpp);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_402_after_an_mpp_credential_and_unsupported_challenges_get_no_signature() {
+        let challenge = |method: &str| {
+            format!(
+                r#"Payment id="a", realm="r", method="{method}", intent="charge", request="e30""#
+            )
+        };
+        let script = Scripted::new(vec![answer(
+            402,
+            &[("www-authenticate", challenge("tempo"))],
+            "{}",
+        )]);
+        let layer = layer();
+        let client = ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(script.service());
+        let error = payment_error(client.oneshot(chat("m")).await);
+        assert!(
+            matches!(&error.kind, PaymentErrorKind::Unsupported(super::super::Unsupported::Method { method, .. }) if method == "tempo"),
+            "{error}"
+        );
+        assert_eq!(layer.signer().signatures(), 0);
+
+        // A server that answers 402 again after the credential: one signature.
+        let ledger = Arc::new(DevLedger::new());
+        let server = mpp_server(ledger.clone(), true, Arc::default());
+        let again = service_fn(move |mut request: Request<Full<Bytes>>| {
+            // The credential is dropped on the way: the server asks again.
+            request.headers_mut().remove("authorization");
+            server.clone().oneshot(request)
+        });
+        let layer = self::layer();
+        let client = ServiceBuilder::new().layer(layer.clone()).service(again);
+        let error = payment_error(client.oneshot(chat("m")).await);
+        assert!(
+            matches!(error.kind, PaymentErrorKind::RequiredAgain),
+            "{error}"
+        );
+        assert_eq!(layer.signer().signatures(), 1);
+        assert_eq!(error.attempts.requests, 2);
+        assert_eq!(ledger.settlements(), 0);
     }
 }

@@ -107,6 +107,30 @@ impl PaymentSigner {
         Ok(codec::encode(&payment))
     }
 
+    /// The `Authorization` value answering an MPP `evm`/`charge`
+    /// `challenge` (its offer `charge`): an EIP-3009 authorization of exactly
+    /// the amount to the recipient, nonce keccak256(id ‖ realm), valid until
+    /// the challenge expires.
+    pub(crate) async fn mpp_credential(
+        &self,
+        challenge: &super::mpp::Challenge,
+        charge: &super::mpp::Charge,
+    ) -> Result<String, SignError> {
+        let mut authorization =
+            authorization_for(self.address.clone(), &charge.offer, 0, challenge.nonce());
+        authorization.valid_before = charge.valid_before;
+        let signature = self
+            .sign_authorization(&charge.offer, &authorization)
+            .await?;
+        let signature = format!("0x{}", alloy_primitives::hex::encode(signature));
+        Ok(super::mpp::credential(
+            challenge,
+            charge.chain_id,
+            &authorization,
+            &signature,
+        ))
+    }
+
     /// The offer's EIP-712 domain, from the cache when it was seen before.
     fn domain(&self, offer: &PaymentRequirements) -> Result<ExactEvmDomain, PayerError> {
         let named = (
@@ -134,17 +158,27 @@ impl PaymentSigner {
         if offer.scheme == SCHEME_UPTO {
             return self.sign_upto(offer, now_unix_secs).await;
         }
-        let domain = self.domain(offer).map_err(SignError::Offer)?;
         let nonce = random_nonce().map_err(SignError::Offer)?;
         let authorization = authorization_for(self.address.clone(), offer, now_unix_secs, nonce);
-        let digest = transfer_digest(&authorization, &domain).map_err(SignError::Offer)?;
+        let signature = self.sign_authorization(offer, &authorization).await?;
+        signed_payment(offer, authorization, &signature).map_err(SignError::Offer)
+    }
+
+    /// `authorization` signed under `offer`'s EIP-712 domain (counted).
+    async fn sign_authorization(
+        &self,
+        offer: &PaymentRequirements,
+        authorization: &crate::x402::wire::Eip3009Authorization,
+    ) -> Result<[u8; 65], SignError> {
+        let domain = self.domain(offer).map_err(SignError::Offer)?;
+        let digest = transfer_digest(authorization, &domain).map_err(SignError::Offer)?;
         self.signatures.fetch_add(1, Ordering::Relaxed);
         let signature = self
             .signer
             .sign_hash(&digest)
             .await
             .map_err(|error| SignError::Signer(error.to_string()))?;
-        signed_payment(offer, authorization, &signature.as_bytes()).map_err(SignError::Offer)
+        Ok(signature.as_bytes())
     }
 }
 
