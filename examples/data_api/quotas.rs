@@ -4,8 +4,10 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "redis")]
+use walletgate::api_key::ChainedKeyStore;
 use walletgate::api_key::{
-    ApiKey, ApiKeyLayer, ChainedKeyStore, InMemoryKeyStore, InMemoryQuotas, KeyStore, QuotaStore,
+    ApiKey, ApiKeyLayer, InMemoryKeyStore, InMemoryQuotas, KeyStore, QuotaStore,
 };
 use walletgate::clock::SharedClock;
 

@@ -30,6 +30,8 @@ mod service;
 
 pub use future::ResponseFuture;
 pub use layer::{DEFAULT_MCP_ANSWER_BYTES, DEFAULT_MCP_BODY_BYTES, ToolPricing, X402McpLayer};
+// Read by the paying client too (`client::pay::call_tool`).
+#[cfg(feature = "client-pay")]
 pub(crate) use rpc::Answer;
 pub use rpc::{PAYMENT_META, PAYMENT_REQUIRED_ERROR, PAYMENT_RESPONSE_META, tool_resource_url};
 pub use service::X402Mcp;

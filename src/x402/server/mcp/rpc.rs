@@ -212,6 +212,7 @@ impl Answer {
     }
 
     /// The JSON-RPC message: a `result` or an `error`.
+    #[cfg(feature = "client-pay")]
     pub(crate) fn message(&self) -> &Value {
         &self.message
     }
