@@ -159,6 +159,13 @@ async fn walletgate_pays_mppx_own_evm_server_exactly_once_on_chain() {
     assert_eq!(receipt.transaction(), Some(mpp.reference.as_str()));
     assert_eq!(balance(&rpc, from).await, U256::from(1_000_000 - 2 * PRICE));
     assert_eq!(balance(&rpc, recipient).await, U256::from(2 * PRICE));
+
+    // x402, the default where both are offered: mppx's server reads the
+    // payment's extensions echoed as declared (schema included).
+    let (code, stdout, stderr) =
+        crate::client_tests::walletgate_pay(&[&server.url, "--data", "{}"], Some(&secret)).await;
+    assert_eq!(code, 0, "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(balance(&rpc, from).await, U256::from(1_000_000 - 3 * PRICE));
 }
 
 #[tokio::test]

@@ -84,14 +84,10 @@ pub(crate) fn with_extensions(
     let Ok(mut payload) = codec::decode::<PaymentPayload>(header.as_bytes()) else {
         return header;
     };
-    // The echo: each declared extension's `info`, the schema left out.
-    let mut echoed: Map<String, Value> = declared
-        .iter()
-        .map(|(key, declaration)| {
-            let info = declaration.get("info").cloned().unwrap_or(Value::Null);
-            (key.clone(), serde_json::json!({ "info": info }))
-        })
-        .collect();
+    // The echo: each declared extension as declared, `schema` included, as
+    // the official client echoes them (servers such as mppx's parse the
+    // echo against the declaration's shape and refuse one without it).
+    let mut echoed: Map<String, Value> = declared.clone();
     if let (Some(id), Some(Value::Object(info))) = (
         id,
         echoed
