@@ -12,6 +12,9 @@
 //! replay set (payer, EIP-3009 nonce) serves both headers, and the flow
 //! verifies, serves and settles it as any other.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use alloy_primitives::keccak256;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -49,6 +52,9 @@ pub struct Mpp {
     key: [u8; 16],
     realm: String,
     challenge_secs: u64,
+    /// Salts: a random prefix per `Mpp` and a counter, so every id (and the
+    /// EIP-3009 nonce derived from it) is fresh without a syscall per 402.
+    salts: Arc<(u64, AtomicU64)>,
 }
 
 impl std::fmt::Debug for Mpp {
@@ -80,6 +86,9 @@ impl Mpp {
                 "not a host for an MPP realm: {realm:?}"
             )));
         }
+        let mut prefix = [0u8; 8];
+        getrandom::fill(&mut prefix).map_err(|error| ConfigError::Random(error.to_string()))?;
+        let prefix = u64::from_le_bytes(prefix);
         let digest = keccak256(secret);
         let mut key = [0u8; 16];
         key.copy_from_slice(&digest[..16]);
@@ -87,6 +96,7 @@ impl Mpp {
             key,
             realm: realm.to_owned(),
             challenge_secs: DEFAULT_CHALLENGE_SECS,
+            salts: Arc::new((prefix, AtomicU64::new(0))),
         })
     }
 
@@ -159,8 +169,11 @@ impl Mpp {
             .filter(|offer| offer.scheme == SCHEME_EXACT)
             .filter_map(|offer| {
                 let request = charge_request(offer, decimals(offer))?;
+                let (prefix, counter) = &*self.salts;
+                let count = counter.fetch_add(1, Ordering::Relaxed);
                 let mut salt = [0u8; SALT_BYTES];
-                getrandom::fill(&mut salt).ok()?;
+                salt[..8].copy_from_slice(&prefix.to_le_bytes());
+                salt[8..].copy_from_slice(&count.to_le_bytes());
                 let tag = self.tag(&salt, &request, expires.as_str());
                 let id = URL_SAFE_NO_PAD.encode([&salt[..], &tag[..]].concat());
                 Some(Challenge {
