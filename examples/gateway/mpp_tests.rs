@@ -52,36 +52,13 @@ async fn mppx_run(
     credential: &std::path::Path,
     env: &[(&str, String)],
 ) -> Value {
-    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/mpp");
-    assert!(
-        folder.join("node_modules/mppx").is_dir(),
-        "run `npm ci --prefix tests/interop/mpp` (or `bash .ci/run`)"
-    );
-    let output = tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        tokio::process::Command::new("node")
-            .arg("pay.mjs")
-            .arg(server.url(CHAT))
-            .arg(account)
-            .envs(key.map(|key| ("MPP_PAYER_KEY", key)))
-            .envs(env.iter().map(|(name, value)| (*name, value.as_str())))
-            .arg(body)
-            .arg(credential)
-            .current_dir(&folder)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("mppx finishes")
-    .expect("node runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim()).expect("one JSON line")
+    let url = server.url(CHAT);
+    let credential = credential.display().to_string();
+    let mut env = env.to_vec();
+    env.extend(key.map(|key| ("MPP_PAYER_KEY", key.to_owned())));
+    let args = [url.as_str(), account, body, credential.as_str()];
+    let limit = std::time::Duration::from_secs(60);
+    crate::tests::node_json("mpp", "mppx", "pay.mjs", &args, &env, None, limit).await
 }
 
 fn problem(reply: &Reply) -> Value {

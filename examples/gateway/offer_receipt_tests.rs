@@ -29,36 +29,19 @@ fn signing() -> (Config, OfferSigner) {
 /// The official helpers, on a 402's `PAYMENT-REQUIRED` and a settlement's
 /// `PAYMENT-RESPONSE`.
 async fn official_verdict(payment_required: &str, payment_response: &str) -> Value {
-    use tokio::io::AsyncWriteExt;
-    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/x402");
-    assert!(
-        folder.join("node_modules/@x402/extensions").is_dir(),
-        "run `npm ci --prefix tests/interop/x402` (or `bash .ci/run`)"
-    );
-    let mut child = tokio::process::Command::new("node")
-        .arg("offer_receipt.mjs")
-        .current_dir(&folder)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node runs");
     let input = json!({"paymentRequired": payment_required, "paymentResponse": payment_response});
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(input.to_string().as_bytes()).await.unwrap();
-    drop(stdin);
-    let output = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
-        .await
-        .expect("the helpers finish")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim()).expect("one JSON line")
+    let limit = std::time::Duration::from_secs(60);
+    let stdin = Some(input.to_string());
+    crate::tests::node_json(
+        "x402",
+        "@x402/extensions",
+        "offer_receipt.mjs",
+        &[],
+        &[],
+        stdin.as_deref(),
+        limit,
+    )
+    .await
 }
 
 #[tokio::test]

@@ -122,7 +122,6 @@ impl Reply {
     }
 }
 
-/// Unix seconds now, as the server's system clock reads it.
 /// Runs one of the official x402 clients in `tests/interop/x402`
 /// (`node <script> <args…>`, its packages installed) with `env`, for at most
 /// `limit`: the one JSON line it prints. Panics (with its output) if it fails.
@@ -132,22 +131,48 @@ pub(crate) async fn official_client(
     env: &[(&str, String)],
     limit: Duration,
 ) -> Value {
-    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/x402");
+    node_json("x402", "@x402/evm", script, args, env, None, limit).await
+}
+
+/// Runs `node <script> <args…>` in `tests/interop/<folder>` (whose
+/// `node_modules/<package>` must be installed) with `env` and, if given,
+/// `stdin`, for at most `limit`: the one JSON line it prints. Panics (with
+/// its output) if it fails.
+pub(crate) async fn node_json(
+    folder: &str,
+    package: &str,
+    script: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+    stdin: Option<&str>,
+    limit: Duration,
+) -> Value {
+    use tokio::io::AsyncWriteExt;
+    let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/interop")
+        .join(folder);
     assert!(
-        folder.join("node_modules/@x402/evm").is_dir(),
-        "run `npm ci --prefix tests/interop/x402` (or `bash .ci/run`)"
+        folder.join("node_modules").join(package).is_dir(),
+        "run `npm ci --prefix {}` (or `bash .ci/run`)",
+        folder.display()
     );
     let mut command = tokio::process::Command::new("node");
     command
         .arg(script)
         .args(args)
+        .envs(env.iter().map(|(name, value)| (*name, value.as_str())))
         .current_dir(&folder)
-        .stdin(std::process::Stdio::null())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
-    for (name, value) in env {
-        command.env(name, value);
+    let mut child = command.spawn().expect("node runs");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).await.unwrap();
     }
-    let output = tokio::time::timeout(limit, command.output())
+    drop(input);
+    let output = tokio::time::timeout(limit, child.wait_with_output())
         .await
         .expect("the client finishes")
         .expect("node runs");
@@ -160,6 +185,7 @@ pub(crate) async fn official_client(
     serde_json::from_str(stdout.trim()).expect("one JSON line")
 }
 
+/// Unix seconds now, as the server's system clock reads it.
 pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
