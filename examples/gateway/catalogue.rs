@@ -68,6 +68,15 @@ fn usd(micros: u64) -> Value {
     json!(micros as f64 / 1e6)
 }
 
+/// What `prompt` and `completion` tokens cost at `(input, output)` micro-dollars
+/// per million tokens, rounded up to a whole micro-dollar: the one formula of
+/// a per-token quote (its ceiling) and of a metered answer.
+fn token_cost(rates: (u64, u64), prompt: u64, completion: u64) -> UsdAmount {
+    let scaled =
+        u128::from(prompt) * u128::from(rates.0) + u128::from(completion) * u128::from(rates.1);
+    UsdAmount::from_micros(scaled.div_ceil(1_000_000))
+}
+
 /// A USD price of `micros` millionths of a dollar, before the flat fee.
 pub(crate) fn micro_usd(micros: u64) -> Price {
     Price::Usd(UsdAmount::from_micros(u128::from(micros)))
@@ -139,16 +148,15 @@ impl Model {
                 input_micros_per_million,
                 output_micros_per_million,
             } => {
-                let input_tokens = u128::from(request.estimated_prompt_tokens());
-                let output_tokens = u128::from(
-                    request
-                        .max_tokens
-                        .unwrap_or(DEFAULT_MAX_TOKENS)
-                        .min(self.max_output),
-                );
-                let scaled = input_tokens * u128::from(input_micros_per_million)
-                    + output_tokens * u128::from(output_micros_per_million);
-                Price::Usd(UsdAmount::from_micros(scaled.div_ceil(1_000_000)))
+                let output_tokens = request
+                    .max_tokens
+                    .unwrap_or(DEFAULT_MAX_TOKENS)
+                    .min(self.max_output);
+                Price::Usd(token_cost(
+                    (input_micros_per_million, output_micros_per_million),
+                    request.estimated_prompt_tokens(),
+                    output_tokens,
+                ))
             }
         }
     }
@@ -168,9 +176,11 @@ impl Model {
         else {
             return None;
         };
-        let scaled = u128::from(prompt_tokens) * u128::from(input_micros_per_million)
-            + u128::from(completion_tokens) * u128::from(output_micros_per_million);
-        Some(UsdAmount::from_micros(scaled.div_ceil(1_000_000)))
+        Some(token_cost(
+            (input_micros_per_million, output_micros_per_million),
+            prompt_tokens,
+            completion_tokens,
+        ))
     }
 
     /// What a metered answer's receipt says it was for (`extensions.usage`;
