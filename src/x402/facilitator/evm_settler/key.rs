@@ -6,7 +6,7 @@ use std::path::Path;
 
 use alloy_primitives::{Address, B256, Signature};
 
-use super::SettlerError;
+use super::error::SettlerError;
 use crate::x402::signing_key::{KeyError, SigningKey};
 
 /// The key that signs the settler's transactions (and pays their gas).

@@ -58,6 +58,8 @@
 //! ```
 
 mod approve;
+mod builder;
+mod error;
 mod fees;
 mod key;
 mod nonce;
@@ -80,6 +82,11 @@ use std::time::Duration;
 use alloy_primitives::{Address, B256, hex, keccak256};
 
 pub use approve::{ApprovalError, ApprovalPlan, Permit2Approval};
+pub use builder::{
+    DEFAULT_GAS_CAP, DEFAULT_RECEIPT_TIMEOUT, DEFAULT_RPC_TIMEOUT, EvmSettlerBuilder,
+    LOW_BALANCE_WEI, StartupReport,
+};
+pub use error::SettlerError;
 pub use key::SettlerKey;
 #[cfg(all(test, feature = "redis"))]
 pub(crate) use records::tests::{contract as records_contract, sample as sample_record};
@@ -97,296 +104,13 @@ use super::api::{Facilitator, FacilitatorError, FacilitatorRequest, reason};
 use super::ledger::Transfer;
 use super::local_evm::check_offline;
 use super::window::SignatureCheck;
-use crate::clock::{SharedClock, SystemClock};
+use crate::clock::SharedClock;
 use crate::store::BoxFuture;
-use crate::tls::ClientTls;
 use crate::x402::wire::eip712::DomainCache;
 use crate::x402::wire::types::{
     Network, SCHEME_EXACT, SCHEME_UPTO, SettleResponse, SupportedKind, SupportedResponse,
     VerifyResponse, X402_VERSION,
 };
-
-/// Default wait for a receipt before the transaction counts as stuck
-/// (`GATEWAY_RECEIPT_TIMEOUT_SECS`).
-pub const DEFAULT_RECEIPT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Default bound on one JSON-RPC call.
-pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Default most gas a settlement transaction may use
-/// (`transferWithAuthorization` takes about 60–104k; a smart wallet's own
-/// check adds some): a payment that needs more is refused at verify.
-pub const DEFAULT_GAS_CAP: u64 = 250_000;
-
-/// Least gas cap accepted: no transfer fits below it.
-const MIN_GAS_CAP: u64 = 21_000;
-
-/// Below this many wei the settler warns at start that it may run out of gas money.
-pub const LOW_BALANCE_WEI: u128 = 1_000_000_000_000_000;
-
-/// Why a settler could not be set up.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SettlerError {
-    /// The key file could not be used (never its contents).
-    KeyFile {
-        /// The file.
-        path: String,
-        /// Why.
-        reason: String,
-    },
-    /// The key is not a secp256k1 private key.
-    InvalidKey,
-    /// The RPC URL is not an `http(s)` URL.
-    InvalidRpcUrl(String),
-    /// The network is not `eip155:<id>`.
-    InvalidNetwork(String),
-    /// No asset to settle was configured.
-    NoAsset,
-    /// The node could not answer a startup check.
-    Rpc(String),
-    /// The node is on another chain than the configured network.
-    ChainMismatch {
-        /// The configured network's chain id.
-        configured: u64,
-        /// The node's `eth_chainId`.
-        node: u64,
-    },
-    /// An asset has no code on the node's chain.
-    AssetWithoutCode(Address),
-    /// The gas cap is below what any transaction needs.
-    GasCapTooLow(u64),
-}
-
-impl fmt::Display for SettlerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::KeyFile { path, reason } => write!(f, "settler key file {path}: {reason}"),
-            Self::InvalidKey => f.write_str("the settler key is not a secp256k1 private key"),
-            Self::InvalidRpcUrl(detail) => write!(f, "invalid RPC URL: {detail}"),
-            Self::InvalidNetwork(network) => {
-                write!(
-                    f,
-                    "the settler's network must be eip155:<chain id>, not {network}"
-                )
-            }
-            Self::NoAsset => f.write_str("no asset to settle (add one with with_asset)"),
-            Self::Rpc(detail) => write!(f, "RPC startup check failed: {detail}"),
-            Self::ChainMismatch { configured, node } => write!(
-                f,
-                "the RPC node is on chain {node}, but the configured network is eip155:{configured}"
-            ),
-            Self::AssetWithoutCode(asset) => {
-                write!(f, "asset {asset} has no code on the RPC node's chain")
-            }
-            Self::GasCapTooLow(cap) => {
-                write!(
-                    f,
-                    "a gas cap of {cap} is below any transaction's {MIN_GAS_CAP}"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for SettlerError {}
-
-/// What the startup checks found besides refusals.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct StartupReport {
-    /// The settler's address (fund it with the chain's native coin for gas).
-    pub address: Address,
-    /// Its balance in wei at start.
-    pub balance_wei: u128,
-    /// Whether that is below [`LOW_BALANCE_WEI`].
-    pub low_balance: bool,
-}
-
-/// How to reach the chain and what to settle: [`EvmSettler::builder`].
-pub struct EvmSettlerBuilder {
-    rpc_url: String,
-    key: SettlerKey,
-    network: Network,
-    assets: Vec<Address>,
-    pay_to: Vec<Address>,
-    records: Arc<dyn SettlementRecords>,
-    clock: SharedClock,
-    tls: Option<ClientTls>,
-    receipt_timeout: Duration,
-    rpc_timeout: Duration,
-    confirmations: u64,
-    gas_cap: u64,
-    min_amount: u128,
-}
-
-impl fmt::Debug for EvmSettlerBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The RPC URL may carry a provider's API key: not shown.
-        f.debug_struct("EvmSettlerBuilder")
-            .field("key", &self.key)
-            .field("network", &self.network)
-            .field("assets", &self.assets)
-            .finish_non_exhaustive()
-    }
-}
-
-impl EvmSettlerBuilder {
-    /// Settles transfers of `asset` (repeatable; at least one).
-    #[must_use]
-    pub fn with_asset(mut self, asset: Address) -> Self {
-        self.assets.push(asset);
-        self
-    }
-
-    /// Pays only to `pay_to` (repeatable): other recipients are refused at
-    /// verify, so nobody relays their own transfers on the settler's gas.
-    /// Without any, every recipient is accepted (a gateway settling its own offers).
-    #[must_use]
-    pub fn with_pay_to(mut self, pay_to: Address) -> Self {
-        self.pay_to.push(pay_to);
-        self
-    }
-
-    /// Where broadcasts are recorded (default: this process's memory).
-    #[must_use]
-    pub fn with_records(mut self, records: Arc<dyn SettlementRecords>) -> Self {
-        self.records = records;
-        self
-    }
-
-    /// The clock the time window is checked with (default: the system's).
-    #[must_use]
-    pub fn with_clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// The roots an `https://` RPC is trusted with (default: Mozilla's).
-    #[must_use]
-    pub fn with_tls(mut self, tls: ClientTls) -> Self {
-        self.tls = Some(tls);
-        self
-    }
-
-    /// The wait for a receipt before a transaction counts as stuck (default 30 s).
-    #[must_use]
-    pub fn with_receipt_timeout(mut self, timeout: Duration) -> Self {
-        self.receipt_timeout = timeout;
-        self
-    }
-
-    /// Blocks to wait for on top of the one that mined the transfer (default 0).
-    #[must_use]
-    pub fn with_confirmations(mut self, confirmations: u64) -> Self {
-        self.confirmations = confirmations;
-        self
-    }
-
-    /// The most gas a settlement transaction may use (default
-    /// [`DEFAULT_GAS_CAP`]): a payment whose transfer needs more (a smart
-    /// wallet whose signature check loops) is refused at verify, and no
-    /// transaction is sent with a higher limit.
-    #[must_use]
-    pub fn with_gas_cap(mut self, gas: u64) -> Self {
-        self.gas_cap = gas;
-        self
-    }
-
-    /// The least value settled, in the asset's units (default 1: a
-    /// zero-value authorization moves nothing and costs the settler gas).
-    /// Checked at verify against the signed value, before any simulation.
-    #[must_use]
-    pub fn with_min_amount(mut self, units: u128) -> Self {
-        self.min_amount = units.max(1);
-        self
-    }
-
-    /// The bound on one JSON-RPC call (default 10 s).
-    #[must_use]
-    pub fn with_rpc_timeout(mut self, timeout: Duration) -> Self {
-        self.rpc_timeout = timeout;
-        self
-    }
-
-    /// Checks the node (its chain id is the network's, every asset has
-    /// code) and reads the settler's balance.
-    pub async fn connect(self) -> Result<(EvmSettler, StartupReport), SettlerError> {
-        let chain_id = self
-            .network
-            .eip155_chain_id()
-            .ok_or_else(|| SettlerError::InvalidNetwork(self.network.to_string()))?;
-        if self.assets.is_empty() {
-            return Err(SettlerError::NoAsset);
-        }
-        if self.gas_cap < MIN_GAS_CAP {
-            return Err(SettlerError::GasCapTooLow(self.gas_cap));
-        }
-        let tls = self.tls.unwrap_or_else(ClientTls::webpki_roots);
-        let rpc =
-            Rpc::new(&self.rpc_url, &tls, self.rpc_timeout).map_err(SettlerError::InvalidRpcUrl)?;
-        let node = rpc
-            .chain_id()
-            .await
-            .map_err(|error| SettlerError::Rpc(error.to_string()))?;
-        if node != chain_id {
-            return Err(SettlerError::ChainMismatch {
-                configured: chain_id,
-                node,
-            });
-        }
-        for asset in &self.assets {
-            let code = rpc
-                .code_len(*asset)
-                .await
-                .map_err(|error| SettlerError::Rpc(error.to_string()))?;
-            if code == 0 {
-                return Err(SettlerError::AssetWithoutCode(*asset));
-            }
-        }
-        let address = self.key.address();
-        let balance_wei = rpc
-            .balance(address)
-            .await
-            .map_err(|error| SettlerError::Rpc(error.to_string()))?;
-        let report = StartupReport {
-            address,
-            balance_wei,
-            low_balance: balance_wei < LOW_BALANCE_WEI,
-        };
-        #[cfg(feature = "tracing")]
-        if report.low_balance {
-            tracing::warn!(
-                settler = %address,
-                balance_wei,
-                "the settler has little ETH for gas: fund it or settlements will fail"
-            );
-        }
-        let settler = EvmSettler {
-            inner: Arc::new(Inner {
-                rpc,
-                key: self.key,
-                chain_id,
-                network: self.network,
-                assets: self.assets,
-                pay_to: self.pay_to,
-                records: self.records,
-                clock: self.clock,
-                domains: DomainCache::default(),
-                nonces: NonceManager::default(),
-                receipt_timeout: self.receipt_timeout,
-                confirmations: self.confirmations,
-                gas_checked: Mutex::default(),
-                in_flight: Mutex::default(),
-                gas_cap: self.gas_cap,
-                min_amount: self.min_amount,
-                standings: PayerStandings::default(),
-                fees: Mutex::default(),
-            }),
-        };
-        Ok((settler, report))
-    }
-}
 
 /// A [`Facilitator`] that settles exact-EVM payments on chain with its own key.
 #[derive(Clone)]
@@ -514,21 +238,7 @@ impl EvmSettler {
         key: SettlerKey,
         network: Network,
     ) -> EvmSettlerBuilder {
-        EvmSettlerBuilder {
-            rpc_url: rpc_url.into(),
-            key,
-            network,
-            assets: Vec::new(),
-            pay_to: Vec::new(),
-            records: Arc::new(MemorySettlementRecords::new()),
-            clock: Arc::new(SystemClock),
-            tls: None,
-            receipt_timeout: DEFAULT_RECEIPT_TIMEOUT,
-            rpc_timeout: DEFAULT_RPC_TIMEOUT,
-            confirmations: 0,
-            gas_cap: DEFAULT_GAS_CAP,
-            min_amount: 1,
-        }
+        EvmSettlerBuilder::new(rpc_url.into(), key, network)
     }
 
     /// The settler's address.
