@@ -56,7 +56,6 @@
 //! is refused at start, naming it.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32};
@@ -64,15 +63,16 @@ use std::time::Duration;
 
 use walletgate::free_tier::{ClientIpResolver, FreeTierQuotas};
 use walletgate::tls::ClientTls;
-use walletgate::x402::ConfigError as X402ConfigError;
 use walletgate::x402::facilitator::{CdpAuth, DevLedger, EvmSettler, FacilitatorAuth};
 use walletgate::x402::server::{
-    AnswerLimits, DEFAULT_ANSWER_STORE_BYTES, PaymentIdentifier, PaymentOption, SignInWithX,
+    AnswerLimits, DEFAULT_ANSWER_STORE_BYTES, PaymentIdentifier, SignInWithX,
 };
-use walletgate::x402::wire::Network;
 use walletgate::{SharedClock, SystemClock};
 
 use crate::catalogue::Catalogue;
+pub(crate) use crate::config_error::{ConfigError, invalid};
+pub(crate) use crate::payment_network::{EvmSettings, PaymentNetwork, SettlerSettings, UptoPlace};
+use crate::payment_network::{payment_network, settler_settings};
 use crate::redis_settings::RedisSettings;
 use crate::shutdown::Draining;
 use crate::upstream::{ApiKey, Fault, OpenAiUpstream, SharedUpstream};
@@ -80,32 +80,6 @@ use crate::upstream::{ApiKey, Fault, OpenAiUpstream, SharedUpstream};
 pub(crate) const DEFAULT_BODY_LIMIT_BYTES: usize = 4 * 1024 * 1024;
 pub(crate) const DEFAULT_UPSTREAM_TIMEOUT_SECS: u64 = 120;
 pub(crate) const DEFAULT_IMAGE_JOB_MILLIS: u64 = 2_000;
-
-/// A configuration value that cannot be used.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub(crate) enum ConfigError {
-    /// An environment variable has an unusable value.
-    Invalid { variable: String, reason: String },
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Invalid { variable, reason } => write!(f, "{variable}: {reason}"),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-/// `variable`'s value cannot be used, for `reason` (never the value: it may be a secret).
-pub(crate) fn invalid(variable: &str, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        variable: variable.to_owned(),
-        reason: reason.into(),
-    }
-}
 
 pub(crate) struct Config {
     pub(crate) listen: SocketAddr,
@@ -190,26 +164,6 @@ pub(crate) struct Config {
     pub(crate) facilitator_upto: Option<alloy_primitives::Address>,
 }
 
-/// walletgate's own settler: where the chain is and which key pays gas.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct SettlerSettings {
-    pub(crate) rpc_url: String,
-    pub(crate) key_file: String,
-    pub(crate) receipt_timeout: Duration,
-    pub(crate) confirmations: u64,
-}
-
-impl fmt::Debug for SettlerSettings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The RPC URL may carry a provider's API key.
-        f.debug_struct("SettlerSettings")
-            .field("key_file", &self.key_file)
-            .field("receipt_timeout", &self.receipt_timeout)
-            .field("confirmations", &self.confirmations)
-            .finish_non_exhaustive()
-    }
-}
-
 /// How paid answers are kept for a resend: each one's bound and retention,
 /// and the in-memory store's total.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -289,123 +243,6 @@ impl Default for PaymentFaults {
             lost_settle_receipts: AtomicU32::new(0),
         }
     }
-}
-
-/// Which rail the gateway quotes, and who settles it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum PaymentNetwork {
-    /// USDC on an EVM network (EIP-3009).
-    Evm(EvmSettings),
-    /// Solana USDC, verified and settled by an x402 facilitator over HTTP.
-    Solana(SolanaSettings),
-}
-
-/// An EVM network's USDC and the facilitator that settles it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct EvmSettings {
-    /// `GATEWAY_NETWORK` as given (`base-sepolia`, `base`, `eip155:<id>`).
-    pub(crate) name: String,
-    pub(crate) network: Network,
-    pub(crate) usdc: String,
-    pub(crate) eip712_name: String,
-    pub(crate) eip712_version: String,
-    /// `GATEWAY_FACILITATOR_URL`; `None`: settled in-process on the
-    /// development ledger (Base Sepolia only).
-    pub(crate) facilitator_url: Option<String>,
-}
-
-impl EvmSettings {
-    /// Base Sepolia USDC (`"USDC"`, `"2"`), on the development ledger.
-    pub(crate) fn base_sepolia() -> Self {
-        Self {
-            name: "base-sepolia".to_owned(),
-            network: Network::base_sepolia(),
-            usdc: walletgate::x402::server::BASE_SEPOLIA_USDC.to_owned(),
-            eip712_name: "USDC".to_owned(),
-            eip712_version: "2".to_owned(),
-            facilitator_url: None,
-        }
-    }
-
-    /// Base mainnet USDC (`"USD Coin"`, `"2"`).
-    fn base() -> Self {
-        Self {
-            name: "base".to_owned(),
-            network: Network::base(),
-            usdc: walletgate::x402::server::BASE_USDC.to_owned(),
-            eip712_name: "USD Coin".to_owned(),
-            ..Self::base_sepolia()
-        }
-    }
-
-    /// The offer of every quote: this USDC paid to `pay_to`.
-    pub(crate) fn option(&self, pay_to: &str) -> Result<PaymentOption, X402ConfigError> {
-        PaymentOption::evm(
-            self.network.clone(),
-            &self.usdc,
-            pay_to,
-            &self.eip712_name,
-            &self.eip712_version,
-        )
-    }
-}
-
-/// Where the metered `upto` offer goes in a chat's 402 (`GATEWAY_UPTO`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum UptoPlace {
-    /// Not offered: the specification's quote.
-    Off,
-    /// After `exact` (the specification's clients sign the first entry).
-    #[default]
-    Second,
-    /// Before `exact`.
-    First,
-}
-
-impl UptoPlace {
-    fn parse(text: &str) -> Option<Self> {
-        match text {
-            "off" => Some(Self::Off),
-            "second" => Some(Self::Second),
-            "first" => Some(Self::First),
-            _ => None,
-        }
-    }
-}
-
-impl Config {
-    /// Where the `upto` offer goes and the facilitator its witness names,
-    /// when it is offered: only where it can settle, which names that
-    /// facilitator: an HTTP facilitator whose `/supported` lists `upto`
-    /// (its `facilitatorAddress`), the on-chain settler (its own key) or
-    /// the development ledger (a fixed address).
-    pub(crate) fn upto_offer(&self) -> Option<(UptoPlace, alloy_primitives::Address)> {
-        let PaymentNetwork::Evm(evm) = &self.network else {
-            return None;
-        };
-        if self.upto == UptoPlace::Off {
-            return None;
-        }
-        let facilitator = match (&evm.facilitator_url, &self.settler, &self.settler_settings) {
-            (Some(_), _, _) => self.facilitator_upto?,
-            (None, Some(settler), _) => settler.address(),
-            (None, None, None) => {
-                walletgate::x402::facilitator::LocalEvmFacilitator::UPTO_FACILITATOR
-            }
-            // A settler configured but not connected (yet): nothing settles `upto`.
-            (None, None, Some(_)) => return None,
-        };
-        Some((self.upto, facilitator))
-    }
-}
-
-/// The Solana variant's settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct SolanaSettings {
-    pub(crate) facilitator_url: String,
-    pub(crate) pay_to: String,
-    /// `extra.feePayer`; `None` until read from the facilitator's `/supported`.
-    pub(crate) fee_payer: Option<String>,
 }
 
 impl Default for Config {
@@ -705,36 +542,6 @@ impl Config {
 
     /// The `sign-in-with-x` option of the paid routes: on, and only when
     /// the public origin is known (never guessed from a request's `Host`).
-    /// MPP's challenges for the gateway at `public_url` (its host is the
-    /// realm), if MPP is on: on by default where payments are EVM.
-    pub(crate) fn mpp(
-        &self,
-        public_url: &str,
-    ) -> Result<Option<walletgate::x402::server::Mpp>, ConfigError> {
-        let evm = matches!(self.network, PaymentNetwork::Evm(_));
-        if !self.mpp.unwrap_or(evm) {
-            return Ok(None);
-        }
-        if !evm {
-            return Err(invalid(
-                "GATEWAY_MPP",
-                "MPP's evm charge needs an EVM network",
-            ));
-        }
-        let realm = public_url
-            .split_once("://")
-            .map_or(public_url, |(_, rest)| rest)
-            .split(['/', '?'])
-            .next()
-            .unwrap_or_default();
-        let mpp = match &self.mpp_key_file {
-            Some(path) => walletgate::x402::server::Mpp::from_key_file(path, realm),
-            None => walletgate::x402::server::Mpp::random(realm),
-        };
-        mpp.map(Some)
-            .map_err(|error| invalid("GATEWAY_MPP_KEY_FILE", error.to_string()))
-    }
-
     pub(crate) fn sign_in_with_x(&self) -> Result<Option<SignInWithX>, ConfigError> {
         if !self.siwx || !self.origin_known {
             return Ok(None);
@@ -775,180 +582,60 @@ impl Config {
     }
 }
 
-/// `GATEWAY_EVM_RPC_URL` + `GATEWAY_SETTLER_KEY_FILE` (both or neither) and
-/// the variables only they make meaningful.
-fn settler_settings(
-    var: &impl Fn(&str) -> Option<String>,
-) -> Result<Option<SettlerSettings>, ConfigError> {
-    let (rpc_url, key_file) = match (var("GATEWAY_EVM_RPC_URL"), var("GATEWAY_SETTLER_KEY_FILE")) {
-        (Some(rpc_url), Some(key_file)) => (rpc_url, key_file),
-        (None, None) => {
-            for variable in ["GATEWAY_RECEIPT_TIMEOUT_SECS", "GATEWAY_CONFIRMATIONS"] {
-                if var(variable).is_some() {
-                    return Err(invalid(
-                        variable,
-                        "is only read with GATEWAY_EVM_RPC_URL and GATEWAY_SETTLER_KEY_FILE",
-                    ));
-                }
-            }
+impl Config {
+    /// MPP's challenges for the gateway at `public_url` (its host is the
+    /// realm), if MPP is on: on by default where payments are EVM.
+    pub(crate) fn mpp(
+        &self,
+        public_url: &str,
+    ) -> Result<Option<walletgate::x402::server::Mpp>, ConfigError> {
+        let evm = matches!(self.network, PaymentNetwork::Evm(_));
+        if !self.mpp.unwrap_or(evm) {
             return Ok(None);
         }
-        (Some(_), None) => {
+        if !evm {
             return Err(invalid(
-                "GATEWAY_SETTLER_KEY_FILE",
-                "is required with GATEWAY_EVM_RPC_URL",
+                "GATEWAY_MPP",
+                "MPP's evm charge needs an EVM network",
             ));
         }
-        (None, Some(_)) => {
-            return Err(invalid(
-                "GATEWAY_EVM_RPC_URL",
-                "is required with GATEWAY_SETTLER_KEY_FILE",
-            ));
-        }
-    };
-    if var("GATEWAY_FACILITATOR_URL").is_some() {
-        return Err(invalid(
-            "GATEWAY_FACILITATOR_URL",
-            "is not read with GATEWAY_EVM_RPC_URL: the gateway settles itself",
-        ));
+        let realm = public_url
+            .split_once("://")
+            .map_or(public_url, |(_, rest)| rest)
+            .split(['/', '?'])
+            .next()
+            .unwrap_or_default();
+        let mpp = match &self.mpp_key_file {
+            Some(path) => walletgate::x402::server::Mpp::from_key_file(path, realm),
+            None => walletgate::x402::server::Mpp::random(realm),
+        };
+        mpp.map(Some)
+            .map_err(|error| invalid("GATEWAY_MPP_KEY_FILE", error.to_string()))
     }
-    let receipt_timeout = match var("GATEWAY_RECEIPT_TIMEOUT_SECS") {
-        None => walletgate::x402::facilitator::evm_settler::DEFAULT_RECEIPT_TIMEOUT,
-        Some(secs) => {
-            Duration::from_secs(secs.parse().ok().filter(|secs| *secs > 0).ok_or_else(|| {
-                invalid(
-                    "GATEWAY_RECEIPT_TIMEOUT_SECS",
-                    "expected a positive number of seconds",
-                )
-            })?)
-        }
-    };
-    let confirmations = match var("GATEWAY_CONFIRMATIONS") {
-        None => 0,
-        Some(count) => count
-            .parse()
-            .map_err(|_| invalid("GATEWAY_CONFIRMATIONS", "expected a number of blocks"))?,
-    };
-    Ok(Some(SettlerSettings {
-        rpc_url,
-        key_file,
-        receipt_timeout,
-        confirmations,
-    }))
-}
 
-/// `GATEWAY_NETWORK` and the variables it reads. A variable the chosen
-/// network would ignore is an error naming it, never silence.
-fn payment_network(
-    var: &impl Fn(&str) -> Option<String>,
-    self_settling: bool,
-) -> Result<PaymentNetwork, ConfigError> {
-    let name = var("GATEWAY_NETWORK").unwrap_or_else(|| "base-sepolia".to_owned());
-    let facilitator_url = var("GATEWAY_FACILITATOR_URL");
-    let only_with = |variable: &str, network: &str| -> Result<(), ConfigError> {
-        match var(variable) {
-            Some(_) => Err(invalid(
-                variable,
-                format!("is only read with GATEWAY_NETWORK={network} (it is {name})"),
-            )),
-            None => Ok(()),
+    /// Where the `upto` offer goes and the facilitator its witness names,
+    /// when it is offered: only where it can settle, which names that
+    /// facilitator: an HTTP facilitator whose `/supported` lists `upto`
+    /// (its `facilitatorAddress`), the on-chain settler (its own key) or
+    /// the development ledger (a fixed address).
+    pub(crate) fn upto_offer(&self) -> Option<(UptoPlace, alloy_primitives::Address)> {
+        let PaymentNetwork::Evm(evm) = &self.network else {
+            return None;
+        };
+        if self.upto == UptoPlace::Off {
+            return None;
         }
-    };
-    if name != "solana" {
-        for variable in ["GATEWAY_SOLANA_PAY_TO", "GATEWAY_SOLANA_FEE_PAYER"] {
-            only_with(variable, "solana")?;
-        }
-    }
-    if !name.starts_with("eip155:") {
-        for variable in [
-            "GATEWAY_USDC_ADDRESS",
-            "GATEWAY_USDC_NAME",
-            "GATEWAY_USDC_VERSION",
-        ] {
-            only_with(variable, "eip155:<id>")?;
-        }
-    }
-    if name == "solana" && self_settling {
-        return Err(invalid(
-            "GATEWAY_EVM_RPC_URL",
-            "settles EVM networks only (it is solana)",
-        ));
-    }
-    if facilitator_url.is_some() || name == "solana" || self_settling {
-        only_with(
-            "GATEWAY_DEV_LEDGER",
-            "base-sepolia without GATEWAY_FACILITATOR_URL",
-        )?;
-    }
-    let mut evm = match name.as_str() {
-        "base-sepolia" => EvmSettings::base_sepolia(),
-        "base" => EvmSettings::base(),
-        "solana" => {
-            only_with(
-                "GATEWAY_PAY_TO",
-                "an EVM network; Solana reads GATEWAY_SOLANA_PAY_TO",
-            )?;
-            let required = |variable: &str| {
-                var(variable)
-                    .ok_or_else(|| invalid(variable, "is required with the solana network"))
-            };
-            return Ok(PaymentNetwork::Solana(SolanaSettings {
-                facilitator_url: required("GATEWAY_FACILITATOR_URL")?,
-                pay_to: required("GATEWAY_SOLANA_PAY_TO")?,
-                fee_payer: var("GATEWAY_SOLANA_FEE_PAYER"),
-            }));
-        }
-        custom if custom.starts_with("eip155:") => {
-            let network = Network::parse(custom)
-                .ok()
-                .filter(|network| network.eip155_chain_id().is_some())
-                .ok_or_else(|| {
-                    invalid(
-                        "GATEWAY_NETWORK",
-                        format!("{custom:?} is not eip155:<chain id>"),
-                    )
-                })?;
-            let required = |variable: &str| {
-                var(variable).ok_or_else(|| {
-                    invalid(
-                        variable,
-                        format!("is required with GATEWAY_NETWORK={custom}"),
-                    )
-                })
-            };
-            EvmSettings {
-                name: custom.to_owned(),
-                network,
-                usdc: required("GATEWAY_USDC_ADDRESS")?,
-                eip712_name: required("GATEWAY_USDC_NAME")?,
-                eip712_version: required("GATEWAY_USDC_VERSION")?,
-                facilitator_url: None,
+        let facilitator = match (&evm.facilitator_url, &self.settler, &self.settler_settings) {
+            (Some(_), _, _) => self.facilitator_upto?,
+            (None, Some(settler), _) => settler.address(),
+            (None, None, None) => {
+                walletgate::x402::facilitator::LocalEvmFacilitator::UPTO_FACILITATOR
             }
-        }
-        other => {
-            return Err(invalid(
-                "GATEWAY_NETWORK",
-                format!(
-                    "unknown network {other:?}; known: base-sepolia, base, solana, eip155:<chain id>"
-                ),
-            ));
-        }
-    };
-    match facilitator_url {
-        Some(url) => evm.facilitator_url = Some(url),
-        // The development ledger funds public keys with Base Sepolia USDC only.
-        None if name != "base-sepolia" && !self_settling => {
-            return Err(invalid(
-                "GATEWAY_FACILITATOR_URL",
-                format!(
-                    "is required with GATEWAY_NETWORK={name}: the development ledger settles Base \
-                     Sepolia USDC only, for publicly known keys"
-                ),
-            ));
-        }
-        None => {}
+            // A settler configured but not connected (yet): nothing settles `upto`.
+            (None, None, Some(_)) => return None,
+        };
+        Some((self.upto, facilitator))
     }
-    Ok(PaymentNetwork::Evm(evm))
 }
 
 /// A positive count from `variable`, if set.
@@ -999,6 +686,7 @@ fn read_key_file(variable: &'static str, path: &str) -> Result<[u8; 32], ConfigE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::payment_network::SolanaSettings;
 
     fn vars(list: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |name| {

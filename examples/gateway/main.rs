@@ -41,6 +41,7 @@ mod catalogue;
 #[path = "../common/cli.rs"]
 mod cli;
 mod config;
+mod config_error;
 #[path = "../common/cors.rs"]
 mod cors;
 mod discovery;
@@ -55,6 +56,7 @@ mod mcp;
 mod metrics_endpoint;
 #[path = "../common/openapi.rs"]
 mod openapi_common;
+mod payment_network;
 mod pipeline;
 #[path = "../common/proxies.rs"]
 mod proxies;

@@ -21,7 +21,8 @@ use walletgate::x402::{
     wire::{AtomicAmount, Network, PaymentPayload, PaymentRequirements, SettleResponse, codec},
 };
 
-use crate::config::{Config, PaymentNetwork, SolanaSettings};
+use crate::config::{Config, PaymentNetwork};
+use crate::payment_network::SolanaSettings;
 use crate::payment_tests::assert_payment_rejection;
 use crate::request::Endpoint;
 use crate::tests::{ENDPOINTS, Server, body, path, serve};
