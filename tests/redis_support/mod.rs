@@ -222,16 +222,11 @@ fn start_for_this_process() -> String {
         dir = dir.display(),
         parent = std::process::id(),
     );
-    // The shell ends after this process (or after 2 hours): nothing to wait for.
-    #[allow(clippy::zombie_processes)]
-    Command::new("sh")
-        .arg("-c")
-        .arg(watched)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("sh to start redis-server (apt-get install -y redis-server)");
+    spawn_watched(
+        &watched,
+        Stdio::null(),
+        "redis-server (apt-get install -y redis-server)",
+    );
     wait_for_port(port);
     format!("redis://127.0.0.1:{port}")
 }
@@ -427,15 +422,7 @@ pub fn shared_cluster_seeds() -> Vec<String> {
                 urls = urls_file.display(),
                 parent = std::process::id(),
             );
-            #[allow(clippy::zombie_processes)]
-            Command::new("sh")
-                .arg("-c")
-                .arg(watched)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("sh to start a Redis Cluster");
+            spawn_watched(&watched, Stdio::inherit(), "a Redis Cluster");
             let deadline = Instant::now() + Duration::from_secs(60);
             while Instant::now() < deadline {
                 if let Ok(urls) = std::fs::read_to_string(&urls_file) {
@@ -527,4 +514,20 @@ impl Drop for Forwarder {
         // Ends every open connection.
         self.point_to(None);
     }
+}
+
+/// Runs `script` (which stops what it started once this process is gone, or
+/// after 2 hours) in `sh`, its standard error to `stderr`; `what` names it
+/// if `sh` cannot start.
+fn spawn_watched(script: &str, stderr: Stdio, what: &str) {
+    // The shell ends after this process (or after 2 hours): nothing to wait for.
+    #[allow(clippy::zombie_processes)]
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap_or_else(|error| panic!("sh to start {what}: {error}"));
 }
