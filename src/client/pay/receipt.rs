@@ -425,6 +425,20 @@ mod tests {
         Receipt::new(offer, Arc::from("header"))
     }
 
+    /// A settlement of development account 1's payment in `0xfeed`.
+    fn settled(amount: Option<AtomicAmount>) -> SettleResponse {
+        SettleResponse {
+            success: true,
+            error_reason: None,
+            error_message: None,
+            payer: Some(DevLedger::DEV_ACCOUNTS[1].into()),
+            transaction: "0xfeed".into(),
+            network: Network::base_sepolia(),
+            amount,
+            extensions: None,
+        }
+    }
+
     /// A metered payment reserves its ceiling in the budget and, once its
     /// settlement is known, costs what was settled; the line says so.
     #[test]
@@ -435,16 +449,7 @@ mod tests {
         policy.authorize(receipt.offer()).unwrap();
         assert_eq!(policy.spent_micros(), Some(3_000), "the ceiling reserved");
         let mut headers = HeaderMap::new();
-        let settled = SettleResponse {
-            success: true,
-            error_reason: None,
-            error_message: None,
-            payer: Some(DevLedger::DEV_ACCOUNTS[1].into()),
-            transaction: "0xfeed".into(),
-            network: Network::base_sepolia(),
-            amount: Some(AtomicAmount::new(1_234)),
-            extensions: None,
-        };
+        let settled = settled(Some(AtomicAmount::new(1_234)));
         headers.insert("payment-response", codec::encode(&settled).parse().unwrap());
         receipt.settle_from_headers(&headers);
         assert_eq!(policy.spent_micros(), Some(1_234));
@@ -461,16 +466,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_streams_final_payment_response_event_is_its_receipt() {
-        let settlement = SettleResponse {
-            success: true,
-            error_reason: None,
-            error_message: None,
-            payer: Some(DevLedger::DEV_ACCOUNTS[1].into()),
-            transaction: "0xfeed".into(),
-            network: Network::base_sepolia(),
-            amount: None,
-            extensions: None,
-        };
+        let settlement = settled(None);
         let event = format!(
             "data: {{\"x\":1}}\n\ndata: [DONE]\n\nevent: {PAYMENT_RESPONSE_EVENT}\r\ndata: {}\n\n",
             codec::encode(&settlement)

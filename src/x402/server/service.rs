@@ -265,7 +265,7 @@ fn mpp_refused(
     problem: super::mpp::Problem,
     detail: Option<&str>,
 ) -> Response<Bytes> {
-    let (code, status, _) = problem.parts();
+    let (code, _, _) = problem.parts();
     trace_decision!(
         INFO,
         "x402",
@@ -276,7 +276,6 @@ fn mpp_refused(
     );
     payment_outcome("refused");
     metrics::count(metrics::X402_REFUSALS_TOTAL, [("code", code)]);
-    let _ = status;
     let challenges = mpp_challenges(config, quote.required());
     super::mpp::problem_response(problem, detail, &challenges, |headers| {
         write_quote_headers(headers, quote.required());
