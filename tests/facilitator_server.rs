@@ -936,9 +936,11 @@ async fn two_replicas_share_one_settler_key(cluster: bool) {
     let prefix = redis_support::unique_prefix("facilitator-replicas");
     let redis = redis_args(cluster, &prefix);
     let redis: Vec<&str> = redis.iter().map(String::as_str).collect();
+    let logs = [0, 1].map(|n| key_file.with_file_name(format!("replica-{n}.log")));
+    let log_to = |n: usize| Stdio::from(std::fs::File::create(&logs[n]).unwrap());
     let replicas = [
-        spawn_facilitator(&chain, &key_file, pay_to, &redis, Stdio::inherit(), "warn"),
-        spawn_facilitator(&chain, &key_file, pay_to, &redis, Stdio::inherit(), "warn"),
+        spawn_facilitator(&chain, &key_file, pay_to, &redis, log_to(0), "debug"),
+        spawn_facilitator(&chain, &key_file, pay_to, &redis, log_to(1), "debug"),
     ];
     for (_, url) in &replicas {
         let (status, _, _) = exchange("GET", &format!("{url}/readyz"), &[], None).await;
@@ -985,6 +987,20 @@ async fn two_replicas_share_one_settler_key(cluster: bool) {
         (31, 31),
         "the settler's nonce advanced by exactly 31, nothing left waiting"
     );
+    drop(replicas);
+    let key = std::fs::read_to_string(&key_file).unwrap();
+    let key = key.trim().trim_start_matches("0x");
+    for log in &logs {
+        let text = std::fs::read_to_string(log).unwrap();
+        assert!(
+            text.contains("settled"),
+            "the replica logged its settlements"
+        );
+        assert!(
+            !text.to_ascii_lowercase().contains(key),
+            "a replica logged its settler key"
+        );
+    }
 }
 
 #[tokio::test]
