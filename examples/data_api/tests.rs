@@ -278,7 +278,7 @@ fn session_cookie(headers: &HeaderMap) -> String {
     assert!(
         cookies
             .iter()
-            .all(|cookie| cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"))
+            .all(|cookie| cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"))
     );
     cookies
         .iter()
