@@ -107,6 +107,9 @@ mod mpp_chain_tests;
 #[cfg(test)]
 mod mpp_tests;
 #[cfg(test)]
+#[path = "../common/node.rs"]
+mod node;
+#[cfg(test)]
 mod offer_receipt_tests;
 #[cfg(test)]
 mod payment_tests;
