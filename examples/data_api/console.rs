@@ -12,23 +12,15 @@
 //! OpenAPI description does not list it.
 
 use axum::Router;
-use axum::response::IntoResponse;
 use axum::routing::get;
-use http::{HeaderValue, header};
 
 use crate::config::Config;
+use crate::page::{answer, escape, shared_routes};
 
 /// Where the page lives.
 pub(crate) const PATH: &str = "/console";
 
-/// Only this origin's script, style, images and calls; no inline script or
-/// style, no framing, forms posting only here.
-pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
-     style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; \
-     form-action 'self'; frame-ancestors 'none'";
-
 const HTML: &str = include_str!("console/index.html");
-const CSS: &str = include_str!("console/console.css");
 const SCRIPT: &str = include_str!("console/console.js");
 
 /// The page's three files, public (no API key: the page asks for it).
@@ -40,13 +32,10 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>(config: &Config) -> Route
             get(move || async move { answer("text/html; charset=utf-8", html) }),
         )
         .route(
-            "/console/console.css",
-            get(|| async { answer("text/css; charset=utf-8", CSS.to_owned()) }),
-        )
-        .route(
             "/console/console.js",
             get(|| async { answer("text/javascript; charset=utf-8", SCRIPT.to_owned()) }),
         )
+        .merge(shared_routes())
 }
 
 /// The HTML with the server's SIWE settings in `data-` attributes, which
@@ -55,37 +44,6 @@ fn page(config: &Config) -> String {
     HTML.replace("{{siwe-domain}}", &escape(&config.siwe_domain))
         .replace("{{siwe-uri}}", &escape(&config.siwe_uri))
         .replace("{{siwe-chain-id}}", &config.siwe_chain_id.to_string())
-}
-
-/// Text safe inside a double-quoted HTML attribute.
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('"', "&quot;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-fn answer(content_type: &'static str, body: String) -> impl IntoResponse {
-    (
-        [
-            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
-            (
-                header::CONTENT_SECURITY_POLICY,
-                HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-            ),
-            (
-                header::X_CONTENT_TYPE_OPTIONS,
-                HeaderValue::from_static("nosniff"),
-            ),
-            (
-                header::REFERRER_POLICY,
-                HeaderValue::from_static("no-referrer"),
-            ),
-            // A shown token lives in the page only: no copy in a cache.
-            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
-        ],
-        body,
-    )
 }
 
 #[cfg(test)]
@@ -97,14 +55,6 @@ mod tests {
     fn config() -> Config {
         let address: SocketAddr = "127.0.0.1:8080".parse().unwrap();
         Config::for_origin(address, "http://127.0.0.1:8080").unwrap()
-    }
-
-    #[test]
-    fn the_policy_allows_no_inline_script_and_nothing_from_elsewhere() {
-        assert!(!CONTENT_SECURITY_POLICY.contains("unsafe-inline"));
-        assert!(!CONTENT_SECURITY_POLICY.contains("unsafe-eval"));
-        assert!(CONTENT_SECURITY_POLICY.contains("script-src 'self';"));
-        assert!(CONTENT_SECURITY_POLICY.contains("frame-ancestors 'none'"));
     }
 
     #[test]
@@ -120,7 +70,7 @@ mod tests {
         assert!(!html.contains("secret-key-never-in-the-page"));
         // Scripts only by URL, never inline; no handler attributes.
         assert_eq!(html.matches("<script").count(), 1);
-        assert!(html.contains("<script src=\"/console/console.js\""));
+        assert!(html.contains("<script type=\"module\" src=\"/console/console.js\">"));
         let handler_attribute = html.split(" on").skip(1).any(|rest| {
             let name_len = rest.bytes().take_while(u8::is_ascii_lowercase).count();
             name_len > 0 && rest.as_bytes().get(name_len) == Some(&b'=')

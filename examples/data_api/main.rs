@@ -45,6 +45,8 @@ mod node;
 mod openapi;
 #[path = "../common/openapi.rs"]
 mod openapi_common;
+#[path = "../common/page.rs"]
+mod page;
 mod protected_resource;
 #[path = "../common/proxies.rs"]
 mod proxies;

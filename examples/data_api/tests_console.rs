@@ -8,8 +8,8 @@ use super::{
     API_KEY, DEV_KEY_0, DEV_WALLET_0, START, Server, serve_logged, start, start_configured,
 };
 use crate::config::Config;
-use crate::console::CONTENT_SECURITY_POLICY;
 use crate::node::node_json;
+use crate::page::CONTENT_SECURITY_POLICY;
 use http::{Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::json;
@@ -36,6 +36,7 @@ async fn the_console_is_served_without_a_key_under_a_strict_policy() {
         ("/console", "text/html; charset=utf-8"),
         ("/console/console.css", "text/css; charset=utf-8"),
         ("/console/console.js", "text/javascript; charset=utf-8"),
+        ("/console/shared.js", "text/javascript; charset=utf-8"),
     ] {
         let (status, headers, body) = server.page(path).await;
         assert_eq!(status, StatusCode::OK, "{path}");

@@ -5,9 +5,9 @@
 // new token) live in this page's memory and DOM only: never in storage,
 // never logged. All text from the server or the wallet goes in as text
 // (textContent), never as HTML.
-"use strict";
+import { WalletError, account, ensureChain, hex, jsonOf, wallet } from "/console/shared.js";
 
-(() => {
+{
   const STATEMENT = "Sign in to the walletgate data API console.";
   const main = document.getElementById("console");
   const byId = (id) => document.getElementById(id);
@@ -26,15 +26,6 @@
       this.code = code;
       this.retryAfter = retryAfter;
       this.sessionRoute = sessionRoute;
-    }
-  }
-
-  /** A refusal of the wallet (EIP-1193 error codes), or no wallet at all. */
-  class WalletError extends Error {
-    constructor(code, message, kind) {
-      super(message);
-      this.code = code;
-      this.kind = kind;
     }
   }
 
@@ -66,7 +57,7 @@
         case "no-wallet":
           return "No wallet (NO_WALLET): this page needs a browser wallet that provides window.ethereum (EIP-1193).";
         case "wrong-network":
-          return `Wrong network (EIP-1193 code ${error.code ?? "none"}): ${error.message}`;
+          return `Wrong network (EIP-1193 code ${error.code ?? "none"}): ${error.message} Switch networks in your wallet and sign in again.`;
         default:
           if (error.code === 4001) {
             return `Wallet refused (EIP-1193 code 4001): ${error.message} Nothing was signed or sent; nothing changed.`;
@@ -96,13 +87,7 @@
       credentials: "same-origin",
       cache: "no-store",
     });
-    const text = await response.text();
-    let json = null;
-    try {
-      json = text ? JSON.parse(text) : null;
-    } catch {
-      json = null;
-    }
+    const json = await jsonOf(response);
     if (!response.ok) {
       const detail = json && json.error ? json.error : {};
       const sessionRoute = path.startsWith("/api/v2/auth/tokens") || path.startsWith("/api/v2/auth/session");
@@ -115,19 +100,6 @@
       );
     }
     return json;
-  }
-
-  /** One EIP-1193 request to the injected wallet. */
-  async function wallet(method, params) {
-    const ethereum = window.ethereum;
-    if (!ethereum || typeof ethereum.request !== "function") {
-      throw new WalletError(undefined, "no wallet", "no-wallet");
-    }
-    try {
-      return await ethereum.request(params === undefined ? { method } : { method, params });
-    } catch (error) {
-      throw new WalletError(error && error.code, (error && error.message) || String(error));
-    }
   }
 
   /** The EIP-4361 text of `fields`, laid out as the server rebuilds it. */
@@ -146,32 +118,9 @@
     ].join("\n");
   }
 
-  /** UTF-8 bytes as 0x-hex, what personal_sign takes. */
-  function toHex(text) {
-    const bytes = new TextEncoder().encode(text);
-    return "0x" + Array.from(bytes, (byte) => byte.toString(16).padStart(2, "0")).join("");
-  }
-
-  /** Asks the wallet to be on the server's chain; a refusal is "wrong network". */
-  async function ensureChain() {
-    const current = parseInt(await wallet("eth_chainId"), 16);
-    if (current === siwe.chainId) return;
-    try {
-      await wallet("wallet_switchEthereumChain", [{ chainId: "0x" + siwe.chainId.toString(16) }]);
-    } catch (error) {
-      throw new WalletError(
-        error.code,
-        `your wallet is on chain ${current}; this server signs in on chain ${siwe.chainId}, and the wallet did not switch (${error.message}). Switch networks in your wallet and sign in again.`,
-        "wrong-network",
-      );
-    }
-  }
-
   async function signIn() {
-    const accounts = await wallet("eth_requestAccounts");
-    const address = accounts && accounts[0];
-    if (!address) throw new WalletError(undefined, "the wallet shared no account.");
-    await ensureChain();
+    const address = await account();
+    await ensureChain(siwe.chainId, "this server signs in");
     const { nonce } = await call("POST", "/api/v2/auth/siwe/nonce");
     const fields = {
       domain: siwe.domain,
@@ -186,7 +135,8 @@
     const text = siweText(fields);
     byId("siwe-message").textContent = text;
     byId("siwe").hidden = false;
-    const signature = await wallet("personal_sign", [toHex(text), address]);
+    // personal_sign takes the UTF-8 bytes as hex.
+    const signature = await wallet("personal_sign", [hex(new TextEncoder().encode(text)), address]);
     const signedIn = await call("POST", "/api/v2/auth/siwe/verify", { message: fields, signature });
     setSignedIn(signedIn.address);
     await loadTokens();
@@ -325,4 +275,4 @@
     event.preventDefault();
     run(event.submitter || byId("create-token").querySelector("button"), createToken);
   });
-})();
+}
