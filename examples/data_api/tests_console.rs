@@ -191,6 +191,14 @@ async fn the_console_in_a_browser_signs_in_manages_a_token_and_shows_the_quota()
     let mut config = Config::for_origin(address, &origin).unwrap();
     config.api_key = Some(API_KEY.to_owned());
     let log_path = serve_logged(listener, &config, "console");
+    // A second server whose key allows two requests a minute.
+    let limited = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let limited_address = limited.local_addr().unwrap();
+    let limited_origin = format!("http://{limited_address}");
+    let mut limited_config = Config::for_origin(limited_address, &limited_origin).unwrap();
+    limited_config.api_key = Some(API_KEY.to_owned());
+    limited_config.key_per_minute = std::num::NonZeroU32::new(2).unwrap();
+    let limited_log = serve_logged(limited, &limited_config, "console-quota");
 
     let seen = node_json(
         "console",
@@ -202,6 +210,8 @@ async fn the_console_in_a_browser_signs_in_manages_a_token_and_shows_the_quota()
             ("DATA_API_KEY", API_KEY.to_owned()),
             ("WALLET_KEY", format!("0x{DEV_KEY_0}")),
             ("SIWE_CHAIN_ID", config.siwe_chain_id.to_string()),
+            ("QUOTA_URL", limited_origin),
+            ("QUOTA_PER_MINUTE", "2".to_owned()),
         ],
         None,
         Duration::from_secs(120),
@@ -209,6 +219,7 @@ async fn the_console_in_a_browser_signs_in_manages_a_token_and_shows_the_quota()
     .await;
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     let _ = std::fs::remove_file(&log_path);
+    let _ = std::fs::remove_file(&limited_log);
 
     assert_eq!(seen["pageStatus"], 200, "{seen}");
     let csp = seen["csp"].as_str().unwrap();
@@ -293,6 +304,19 @@ async fn the_console_in_a_browser_signs_in_manages_a_token_and_shows_the_quota()
     assert_eq!(
         seen["afterReload"],
         json!({"tokenInPage": false, "localStorage": 0, "sessionStorage": 0, "apiKeyField": "empty"})
+    );
+    // An expired session and a spent quota, in words with their codes.
+    let expired = seen["expiredError"].as_str().unwrap();
+    assert!(
+        expired.starts_with("Session expired or missing: sign in again: ")
+            && expired.ends_with("(HTTP 401, code 16)"),
+        "{expired}"
+    );
+    assert_eq!(seen["signInShownAfterExpiry"], true);
+    let spent = seen["quotaError"].as_str().unwrap();
+    assert!(
+        spent.starts_with("Quota exhausted: ") && spent.contains("(HTTP 429, code 8) Retry in "),
+        "{spent}"
     );
     assert_eq!(seen["signOutNotice"], "Signed out.");
     assert_eq!(seen["cookiesAfterSignOut"], 0);

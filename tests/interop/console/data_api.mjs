@@ -3,11 +3,12 @@
 // create a token with read:favorites (its label an HTML payload, shown as
 // text); copy it; use it the SDK's way (exchange, then favorites); a
 // cross-site form post is refused; revoke it on the page and see the
-// exchange refused; a reload forgets it; sign out; axe-core finds no A/AA
-// violation. Prints one JSON line of findings (no secret in it).
+// exchange refused; a reload forgets it; an expired session and a spent
+// quota are named; sign out; axe-core finds no A/AA violation. Prints one JSON line of findings (no secret in it).
 //
 // Environment: DATA_API_URL (the server's origin), DATA_API_KEY, WALLET_KEY
-// (the test wallet's key: a public development key), SIWE_CHAIN_ID.
+// (the test wallet's key: a public development key), SIWE_CHAIN_ID; and
+// QUOTA_URL, a second server whose key allows QUOTA_PER_MINUTE requests.
 
 import { createServer } from "node:http";
 import { axeViolations, click, fill, launch, openWithWallet, scriptedWallet, textWhen } from "./wallet.mjs";
@@ -169,14 +170,36 @@ try {
   );
   out.afterReload.apiKeyField = out.afterReload.apiKeyField === "" ? "empty" : "filled";
 
-  // Sign in again, then sign out.
+  // Sign in again; a session the server no longer knows (as once it expired) is named.
   await fill(page, "textbox", "API key", apiKey);
+  await click(page, "button", "Sign in");
+  await textWhen(page, "#session-state", (text) => text.startsWith("Signed in"));
+  await page.setCookie({ name: "access_token", value: "expired", url: origin, httpOnly: true, sameSite: "Strict" });
+  await fill(page, "textbox", "Label", "after expiry");
+  await click(page, "button", "Create");
+  out.expiredError = await textWhen(page, "#error", (text) => text !== "");
+  out.signInShownAfterExpiry = await page.$eval("#sign-in", (e) => !e.hidden);
+
+  // Sign in again, then sign out.
   await click(page, "button", "Sign in");
   await textWhen(page, "#session-state", (text) => text.startsWith("Signed in"));
   await click(page, "button", "Sign out");
   out.signOutNotice = await textWhen(page, "#notice", (text) => text === "Signed out.");
   out.cookiesAfterSignOut = (await cookieFlags(page)).length;
   out.alertsAtEnd = seen.dialogs;
+
+  // A key whose quota is spent (a server allowing QUOTA_PER_MINUTE): named, with when to retry.
+  if (process.env.QUOTA_URL) {
+    const limited = await chromium.browser.newPage();
+    await limited.goto(`${process.env.QUOTA_URL}/console`, { waitUntil: "load" });
+    await fill(limited, "textbox", "API key", apiKey);
+    for (let click_ = 0; click_ <= Number(process.env.QUOTA_PER_MINUTE); click_ += 1) {
+      await click(limited, "button", "Refresh quota");
+      await limited.waitForFunction(() => !document.getElementById("refresh-quota").disabled);
+    }
+    out.quotaError = await textWhen(limited, "#error", (text) => text !== "");
+    await limited.close();
+  }
 } finally {
   await chromium.close();
 }
