@@ -16,10 +16,13 @@ use crate::config::Config;
 use crate::node::node_json;
 use crate::page::CONTENT_SECURITY_POLICY;
 use crate::tests::{Reply, Server};
+use walletgate::free_tier::FreeTierQuotas;
 
 /// Public Hardhat/Anvil development key #2 (funded on the development ledger).
 const DEV_KEY_2: &str = "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a";
 const DEV_WALLET_2: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
+/// Free chats per client IP in the test's window.
+const FREE_PER_WINDOW: u32 = 2;
 const BROWSER_ACCEPT: &str = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
 
 async fn get_root(server: &Server, accept: Option<&str>) -> Reply {
@@ -75,7 +78,11 @@ fn listed_prices(openapi: &Value) -> BTreeMap<String, String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_page_in_a_browser_lists_every_price_and_pays_one_chat_with_the_wallet() {
-    let server = Server::start(Config::default()).await;
+    let server = Server::start(Config {
+        free_tier: FreeTierQuotas::new(FREE_PER_WINDOW, 300).unwrap(),
+        ..Config::default()
+    })
+    .await;
     let before = server.balance(DEV_WALLET_2);
     assert_eq!(before, DevLedger::DEV_ACCOUNT_FUNDS);
     let seen = node_json(
@@ -90,6 +97,9 @@ async fn the_page_in_a_browser_lists_every_price_and_pays_one_chat_with_the_wall
             ("PAID_MODEL", "xai/grok-code-fast".to_owned()),
             // Mainnet: the offer is on Base Sepolia (84532), so the wallet must switch.
             ("START_CHAIN_ID", "1".to_owned()),
+            ("FREE_PER_WINDOW", FREE_PER_WINDOW.to_string()),
+            // A valid key no ledger account holds funds for.
+            ("POOR_WALLET_KEY", format!("0x{}", "11".repeat(32))),
         ],
         None,
         Duration::from_secs(120),
@@ -184,6 +194,29 @@ async fn the_page_in_a_browser_lists_every_price_and_pays_one_chat_with_the_wall
     assert!(amount > 0);
     assert_eq!(server.ledger.settlements(), 1);
     assert_eq!(server.balance(DEV_WALLET_2), before - amount);
+
+    // The free tier spent and a wallet without funds, in words with their codes.
+    let spent = seen["freeTierSpent"]["error"].as_str().unwrap();
+    assert!(
+        spent.starts_with("Free tier exhausted: ")
+            && spent.ends_with("(HTTP 429, code FREE_TIER_RATE_LIMITED)"),
+        "{spent}"
+    );
+    let poor = seen["noFunds"]["error"].as_str().unwrap();
+    assert!(
+        poor.starts_with("Insufficient funds: ")
+            && poor.ends_with("(HTTP 402, code PAYMENT_UNFUNDED)"),
+        "{poor}"
+    );
+    assert_eq!(
+        seen["noFundsAsked"].as_array().unwrap().last().unwrap(),
+        "eth_signTypedData_v4"
+    );
+    assert_eq!(
+        server.ledger.settlements(),
+        1,
+        "the refused payment moved nothing"
+    );
     assert_eq!(seen["alerts"], 0);
     assert_eq!(seen["violations"], json!([]));
     assert!(

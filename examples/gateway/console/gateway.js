@@ -20,10 +20,14 @@ import { WalletError, account, ensureChain, hex, jsonOf, wallet } from "/console
     }
   }
 
+  // The gateway's codes (walletgate::envelope::ErrorCode) a person meets here.
   const HEADLINES = {
     FREE_TIER_RATE_LIMITED: "Free tier exhausted",
-    INSUFFICIENT_FUNDS: "Insufficient funds",
-    PAYMENT_REQUIRED: "Payment required",
+    PAYMENT_UNFUNDED: "Insufficient funds",
+    PAYMENT_INVALID: "Payment refused",
+    PAYMENT_REPLAY: "Payment already used",
+    PAYMENT_VERIFICATION_UNAVAILABLE: "Payment service unavailable",
+    RATE_LIMITED: "Model busy",
   };
 
   /** The error in words, with its code. */

@@ -2,12 +2,14 @@
 // wallet: the price table, axe-core, a free model answering without the
 // wallet, a wallet that will not switch chains (nothing signed or sent), a
 // refused signature (nothing sent), then a paid chat from a wallet on
-// another chain: switched, signed, answered, the receipt shown. Prints one
+// another chain: switched, signed, answered, the receipt shown; then the
+// free tier spent and a wallet without funds, named. Prints one
 // JSON line of findings (no key or signature in it); the Rust test checks
 // the ledger.
 //
 // Environment: GATEWAY_URL, WALLET_KEY (a public development key),
-// FREE_MODEL, PAID_MODEL, START_CHAIN_ID (the chain the wallet starts on).
+// FREE_MODEL, PAID_MODEL, START_CHAIN_ID (the chain the wallet starts on),
+// FREE_PER_WINDOW (the free tier's allowance), POOR_WALLET_KEY (unfunded).
 
 import { axeViolations, click, fill, launch, openWithWallet, scriptedWallet, textWhen } from "./wallet.mjs";
 
@@ -86,8 +88,19 @@ try {
   );
   out.payer = wallet.account.address;
   out.axeAfterPaying = await axeViolations(page);
+  // The free tier spent (FREE_PER_WINDOW free chats per client IP): named.
+  for (let sent = 1; sent <= Number(process.env.FREE_PER_WINDOW); sent += 1) {
+    out.freeTierSpent = await send(page, process.env.FREE_MODEL, "hello again");
+  }
   out.alerts = seen.dialogs;
   out.violations = await page.evaluate(() => window.__violations);
+
+  // A wallet with no funds on the ledger: signed, refused, named.
+  const poor = scriptedWallet(process.env.POOR_WALLET_KEY, { chainId: 84532 });
+  const { page: poorPage } = await openWithWallet(chromium.browser, poor);
+  await poorPage.goto(`${origin}/`, { waitUntil: "load" });
+  out.noFunds = await send(poorPage, process.env.PAID_MODEL, "hello paid");
+  out.noFundsAsked = poor.state.asked;
 } finally {
   await chromium.close();
 }
