@@ -24,7 +24,7 @@ use walletgate::x402::wire::{
 };
 
 use chain_support::{
-    Hostility, ProxyMode, RpcProxy, UPTO_PROXY, USDC, approve_permit2, balance,
+    Hostility, ProxyMode, RpcProxy, SendFault, UPTO_PROXY, USDC, approve_permit2, balance,
     deploy_erc1271_wallet, deploy_hostile_wallet, fresh_payer_key, mint, private_chain, rpc,
     set_eth_balance, shared_rpc_url, transaction_count,
 };
@@ -1147,4 +1147,265 @@ async fn a_pending_upto_settlement_still_answers_after_its_deadline_nearly_passe
     assert_eq!(Some(settled.transaction.as_str()), pending.transaction());
     assert_eq!(balance(&rpc, setup.pay_to).await, units(2_500));
     assert_eq!(settler_nonce(&setup).await, 1, "sent once");
+}
+
+/// A settler reaching the chain through `proxy`, its startup report, and
+/// the same setup as [`settler_at`].
+async fn settler_through(
+    chain: &str,
+    proxy: &RpcProxy,
+    sync_send: bool,
+) -> (
+    Setup,
+    walletgate::x402::facilitator::evm_settler::StartupReport,
+) {
+    let key = fresh_key();
+    set_eth_balance(chain, key.address(), ONE_ETH).await;
+    let records = Arc::new(MemorySettlementRecords::new());
+    let (settler, report) = EvmSettler::builder(proxy.url(), key, Network::base_sepolia())
+        .with_asset(USDC)
+        .with_records(records.clone())
+        .with_receipt_timeout(Duration::from_secs(10))
+        .with_block_poll_interval(Duration::from_millis(50))
+        .with_sync_send(sync_send)
+        .connect()
+        .await
+        .unwrap();
+    let pay_to = Payer::from_key(fresh_payer_key().0)
+        .unwrap()
+        .address_bytes();
+    let setup = Setup {
+        rpc: chain.to_owned(),
+        settler,
+        records,
+        pay_to,
+    };
+    (setup, report)
+}
+
+/// `count` payments to `setup.pay_to` from freshly funded payers.
+async fn funded_payments(setup: &Setup, count: usize) -> Vec<(FacilitatorRequest, Address)> {
+    let mut payments = Vec::new();
+    for _ in 0..count {
+        payments.push(funded_payment(&setup.rpc, setup.pay_to, 1_000_000).await);
+    }
+    payments
+}
+
+/// `payments` settled at once, each in its own task.
+fn settle_all(
+    setup: &Arc<Setup>,
+    payments: Vec<(FacilitatorRequest, Address)>,
+) -> Vec<tokio::task::JoinHandle<Settled>> {
+    payments
+        .into_iter()
+        .map(|(request, from)| {
+            let setup = setup.clone();
+            tokio::spawn(async move {
+                let answer = setup.settler.settle(&request).await;
+                (answer, request, from)
+            })
+        })
+        .collect()
+}
+
+/// One settlement's answer, its payment and its payer.
+type Settled = (
+    Result<SettleResponse, walletgate::x402::facilitator::FacilitatorError>,
+    FacilitatorRequest,
+    Address,
+);
+
+/// `count` funded payments to `setup.pay_to`, settled at once: each answer and payer.
+async fn settle_at_once(setup: &Arc<Setup>, count: usize) -> Vec<Settled> {
+    let payments = funded_payments(setup, count).await;
+    let mut answers = Vec::new();
+    for task in settle_all(setup, payments) {
+        answers.push(task.await.unwrap());
+    }
+    answers
+}
+
+/// The settler's pending and mined nonce counts agree: nothing waits in the pool.
+async fn no_transaction_left_waiting(setup: &Setup) {
+    let address = setup.settler.address();
+    let mined = transaction_count(&setup.rpc, address).await;
+    let pending = rpc(
+        &setup.rpc,
+        "eth_getTransactionCount",
+        json!([address, "pending"]),
+    )
+    .await;
+    assert_eq!(
+        pending,
+        json!(format!("{mined:#x}")),
+        "a transaction of the settler still waits in the pool (a nonce gap)"
+    );
+}
+
+#[tokio::test]
+async fn settlements_sent_at_once_use_the_nodes_sync_send_and_one_estimate_each() {
+    let rpc = shared_rpc_url();
+    let proxy = RpcProxy::start(&rpc).await;
+    let (setup, report) = settler_through(&rpc, &proxy, true).await;
+    assert!(report.sync_send, "anvil offers eth_sendRawTransactionSync");
+    let setup = Arc::new(setup);
+    let answers = settle_at_once(&setup, 8).await;
+    for (answer, _, from) in &answers {
+        assert!(answer.as_ref().unwrap().success, "{answer:?}");
+        assert_eq!(balance(&rpc, *from).await, units(1_000_000 - PRICE));
+    }
+    assert_eq!(balance(&rpc, setup.pay_to).await, units(8 * PRICE));
+    assert_eq!(settler_nonce(&setup).await, 8);
+    // The estimate is the simulation; the receipt comes with the send.
+    assert_eq!(proxy.calls("eth_estimateGas"), 8);
+    assert_eq!(
+        proxy.calls("eth_sendRawTransactionSync"),
+        8 + 1,
+        "8 and the probe"
+    );
+    assert_eq!(proxy.calls("eth_call"), 0);
+    assert_eq!(proxy.calls("eth_getTransactionReceipt"), 0);
+    assert_eq!(proxy.calls("eth_sendRawTransaction"), 0);
+}
+
+#[tokio::test]
+async fn without_sync_send_one_block_watch_reads_the_receipts_and_falls_back_to_a_batch() {
+    // One block a second: the settlements wait together for the next one.
+    let chain = private_chain();
+    rpc(&chain, "evm_setAutomine", json!([false])).await;
+    rpc(&chain, "evm_setIntervalMining", json!([1])).await;
+    for block_receipts in [true, false] {
+        let proxy = RpcProxy::start(&chain).await;
+        proxy.pretend_unsupported("eth_sendRawTransactionSync");
+        if !block_receipts {
+            proxy.pretend_unsupported("eth_getBlockReceipts");
+        }
+        let (setup, report) = settler_through(&chain, &proxy, true).await;
+        assert!(!report.sync_send, "detected once at start");
+        let setup = Arc::new(setup);
+        let answers = settle_at_once(&setup, 6).await;
+        for (answer, _, from) in &answers {
+            assert!(answer.as_ref().unwrap().success, "{answer:?}");
+            assert_eq!(balance(&chain, *from).await, units(1_000_000 - PRICE));
+        }
+        assert_eq!(settler_nonce(&setup).await, 6);
+        assert_eq!(proxy.calls("eth_sendRawTransaction"), 6);
+        let (by_block, one_by_one) = (
+            proxy.calls("eth_getBlockReceipts"),
+            proxy.calls("eth_getTransactionReceipt"),
+        );
+        if block_receipts {
+            assert!(by_block >= 1, "the watch reads blocks");
+            // At most the first look, before any block was read, asks for each.
+            assert!(one_by_one <= 6, "{one_by_one} receipts read one by one");
+        } else {
+            assert_eq!(by_block, 1, "asked once, then never again");
+            assert!(one_by_one >= 6, "batched receipt reads instead");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_transaction_the_node_dropped_is_sent_again_when_the_chain_stalls_on_it() {
+    let chain = private_chain();
+    let proxy = RpcProxy::start(&chain).await;
+    // The block watch's own rule, without sync sends.
+    let (setup, _) = settler_through(&chain, &proxy, false).await;
+    let setup = Arc::new(setup);
+    let payments = funded_payments(&setup, 3).await;
+    rpc(&chain, "evm_setAutomine", json!([false])).await;
+    let settling = settle_all(&setup, payments.clone());
+    let address = setup.settler.address();
+    let pooled = |content: &serde_json::Value| {
+        content["pending"][address.to_checksum(None)]
+            .as_object()
+            .or_else(|| content["pending"][format!("{address:#x}")].as_object())
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut first = None;
+    for _ in 0..100 {
+        let content = rpc(&chain, "txpool_content", json!([])).await;
+        let pool = pooled(&content);
+        if pool.len() == 3 {
+            first = pool["0"]["hash"].as_str().map(str::to_owned);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let first = first.expect("three settlement transactions in the pool");
+    rpc(&chain, "anvil_dropTransaction", json!([first])).await;
+    // Blocks go by: empty while the chain waits for nonce 0, then the watch sends it again.
+    for _ in 0..60 {
+        rpc(&chain, "evm_mine", json!([])).await;
+        if settling.iter().all(tokio::task::JoinHandle::is_finished) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    for task in settling {
+        let (settled, _, _) = task.await.unwrap();
+        assert!(settled.as_ref().unwrap().success, "{settled:?}");
+    }
+    rpc(&chain, "evm_setAutomine", json!([true])).await;
+    for (_, from) in &payments {
+        assert_eq!(balance(&chain, *from).await, units(1_000_000 - PRICE));
+    }
+    assert_eq!(balance(&chain, setup.pay_to).await, units(3 * PRICE));
+    assert_eq!(settler_nonce(&setup).await, 3);
+    no_transaction_left_waiting(&setup).await;
+}
+
+#[tokio::test]
+async fn a_send_refused_mid_batch_is_unavailable_moves_nothing_and_leaves_no_gap() {
+    let rpc = shared_rpc_url();
+    let proxy = RpcProxy::start(&rpc).await;
+    let (setup, _) = settler_through(&rpc, &proxy, true).await;
+    let setup = Arc::new(setup);
+    proxy.fault_send(2, SendFault::Refuse("txpool is full".into()));
+    let answers = settle_at_once(&setup, 5).await;
+    let mut refused = Vec::new();
+    for (answer, request, from) in answers {
+        match answer {
+            Ok(settled) => {
+                assert!(settled.success, "{settled:?}");
+                assert_eq!(balance(&rpc, from).await, units(1_000_000 - PRICE));
+            }
+            Err(error) => {
+                assert_eq!(error.kind(), &FacilitatorErrorKind::Unavailable, "{error}");
+                assert!(error.to_string().contains("txpool is full"), "{error}");
+                assert_eq!(balance(&rpc, from).await, units(1_000_000), "nothing moved");
+                refused.push((request, from));
+            }
+        }
+    }
+    assert_eq!(refused.len(), 1, "one send refused");
+    no_transaction_left_waiting(&setup).await;
+    // Sent again, it lands, once.
+    let (request, from) = refused.pop().unwrap();
+    assert!(setup.settler.settle(&request).await.unwrap().success);
+    assert_eq!(balance(&rpc, from).await, units(1_000_000 - PRICE));
+    assert_eq!(balance(&rpc, setup.pay_to).await, units(5 * PRICE));
+    no_transaction_left_waiting(&setup).await;
+    // Five transfers, and at most one zero-value filler of the refused nonce.
+    let nonce = settler_nonce(&setup).await;
+    assert!((5..=6).contains(&nonce), "{nonce} transactions");
+}
+
+#[tokio::test]
+async fn a_connection_cut_between_send_and_answer_settles_once() {
+    let rpc = shared_rpc_url();
+    for sync_send in [true, false] {
+        let proxy = RpcProxy::start(&rpc).await;
+        let (setup, _) = settler_through(&rpc, &proxy, sync_send).await;
+        let (request, from) = funded_payment(&rpc, setup.pay_to, 1_000_000).await;
+        proxy.fault_send(1, SendFault::Cut);
+        let settled = setup.settler.settle(&request).await.unwrap();
+        assert!(settled.success, "{settled:?}");
+        assert_eq!(balance(&rpc, from).await, units(1_000_000 - PRICE));
+        assert_eq!(balance(&rpc, setup.pay_to).await, units(PRICE));
+        assert_eq!(settler_nonce(&setup).await, 1, "one transaction");
+        no_transaction_left_waiting(&setup).await;
+    }
 }

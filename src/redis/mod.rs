@@ -41,6 +41,8 @@ mod ledger;
 mod replay;
 #[cfg(feature = "evm-settler")]
 mod settlement_records;
+#[cfg(feature = "evm-settler")]
+mod settler_nonces;
 #[cfg(feature = "x402")]
 mod spent;
 
@@ -54,8 +56,15 @@ pub use ledger::RedisLedger;
 pub use replay::RedisNonceStore;
 #[cfg(feature = "evm-settler")]
 pub use settlement_records::RedisSettlementRecords;
+#[cfg(feature = "evm-settler")]
+pub use settler_nonces::RedisNonceAllocator;
 
-#[cfg(any(feature = "siwe", feature = "wallet-jwt", feature = "api-key"))]
+#[cfg(any(
+    feature = "siwe",
+    feature = "wallet-jwt",
+    feature = "api-key",
+    feature = "evm-settler"
+))]
 mod lua;
 #[cfg(feature = "tokens")]
 pub mod pats;

@@ -425,42 +425,73 @@ pub enum ProxyMode {
     Pass,
     /// Answers every call 502: the node is down.
     Down,
-    /// Answers `eth_getTransactionReceipt` with `null` (the receipt never
-    /// comes) and forwards the rest: a transaction's answer lost after broadcast.
+    /// Answers every receipt read with nothing (`eth_getTransactionReceipt`
+    /// `null`, `eth_getBlockReceipts` `[]`), and a synchronous send, once
+    /// forwarded, with EIP-7966's "not mined within the wait": a
+    /// transaction's answer lost after broadcast.
     SwallowReceipts,
 }
 
+/// What [`RpcProxy`] does to one of the next transaction sends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SendFault {
+    /// Not forwarded: the node answers this JSON-RPC error message.
+    Refuse(String),
+    /// Forwarded, then the connection is cut before the node's answer reaches the caller.
+    Cut,
+}
+
 /// A loopback JSON-RPC proxy in front of a chain whose behaviour a test
-/// switches ([`ProxyMode`]); it serves until the test's runtime ends.
+/// switches ([`ProxyMode`], [`SendFault`], methods it pretends not to
+/// offer) and which counts the calls by method (each of a batch); it
+/// serves until the test's runtime ends.
 pub struct RpcProxy {
     url: String,
-    mode: Arc<AtomicU8>,
+    state: Arc<ProxyState>,
 }
+
+#[derive(Default)]
+struct ProxyState {
+    mode: AtomicU8,
+    calls: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    unsupported: std::sync::Mutex<Vec<String>>,
+    /// Sends seen, and the faults planned for the n-th send.
+    sends: std::sync::atomic::AtomicU64,
+    faults: std::sync::Mutex<std::collections::HashMap<u64, SendFault>>,
+}
+
+const SEND_METHODS: [&str; 2] = ["eth_sendRawTransaction", "eth_sendRawTransactionSync"];
 
 impl RpcProxy {
     /// Serves on a free loopback port in front of `upstream`, passing calls.
     pub async fn start(upstream: &str) -> Self {
-        let mode = Arc::new(AtomicU8::new(ProxyMode::Pass as u8));
+        let state = Arc::new(ProxyState::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a loopback port");
         let url = format!("http://{}", listener.local_addr().expect("bound"));
-        let (shared, upstream) = (mode.clone(), upstream.to_owned());
+        let (shared, upstream) = (state.clone(), upstream.to_owned());
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
-                let (mode, upstream) = (shared.clone(), upstream.clone());
+                let (state, upstream) = (shared.clone(), upstream.clone());
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(
                         move |request: http::Request<hyper::body::Incoming>| {
-                            let (mode, upstream) = (mode.clone(), upstream.clone());
+                            let (state, upstream) = (state.clone(), upstream.clone());
                             async move {
-                                let body = request.into_body().collect().await?.to_bytes();
-                                Ok::<_, hyper::Error>(
-                                    proxied(mode.load(Ordering::SeqCst), &upstream, body).await,
-                                )
+                                let body = request
+                                    .into_body()
+                                    .collect()
+                                    .await
+                                    .map_err(std::io::Error::other)?
+                                    .to_bytes();
+                                // An error closes the connection without an answer.
+                                proxied(&state, &upstream, body)
+                                    .await
+                                    .map_err(std::io::Error::other)
                             }
                         },
                     );
@@ -470,7 +501,7 @@ impl RpcProxy {
                 });
             }
         });
-        Self { url, mode }
+        Self { url, state }
     }
 
     /// `http://127.0.0.1:{port}`: where the settler under test reaches the chain.
@@ -480,39 +511,131 @@ impl RpcProxy {
 
     /// Switches what the proxy does from the next call on.
     pub fn set(&self, mode: ProxyMode) {
-        self.mode.store(mode as u8, Ordering::SeqCst);
+        self.state.mode.store(mode as u8, Ordering::SeqCst);
+    }
+
+    /// Answers `method` "Method not found" (-32601) from now on.
+    pub fn pretend_unsupported(&self, method: &str) {
+        self.state
+            .unsupported
+            .lock()
+            .unwrap()
+            .push(method.to_owned());
+    }
+
+    /// Does `fault` to the `nth` transaction send from now (1 is the next).
+    pub fn fault_send(&self, nth: u64, fault: SendFault) {
+        let seen = self.state.sends.load(Ordering::SeqCst);
+        self.state.faults.lock().unwrap().insert(seen + nth, fault);
+    }
+
+    /// How many calls of `method` the proxy saw (batched ones each).
+    pub fn calls(&self, method: &str) -> u64 {
+        self.state
+            .calls
+            .lock()
+            .unwrap()
+            .get(method)
+            .copied()
+            .unwrap_or(0)
     }
 }
 
-/// The proxy's answer to one call (`body`) in `mode`.
-async fn proxied(mode: u8, upstream: &str, body: Bytes) -> http::Response<Full<Bytes>> {
-    let call: Value = serde_json::from_slice(&body).unwrap_or_default();
-    let answer = if mode == ProxyMode::Down as u8 {
-        return http::Response::builder()
+/// The proxy's answer to one HTTP request (`body`: a call or a batch);
+/// `Err` to cut the connection.
+async fn proxied(
+    state: &ProxyState,
+    upstream: &str,
+    body: Bytes,
+) -> Result<http::Response<Full<Bytes>>, &'static str> {
+    if state.mode.load(Ordering::SeqCst) == ProxyMode::Down as u8 {
+        return Ok(http::Response::builder()
             .status(502)
             .body(Full::new(Bytes::from("down")))
-            .expect("a response");
-    } else if mode == ProxyMode::SwallowReceipts as u8
-        && call["method"] == "eth_getTransactionReceipt"
-    {
-        Bytes::from(json!({"jsonrpc": "2.0", "id": call["id"], "result": null}).to_string())
-    } else {
-        let client: Client<HttpConnector, Full<Bytes>> =
-            Client::builder(TokioExecutor::new()).build_http();
-        let forwarded = http::Request::post(upstream)
-            .header("content-type", "application/json")
-            .body(Full::new(body))
-            .expect("a JSON-RPC request");
-        match client.request(forwarded).await {
-            Ok(response) => match response.into_body().collect().await {
-                Ok(collected) => collected.to_bytes(),
-                Err(_) => Bytes::new(),
-            },
-            Err(_) => Bytes::new(),
+            .expect("a response"));
+    }
+    let answer = match serde_json::from_slice::<Value>(&body).unwrap_or_default() {
+        Value::Array(calls) => {
+            let mut answers = Vec::new();
+            for call in calls {
+                answers.push(proxied_call(state, upstream, call).await?);
+            }
+            Value::Array(answers)
         }
+        call => proxied_call(state, upstream, call).await?,
     };
-    http::Response::builder()
+    Ok(http::Response::builder()
         .header("content-type", "application/json")
-        .body(Full::new(answer))
-        .expect("a response")
+        .body(Full::new(Bytes::from(answer.to_string())))
+        .expect("a response"))
+}
+
+/// The proxy's answer to one call.
+async fn proxied_call(
+    state: &ProxyState,
+    upstream: &str,
+    call: Value,
+) -> Result<Value, &'static str> {
+    let method = call["method"].as_str().unwrap_or_default().to_owned();
+    *state
+        .calls
+        .lock()
+        .unwrap()
+        .entry(method.clone())
+        .or_default() += 1;
+    let error = |code: i64, message: &str, data: Value| json!({"jsonrpc": "2.0", "id": call["id"], "error": {"code": code, "message": message, "data": data}});
+    if state.unsupported.lock().unwrap().contains(&method) {
+        return Ok(error(-32601, "Method not found", Value::Null));
+    }
+    let swallowing = state.mode.load(Ordering::SeqCst) == ProxyMode::SwallowReceipts as u8;
+    let nothing = |result: Value| json!({"jsonrpc": "2.0", "id": call["id"], "result": result});
+    match method.as_str() {
+        "eth_getTransactionReceipt" if swallowing => return Ok(nothing(Value::Null)),
+        "eth_getBlockReceipts" if swallowing => return Ok(nothing(json!([]))),
+        _ => {}
+    }
+    let mut forwarded = call.clone();
+    let mut fault = None;
+    if SEND_METHODS.contains(&method.as_str()) {
+        let nth = state.sends.fetch_add(1, Ordering::SeqCst) + 1;
+        fault = state.faults.lock().unwrap().remove(&nth);
+        if let Some(SendFault::Refuse(message)) = &fault {
+            return Ok(error(-32000, message, Value::Null));
+        }
+        if swallowing {
+            forwarded["method"] = "eth_sendRawTransaction".into();
+        }
+    }
+    let answer = forward(upstream, &forwarded).await;
+    if fault == Some(SendFault::Cut) {
+        return Err("cut after the send was forwarded");
+    }
+    if swallowing && method == "eth_sendRawTransactionSync" && answer.get("result").is_some() {
+        return Ok(error(
+            4,
+            "the transaction was added to the pool but not processed within the timeout",
+            answer["result"].clone(),
+        ));
+    }
+    Ok(answer)
+}
+
+/// `call` sent to the chain itself: its answer.
+async fn forward(upstream: &str, call: &Value) -> Value {
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let request = http::Request::post(upstream)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(call.to_string())))
+        .expect("a JSON-RPC request");
+    let bytes = match client.request(request).await {
+        Ok(response) => response
+            .into_body()
+            .collect()
+            .await
+            .map(|collected| collected.to_bytes())
+            .unwrap_or_default(),
+        Err(_) => Bytes::new(),
+    };
+    serde_json::from_slice(&bytes).unwrap_or_default()
 }

@@ -9,9 +9,10 @@ use std::time::Duration;
 use alloy_primitives::Address;
 
 use super::error::{MIN_GAS_CAP, SettlerError};
-use super::nonce::NonceManager;
+use super::nonce::{MemoryNonceAllocator, NonceAllocator};
 use super::rpc::Rpc;
 use super::standing::PayerStandings;
+use super::watch::BlockWatch;
 use super::{EvmSettler, Inner, SettlementRecords, SettlerKey};
 use crate::clock::SharedClock;
 use crate::tls::ClientTls;
@@ -30,6 +31,10 @@ pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(10);
 /// check adds some): a payment that needs more is refused at verify.
 pub const DEFAULT_GAS_CAP: u64 = 250_000;
 
+/// Default pause between two looks at the node's head while settlements
+/// wait for receipts.
+pub const DEFAULT_BLOCK_POLL_INTERVAL: Duration = Duration::from_millis(250);
+
 /// Below this many wei the settler warns at start that it may run out of gas money.
 pub const LOW_BALANCE_WEI: u128 = 1_000_000_000_000_000;
 
@@ -43,6 +48,9 @@ pub struct StartupReport {
     pub balance_wei: u128,
     /// Whether that is below [`LOW_BALANCE_WEI`].
     pub low_balance: bool,
+    /// Whether the node offers `eth_sendRawTransactionSync` (EIP-7966): a
+    /// settlement then learns its receipt in the send's own answer.
+    pub sync_send: bool,
 }
 
 /// How to reach the chain and what to settle: [`EvmSettler::builder`].
@@ -60,6 +68,9 @@ pub struct EvmSettlerBuilder {
     confirmations: u64,
     gas_cap: u64,
     min_amount: u128,
+    nonces: Arc<dyn NonceAllocator>,
+    block_poll_interval: Duration,
+    sync_send: bool,
 }
 
 impl fmt::Debug for EvmSettlerBuilder {
@@ -90,7 +101,35 @@ impl EvmSettlerBuilder {
             confirmations: 0,
             gas_cap: DEFAULT_GAS_CAP,
             min_amount: 1,
+            nonces: Arc::new(MemoryNonceAllocator::new()),
+            block_poll_interval: DEFAULT_BLOCK_POLL_INTERVAL,
+            sync_send: true,
         }
+    }
+
+    /// Where the settler key's nonces come from (default: this process's
+    /// memory, one settler process per key). Processes sharing one key share one.
+    #[must_use]
+    pub fn with_nonce_allocator(mut self, nonces: Arc<dyn NonceAllocator>) -> Self {
+        self.nonces = nonces;
+        self
+    }
+
+    /// The pause between two looks at the node's head while settlements
+    /// wait for receipts (default [`DEFAULT_BLOCK_POLL_INTERVAL`]; a
+    /// fraction of the chain's block time).
+    #[must_use]
+    pub fn with_block_poll_interval(mut self, interval: Duration) -> Self {
+        self.block_poll_interval = interval;
+        self
+    }
+
+    /// Whether to use `eth_sendRawTransactionSync` where the node offers it
+    /// (default: yes; with confirmations it is never used).
+    #[must_use]
+    pub fn with_sync_send(mut self, sync_send: bool) -> Self {
+        self.sync_send = sync_send;
+        self
     }
 
     /// Settles transfers of `asset` (repeatable; at least one).
@@ -210,10 +249,18 @@ impl EvmSettlerBuilder {
             .balance(address)
             .await
             .map_err(|error| SettlerError::Rpc(error.to_string()))?;
+        // Detected once: a settlement then never asks twice.
+        let sync_send = self.sync_send
+            && self.confirmations == 0
+            && rpc
+                .offers_sync_send()
+                .await
+                .map_err(|error| SettlerError::Rpc(error.to_string()))?;
         let report = StartupReport {
             address,
             balance_wei,
             low_balance: balance_wei < LOW_BALANCE_WEI,
+            sync_send,
         };
         #[cfg(feature = "tracing")]
         if report.low_balance {
@@ -234,7 +281,9 @@ impl EvmSettlerBuilder {
                 records: self.records,
                 clock: self.clock,
                 domains: DomainCache::default(),
-                nonces: NonceManager::default(),
+                nonces: self.nonces,
+                watch: BlockWatch::new(self.block_poll_interval),
+                sync_send,
                 receipt_timeout: self.receipt_timeout,
                 confirmations: self.confirmations,
                 gas_checked: Mutex::default(),

@@ -12,17 +12,30 @@
 //! token or a blacklisted account is the operator's problem, a
 //! [`FacilitatorError::unavailable`] (503) naming the cause.
 //!
-//! **Settle** simulates again (nothing the token refuses is broadcast: a
-//! replayed or high-`s` payment never costs gas nor moves the settler's
-//! nonce), estimates gas (+25%), takes fees from the node, signs an EIP-1559
-//! transaction with a nonce from its nonce manager, **records** its
-//! hash in [`SettlementRecords`] and only then sends it. It waits for the
-//! receipt (`receipt_timeout`, then `confirmations` more blocks); success is
-//! status 1 **and** the asset's own `Transfer(from, to, value)` log with the
-//! exact values. A transaction with no receipt in time is replaced once with
-//! the same nonce and fees at least 12.5% higher; if that one is not mined
-//! in time either, settle answers [`FacilitatorError::pending`] with the
-//! transaction: the transfer may still land.
+//! **Settle** estimates gas with the transaction's own fee fields and gas
+//! cap: that one `eth_estimateGas` is the simulation (nothing the token
+//! refuses is broadcast: a replayed or high-`s` payment never costs gas nor
+//! moves the settler's nonce) and the cap's check. It signs an EIP-1559
+//! transaction (+25% gas) with a nonce from its [`NonceAllocator`],
+//! **records** its hash in [`SettlementRecords`] and only then sends it.
+//! No lock is held across the node's round trips: concurrent settlements
+//! sign and send in parallel with consecutive nonces. A refused send gives
+//! its nonce back (the next settlement takes it; if later transactions
+//! already wait behind it, a zero-value transfer to the settler fills it);
+//! "nonce too low" catches up with the node's count and signs again.
+//!
+//! Where the node offers `eth_sendRawTransactionSync` (EIP-7966, detected
+//! at start) the receipt comes in the send's answer. Otherwise, and past a
+//! few seconds, the waiting settlements share one receipt watch per block
+//! (`eth_blockNumber`, then `eth_getBlockReceipts` or one batch of receipt
+//! reads), which also sends again a transaction the chain stalls on (dropped
+//! by a node). Success is status 1 **and** the asset's own
+//! `Transfer(from, to, value)` log with the exact values, after
+//! `confirmations` more blocks. A transaction with no receipt within
+//! `receipt_timeout` is replaced once with the same nonce and fees at least
+//! 12.5% higher; if that one is not mined in time either, settle answers
+//! [`FacilitatorError::pending`] with the transaction: the transfer may
+//! still land.
 //!
 //! Settle is idempotent per authorization (chain, asset, payer, nonce): a
 //! second settle of the same payment, concurrent or later, or in another
@@ -64,6 +77,7 @@ mod fees;
 mod key;
 mod nonce;
 pub mod reasons;
+mod receipts;
 mod records;
 mod rpc;
 mod settle;
@@ -73,6 +87,7 @@ mod simulate;
 mod standing;
 mod tx;
 mod upto;
+mod watch;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -83,11 +98,14 @@ use alloy_primitives::{Address, B256, hex, keccak256};
 
 pub use approve::{ApprovalError, ApprovalPlan, Permit2Approval};
 pub use builder::{
-    DEFAULT_GAS_CAP, DEFAULT_RECEIPT_TIMEOUT, DEFAULT_RPC_TIMEOUT, EvmSettlerBuilder,
-    LOW_BALANCE_WEI, StartupReport,
+    DEFAULT_BLOCK_POLL_INTERVAL, DEFAULT_GAS_CAP, DEFAULT_RECEIPT_TIMEOUT, DEFAULT_RPC_TIMEOUT,
+    EvmSettlerBuilder, LOW_BALANCE_WEI, StartupReport,
 };
 pub use error::SettlerError;
 pub use key::SettlerKey;
+#[cfg(all(test, feature = "redis"))]
+pub(crate) use nonce::contract::run as nonce_allocator_contract;
+pub use nonce::{MemoryNonceAllocator, NonceAllocator};
 #[cfg(all(test, feature = "redis"))]
 pub(crate) use records::tests::{contract as records_contract, sample as sample_record};
 pub use records::{
@@ -96,7 +114,6 @@ pub use records::{
 };
 pub use standing::{FAILURE_DENIAL_SECS, FAILURE_WINDOW_SECS, MAX_FAILURES, REVERT_DENIAL_SECS};
 
-use self::nonce::NonceManager;
 use self::rpc::{CallRequest, Rpc};
 use self::simulate::Simulation;
 use self::standing::PayerStandings;
@@ -128,7 +145,11 @@ struct Inner {
     records: Arc<dyn SettlementRecords>,
     clock: SharedClock,
     domains: DomainCache,
-    nonces: NonceManager,
+    nonces: Arc<dyn NonceAllocator>,
+    /// The receipt watch the waiting settlements share.
+    watch: watch::BlockWatch,
+    /// Whether sends use `eth_sendRawTransactionSync` (the node offers it).
+    sync_send: bool,
     receipt_timeout: Duration,
     confirmations: u64,
     /// When the settler last had gas money for a settlement.
@@ -141,8 +162,8 @@ struct Inner {
     min_amount: u128,
     /// Payers refused for a while after failures of their own.
     standings: PayerStandings,
-    /// The node's fees, and when they were read.
-    fees: Mutex<Option<(std::time::Instant, tx::Fees)>>,
+    /// The node's fees, when they were read and the head then.
+    fees: Mutex<Option<FeesRead>>,
 }
 
 impl fmt::Debug for EvmSettler {
@@ -416,17 +437,20 @@ impl EvmSettler {
         }
     }
 
-    /// The node's fees for a transaction now (read at most every [`GAS_CHECK_TTL`]).
+    /// The node's fees for a transaction now: read once per block the
+    /// receipt watch sees, and at most every [`GAS_CHECK_TTL`] otherwise.
     async fn current_fees(&self) -> Result<tx::Fees, FacilitatorError> {
+        let head = self.inner.watch.head();
         let cached = *self
             .inner
             .fees
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some((at, fees)) = cached
-            && at.elapsed() < GAS_CHECK_TTL
+        if let Some(read) = cached
+            && read.at.elapsed() < GAS_CHECK_TTL
+            && read.head >= head
         {
-            return Ok(fees);
+            return Ok(read.fees);
         }
         let (base, tip) = self
             .inner
@@ -439,9 +463,22 @@ impl EvmSettler {
             .inner
             .fees
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some((std::time::Instant::now(), fees));
+            .unwrap_or_else(PoisonError::into_inner) = Some(FeesRead {
+            at: std::time::Instant::now(),
+            head,
+            fees,
+        });
         Ok(fees)
     }
+}
+
+/// Fees as read from the node.
+#[derive(Clone, Copy, Debug)]
+struct FeesRead {
+    at: std::time::Instant,
+    /// The receipt watch's head when they were read.
+    head: u64,
+    fees: tx::Fees,
 }
 
 /// Gas a settlement is assumed to need when judging the settler's balance
@@ -457,9 +494,14 @@ impl EvmSettler {
     /// fees: a payment it could not settle is not accepted (503, nothing
     /// served) rather than refused after the answer.
     async fn check_gas_money(&self) -> Result<(), FacilitatorError> {
+        self.check_gas_money_since(GAS_CHECK_TTL).await
+    }
+
+    /// [`check_gas_money`](Self::check_gas_money), trusting a passed check
+    /// only if younger than `ttl`.
+    async fn check_gas_money_since(&self, ttl: Duration) -> Result<(), FacilitatorError> {
         let inner = &*self.inner;
-        let fresh =
-            |at: &Option<std::time::Instant>| at.is_some_and(|at| at.elapsed() < GAS_CHECK_TTL);
+        let fresh = |at: &Option<std::time::Instant>| at.is_some_and(|at| at.elapsed() < ttl);
         if fresh(
             &inner
                 .gas_checked

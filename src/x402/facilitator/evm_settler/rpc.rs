@@ -18,13 +18,23 @@ use crate::tls::{ClientTls, HttpsConnector};
 /// Largest node answer read, in bytes (a receipt with its logs fits easily).
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 
+/// Largest answer of a whole block's receipts (a busy L2 block's are a few MB).
+const MAX_BLOCK_RECEIPTS_BYTES: usize = 64 * 1024 * 1024;
+
+/// EIP-7966's error code: the transaction is in the pool, not mined within the wait.
+const SYNC_SEND_TIMED_OUT: i64 = 4;
+
 /// Why a JSON-RPC call gave no result.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum RpcError {
-    /// The node could not be reached or did not answer in time.
+    /// The node could not be reached, or the connection failed.
     Transport(String),
+    /// The node did not answer in time.
+    Timeout(String),
     /// The node answered with a JSON-RPC error.
     Node {
+        /// Its JSON-RPC error code, when given.
+        code: Option<i64>,
         /// Its message (e.g. `execution reverted: …`, `nonce too low`).
         message: String,
         /// Its `data` (revert data, `0x…`), when given.
@@ -37,11 +47,45 @@ pub(super) enum RpcError {
 impl std::fmt::Display for RpcError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Transport(detail) => write!(f, "node unreachable: {detail}"),
+            Self::Transport(detail) | Self::Timeout(detail) => {
+                write!(f, "node unreachable: {detail}")
+            }
             Self::Node { message, .. } => write!(f, "node refused: {message}"),
             Self::Answer(detail) => write!(f, "node answered outside JSON-RPC: {detail}"),
         }
     }
+}
+
+impl RpcError {
+    /// Whether the node does not offer the method called.
+    pub(super) fn is_unsupported(&self) -> bool {
+        let Self::Node { code, message, .. } = self else {
+            return false;
+        };
+        let lower = message.to_ascii_lowercase();
+        *code == Some(-32601)
+            || lower.contains("method not found")
+            || lower.contains("not supported")
+            || lower.contains("does not exist")
+            || lower.contains("not available")
+    }
+}
+
+/// Whether the node refused a send because its nonce is taken: mined
+/// ("nonce too low"), or pending with another transaction ("underpriced").
+pub(super) fn nonce_is_used(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    lower.contains("nonce too low")
+        || lower.contains("nonce has already been used")
+        || lower.contains("replacement transaction underpriced")
+}
+
+/// Whether the node refused a send because it already has these very bytes.
+pub(super) fn already_known(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    lower.contains("already known")
+        || lower.contains("known transaction")
+        || lower.contains("already imported")
 }
 
 /// A mined transaction's outcome.
@@ -161,8 +205,79 @@ impl Rpc {
 
     /// One call: its `result`.
     pub(super) async fn call(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        self.call_limited(method, params, MAX_ANSWER_BYTES).await
+    }
+
+    async fn call_limited(
+        &self,
+        method: &str,
+        params: Value,
+        limit: usize,
+    ) -> Result<Value, RpcError> {
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
         let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        let mut answer = self.exchange(method, &body, limit, self.timeout).await?;
+        result_of(method, &mut answer)
+    }
+
+    /// Several calls of `method` in one JSON-RPC batch: each one's outcome, in order.
+    async fn batch(
+        &self,
+        method: &str,
+        params: impl IntoIterator<Item = Value>,
+    ) -> Result<Vec<Result<Value, RpcError>>, RpcError> {
+        let first = self.ids.fetch_add(1 << 20, Ordering::Relaxed);
+        let calls: Vec<Value> = params
+            .into_iter()
+            .zip(first..)
+            .map(|(params, id)| json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
+            .collect();
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let count = calls.len();
+        let answer = self
+            .exchange(
+                method,
+                &Value::Array(calls),
+                MAX_BLOCK_RECEIPTS_BYTES,
+                self.timeout,
+            )
+            .await?;
+        let Value::Array(answers) = answer else {
+            // A node refusing batches answers one error object.
+            let mut answer = answer;
+            return result_of(method, &mut answer).map(|_| Vec::new());
+        };
+        // Answers may come in any order: put them back in the calls' order.
+        let mut outcomes: Vec<Result<Value, RpcError>> = (0..count)
+            .map(|_| {
+                Err(RpcError::Answer(format!(
+                    "{method}: no answer in the batch"
+                )))
+            })
+            .collect();
+        for mut answer in answers {
+            let slot = answer["id"]
+                .as_u64()
+                .and_then(|id| id.checked_sub(first))
+                .and_then(|index| usize::try_from(index).ok())
+                .filter(|&index| index < count);
+            if let Some(index) = slot {
+                outcomes[index] = result_of(method, &mut answer);
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// Posts `body`; the node's JSON answer.
+    async fn exchange(
+        &self,
+        method: &str,
+        body: &Value,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<Value, RpcError> {
         let request = Request::post(self.url.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body.to_string())))
@@ -172,35 +287,23 @@ impl Rpc {
                 RpcError::Transport(format!("{method}: {}", crate::error_chain(&error)))
             })?;
             let status = response.status();
-            let bytes = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+            let bytes = Limited::new(response.into_body(), limit)
                 .collect()
                 .await
                 .map_err(|error| RpcError::Transport(format!("{method} answer: {error}")))?
                 .to_bytes();
             Ok::<_, RpcError>((status, bytes))
         };
-        let (status, bytes) = tokio::time::timeout(self.timeout, exchange)
+        let (status, bytes) = tokio::time::timeout(timeout, exchange)
             .await
-            .map_err(|_| {
-                RpcError::Transport(format!("{method}: no answer within {:?}", self.timeout))
-            })??;
-        let mut answer: Value = serde_json::from_slice(&bytes).map_err(|_| {
+            .map_err(|_| RpcError::Timeout(format!("{method}: no answer within {timeout:?}")))??;
+        serde_json::from_slice(&bytes).map_err(|_| {
             if status.is_success() {
                 RpcError::Answer(format!("{method}: not JSON"))
             } else {
                 RpcError::Transport(format!("{method}: HTTP {status}"))
             }
-        })?;
-        if let Some(error) = answer.get("error") {
-            return Err(RpcError::Node {
-                message: error["message"].as_str().unwrap_or_default().to_owned(),
-                data: error["data"].as_str().map(str::to_owned),
-            });
-        }
-        match answer.get_mut("result") {
-            Some(result) => Ok(result.take()),
-            None => Err(RpcError::Answer(format!("{method}: no result"))),
-        }
+        })
     }
 
     async fn quantity(&self, method: &str, params: Value) -> Result<u128, RpcError> {
@@ -257,14 +360,34 @@ impl Rpc {
         u64::try_from(gas).map_err(|_| RpcError::Answer("gas too large".into()))
     }
 
-    /// The latest block's base fee and the node's suggested priority fee.
+    /// The latest block's base fee and the node's suggested priority fee
+    /// (one batch: one round trip).
     pub(super) async fn fees(&self) -> Result<(u128, u128), RpcError> {
-        let block = self
-            .call("eth_getBlockByNumber", json!(["latest", false]))
+        let mut answers = self
+            .exchange(
+                "fees",
+                &json!([
+                    { "jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber", "params": ["latest", false] },
+                    { "jsonrpc": "2.0", "id": 2, "method": "eth_maxPriorityFeePerGas", "params": [] },
+                ]),
+                MAX_ANSWER_BYTES,
+                self.timeout,
+            )
             .await?;
+        let Some(answers) = answers.as_array_mut() else {
+            return result_of("fees", &mut answers).and(Err(RpcError::Answer(
+                "fees: the node does not answer batches".into(),
+            )));
+        };
+        answers.sort_by_key(|answer| answer["id"].as_u64());
+        let [block, tip] = answers.as_mut_slice() else {
+            return Err(RpcError::Answer("fees: two answers expected".into()));
+        };
+        let block = result_of("eth_getBlockByNumber", block)?;
         let base = quantity(&block["baseFeePerGas"])
             .ok_or_else(|| RpcError::Answer("latest block has no base fee".into()))?;
-        let tip = self.quantity("eth_maxPriorityFeePerGas", json!([])).await?;
+        let tip = quantity(&result_of("eth_maxPriorityFeePerGas", tip)?)
+            .ok_or_else(|| RpcError::Answer("eth_maxPriorityFeePerGas: not a quantity".into()))?;
         Ok((base, tip))
     }
 
@@ -294,6 +417,120 @@ impl Rpc {
         parse_receipt(transaction, &receipt)
             .map(Some)
             .ok_or_else(|| RpcError::Answer("eth_getTransactionReceipt: malformed".into()))
+    }
+
+    /// Sends a signed transaction and waits for its receipt in the same call
+    /// (EIP-7966's `eth_sendRawTransactionSync`), at most `wait`: `None`
+    /// when the node says it is pooled but not mined within its own wait.
+    /// Past `wait`, the call ends as [`RpcError::Timeout`]: sent or not is
+    /// unknown (the caller sends the same bytes again). The optional timeout
+    /// parameter is not sent: not every node parses it (anvil does not).
+    pub(super) async fn send_raw_sync(
+        &self,
+        raw: &[u8],
+        hash: B256,
+        wait: Duration,
+    ) -> Result<Option<Receipt>, RpcError> {
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        let method = "eth_sendRawTransactionSync";
+        let body = json!({
+            "jsonrpc": "2.0", "id": id, "method": method,
+            "params": [format!("0x{}", hex::encode(raw))],
+        });
+        let mut answer = self.exchange(method, &body, MAX_ANSWER_BYTES, wait).await?;
+        match result_of(method, &mut answer) {
+            Ok(receipt) => parse_receipt(hash, &receipt)
+                .map(Some)
+                .ok_or_else(|| RpcError::Answer(format!("{method}: malformed receipt"))),
+            Err(RpcError::Node {
+                code: Some(SYNC_SEND_TIMED_OUT),
+                ..
+            }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Whether the node offers `eth_sendRawTransactionSync`: asked once,
+    /// with no transaction, a node that has it refuses the parameters.
+    pub(super) async fn offers_sync_send(&self) -> Result<bool, RpcError> {
+        match self.call("eth_sendRawTransactionSync", json!(["0x"])).await {
+            Err(error) if error.is_unsupported() => Ok(false),
+            Err(RpcError::Node { .. }) | Ok(_) => Ok(true),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The receipts of `block` among `wanted` (`eth_getBlockReceipts`).
+    pub(super) async fn block_receipts(
+        &self,
+        block: u64,
+        wanted: &[B256],
+    ) -> Result<Vec<Receipt>, RpcError> {
+        let method = "eth_getBlockReceipts";
+        let receipts = self
+            .call_limited(
+                method,
+                json!([format!("{block:#x}")]),
+                MAX_BLOCK_RECEIPTS_BYTES,
+            )
+            .await?;
+        let Value::Array(receipts) = receipts else {
+            // A block the node does not have yet.
+            return Ok(Vec::new());
+        };
+        let mut mined = Vec::new();
+        for receipt in &receipts {
+            let Some(hash) = receipt["transactionHash"]
+                .as_str()
+                .and_then(|hash| hash.parse::<B256>().ok())
+            else {
+                return Err(RpcError::Answer(format!(
+                    "{method}: a receipt without its hash"
+                )));
+            };
+            if wanted.contains(&hash) {
+                mined.push(
+                    parse_receipt(hash, receipt)
+                        .ok_or_else(|| RpcError::Answer(format!("{method}: malformed")))?,
+                );
+            }
+        }
+        Ok(mined)
+    }
+
+    /// The receipts of those of `transactions` already mined, in one batch.
+    pub(super) async fn receipts(&self, transactions: &[B256]) -> Result<Vec<Receipt>, RpcError> {
+        let method = "eth_getTransactionReceipt";
+        let outcomes = self
+            .batch(method, transactions.iter().map(|hash| json!([hash])))
+            .await?;
+        let mut mined = Vec::new();
+        for (hash, outcome) in transactions.iter().zip(outcomes) {
+            let receipt = outcome?;
+            if receipt.is_null() {
+                continue;
+            }
+            mined.push(
+                parse_receipt(*hash, &receipt)
+                    .ok_or_else(|| RpcError::Answer(format!("{method}: malformed")))?,
+            );
+        }
+        Ok(mined)
+    }
+}
+
+/// A call's `result` from the node's `answer`, or its error.
+fn result_of(method: &str, answer: &mut Value) -> Result<Value, RpcError> {
+    if let Some(error) = answer.get("error") {
+        return Err(RpcError::Node {
+            code: error["code"].as_i64(),
+            message: error["message"].as_str().unwrap_or_default().to_owned(),
+            data: error["data"].as_str().map(str::to_owned),
+        });
+    }
+    match answer.get_mut("result") {
+        Some(result) => Ok(result.take()),
+        None => Err(RpcError::Answer(format!("{method}: no result"))),
     }
 }
 
@@ -405,5 +642,18 @@ mod tests {
         assert_eq!(parsed.block_number, 16);
         assert_eq!(parsed.logs[0].data, vec![1]);
         assert_eq!(quantity(&json!("0x")), None);
+    }
+
+    #[test]
+    fn method_not_found_is_unsupported_and_other_refusals_are_not() {
+        let node = |code, message: &str| RpcError::Node {
+            code,
+            message: message.into(),
+            data: None,
+        };
+        assert!(node(Some(-32601), "whatever").is_unsupported());
+        assert!(node(None, "the method eth_x does not exist/is not available").is_unsupported());
+        assert!(!node(Some(-32602), "Empty transaction data").is_unsupported());
+        assert!(!RpcError::Transport("reset".into()).is_unsupported());
     }
 }

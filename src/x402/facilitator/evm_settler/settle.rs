@@ -1,4 +1,4 @@
-//! Settling: simulate, record, send, wait for the receipt, replace a stuck
+//! Settling: estimate, record, send, wait for the receipt, replace a stuck
 //! transaction with the same nonce, and answer a repeated settle of the same
 //! authorization from its record.
 
@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use alloy_primitives::{Address, B256, U256};
 
 use super::records::{SettlementKey, SettlementRecord};
-use super::rpc::{CallRequest, Receipt, RpcError};
+use super::rpc::{CallRequest, Receipt, RpcError, already_known, nonce_is_used};
 use super::simulate::Simulation;
 use super::tx::{self, Fees, TRANSFER_TOPIC};
 use super::{Admitted, EvmSettler, Stop, payment_id, reasons};
@@ -20,6 +20,24 @@ const GAS_MARGIN_PERCENT: u64 = 25;
 
 /// Attempts at sending when the node says the nonce is already used.
 const SEND_ATTEMPTS: usize = 3;
+
+/// How long a send waits for its receipt in its own answer where the node
+/// offers `eth_sendRawTransactionSync`: a block or two on a fast chain, and
+/// a round trip; past it (a slower chain), the block watch takes over.
+const SYNC_SEND_WAIT: Duration = Duration::from_secs(4);
+
+/// Pauses before sending again a transaction whose send's fate is unknown.
+const RESEND_PAUSES: [Duration; 2] = [Duration::from_millis(100), Duration::from_millis(400)];
+
+/// What sending a transaction again found.
+enum Resent {
+    /// The node has it (or it landed).
+    Sent,
+    /// The node refused it: it does not have it.
+    Refused(String),
+    /// Still no answer.
+    Unknown,
+}
 
 /// How a settlement ends for the caller.
 type Settled = Result<SettleResponse, FacilitatorError>;
@@ -248,7 +266,9 @@ impl EvmSettler {
         Some(self.tell_once(admitted, caller, answer).await)
     }
 
-    /// Simulate, estimate, sign, record, send, wait.
+    /// Estimate (one call: the simulation, as it will be sent, and the gas
+    /// cap's check), take a nonce, sign, record, send, wait. No lock is held
+    /// across the node's round trips: concurrent settlements send in parallel.
     async fn settle_fresh(
         &self,
         admitted: &Admitted,
@@ -263,11 +283,9 @@ impl EvmSettler {
                 ..SettleResponse::failure(network.clone(), reason, Some(admitted.payer.clone()))
             })
         };
-        match self.simulate(admitted).await {
-            Simulation::Passes => {}
-            Simulation::Refused { reason, message } => return refused(reason, message),
-            Simulation::Unavailable(detail) => return Err(FacilitatorError::unavailable(detail)),
-        }
+        // A broke settler fails the estimate itself, in words a node may
+        // make look like the payer's: say why first (read at most every 2 s).
+        self.check_gas_money().await?;
         let call = self.call_as_sent(admitted).await?;
         let fees = call.fees.unwrap_or(Fees::from_node(0, 0));
         let gas = match inner.rpc.estimate_gas(&call).await {
@@ -276,7 +294,15 @@ impl EvmSettler {
                 .saturating_add(gas * GAS_MARGIN_PERCENT / 100)
                 .min(inner.gas_cap),
             Err(error) => {
-                return match self.verdict(admitted, Err(error)).await {
+                let verdict = self.verdict(admitted, Err(error)).await;
+                if let Simulation::Refused { message, .. } = &verdict
+                    && message.to_ascii_lowercase().contains("gas")
+                {
+                    // Some nodes cap the estimate at what the settler's
+                    // balance buys: its gas money, asked now, tells which.
+                    self.check_gas_money_since(Duration::ZERO).await?;
+                }
+                return match verdict {
                     Simulation::Refused { reason, message } => {
                         self.payer_failed(admitted, reason);
                         refused(reason, message)
@@ -287,18 +313,14 @@ impl EvmSettler {
             }
         };
         let address = inner.key.address();
-        let mut lease = inner
-            .nonces
-            .lease(&inner.rpc, address)
-            .await
-            .map_err(unavailable)?;
         let mut attempt = 0;
-        let record = loop {
+        loop {
             attempt += 1;
+            let nonce = self.take_nonce().await?;
             let signed = tx::sign(
                 &inner.key,
                 inner.chain_id,
-                lease.nonce(),
+                nonce,
                 gas,
                 fees,
                 admitted.target,
@@ -308,7 +330,7 @@ impl EvmSettler {
                 payment,
                 transactions: vec![signed.hash],
                 raw: signed.raw,
-                tx_nonce: lease.nonce(),
+                tx_nonce: nonce,
                 gas_limit: gas,
                 max_fee_per_gas: fees.max_fee_per_gas,
                 max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
@@ -316,77 +338,191 @@ impl EvmSettler {
                 mined: None,
                 caller,
             };
-            let began = inner
-                .records
-                .begin(&admitted.key, &record)
-                .await
-                .map_err(unavailable)?;
+            // Watched from now on: a refused send before it sees that this
+            // one waits behind its nonce, and fills it.
+            inner.watch.sending(nonce, &record.raw);
+            let began = match inner.records.begin(&admitted.key, &record).await {
+                Ok(began) => began,
+                Err(error) => {
+                    self.never_sent(nonce).await;
+                    return Err(unavailable(error));
+                }
+            };
             if !began {
                 // Another process recorded a settlement of it first.
-                lease.unused();
-                let Some(theirs) = inner
-                    .records
-                    .get(&admitted.key)
-                    .await
-                    .map_err(unavailable)?
-                else {
-                    return Err(FacilitatorError::unavailable("settlement record vanished"));
-                };
-                if let Some(refusal) = self.refuse_copy(admitted, &theirs, payment, caller) {
-                    return refusal;
-                }
-                return match self.reconcile(admitted, theirs).await? {
-                    Some(answer) => answer,
-                    None => Err(FacilitatorError::unavailable(
-                        "a concurrent settlement was abandoned",
-                    )),
-                };
+                self.never_sent(nonce).await;
+                return self.theirs(admitted, payment, caller).await;
             }
-            match inner.rpc.send_raw(&record.raw).await {
-                Ok(()) => {
-                    lease.used();
-                    break record;
-                }
-                Err(RpcError::Node { message, .. })
-                    if message.to_ascii_lowercase().contains("nonce too low")
-                        && attempt < SEND_ATTEMPTS =>
-                {
-                    inner
-                        .records
-                        .remove(&admitted.key)
+            // Awaited before it is sent: a block mined before the send's
+            // answer arrives is read for it all the same.
+            let _awaited = inner.watch.want(&record.transactions);
+            let deadline = Instant::now() + inner.receipt_timeout;
+            let refusal = match self.send(&record).await {
+                Ok(Some(receipt)) => {
+                    return self
+                        .conclude(admitted, &record, &receipt)
                         .await
-                        .map_err(unavailable)?;
-                    lease
-                        .reseed(&inner.rpc, address)
-                        .await
-                        .map_err(unavailable)?;
+                        .unwrap_or_else(|error| Err(still_pending(record.latest(), error)));
                 }
-                Err(RpcError::Node { message, .. }) => {
-                    inner
-                        .records
-                        .remove(&admitted.key)
-                        .await
-                        .map_err(unavailable)?;
-                    lease.unused();
-                    let lower = message.to_ascii_lowercase();
-                    let detail = if lower.contains("insufficient funds") {
-                        format!("settler {address} cannot pay for gas: {message}")
-                    } else {
-                        format!("the node refused the settlement transaction: {message}")
-                    };
-                    return Err(FacilitatorError::unavailable(detail));
+                Ok(None) => return self.await_outcome(admitted, record, deadline).await,
+                Err(RpcError::Node { message, .. }) if already_known(&message) => {
+                    return self.await_outcome(admitted, record, deadline).await;
                 }
-                Err(error) => {
-                    // Sent or not is unknown: keep the record, ask the node next time.
-                    lease.unknown();
-                    return Err(FacilitatorError::pending(
-                        format!("{:#x}", record.latest()),
-                        format!("sending it: {error}"),
-                    ));
+                Err(RpcError::Node { message, .. }) => message,
+                // Sent or not is unknown: the same bytes again are harmless.
+                Err(error) => match self.send_again(&record.raw).await {
+                    Resent::Sent => return self.await_outcome(admitted, record, deadline).await,
+                    Resent::Refused(message) => message,
+                    // Still unknown: the record and the nonce stay; the
+                    // transaction is sent again if the chain stalls on it.
+                    Resent::Unknown => {
+                        return Err(FacilitatorError::pending(
+                            format!("{:#x}", record.latest()),
+                            format!("sending it: {error}"),
+                        ));
+                    }
+                },
+            };
+            // The node refused it: nothing was sent.
+            inner
+                .records
+                .remove(&admitted.key)
+                .await
+                .map_err(unavailable)?;
+            if nonce_is_used(&refusal) {
+                // Another sender used the key: catch up with the node (the
+                // nonce is not ours to give back).
+                inner.watch.done_with(nonce);
+                self.catch_up_with_node().await?;
+                if attempt < SEND_ATTEMPTS {
+                    continue;
                 }
+            } else {
+                self.never_sent(nonce).await;
             }
+            let lower = refusal.to_ascii_lowercase();
+            let detail = if lower.contains("insufficient funds") {
+                format!("settler {address} cannot pay for gas: {refusal}")
+            } else {
+                format!("the node refused the settlement transaction: {refusal}")
+            };
+            return Err(FacilitatorError::unavailable(detail));
+        }
+    }
+
+    /// The settlement another process recorded first: its answer.
+    async fn theirs(&self, admitted: &Admitted, payment: B256, caller: Option<B256>) -> Settled {
+        let Some(theirs) = self
+            .inner
+            .records
+            .get(&admitted.key)
+            .await
+            .map_err(unavailable)?
+        else {
+            return Err(FacilitatorError::unavailable("settlement record vanished"));
         };
-        self.await_outcome(admitted, record).await
+        if let Some(refusal) = self.refuse_copy(admitted, &theirs, payment, caller) {
+            return refusal;
+        }
+        match self.reconcile(admitted, theirs).await? {
+            Some(answer) => answer,
+            None => Err(FacilitatorError::unavailable(
+                "a concurrent settlement was abandoned",
+            )),
+        }
+    }
+
+    /// The next nonce, seeded from the node's pending count the first time.
+    async fn take_nonce(&self) -> Result<u64, FacilitatorError> {
+        let inner = &*self.inner;
+        let address = inner.key.address();
+        for _ in 0..2 {
+            if let Some(nonce) = inner.nonces.take(address).await.map_err(unavailable)? {
+                return Ok(nonce);
+            }
+            self.catch_up_with_node().await?;
+        }
+        Err(FacilitatorError::unavailable(
+            "the nonce allocator hands out no nonce once seeded",
+        ))
+    }
+
+    /// Raises the allocator's counter to the node's pending count.
+    async fn catch_up_with_node(&self) -> Result<(), FacilitatorError> {
+        let inner = &*self.inner;
+        let address = inner.key.address();
+        let pending = inner
+            .rpc
+            .transaction_count(address, true)
+            .await
+            .map_err(unavailable)?;
+        inner
+            .nonces
+            .seed(address, pending)
+            .await
+            .map_err(unavailable)
+    }
+
+    /// `nonce` was taken and nothing was sent with it: given back, and
+    /// filled at once if later transactions already wait behind it.
+    async fn never_sent(&self, nonce: u64) {
+        let inner = &*self.inner;
+        inner.watch.done_with(nonce);
+        if inner
+            .nonces
+            .give_back(inner.key.address(), nonce)
+            .await
+            .is_ok()
+            && inner.watch.waits_behind(nonce)
+        {
+            self.fill_gaps().await;
+        }
+    }
+
+    /// Sends `record`'s transaction: with its receipt when the node offers
+    /// `eth_sendRawTransactionSync` and mines it within [`SYNC_SEND_WAIT`].
+    async fn send(&self, record: &SettlementRecord) -> Result<Option<Receipt>, RpcError> {
+        let inner = &*self.inner;
+        if !inner.sync_send {
+            return inner.rpc.send_raw(&record.raw).await.map(|()| None);
+        }
+        let wait = SYNC_SEND_WAIT.min(inner.receipt_timeout);
+        match inner
+            .rpc
+            .send_raw_sync(&record.raw, record.latest(), wait)
+            .await
+        {
+            // Not mined within the wait (a slower chain), or the node kept
+            // it: the same bytes again make sure it has them.
+            Err(RpcError::Timeout(_)) => match inner.rpc.send_raw(&record.raw).await {
+                Err(RpcError::Node { message, .. })
+                    if already_known(&message) || nonce_is_used(&message) =>
+                {
+                    Ok(None)
+                }
+                sent => sent.map(|()| None),
+            },
+            sent => sent,
+        }
+    }
+
+    /// Sends `raw` again after a send whose fate is unknown, a few times.
+    async fn send_again(&self, raw: &[u8]) -> Resent {
+        for pause in RESEND_PAUSES {
+            tokio::time::sleep(pause).await;
+            match self.inner.rpc.send_raw(raw).await {
+                Ok(()) => return Resent::Sent,
+                Err(RpcError::Node { message, .. })
+                    if already_known(&message) || nonce_is_used(&message) =>
+                {
+                    // The first send arrived (pooled, or mined by now).
+                    return Resent::Sent;
+                }
+                Err(RpcError::Node { message, .. }) => return Resent::Refused(message),
+                Err(_) => {}
+            }
+        }
+        Resent::Unknown
     }
 
     /// A recorded settlement: its answer, or `None` when it can no longer
@@ -458,8 +594,10 @@ impl EvmSettler {
             })));
         }
         // Still pending: make sure the node has it, then wait as a first send would.
+        inner.watch.sending(record.tx_nonce, &record.raw);
         let _ = inner.rpc.send_raw(&record.raw).await;
-        Ok(Some(self.await_outcome(admitted, record).await))
+        let deadline = Instant::now() + inner.receipt_timeout;
+        Ok(Some(self.await_outcome(admitted, record, deadline).await))
     }
 
     async fn authorization_used(&self, admitted: &Admitted) -> Result<bool, FacilitatorError> {
@@ -483,18 +621,29 @@ impl EvmSettler {
         Ok(answer.iter().any(|&byte| byte != 0))
     }
 
-    /// Waits for a receipt; replaces a stuck transaction once; then pending.
+    /// Waits for a receipt until `deadline`; replaces a stuck transaction
+    /// once and waits again; then pending.
     /// Once sent, no failure to learn the outcome is "unavailable".
-    async fn await_outcome(&self, admitted: &Admitted, record: SettlementRecord) -> Settled {
+    async fn await_outcome(
+        &self,
+        admitted: &Admitted,
+        record: SettlementRecord,
+        deadline: Instant,
+    ) -> Settled {
         let latest = record.latest();
-        self.follow(admitted, record)
+        self.follow(admitted, record, deadline)
             .await
             .map_err(|error| still_pending(latest, error))
     }
 
-    async fn follow(&self, admitted: &Admitted, mut record: SettlementRecord) -> Settled {
+    async fn follow(
+        &self,
+        admitted: &Admitted,
+        mut record: SettlementRecord,
+        deadline: Instant,
+    ) -> Settled {
         let inner = &*self.inner;
-        if let Outcome::Done(answer) = self.wait(admitted, &record).await? {
+        if let Outcome::Done(answer) = self.wait(admitted, &record, deadline).await? {
             return answer;
         }
         // Stuck: the same nonce, higher fees, recorded before it is sent.
@@ -532,7 +681,10 @@ impl EvmSettler {
             nonce = record.tx_nonce,
             "settlement transaction stuck: replaced with the same nonce and higher fees"
         );
+        let _awaited = inner.watch.want(&record.transactions);
+        inner.watch.sending(record.tx_nonce, &record.raw);
         if let Err(RpcError::Node { .. }) = inner.rpc.send_raw(&record.raw).await {
+            inner.watch.sending(before.tx_nonce, &before.raw);
             // Refused (the first one was mined meanwhile: "nonce too low";
             // or underpriced): never sent, so no longer a candidate.
             record = before;
@@ -542,7 +694,8 @@ impl EvmSettler {
                 .await
                 .map_err(unavailable)?;
         }
-        if let Outcome::Done(answer) = self.wait(admitted, &record).await? {
+        let deadline = Instant::now() + inner.receipt_timeout;
+        if let Outcome::Done(answer) = self.wait(admitted, &record, deadline).await? {
             return answer;
         }
         Err(FacilitatorError::pending(
@@ -554,25 +707,20 @@ impl EvmSettler {
         ))
     }
 
-    /// Polls the record's transactions until one is mined (and confirmed) or the wait ends.
+    /// Waits, with the block watch, until one of the record's transactions
+    /// is mined (and confirmed) or `deadline` passes.
     async fn wait(
         &self,
         admitted: &Admitted,
         record: &SettlementRecord,
+        deadline: Instant,
     ) -> Result<Outcome, FacilitatorError> {
-        let deadline = Instant::now() + self.inner.receipt_timeout;
-        let mut pause = Duration::from_millis(20);
-        loop {
-            match self.look(admitted, record).await {
-                Ok(Outcome::Done(answer)) => return Ok(Outcome::Done(answer)),
-                Ok(Outcome::Waiting) | Err(_) => {}
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(Outcome::Waiting);
-            }
-            tokio::time::sleep(pause.min(left)).await;
-            pause = (pause * 2).min(Duration::from_millis(500));
+        match self.watch_receipt(&record.transactions, deadline).await {
+            Some(receipt) => self
+                .conclude(admitted, record, &receipt)
+                .await
+                .map(Outcome::Done),
+            None => Ok(Outcome::Waiting),
         }
     }
 
@@ -612,6 +760,8 @@ impl EvmSettler {
         receipt: &Receipt,
     ) -> Result<Settled, FacilitatorError> {
         let inner = &*self.inner;
+        // Mined: its nonce is used, whatever the outcome.
+        inner.watch.done_with(record.tx_nonce);
         let failed = |reason: &'static str, message: String| {
             Ok(SettleResponse {
                 error_message: Some(message),

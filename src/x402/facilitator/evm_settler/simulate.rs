@@ -24,7 +24,7 @@ pub(super) enum Simulation {
 pub(super) fn judge(outcome: Result<(), RpcError>) -> Simulation {
     match outcome {
         Ok(()) => Simulation::Passes,
-        Err(RpcError::Node { message, data }) => {
+        Err(RpcError::Node { message, data, .. }) => {
             let said = data.as_deref().and_then(revert_message).unwrap_or_else(|| {
                 message
                     .trim_start_matches("execution reverted: ")
@@ -80,6 +80,7 @@ mod tests {
 
     fn node(message: &str) -> Result<(), RpcError> {
         Err(RpcError::Node {
+            code: Some(3),
             message: message.into(),
             data: None,
         })

@@ -138,7 +138,7 @@ enum Revert {
 fn read_revert(outcome: Result<(), RpcError>) -> Revert {
     let (message, data) = match outcome {
         Ok(()) => return Revert::Judged(Simulation::Passes),
-        Err(RpcError::Node { message, data }) => (message, data),
+        Err(RpcError::Node { message, data, .. }) => (message, data),
         Err(error) => return Revert::Judged(Simulation::Unavailable(error.to_string())),
     };
     let bytes = data.as_deref().and_then(|data| hex::decode(data).ok());
@@ -475,6 +475,7 @@ mod tests {
 
     fn node(message: &str, data: Option<&str>) -> Result<(), RpcError> {
         Err(RpcError::Node {
+            code: Some(3),
             message: message.into(),
             data: data.map(str::to_owned),
         })
