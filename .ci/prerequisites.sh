@@ -50,11 +50,12 @@ command -v redis-server >/dev/null 2>&1 || apt_install redis-server
 command -v redis-server >/dev/null 2>&1 ||
   need "redis-server: the Redis backends are tested against a real one; Debian/Ubuntu: apt-get install redis-server"
 
-# The CORS tests drive a headless Chromium (its .deb and libraries: about 16 s
-# on a fresh Debian with warm mirrors).
+# The CORS tests and the browser consoles' tests (puppeteer-core, which
+# downloads no browser, in tests/interop/console) drive a headless Chromium
+# (its .deb and libraries: about 16 s on a fresh Debian with warm mirrors).
 [ -x /usr/bin/chromium ] || apt_install chromium
 [ -x /usr/bin/chromium ] ||
-  need "chromium at /usr/bin/chromium: the CORS tests run a headless browser; Debian/Ubuntu: apt-get install chromium"
+  need "chromium at /usr/bin/chromium: the CORS and console tests run a headless browser; Debian/Ubuntu: apt-get install chromium"
 
 # Format and lint checks.
 for component in rustfmt clippy; do

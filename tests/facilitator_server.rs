@@ -4,6 +4,7 @@
 //! through it, paid by walletgate's payer, balances checked to the unit.
 
 mod chain_support;
+mod redis_support;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -68,18 +69,38 @@ async fn facilitator_logging(
     stderr: Stdio,
     filter: &str,
 ) -> (Running, String) {
+    let (key_file, _) = funded_settler_key(rpc).await;
+    spawn_facilitator(rpc, &key_file, pay_to, extra, stderr, filter)
+}
+
+/// A fresh settler key holding one ETH, in a mode-0600 file; its address.
+async fn funded_settler_key(rpc: &str) -> (PathBuf, Address) {
     let key = fresh_payer_key();
     let settler = Payer::from_key(key.0).unwrap().address_bytes();
     set_eth_balance(rpc, settler, ONE_ETH).await;
     let dir = scratch(&format!("{settler:x}"));
-    let key_file = secret_file(&dir, "settler.key", &format!("{key}\n"));
+    (
+        secret_file(&dir, "settler.key", &format!("{key}\n")),
+        settler,
+    )
+}
+
+/// `walletgate facilitator` settling with the key in `key_file`; its URL.
+fn spawn_facilitator(
+    rpc: &str,
+    key_file: &Path,
+    pay_to: Address,
+    extra: &[&str],
+    stderr: Stdio,
+    filter: &str,
+) -> (Running, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_walletgate"))
         .args(["facilitator", "--rpc-url", rpc, "--network", "eip155:84532"])
         .args(["--asset", &USDC.to_checksum(None)])
         .args(["--pay-to", &pay_to.to_checksum(None)])
         .args(["--listen", "127.0.0.1:0"])
         .arg("--key-file")
-        .arg(&key_file)
+        .arg(key_file)
         .args(extra)
         .env("RUST_LOG", filter)
         .stdin(Stdio::null())
@@ -842,4 +863,251 @@ async fn upto_is_listed_naming_the_settler_and_settles_the_amount_used() {
         chain_support::permit2_allowance(&rpc, from).await,
         U256::from(50_000 - 4_321)
     );
+}
+
+/// The `--redis-*` arguments of replicas sharing a Redis under `prefix`:
+/// the test server, or the test cluster.
+fn redis_args(cluster: bool, prefix: &str) -> Vec<String> {
+    let mut args = vec!["--redis-prefix".to_owned(), prefix.to_owned()];
+    if cluster {
+        args.extend([
+            "--redis-url".to_owned(),
+            redis_support::shared_cluster_seeds().join(","),
+            "--redis-mode".to_owned(),
+            "cluster".to_owned(),
+        ]);
+    } else {
+        args.extend(["--redis-url".to_owned(), redis_support::shared_url()]);
+    }
+    args
+}
+
+/// From now on `chain` mines one block a second: settlements sent at once wait together.
+async fn one_block_a_second(chain: &str) {
+    chain_support::rpc(chain, "evm_setAutomine", json!([false])).await;
+    chain_support::rpc(chain, "evm_setIntervalMining", json!([1])).await;
+}
+
+/// `/settle` of `body` at `url` with `key`, from its own task.
+fn settle_task(
+    url: &str,
+    key: String,
+    body: String,
+) -> tokio::task::JoinHandle<(StatusCode, Value)> {
+    let settle = format!("{url}/settle");
+    tokio::spawn(async move {
+        let (status, _, answer) =
+            exchange("POST", &settle, &[("idempotency-key", &key)], Some(body)).await;
+        (status, answer)
+    })
+}
+
+/// `count` funded payers' payment bodies to `pay_to` (minted while the
+/// chain still mines at once).
+async fn payment_bodies(chain: &str, pay_to: Address, count: usize) -> Vec<(String, Address)> {
+    let mut bodies = Vec::new();
+    for _ in 0..count {
+        bodies.push(payment_body(chain, pay_to).await);
+    }
+    bodies
+}
+
+/// The settler's mined and pending nonce counts.
+async fn settler_nonces(chain: &str, settler: Address) -> (u64, u64) {
+    let pending = chain_support::rpc(
+        chain,
+        "eth_getTransactionCount",
+        json!([settler, "pending"]),
+    )
+    .await;
+    let pending = u64::from_str_radix(pending.as_str().unwrap().trim_start_matches("0x"), 16);
+    (
+        chain_support::transaction_count(chain, settler).await,
+        pending.unwrap(),
+    )
+}
+
+async fn two_replicas_share_one_settler_key(cluster: bool) {
+    let chain = chain_support::private_chain();
+    let pay_to = fresh_address();
+    let bodies = payment_bodies(&chain, pay_to, 31).await;
+    one_block_a_second(&chain).await;
+    let (key_file, settler) = funded_settler_key(&chain).await;
+    let prefix = redis_support::unique_prefix("facilitator-replicas");
+    let redis = redis_args(cluster, &prefix);
+    let redis: Vec<&str> = redis.iter().map(String::as_str).collect();
+    let logs = [0, 1].map(|n| key_file.with_file_name(format!("replica-{n}.log")));
+    let log_to = |n: usize| Stdio::from(std::fs::File::create(&logs[n]).unwrap());
+    let replicas = [
+        spawn_facilitator(&chain, &key_file, pay_to, &redis, log_to(0), "debug"),
+        spawn_facilitator(&chain, &key_file, pay_to, &redis, log_to(1), "debug"),
+    ];
+    for (_, url) in &replicas {
+        let (status, _, _) = exchange("GET", &format!("{url}/readyz"), &[], None).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    // 30 distinct payments, half to each; 5 copies of one more with one key, over both.
+    let mut distinct = Vec::new();
+    for (n, (body, _)) in bodies[..30].iter().enumerate() {
+        let url = &replicas[n % 2].1;
+        distinct.push(settle_task(
+            url,
+            format!("distinct-payment-{n:04}"),
+            body.clone(),
+        ));
+    }
+    let copies: Vec<_> = (0..5)
+        .map(|n| {
+            let url = &replicas[n % 2].1;
+            settle_task(url, "one-payment-five-copies".into(), bodies[30].0.clone())
+        })
+        .collect();
+    let mut transactions = std::collections::HashSet::new();
+    for task in distinct {
+        let (status, answer) = task.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(answer["success"], true, "{answer}");
+        assert!(transactions.insert(answer["transaction"].as_str().unwrap().to_owned()));
+    }
+    let mut copied = std::collections::HashSet::new();
+    for task in copies {
+        let (status, answer) = task.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(answer["success"], true, "{answer}");
+        copied.insert(answer["transaction"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(copied.len(), 1, "every copy names the same transaction");
+    assert!(transactions.is_disjoint(&copied));
+    for (_, from) in &bodies {
+        assert_eq!(balance(&chain, *from).await, U256::from(990_000));
+    }
+    assert_eq!(balance(&chain, pay_to).await, U256::from(31 * 10_000));
+    assert_eq!(
+        settler_nonces(&chain, settler).await,
+        (31, 31),
+        "the settler's nonce advanced by exactly 31, nothing left waiting"
+    );
+    drop(replicas);
+    let key = std::fs::read_to_string(&key_file).unwrap();
+    let key = key.trim().trim_start_matches("0x");
+    for log in &logs {
+        let text = std::fs::read_to_string(log).unwrap();
+        assert!(
+            text.contains("settled"),
+            "the replica logged its settlements"
+        );
+        assert!(
+            !text.to_ascii_lowercase().contains(key),
+            "a replica logged its settler key"
+        );
+    }
+}
+
+#[tokio::test]
+async fn two_replicas_on_one_redis_share_one_settler_key() {
+    two_replicas_share_one_settler_key(false).await;
+}
+
+#[tokio::test]
+async fn two_replicas_on_a_redis_cluster_share_one_settler_key() {
+    two_replicas_share_one_settler_key(true).await;
+}
+
+#[tokio::test]
+async fn a_replica_killed_mid_load_leaves_every_payment_settled_once() {
+    let chain = chain_support::private_chain();
+    let pay_to = fresh_address();
+    let bodies = payment_bodies(&chain, pay_to, 20).await;
+    one_block_a_second(&chain).await;
+    let (key_file, settler) = funded_settler_key(&chain).await;
+    let prefix = redis_support::unique_prefix("facilitator-killed");
+    let redis = redis_args(false, &prefix);
+    let redis: Vec<&str> = redis.iter().map(String::as_str).collect();
+    let (mut killed, killed_url) =
+        spawn_facilitator(&chain, &key_file, pay_to, &redis, Stdio::inherit(), "warn");
+    let (_survivor, survivor_url) =
+        spawn_facilitator(&chain, &key_file, pay_to, &redis, Stdio::inherit(), "warn");
+    let key = |n: usize| format!("payment-killed-or-not-{n:04}");
+    let mut to_survivor = Vec::new();
+    let mut to_killed = Vec::new();
+    for (n, (body, _)) in bodies.iter().enumerate() {
+        if n % 2 == 0 {
+            to_survivor.push(settle_task(&survivor_url, key(n), body.clone()));
+        } else {
+            to_killed.push(settle_task(&killed_url, key(n), body.clone()));
+        }
+    }
+    // Sent, not yet mined (one block a second): the replica dies.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let _ = killed.0.kill();
+    let _ = killed.0.wait();
+    for task in to_survivor {
+        let (status, answer) = task.await.unwrap();
+        assert_eq!(
+            (status, &answer["success"]),
+            (StatusCode::OK, &json!(true)),
+            "{answer}"
+        );
+    }
+    for task in to_killed {
+        // Cut off, or answered before the kill: resent below either way.
+        let _ = task.await;
+    }
+    // Restarted, the killed replica's callers ask again with their keys.
+    let (_restarted, restarted_url) =
+        spawn_facilitator(&chain, &key_file, pay_to, &redis, Stdio::inherit(), "warn");
+    for (n, (body, _)) in bodies.iter().enumerate().filter(|(n, _)| n % 2 == 1) {
+        let (status, answer) = settle_task(&restarted_url, key(n), body.clone())
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(answer["success"], true, "{answer}");
+    }
+    for (_, from) in &bodies {
+        assert_eq!(
+            balance(&chain, *from).await,
+            U256::from(990_000),
+            "paid once"
+        );
+    }
+    assert_eq!(balance(&chain, pay_to).await, U256::from(20 * 10_000));
+    let (mined, pending) = settler_nonces(&chain, settler).await;
+    assert_eq!(mined, pending, "nothing left waiting behind a gap");
+    // 20 transfers, and a filler for each nonce the killed replica took and never sent.
+    assert!(mined >= 20, "{mined}");
+}
+
+#[tokio::test]
+async fn while_redis_is_away_readyz_and_settle_are_503_and_nothing_is_sent() {
+    let rpc = shared_rpc_url();
+    let pay_to = fresh_address();
+    let redis = redis_support::RedisServer::start();
+    let prefix = redis_support::unique_prefix("facilitator-redis-away");
+    let (key_file, settler) = funded_settler_key(&rpc).await;
+    let url_arg = redis.url();
+    let (_running, url) = spawn_facilitator(
+        &rpc,
+        &key_file,
+        pay_to,
+        &["--redis-url", &url_arg, "--redis-prefix", &prefix],
+        Stdio::inherit(),
+        "error",
+    );
+    let (status, _, _) = exchange("GET", &format!("{url}/readyz"), &[], None).await;
+    assert_eq!(status, StatusCode::OK);
+    drop(redis);
+    let (status, _, _) = exchange("GET", &format!("{url}/readyz"), &[], None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let (body, from) = payment_body(&rpc, pay_to).await;
+    let (status, headers, answer) = exchange(
+        "POST",
+        &format!("{url}/settle"),
+        &[("idempotency-key", "while-redis-is-away-0001")],
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+    assert!(headers.contains_key("retry-after"));
+    assert_eq!(balance(&rpc, from).await, U256::from(1_000_000));
+    assert_eq!(chain_support::transaction_count(&rpc, settler).await, 0);
 }

@@ -238,11 +238,11 @@ async fn quota_contract<Q: QuotaStore>(store: Q, time: Time) {
     let quota = two_per_two_secs();
     assert_eq!(
         store.check(&app("a"), quota).await.unwrap(),
-        QuotaVerdict::Allowed
+        QuotaVerdict::Allowed { remaining: 1 }
     );
     assert_eq!(
         store.check(&app("a"), quota).await.unwrap(),
-        QuotaVerdict::Allowed
+        QuotaVerdict::Allowed { remaining: 0 }
     );
     let wait = retry_after(store.check(&app("a"), quota).await.unwrap())
         .expect("a 3rd request within the burst was admitted");
@@ -252,12 +252,12 @@ async fn quota_contract<Q: QuotaStore>(store: Q, time: Time) {
     // Other keys, and the same key under a changed quota, are fresh buckets.
     assert_eq!(
         store.check(&app("b"), quota).await.unwrap(),
-        QuotaVerdict::Allowed
+        QuotaVerdict::Allowed { remaining: 1 }
     );
     let roomier = KeyQuota::new(NonZeroU32::new(3).unwrap(), Duration::from_secs(3)).unwrap();
     assert_eq!(
         store.check(&app("a"), roomier).await.unwrap(),
-        QuotaVerdict::Allowed
+        QuotaVerdict::Allowed { remaining: 2 }
     );
 
     // Refusals spend nothing: after the wait, one more; then refused again.
@@ -265,11 +265,11 @@ async fn quota_contract<Q: QuotaStore>(store: Q, time: Time) {
     let id = app("c");
     assert_eq!(
         store.check(&id, quota).await.unwrap(),
-        QuotaVerdict::Allowed
+        QuotaVerdict::Allowed { remaining: 1 }
     );
     assert_eq!(
         store.check(&id, quota).await.unwrap(),
-        QuotaVerdict::Allowed
+        QuotaVerdict::Allowed { remaining: 0 }
     );
     let mut wait = Duration::ZERO;
     for _ in 0..5 {
@@ -278,7 +278,7 @@ async fn quota_contract<Q: QuotaStore>(store: Q, time: Time) {
     time.advance(wait + Duration::from_millis(20)).await;
     assert_eq!(
         store.check(&id, quota).await.unwrap(),
-        QuotaVerdict::Allowed
+        QuotaVerdict::Allowed { remaining: 0 }
     );
     assert!(retry_after(store.check(&id, quota).await.unwrap()).is_some());
 }
@@ -296,7 +296,7 @@ async fn quota_concurrency_contract<Q: QuotaStore>(store: Q) {
     });
     let mut admitted_count = 0;
     for check in checks {
-        admitted_count += usize::from(check.await.unwrap() == QuotaVerdict::Allowed);
+        admitted_count += usize::from(matches!(check.await.unwrap(), QuotaVerdict::Allowed { .. }));
     }
     assert_eq!(admitted_count, 2);
 }

@@ -301,6 +301,19 @@ async fn session_refresh_rotates_both_cookies_once() {
 }
 
 #[tokio::test]
+async fn signing_out_ends_every_session_of_the_wallet_and_keeps_its_tokens() {
+    let f = fixture();
+    let first = f.issuer.start_session(WALLET).await.unwrap();
+    let second = f.issuer.start_session(WALLET).await.unwrap();
+    let (_, pat) = pat(&f.issuer, WALLET, "read:favorites").await;
+    f.issuer.sign_out(WALLET).await.unwrap();
+    assert!(f.issuer.session_wallet(&first.access).await.is_err());
+    assert!(f.issuer.session_wallet(&second.access).await.is_err());
+    assert!(f.issuer.refresh_session(&first.refresh).await.is_err());
+    assert!(f.issuer.exchange(pat.expose()).await.is_ok());
+}
+
+#[tokio::test]
 async fn sessions_expire() {
     let f = fixture();
     let cookies = f.issuer.start_session(WALLET).await.unwrap();

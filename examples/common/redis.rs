@@ -89,40 +89,27 @@ impl RedisSettings {
             return Ok(None);
         };
         let mode_variable = format!("{name}_REDIS_MODE");
-        let cluster = match var(&mode_variable).as_deref() {
-            None | Some("" | "standalone") => false,
-            Some("cluster") => true,
-            Some(_) => return Err((mode_variable, "expected standalone or cluster".into())),
-        };
-        let urls: Vec<&str> = if cluster {
-            url.split(',').map(str::trim).collect()
-        } else {
-            vec![url.as_str()]
-        };
-        for one in &urls {
-            let scheme = one.starts_with("redis://") || one.starts_with("rediss://");
-            if !scheme || (!cluster && one.contains(',')) {
-                let expected = if cluster {
-                    "expected seed URLs redis://host:port, comma-separated"
-                } else {
-                    "expected redis://host:port[/db] (several URLs need REDIS_MODE=cluster)"
-                };
-                return Err((url_variable, expected.into()));
-            }
-        }
         if !cfg!(feature = "redis") {
             return Err((url_variable, "this build lacks the `redis` feature".into()));
         }
-        let tls = urls[0].starts_with("rediss://");
-        if urls.iter().any(|one| one.starts_with("rediss://") != tls) {
-            return Err((url_variable, "mixes redis:// and rediss:// seeds".into()));
-        }
-        if tls && !cfg!(feature = "redis-tls") {
-            return Err((
-                url_variable,
-                "rediss:// needs the build's `redis-tls` feature (--features redis-tls)".into(),
-            ));
-        }
+        #[cfg(feature = "redis")]
+        let (cluster, tls) = {
+            let mode: walletgate::redis::RedisMode = var(&mode_variable)
+                .unwrap_or_default()
+                .parse()
+                .map_err(|error: walletgate::redis::RedisUrlError| {
+                    (mode_variable.clone(), error.to_string())
+                })?;
+            walletgate::redis::RedisConfig::from_setting(&url, mode)
+                .map_err(|error| (url_variable.clone(), error.to_string()))?;
+            (
+                mode == walletgate::redis::RedisMode::Cluster,
+                url.trim_start().starts_with("rediss://"),
+            )
+        };
+        #[cfg(not(feature = "redis"))]
+        let (cluster, tls) = (false, false);
+        let urls: Vec<&str> = url.split(',').map(str::trim).collect();
         let ca_variable = format!("{name}_REDIS_CA_FILE");
         let ca_file = var(&ca_variable).filter(|file| !file.is_empty());
         if ca_file.is_some() && !tls {
@@ -159,11 +146,13 @@ impl RedisSettings {
     /// The library's settings for this Redis (reads the CA file, if any).
     #[cfg(feature = "redis")]
     pub(crate) fn config(&self) -> Result<walletgate::redis::RedisConfig, String> {
-        let config = if self.cluster {
-            walletgate::redis::RedisConfig::cluster(self.url.split(','))
+        let mode = if self.cluster {
+            walletgate::redis::RedisMode::Cluster
         } else {
-            walletgate::redis::RedisConfig::new(&self.url)
+            walletgate::redis::RedisMode::Standalone
         };
+        let config = walletgate::redis::RedisConfig::from_setting(&self.url, mode)
+            .map_err(|error| error.to_string())?;
         let config = config
             .with_prefix(&self.prefix)
             .with_wait_replicas(self.wait_replicas);

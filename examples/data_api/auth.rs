@@ -3,7 +3,9 @@
 //! SIWE verify answers with two cookies, `access_token` (the session) and
 //! `refresh_token` (rotates it). PAT management (`/api/v2/auth/tokens…`)
 //! takes the library's `SessionWallet`, which owns the rule that a bearer JWT
-//! never authorises it. The exchange takes a PAT and answers a wallet JWT.
+//! never authorises it and refuses other sites' pages; sign-in and refresh,
+//! which set the cookies, refuse them with the same `refuse_cross_site`.
+//! The exchange takes a PAT and answers a wallet JWT.
 
 use std::borrow::Cow;
 
@@ -18,7 +20,7 @@ use walletgate::envelope::DataApiError;
 use walletgate::siwe::SiweMessageFields;
 use walletgate::tokens::{
     AccessToken, IssuerConfig, NewPat, PatRecord, REFRESH_COOKIE, SessionCookies, SessionWallet,
-    request_cookie,
+    refuse_cross_site, request_cookie,
 };
 use walletgate::wallet_jwt::{ScopeSet, WalletClaims};
 
@@ -94,8 +96,11 @@ pub(crate) struct SignedIn {
 /// exact text is rebuilt from the fields and checked.
 pub(crate) async fn verify(
     State(state): State<SharedState>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, DataApiError> {
+    // Another site's page must not sign the browser in to a wallet of its choosing.
+    refuse_cross_site(&headers, state.issuer.config().issuer())?;
     let body: VerifyBody = json_body(&body)?;
     let signed_in = state
         .siwe
@@ -112,12 +117,38 @@ pub(crate) async fn refresh_session(
     State(state): State<SharedState>,
     headers: HeaderMap,
 ) -> Result<Response, DataApiError> {
+    refuse_cross_site(&headers, state.issuer.config().issuer())?;
     let refresh = request_cookie(&headers, REFRESH_COOKIE)
         .ok_or_else(|| DataApiError::unauthorized("the refresh_token cookie is required"))?;
     let (wallet, cookies) = state.issuer.refresh_session(refresh).await?;
     let address = wallet.to_checksum(None);
     let headers = cookies.set_cookie_headers(state.issuer.config());
     Ok((headers, Json(SignedIn { address })).into_response())
+}
+
+/// A session ended.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SignedOut {
+    #[schemars(with = "schema::Address")]
+    address: String,
+    #[schemars(extend("const" = true))]
+    signed_out: bool,
+}
+
+/// `DELETE /api/v2/auth/session` (session): signs the wallet out
+/// everywhere and clears both cookies; its tokens stay.
+pub(crate) async fn sign_out(
+    State(state): State<SharedState>,
+    SessionWallet(wallet): SessionWallet,
+) -> Result<Response, DataApiError> {
+    state.issuer.sign_out(wallet).await?;
+    let cleared = SessionCookies::cleared_headers(state.issuer.config());
+    let body = SignedOut {
+        address: wallet.to_checksum(None),
+        signed_out: true,
+    };
+    Ok((cleared, Json(body)).into_response())
 }
 
 /// The body of PAT creation.

@@ -13,7 +13,8 @@
 //! table of `routes.rs`; `config.rs` parses the environment; `stores.rs` and
 //! `quotas.rs` open the stores it names; `state.rs` is what the handlers
 //! share; `auth.rs`, `rest.rs`, `protected_resource.rs`, `openapi.rs` and
-//! `mcp.rs` (with `tools.rs`) answer.
+//! `mcp.rs` (with `tools.rs`) answer; `console.rs` serves `/console`, the
+//! page for people.
 
 mod access_log;
 mod auth;
@@ -26,6 +27,7 @@ mod chromium;
 #[path = "../common/cli.rs"]
 mod cli;
 mod config;
+mod console;
 #[path = "../common/cors.rs"]
 mod cors;
 mod favorites;
@@ -37,9 +39,14 @@ mod logging;
 mod mcp;
 #[path = "../common/metrics.rs"]
 mod metrics_endpoint;
+#[cfg(test)]
+#[path = "../common/node.rs"]
+mod node;
 mod openapi;
 #[path = "../common/openapi.rs"]
 mod openapi_common;
+#[path = "../common/page.rs"]
+mod page;
 mod protected_resource;
 #[path = "../common/proxies.rs"]
 mod proxies;
@@ -66,10 +73,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, KeyQuota};
 use walletgate::clock::{SharedClock, SystemClock};
 use walletgate::siwe::SiweVerifier;
-use walletgate::tokens::{IssuerConfig, SigningKeyFile, SigningKeys, TokenIssuer};
+use walletgate::tokens::{
+    IssuerConfig, SigningKeyFile, SigningKeys, TokenIssuer, refuse_cross_site,
+};
 use walletgate::wallet_jwt::{JwksUrl, JwtVerifier, KeySet, ResourceMetadataUrl, WalletJwtLayer};
 
 use crate::config::{Config, ExternalIssuer};
@@ -197,8 +209,10 @@ pub(crate) fn build_with_clock(
         &config.origin,
         &metadata,
     );
-    // Probes sit outside every gate and need no credentials.
+    // Probes and the console's page sit outside every gate and need no
+    // credentials (the page asks for the API key).
     let router = health::routes(readiness)
+        .merge(console::routes(config))
         .merge(router)
         // Every answer carries the id, every gate sees it.
         .layer(request_id::RequestIdLayer);
@@ -283,12 +297,20 @@ fn router(
     let wallet_scoped = wallet_scoped.route_layer(jwt());
     // Token management reads the session cookie; a bearer, if sent, is
     // verified so revocation can insist it names the same wallet.
-    let token_management = token_management.route_layer(jwt().optional_bearer());
+    // Outermost on them, other sites' pages are refused first: a forged form
+    // (which cannot send `X-API-KEY`) hears "cross-site", not "missing key".
+    let own_origin: Arc<str> = origin.into();
+    let token_management = token_management
+        .route_layer(jwt().optional_bearer())
+        .route_layer(api_keys.clone())
+        .route_layer(middleware::from_fn(move |request: Request, next: Next| {
+            same_origin_only(Arc::clone(&own_origin), request, next)
+        }));
 
     let keyed = keyed
         .merge(wallet_scoped)
-        .merge(token_management)
-        .layer(api_keys.clone());
+        .layer(api_keys.clone())
+        .merge(token_management);
 
     // MCP: one service that applies the same `ApiKeyLayer` (same quotas) itself,
     // inside its JSON-RPC rejection rewriter; the table describes it through
@@ -305,6 +327,14 @@ fn router(
         .merge(keyed)
         .with_state(state);
     (router, close_mcp_streams)
+}
+
+/// The token management routes' outermost check (`tokens::refuse_cross_site`).
+async fn same_origin_only(origin: Arc<str>, request: Request, next: Next) -> Response {
+    match refuse_cross_site(request.headers(), &origin) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => IntoResponse::into_response(refused),
+    }
 }
 
 #[tokio::main]
@@ -394,6 +424,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("wallets with favorites: {}", dev.seeded_wallets.join(", "));
     println!("OpenAPI description: http://{address}/api/v2/openapi.json");
     println!("MCP (streamable HTTP): http://{address}/mcp");
+    println!("console (sign in, tokens, quota): http://{address}/console");
     let close_mcp_streams = dev.close_mcp_streams;
     let signalled =
         shutdown::on_signal(config.draining.clone(), move || close_mcp_streams.close())?;

@@ -27,13 +27,14 @@ use walletgate::wallet_jwt::RequireScopesLayer;
 
 use crate::auth::{
     CreateTokenBody, CreatedToken, ExchangeBody, ExchangeResponse, Nonce, Revoked, SignedIn,
-    TokenView, VerifyBody,
+    SignedOut, TokenView, VerifyBody,
 };
 use crate::favorites::Page;
 use crate::openapi_common::{json_request_body, json_response, openapi_schema};
 pub(crate) use crate::openapi_common::{
     path_parameter, query_parameter, required_query_parameter, schema_ref,
 };
+use crate::quotas::QuotaView;
 use crate::relationships::CallerRole;
 use crate::rest::{AgentDeclaration, Counterparty, RelationshipChange, RelationshipList, Removed};
 use crate::state::SharedState;
@@ -93,6 +94,11 @@ impl Access {
                 "the API key's quota is spent; `Retry-After` says when to retry",
             ),
         ];
+        // The cookies' routes refuse other sites' pages (tokens::refuse_cross_site).
+        let cross_site = (
+            403,
+            "a browser request from another site (`Sec-Fetch-Site` or `Origin`)",
+        );
         match self {
             Self::Public => Vec::new(),
             Self::ApiKey | Self::ApiKeyOptionalWallet => keyed.to_vec(),
@@ -101,6 +107,7 @@ impl Access {
                     401,
                     "`X-API-KEY` missing or unknown, or no valid SIWE session cookie",
                 ),
+                cross_site,
                 keyed[1],
             ],
             Self::RefreshCookie => vec![
@@ -108,6 +115,7 @@ impl Access {
                     401,
                     "`X-API-KEY` missing or unknown, or no valid refresh cookie",
                 ),
+                cross_site,
                 keyed[1],
             ],
             Self::Wallet(guard) => {
@@ -455,6 +463,8 @@ fn schemas() -> Value {
     generator.subschema_for::<CreateTokenBody>();
     generator.subschema_for::<CreatedToken<'static>>();
     generator.subschema_for::<Revoked>();
+    generator.subschema_for::<SignedOut>();
+    generator.subschema_for::<QuotaView>();
     generator.subschema_for::<ExchangeBody>();
     generator.subschema_for::<ExchangeResponse>();
     let token_list = generator.subschema_for::<Vec<TokenView>>();

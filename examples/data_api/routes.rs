@@ -11,7 +11,7 @@ use crate::favorites::{DEFAULT_LIMIT, MAX_LIMIT, MIN_LIMIT};
 use crate::openapi::{
     Access, Operation, path_parameter, query_parameter, required_query_parameter, schema_ref,
 };
-use crate::{auth, openapi, protected_resource, rest};
+use crate::{auth, openapi, protected_resource, quotas, rest};
 
 /// Every operation of the API, in the order the document lists them.
 pub(crate) fn operations() -> Vec<Operation> {
@@ -48,12 +48,18 @@ pub(crate) fn operations() -> Vec<Operation> {
             .json_body(schema_ref("SiweVerify"))
             .response(200, "Signed in; the session cookies are set", schema_ref("SignedIn"))
             .error(400, "The body is not a SIWE verify request")
-            .error(401, "`X-API-KEY` missing or unknown, or the signature, domain, URI, chain, nonce or time window does not verify"),
+            .error(401, "`X-API-KEY` missing or unknown, or the signature, domain, URI, chain, nonce or time window does not verify")
+            .error(403, "A browser request from another site (`Sec-Fetch-Site` or `Origin`): only this server's own pages sign in"),
         Operation::post("/api/v2/auth/session/refresh", "refreshSession", auth::refresh_session)
             .access(Access::RefreshCookie)
             .doc("auth", "Rotate the session cookies")
             .description("The refresh cookie buys a new session and refresh cookie, once.")
             .response(200, "New session cookies are set", schema_ref("SignedIn")),
+        Operation::delete("/api/v2/auth/session", "signOut", auth::sign_out)
+            .access(Access::Session)
+            .doc("auth", "Sign out")
+            .description("Ends every session of the session's wallet and clears both cookies; its personal access tokens stay.")
+            .response(200, "Signed out", schema_ref("SignedOut")),
         Operation::post("/api/v2/auth/tokens", "createToken", auth::create_token)
             .access(Access::Session)
             .doc("auth", "Create a personal access token")
@@ -77,7 +83,7 @@ pub(crate) fn operations() -> Vec<Operation> {
             .description("A bearer JWT, if sent, must name the session's wallet. Clears both cookies.")
             .parameter(path_parameter("id", "The token's id", json!({"type": "string"})))
             .response(200, "Revoked", schema_ref("Revoked"))
-            .error(403, "The bearer JWT names another wallet than the session")
+            .error(403, "The bearer JWT names another wallet than the session, or a browser request from another site (`Sec-Fetch-Site` or `Origin`)")
             .error(404, "No such token for this wallet"),
         Operation::post("/api/v2/auth/tokens/exchange", "exchangeToken", auth::exchange)
             .doc("auth", "Exchange a personal access token for a wallet JWT")
@@ -85,6 +91,10 @@ pub(crate) fn operations() -> Vec<Operation> {
             .response(200, "A short-lived wallet JWT", schema_ref("WalletJwt"))
             .error(400, "The body is not an exchange request")
             .error(401, "`X-API-KEY` missing or unknown, or the personal access token is unknown, revoked or expired"),
+        Operation::get("/api/v2/key/quota", "getKeyQuota", quotas::quota)
+            .doc("auth", "What is left of the API key's quota")
+            .description("The calling key's requests per window, spent (this request included) and remaining now; one request refills every `windowSeconds / limit` seconds.")
+            .response(200, "The key's quota", schema_ref("KeyQuota")),
         // Favorites.
         Operation::get("/api/v2/account/{wallet}/favorites", "getFavorites", rest::favorites)
             .access(Access::Wallet(

@@ -23,6 +23,9 @@ use crate::wire::rfc3339;
 #[cfg(feature = "cli")]
 #[path = "tests_cli.rs"]
 mod cli;
+/// `/console`, the page for people, and what it relies on.
+#[path = "tests_console.rs"]
+mod console;
 #[path = "tests_cors.rs"]
 mod cors;
 mod described;
@@ -93,6 +96,27 @@ async fn start_configured(unix_secs: u64, configure: impl FnOnce(&mut Config)) -
         clock,
         client: Client::builder(TokioExecutor::new()).build_http(),
     }
+}
+
+/// Serves `config` on `listener` on the system clock (a browser or an SDK
+/// signs at its own time), its access log in a fresh file under `name`:
+/// the file's path, for the caller to read and remove.
+pub(crate) fn serve_logged(
+    listener: tokio::net::TcpListener,
+    config: &Config,
+    name: &str,
+) -> std::path::PathBuf {
+    let port = listener.local_addr().unwrap().port();
+    let (router, _) = build_with_clock(config, Arc::new(walletgate::SystemClock)).unwrap();
+    let log_path = std::env::temp_dir().join(format!(
+        "walletgate-{name}-{}-{port}.log",
+        std::process::id()
+    ));
+    let router = crate::access_log::AccessLog::to_file(&log_path)
+        .unwrap()
+        .around(router);
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    log_path
 }
 
 impl Server {
@@ -211,6 +235,17 @@ impl Server {
         )
     }
 
+    /// `GET /api/v2/auth/tokens` with the session `cookie`.
+    async fn list_tokens(&self, cookie: &str) -> Reply {
+        self.keyed(
+            Method::GET,
+            "/api/v2/auth/tokens",
+            &[("cookie", cookie)],
+            None,
+        )
+        .await
+    }
+
     async fn exchange(&self, pat: &str) -> Reply {
         self.keyed(
             Method::POST,
@@ -278,7 +313,7 @@ fn session_cookie(headers: &HeaderMap) -> String {
     assert!(
         cookies
             .iter()
-            .all(|cookie| cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"))
+            .all(|cookie| cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"))
     );
     cookies
         .iter()
@@ -498,14 +533,7 @@ async fn listing_rotating_and_revoking() {
     let (cookie, pat, jwt) = server
         .wallet_jwt(DEV_KEY_0, DEV_WALLET_0, &["read:favorites"])
         .await;
-    let listed = server
-        .keyed(
-            Method::GET,
-            "/api/v2/auth/tokens",
-            &[("cookie", &cookie)],
-            None,
-        )
-        .await;
+    let listed = server.list_tokens(&cookie).await;
     assert_eq!(listed.status, StatusCode::OK);
     let id = listed.body[0]["id"].as_str().unwrap().to_owned();
     assert!(
@@ -567,14 +595,7 @@ async fn listing_rotating_and_revoking() {
         )
         .await;
     assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.body);
-    let after = server
-        .keyed(
-            Method::GET,
-            "/api/v2/auth/tokens",
-            &[("cookie", &cookie)],
-            None,
-        )
-        .await;
+    let after = server.list_tokens(&cookie).await;
     assert_eq!(
         after.status,
         StatusCode::UNAUTHORIZED,
@@ -597,23 +618,9 @@ async fn session_refresh_rotates_cookies() {
     assert_eq!(refreshed.status, StatusCode::OK);
     let new_cookie = session_cookie(&refreshed.headers);
     assert_ne!(new_cookie, cookie);
-    let old = server
-        .keyed(
-            Method::GET,
-            "/api/v2/auth/tokens",
-            &[("cookie", &cookie)],
-            None,
-        )
-        .await;
+    let old = server.list_tokens(&cookie).await;
     assert_eq!(old.status, StatusCode::UNAUTHORIZED);
-    let new = server
-        .keyed(
-            Method::GET,
-            "/api/v2/auth/tokens",
-            &[("cookie", &new_cookie)],
-            None,
-        )
-        .await;
+    let new = server.list_tokens(&new_cookie).await;
     assert_eq!(new.status, StatusCode::OK);
 }
 

@@ -282,14 +282,7 @@ async fn a_revoked_pats_jwt_is_refused_on_the_next_rest_and_mcp_request() {
     let (status, _, text) = mcp_initialize(&server, &mcp_headers).await;
     assert_eq!(status, StatusCode::OK, "{text}");
 
-    let listed = server
-        .keyed(
-            Method::GET,
-            "/api/v2/auth/tokens",
-            &[("cookie", &cookie)],
-            None,
-        )
-        .await;
+    let listed = server.list_tokens(&cookie).await;
     let id = listed.body[0]["id"].as_str().unwrap().to_owned();
     let revoked = server
         .keyed(

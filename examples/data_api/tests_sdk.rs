@@ -5,14 +5,10 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
-use walletgate::SystemClock;
-
-use crate::access_log::AccessLog;
-use crate::build_with_clock;
 use crate::config::Config;
+use crate::tests::serve_logged;
 
 /// Public Hardhat/Anvil development key #0 (wallet with seeded favorites).
 const DEV_KEY_0: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
@@ -40,15 +36,7 @@ async fn opensea_sdk_signs_in_refreshes_and_revokes() {
     config.siwe_chain_id = 1;
     // Inside the SDK's 60 s refresh window, so getValidToken re-exchanges.
     config.jwt_lifetime_secs = 30;
-    let (router, _) = build_with_clock(&config, Arc::new(SystemClock)).unwrap();
-
-    let log_path = std::env::temp_dir().join(format!(
-        "walletgate-access-{}-{}.log",
-        std::process::id(),
-        address.port()
-    ));
-    let router = AccessLog::to_file(&log_path).unwrap().around(router);
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    let log_path = serve_logged(listener, &config, "access");
 
     let run = tokio::process::Command::new("node")
         .arg("e2e.mjs")

@@ -163,6 +163,44 @@ fn model_pricing(model: &Model, flat_fee: UsdAmount) -> Value {
     }
 }
 
+/// One model as the browser page (`console.rs`) lists it.
+pub(crate) struct ListedModel {
+    pub(crate) id: &'static str,
+    pub(crate) name: &'static str,
+    /// The route a person tries it on (chat completions, or image jobs).
+    pub(crate) endpoint: &'static str,
+    /// Whether the page's "try it" form can send it a chat.
+    pub(crate) chat: bool,
+    /// `{amount, currency}` of that route's example request as the 402
+    /// quotes it (flat fee included), as `x-payment-info` lists it; `None`
+    /// for a free model.
+    pub(crate) quoted: Option<Value>,
+    /// Its rates, as `/.well-known/x402` lists them.
+    pub(crate) rates: Value,
+}
+
+/// Every model of the catalogue (`/v1/models`) priced from the same route
+/// table and quoting as the documents.
+pub(crate) fn price_list(catalogue: &Catalogue, quoting: &Quoting) -> Vec<ListedModel> {
+    let chat = ROUTES
+        .iter()
+        .find(|route| route.kind == Kind::Inference(crate::request::Endpoint::Chat));
+    let images = ROUTES.iter().find(|route| route.kind == Kind::ImageJob);
+    (catalogue.models().iter())
+        .filter_map(|model| {
+            let route = if model.is_image() { images } else { chat }?;
+            Some(ListedModel {
+                id: model.id,
+                name: model.name,
+                endpoint: route.path,
+                chat: route.kind != Kind::ImageJob,
+                quoted: quoting.example_price(route, model),
+                rates: model_pricing(model, quoting.flat_fee),
+            })
+        })
+        .collect()
+}
+
 /// `GET /.well-known/x402`: BlockRun's discovery document for the gateway at
 /// `origin`.
 pub(crate) fn well_known_x402(catalogue: &Catalogue, quoting: &Quoting, origin: &str) -> Value {

@@ -11,7 +11,8 @@
 //! `/v1/chat/completions`, `/v1/messages`, `/v1/responses`, `/v1/models` and
 //! `/v1/images/generations` (paid jobs, polled; see `images/`), each also
 //! under `/api/v1/…`, and the discovery documents `/.well-known/x402` and
-//! `/openapi.json` (`discovery.rs`). Answers come from the embedded echo family
+//! `/openapi.json` (`discovery.rs`); a browser at `/` gets the catalogue with
+//! prices and a "try it" form (`console.rs`). Answers come from the embedded echo family
 //! unless a provider's OpenAI-compatible upstream is configured; see
 //! `config.rs` for every variable. Logs go to standard error through
 //! `tracing`: `RUST_LOG` filters (default `info`: settlements and refusals),
@@ -42,6 +43,7 @@ mod catalogue;
 mod cli;
 mod config;
 mod config_error;
+mod console;
 #[path = "../common/cors.rs"]
 mod cors;
 mod discovery;
@@ -91,6 +93,8 @@ mod chromium;
 #[cfg(all(test, feature = "client", feature = "reqwest"))]
 mod client_tests;
 #[cfg(test)]
+mod console_tests;
+#[cfg(test)]
 mod cors_tests;
 #[cfg(test)]
 mod discovery_tests;
@@ -107,7 +111,12 @@ mod mpp_chain_tests;
 #[cfg(test)]
 mod mpp_tests;
 #[cfg(test)]
+#[path = "../common/node.rs"]
+mod node;
+#[cfg(test)]
 mod offer_receipt_tests;
+#[path = "../common/page.rs"]
+mod page;
 #[cfg(test)]
 mod payment_tests;
 #[cfg(all(test, feature = "redis"))]
@@ -484,15 +493,14 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         bazaar.as_ref(),
         mcp::ToolPrices::new(&config.catalogue, config.bazaar),
     )?;
-    let documents = discovery::Documents::new(
-        &config.catalogue,
-        &discovery::Quoting {
-            options: &options,
-            flat_fee: gates.inference_payment.flat_fee(),
-            offer_signer,
-        },
-        &public_url,
-    );
+    let quoting = discovery::Quoting {
+        options: &options,
+        flat_fee: gates.inference_payment.flat_fee(),
+        offer_signer,
+    };
+    let documents = discovery::Documents::new(&config.catalogue, &quoting, &public_url);
+    // `/` for a browser, priced like the documents.
+    let page = console::routes(&discovery::price_list(&config.catalogue, &quoting));
     let images = ImageJobs::new(config.clock.clone(), config.image_job, stores.jobs);
     let state: AppState = Arc::new(Gateway::new(
         config.catalogue,
@@ -555,6 +563,7 @@ pub(crate) fn app(config: Config) -> Result<Router, AppError> {
         .route("/mcp", post(mcp::handle).delete(mcp::end_session))
         .route_layer(state.gates.mcp_payment.clone());
     let router = served
+        .merge(page)
         .merge(mcp)
         .merge(with_image_pipeline(image_jobs, &state))
         .merge(with_poll_pipeline(image_polls, &state))

@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use super::ApiKeyId;
 use super::gate::{Config, Found, Lookup, QuotaCheck, admit};
-use super::quota::{InMemoryQuotas, QuotaStore};
+use super::quota::{InMemoryQuotas, KeyQuota, QuotaStore};
 use super::store::KeyStore;
 use crate::body::{ResponseBody, rejection};
 
@@ -41,7 +41,7 @@ pin_project! {
         Rejected { response: Option<Response<Bytes>> },
         Lookup { #[pin] lookup: L },
         // The key was found; its quota is being spent.
-        Quota { #[pin] check: C, id: Option<ApiKeyId> },
+        Quota { #[pin] check: C, id: Option<ApiKeyId>, quota: KeyQuota },
         Inner { #[pin] future: F },
     }
 }
@@ -105,11 +105,12 @@ where
                     match config.found(looked_up) {
                         Ok(Found {
                             id,
-                            quota_check: Some(check),
+                            quota_check: Some((quota, check)),
                         }) => {
                             this.state.set(State::Quota {
                                 check,
                                 id: Some(id),
+                                quota,
                             });
                             continue;
                         }
@@ -120,16 +121,22 @@ where
                         Err(error) => Err(error),
                     }
                 }
-                StateProj::Quota { check, id } => {
+                StateProj::Quota { check, id, quota } => {
                     let verdict = ready!(check.poll(cx));
-                    admit(id.take().expect(POLLED_AFTER_COMPLETION), Some(verdict))
+                    admit(
+                        id.take().expect(POLLED_AFTER_COMPLETION),
+                        Some((*quota, verdict)),
+                    )
                 }
             };
             let next = match admitted {
-                Ok(id) => {
+                Ok((id, usage)) => {
                     let mut inner = this.inner.take().expect(POLLED_AFTER_COMPLETION);
                     let mut request = this.request.take().expect(POLLED_AFTER_COMPLETION);
                     request.extensions_mut().insert(id);
+                    if let Some(usage) = usage {
+                        request.extensions_mut().insert(usage);
+                    }
                     State::Inner {
                         future: inner.call(request),
                     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use http::{HeaderValue, StatusCode};
 
-use super::quota::{QuotaStore, QuotaVerdict, retry_after_secs};
+use super::quota::{QuotaStore, QuotaUsage, QuotaVerdict, retry_after_secs};
 use super::store::{ApiKeyRecord, KeyStore};
 use super::{ApiKeyId, KeyQuota};
 use crate::envelope::{
@@ -144,10 +144,10 @@ pub(super) type Lookup = BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreEr
 /// A quota store's decision, as the response future holds it.
 pub(super) type QuotaCheck = BoxFuture<'static, Result<QuotaVerdict, StoreError>>;
 
-/// A key that was found: its id, and its quota's check when it has one.
+/// A key that was found: its id, and its quota with its check when it has one.
 pub(super) struct Found<F> {
     pub(super) id: ApiKeyId,
-    pub(super) quota_check: Option<F>,
+    pub(super) quota_check: Option<(KeyQuota, F)>,
 }
 
 impl<K: KeyStore, Q: QuotaStore> Config<K, Q> {
@@ -172,7 +172,7 @@ impl<K: KeyStore, Q: QuotaStore> Config<K, Q> {
         let quota_check = record
             .quota
             .or(self.default_quota)
-            .map(|quota| self.quotas.check(&record.id, quota));
+            .map(|quota| (quota, self.quotas.check(&record.id, quota)));
         Ok(Found {
             id: record.id,
             quota_check,
@@ -180,27 +180,32 @@ impl<K: KeyStore, Q: QuotaStore> Config<K, Q> {
     }
 }
 
-/// The verdict on a found key once its quota answered (`None`: it has none).
+/// The verdict on a found key once its quota answered (`None`: it has
+/// none), with what is left of the quota.
 pub(super) fn admit(
     id: ApiKeyId,
-    quota: Option<Result<QuotaVerdict, StoreError>>,
-) -> Result<ApiKeyId, ApiKeyError> {
+    quota: Option<(KeyQuota, Result<QuotaVerdict, StoreError>)>,
+) -> Result<(ApiKeyId, Option<QuotaUsage>), ApiKeyError> {
+    let mut usage = None;
     match quota {
-        None | Some(Ok(QuotaVerdict::Allowed)) => {}
-        Some(Ok(QuotaVerdict::Exceeded { retry_after })) => {
+        None => {}
+        Some((quota, Ok(QuotaVerdict::Allowed { remaining }))) => {
+            usage = Some(QuotaUsage::new(quota, remaining));
+        }
+        Some((_, Ok(QuotaVerdict::Exceeded { retry_after }))) => {
             let error = ApiKeyError::QuotaExceeded {
                 retry_after_secs: retry_after_secs(retry_after),
             };
             return Err(refused(Some(&id), error));
         }
-        Some(Err(_error)) => {
+        Some((_, Err(_error))) => {
             trace_warn!(error = %_error, "API key quota store failed");
             return Err(refused(Some(&id), ApiKeyError::QuotaUnavailable));
         }
     }
     trace_decision!(DEBUG, "api_key", key_id = %id, outcome = "admitted");
     crate::metrics::count(crate::metrics::API_KEY_ADMITTED_TOTAL, []);
-    Ok(id)
+    Ok((id, usage))
 }
 
 /// `error`, traced as the layer's refusal (of the key `_key_id` once it is known).

@@ -90,7 +90,7 @@ pub use future::ResponseFuture;
 pub use gate::ApiKeyError;
 pub use id::ApiKeyId;
 pub use layer::ApiKeyLayer;
-pub use quota::{InMemoryQuotas, KeyQuota, QuotaStore, QuotaVerdict};
+pub use quota::{InMemoryQuotas, KeyQuota, QuotaStore, QuotaUsage, QuotaVerdict};
 pub use secret::{API_KEY_PREFIX, ApiKeySecret};
 pub use service::ApiKey;
 pub use store::{ApiKeyRecord, ChainedKeyStore, InMemoryKeyStore, KeyDigest, KeyStore};

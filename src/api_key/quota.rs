@@ -9,7 +9,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use governor::clock::Clock as GovernorClock;
-use governor::middleware::NoOpMiddleware;
+use governor::middleware::StateInformationMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
@@ -96,7 +96,8 @@ impl GovernorClock for ClockAdapter {
     }
 }
 
-type Limiter = RateLimiter<NotKeyed, InMemoryState, ClockAdapter, NoOpMiddleware<Duration>>;
+// The state-information middleware reports what is left after each admission.
+type Limiter = RateLimiter<NotKeyed, InMemoryState, ClockAdapter, StateInformationMiddleware>;
 
 struct KeyLimiter {
     quota: KeyQuota,
@@ -108,12 +109,48 @@ struct KeyLimiter {
 #[non_exhaustive]
 pub enum QuotaVerdict {
     /// One request of the quota was spent.
-    Allowed,
+    Allowed {
+        /// How many more requests the quota would admit right now.
+        remaining: u32,
+    },
     /// The quota is spent; nothing changed.
     Exceeded {
         /// How long until the quota admits a request.
         retry_after: Duration,
     },
+}
+
+/// A key's quota as the request that carries it left it: what
+/// [`ApiKeyLayer`](super::ApiKeyLayer) inserts into the request extensions
+/// beside [`ApiKeyId`] when the key has a quota (so a handler can show it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuotaUsage {
+    quota: KeyQuota,
+    remaining: u32,
+}
+
+impl QuotaUsage {
+    /// `remaining` of `quota`'s requests (at most its size).
+    pub fn new(quota: KeyQuota, remaining: u32) -> Self {
+        let remaining = remaining.min(quota.requests().get());
+        Self { quota, remaining }
+    }
+
+    /// The key's quota.
+    pub fn quota(&self) -> KeyQuota {
+        self.quota
+    }
+
+    /// How many more requests it would admit now.
+    pub fn remaining(&self) -> u32 {
+        self.remaining
+    }
+
+    /// How many of its requests are spent (this one included), the ones
+    /// refilling one per [`KeyQuota::interval`].
+    pub fn used(&self) -> u32 {
+        self.quota.requests().get() - self.remaining
+    }
 }
 
 /// Where per-key quota buckets live.
@@ -178,10 +215,14 @@ impl InMemoryQuotas {
     /// Spends one request of `id`'s quota.
     pub fn check_now(&self, id: &ApiKeyId, quota: KeyQuota) -> QuotaVerdict {
         let Some(limiter) = self.limiter(id, quota) else {
-            return QuotaVerdict::Allowed;
+            return QuotaVerdict::Allowed {
+                remaining: quota.requests().get() - 1,
+            };
         };
         match limiter.limiter.check() {
-            Ok(()) => QuotaVerdict::Allowed,
+            Ok(state) => QuotaVerdict::Allowed {
+                remaining: state.remaining_burst_capacity(),
+            },
             Err(not_until) => QuotaVerdict::Exceeded {
                 retry_after: not_until.wait_time_from(self.clock.now()),
             },
@@ -203,13 +244,15 @@ impl InMemoryQuotas {
         let entry = limiters.entry(id.clone()).or_insert_with(|| {
             Arc::new(KeyLimiter {
                 quota,
-                limiter: RateLimiter::direct_with_clock(governor_quota, self.clock.clone()),
+                limiter: RateLimiter::direct_with_clock(governor_quota, self.clock.clone())
+                    .with_middleware::<StateInformationMiddleware>(),
             })
         });
         if entry.quota != quota {
             *entry = Arc::new(KeyLimiter {
                 quota,
-                limiter: RateLimiter::direct_with_clock(governor_quota, self.clock.clone()),
+                limiter: RateLimiter::direct_with_clock(governor_quota, self.clock.clone())
+                    .with_middleware::<StateInformationMiddleware>(),
             });
         }
         Some(Arc::clone(entry))
@@ -280,7 +323,7 @@ mod tests {
 
     fn exceeded_secs(verdict: QuotaVerdict) -> Option<u64> {
         match verdict {
-            QuotaVerdict::Allowed => None,
+            QuotaVerdict::Allowed { .. } => None,
             QuotaVerdict::Exceeded { retry_after } => Some(retry_after_secs(retry_after)),
         }
     }
@@ -291,26 +334,39 @@ mod tests {
         let book = InMemoryQuotas::new(Arc::new(clock.clone()));
         let id = ApiKeyId::new("app").unwrap();
         let quota = KeyQuota::per_minute(nz(2));
-        assert_eq!(book.check_now(&id, quota), QuotaVerdict::Allowed);
-        assert_eq!(book.check_now(&id, quota), QuotaVerdict::Allowed);
+        assert_eq!(book.check_now(&id, quota), allowed(1));
+        assert_eq!(book.check_now(&id, quota), allowed(0));
         assert_eq!(exceeded_secs(book.check_now(&id, quota)), Some(30));
         clock.advance(Duration::from_secs(30));
-        assert_eq!(book.check_now(&id, quota), QuotaVerdict::Allowed);
+        assert_eq!(book.check_now(&id, quota), allowed(0));
+    }
+
+    fn allowed(remaining: u32) -> QuotaVerdict {
+        QuotaVerdict::Allowed { remaining }
+    }
+
+    #[test]
+    fn an_admission_says_how_many_remain() {
+        let clock = FakeClock::at_unix_secs(1_000);
+        let book = InMemoryQuotas::new(Arc::new(clock.clone()));
+        let id = ApiKeyId::new("app").unwrap();
+        let quota = KeyQuota::per_minute(nz(3));
+        assert_eq!(book.check_now(&id, quota), allowed(2));
+        assert_eq!(book.check_now(&id, quota), allowed(1));
+        // One request refills every 20 s.
+        clock.advance(Duration::from_secs(20));
+        assert_eq!(book.check_now(&id, quota), allowed(1));
+        let usage = QuotaUsage::new(quota, 1);
+        assert_eq!((usage.used(), usage.remaining()), (2, 1));
     }
 
     #[test]
     fn changed_quota_gets_a_fresh_bucket() {
         let book = InMemoryQuotas::new(Arc::new(FakeClock::at_unix_secs(1_000)));
         let id = ApiKeyId::new("app").unwrap();
-        assert_eq!(
-            book.check_now(&id, KeyQuota::per_minute(nz(1))),
-            QuotaVerdict::Allowed
-        );
+        assert_eq!(book.check_now(&id, KeyQuota::per_minute(nz(1))), allowed(0));
         assert!(exceeded_secs(book.check_now(&id, KeyQuota::per_minute(nz(1)))).is_some());
-        assert_eq!(
-            book.check_now(&id, KeyQuota::per_minute(nz(5))),
-            QuotaVerdict::Allowed
-        );
+        assert_eq!(book.check_now(&id, KeyQuota::per_minute(nz(5))), allowed(4));
         assert_eq!(book.len(), 1);
     }
 }

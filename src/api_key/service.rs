@@ -172,6 +172,27 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_admitted_request_carries_what_is_left_of_its_quota() {
+        use crate::api_key::QuotaUsage;
+        async fn remaining(request: Request<()>) -> Result<Response<String>, Infallible> {
+            let usage = request.extensions().get::<QuotaUsage>().copied();
+            Ok(Response::new(format!(
+                "{:?}",
+                usage.map(|u| (u.used(), u.remaining()))
+            )))
+        }
+        let quota = KeyQuota::per_minute(NonZeroU32::new(3).unwrap());
+        let service = ApiKey::new(service_fn(remaining), store(Some(quota)));
+        let (_, body) = status_and_body(service.clone(), request(&[KEY])).await;
+        assert_eq!(body, "Some((1, 2))");
+        let (_, body) = status_and_body(service, request(&[KEY])).await;
+        assert_eq!(body, "Some((2, 1))");
+        // A key without a quota has no usage to show.
+        let service = ApiKey::new(service_fn(remaining), store(None));
+        assert_eq!(status_and_body(service, request(&[KEY])).await.1, "None");
+    }
+
+    #[tokio::test]
     async fn a_missing_empty_doubled_or_unknown_key_is_401() {
         for keys in [&[][..], &[""], &[KEY, KEY], &["unknown-key-0123456789"]] {
             let service = ApiKey::new(service_fn(echo), store(None));

@@ -4,7 +4,8 @@
 -- KEYS[1]  the bucket: its theoretical arrival time (TAT), Unix microseconds
 -- ARGV     emission interval (us), tolerance = (requests - 1) * interval (us),
 --          [a fixed "now" in Unix us: only the crate's own tests pass it]
--- Returns  {admitted (1/0), wait (us) until a request is admitted}
+-- Returns  {1, requests still admitted now} when admitted (governor's
+--          remaining burst capacity), {0, wait (us) until one is} when not
 --
 -- Time is the server's (`TIME`), so the replicas' clocks never decide. Every
 -- number is an integer below 2^53 (Unix microseconds are about 2^51).
@@ -32,4 +33,4 @@ local next_tat = math.max(tat, now) + interval
 -- Once now reaches the TAT the bucket is full again: the key can go.
 local ttl_millis = math.floor((next_tat - now + 999) / 1000)
 redis.call('SET', KEYS[1], string.format('%.0f', next_tat), 'PX', ttl_millis)
-return { 1, 0 }
+return { 1, math.floor((now + tolerance + interval - next_tat) / interval) }

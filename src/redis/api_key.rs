@@ -86,7 +86,7 @@ impl RedisQuotas {
         let script = Arc::clone(&self.script);
         let conn = self.conn.clone();
         Box::pin(async move {
-            let (admitted, wait_micros): (i64, i64) = conn
+            let (admitted, wait_or_remaining): (i64, i64) = conn
                 .call("API key quota check on Redis failed", |mut c| async move {
                     let mut invocation = script.key(key);
                     invocation.arg(interval).arg(tolerance);
@@ -98,9 +98,11 @@ impl RedisQuotas {
                 .await?;
             let malformed = || StoreError::new("API key quota script answered out of range");
             match admitted {
-                1 => Ok(QuotaVerdict::Allowed),
+                1 => Ok(QuotaVerdict::Allowed {
+                    remaining: u32::try_from(wait_or_remaining).map_err(|_| malformed())?,
+                }),
                 0 => {
-                    let wait = u64::try_from(wait_micros).map_err(|_| malformed())?;
+                    let wait = u64::try_from(wait_or_remaining).map_err(|_| malformed())?;
                     Ok(QuotaVerdict::Exceeded {
                         retry_after: Duration::from_micros(wait),
                     })
@@ -180,7 +182,7 @@ mod tests {
                     .unwrap();
                 assert_eq!(got, expected, "seed {seed} step {step}");
                 match got {
-                    QuotaVerdict::Allowed => allowed += 1,
+                    QuotaVerdict::Allowed { .. } => allowed += 1,
                     QuotaVerdict::Exceeded { .. } => refused += 1,
                 }
             }
@@ -199,7 +201,7 @@ mod tests {
         let now = T0_SECS * 1_000_000;
         assert_eq!(
             redis.spend(&id, one, Some(now)).await.unwrap(),
-            QuotaVerdict::Allowed
+            QuotaVerdict::Allowed { remaining: 0 }
         );
         assert_eq!(
             redis.spend(&id, one, Some(now)).await.unwrap(),
@@ -210,7 +212,7 @@ mod tests {
         let five = KeyQuota::per_minute(NonZeroU32::new(5).unwrap());
         assert_eq!(
             redis.spend(&id, five, Some(now)).await.unwrap(),
-            QuotaVerdict::Allowed
+            QuotaVerdict::Allowed { remaining: 4 }
         );
         let ttl_millis: i64 = redis
             .conn

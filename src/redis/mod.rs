@@ -116,6 +116,67 @@ use redis::cluster_async::ClusterConnection;
 
 use crate::store::StoreError;
 
+/// How a Redis setting names its servers ([`RedisConfig::from_setting`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RedisMode {
+    /// One Redis (or a primary behind one address).
+    #[default]
+    Standalone,
+    /// A Redis Cluster: the URL is a comma-separated list of seed nodes.
+    Cluster,
+}
+
+impl std::str::FromStr for RedisMode {
+    type Err = RedisUrlError;
+
+    /// `standalone` (or empty) or `cluster`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "" | "standalone" => Ok(Self::Standalone),
+            "cluster" => Ok(Self::Cluster),
+            _ => Err(RedisUrlError::UnknownMode),
+        }
+    }
+}
+
+/// Why a Redis setting names no Redis ([`RedisConfig::from_setting`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RedisUrlError {
+    /// Not a `redis://` or `rediss://` URL (or, standalone, several).
+    NotRedisUrl {
+        /// Whether a list of cluster seeds was expected.
+        cluster: bool,
+    },
+    /// Cluster seeds mixing `redis://` and `rediss://`.
+    MixedSchemes,
+    /// `rediss://` in a build without feature `redis-tls`.
+    TlsNotBuilt,
+    /// A mode other than `standalone` or `cluster`.
+    UnknownMode,
+}
+
+impl std::fmt::Display for RedisUrlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::NotRedisUrl { cluster: true } => {
+                "expected seed URLs redis://host:port, comma-separated"
+            }
+            Self::NotRedisUrl { cluster: false } => {
+                "expected redis://host:port[/db] (several URLs need REDIS_MODE=cluster)"
+            }
+            Self::MixedSchemes => "mixes redis:// and rediss:// seeds",
+            Self::TlsNotBuilt => {
+                "rediss:// needs the build's `redis-tls` feature (--features redis-tls)"
+            }
+            Self::UnknownMode => "expected standalone or cluster",
+        })
+    }
+}
+
+impl std::error::Error for RedisUrlError {}
+
 /// Where the Redis is and how long to wait for it.
 #[derive(Clone)]
 pub struct RedisConfig {
@@ -167,6 +228,40 @@ impl RedisConfig {
     /// Whether this is a Redis Cluster ([`Self::cluster`]).
     pub fn is_cluster(&self) -> bool {
         self.cluster_seeds.is_some()
+    }
+
+    /// The Redis a setting names (a server's `*_REDIS_URL`, a command's
+    /// `--redis-url`): one `redis://host:port[/db]` (`rediss://` over TLS
+    /// with feature `redis-tls`) or, in [`RedisMode::Cluster`], a
+    /// comma-separated list of seed nodes, all of one scheme.
+    pub fn from_setting(urls: &str, mode: RedisMode) -> Result<Self, RedisUrlError> {
+        let cluster = mode == RedisMode::Cluster;
+        let seeds: Vec<&str> = if cluster {
+            urls.split(',').map(str::trim).collect()
+        } else {
+            vec![urls.trim()]
+        };
+        for seed in &seeds {
+            let scheme = seed.starts_with("redis://") || seed.starts_with("rediss://");
+            if !scheme || seed.contains(',') {
+                return Err(RedisUrlError::NotRedisUrl { cluster });
+            }
+        }
+        let tls = seeds[0].starts_with("rediss://");
+        if seeds
+            .iter()
+            .any(|seed| seed.starts_with("rediss://") != tls)
+        {
+            return Err(RedisUrlError::MixedSchemes);
+        }
+        if tls && !cfg!(feature = "redis-tls") {
+            return Err(RedisUrlError::TlsNotBuilt);
+        }
+        Ok(if cluster {
+            Self::cluster(seeds)
+        } else {
+            Self::new(seeds[0])
+        })
     }
 
     /// Trusts only the CA certificates in `pem` (one or more PEM blocks) for
@@ -491,6 +586,14 @@ impl RedisConnection {
         &self.prefix
     }
 
+    /// Whether Redis answers now (`PING`, within the timeout): a readiness probe's question.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.call("ping", |mut c| async move {
+            redis::cmd("PING").query_async::<()>(&mut c).await
+        })
+        .await
+    }
+
     /// Round trips made so far through this connection and its clones (one
     /// per [`call`](Self::call): a command or a script), for metrics and for
     /// tests that count what a request costs.
@@ -758,6 +861,36 @@ mod tests {
             RedisConnection::open(&RedisConfig::new("redis://127.0.0.1:1").with_prefix("gw1"))
                 .unwrap();
         assert_eq!(conn.key("replay", "abc"), "gw1:replay:abc");
+    }
+
+    #[test]
+    fn a_setting_names_one_redis_or_a_clusters_seeds_of_one_scheme() {
+        let one = RedisConfig::from_setting("redis://127.0.0.1:6379/2", RedisMode::Standalone);
+        assert!(!one.unwrap().is_cluster());
+        let seeds = "redis://a:7000, redis://b:7001";
+        assert!(
+            RedisConfig::from_setting(seeds, RedisMode::Cluster)
+                .unwrap()
+                .is_cluster()
+        );
+        assert_eq!(
+            RedisConfig::from_setting(seeds, RedisMode::Standalone).err(),
+            Some(RedisUrlError::NotRedisUrl { cluster: false })
+        );
+        assert_eq!(
+            RedisConfig::from_setting("http://a:1", RedisMode::Cluster).err(),
+            Some(RedisUrlError::NotRedisUrl { cluster: true })
+        );
+        assert_eq!(
+            RedisConfig::from_setting("redis://a:1,rediss://b:2", RedisMode::Cluster).err(),
+            Some(RedisUrlError::MixedSchemes)
+        );
+        assert_eq!("cluster".parse(), Ok(RedisMode::Cluster));
+        assert_eq!("".parse(), Ok(RedisMode::Standalone));
+        assert_eq!(
+            "sentinel".parse::<RedisMode>(),
+            Err(RedisUrlError::UnknownMode)
+        );
     }
 
     #[tokio::test]

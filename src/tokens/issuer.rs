@@ -536,6 +536,16 @@ impl<P: PatStore, S: SessionStore> TokenIssuer<P, S> {
         Ok(record)
     }
 
+    /// Signs `wallet` out everywhere: every session of it ends, its PATs
+    /// stay (as revoking a PAT signs out, with the same store call).
+    ///
+    /// # Errors
+    /// [`TokenError::Store`].
+    pub async fn sign_out(&self, wallet: Address) -> Result<(), TokenError> {
+        self.sessions.remove_wallet(wallet).await?;
+        Ok(())
+    }
+
     /// Exchanges a PAT for a wallet JWT.
     ///
     /// A revoked or expired PAT mints nothing; a PAT retired by rotation that

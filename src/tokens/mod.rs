@@ -73,7 +73,9 @@ pub use issuer::{
 };
 pub use keys::{SigningKeyFile, SigningKeyFileError, SigningKeys};
 pub use pat::{PatSecret, SecretDigest, is_well_formed};
-pub use session::{ACCESS_COOKIE, HasTokenIssuer, REFRESH_COOKIE, SessionWallet, request_cookie};
+pub use session::{
+    ACCESS_COOKIE, HasTokenIssuer, REFRESH_COOKIE, SessionWallet, refuse_cross_site, request_cookie,
+};
 pub use store::{
     InMemoryPatStore, InMemorySessionStore, PatRecord, PatStore, Revocation, RotateOutcome,
     SessionRecord, SessionSecrets, SessionStore,

@@ -1,6 +1,15 @@
-//! The SIWE session on the wire: its two cookies and the [`SessionWallet`]
+//! The SIWE session on the wire: its two cookies, the [`SessionWallet`]
 //! extractor, which owns the rule "PAT management needs a SIWE session; a
-//! bearer JWT cannot do it".
+//! bearer JWT cannot do it", and [`refuse_cross_site`], which keeps other
+//! sites' pages from using the session.
+//!
+//! Cross-site requests are refused twice over: the cookies are
+//! `SameSite=Strict` (a browser sends them only from the server's own
+//! pages), and a request a browser marks as coming from another site
+//! (`Sec-Fetch-Site: cross-site` or `same-site`, or an `Origin` that is not
+//! the issuer's) is refused with 403 before its cookies are read, so a
+//! forged form post gets a clear answer instead of "sign in first".
+//! Programs (the SDK, the CLI) send neither header and pass.
 
 use std::sync::Arc;
 
@@ -30,7 +39,7 @@ pub fn request_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str>
         .map(|(_, value)| value)
 }
 
-/// One `Set-Cookie` value: `HttpOnly`, `SameSite=Lax`, `Path=/`, and `Secure`
+/// One `Set-Cookie` value: `HttpOnly`, `SameSite=Strict`, `Path=/`, and `Secure`
 /// when the issuer's origin is `https://`.
 fn set_cookie(name: &str, value: &str, max_age_secs: u64, config: &IssuerConfig) -> HeaderValue {
     let secure = if config.issuer().starts_with("https://") {
@@ -38,10 +47,53 @@ fn set_cookie(name: &str, value: &str, max_age_secs: u64, config: &IssuerConfig)
     } else {
         ""
     };
-    let text =
-        format!("{name}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age_secs}{secure}");
+    let text = format!(
+        "{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}{secure}"
+    );
     // Cookie values are base62 (or empty), so the header is always valid.
     HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// Refuses (403) a request a browser sent from a page of another origin:
+/// `Sec-Fetch-Site` other than `same-origin` or `none`, or an `Origin` other
+/// than `origin` (the issuer's, as [`IssuerConfig::issuer`] names it). A
+/// request with neither header (a program, not a browser) passes.
+///
+/// [`SessionWallet`] applies it to every request it authorises; call it in
+/// the handlers that set or rotate the session cookies (sign-in, refresh,
+/// sign-out), which a forged request could otherwise drive.
+///
+/// # Errors
+/// A [`DataApiError`] with status 403 naming the header that gave the request away.
+///
+/// ```
+/// use http::HeaderMap;
+/// use walletgate::tokens::refuse_cross_site;
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert("origin", "https://evil.example".parse().unwrap());
+/// let refused = refuse_cross_site(&headers, "https://api.example").unwrap_err();
+/// assert_eq!(refused.status(), 403);
+/// assert!(refuse_cross_site(&HeaderMap::new(), "https://api.example").is_ok());
+/// ```
+pub fn refuse_cross_site(headers: &HeaderMap, origin: &str) -> Result<(), DataApiError> {
+    let fetch_site = headers
+        .get("sec-fetch-site")
+        .map(|value| value.to_str().unwrap_or_default());
+    if fetch_site.is_some_and(|site| site != "same-origin" && site != "none") {
+        return Err(DataApiError::forbidden(
+            "cross-site request refused: sign-in and token management answer only this \
+             server's own pages (Sec-Fetch-Site is not same-origin)",
+        ));
+    }
+    let request_origin = headers.get(header::ORIGIN).map(HeaderValue::as_bytes);
+    if request_origin.is_some_and(|sent| sent != origin.trim_end_matches('/').as_bytes()) {
+        return Err(DataApiError::forbidden(
+            "cross-site request refused: sign-in and token management answer only this \
+             server's own pages (the Origin header names another origin)",
+        ));
+    }
+    Ok(())
 }
 
 impl SessionCookies {
@@ -131,6 +183,7 @@ impl<St: HasTokenIssuer> FromRequestParts<St> for SessionWallet {
     type Rejection = DataApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Self, Self::Rejection> {
+        refuse_cross_site(&parts.headers, state.token_issuer().config().issuer())?;
         let Some(access) = request_cookie(&parts.headers, ACCESS_COOKIE) else {
             let message = if parts.extensions.get::<WalletClaims>().is_some() {
                 "token management needs the SIWE session cookie; a bearer JWT cannot manage tokens"
@@ -233,6 +286,43 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_cross_site_request_is_refused_before_its_cookie_is_read() {
+        let issuer = issuer("http://127.0.0.1:8080");
+        let wallet: Address = WALLET.parse().unwrap();
+        let cookies = issuer.start_session(wallet).await.unwrap();
+        let cookie = format!("{ACCESS_COOKIE}={}", cookies.access);
+        for (name, value, why) in [
+            ("sec-fetch-site", "cross-site", "Sec-Fetch-Site"),
+            ("sec-fetch-site", "same-site", "Sec-Fetch-Site"),
+            ("origin", "http://evil.example", "Origin"),
+            ("origin", "null", "Origin"),
+        ] {
+            let mut request = with_cookie(&cookie);
+            request
+                .headers_mut()
+                .insert(name, HeaderValue::from_static(value));
+            let error = extract(&issuer, request).await.unwrap_err();
+            assert_eq!(error.status(), 403, "{name}: {value}");
+            assert!(error.message().contains(why), "{}", error.message());
+        }
+        // The server's own page, and programs that send neither header.
+        for (name, value) in [
+            ("sec-fetch-site", "same-origin"),
+            ("sec-fetch-site", "none"),
+            ("origin", "http://127.0.0.1:8080"),
+        ] {
+            let mut request = with_cookie(&cookie);
+            request
+                .headers_mut()
+                .insert(name, HeaderValue::from_static(value));
+            assert_eq!(
+                extract(&issuer, request).await.unwrap(),
+                SessionWallet(wallet)
+            );
+        }
+    }
+
+    #[tokio::test]
     async fn cookies_are_http_only_and_secure_on_https() {
         let wallet: Address = WALLET.parse().unwrap();
         let plain = issuer("http://127.0.0.1:8080");
@@ -249,7 +339,7 @@ mod tests {
         assert!(
             values
                 .iter()
-                .all(|value| value.contains("HttpOnly; SameSite=Lax"))
+                .all(|value| value.contains("HttpOnly; SameSite=Strict"))
         );
         assert!(values.iter().all(|value| !value.contains("Secure")));
 

@@ -572,7 +572,12 @@ async fn every_documented_operation_is_mounted_behind_its_documented_gates() {
                 "{label}: a JWT is not a session"
             );
             assert_documented_reply(&document, &label, &operation, &no_cookie);
-            vec![("cookie", session.clone())]
+            if operation["operationId"] == "signOut" {
+                // A session of its own: signing out ends the wallet's sessions.
+                vec![("cookie", server.sign_in(DEV_KEY_1, DEV_WALLET_1).await)]
+            } else {
+                vec![("cookie", session.clone())]
+            }
         } else if requirement.get("SiweRefresh").is_some() {
             let no_cookie = server
                 .raw(&method, &target, &[("x-api-key", API_KEY)], body.as_ref())
@@ -625,6 +630,8 @@ async fn every_documented_operation_is_mounted_behind_its_documented_gates() {
         ("exchangeToken", 200),
         ("createSiweNonce", 200),
         ("refreshSession", 200),
+        ("signOut", 200),
+        ("getKeyQuota", 200),
     ] {
         assert_eq!(answered.get(id), Some(&status), "{id}");
     }

@@ -99,16 +99,6 @@ impl Server {
         .await
     }
 
-    async fn list_tokens(&self, cookie: &str) -> Reply {
-        self.keyed(
-            Method::GET,
-            "/api/v2/auth/tokens",
-            &[("cookie", cookie)],
-            None,
-        )
-        .await
-    }
-
     async fn favorites(&self, jwt: &str) -> StatusCode {
         self.with_bearer(Method::GET, &favorites_path(DEV_WALLET_0), &bearer(jwt))
             .await

@@ -1,6 +1,13 @@
 //! `walletgate facilitator --rpc-url URL --key-file F --network eip155:<id>
 //! --asset ADDR… --pay-to ADDR… [--listen ADDR] [--auth-token-file F]
-//! [--header-timeout-secs S] [--idle-timeout-secs S] [--max-connections N]`
+//! [--redis-url URL [--redis-mode cluster]] [--header-timeout-secs S]
+//! [--idle-timeout-secs S] [--max-connections N]`
+//!
+//! With `--redis-url`, settlement records (with each first caller's
+//! `Idempotency-Key` and the one-success mark) and the settler key's nonces
+//! live in Redis: any number of replicas serve one settler key behind a load
+//! balancer. While Redis cannot answer, `/readyz` is 503 and `/settle` 503
+//! with `Retry-After`, nothing sent.
 //!
 //! The standard facilitator API backed by walletgate's own settler, one
 //! chain per process: `POST /verify`, `POST /settle` (body
@@ -36,10 +43,14 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use serde_json::json;
 use sha2::Digest as _;
+use walletgate::redis::{
+    RedisConfig, RedisConnection, RedisMode, RedisNonceAllocator, RedisSettlementRecords,
+    RedisUrlError,
+};
 use walletgate::x402::facilitator::evm_settler::{DEFAULT_GAS_CAP, DEFAULT_RECEIPT_TIMEOUT};
 use walletgate::x402::facilitator::{
-    EvmSettler, Facilitator, FacilitatorErrorKind, FacilitatorRequest, IDEMPOTENCY_KEY_HEADER,
-    IdempotencyKey, InvalidIdempotencyKey, SettlerKey,
+    EvmSettler, Facilitator, FacilitatorError, FacilitatorErrorKind, FacilitatorRequest,
+    IDEMPOTENCY_KEY_HEADER, IdempotencyKey, InvalidIdempotencyKey, SettlerKey,
 };
 use walletgate::x402::wire::{Network, SettleResponse, UptoPayment};
 
@@ -112,6 +123,31 @@ pub(crate) struct FacilitatorArgs {
     #[arg(long, value_name = "SECS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..))]
     idle_timeout_secs: u64,
+    /// A Redis shared by every replica of this facilitator on one settler
+    /// key (records, Idempotency-Keys, nonces); without it, one process per
+    /// key. `redis://host:port[/db]`, or with --redis-mode cluster the seed
+    /// nodes, comma-separated (never printed)
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "WALLETGATE_FACILITATOR_REDIS_URL",
+        hide_env_values = true
+    )]
+    redis_url: Option<String>,
+    /// standalone (one Redis, or a primary behind one address) or cluster
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "standalone",
+        requires = "redis_url"
+    )]
+    redis_mode: String,
+    /// The prefix of every Redis key (replicas of one facilitator share it)
+    #[arg(long, value_name = "PREFIX", default_value = "walletgate-facilitator")]
+    redis_prefix: String,
+    /// Replicas of the Redis primary each settlement record waits for (WAIT)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    redis_wait_replicas: u32,
     /// Connections served at once; more wait in the listen queue
     #[arg(long, value_name = "N", default_value_t = 1024,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -122,6 +158,8 @@ pub(crate) struct FacilitatorArgs {
 struct Served {
     settler: EvmSettler,
     token: Option<BearerToken>,
+    /// The Redis the replicas share, asked by `/readyz`.
+    redis: Option<RedisConnection>,
 }
 
 /// The bearer token callers must send, kept as its SHA-256 digest: two
@@ -227,6 +265,12 @@ async fn serve(args: FacilitatorArgs) -> Result<(), Failure> {
     for pay_to in &args.pay_to {
         builder = builder.with_pay_to(address("--pay-to", pay_to)?);
     }
+    let redis = shared_redis(&args)?;
+    if let Some(conn) = &redis {
+        builder = builder
+            .with_records(Arc::new(RedisSettlementRecords::new(conn.clone())))
+            .with_nonce_allocator(Arc::new(RedisNonceAllocator::new(conn.clone())));
+    }
     let (settler, report) = builder
         .connect()
         .await
@@ -255,7 +299,11 @@ async fn serve(args: FacilitatorArgs) -> Result<(), Failure> {
         idle_timeout: Duration::from_secs(args.idle_timeout_secs),
         max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
     };
-    let served = Arc::new(Served { settler, token });
+    let served = Arc::new(Served {
+        settler,
+        token,
+        redis,
+    });
     let handle = move |request: Request<connections::Timed<hyper::body::Incoming>>| {
         let served = Arc::clone(&served);
         async move {
@@ -335,6 +383,28 @@ impl Decision {
     }
 }
 
+/// The Redis of `--redis-url`, if given: opened lazily (a replica starts
+/// while Redis is away, not ready until it answers).
+fn shared_redis(args: &FacilitatorArgs) -> Result<Option<RedisConnection>, Failure> {
+    let Some(url) = &args.redis_url else {
+        return Ok(None);
+    };
+    let usage = |flag: &str, error: RedisUrlError| Failure::usage(format!("{flag}: {error}"));
+    let mode: RedisMode = args
+        .redis_mode
+        .parse()
+        .map_err(|error| usage("--redis-mode", error))?;
+    let config = RedisConfig::from_setting(url, mode)
+        .map_err(|error| usage("--redis-url", error))?
+        .with_prefix(&args.redis_prefix)
+        .with_wait_replicas(args.redis_wait_replicas)
+        // A settlement's record guards money: a busy Redis gets a second.
+        .with_timeout(Duration::from_secs(1));
+    RedisConnection::open(&config)
+        .map(Some)
+        .map_err(|error| Failure::from_error(Exit::Usage, &error))
+}
+
 fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response<Full<Bytes>> {
     let body = serde_json::to_vec(body).unwrap_or_default();
     Response::builder()
@@ -375,7 +445,7 @@ async fn probe(served: &Served, method: &Method, path: &str) -> Option<Response<
     }
     match path {
         "/healthz" => Some(json_response(StatusCode::OK, &json!({"status": "ok"}))),
-        "/readyz" => Some(match served.settler.ready().await {
+        "/readyz" => Some(match ready(served).await {
             Ok(()) => json_response(StatusCode::OK, &json!({"status": "ready"})),
             Err(error) => {
                 tracing::warn!(target: "walletgate::facilitator", detail = error.detail(), "not ready");
@@ -387,6 +457,17 @@ async fn probe(served: &Served, method: &Method, path: &str) -> Option<Response<
         }),
         _ => None,
     }
+}
+
+/// Whether the node, and the shared Redis if any, answer now.
+async fn ready(served: &Served) -> Result<(), FacilitatorError> {
+    if let Some(redis) = &served.redis {
+        redis
+            .ping()
+            .await
+            .map_err(|error| FacilitatorError::unavailable(format!("Redis: {error}")))?;
+    }
+    served.settler.ready().await
 }
 
 async fn answer<B>(served: &Served, request: Request<B>) -> Response<Full<Bytes>>

@@ -26,6 +26,13 @@ const MAX_SCANNED_BLOCKS: u64 = 8;
 /// Blocks the chain may stay on a transaction of ours before it is sent again.
 const STALL_BLOCKS: u64 = 2;
 
+/// Blocks the chain may wait on a nonce no transaction of ours holds,
+/// while ours wait behind it, before it is filled.
+const ORPHAN_BLOCKS: u64 = 3;
+
+/// Most nonces filled at one block.
+const MAX_ORPHANS: u64 = 16;
+
 /// Gas of a plain transfer: what a gap filler uses.
 const FILLER_GAS: u64 = 21_000;
 
@@ -129,7 +136,9 @@ impl EvmSettler {
     }
 
     /// At a new block: forgets what the chain passed, fills the gaps refused
-    /// sends left, and sends again a transaction the chain stalls on.
+    /// sends left, sends again a transaction of ours the chain stalls on,
+    /// and fills nonces the chain waits on that no one sends (a replica
+    /// sharing the key stopped between taking a nonce and sending it).
     async fn look_after_nonces(&self, head: u64) {
         let inner = &*self.inner;
         let address = inner.key.address();
@@ -139,21 +148,49 @@ impl EvmSettler {
         let Ok(confirmed) = inner.rpc.transaction_count(address, false).await else {
             return;
         };
-        let stalled = {
+        let (stalled, orphans) = {
             let mut state = inner.watch.state();
             state.outstanding = state.outstanding.split_off(&confirmed);
             for sent in state.outstanding.values_mut() {
                 sent.sent_at.get_or_insert(head);
             }
-            state
-                .outstanding
-                .first_key_value()
-                .filter(|(nonce, sent)| {
-                    **nonce == confirmed && sent.sent_at.is_some_and(|at| at + STALL_BLOCKS <= head)
-                })
-                .map(|(nonce, sent)| (*nonce, sent.raw.clone()))
+            let lowest_ours = state.outstanding.first_key_value().map(|(nonce, sent)| {
+                let stalled = sent.sent_at.is_some_and(|at| at + STALL_BLOCKS <= head);
+                (*nonce, stalled.then(|| sent.raw.clone()))
+            });
+            let orphans = match lowest_ours {
+                Some((lowest, _)) if lowest > confirmed => {
+                    let since = match state.waiting_on {
+                        Some((nonce, since)) if nonce == confirmed => since,
+                        _ => head,
+                    };
+                    state.waiting_on = Some((confirmed, since));
+                    if since + ORPHAN_BLOCKS <= head {
+                        (confirmed..lowest.min(confirmed + MAX_ORPHANS)).collect()
+                    } else {
+                        Vec::new()
+                    }
+                }
+                _ => {
+                    state.waiting_on = None;
+                    Vec::new()
+                }
+            };
+            let stalled = lowest_ours
+                .filter(|(nonce, _)| *nonce == confirmed)
+                .and_then(|(nonce, raw)| Some((nonce, raw?)));
+            (stalled, orphans)
         };
         self.fill_gaps().await;
+        if !orphans.is_empty() {
+            #[cfg(feature = "tracing")]
+            tracing::warn!(
+                first = orphans[0],
+                count = orphans.len(),
+                "the chain waits on settler nonces no one sent: filled"
+            );
+            self.fill(orphans).await;
+        }
         if let Some((nonce, raw)) = stalled {
             #[cfg(feature = "tracing")]
             tracing::warn!(
@@ -170,15 +207,20 @@ impl EvmSettler {
     /// wait behind it) with a zero-value transfer to the settler itself.
     pub(super) async fn fill_gaps(&self) {
         let inner = &*self.inner;
+        if let Ok(gaps) = inner.nonces.take_gaps(inner.key.address()).await {
+            self.fill(gaps).await;
+        }
+    }
+
+    /// Sends a zero-value transfer to the settler itself at each of `nonces`.
+    async fn fill(&self, nonces: Vec<u64>) {
+        let inner = &*self.inner;
         let address = inner.key.address();
-        let Ok(gaps) = inner.nonces.take_gaps(address).await else {
-            return;
-        };
-        if gaps.is_empty() {
+        if nonces.is_empty() {
             return;
         }
         let fees = self.current_fees().await.unwrap_or(Fees::from_node(0, 0));
-        for nonce in gaps {
+        for nonce in nonces {
             let filler = tx::sign(
                 &inner.key,
                 inner.chain_id,
@@ -190,9 +232,10 @@ impl EvmSettler {
             );
             inner.watch.sending(nonce, &filler.raw);
             #[cfg(feature = "tracing")]
-            tracing::info!(nonce, transaction = %filler.hash, "a refused send's nonce filled with a zero-value transfer");
+            tracing::info!(nonce, transaction = %filler.hash, "a settler nonce filled with a zero-value transfer");
             match inner.rpc.send_raw(&filler.raw).await {
                 Ok(()) => {}
+                // Taken meanwhile (its owner sent it after all): nothing to fill.
                 Err(RpcError::Node { message, .. }) if nonce_is_used(&message) => {
                     inner.watch.done_with(nonce);
                 }

@@ -50,7 +50,10 @@ pub struct SettlementRecord {
     /// same authorization with other fields or signature is not this payment.
     pub payment: B256,
     /// Every transaction hash sent, oldest first: the first and its
-    /// same-nonce replacements. Any of them may be the one mined.
+    /// same-nonce replacements. Any of them may be the one mined. Empty
+    /// while the settlement is being prepared: the authorization is claimed
+    /// before a nonce is taken, and this record names no transaction yet
+    /// (`raw` is empty and `tx_nonce` means nothing).
     pub transactions: Vec<B256>,
     /// The latest signed transaction (EIP-2718 bytes), resent if the node lost it.
     #[serde(with = "hex_bytes")]

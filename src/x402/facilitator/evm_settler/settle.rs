@@ -26,6 +26,13 @@ const SEND_ATTEMPTS: usize = 3;
 /// a round trip; past it (a slower chain), the block watch takes over.
 const SYNC_SEND_WAIT: Duration = Duration::from_secs(4);
 
+/// How long a settle waits for another one's claim of the same
+/// authorization to hold its signed transaction (a round trip or two).
+const PREPARING_WAIT: Duration = Duration::from_secs(5);
+
+/// Between two looks at such a claim.
+const PREPARING_POLL: Duration = Duration::from_millis(25);
+
 /// Pauses before sending again a transaction whose send's fate is unknown.
 const RESEND_PAUSES: [Duration; 2] = [Duration::from_millis(100), Duration::from_millis(400)];
 
@@ -131,10 +138,17 @@ impl EvmSettler {
             ));
         }
         match record.caller {
-            Some(first) if caller != Some(first) => Some(self.refused_as_used(
-                admitted,
-                settled_by(record.mined.unwrap_or_else(|| record.latest())),
-            )),
+            Some(first) if caller != Some(first) => Some(
+                self.refused_as_used(
+                    admitted,
+                    match record.mined.or_else(|| record.transactions.last().copied()) {
+                        Some(transaction) => settled_by(transaction),
+                        None => "the authorization is being settled by another /settle; \
+                             only its Idempotency-Key reads the outcome"
+                            .to_owned(),
+                    },
+                ),
+            ),
             _ => None,
         }
     }
@@ -313,10 +327,37 @@ impl EvmSettler {
             }
         };
         let address = inner.key.address();
+        // The authorization is claimed before a nonce is taken: of several
+        // processes settling it at once one takes a nonce, and the copies
+        // losing the race leave no nonce behind to fill.
+        let mut record = SettlementRecord {
+            payment,
+            transactions: Vec::new(),
+            raw: Vec::new(),
+            tx_nonce: 0,
+            gas_limit: gas,
+            max_fee_per_gas: fees.max_fee_per_gas,
+            max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
+            valid_before: admitted.transfer.valid_before_unix_secs,
+            mined: None,
+            caller,
+        };
+        if !inner
+            .records
+            .begin(&admitted.key, &record)
+            .await
+            .map_err(unavailable)?
+        {
+            // Another process recorded a settlement of it first.
+            return self.theirs(admitted, payment, caller).await;
+        }
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let nonce = self.take_nonce().await?;
+            let nonce = match self.take_nonce().await {
+                Ok(nonce) => nonce,
+                Err(error) => return self.abandon(admitted, error).await,
+            };
             let signed = tx::sign(
                 &inner.key,
                 inner.chain_id,
@@ -326,32 +367,15 @@ impl EvmSettler {
                 admitted.target,
                 admitted.calldata.clone(),
             );
-            let record = SettlementRecord {
-                payment,
-                transactions: vec![signed.hash],
-                raw: signed.raw,
-                tx_nonce: nonce,
-                gas_limit: gas,
-                max_fee_per_gas: fees.max_fee_per_gas,
-                max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
-                valid_before: admitted.transfer.valid_before_unix_secs,
-                mined: None,
-                caller,
-            };
+            record.transactions = vec![signed.hash];
+            record.raw = signed.raw;
+            record.tx_nonce = nonce;
             // Watched from now on: a refused send before it sees that this
             // one waits behind its nonce, and fills it.
             inner.watch.sending(nonce, &record.raw);
-            let began = match inner.records.begin(&admitted.key, &record).await {
-                Ok(began) => began,
-                Err(error) => {
-                    self.never_sent(nonce).await;
-                    return Err(unavailable(error));
-                }
-            };
-            if !began {
-                // Another process recorded a settlement of it first.
+            if let Err(error) = inner.records.update(&admitted.key, &record).await {
                 self.never_sent(nonce).await;
-                return self.theirs(admitted, payment, caller).await;
+                return self.abandon(admitted, unavailable(error)).await;
             }
             // Awaited before it is sent: a block mined before the send's
             // answer arrives is read for it all the same.
@@ -384,17 +408,21 @@ impl EvmSettler {
                 },
             };
             // The node refused it: nothing was sent.
-            inner
-                .records
-                .remove(&admitted.key)
-                .await
-                .map_err(unavailable)?;
             if nonce_is_used(&refusal) {
                 // Another sender used the key: catch up with the node (the
-                // nonce is not ours to give back).
+                // nonce is not ours to give back), and sign again, the
+                // record back to "being prepared" meanwhile.
                 inner.watch.done_with(nonce);
-                self.catch_up_with_node().await?;
                 if attempt < SEND_ATTEMPTS {
+                    record.transactions.clear();
+                    record.raw.clear();
+                    let caught_up = match inner.records.update(&admitted.key, &record).await {
+                        Ok(()) => self.catch_up_with_node().await,
+                        Err(error) => Err(unavailable(error)),
+                    };
+                    if let Err(error) = caught_up {
+                        return self.abandon(admitted, error).await;
+                    }
                     continue;
                 }
             } else {
@@ -406,8 +434,60 @@ impl EvmSettler {
             } else {
                 format!("the node refused the settlement transaction: {refusal}")
             };
-            return Err(FacilitatorError::unavailable(detail));
+            return self
+                .abandon(admitted, FacilitatorError::unavailable(detail))
+                .await;
         }
+    }
+
+    /// Nothing of `admitted` was sent: its record goes, so a retry settles
+    /// afresh; `error` is the answer.
+    async fn abandon(&self, admitted: &Admitted, error: FacilitatorError) -> Settled {
+        self.inner
+            .records
+            .remove(&admitted.key)
+            .await
+            .map_err(unavailable)?;
+        Err(error)
+    }
+
+    /// A record another settlement claimed and has not signed yet: waits
+    /// (bounded) until it holds a transaction, or is abandoned (`None`).
+    async fn prepared_elsewhere(
+        &self,
+        admitted: &Admitted,
+        record: SettlementRecord,
+    ) -> Result<Option<SettlementRecord>, FacilitatorError> {
+        let inner = &*self.inner;
+        let deadline = Instant::now() + PREPARING_WAIT;
+        let mut record = Some(record);
+        while let Some(preparing) = record.take_if(|record| record.transactions.is_empty()) {
+            if inner.clock.now_unix_secs() >= preparing.valid_before {
+                // Nothing can land any more: the claim is moot.
+                inner
+                    .records
+                    .remove(&admitted.key)
+                    .await
+                    .map_err(unavailable)?;
+                return Ok(None);
+            }
+            if Instant::now() >= deadline {
+                return Err(FacilitatorError::pending(
+                    String::new(),
+                    "another settlement of this authorization is being prepared",
+                ));
+            }
+            tokio::time::sleep(PREPARING_POLL).await;
+            record = inner
+                .records
+                .get(&admitted.key)
+                .await
+                .map_err(unavailable)?;
+            if record.is_none() {
+                return Ok(None);
+            }
+        }
+        Ok(record)
     }
 
     /// The settlement another process recorded first: its answer.
@@ -534,10 +614,15 @@ impl EvmSettler {
         admitted: &Admitted,
         record: SettlementRecord,
     ) -> Result<Option<Settled>, FacilitatorError> {
-        let latest = record.latest();
+        // A claim not signed yet names no transaction: its pending names none.
+        let latest = record.transactions.last().copied();
         self.reconcile_recorded(admitted, record)
             .await
-            .map_err(|error| still_pending(latest, error))
+            .map_err(|error| match latest {
+                Some(latest) => still_pending(latest, error),
+                None if error.kind() == &FacilitatorErrorKind::Pending => error,
+                None => still_pending_text("", error),
+            })
     }
 
     async fn reconcile_recorded(
@@ -546,6 +631,9 @@ impl EvmSettler {
         record: SettlementRecord,
     ) -> Result<Option<Settled>, FacilitatorError> {
         let inner = &*self.inner;
+        let Some(record) = self.prepared_elsewhere(admitted, record).await? else {
+            return Ok(None);
+        };
         if let Some(mined) = record.mined {
             return Ok(Some(Ok(self.answer(admitted, mined))));
         }

@@ -35,6 +35,9 @@ pub(super) struct WatchState {
     pub(super) scanned_to: Option<u64>,
     /// The settler's transactions the chain has not passed yet, by nonce.
     pub(super) outstanding: BTreeMap<u64, Outstanding>,
+    /// The chain's confirmed nonce while ours wait above it, and the head
+    /// when that began.
+    pub(super) waiting_on: Option<(u64, u64)>,
 }
 
 /// A transaction sent (or maybe sent) and not yet below the chain's nonce.
