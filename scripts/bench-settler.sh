@@ -126,7 +126,9 @@ wait_http() { # url log: up to 20 s for a 2xx
 }
 
 chain_port=$(free_port)
-"$anvil" --host 127.0.0.1 --port "$chain_port" --chain-id 84532 --silent --block-time 1 &
+# SETTLE_LOAD_ANVIL_ARGS: more anvil flags (e.g. "--gas-limit 150000000", Base's block gas limit).
+# shellcheck disable=SC2086
+"$anvil" --host 127.0.0.1 --port "$chain_port" --chain-id 84532 --silent --block-time 1 ${SETTLE_LOAD_ANVIL_ARGS:-} &
 pids+=($!)
 wait_port "$chain_port"
 chain="http://127.0.0.1:$chain_port"
@@ -139,7 +141,7 @@ if [[ " $targets " == *" x402-rs "* ]]; then
     fi
   done
 fi
-echo "anvil --block-time 1 on $chain (chain 84532, USDC at Base Sepolia's address); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "anvil --block-time 1 ${SETTLE_LOAD_ANVIL_ARGS:-}on $chain (chain 84532, USDC at Base Sepolia's address); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 run_target() { # name proxy-url proxy-stats-url delay
   local name=$1 proxy=$2 delay=$3 port base key settler pay_to log
