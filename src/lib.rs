@@ -61,8 +61,6 @@ pub mod wallet_jwt;
 #[cfg(feature = "x402")]
 pub mod x402;
 
-pub use body::ResponseBody;
-
 /// An error and its sources joined with `: `. A hyper client error says only
 /// `client error (Connect)` at the top; the cause (connection refused, a TLS
 /// certificate that is not trusted) is further down the chain.
@@ -81,7 +79,6 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     }
     text
 }
-pub use clock::{Clock, FakeClock, SharedClock, SystemClock};
 
 #[cfg(test)]
 mod tests {

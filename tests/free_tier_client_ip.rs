@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
 use tower::{Layer, ServiceExt, service_fn};
-use walletgate::ResponseBody;
+use walletgate::body::ResponseBody;
 use walletgate::clock::FakeClock;
 use walletgate::envelope::GatewayError;
 use walletgate::free_tier::{

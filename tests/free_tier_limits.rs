@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt, service_fn};
-use walletgate::ResponseBody;
+use walletgate::body::ResponseBody;
 use walletgate::clock::FakeClock;
 use walletgate::envelope::{EnvelopeStyle, EnvelopeStyleLayer};
 use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter, KeyPrefixes};

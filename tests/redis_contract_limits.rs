@@ -21,12 +21,12 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tower::{Layer, ServiceExt, service_fn};
-use walletgate::FakeClock;
 use walletgate::api_key::{
     ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, InMemoryQuotas, KeyQuota, QuotaStore,
     QuotaVerdict,
 };
 use walletgate::clock::Clock;
+use walletgate::clock::FakeClock;
 use walletgate::free_tier::{
     ClientKey, FreeTierLimitLayer, FreeTierQuotas, FreeTierStore, InMemoryLimiter, KeyPrefixes,
     Verdict,

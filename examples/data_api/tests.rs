@@ -13,7 +13,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use secp256k1::{Message, Secp256k1, SecretKey};
 use serde_json::{Value, json};
-use walletgate::FakeClock;
+use walletgate::clock::FakeClock;
 
 use crate::build_with_clock;
 use crate::config::Config;
@@ -107,7 +107,7 @@ pub(crate) fn serve_logged(
     name: &str,
 ) -> std::path::PathBuf {
     let port = listener.local_addr().unwrap().port();
-    let (router, _) = build_with_clock(config, Arc::new(walletgate::SystemClock)).unwrap();
+    let (router, _) = build_with_clock(config, Arc::new(walletgate::clock::SystemClock)).unwrap();
     let log_path = std::env::temp_dir().join(format!(
         "walletgate-{name}-{}-{port}.log",
         std::process::id()
@@ -263,7 +263,7 @@ trait NowSecs {
 
 impl NowSecs for FakeClock {
     fn now_secs(&self) -> u64 {
-        walletgate::Clock::now_unix_secs(self)
+        walletgate::clock::Clock::now_unix_secs(self)
     }
 }
 

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use walletgate::SharedClock;
+use walletgate::clock::SharedClock;
 use walletgate::free_tier::{
     ClientIpResolver, FreeTierLimitLayer, FreeTierQuotas, FreeTierStore, InMemoryLimiter,
     IsPricedFree,

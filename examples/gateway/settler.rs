@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use walletgate::tls::ClientTls;
+use walletgate::x402::facilitator::evm_settler::{EvmSettler, SettlerKey};
 use walletgate::x402::facilitator::evm_settler::{MemorySettlementRecords, SettlementRecords};
-use walletgate::x402::facilitator::{EvmSettler, SettlerKey};
 
 use crate::config::{Config, ConfigError, EvmSettings, PaymentNetwork, SettlerSettings, invalid};
 use crate::gates::RedisConnection;

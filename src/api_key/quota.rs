@@ -204,7 +204,7 @@ impl Default for InMemoryQuotas {
 }
 
 impl InMemoryQuotas {
-    /// Buckets on `clock` (tests use [`FakeClock`](crate::FakeClock)).
+    /// Buckets on `clock` (tests use [`FakeClock`](crate::clock::FakeClock)).
     pub fn new(clock: SharedClock) -> Self {
         Self {
             clock: ClockAdapter(clock),

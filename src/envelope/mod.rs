@@ -4,7 +4,7 @@
 //! status, its `error.type`, its default message and the headers it implies.
 //! Everything else in the crate reads that table; nothing restates a status.
 //!
-//! Each wire shape is one serde type in [`shapes`], and one function renders it:
+//! Each wire shape is one serde type of this module, and one function renders it:
 //!
 //! | shape | type | used by |
 //! |---|---|---|
@@ -41,7 +41,7 @@ mod data_api;
 mod gateway;
 mod missing;
 mod redact;
-pub mod shapes;
+mod shapes;
 mod style;
 
 pub use codes::{ErrorCode, ErrorType};

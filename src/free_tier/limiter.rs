@@ -97,7 +97,7 @@ struct Shared {
 /// the request is counted in both quotas, or refused and nothing changes. (Two
 /// independent limiters, governor's keyed ones say, always leak in one order:
 /// checking the minute first spends a minute cell on a request the hour
-/// refuses.) Time comes from the crate's [`Clock`](crate::Clock): the system
+/// refuses.) Time comes from the crate's [`Clock`](crate::clock::Clock): the system
 /// clock in production, [`FakeClock`](crate::clock::FakeClock) in tests.
 ///
 /// # Memory

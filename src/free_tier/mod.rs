@@ -30,7 +30,7 @@
 //!   tighter quota (fewer requests left). `X-RateLimit-Reset` is the **Unix
 //!   epoch time in milliseconds** at which that quota is full again (no
 //!   counted request left in its window), as the specified gateway documents it.
-//! * **Time** comes from the crate's [`Clock`](crate::Clock), so tests use
+//! * **Time** comes from the crate's [`Clock`](crate::clock::Clock), so tests use
 //!   [`FakeClock`](crate::clock::FakeClock) ([`InMemoryLimiter::with_clock`]).
 //! * **Client address.** [`ClientIpResolver`]: the socket peer, unless it is a
 //!   [trusted proxy](TrustedProxies), then the right-most untrusted hop of the

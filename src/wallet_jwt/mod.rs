@@ -77,7 +77,7 @@
 //! use http::{Request, Response};
 //! use http_body_util::Full;
 //! use tower::{ServiceBuilder, ServiceExt};
-//! use walletgate::FakeClock;
+//! use walletgate::clock::FakeClock;
 //! use walletgate::wallet_jwt::jwt::{self, AccessTokenClaims, Audience};
 //! use walletgate::wallet_jwt::{
 //!     JwtVerifier, KeySet, RequireScopesLayer, Scope, VerificationKey, WalletClaims,
@@ -136,7 +136,7 @@
 //! # }
 //! ```
 //!
-//! [`Clock`]: crate::Clock
+//! [`Clock`]: crate::clock::Clock
 
 use std::fmt;
 

@@ -121,7 +121,7 @@ mod tests {
     use tower::{ServiceExt, service_fn};
 
     use super::*;
-    use crate::FakeClock;
+    use crate::clock::FakeClock;
     use crate::wallet_jwt::jwt::{self, AccessTokenClaims, Audience};
     use crate::wallet_jwt::{KeySet, VerificationKey, WalletClaims};
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use http::{Method, StatusCode};
 
-use walletgate::{Clock, SystemClock};
+use walletgate::clock::{Clock, SystemClock};
 
 use super::{API_KEY, DEV_WALLET_0, bearer, favorites_path, start_at};
 

@@ -19,7 +19,7 @@
 //!
 //! When the PAT is expired, revoked or unknown the client answers
 //! [`WalletError::ReauthRequired`] at once: a new sign-in is the only cure,
-//! so nothing loops. Time comes from an injectable [`Clock`](crate::Clock);
+//! so nothing loops. Time comes from an injectable [`Clock`](crate::clock::Clock);
 //! the network from any [`Transport`] (a tower `Service`).
 //!
 //! ```no_run

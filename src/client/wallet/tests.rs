@@ -12,7 +12,7 @@ use serde_json::Value;
 use tower_service::Service;
 
 use super::*;
-use crate::FakeClock;
+use crate::clock::FakeClock;
 use crate::envelope::DataApiError;
 
 /// Public Hardhat/Anvil development key #0.
@@ -126,7 +126,7 @@ impl Fake {
             }
             ("POST", "/api/v2/auth/tokens") => {
                 assert_eq!(header(header::COOKIE), "access_token=s3ssion");
-                let now = crate::Clock::now_unix_secs(&self.clock);
+                let now = crate::clock::Clock::now_unix_secs(&self.clock);
                 json_response(
                     StatusCode::CREATED,
                     json!({"id": "pat_1", "token": "wg_pat_s3cret", "label": body["label"],

@@ -119,7 +119,7 @@ pub struct X402LayerBuilder {
     /// clones, so a payment spent on one front (HTTP, MCP) is spent on all.
     defaults: Arc<std::sync::OnceLock<DefaultStores>>,
     #[cfg(feature = "mpp")]
-    mpp: Option<super::Mpp>,
+    mpp: Option<super::mpp::Mpp>,
     #[cfg(feature = "siwx")]
     sign_in_with_x: Option<super::siwx::SignInWithX>,
     #[cfg(feature = "siwx")]
@@ -243,7 +243,7 @@ impl X402LayerBuilder {
     /// the same flow (one replay set for both), its answer carrying
     /// `Payment-Receipt`. A stream paid so is settled before its first byte.
     #[cfg(feature = "mpp")]
-    pub fn with_mpp(mut self, mpp: super::Mpp) -> Self {
+    pub fn with_mpp(mut self, mpp: super::mpp::Mpp) -> Self {
         self.mpp = Some(mpp);
         self
     }
