@@ -88,12 +88,12 @@ impl RedisSettings {
         let Some(url) = var(&url_variable).filter(|url| !url.is_empty()) else {
             return Ok(None);
         };
-        let mode_variable = format!("{name}_REDIS_MODE");
         if !cfg!(feature = "redis") {
             return Err((url_variable, "this build lacks the `redis` feature".into()));
         }
         #[cfg(feature = "redis")]
         let (cluster, tls) = {
+            let mode_variable = format!("{name}_REDIS_MODE");
             let mode: walletgate::redis::RedisMode = var(&mode_variable)
                 .unwrap_or_default()
                 .parse()
