@@ -24,6 +24,11 @@ It fails (exit 1), naming each offending edge with its file and line, when
   one path per public name): public modules are `pub mod` (not `pub(crate)`),
   public items are `pub` items at a module's top level (`pin_project!` ones
   too) and `pub use` leaves, followed to the item they name;
+- a layer out of ARCHITECTURE.md's module rule: `impl Layer<S> for FooLayer`
+  whose service is not `Foo<S>`, whose service's future is not its module's
+  `ResponseFuture` (nor the inner service's `S::Future`; `OTHER_FUTURES` names
+  the exceptions, with why), or without `Foo::layer(..) -> FooLayer` (nor a
+  builder);
 - the files of an example of several files (`examples/<name>/main.rs` and
   the modules it declares, `#[path]` ones included) import each other in a
   circle: the examples sit above every floor, so only circles are checked.
@@ -445,6 +450,57 @@ def check_public_paths(root):
     return problems, len(paths)
 
 
+# ---------------------------------------------------------------- layer modules
+
+LAYER_IMPL = re.compile(r"impl<S\b[^{]*?>\s+Layer<S>\s+for\s+(\w+)(?:<[^{]*>)?\s*\{\s*type\s+Service\s*=\s*(\w+)\s*<", re.S)
+SERVICE_FUTURE = r"impl<[^{]*>\s+Service<[^{]*>\s+for\s+NAME\s*<[^{]*\{.*?type\s+Future\s*=\s*([\w:]+)"
+
+# Services whose future is not their module's `ResponseFuture`, with why. A
+# pass-through service (its future is the inner one's, `S::Future`) needs none.
+OTHER_FUTURES = {
+    # wallet_jwt holds two layers: WalletJwt's future is the module's
+    # `ResponseFuture`, the scope gate beside it names its own.
+    "RequireScopes": "RequireScopesFuture",
+}
+
+
+def check_layer_modules(root):
+    """The layers of src/ against ARCHITECTURE.md's "Layer modules": `FooLayer`
+    makes `Foo<S>`, whose future is its module's `ResponseFuture` (or the inner
+    service's), and `Foo::layer(..)` makes `FooLayer`."""
+    problems, layers = [], []
+    src = root / "src"
+    files = {f: strip_comments(f.read_text()) for f in sorted(src.rglob("*.rs"))}
+    text_all = "\n".join(files.values())
+    for file, text in files.items():
+        for m in LAYER_IMPL.finditer(text):
+            layer, service = m.group(1), m.group(2)
+            where = f"{file.relative_to(root).as_posix()}: {layer}"
+            layers.append(f"{layer} -> {service}")
+            if layer != service + "Layer":
+                problems.append(f"layer rule: {where} makes {service}, not {layer.removesuffix('Layer')}")
+                continue
+            future = re.search(SERVICE_FUTURE.replace("NAME", re.escape(service)), text_all, re.S)
+            if future is None:
+                problems.append(f"layer rule: {where}: no `impl Service for {service}` with a `type Future`")
+            else:
+                expected = OTHER_FUTURES.get(service, "ResponseFuture")
+                if future.group(1) not in (expected, "S::Future"):
+                    problems.append(f"layer rule: {where}: {service}'s future is {future.group(1)}, not {expected}")
+            constructor = re.search(
+                r"impl(?:<[^{]*>)?\s+" + re.escape(service) + r"<\(\)[^{]*\{[^}]*?pub fn layer\([^)]*\)\s*->\s*" + re.escape(layer),
+                text_all,
+                re.S,
+            )
+            if constructor is None and not re.search(r"pub fn builder\(\)", text_all[text_all.find(f"impl {layer}"):][:4000]):
+                problems.append(f"layer rule: {where}: no `{service}::layer(..) -> {layer}` (nor a builder)")
+    return problems, layers
+
+
+def strip_comments(text):
+    return re.sub(r"//[^\n]*", "", text)
+
+
 # ---------------------------------------------------------------- floors
 
 
@@ -676,6 +732,9 @@ def run(root):
     path_problems, public_count = check_public_paths(root)
     problems += path_problems
     summary += f"; {public_count} public names"
+    layer_problems, layers = check_layer_modules(root)
+    problems += layer_problems
+    summary += f"; {len(layers)} layers ({', '.join(layers)})"
     example_problems, example_files, example_edges = check_examples(root)
     problems += example_problems
     summary += f"; examples: {example_files} files, {example_edges} file edges"
@@ -688,7 +747,7 @@ def run(root):
         return 1
     print(
         f"layer-check: ok ({summary}; no upward import, no import cycle but layer/service pairs, "
-        "none in the examples, one path per public name)"
+        "none in the examples, one path per public name, every layer in the module rule)"
     )
     return 0
 
@@ -768,6 +827,22 @@ def self_test():
     print(f"    (planted `pub use crate::{shown[0]}::{shown[1]} as PlantedSecondPath;` in src/lib.rs)")
     expect("planted second public path", root, True, "reachable by 2 paths", lambda root: check_public_paths(root)[0])
 
+    # The layer rule: a service's future renamed, then a layer whose service
+    # is named otherwise, fail.
+    def replace(root, file, old, new):
+        path = root / file
+        text = path.read_text()
+        if old not in text:
+            failures.append(f"{file}: {old!r} not found to plant on")
+        path.write_text(text.replace(old, new))
+
+    root = copy()
+    replace(root, "src/wallet_jwt/service.rs", "type Future = ResponseFuture<", "type Future = AuthenticateFuture<")
+    expect("planted future name", root, True, "future is AuthenticateFuture", lambda root: check_layer_modules(root)[0])
+    root = copy()
+    replace(root, "src/envelope/style.rs", "Layer<S> for SetEnvelopeStyleLayer", "Layer<S> for EnvelopeStyleLayer")
+    expect("planted layer name", root, True, "makes SetEnvelopeStyle", lambda root: check_layer_modules(root)[0])
+
     # The examples: a copy with them passes; a circle planted in one fails.
     def copy_with_examples():
         tmp = copy()
@@ -809,7 +884,8 @@ def self_test():
         return 1
     print(
         "layer-check self-test: ok (passes untouched, fails on a planted cycle and an upward "
-        "import, on a second path to a public item, and on a cycle planted in an example)"
+        "import, on a second path to a public item, on a layer out of the module rule, and on a cycle "
+        "planted in an example)"
     )
     return 0
 

@@ -19,7 +19,7 @@
 //!
 //! A gateway layer describes a failure once, as a [`GatewayError`], and the
 //! route's [`EnvelopeStyle`] picks the shape. The router sets the style once
-//! per route ([`EnvelopeStyleLayer`]); nothing guesses it from the path. A
+//! per route ([`SetEnvelopeStyleLayer`]); nothing guesses it from the path. A
 //! caller who wants other answers owns them with a [`RenderRejection`]
 //! (`with_rejection` on the layers). The data API's gates (`ApiKeyLayer`,
 //! `WalletJwtLayer`, `RequireScopesLayer`) do the same with their typed
@@ -60,7 +60,7 @@ pub use shapes::{
     PaymentRejectionBody, QuoteBody, QuotePrice, ResponsesErrorBody, UnknownModelBody,
     ValidationDetail,
 };
-pub use style::{EnvelopeStyle, EnvelopeStyleLayer, SetEnvelopeStyle};
+pub use style::{EnvelopeStyle, SetEnvelopeStyle, SetEnvelopeStyleLayer};
 
 /// Header names the envelopes write, in their canonical lowercase form.
 pub mod header {

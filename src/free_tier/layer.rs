@@ -170,7 +170,7 @@ impl<S, P: Clone, L> Layer<S> for FreeTierLimitLayer<P, L> {
     type Service = FreeTierLimit<S, P, L>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        FreeTierLimit::new(inner, self.clone())
+        FreeTierLimit::from_layer(inner, self.clone())
     }
 }
 

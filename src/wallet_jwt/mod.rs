@@ -162,7 +162,7 @@ pub use algorithm::Algorithm;
 pub use claims::{WalletClaims, WalletMismatch};
 pub use error::JwtError;
 pub use extract::{Wallet, WalletClaimsRejection};
-pub use future::{AuthenticateFuture, ResponseFuture};
+pub use future::{RequireScopesFuture, ResponseFuture};
 #[cfg(feature = "jwks-url")]
 pub use jwks::JwksUrl;
 pub use keys::{KeySet, VerificationKey};

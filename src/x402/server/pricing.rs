@@ -388,7 +388,7 @@ mod tests {
         use tower::{Layer, ServiceExt, service_fn};
 
         use crate::clock::{FakeClock, SharedClock};
-        use crate::envelope::{EnvelopeStyle, EnvelopeStyleLayer};
+        use crate::envelope::{EnvelopeStyle, SetEnvelopeStyleLayer};
         use crate::x402::{
             facilitator::{DevLedger, LocalEvmFacilitator},
             server::{PaymentOption, X402Layer},
@@ -409,7 +409,7 @@ mod tests {
             .with_clock(clock)
             .build()
             .unwrap();
-        let service = EnvelopeStyleLayer::new(EnvelopeStyle::Responses).layer(layer.layer(
+        let service = SetEnvelopeStyleLayer::new(EnvelopeStyle::Responses).layer(layer.layer(
             service_fn(|_: http::Request<Full<Bytes>>| async {
                 Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(
                     "served",
