@@ -35,7 +35,7 @@ struct Harness {
 
 fn harness(quotas: FreeTierQuotas) -> Harness {
     let clock = FakeClock::at_unix_secs(WALL_START_SECS);
-    let limiter = InMemoryLimiter::with_clock(quotas, Arc::new(clock.clone()));
+    let limiter = InMemoryLimiter::new_with_clock(quotas, Arc::new(clock.clone()));
     let layer = FreeTierLimitLayer::new(is_free as Predicate).with_store(limiter.clone());
     Harness {
         clock,

@@ -186,9 +186,9 @@ async fn free_tier_concurrency_contract<S: FreeTierStore>(store: S) {
 #[tokio::test]
 async fn free_tier_in_memory() {
     let (clock, time) = fake_time();
-    let store = InMemoryLimiter::with_clock(small_quotas(), Arc::new(clock.clone()));
+    let store = InMemoryLimiter::new_with_clock(small_quotas(), Arc::new(clock.clone()));
     free_tier_contract(store, time).await;
-    let store = InMemoryLimiter::with_clock(small_quotas(), Arc::new(clock));
+    let store = InMemoryLimiter::new_with_clock(small_quotas(), Arc::new(clock));
     free_tier_concurrency_contract(store).await;
 }
 
@@ -204,8 +204,10 @@ async fn free_tier_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn free_tier_behind_a_trait_object() {
     let (clock, time) = fake_time();
-    let memory: Arc<dyn FreeTierStore> =
-        Arc::new(InMemoryLimiter::with_clock(small_quotas(), Arc::new(clock)));
+    let memory: Arc<dyn FreeTierStore> = Arc::new(InMemoryLimiter::new_with_clock(
+        small_quotas(),
+        Arc::new(clock),
+    ));
     free_tier_contract(memory, time).await;
     let redis: Arc<dyn FreeTierStore> = Arc::new(RedisFreeTier::new(
         redis_conn("free_tier_dyn"),

@@ -547,7 +547,7 @@ impl Config {
             return Ok(None);
         }
         match self.siwx_key {
-            Some(key) => Ok(Some(SignInWithX::with_key(key))),
+            Some(key) => Ok(Some(SignInWithX::new_with_key(key))),
             None => SignInWithX::new()
                 .map(Some)
                 .map_err(|error| invalid("GATEWAY_SIWX_KEY_FILE", error.to_string())),

@@ -50,22 +50,6 @@ pub enum EnvelopeStyle {
 }
 
 impl EnvelopeStyle {
-    /// The style the specification gives the route at `path` (`/v1/…` or
-    /// `/api/v1/…`).
-    ///
-    /// For a router choosing the [`SetEnvelopeStyleLayer`] of a path it
-    /// registers; layers never call it on a request.
-    pub fn for_path(path: &str) -> Self {
-        let path = path.trim_end_matches('/');
-        if path.ends_with("/v1/messages") {
-            Self::Messages
-        } else if path.ends_with("/v1/responses") {
-            Self::Responses
-        } else {
-            Self::Chat
-        }
-    }
-
     /// The style the router set for this request; chat-style when it set none.
     pub fn of_request<B>(request: &Request<B>) -> Self {
         request

@@ -133,12 +133,12 @@ impl Default for InMemoryLimiter {
 impl InMemoryLimiter {
     /// A limiter with `quotas` on the system clock.
     pub fn new(quotas: FreeTierQuotas) -> Self {
-        Self::with_clock(quotas, Arc::new(SystemClock))
+        Self::new_with_clock(quotas, Arc::new(SystemClock))
     }
 
     /// A limiter with `quotas` reading time from `clock` (a
     /// [`FakeClock`](crate::clock::FakeClock) in tests).
-    pub fn with_clock(quotas: FreeTierQuotas, clock: SharedClock) -> Self {
+    pub fn new_with_clock(quotas: FreeTierQuotas, clock: SharedClock) -> Self {
         let shards = (0..SHARD_COUNT)
             .map(|_| {
                 Mutex::new(Shard {
@@ -293,7 +293,7 @@ mod tests {
     fn limiter(quotas: FreeTierQuotas) -> (InMemoryLimiter, FakeClock) {
         let clock = FakeClock::at_unix_secs(WALL_START_SECS);
         (
-            InMemoryLimiter::with_clock(quotas, Arc::new(clock.clone())),
+            InMemoryLimiter::new_with_clock(quotas, Arc::new(clock.clone())),
             clock,
         )
     }

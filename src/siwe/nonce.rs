@@ -181,11 +181,11 @@ const MIN_SWEEP_LEN: usize = 1024;
 impl InMemoryNonceStore {
     /// An empty store holding at most [`DEFAULT_MAX_NONCES`] live nonces.
     pub fn new() -> Self {
-        Self::with_max_entries(DEFAULT_MAX_NONCES)
+        Self::new_with_max_entries(DEFAULT_MAX_NONCES)
     }
 
     /// An empty store holding at most `max_entries` live nonces (at least 1).
-    pub fn with_max_entries(max_entries: usize) -> Self {
+    pub fn new_with_max_entries(max_entries: usize) -> Self {
         Self {
             state: Mutex::new(State {
                 entries: HashMap::new(),
@@ -341,7 +341,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_store_is_bounded_and_sweeps_expired_entries() {
-        let store = InMemoryNonceStore::with_max_entries(3);
+        let store = InMemoryNonceStore::new_with_max_entries(3);
         for i in 0..3 {
             store.insert(&format!("nonce000{i}"), 0, 100).await.unwrap();
         }

@@ -226,7 +226,7 @@ impl<T> fmt::Debug for WalletAuth<T> {
 impl WalletAuth<DefaultTransport> {
     /// A client over hyper-util's pooled client (HTTPS with feature `rustls`).
     pub fn new(config: WalletConfig) -> Result<Self, WalletError> {
-        Ok(Self::with_transport(config, default_transport()?))
+        Ok(Self::new_with_transport(config, default_transport()?))
     }
 }
 
@@ -281,7 +281,7 @@ impl<T> WalletAuth<T> {
 
 impl<T: Transport> WalletAuth<T> {
     /// A client over `transport`, reading the system clock.
-    pub fn with_transport(config: WalletConfig, transport: T) -> Self {
+    pub fn new_with_transport(config: WalletConfig, transport: T) -> Self {
         Self {
             config,
             transport,

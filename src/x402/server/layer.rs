@@ -176,7 +176,12 @@ impl X402LayerBuilder {
         self
     }
 
-    /// A facilitator shared with other layers.
+    /// A facilitator shared with other layers, kept as the `Arc` it is.
+    ///
+    /// [`with_facilitator`](Self::with_facilitator) takes one too (an `Arc` of
+    /// a facilitator is a facilitator), but wraps it in a second `Arc`, so
+    /// every verify and settle goes through two pointers and two vtables; this
+    /// setter stores the caller's `Arc` itself.
     pub fn with_shared_facilitator(mut self, facilitator: Arc<dyn Facilitator>) -> Self {
         self.facilitator = Some(facilitator);
         self
