@@ -26,6 +26,26 @@ macro_rules! define_inner_service_accessors {
     };
 }
 
+/// `impl Seam for Arc<T>` in which every method hands the call to `T`, so a
+/// shared store, check or facilitator is one too: written as the trait's name
+/// and its methods' signatures, each ending in `;`.
+// Unused when no seam's feature is compiled in.
+#[allow(unused_macros)]
+macro_rules! forward_to_arc {
+    ($seam:ident { $(
+        fn $name:ident $(<$($lifetime:lifetime),+>)?
+            (&$($self_lifetime:lifetime)? self $(, $arg:ident: $ty:ty)* $(,)?) $(-> $ret:ty)?;
+    )+ }) => {
+        impl<T: $seam + ?Sized> $seam for std::sync::Arc<T> {
+            $(
+                fn $name $(<$($lifetime),+>)? (&$($self_lifetime)? self $(, $arg: $ty)*) $(-> $ret)? {
+                    (**self).$name($($arg),*)
+                }
+            )+
+        }
+    };
+}
+
 // First, so the `trace_*` macros are in scope in every module below.
 #[macro_use]
 mod trace;

@@ -32,11 +32,9 @@ pub trait FreeTierStore: Send + Sync + 'static {
     fn check(&self, key: ClientKey) -> BoxFuture<'static, Result<Verdict, StoreError>>;
 }
 
-impl<L: FreeTierStore + ?Sized> FreeTierStore for Arc<L> {
-    fn check(&self, key: ClientKey) -> BoxFuture<'static, Result<Verdict, StoreError>> {
-        (**self).check(key)
-    }
-}
+forward_to_arc! { FreeTierStore {
+    fn check(&self, key: ClientKey) -> BoxFuture<'static, Result<Verdict, StoreError>>;
+}}
 
 /// What a [`sweep`](InMemoryLimiter::sweep) did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
