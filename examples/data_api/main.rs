@@ -64,8 +64,6 @@ mod state;
 mod stores;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_sdk;
 mod tools;
 mod wire;
 

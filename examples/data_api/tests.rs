@@ -21,33 +21,28 @@ use crate::wire::rfc3339;
 
 /// The wallet client, the `walletgate` binary and its MCP bridge.
 #[cfg(feature = "cli")]
-#[path = "tests_cli.rs"]
 mod cli;
 /// `/console`, the page for people, and what it relies on.
-#[path = "tests_console.rs"]
 mod console;
-#[path = "tests_cors.rs"]
 mod cors;
 mod described;
 /// Wallet JWTs of an external issuer, and instant revocation.
-#[path = "tests_jwt.rs"]
 mod jwt;
 /// `DATA_API_PREVIOUS_SIGNING_KEY_FILE`: a rotation across restarts.
 mod key_rotation;
 /// `/mcp`, here so it shares this harness.
-#[path = "tests_mcp.rs"]
 mod mcp;
 /// `DATA_API_METRICS_LISTEN`'s page.
 #[cfg(feature = "metrics")]
 mod metrics;
 mod newcomer;
 /// RFC 9728 metadata and the challenges that name it.
-#[path = "tests_protected_resource.rs"]
 mod protected_resource;
 #[cfg(feature = "redis")]
 mod redis_quota;
 mod replicas;
-#[path = "tests_shutdown.rs"]
+/// The OpenSea SDK against the data API.
+mod sdk;
 mod shutdown;
 
 /// Public Hardhat/Anvil development keys #0 and #1 (never real funds).
