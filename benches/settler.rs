@@ -13,11 +13,12 @@
 //! `SETTLER_BENCH_THROUGHPUT_N` payments over `SETTLER_BENCH_WORKERS`
 //! concurrent workers (default 200 over 16).
 
+mod chain_bench;
 #[path = "../tests/chain_support/mod.rs"]
 mod chain_support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use alloy_primitives::U256;
 use walletgate::client::payer::Payer;
@@ -26,26 +27,9 @@ use walletgate::x402::facilitator::{Facilitator, FacilitatorRequest};
 use walletgate::x402::server::PaymentOption;
 use walletgate::x402::wire::{AtomicAmount, Network, PaymentRequirements};
 
+use chain_bench::{count, now, percentile};
+
 const PRICE: u64 = 1_000;
-
-fn count(variable: &str, default: usize) -> usize {
-    std::env::var(variable)
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
-}
-
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
 
 fn payment(payer: &Payer, offer: &PaymentRequirements) -> FacilitatorRequest {
     FacilitatorRequest::new(payer.pay(offer, now()).unwrap(), offer.clone())
@@ -83,7 +67,7 @@ async fn run(rpc: String) {
         .requirements_for_amount(AtomicAmount::new(PRICE.into()));
 
     // Latency: one settlement at a time.
-    let latency_n = count("SETTLER_BENCH_LATENCY_N", 100);
+    let latency_n = count("SETTLER_BENCH_LATENCY_N", 100) as usize;
     let payer = Payer::from_key(chain_support::fresh_payer_key().0).unwrap();
     chain_support::mint(&rpc, payer.address_bytes(), PRICE * latency_n as u64).await;
     let mut settle_times = Vec::with_capacity(latency_n);
@@ -108,8 +92,8 @@ async fn run(rpc: String) {
     );
 
     // Throughput: distinct payments verified and settled by concurrent workers.
-    let total = count("SETTLER_BENCH_THROUGHPUT_N", 200);
-    let workers = count("SETTLER_BENCH_WORKERS", 16).max(1);
+    let total = count("SETTLER_BENCH_THROUGHPUT_N", 200) as usize;
+    let workers = count("SETTLER_BENCH_WORKERS", 16).max(1) as usize;
     let per_worker = total.div_ceil(workers);
     let mut payers = Vec::new();
     for _ in 0..workers {

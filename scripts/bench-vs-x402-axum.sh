@@ -46,7 +46,9 @@
 # Both modes pin what the gateway measures, so a later feature cannot move the
 # baseline silently: memory stores (no GATEWAY_REDIS_URL), the development
 # ledger (no GATEWAY_FACILITATOR_URL, no settler), GATEWAY_PAYMENT_ID=off,
-# GATEWAY_SIWX=off, GATEWAY_BAZAAR=off.
+# GATEWAY_SIWX=off, GATEWAY_BAZAAR=off, and GATEWAY_UPTO=off GATEWAY_MPP=off: the
+# quote x402-axum answers carries one `exact` offer and no MPP challenge, so
+# the gateway's quote must not carry more either.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -96,14 +98,8 @@ presign_bin=$target/release/examples/gateway_presign
 peer_bin=$peer_target/release/walletgate-peer
 
 work=$(mktemp -d)
-server=""
-stop_server() {
-  if [ -n "$server" ]; then
-    kill "$server" 2>/dev/null || true
-    wait "$server" 2>/dev/null || true
-    server=""
-  fi
-}
+# shellcheck source=load/server.sh
+. scripts/load/server.sh
 cleanup() {
   stop_server
   rm -rf "$work"
@@ -140,7 +136,7 @@ json_field() { # decoded JSON, field name -> its string (without escapes) or num
 start_gateway() { # port
   env -u GATEWAY_REDIS_URL -u GATEWAY_FACILITATOR_URL -u GATEWAY_EVM_RPC_URL -u GATEWAY_SETTLER_KEY_FILE \
     -u GATEWAY_FAULTS -u GATEWAY_MAX_TIMEOUT_SECS \
-    GATEWAY_PAYMENT_ID=off GATEWAY_SIWX=off GATEWAY_BAZAAR=off \
+    GATEWAY_PAYMENT_ID=off GATEWAY_SIWX=off GATEWAY_BAZAAR=off GATEWAY_UPTO=off GATEWAY_MPP=off \
     GATEWAY_LISTEN="127.0.0.1:$1" GATEWAY_FREE_PER_MINUTE=4194303 GATEWAY_FREE_PER_HOUR=4194303 RUST_LOG="${RUST_LOG:-warn}" \
     "${server_pin[@]}" "$gateway_bin" >"$work/gateway.log" 2>&1 &
   server=$!
@@ -175,7 +171,7 @@ if [ "$one_core" = 1 ]; then
 else
   echo "wrk: $threads threads, $connections connections, $duration per cell, $rounds rounds, servers and wrk on the same machine"
 fi
-echo "gateway configuration: memory stores, development ledger, GATEWAY_PAYMENT_ID=off GATEWAY_SIWX=off GATEWAY_BAZAAR=off"
+echo "gateway configuration: memory stores, development ledger, GATEWAY_PAYMENT_ID=off GATEWAY_SIWX=off GATEWAY_BAZAAR=off GATEWAY_UPTO=off GATEWAY_MPP=off"
 echo
 
 results=$work/results.tsv # round server path rps p50 p99 unexpected exhausted cpu_us_per_request

@@ -123,7 +123,10 @@ pub(crate) async fn settler_config(
         &settings,
         &evm,
         &walletgate::tls::ClientTls::webpki_roots(),
-        records,
+        crate::settler::Shared {
+            records,
+            ..crate::settler::Shared::in_memory()
+        },
     )
     .await
     .unwrap();

@@ -1,20 +1,22 @@
 //! walletgate's own on-chain settler, built from its parsed settings
 //! (`GATEWAY_EVM_RPC_URL` + `GATEWAY_SETTLER_KEY_FILE`, see `config.rs`):
-//! connected at start, its startup checks run, its broadcast records kept
-//! where the replicas share them.
+//! connected at start, its startup checks run, its broadcast records and
+//! its key's nonces kept where the replicas share them.
 
 use std::sync::Arc;
 
 use walletgate::tls::ClientTls;
-use walletgate::x402::facilitator::evm_settler::{EvmSettler, SettlerKey};
-use walletgate::x402::facilitator::evm_settler::{MemorySettlementRecords, SettlementRecords};
+use walletgate::x402::facilitator::evm_settler::{
+    EvmSettler, MemoryNonceAllocator, MemorySettlementRecords, NonceAllocator, SettlementRecords,
+    SettlerKey,
+};
 
 use crate::config::{Config, ConfigError, EvmSettings, PaymentNetwork, SettlerSettings, invalid};
 use crate::gates::RedisConnection;
 
 /// The settler `config` asks for (an EVM network with settler settings),
 /// connected; `None` when it asks for none. With `redis` every replica
-/// reads what any of them broadcast.
+/// reads what any of them broadcast, and they share the key's nonces.
 pub(crate) async fn configured(
     config: &Config,
     redis: Option<RedisConnection>,
@@ -23,14 +25,33 @@ pub(crate) async fn configured(
     else {
         return Ok(None);
     };
-    let records: Arc<dyn SettlementRecords> = match redis {
-        None => Arc::new(MemorySettlementRecords::new()),
+    let shared = match redis {
+        None => Shared::in_memory(),
         #[cfg(feature = "redis")]
-        Some(conn) => Arc::new(walletgate::redis::RedisSettlementRecords::new(conn)),
+        Some(conn) => Shared {
+            records: Arc::new(walletgate::redis::RedisSettlementRecords::new(conn.clone())),
+            nonces: Arc::new(walletgate::redis::RedisNonceAllocator::new(conn)),
+        },
         #[cfg(not(feature = "redis"))]
         Some(never) => match never {},
     };
-    connect(settings, evm, &config.tls, records).await.map(Some)
+    connect(settings, evm, &config.tls, shared).await.map(Some)
+}
+
+/// What the settler keeps where every replica on its key reads it.
+pub(crate) struct Shared {
+    pub(crate) records: Arc<dyn SettlementRecords>,
+    pub(crate) nonces: Arc<dyn NonceAllocator>,
+}
+
+impl Shared {
+    /// In this process only: one replica per settler key.
+    pub(crate) fn in_memory() -> Self {
+        Self {
+            records: Arc::new(MemorySettlementRecords::new()),
+            nonces: Arc::new(MemoryNonceAllocator::new()),
+        }
+    }
 }
 
 /// The settler of `settings` for `evm`'s USDC, its startup checks run
@@ -40,7 +61,7 @@ pub(crate) async fn connect(
     settings: &SettlerSettings,
     evm: &EvmSettings,
     tls: &ClientTls,
-    records: Arc<dyn SettlementRecords>,
+    shared: Shared,
 ) -> Result<EvmSettler, ConfigError> {
     let key = SettlerKey::from_file(&settings.key_file)
         .map_err(|error| invalid("GATEWAY_SETTLER_KEY_FILE", error.to_string()))?;
@@ -51,7 +72,8 @@ pub(crate) async fn connect(
     let (settler, report) = EvmSettler::builder(&settings.rpc_url, key, evm.network.clone())
         .with_asset(usdc)
         .with_tls(tls.clone())
-        .with_records(records)
+        .with_records(shared.records)
+        .with_nonce_allocator(shared.nonces)
         .with_receipt_timeout(settings.receipt_timeout)
         .with_confirmations(settings.confirmations)
         .connect()
@@ -88,13 +110,11 @@ mod tests {
             receipt_timeout: Duration::from_secs(1),
             confirmations: 0,
         };
-        let records =
-            Arc::new(walletgate::x402::facilitator::evm_settler::MemorySettlementRecords::new());
         let error = connect(
             &settings,
             &EvmSettings::base_sepolia(),
             &ClientTls::webpki_roots(),
-            records.clone(),
+            Shared::in_memory(),
         )
         .await
         .err()
@@ -110,7 +130,7 @@ mod tests {
             &settings,
             &EvmSettings::base_sepolia(),
             &ClientTls::webpki_roots(),
-            records,
+            Shared::in_memory(),
         )
         .await
         .err()
@@ -147,14 +167,11 @@ mod tests {
                 receipt_timeout: Duration::from_secs(1),
                 confirmations: 0,
             };
-            let records = Arc::new(
-                walletgate::x402::facilitator::evm_settler::MemorySettlementRecords::new(),
-            );
             let error = connect(
                 &settings,
                 &EvmSettings::base_sepolia(),
                 &ClientTls::webpki_roots(),
-                records,
+                Shared::in_memory(),
             )
             .await
             .err()

@@ -286,12 +286,13 @@ impl EvmSettlerBuilder {
                 sync_send,
                 receipt_timeout: self.receipt_timeout,
                 confirmations: self.confirmations,
-                gas_checked: Mutex::default(),
+                gas_checked: tokio::sync::Mutex::default(),
                 in_flight: Mutex::default(),
                 gas_cap: self.gas_cap,
                 min_amount: self.min_amount,
                 standings: PayerStandings::default(),
-                fees: Mutex::default(),
+                fees: tokio::sync::Mutex::default(),
+                seeding: tokio::sync::Mutex::default(),
             }),
         };
         Ok((settler, report))

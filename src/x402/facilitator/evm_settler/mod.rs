@@ -153,7 +153,8 @@ struct Inner {
     receipt_timeout: Duration,
     confirmations: u64,
     /// When the settler last had gas money for a settlement.
-    gas_checked: Mutex<Option<std::time::Instant>>,
+    /// Held while it is asked again: one balance read, not one per waiting settlement.
+    gas_checked: tokio::sync::Mutex<Option<std::time::Instant>>,
     /// One lock per authorization being settled in this process.
     in_flight: Mutex<HashMap<SettlementKey, Arc<tokio::sync::Mutex<()>>>>,
     /// The most gas a settlement may use.
@@ -162,8 +163,11 @@ struct Inner {
     min_amount: u128,
     /// Payers refused for a while after failures of their own.
     standings: PayerStandings,
-    /// The node's fees, when they were read and the head then.
-    fees: Mutex<Option<FeesRead>>,
+    /// The node's fees, when they were read and the head then (held while
+    /// they are read again: one read, not one per waiting settlement).
+    fees: tokio::sync::Mutex<Option<FeesRead>>,
+    /// Held while the nonce allocator is seeded from the node.
+    seeding: tokio::sync::Mutex<()>,
 }
 
 impl fmt::Debug for EvmSettler {
@@ -441,12 +445,8 @@ impl EvmSettler {
     /// receipt watch sees, and at most every [`GAS_CHECK_TTL`] otherwise.
     async fn current_fees(&self) -> Result<tx::Fees, FacilitatorError> {
         let head = self.inner.watch.head();
-        let cached = *self
-            .inner
-            .fees
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(read) = cached
+        let mut cached = self.inner.fees.lock().await;
+        if let Some(read) = *cached
             && read.at.elapsed() < GAS_CHECK_TTL
             && read.head >= head
         {
@@ -459,11 +459,7 @@ impl EvmSettler {
             .await
             .map_err(|error| FacilitatorError::unavailable(error.to_string()))?;
         let fees = tx::Fees::from_node(base, tip);
-        *self
-            .inner
-            .fees
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(FeesRead {
+        *cached = Some(FeesRead {
             at: std::time::Instant::now(),
             head,
             fees,
@@ -501,13 +497,8 @@ impl EvmSettler {
     /// only if younger than `ttl`.
     async fn check_gas_money_since(&self, ttl: Duration) -> Result<(), FacilitatorError> {
         let inner = &*self.inner;
-        let fresh = |at: &Option<std::time::Instant>| at.is_some_and(|at| at.elapsed() < ttl);
-        if fresh(
-            &inner
-                .gas_checked
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        ) {
+        let mut checked = inner.gas_checked.lock().await;
+        if checked.is_some_and(|at| at.elapsed() < ttl) {
             return Ok(());
         }
         let address = inner.key.address();
@@ -520,10 +511,7 @@ impl EvmSettler {
                 "settler {address} cannot pay for gas: it holds {balance} wei, a settlement needs up to {needed}"
             )));
         }
-        *inner
-            .gas_checked
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(std::time::Instant::now());
+        *checked = Some(std::time::Instant::now());
         Ok(())
     }
 }

@@ -520,6 +520,11 @@ impl EvmSettler {
             if let Some(nonce) = inner.nonces.take(address).await.map_err(unavailable)? {
                 return Ok(nonce);
             }
+            // One seeding for every settlement that found it unseeded.
+            let _seeding = inner.seeding.lock().await;
+            if let Some(nonce) = inner.nonces.take(address).await.map_err(unavailable)? {
+                return Ok(nonce);
+            }
             self.catch_up_with_node().await?;
         }
         Err(FacilitatorError::unavailable(
