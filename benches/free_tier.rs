@@ -85,7 +85,8 @@ fn mib(bytes: usize) -> String {
 
 fn memory_report(clients: u32) {
     let clock = FakeClock::at_unix_secs(1_800_000_000);
-    let limiter = InMemoryLimiter::with_clock(FreeTierQuotas::default(), Arc::new(clock.clone()));
+    let limiter =
+        InMemoryLimiter::new_with_clock(FreeTierQuotas::default(), Arc::new(clock.clone()));
     limiter.set_auto_sweep_interval(None);
     let prefixes = KeyPrefixes::default();
     let start_heap = ALLOCATOR.allocated();
@@ -180,7 +181,7 @@ fn overhead(c: &mut Criterion) {
     let roomy = FreeTierQuotas::new(FreeTierQuotas::MAX_REQUESTS, FreeTierQuotas::MAX_REQUESTS)
         .unwrap_or_default();
     let mut admitted =
-        FreeTierLimitLayer::with_quotas(is_free as fn(&Request<Body>) -> bool, roomy)
+        FreeTierLimitLayer::new_with_quotas(is_free as fn(&Request<Body>) -> bool, roomy)
             .layer(service_fn(ok));
     let mut index = 0u32;
     group.bench_function("free_admitted", |b| {

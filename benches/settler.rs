@@ -22,7 +22,8 @@ use std::time::Instant;
 
 use alloy_primitives::U256;
 use walletgate::client::payer::Payer;
-use walletgate::x402::facilitator::{EvmSettler, Facilitator, FacilitatorRequest, SettlerKey};
+use walletgate::x402::facilitator::evm_settler::{EvmSettler, SettlerKey};
+use walletgate::x402::facilitator::{Facilitator, FacilitatorRequest};
 use walletgate::x402::server::PaymentOption;
 use walletgate::x402::wire::{AtomicAmount, Network, PaymentRequirements};
 

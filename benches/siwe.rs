@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use walletgate::FakeClock;
+use walletgate::clock::FakeClock;
 use walletgate::siwe::{InMemoryNonceStore, NonceStore, SiweMessage, SiweVerifier};
 
 /// The published EIP-4361 example (spruceid `verification_positive.json`).

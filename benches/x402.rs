@@ -150,7 +150,7 @@ fn serve_signed_ahead(
 /// The paid chat service of the steady state, over an expiring ledger (as
 /// the gateway example runs it) and the in-memory replay store.
 fn steady_service(clock: FakeClock) -> impl PaidService {
-    let shared: walletgate::SharedClock = Arc::new(clock);
+    let shared: walletgate::clock::SharedClock = Arc::new(clock);
     let ledger = Arc::new(DevLedger::new().with_expiry_clock(shared.clone()));
     let facilitator = LocalEvmFacilitator::new(ledger, shared.clone());
     let store = Arc::new(InMemoryNonceStore::new(shared.clone()));
@@ -267,7 +267,7 @@ fn bench_x402(c: &mut Criterion) {
     #[cfg(feature = "mpp")]
     {
         let store = Arc::new(InMemoryNonceStore::new(clock.clone()));
-        let mpp = walletgate::x402::server::Mpp::new(&[7; 32], "gateway.test").unwrap();
+        let mpp = walletgate::x402::server::mpp::Mpp::new(&[7; 32], "gateway.test").unwrap();
         let challenging =
             x402_paid::paid_chat_with(facilitator.clone(), clock.clone(), store, |builder| {
                 builder.with_mpp(mpp)

@@ -20,7 +20,7 @@ use std::io::Write;
 use serde_json::{Value, json};
 use walletgate::client::payer::Payer;
 use walletgate::client::payer::sequential_nonce;
-use walletgate::x402::server::PAYMENT_IDENTIFIER;
+use walletgate::x402::server::payment_id::PAYMENT_IDENTIFIER;
 use walletgate::x402::wire::{PaymentPayload, PaymentRequired, codec};
 
 /// At most this many authorizations per run (the load runs are bounded).

@@ -23,7 +23,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{Value, json};
 use tower::ServiceBuilder;
-use walletgate::SystemClock;
+use walletgate::clock::SystemClock;
 use walletgate::envelope::{DetailPathSegment, EnvelopeStyle};
 use walletgate::free_tier::{FreeTierLimitLayer, IsPricedFree};
 use walletgate::gateway::{BodyCheck, JsonBodyLayer, ParsedJson, RequestModel};

@@ -20,12 +20,22 @@ It fails (exit 1), naming each offending edge with its file and line, when
   `layer.rs`/`service.rs`/`future.rs` of one folder and include both
   `layer.rs` and `service.rs` (a layer and its service name each other);
 - top-level modules import each other in a circle;
+- a public item is reachable by two paths from the crate root (ARCHITECTURE.md:
+  one path per public name): public modules are `pub mod` (not `pub(crate)`),
+  public items are `pub` items at a module's top level (`pin_project!` ones
+  too) and `pub use` leaves, followed to the item they name;
+- a layer out of ARCHITECTURE.md's module rule: `impl Layer<S> for FooLayer`
+  whose service is not `Foo<S>`, whose service's future is not its module's
+  `ResponseFuture` (nor the inner service's `S::Future`; `OTHER_FUTURES` names
+  the exceptions, with why), or without `Foo::layer(..) -> FooLayer` (nor a
+  builder);
 - the files of an example of several files (`examples/<name>/main.rs` and
   the modules it declares, `#[path]` ones included) import each other in a
   circle: the examples sit above every floor, so only circles are checked.
 
 `--self-test` runs the check on a copy of `src/` and ARCHITECTURE.md: the copy
-must pass, and fail once a cycle, then an upward import, is planted in it.
+must pass, and fail once a cycle, an upward import, then a second path to a
+public item, is planted in it.
 Python 3 standard library only.
 """
 
@@ -39,6 +49,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 LAYER_PAIR = {"layer.rs", "service.rs", "future.rs"}
+TRANSPARENT_MACROS = {"pin_project"}
+ITEM_KEYWORDS = {"fn", "struct", "enum", "trait", "type", "const", "static", "union"}
 
 # Circles known and not yet fixed, by folder: a circle whose files all lie in
 # one of these folders is printed as a warning, not a failure. The fix is
@@ -108,6 +120,9 @@ class Module:
         self.file = file  # the file that holds it (inline modules: their file)
         self.children = set()  # declared `mod` names
         self.imports = {}  # name -> absolute path (any `use` in the module)
+        self.public = False  # declared `pub mod` (not `pub(crate)`)
+        self.pub_items = set()  # names of items declared `pub` at its top level
+        self.pub_uses = {}  # name -> absolute path, for each `pub use` leaf
 
 
 class Reference:
@@ -230,8 +245,28 @@ class Crate:
     def parse_block(self, tokens, i, end, module):
         pending_test = False
         pending_path = None
+        # Braces of impls, fns and macros: their `pub` items are no module items,
+        # but for `pin_project! { .. }`, which declares its items as written.
+        braces = []
+        depth = 0
         while i < end:
             t, line = tokens[i]
+            if t == "{":
+                transparent = i >= 2 and tokens[i - 1][0] == "!" and tokens[i - 2][0] in TRANSPARENT_MACROS
+                braces.append(transparent)
+                depth += 0 if transparent else 1
+            elif t == "}":
+                depth -= 0 if braces and braces.pop() else 1
+            elif t == "pub" and depth == 0 and i + 1 < end and tokens[i + 1][0] != "(":
+                j = i + 1
+                while j < end and tokens[j][0] in ("async", "unsafe", "extern", "const") and tokens[j + 1][0] not in (":",):
+                    if tokens[j][0] == "const" and tokens[j + 1][0] not in ("fn", "unsafe", "async"):
+                        break
+                    j += 1
+                    if tokens[j - 1][0] == "extern" and tokens[j][0].startswith('"'):
+                        j += 1
+                if tokens[j][0] in ITEM_KEYWORDS and j + 1 < end:
+                    module.pub_items.add(tokens[j + 1][0])
             if t == "#" and i + 1 < end and tokens[i + 1][0] in ("[", "!"):
                 inner = tokens[i + 1][0] == "!"
                 start = i + (3 if inner else 2)
@@ -259,17 +294,20 @@ class Crate:
                 name = tokens[i + 1][0]
                 module.children.add(name)
                 path = module.path + (name,)
+                public = i > 0 and tokens[i - 1][0] == "pub"
                 if tokens[i + 2][0] == ";":
                     child_file = self.child_file(module, name, pending_path)
                     pending_path = None
                     if child_file is not None:
                         child = Module(path, child_file)
+                        child.public = public
                         self.modules[path] = child
                         self.parse_file(child_file, child)
                     i += 3
                 else:
                     close = skip_item(tokens, i)
                     child = Module(path, module.file)
+                    child.public = public
                     self.modules[path] = child
                     self.parse_block(tokens, i + 3, close - 1, child)
                     i = close
@@ -279,6 +317,7 @@ class Crate:
                     tokens[i - 1][0] == "pub" or (tokens[i - 1][0] == ")" and tokens[i - 4][0] == "pub")
                 )
                 leaves = []
+                use_start = i
                 i = parse_use_tree(tokens, i + 1, [], leaves)
                 for segments, alias, use_line in leaves:
                     if segments[-1] == "self":
@@ -289,6 +328,8 @@ class Crate:
                     name = alias or segments[-1]
                     if segments[-1] != "*" and name != "_":
                         module.imports[name] = path
+                        if depth == 0 and tokens[use_start - 1][0] == "pub":
+                            module.pub_uses[name] = path
                     self.references.append(Reference(module, path, use_line, facade))
                 continue
             if t in ("crate", "super", "self") and i + 1 < end and tokens[i + 1][0] == "::":
@@ -339,6 +380,125 @@ class Crate:
                     return self.resolve(target, depth + 1)
             return current
         return current
+
+
+# ---------------------------------------------------------------- public paths
+
+
+def definition(crate, path, depth=0):
+    """What a path names, followed through `use`: ("module", path) or ("item", module, name)."""
+    module = crate.modules.get(path[:-1])
+    # `use a::b` names an item b of a before a module b of a (a function and
+    # its private module of one name, as `envelope::redact`).
+    if module is not None and path[-1] in module.pub_items:
+        return ("item", module.path, path[-1])
+    if module is not None and path[-1] in module.imports and module.imports[path[-1]] != path and depth < 20:
+        return definition(crate, module.imports[path[-1]], depth + 1)
+    if path in crate.modules:
+        return ("module", path)
+    if module is None:
+        # A path through a re-exported module: resolve the prefix first.
+        if len(path) > 1 and depth < 20:
+            prefix = definition(crate, path[:-1], depth + 1)
+            if prefix and prefix[0] == "module" and prefix[1] != path[:-1]:
+                return definition(crate, prefix[1] + path[-1:], depth + 1)
+        return None
+    name = path[-1]
+    if name in module.pub_items:
+        return ("item", module.path, name)
+    if name in module.imports and depth < 20 and module.imports[name] != path:
+        return definition(crate, module.imports[name], depth + 1)
+    return ("item", module.path, name)
+
+
+def public_paths(crate):
+    """{definition: [every path from the crate root that names it publicly]}."""
+    paths = defaultdict(list)
+    seen = set()
+
+    def walk(module_path, shown):
+        if module_path in seen:
+            return
+        seen.add(module_path)
+        module = crate.modules[module_path]
+        for name in sorted(module.pub_items):
+            paths[("item", module_path, name)].append(shown + (name,))
+        for name in sorted(module.children):
+            child = crate.modules.get(module_path + (name,))
+            if child is not None and child.public:
+                paths[("module", child.path)].append(shown + (name,))
+                walk(child.path, shown + (name,))
+        for name, target in sorted(module.pub_uses.items()):
+            found = definition(crate, target)
+            if found is not None:
+                paths[found].append(shown + (name,))
+
+    walk((), ())
+    return paths
+
+
+def check_public_paths(root):
+    """One violation per public item reachable by two paths (ARCHITECTURE.md: one path per public name)."""
+    crate = Crate(root / "src")
+    problems = []
+    paths = public_paths(crate)
+    for found, shown in sorted(paths.items()):
+        unique = sorted(set(shown))
+        if len(unique) > 1:
+            names = ", ".join("walletgate::" + "::".join(p) for p in unique)
+            problems.append(f"public item reachable by {len(unique)} paths: {names}")
+    return problems, len(paths)
+
+
+# ---------------------------------------------------------------- layer modules
+
+LAYER_IMPL = re.compile(r"impl<S\b[^{]*?>\s+Layer<S>\s+for\s+(\w+)(?:<[^{]*>)?\s*\{\s*type\s+Service\s*=\s*(\w+)\s*<", re.S)
+SERVICE_FUTURE = r"impl<[^{]*>\s+Service<[^{]*>\s+for\s+NAME\s*<[^{]*\{.*?type\s+Future\s*=\s*([\w:]+)"
+
+# Services whose future is not their module's `ResponseFuture`, with why. A
+# pass-through service (its future is the inner one's, `S::Future`) needs none.
+OTHER_FUTURES = {
+    # wallet_jwt holds two layers: WalletJwt's future is the module's
+    # `ResponseFuture`, the scope gate beside it names its own.
+    "RequireScopes": "RequireScopesFuture",
+}
+
+
+def check_layer_modules(root):
+    """The layers of src/ against ARCHITECTURE.md's "Layer modules": `FooLayer`
+    makes `Foo<S>`, whose future is its module's `ResponseFuture` (or the inner
+    service's), and `Foo::layer(..)` makes `FooLayer`."""
+    problems, layers = [], []
+    src = root / "src"
+    files = {f: strip_comments(f.read_text()) for f in sorted(src.rglob("*.rs"))}
+    text_all = "\n".join(files.values())
+    for file, text in files.items():
+        for m in LAYER_IMPL.finditer(text):
+            layer, service = m.group(1), m.group(2)
+            where = f"{file.relative_to(root).as_posix()}: {layer}"
+            layers.append(f"{layer} -> {service}")
+            if layer != service + "Layer":
+                problems.append(f"layer rule: {where} makes {service}, not {layer.removesuffix('Layer')}")
+                continue
+            future = re.search(SERVICE_FUTURE.replace("NAME", re.escape(service)), text_all, re.S)
+            if future is None:
+                problems.append(f"layer rule: {where}: no `impl Service for {service}` with a `type Future`")
+            else:
+                expected = OTHER_FUTURES.get(service, "ResponseFuture")
+                if future.group(1) not in (expected, "S::Future"):
+                    problems.append(f"layer rule: {where}: {service}'s future is {future.group(1)}, not {expected}")
+            constructor = re.search(
+                r"impl(?:<[^{]*>)?\s+" + re.escape(service) + r"<\(\)[^{]*\{[^}]*?pub fn layer\([^)]*\)\s*->\s*" + re.escape(layer),
+                text_all,
+                re.S,
+            )
+            if constructor is None and not re.search(r"pub fn builder\(\)", text_all[text_all.find(f"impl {layer}"):][:4000]):
+                problems.append(f"layer rule: {where}: no `{service}::layer(..) -> {layer}` (nor a builder)")
+    return problems, layers
+
+
+def strip_comments(text):
+    return re.sub(r"//[^\n]*", "", text)
 
 
 # ---------------------------------------------------------------- floors
@@ -569,6 +729,12 @@ def check(root):
 
 def run(root):
     problems, warnings, summary, _, _ = check(root)
+    path_problems, public_count = check_public_paths(root)
+    problems += path_problems
+    summary += f"; {public_count} public names"
+    layer_problems, layers = check_layer_modules(root)
+    problems += layer_problems
+    summary += f"; {len(layers)} layers ({', '.join(layers)})"
     example_problems, example_files, example_edges = check_examples(root)
     problems += example_problems
     summary += f"; examples: {example_files} files, {example_edges} file edges"
@@ -581,7 +747,7 @@ def run(root):
         return 1
     print(
         f"layer-check: ok ({summary}; no upward import, no import cycle but layer/service pairs, "
-        "none in the examples)"
+        "none in the examples, one path per public name, every layer in the module rule)"
     )
     return 0
 
@@ -652,6 +818,31 @@ def self_test():
     )
     expect("upward import in comments, strings and tests", root, False, "")
 
+    # One path per public name: a second path to a public item, planted as a
+    # root re-export of a public module's item, fails.
+    root = copy()
+    crate = Crate(root / "src")
+    shown = sorted(p for p in public_paths(crate).values() if len(p) == 1 and len(p[0]) == 2)[0][0]
+    plant(root, "src/lib.rs", f"\npub use crate::{shown[0]}::{shown[1]} as PlantedSecondPath;\n")
+    print(f"    (planted `pub use crate::{shown[0]}::{shown[1]} as PlantedSecondPath;` in src/lib.rs)")
+    expect("planted second public path", root, True, "reachable by 2 paths", lambda root: check_public_paths(root)[0])
+
+    # The layer rule: a service's future renamed, then a layer whose service
+    # is named otherwise, fail.
+    def replace(root, file, old, new):
+        path = root / file
+        text = path.read_text()
+        if old not in text:
+            failures.append(f"{file}: {old!r} not found to plant on")
+        path.write_text(text.replace(old, new))
+
+    root = copy()
+    replace(root, "src/wallet_jwt/service.rs", "type Future = ResponseFuture<", "type Future = AuthenticateFuture<")
+    expect("planted future name", root, True, "future is AuthenticateFuture", lambda root: check_layer_modules(root)[0])
+    root = copy()
+    replace(root, "src/envelope/style.rs", "Layer<S> for SetEnvelopeStyleLayer", "Layer<S> for EnvelopeStyleLayer")
+    expect("planted layer name", root, True, "makes SetEnvelopeStyle", lambda root: check_layer_modules(root)[0])
+
     # The examples: a copy with them passes; a circle planted in one fails.
     def copy_with_examples():
         tmp = copy()
@@ -693,7 +884,8 @@ def self_test():
         return 1
     print(
         "layer-check self-test: ok (passes untouched, fails on a planted cycle and an upward "
-        "import, and on a cycle planted in an example)"
+        "import, on a second path to a public item, on a layer out of the module rule, and on a cycle "
+        "planted in an example)"
     )
     return 0
 

@@ -26,6 +26,26 @@ macro_rules! define_inner_service_accessors {
     };
 }
 
+/// `impl Seam for Arc<T>` in which every method hands the call to `T`, so a
+/// shared store, check or facilitator is one too: written as the trait's name
+/// and its methods' signatures, each ending in `;`.
+// Unused when no seam's feature is compiled in.
+#[allow(unused_macros)]
+macro_rules! forward_to_arc {
+    ($seam:ident { $(
+        fn $name:ident $(<$($lifetime:lifetime),+>)?
+            (&$($self_lifetime:lifetime)? self $(, $arg:ident: $ty:ty)* $(,)?) $(-> $ret:ty)?;
+    )+ }) => {
+        impl<T: $seam + ?Sized> $seam for std::sync::Arc<T> {
+            $(
+                fn $name $(<$($lifetime),+>)? (&$($self_lifetime)? self $(, $arg: $ty)*) $(-> $ret)? {
+                    (**self).$name($($arg),*)
+                }
+            )+
+        }
+    };
+}
+
 // First, so the `trace_*` macros are in scope in every module below.
 #[macro_use]
 mod trace;
@@ -61,8 +81,6 @@ pub mod wallet_jwt;
 #[cfg(feature = "x402")]
 pub mod x402;
 
-pub use body::ResponseBody;
-
 /// An error and its sources joined with `: `. A hyper client error says only
 /// `client error (Connect)` at the top; the cause (connection refused, a TLS
 /// certificate that is not trusted) is further down the chain.
@@ -81,7 +99,6 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     }
     text
 }
-pub use clock::{Clock, FakeClock, SharedClock, SystemClock};
 
 #[cfg(test)]
 mod tests {

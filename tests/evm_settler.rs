@@ -11,12 +11,12 @@ use std::time::Duration;
 use alloy_primitives::{Address, B256, U256};
 use serde_json::json;
 use walletgate::client::payer::Payer;
+use walletgate::x402::facilitator::evm_settler::{EvmSettler, SettlerKey};
 use walletgate::x402::facilitator::evm_settler::{
     MAX_FAILURES, MemorySettlementRecords, SettlementRecords, reasons,
 };
 use walletgate::x402::facilitator::{
-    EvmSettler, Facilitator, FacilitatorErrorKind, FacilitatorRequest, IdempotencyKey, SettlerKey,
-    code_for_reason, reason,
+    Facilitator, FacilitatorErrorKind, FacilitatorRequest, IdempotencyKey, code_for_reason, reason,
 };
 use walletgate::x402::server::PaymentOption;
 use walletgate::x402::wire::{

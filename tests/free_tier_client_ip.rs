@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
 use tower::{Layer, ServiceExt, service_fn};
-use walletgate::ResponseBody;
+use walletgate::body::ResponseBody;
 use walletgate::clock::FakeClock;
 use walletgate::envelope::GatewayError;
 use walletgate::free_tier::{
@@ -24,7 +24,7 @@ fn every_request_is_free(_: &Request<Body>) -> bool {
 }
 
 fn limiter() -> InMemoryLimiter {
-    InMemoryLimiter::with_clock(
+    InMemoryLimiter::new_with_clock(
         FreeTierQuotas::default(),
         Arc::new(FakeClock::at_unix_secs(1_800_000_000)),
     )

@@ -12,9 +12,9 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt, service_fn};
-use walletgate::ResponseBody;
+use walletgate::body::ResponseBody;
 use walletgate::clock::FakeClock;
-use walletgate::envelope::{EnvelopeStyle, EnvelopeStyleLayer};
+use walletgate::envelope::{EnvelopeStyle, SetEnvelopeStyleLayer};
 use walletgate::free_tier::{FreeTierLimitLayer, FreeTierQuotas, InMemoryLimiter, KeyPrefixes};
 
 const WALL_START_SECS: u64 = 1_800_000_000;
@@ -35,7 +35,7 @@ struct Harness {
 
 fn harness(quotas: FreeTierQuotas) -> Harness {
     let clock = FakeClock::at_unix_secs(WALL_START_SECS);
-    let limiter = InMemoryLimiter::with_clock(quotas, Arc::new(clock.clone()));
+    let limiter = InMemoryLimiter::new_with_clock(quotas, Arc::new(clock.clone()));
     let layer = FreeTierLimitLayer::new(is_free as Predicate).with_store(limiter.clone());
     Harness {
         clock,
@@ -233,7 +233,7 @@ async fn messages_route_refuses_in_its_own_envelope() {
     let is_messages: Predicate = |_| true;
     let layer = FreeTierLimitLayer::new(is_messages).with_store(h.limiter.clone());
     // The router sets the route's envelope once; the limit reads it.
-    let service = EnvelopeStyleLayer::new(EnvelopeStyle::Messages)
+    let service = SetEnvelopeStyleLayer::new(EnvelopeStyle::Messages)
         .layer(layer.layer(service_fn(echo_client_ip)));
     assert_eq!(
         service

@@ -12,11 +12,11 @@ use gates_support::*;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt, service_fn};
-use walletgate::FakeClock;
 use walletgate::api_key::{
     ApiKeyError, ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, KeyDigest, KeyQuota,
     KeyStore,
 };
+use walletgate::clock::FakeClock;
 use walletgate::store::{BoxFuture, StoreError};
 
 fn store() -> InMemoryKeyStore {

@@ -13,7 +13,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use sha2::Sha256;
 use tower::{ServiceBuilder, ServiceExt, service_fn};
-use walletgate::ResponseBody;
+use walletgate::body::ResponseBody;
 use walletgate::wallet_jwt::jwt::{self, Audience, Header};
 use walletgate::wallet_jwt::{
     JwtError, JwtVerifier, KeySet, PAT_PREFIX, RequireScopesLayer, Scope, VerificationKey,

@@ -403,7 +403,7 @@ fn x402_fixtures_token() -> walletgate::x402::wire::TokenId {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_copies_of_one_payment_under_one_id_over_two_replicas_pay_and_call_once() {
     use walletgate::client::payer::{Payer, sequential_nonce};
-    use walletgate::x402::server::PaymentIdentifier;
+    use walletgate::x402::server::payment_id::PaymentIdentifier;
     use walletgate::x402::wire::PaymentPayload;
 
     let conn = connection("id_two_replicas");

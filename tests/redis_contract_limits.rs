@@ -21,12 +21,12 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tower::{Layer, ServiceExt, service_fn};
-use walletgate::FakeClock;
 use walletgate::api_key::{
     ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, InMemoryQuotas, KeyQuota, QuotaStore,
     QuotaVerdict,
 };
 use walletgate::clock::Clock;
+use walletgate::clock::FakeClock;
 use walletgate::free_tier::{
     ClientKey, FreeTierLimitLayer, FreeTierQuotas, FreeTierStore, InMemoryLimiter, KeyPrefixes,
     Verdict,
@@ -186,9 +186,9 @@ async fn free_tier_concurrency_contract<S: FreeTierStore>(store: S) {
 #[tokio::test]
 async fn free_tier_in_memory() {
     let (clock, time) = fake_time();
-    let store = InMemoryLimiter::with_clock(small_quotas(), Arc::new(clock.clone()));
+    let store = InMemoryLimiter::new_with_clock(small_quotas(), Arc::new(clock.clone()));
     free_tier_contract(store, time).await;
-    let store = InMemoryLimiter::with_clock(small_quotas(), Arc::new(clock));
+    let store = InMemoryLimiter::new_with_clock(small_quotas(), Arc::new(clock));
     free_tier_concurrency_contract(store).await;
 }
 
@@ -204,8 +204,10 @@ async fn free_tier_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn free_tier_behind_a_trait_object() {
     let (clock, time) = fake_time();
-    let memory: Arc<dyn FreeTierStore> =
-        Arc::new(InMemoryLimiter::with_clock(small_quotas(), Arc::new(clock)));
+    let memory: Arc<dyn FreeTierStore> = Arc::new(InMemoryLimiter::new_with_clock(
+        small_quotas(),
+        Arc::new(clock),
+    ));
     free_tier_contract(memory, time).await;
     let redis: Arc<dyn FreeTierStore> = Arc::new(RedisFreeTier::new(
         redis_conn("free_tier_dyn"),

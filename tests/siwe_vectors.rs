@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
-use walletgate::FakeClock;
+use walletgate::clock::FakeClock;
 use walletgate::siwe::{
     AddressPolicy, InMemoryNonceStore, NonceStore, ParseError, SiweMessage, SiweMessageFields,
     SiweVerifier, Timestamp, VerifyError,

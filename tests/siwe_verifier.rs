@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use secp256k1::{Message, Secp256k1, SecretKey};
-use walletgate::FakeClock;
+use walletgate::clock::FakeClock;
 use walletgate::siwe::{
     AddressPolicy, InMemoryNonceStore, SiweMessage, SiweMessageFields, SiweVerifier, Timestamp,
     VerifyError,
@@ -69,7 +69,7 @@ fn fixture_with(
 }
 
 fn now_millis(clock: &FakeClock) -> i64 {
-    use walletgate::Clock as _;
+    use walletgate::clock::Clock as _;
     i64::try_from(clock.now_unix_millis()).unwrap()
 }
 

@@ -1,4 +1,4 @@
-//! `HttpFacilitator::with_tls` against a facilitator served over HTTPS on
+//! `HttpFacilitator::new_with_tls` against a facilitator served over HTTPS on
 //! loopback with a certificate made in the test: trusted through the
 //! extra-CA option it pays; untrusted it is unreachable, and says why.
 
@@ -73,7 +73,7 @@ async fn https_facilitator(ledger: Arc<DevLedger>) -> tls_support::HttpsServer {
 }
 
 fn client(server: &tls_support::HttpsServer, tls: &ClientTls) -> HttpFacilitator<HttpsConnector> {
-    HttpFacilitator::with_tls(&format!("https://{}/facilitator", server.address), tls)
+    HttpFacilitator::new_with_tls(&format!("https://{}/facilitator", server.address), tls)
         .unwrap()
         .with_timeout(Duration::from_secs(5))
 }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{ServiceBuilder, ServiceExt};
-use walletgate::FakeClock;
+use walletgate::clock::FakeClock;
 use walletgate::tokens::{
     IssuerConfig, NewPat, PatSecret, SigningKeys, TokenError, TokenIssuer, is_well_formed,
 };

@@ -280,7 +280,8 @@ async fn a_refused_payment_logs_its_error_code_and_payer_and_no_signature() {
 async fn a_free_request_logs_client_ip_model_and_remaining_then_its_refusal() {
     let (captured, _guard) = capture();
     let clock = FakeClock::at_unix_secs(NOW);
-    let limiter = InMemoryLimiter::with_clock(FreeTierQuotas::new(1, 10).unwrap(), Arc::new(clock));
+    let limiter =
+        InMemoryLimiter::new_with_clock(FreeTierQuotas::new(1, 10).unwrap(), Arc::new(clock));
     let layer = FreeTierLimitLayer::new(|_: &Request<Full<Bytes>>| true).with_store(limiter);
     let service = ServiceBuilder::new().layer(layer).service(service_fn(
         |_request: Request<Full<Bytes>>| async {
@@ -368,7 +369,8 @@ async fn a_free_request_on_the_gateway_stack_names_its_model_after_the_body_was_
     use walletgate::free_tier::IsPricedFree;
     let (captured, _guard) = capture();
     let clock = FakeClock::at_unix_secs(NOW);
-    let limiter = InMemoryLimiter::with_clock(FreeTierQuotas::default(), Arc::new(clock.clone()));
+    let limiter =
+        InMemoryLimiter::new_with_clock(FreeTierQuotas::default(), Arc::new(clock.clone()));
     let payment = X402Layer::builder()
         .with_host_derived_resource_url()
         .with_payment_option(PaymentOption::base_sepolia_usdc(x402_fixtures::PAY_TO).unwrap())

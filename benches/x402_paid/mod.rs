@@ -57,7 +57,7 @@ impl<S> PaidService for S where
 /// `POST /v1/chat/completions` at 0.002 USD over a handler that answers at once.
 pub(crate) fn paid_chat(
     facilitator: LocalEvmFacilitator,
-    clock: walletgate::SharedClock,
+    clock: walletgate::clock::SharedClock,
     nonce_store: Arc<dyn NonceStore>,
 ) -> impl PaidService {
     paid_chat_with(facilitator, clock, nonce_store, |builder| builder)
@@ -66,7 +66,7 @@ pub(crate) fn paid_chat(
 /// [`paid_chat`], its layer's builder given to `configure` last.
 pub(crate) fn paid_chat_with(
     facilitator: LocalEvmFacilitator,
-    clock: walletgate::SharedClock,
+    clock: walletgate::clock::SharedClock,
     nonce_store: Arc<dyn NonceStore>,
     configure: impl FnOnce(
         walletgate::x402::server::X402LayerBuilder,

@@ -64,8 +64,6 @@ mod state;
 mod stores;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_sdk;
 mod tools;
 mod wire;
 
@@ -239,7 +237,7 @@ fn external_verifier(
     origin: &str,
 ) -> Result<JwtVerifier, Box<dyn std::error::Error>> {
     #[cfg(feature = "rustls")]
-    let jwks = JwksUrl::with_tls(
+    let jwks = JwksUrl::new_with_tls(
         &external.jwks_url,
         &walletgate::tls::ClientTls::webpki_roots(),
     )?;

@@ -13,7 +13,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use secp256k1::{Message, Secp256k1, SecretKey};
 use serde_json::{Value, json};
-use walletgate::FakeClock;
+use walletgate::clock::FakeClock;
 
 use crate::build_with_clock;
 use crate::config::Config;
@@ -21,33 +21,28 @@ use crate::wire::rfc3339;
 
 /// The wallet client, the `walletgate` binary and its MCP bridge.
 #[cfg(feature = "cli")]
-#[path = "tests_cli.rs"]
 mod cli;
 /// `/console`, the page for people, and what it relies on.
-#[path = "tests_console.rs"]
 mod console;
-#[path = "tests_cors.rs"]
 mod cors;
 mod described;
 /// Wallet JWTs of an external issuer, and instant revocation.
-#[path = "tests_jwt.rs"]
 mod jwt;
 /// `DATA_API_PREVIOUS_SIGNING_KEY_FILE`: a rotation across restarts.
 mod key_rotation;
 /// `/mcp`, here so it shares this harness.
-#[path = "tests_mcp.rs"]
 mod mcp;
 /// `DATA_API_METRICS_LISTEN`'s page.
 #[cfg(feature = "metrics")]
 mod metrics;
 mod newcomer;
 /// RFC 9728 metadata and the challenges that name it.
-#[path = "tests_protected_resource.rs"]
 mod protected_resource;
 #[cfg(feature = "redis")]
 mod redis_quota;
 mod replicas;
-#[path = "tests_shutdown.rs"]
+/// The OpenSea SDK against the data API.
+mod sdk;
 mod shutdown;
 
 /// Public Hardhat/Anvil development keys #0 and #1 (never real funds).
@@ -107,7 +102,7 @@ pub(crate) fn serve_logged(
     name: &str,
 ) -> std::path::PathBuf {
     let port = listener.local_addr().unwrap().port();
-    let (router, _) = build_with_clock(config, Arc::new(walletgate::SystemClock)).unwrap();
+    let (router, _) = build_with_clock(config, Arc::new(walletgate::clock::SystemClock)).unwrap();
     let log_path = std::env::temp_dir().join(format!(
         "walletgate-{name}-{}-{port}.log",
         std::process::id()
@@ -263,7 +258,7 @@ trait NowSecs {
 
 impl NowSecs for FakeClock {
     fn now_secs(&self) -> u64 {
-        walletgate::Clock::now_unix_secs(self)
+        walletgate::clock::Clock::now_unix_secs(self)
     }
 }
 

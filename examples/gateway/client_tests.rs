@@ -23,7 +23,6 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tower::{Service, ServiceBuilder, ServiceExt};
-use walletgate::FakeClock;
 use walletgate::client::pay::reqwest::X402Middleware;
 use walletgate::client::pay::reqwest::reqwest_client;
 use walletgate::client::pay::{
@@ -31,6 +30,7 @@ use walletgate::client::pay::{
     SharedSleeper, Sleeper, SpendPolicy, X402PaymentLayer,
 };
 use walletgate::client::payer::DEV_KEYS;
+use walletgate::clock::FakeClock;
 use walletgate::envelope::ErrorCode;
 use walletgate::store::BoxFuture;
 use walletgate::tls::ClientTls;
@@ -358,7 +358,7 @@ async fn a_replayed_payment_is_a_payment_error() {
     // sign-in-with-x (with it, the client signs in for the request it paid
     // before and never resends a payment).
     let server = Server::start(Config {
-        payment_id: walletgate::x402::server::PaymentIdentifier::Off,
+        payment_id: walletgate::x402::server::payment_id::PaymentIdentifier::Off,
         siwx: false,
         ..Config::default()
     })

@@ -61,13 +61,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::time::Duration;
 
+use walletgate::clock::{SharedClock, SystemClock};
 use walletgate::free_tier::{ClientIpResolver, FreeTierQuotas};
 use walletgate::tls::ClientTls;
-use walletgate::x402::facilitator::{CdpAuth, DevLedger, EvmSettler, FacilitatorAuth};
-use walletgate::x402::server::{
-    AnswerLimits, DEFAULT_ANSWER_STORE_BYTES, PaymentIdentifier, SignInWithX,
-};
-use walletgate::{SharedClock, SystemClock};
+use walletgate::x402::facilitator::evm_settler::EvmSettler;
+use walletgate::x402::facilitator::{CdpAuth, DevLedger, FacilitatorAuth};
+use walletgate::x402::server::payment_id::PaymentIdentifier;
+use walletgate::x402::server::{AnswerLimits, DEFAULT_ANSWER_STORE_BYTES, SignInWithX};
 
 use crate::catalogue::Catalogue;
 pub(crate) use crate::config_error::{ConfigError, invalid};
@@ -425,7 +425,7 @@ impl Config {
         config.mpp_key_file = var("GATEWAY_MPP_KEY_FILE");
         if let Some(path) = &config.mpp_key_file {
             // Read at start, so a bad file refuses to start here, naming the variable.
-            walletgate::x402::server::Mpp::from_key_file(path, "localhost")
+            walletgate::x402::server::mpp::Mpp::from_key_file(path, "localhost")
                 .map_err(|error| invalid("GATEWAY_MPP_KEY_FILE", error.to_string()))?;
         }
         if let Some(path) = var("GATEWAY_OFFER_KEY_FILE") {
@@ -547,7 +547,7 @@ impl Config {
             return Ok(None);
         }
         match self.siwx_key {
-            Some(key) => Ok(Some(SignInWithX::with_key(key))),
+            Some(key) => Ok(Some(SignInWithX::new_with_key(key))),
             None => SignInWithX::new()
                 .map(Some)
                 .map_err(|error| invalid("GATEWAY_SIWX_KEY_FILE", error.to_string())),
@@ -588,7 +588,7 @@ impl Config {
     pub(crate) fn mpp(
         &self,
         public_url: &str,
-    ) -> Result<Option<walletgate::x402::server::Mpp>, ConfigError> {
+    ) -> Result<Option<walletgate::x402::server::mpp::Mpp>, ConfigError> {
         let evm = matches!(self.network, PaymentNetwork::Evm(_));
         if !self.mpp.unwrap_or(evm) {
             return Ok(None);
@@ -606,8 +606,8 @@ impl Config {
             .next()
             .unwrap_or_default();
         let mpp = match &self.mpp_key_file {
-            Some(path) => walletgate::x402::server::Mpp::from_key_file(path, realm),
-            None => walletgate::x402::server::Mpp::random(realm),
+            Some(path) => walletgate::x402::server::mpp::Mpp::from_key_file(path, realm),
+            None => walletgate::x402::server::mpp::Mpp::random(realm),
         };
         mpp.map(Some)
             .map_err(|error| invalid("GATEWAY_MPP_KEY_FILE", error.to_string()))

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use walletgate::SharedClock;
+use walletgate::clock::SharedClock;
 use walletgate::free_tier::{
     ClientIpResolver, FreeTierLimitLayer, FreeTierQuotas, FreeTierStore, InMemoryLimiter,
     IsPricedFree,
@@ -125,7 +125,7 @@ pub(crate) fn facilitator_client(
     auth: Option<&Arc<dyn FacilitatorAuth>>,
     timeout: std::time::Duration,
 ) -> Result<HttpFacilitator<walletgate::tls::HttpsConnector>, ConfigError> {
-    let client = HttpFacilitator::with_tls(url, tls)?.with_timeout(timeout);
+    let client = HttpFacilitator::new_with_tls(url, tls)?.with_timeout(timeout);
     Ok(match auth {
         Some(auth) => client.with_auth(Arc::clone(auth)),
         None => client,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::Notify;
+use walletgate::clock::{Clock, FakeClock};
 use walletgate::envelope::ErrorCode;
 use walletgate::free_tier::FreeTierQuotas;
 use walletgate::x402::{
@@ -14,7 +15,6 @@ use walletgate::x402::{
     server::BASE_SEPOLIA_USDC,
     wire::{AtomicAmount, ExactEvmDomain, PaymentPayload, SettleResponse, UsdAmount, codec},
 };
-use walletgate::{Clock, FakeClock};
 
 use crate::catalogue::{Catalogue, Model, Pricing};
 use crate::config::Config;
@@ -830,7 +830,7 @@ async fn a_request_the_pipeline_did_not_price_is_refused_not_served_free() {
     use tower::ServiceExt;
     let network = crate::config::PaymentNetwork::Evm(crate::config::EvmSettings::base_sepolia());
     let options = crate::gates::payment_options(&network, DevLedger::DEV_ACCOUNTS[9], 300).unwrap();
-    let clock: walletgate::SharedClock = Arc::new(walletgate::SystemClock);
+    let clock: walletgate::clock::SharedClock = Arc::new(walletgate::clock::SystemClock);
     let facilitator = crate::gates::facilitator(
         &network,
         None,

@@ -3,7 +3,7 @@
 //!
 //! Outer to inner:
 //!
-//! 1. `EnvelopeStyleLayer`: the endpoint's envelope, set once for every step.
+//! 1. `SetEnvelopeStyleLayer`: the endpoint's envelope, set once for every step.
 //! 2. `JsonBodyLayer` → `REQUEST_TOO_LARGE` over the configured size, reads
 //!    and parses the body once; `INVALID_JSON`.
 //! 3. to 6. [`prepare_request`], one middleware for four checks:
@@ -34,7 +34,7 @@ use axum::middleware::{from_fn_with_state, map_request_with_state};
 use axum::response::Response;
 use tower::ServiceBuilder;
 use walletgate::envelope::{
-    EnvelopeStyle, EnvelopeStyleLayer, ErrorCode, GatewayError, UnknownModelBody,
+    EnvelopeStyle, ErrorCode, GatewayError, SetEnvelopeStyleLayer, UnknownModelBody,
 };
 use walletgate::gateway::{JsonBodyLayer, ParsedJson, RequestModel, invalid_request_body};
 use walletgate::x402::server::RequestPrice;
@@ -59,7 +59,7 @@ pub(crate) fn with_pipeline(
 ) -> Router<AppState> {
     routes.route_layer(
         ServiceBuilder::new()
-            .layer(EnvelopeStyleLayer::new(endpoint.style()))
+            .layer(SetEnvelopeStyleLayer::new(endpoint.style()))
             .layer(JsonBodyLayer::new(state.body_limit_bytes))
             .layer(map_request_with_state(
                 (state.clone(), endpoint),

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use walletgate::tls::ClientTls;
 use walletgate::x402::facilitator::evm_settler::{
-    MemoryNonceAllocator, MemorySettlementRecords, NonceAllocator, SettlementRecords,
+    EvmSettler, MemoryNonceAllocator, MemorySettlementRecords, NonceAllocator, SettlementRecords,
+    SettlerKey,
 };
-use walletgate::x402::facilitator::{EvmSettler, SettlerKey};
 
 use crate::config::{Config, ConfigError, EvmSettings, PaymentNetwork, SettlerSettings, invalid};
 use crate::gates::RedisConnection;

@@ -109,7 +109,7 @@ async fn facilitator() -> (SocketAddr, Shared) {
 
 /// The gateway in its Solana variant, its fee payer read from the facilitator.
 async fn solana_gateway(facilitator_url: String) -> Server {
-    let fee_payer = HttpFacilitator::with_tls(&facilitator_url, &ClientTls::default())
+    let fee_payer = HttpFacilitator::new_with_tls(&facilitator_url, &ClientTls::default())
         .unwrap()
         .fee_payer(&Network::solana_mainnet())
         .await

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use walletgate::SharedClock;
+use walletgate::clock::SharedClock;
 use walletgate::envelope::{ErrorCode, GatewayError};
 use walletgate::upstream::{classify_upstream, free_model_override, suggests_failover};
 

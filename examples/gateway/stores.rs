@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use walletgate::SharedClock;
+use walletgate::clock::SharedClock;
 use walletgate::x402::{
     facilitator::{DevLedger, Ledger},
     server::{

@@ -52,7 +52,7 @@ fn layers() -> &'static [FreeTierLimitLayer<Predicate>; 3] {
     static LAYERS: OnceLock<[FreeTierLimitLayer<Predicate>; 3]> = OnceLock::new();
     LAYERS.get_or_init(|| {
         KINDS.map(|kind| {
-            let store = InMemoryLimiter::with_clock(
+            let store = InMemoryLimiter::new_with_clock(
                 FreeTierQuotas::new(3, 5).unwrap(),
                 Arc::new(FakeClock::at_unix_secs(1_800_000_000)),
             );

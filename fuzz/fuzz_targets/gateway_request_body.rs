@@ -1,5 +1,5 @@
 //! Arbitrary request bodies through the library's gateway body step:
-//! `EnvelopeStyleLayer` (one of the three routes' styles), `JsonBodyLayer`
+//! `SetEnvelopeStyleLayer` (one of the three routes' styles), `JsonBodyLayer`
 //! (limit + parse once) and a chat-shaped `BodyCheck` validation.
 //!
 //! Input: one selector byte (bits 0-1: chat, messages or responses style;
@@ -17,7 +17,7 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use tower_layer::Layer;
 use tower_service::Service;
-use walletgate::envelope::{DetailPathSegment, EnvelopeStyle, EnvelopeStyleLayer, ErrorCode};
+use walletgate::envelope::{DetailPathSegment, EnvelopeStyle, SetEnvelopeStyleLayer, ErrorCode};
 use walletgate::gateway::{BodyCheck, JsonBodyLayer, ParsedJson, at};
 use walletgate_fuzz::ready;
 
@@ -74,7 +74,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let style = STYLES[usize::from(selector & 3) % 3];
-    let mut service = EnvelopeStyleLayer::new(style)
+    let mut service = SetEnvelopeStyleLayer::new(style)
         .layer(JsonBodyLayer::new(LIMIT_BYTES).layer(tower_service_fn(validate)));
     let mut request = Request::post("http://gw.test/v1/chat/completions");
     if selector & 4 != 0 {

@@ -20,7 +20,7 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 use tower_layer::Layer;
 use tower_service::Service;
-use walletgate::FakeClock;
+use walletgate::clock::FakeClock;
 use walletgate::x402::facilitator::{DevLedger, LocalEvmFacilitator};
 use walletgate::x402::server::mcp::X402Mcp;
 use walletgate::x402::server::{PaymentOption, Price, PriceRefusal, X402Layer};

@@ -115,7 +115,7 @@ fn harness() -> &'static Harness {
             )
             .with_facilitator(facilitator.clone())
             .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
-            .with_sign_in_with_x(SignInWithX::with_key([7; 32]))
+            .with_sign_in_with_x(SignInWithX::new_with_key([7; 32]))
             .with_mpp(Mpp::new(&[7; 32], "gateway.test").unwrap())
             .build()
             .unwrap();

@@ -52,7 +52,7 @@ impl<K: KeyStore> ApiKeyLayer<K> {
         }
     }
 
-    /// Reads time from `clock` (tests use [`FakeClock`](crate::FakeClock)).
+    /// Reads time from `clock` (tests use [`FakeClock`](crate::clock::FakeClock)).
     /// Starts fresh in-memory quota buckets.
     pub fn with_clock(mut self, clock: SharedClock) -> Self {
         Arc::make_mut(&mut self.config).quotas = Arc::new(InMemoryQuotas::new(clock));

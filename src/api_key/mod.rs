@@ -36,7 +36,7 @@
 //! use http::{Request, Response};
 //! use http_body_util::Full;
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
-//! use walletgate::FakeClock;
+//! use walletgate::clock::FakeClock;
 //! use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, KeyQuota};
 //!
 //! # #[tokio::main(flavor = "current_thread")]

@@ -176,15 +176,13 @@ pub trait QuotaStore: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<QuotaVerdict, StoreError>>;
 }
 
-impl<Q: QuotaStore + ?Sized> QuotaStore for Arc<Q> {
+forward_to_arc! { QuotaStore {
     fn check(
         &self,
         id: &ApiKeyId,
         quota: KeyQuota,
-    ) -> BoxFuture<'static, Result<QuotaVerdict, StoreError>> {
-        (**self).check(id, quota)
-    }
-}
+    ) -> BoxFuture<'static, Result<QuotaVerdict, StoreError>>;
+}}
 
 /// Per-key quota buckets in this process (`governor`), on the crate's clock.
 ///
@@ -204,7 +202,7 @@ impl Default for InMemoryQuotas {
 }
 
 impl InMemoryQuotas {
-    /// Buckets on `clock` (tests use [`FakeClock`](crate::FakeClock)).
+    /// Buckets on `clock` (tests use [`FakeClock`](crate::clock::FakeClock)).
     pub fn new(clock: SharedClock) -> Self {
         Self {
             clock: ClockAdapter(clock),

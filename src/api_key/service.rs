@@ -116,8 +116,8 @@ mod tests {
     use tower::{ServiceExt, service_fn};
 
     use super::*;
-    use crate::FakeClock;
     use crate::api_key::{ApiKeyId, ApiKeyRecord, KeyQuota};
+    use crate::clock::FakeClock;
 
     const KEY: &str = "test-api-key-0123456789";
 

@@ -100,14 +100,12 @@ pub trait KeyStore: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreError>>;
 }
 
-impl<K: KeyStore + ?Sized> KeyStore for Arc<K> {
+forward_to_arc! { KeyStore {
     fn lookup(
         &self,
         digest: &KeyDigest,
-    ) -> BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreError>> {
-        (**self).lookup(digest)
-    }
-}
+    ) -> BoxFuture<'static, Result<Option<ApiKeyRecord>, StoreError>>;
+}}
 
 #[derive(Clone)]
 struct Entry {

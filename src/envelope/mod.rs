@@ -4,7 +4,7 @@
 //! status, its `error.type`, its default message and the headers it implies.
 //! Everything else in the crate reads that table; nothing restates a status.
 //!
-//! Each wire shape is one serde type in [`shapes`], and one function renders it:
+//! Each wire shape is one serde type of this module, and one function renders it:
 //!
 //! | shape | type | used by |
 //! |---|---|---|
@@ -19,7 +19,7 @@
 //!
 //! A gateway layer describes a failure once, as a [`GatewayError`], and the
 //! route's [`EnvelopeStyle`] picks the shape. The router sets the style once
-//! per route ([`EnvelopeStyleLayer`]); nothing guesses it from the path. A
+//! per route ([`SetEnvelopeStyleLayer`]); nothing guesses it from the path. A
 //! caller who wants other answers owns them with a [`RenderRejection`]
 //! (`with_rejection` on the layers). The data API's gates (`ApiKeyLayer`,
 //! `WalletJwtLayer`, `RequireScopesLayer`) do the same with their typed
@@ -41,7 +41,7 @@ mod data_api;
 mod gateway;
 mod missing;
 mod redact;
-pub mod shapes;
+mod shapes;
 mod style;
 
 pub use codes::{ErrorCode, ErrorType};
@@ -60,7 +60,7 @@ pub use shapes::{
     PaymentRejectionBody, QuoteBody, QuotePrice, ResponsesErrorBody, UnknownModelBody,
     ValidationDetail,
 };
-pub use style::{EnvelopeStyle, EnvelopeStyleLayer, SetEnvelopeStyle};
+pub use style::{EnvelopeStyle, SetEnvelopeStyle, SetEnvelopeStyleLayer};
 
 /// Header names the envelopes write, in their canonical lowercase form.
 pub mod header {

@@ -2,17 +2,17 @@
 //!
 //! Every gateway layer renders its rejections in the route's
 //! [`EnvelopeStyle`], read from the request extensions. The router puts it
-//! there, once per route, with [`EnvelopeStyleLayer`]; nothing guesses it from
+//! there, once per route, with [`SetEnvelopeStyleLayer`]; nothing guesses it from
 //! the path. A route that sets none answers chat-style.
 //!
 //! ```
 //! use std::convert::Infallible;
 //! use tower::{ServiceExt, service_fn};
 //! use tower_layer::Layer;
-//! use walletgate::envelope::{EnvelopeStyle, EnvelopeStyleLayer};
+//! use walletgate::envelope::{EnvelopeStyle, SetEnvelopeStyleLayer};
 //!
 //! # tokio_test_block_on(async {
-//! let route = EnvelopeStyleLayer::new(EnvelopeStyle::Messages).layer(service_fn(
+//! let route = SetEnvelopeStyleLayer::new(EnvelopeStyle::Messages).layer(service_fn(
 //!     |request: http::Request<()>| async move {
 //!         Ok::<_, Infallible>(EnvelopeStyle::of_request(&request))
 //!     },
@@ -34,7 +34,7 @@ use tower_service::Service;
 
 /// Which error shape a gateway route answers with.
 ///
-/// Set it per route with [`EnvelopeStyleLayer`] (or insert it into the
+/// Set it per route with [`SetEnvelopeStyleLayer`] (or insert it into the
 /// request extensions yourself); layers read it with
 /// [`EnvelopeStyle::of_request`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -50,22 +50,6 @@ pub enum EnvelopeStyle {
 }
 
 impl EnvelopeStyle {
-    /// The style the specification gives the route at `path` (`/v1/…` or
-    /// `/api/v1/…`).
-    ///
-    /// For a router choosing the [`EnvelopeStyleLayer`] of a path it
-    /// registers; layers never call it on a request.
-    pub fn for_path(path: &str) -> Self {
-        let path = path.trim_end_matches('/');
-        if path.ends_with("/v1/messages") {
-            Self::Messages
-        } else if path.ends_with("/v1/responses") {
-            Self::Responses
-        } else {
-            Self::Chat
-        }
-    }
-
     /// The style the router set for this request; chat-style when it set none.
     pub fn of_request<B>(request: &Request<B>) -> Self {
         request
@@ -84,18 +68,18 @@ impl EnvelopeStyle {
 /// Sets the route's [`EnvelopeStyle`] in the request extensions.
 #[derive(Clone, Copy, Debug, Default)]
 #[must_use]
-pub struct EnvelopeStyleLayer {
+pub struct SetEnvelopeStyleLayer {
     style: EnvelopeStyle,
 }
 
-impl EnvelopeStyleLayer {
+impl SetEnvelopeStyleLayer {
     /// Routes under this layer answer in `style`.
     pub fn new(style: EnvelopeStyle) -> Self {
         Self { style }
     }
 }
 
-impl<S> Layer<S> for EnvelopeStyleLayer {
+impl<S> Layer<S> for SetEnvelopeStyleLayer {
     type Service = SetEnvelopeStyle<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
@@ -106,7 +90,7 @@ impl<S> Layer<S> for EnvelopeStyleLayer {
     }
 }
 
-/// The service of [`EnvelopeStyleLayer`].
+/// The service of [`SetEnvelopeStyleLayer`].
 #[derive(Clone, Copy, Debug)]
 pub struct SetEnvelopeStyle<S> {
     inner: S,
@@ -124,9 +108,9 @@ impl<S> SetEnvelopeStyle<S> {
 
 impl SetEnvelopeStyle<()> {
     /// Makes the layer of this service (tower-http's `Foo::layer`): the same
-    /// as [`EnvelopeStyleLayer::new`].
-    pub fn layer(style: EnvelopeStyle) -> EnvelopeStyleLayer {
-        EnvelopeStyleLayer::new(style)
+    /// as [`SetEnvelopeStyleLayer::new`].
+    pub fn layer(style: EnvelopeStyle) -> SetEnvelopeStyleLayer {
+        SetEnvelopeStyleLayer::new(style)
     }
 }
 
@@ -169,7 +153,7 @@ mod tests {
     #[tokio::test]
     async fn the_layer_sets_the_style_for_the_inner_service() {
         use tower::{ServiceExt, service_fn};
-        let service = EnvelopeStyleLayer::new(EnvelopeStyle::Messages).layer(service_fn(
+        let service = SetEnvelopeStyleLayer::new(EnvelopeStyle::Messages).layer(service_fn(
             |request: Request<()>| async move {
                 Ok::<_, std::convert::Infallible>(EnvelopeStyle::of_request(&request))
             },

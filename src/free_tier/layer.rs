@@ -97,11 +97,11 @@ impl<P> FreeTierLimitLayer<P> {
     /// Limits the requests `predicate` marks free with the default quotas
     /// (30 per minute, 300 per hour), keyed by the socket peer.
     pub fn new(predicate: P) -> Self {
-        Self::with_quotas(predicate, FreeTierQuotas::default())
+        Self::new_with_quotas(predicate, FreeTierQuotas::default())
     }
 
     /// Like [`new`](Self::new) with other quotas.
-    pub fn with_quotas(predicate: P, quotas: FreeTierQuotas) -> Self {
+    pub fn new_with_quotas(predicate: P, quotas: FreeTierQuotas) -> Self {
         FreeTierLimitLayer {
             predicate,
             store: Arc::new(InMemoryLimiter::new(quotas)),
@@ -170,7 +170,7 @@ impl<S, P: Clone, L> Layer<S> for FreeTierLimitLayer<P, L> {
     type Service = FreeTierLimit<S, P, L>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        FreeTierLimit::new(inner, self.clone())
+        FreeTierLimit::from_layer(inner, self.clone())
     }
 }
 

@@ -32,11 +32,9 @@ pub trait FreeTierStore: Send + Sync + 'static {
     fn check(&self, key: ClientKey) -> BoxFuture<'static, Result<Verdict, StoreError>>;
 }
 
-impl<L: FreeTierStore + ?Sized> FreeTierStore for Arc<L> {
-    fn check(&self, key: ClientKey) -> BoxFuture<'static, Result<Verdict, StoreError>> {
-        (**self).check(key)
-    }
-}
+forward_to_arc! { FreeTierStore {
+    fn check(&self, key: ClientKey) -> BoxFuture<'static, Result<Verdict, StoreError>>;
+}}
 
 /// What a [`sweep`](InMemoryLimiter::sweep) did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,7 +95,7 @@ struct Shared {
 /// the request is counted in both quotas, or refused and nothing changes. (Two
 /// independent limiters, governor's keyed ones say, always leak in one order:
 /// checking the minute first spends a minute cell on a request the hour
-/// refuses.) Time comes from the crate's [`Clock`](crate::Clock): the system
+/// refuses.) Time comes from the crate's [`Clock`](crate::clock::Clock): the system
 /// clock in production, [`FakeClock`](crate::clock::FakeClock) in tests.
 ///
 /// # Memory
@@ -133,12 +131,12 @@ impl Default for InMemoryLimiter {
 impl InMemoryLimiter {
     /// A limiter with `quotas` on the system clock.
     pub fn new(quotas: FreeTierQuotas) -> Self {
-        Self::with_clock(quotas, Arc::new(SystemClock))
+        Self::new_with_clock(quotas, Arc::new(SystemClock))
     }
 
     /// A limiter with `quotas` reading time from `clock` (a
     /// [`FakeClock`](crate::clock::FakeClock) in tests).
-    pub fn with_clock(quotas: FreeTierQuotas, clock: SharedClock) -> Self {
+    pub fn new_with_clock(quotas: FreeTierQuotas, clock: SharedClock) -> Self {
         let shards = (0..SHARD_COUNT)
             .map(|_| {
                 Mutex::new(Shard {
@@ -293,7 +291,7 @@ mod tests {
     fn limiter(quotas: FreeTierQuotas) -> (InMemoryLimiter, FakeClock) {
         let clock = FakeClock::at_unix_secs(WALL_START_SECS);
         (
-            InMemoryLimiter::with_clock(quotas, Arc::new(clock.clone())),
+            InMemoryLimiter::new_with_clock(quotas, Arc::new(clock.clone())),
             clock,
         )
     }

@@ -30,8 +30,8 @@
 //!   tighter quota (fewer requests left). `X-RateLimit-Reset` is the **Unix
 //!   epoch time in milliseconds** at which that quota is full again (no
 //!   counted request left in its window), as the specified gateway documents it.
-//! * **Time** comes from the crate's [`Clock`](crate::Clock), so tests use
-//!   [`FakeClock`](crate::clock::FakeClock) ([`InMemoryLimiter::with_clock`]).
+//! * **Time** comes from the crate's [`Clock`](crate::clock::Clock), so tests use
+//!   [`FakeClock`](crate::clock::FakeClock) ([`InMemoryLimiter::new_with_clock`]).
 //! * **Client address.** [`ClientIpResolver`]: the socket peer, unless it is a
 //!   [trusted proxy](TrustedProxies), then the right-most untrusted hop of the
 //!   configured [`ForwardedHeader`]. The resolved [`ClientIp`] goes into the
@@ -79,7 +79,7 @@
 //! let is_free = |req: &Request<Full<Bytes>>| req.headers().contains_key("x-free-model");
 //! // The system clock by default (`FreeTierLimitLayer::new` alone); a fake one here.
 //! let clock = FakeClock::at_unix_secs(1_800_000_000);
-//! let store = InMemoryLimiter::with_clock(FreeTierQuotas::default(), Arc::new(clock.clone()));
+//! let store = InMemoryLimiter::new_with_clock(FreeTierQuotas::default(), Arc::new(clock.clone()));
 //! let layer = FreeTierLimitLayer::new(is_free).with_store(store).with_client_ip(
 //!     ClientIpResolver::new().with_trusted_proxies(TrustedProxies::from_cidrs(["10.0.0.0/8"])?),
 //! );

@@ -29,9 +29,19 @@ impl<P> FreeTierLimit<(), P> {
     }
 }
 
+impl<S, P> FreeTierLimit<S, P> {
+    /// Wraps `inner`, counting the requests `predicate` calls free with the
+    /// default quotas in memory: the same as
+    /// `FreeTierLimitLayer::new(predicate).layer(inner)`, which a service with
+    /// other quotas, a store or a rejection is built from.
+    pub fn new(inner: S, predicate: P) -> Self {
+        Self::from_layer(inner, FreeTierLimitLayer::new(predicate))
+    }
+}
+
 impl<S, P, L> FreeTierLimit<S, P, L> {
-    /// Wraps `inner` with `layer`'s configuration.
-    pub fn new(inner: S, layer: FreeTierLimitLayer<P, L>) -> Self {
+    /// Wraps `inner` with `layer`'s configuration (what `Layer::layer` does).
+    pub(super) fn from_layer(inner: S, layer: FreeTierLimitLayer<P, L>) -> Self {
         Self { inner, layer }
     }
 

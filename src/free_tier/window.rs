@@ -206,7 +206,7 @@ impl<const N: usize> Ring<N> {
 ///   kept in units of 10 ms (minute) and 1 s (hour), rounded up, which can
 ///   only keep a request counted that much longer; the count gets the other
 ///   22 (minute) and 23 (hour) bits, hence the largest quota of 4 194 303.
-/// * **Time.** Wall-clock milliseconds from the crate's [`Clock`](crate::Clock).
+/// * **Time.** Wall-clock milliseconds from the crate's [`Clock`](crate::clock::Clock).
 ///   A clock that steps back is read as standing still at the last admitted
 ///   time, so a step back never frees quota.
 ///

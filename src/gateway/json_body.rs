@@ -264,7 +264,7 @@ mod tests {
     use tower::{ServiceExt, service_fn};
 
     use super::*;
-    use crate::envelope::EnvelopeStyleLayer;
+    use crate::envelope::SetEnvelopeStyleLayer;
 
     /// Answers with the parsed value's `model` and the bytes it got.
     async fn echo(request: Request<Full<Bytes>>) -> Result<Response<Full<Bytes>>, Infallible> {
@@ -322,7 +322,7 @@ mod tests {
 
     #[tokio::test]
     async fn invalid_json_in_the_routes_envelope() {
-        let service = EnvelopeStyleLayer::new(EnvelopeStyle::Messages)
+        let service = SetEnvelopeStyleLayer::new(EnvelopeStyle::Messages)
             .layer(JsonBodyLayer::new(64).layer(service_fn(echo)));
         let response = service.oneshot(post("{not json")).await.unwrap();
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);

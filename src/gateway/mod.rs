@@ -8,7 +8,7 @@
 //! - [`RequestModel`]: the requested model, left in the extensions by the
 //!   model step for the layers after it (the free tier's trace reads it).
 //!
-//! With [`EnvelopeStyleLayer`](crate::envelope::EnvelopeStyleLayer) setting
+//! With [`SetEnvelopeStyleLayer`](crate::envelope::SetEnvelopeStyleLayer) setting
 //! the route's envelope, the free-tier limit and the x402 layer after them,
 //! they make a paid endpoint: see `examples/minimal_gateway.rs`.
 //!

@@ -67,15 +67,15 @@ pub use settler_nonces::RedisNonceAllocator;
 ))]
 mod lua;
 #[cfg(feature = "tokens")]
-pub mod pats;
+mod pats;
 #[cfg(feature = "tokens")]
 mod records;
 #[cfg(feature = "wallet-jwt")]
-pub mod revocation;
+mod revocation;
 #[cfg(feature = "tokens")]
-pub mod sessions;
+mod sessions;
 #[cfg(feature = "siwe")]
-pub mod siwe;
+mod siwe;
 
 #[cfg(feature = "tokens")]
 pub use pats::RedisPatStore;
@@ -90,7 +90,7 @@ mod api_key;
 #[cfg(feature = "free-tier")]
 mod free_tier;
 #[cfg(feature = "api-key")]
-pub mod key_store;
+mod key_store;
 
 #[cfg(feature = "api-key")]
 pub use api_key::RedisQuotas;

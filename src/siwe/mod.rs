@@ -57,7 +57,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use walletgate::FakeClock;
+//! use walletgate::clock::FakeClock;
 //! use walletgate::siwe::{InMemoryNonceStore, NonceStore, SiweMessageFields, SiweVerifier, VerifyError};
 //!
 //! # #[tokio::main(flavor = "current_thread")]

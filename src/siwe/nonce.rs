@@ -8,7 +8,7 @@
 use crate::store::{BoxFuture, StoreError};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 /// Length of generated nonces: 17 alphanumerics (about 101 bits), as siwe-rs.
 pub const NONCE_LEN: usize = 17;
@@ -123,32 +123,24 @@ pub trait NonceStore: Send + Sync + 'static {
     }
 }
 
-impl<T: NonceStore + ?Sized> NonceStore for Arc<T> {
+forward_to_arc! { NonceStore {
     fn insert<'a>(
         &'a self,
         nonce: &'a str,
         now_unix_millis: u64,
         expires_at_unix_millis: u64,
-    ) -> BoxFuture<'a, Result<(), NonceStoreError>> {
-        (**self).insert(nonce, now_unix_millis, expires_at_unix_millis)
-    }
-
+    ) -> BoxFuture<'a, Result<(), NonceStoreError>>;
     fn consume<'a>(
         &'a self,
         nonce: &'a str,
         now_unix_millis: u64,
-    ) -> BoxFuture<'a, Result<NonceConsumption, NonceStoreError>> {
-        (**self).consume(nonce, now_unix_millis)
-    }
-
+    ) -> BoxFuture<'a, Result<NonceConsumption, NonceStoreError>>;
     fn issue(
         &self,
         now_unix_millis: u64,
         expires_at_unix_millis: u64,
-    ) -> BoxFuture<'_, Result<String, NonceStoreError>> {
-        (**self).issue(now_unix_millis, expires_at_unix_millis)
-    }
-}
+    ) -> BoxFuture<'_, Result<String, NonceStoreError>>;
+}}
 
 /// Default bound on live nonces in an [`InMemoryNonceStore`].
 pub const DEFAULT_MAX_NONCES: usize = 100_000;
@@ -181,11 +173,11 @@ const MIN_SWEEP_LEN: usize = 1024;
 impl InMemoryNonceStore {
     /// An empty store holding at most [`DEFAULT_MAX_NONCES`] live nonces.
     pub fn new() -> Self {
-        Self::with_max_entries(DEFAULT_MAX_NONCES)
+        Self::new_with_max_entries(DEFAULT_MAX_NONCES)
     }
 
     /// An empty store holding at most `max_entries` live nonces (at least 1).
-    pub fn with_max_entries(max_entries: usize) -> Self {
+    pub fn new_with_max_entries(max_entries: usize) -> Self {
         Self {
             state: Mutex::new(State {
                 entries: HashMap::new(),
@@ -341,7 +333,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_store_is_bounded_and_sweeps_expired_entries() {
-        let store = InMemoryNonceStore::with_max_entries(3);
+        let store = InMemoryNonceStore::new_with_max_entries(3);
         for i in 0..3 {
             store.insert(&format!("nonce000{i}"), 0, 100).await.unwrap();
         }

@@ -25,7 +25,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use walletgate::FakeClock;
+//! use walletgate::clock::FakeClock;
 //! use walletgate::tokens::{IssuerConfig, NewPat, SigningKeys, TokenIssuer};
 //! use walletgate::wallet_jwt::{JwtVerifier, KeySet, Scope};
 //!

@@ -200,7 +200,7 @@ impl<St: HasTokenIssuer> FromRequestParts<St> for SessionWallet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::FakeClock;
+    use crate::clock::FakeClock;
     use crate::tokens::SigningKeys;
     use crate::wallet_jwt::KeySet;
 

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::future::ready;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use alloy_primitives::Address;
 
@@ -116,53 +116,33 @@ pub trait PatStore: Send + Sync + 'static {
     fn touch<'a>(&'a self, id: &'a str, now: u64) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
-impl<T: PatStore + ?Sized> PatStore for Arc<T> {
-    fn insert(&self, record: PatRecord) -> BoxFuture<'_, Result<(), StoreError>> {
-        (**self).insert(record)
-    }
-
+forward_to_arc! { PatStore {
+    fn insert(&self, record: PatRecord) -> BoxFuture<'_, Result<(), StoreError>>;
     fn find_by_digest<'a>(
         &'a self,
         digest: &'a SecretDigest,
-    ) -> BoxFuture<'a, Result<Option<PatRecord>, StoreError>> {
-        (**self).find_by_digest(digest)
-    }
-
-    fn list(&self, wallet: Address) -> BoxFuture<'_, Result<Vec<PatRecord>, StoreError>> {
-        (**self).list(wallet)
-    }
-
+    ) -> BoxFuture<'a, Result<Option<PatRecord>, StoreError>>;
+    fn list(&self, wallet: Address) -> BoxFuture<'_, Result<Vec<PatRecord>, StoreError>>;
     fn revoke<'a>(
         &'a self,
         wallet: Address,
         id: &'a str,
         because: Revocation,
         now: u64,
-    ) -> BoxFuture<'a, Result<Option<PatRecord>, StoreError>> {
-        (**self).revoke(wallet, id, because, now)
-    }
-
+    ) -> BoxFuture<'a, Result<Option<PatRecord>, StoreError>>;
     fn rotate<'a>(
         &'a self,
         old_id: &'a str,
         new: PatRecord,
         now: u64,
-    ) -> BoxFuture<'a, Result<RotateOutcome, StoreError>> {
-        (**self).rotate(old_id, new, now)
-    }
-
+    ) -> BoxFuture<'a, Result<RotateOutcome, StoreError>>;
     fn revoke_family<'a>(
         &'a self,
         family_id: &'a str,
         now: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        (**self).revoke_family(family_id, now)
-    }
-
-    fn touch<'a>(&'a self, id: &'a str, now: u64) -> BoxFuture<'a, Result<(), StoreError>> {
-        (**self).touch(id, now)
-    }
-}
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn touch<'a>(&'a self, id: &'a str, now: u64) -> BoxFuture<'a, Result<(), StoreError>>;
+}}
 
 /// PATs in a mutex-guarded map; for one process and for tests.
 #[derive(Debug, Default)]
@@ -323,31 +303,20 @@ pub trait SessionStore: Send + Sync + 'static {
     fn remove_wallet(&self, wallet: Address) -> BoxFuture<'_, Result<(), StoreError>>;
 }
 
-impl<T: SessionStore + ?Sized> SessionStore for Arc<T> {
-    fn insert(&self, session: SessionRecord) -> BoxFuture<'_, Result<(), StoreError>> {
-        (**self).insert(session)
-    }
-
+forward_to_arc! { SessionStore {
+    fn insert(&self, session: SessionRecord) -> BoxFuture<'_, Result<(), StoreError>>;
     fn find_by_access<'a>(
         &'a self,
         digest: &'a SecretDigest,
-    ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>> {
-        (**self).find_by_access(digest)
-    }
-
+    ) -> BoxFuture<'a, Result<Option<SessionRecord>, StoreError>>;
     fn rotate<'a>(
         &'a self,
         refresh: &'a SecretDigest,
         fresh: SessionSecrets,
         now: u64,
-    ) -> BoxFuture<'a, Result<Option<Address>, StoreError>> {
-        (**self).rotate(refresh, fresh, now)
-    }
-
-    fn remove_wallet(&self, wallet: Address) -> BoxFuture<'_, Result<(), StoreError>> {
-        (**self).remove_wallet(wallet)
-    }
-}
+    ) -> BoxFuture<'a, Result<Option<Address>, StoreError>>;
+    fn remove_wallet(&self, wallet: Address) -> BoxFuture<'_, Result<(), StoreError>>;
+}}
 
 /// Sessions in a mutex-guarded map keyed by access digest; for one process
 /// and for tests.

@@ -8,13 +8,13 @@
 //! - [`free_model_override`]: a free model's capacity failure as
 //!   `FREE_MODEL_FAILED` / `STREAM_FAILED`; [`suggests_failover`]: whether to
 //!   point the client at other providers;
-//! - [`redact`]: the text cleaned for the envelope's `debug` field; it lives
-//!   with the envelope, whose rule it is ([`GatewayError::with_debug`](crate::envelope::GatewayError::with_debug)
-//!   applies it, so raw text never reaches a client), and is re-exported here.
+//! - [`redact`](crate::envelope::redact): the text cleaned for the envelope's
+//!   `debug` field; it lives with the envelope, whose rule it is
+//!   ([`GatewayError::with_debug`](crate::envelope::GatewayError::with_debug)
+//!   applies it, so raw text never reaches a client).
 //!
 //! The wire shapes these codes travel in live in [`envelope`](crate::envelope).
 
 mod classify;
 
-pub use crate::envelope::redact;
 pub use classify::{classify_upstream, free_model_override, status_in_text, suggests_failover};

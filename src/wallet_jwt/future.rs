@@ -13,13 +13,13 @@ use super::{JwtError, WalletClaims};
 use crate::body::{ResponseBody, rejection};
 use crate::envelope::RenderDataApiRejection;
 
-const POLLED_AFTER_COMPLETION: &str = "wallet gate ResponseFuture polled after completion";
+const POLLED_AFTER_COMPLETION: &str = "wallet gate future polled after completion";
 
 pin_project! {
     /// Response future of [`RequireScopes`](super::RequireScopes): a
     /// rejection decided before the inner service was called, or the inner
     /// service's future.
-    pub struct ResponseFuture<F> {
+    pub struct RequireScopesFuture<F> {
         #[pin]
         kind: Kind<F>,
     }
@@ -33,7 +33,7 @@ pin_project! {
     }
 }
 
-impl<F> ResponseFuture<F> {
+impl<F> RequireScopesFuture<F> {
     pub(super) fn rejected(response: Response<Bytes>) -> Self {
         Self {
             kind: Kind::Rejected {
@@ -49,7 +49,7 @@ impl<F> ResponseFuture<F> {
     }
 }
 
-impl<F, B, E> Future for ResponseFuture<F>
+impl<F, B, E> Future for RequireScopesFuture<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
@@ -77,7 +77,7 @@ pin_project! {
     /// Response future of [`WalletJwt`](super::WalletJwt): the token's
     /// verification, then the inner service's future with the claims in the
     /// request, or the 401 rejection.
-    pub struct AuthenticateFuture<S, B>
+    pub struct ResponseFuture<S, B>
     where
         S: Service<Request<B>>,
     {
@@ -102,7 +102,7 @@ pin_project! {
     }
 }
 
-impl<S, B> AuthenticateFuture<S, B>
+impl<S, B> ResponseFuture<S, B>
 where
     S: Service<Request<B>>,
 {
@@ -136,7 +136,7 @@ where
     }
 }
 
-impl<S, B, ResBody> Future for AuthenticateFuture<S, B>
+impl<S, B, ResBody> Future for ResponseFuture<S, B>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
 {
@@ -206,12 +206,12 @@ mod tests {
     use super::*;
 
     #[test]
-    #[should_panic(expected = "wallet gate ResponseFuture polled after completion")]
+    #[should_panic(expected = "wallet gate future polled after completion")]
     fn polling_a_finished_future_panics() {
         let mut future = Box::pin(
-            ResponseFuture::<Ready<Result<Response<()>, Infallible>>>::rejected(Response::new(
-                Bytes::new(),
-            )),
+            RequireScopesFuture::<Ready<Result<Response<()>, Infallible>>>::rejected(
+                Response::new(Bytes::new()),
+            ),
         );
         let mut cx = Context::from_waker(Waker::noop());
         assert!(future.as_mut().poll(&mut cx).is_ready());

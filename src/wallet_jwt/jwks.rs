@@ -63,7 +63,7 @@ impl JwksUrl {
     /// Largest JWKS document read, in bytes.
     pub const MAX_DOCUMENT_BYTES: usize = 256 * 1024;
 
-    /// The JWKS at `url` (`http://…`; `https://` needs [`with_tls`](Self::with_tls)).
+    /// The JWKS at `url` (`http://…`; `https://` needs [`with_tls`](Self::new_with_tls)).
     ///
     /// # Errors
     /// [`ConfigError::InvalidJwksUrl`].
@@ -73,7 +73,7 @@ impl JwksUrl {
                 "{url} (new speaks plain http; for https use with_tls, feature rustls)"
             )));
         }
-        Self::with_connector(url, HttpConnector::new())
+        Self::new_with_connector(url, HttpConnector::new())
     }
 
     /// The JWKS at `url` (`https://…` or `http://…`), trusting the roots of `tls`.
@@ -81,18 +81,18 @@ impl JwksUrl {
     /// # Errors
     /// [`ConfigError::InvalidJwksUrl`], also for a TLS setting that fails.
     #[cfg(feature = "rustls")]
-    pub fn with_tls(url: &str, tls: &crate::tls::ClientTls) -> Result<Self, ConfigError> {
+    pub fn new_with_tls(url: &str, tls: &crate::tls::ClientTls) -> Result<Self, ConfigError> {
         let connector = tls
             .https_connector()
             .map_err(|error| ConfigError::InvalidJwksUrl(format!("{url}: {error:?}")))?;
-        Self::with_connector(url, connector)
+        Self::new_with_connector(url, connector)
     }
 
     /// The JWKS at `url` through `connector`.
     ///
     /// # Errors
     /// [`ConfigError::InvalidJwksUrl`].
-    pub fn with_connector<C>(url: &str, connector: C) -> Result<Self, ConfigError>
+    pub fn new_with_connector<C>(url: &str, connector: C) -> Result<Self, ConfigError>
     where
         C: Connect + Clone + Send + Sync + 'static,
     {

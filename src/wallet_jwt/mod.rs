@@ -77,7 +77,7 @@
 //! use http::{Request, Response};
 //! use http_body_util::Full;
 //! use tower::{ServiceBuilder, ServiceExt};
-//! use walletgate::FakeClock;
+//! use walletgate::clock::FakeClock;
 //! use walletgate::wallet_jwt::jwt::{self, AccessTokenClaims, Audience};
 //! use walletgate::wallet_jwt::{
 //!     JwtVerifier, KeySet, RequireScopesLayer, Scope, VerificationKey, WalletClaims,
@@ -136,7 +136,7 @@
 //! # }
 //! ```
 //!
-//! [`Clock`]: crate::Clock
+//! [`Clock`]: crate::clock::Clock
 
 use std::fmt;
 
@@ -162,7 +162,7 @@ pub use algorithm::Algorithm;
 pub use claims::{WalletClaims, WalletMismatch};
 pub use error::JwtError;
 pub use extract::{Wallet, WalletClaimsRejection};
-pub use future::{AuthenticateFuture, ResponseFuture};
+pub use future::{RequireScopesFuture, ResponseFuture};
 #[cfg(feature = "jwks-url")]
 pub use jwks::JwksUrl;
 pub use keys::{KeySet, VerificationKey};

@@ -12,7 +12,7 @@ use tower_service::Service;
 
 use super::extract::NoBearer;
 use super::extract::WalletClaimsRejection;
-use super::future::ResponseFuture;
+use super::future::RequireScopesFuture;
 use super::{ResourceMetadataUrl, ScopeError, ScopeSet, WalletClaims, WalletMismatch};
 use crate::body::ResponseBody;
 use crate::envelope::{DataApiRejection, RenderDataApiRejection, data_api_rejection};
@@ -307,7 +307,7 @@ where
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = RequireScopesFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -315,8 +315,8 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         match self.config.check(&request) {
-            Ok(()) => ResponseFuture::inner(self.inner.call(request)),
-            Err(rejection) => ResponseFuture::rejected(self.config.reject.render(rejection)),
+            Ok(()) => RequireScopesFuture::inner(self.inner.call(request)),
+            Err(rejection) => RequireScopesFuture::rejected(self.config.reject.render(rejection)),
         }
     }
 }

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::future::ready;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use crate::clock::Clock as _;
 use crate::store::{BoxFuture, StoreError};
@@ -38,23 +38,18 @@ pub trait RevocationCheck: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
-impl<T: RevocationCheck + ?Sized> RevocationCheck for Arc<T> {
+forward_to_arc! { RevocationCheck {
     fn is_revoked<'a>(
         &'a self,
         client_id: &'a str,
         now: u64,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        (**self).is_revoked(client_id, now)
-    }
-
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
     fn revoke<'a>(
         &'a self,
         client_id: &'a str,
         until: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        (**self).revoke(client_id, until)
-    }
-}
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+}}
 
 /// A process-local revocation list; entries are dropped once they expire.
 #[derive(Debug, Default)]

@@ -8,7 +8,7 @@ use http::{HeaderMap, Request, Response, header::AUTHORIZATION};
 use tower_service::Service;
 
 use super::extract::NoBearer;
-use super::future::{AuthenticateFuture, Verdict};
+use super::future::{ResponseFuture, Verdict};
 use super::layer::{BearerMode, Config, WalletJwtLayer};
 use super::{JwtError, JwtVerifier};
 use crate::body::ResponseBody;
@@ -75,7 +75,7 @@ where
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = AuthenticateFuture<S, ReqBody>;
+    type Future = ResponseFuture<S, ReqBody>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -87,7 +87,7 @@ where
             Ok(None) if self.config.mode == BearerMode::Optional => {
                 trace_decision!(DEBUG, "wallet_jwt", outcome = "no_bearer");
                 request.extensions_mut().insert(NoBearer);
-                return AuthenticateFuture::inner(self.inner.call(request));
+                return ResponseFuture::inner(self.inner.call(request));
             }
             Ok(None) => return rejected(&self.config, JwtError::Missing),
             Err(error) => return rejected(&self.config, error),
@@ -100,17 +100,14 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let reject = self.config.reject.clone();
-        AuthenticateFuture::verifying(verdict, request, inner, reject)
+        ResponseFuture::verifying(verdict, request, inner, reject)
     }
 }
 
-fn rejected<S: Service<Request<B>>, B>(
-    config: &Config,
-    error: JwtError,
-) -> AuthenticateFuture<S, B> {
+fn rejected<S: Service<Request<B>>, B>(config: &Config, error: JwtError) -> ResponseFuture<S, B> {
     trace_decision!(INFO, "wallet_jwt", outcome = "invalid_token", reason = ?error);
     error.count_refusal();
-    AuthenticateFuture::rejected(config.reject.render(error))
+    ResponseFuture::rejected(config.reject.render(error))
 }
 
 #[cfg(test)]
@@ -121,7 +118,7 @@ mod tests {
     use tower::{ServiceExt, service_fn};
 
     use super::*;
-    use crate::FakeClock;
+    use crate::clock::FakeClock;
     use crate::wallet_jwt::jwt::{self, AccessTokenClaims, Audience};
     use crate::wallet_jwt::{KeySet, VerificationKey, WalletClaims};
 

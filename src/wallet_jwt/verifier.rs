@@ -267,7 +267,7 @@ impl JwtVerifier {
         Ok(self)
     }
 
-    /// Reads time from `clock` (tests use [`FakeClock`](crate::FakeClock)).
+    /// Reads time from `clock` (tests use [`FakeClock`](crate::clock::FakeClock)).
     #[must_use]
     pub fn with_clock(mut self, clock: SharedClock) -> Self {
         self.clock = clock;

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use walletgate::ResponseBody;
+use walletgate::body::ResponseBody;
 use walletgate::free_tier::ClientIp;
 
 pub(crate) type Body = Full<Bytes>;

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use ed25519_dalek::SigningKey;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use walletgate::FakeClock;
+use walletgate::clock::FakeClock;
 use walletgate::wallet_jwt::jwt::{self, AccessTokenClaims, Audience, Header};
 use walletgate::wallet_jwt::{JwtVerifier, KeySet, VerificationKey, WalletClaims};
 

@@ -13,7 +13,7 @@ pub const QUOTED_UNITS: u128 = 3000;
 /// `POST /v1/chat/completions` at 0.002 USD, paid in Base Sepolia USDC to [`PAY_TO`].
 pub fn chat_layer(
     facilitator: impl walletgate::x402::facilitator::Facilitator,
-    clock: walletgate::SharedClock,
+    clock: walletgate::clock::SharedClock,
 ) -> walletgate::x402::server::X402Layer {
     chat_layer_builder(facilitator, clock).build().unwrap()
 }
@@ -21,7 +21,7 @@ pub fn chat_layer(
 /// [`chat_layer`]'s configuration, to add to before building.
 pub fn chat_layer_builder(
     facilitator: impl walletgate::x402::facilitator::Facilitator,
-    clock: walletgate::SharedClock,
+    clock: walletgate::clock::SharedClock,
 ) -> walletgate::x402::server::X402LayerBuilder {
     walletgate::x402::server::X402Layer::builder()
         .with_host_derived_resource_url()

@@ -1,14 +1,14 @@
 //! The walkthrough's curl path (docs/walkthrough.md), run as written: the node login script
 //! (`tests/interop/dev-jwt/login.mjs`, behind `scripts/dev-jwt.sh`) signs in
 //! with viem's EIP-4361 rendering and a public development key, and the JWT
-//! it writes reads favorites. (The `walletgate login` path is tests_cli.rs.)
+//! it writes reads favorites. (The `walletgate login` path is tests/cli.rs.)
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use http::{Method, StatusCode};
 
-use walletgate::{Clock, SystemClock};
+use walletgate::clock::{Clock, SystemClock};
 
 use super::{API_KEY, DEV_WALLET_0, bearer, favorites_path, start_at};
 

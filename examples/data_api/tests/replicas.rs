@@ -12,7 +12,7 @@ use http::{Method, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::json;
-use walletgate::{Clock as _, FakeClock, SystemClock};
+use walletgate::clock::{Clock as _, FakeClock, SystemClock};
 
 use super::{
     API_KEY, DEV_KEY_0, DEV_WALLET_0, NowSecs as _, Reply, Server, bearer, favorites_path,

@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use walletgate::SharedClock;
+use walletgate::clock::SharedClock;
 use walletgate::store::StoreError;
 use walletgate::x402::server::Price;
 

@@ -15,7 +15,7 @@ use alloy_primitives::{Address, U256};
 use clap::Args;
 use serde_json::json;
 use walletgate::tls::ClientTls;
-use walletgate::x402::facilitator::SettlerKey;
+use walletgate::x402::facilitator::evm_settler::SettlerKey;
 use walletgate::x402::facilitator::evm_settler::{ApprovalError, ApprovalPlan, Permit2Approval};
 
 use crate::exit::{Exit, Failure, Format};

@@ -47,10 +47,12 @@ use walletgate::redis::{
     RedisConfig, RedisConnection, RedisMode, RedisNonceAllocator, RedisSettlementRecords,
     RedisUrlError,
 };
-use walletgate::x402::facilitator::evm_settler::{DEFAULT_GAS_CAP, DEFAULT_RECEIPT_TIMEOUT};
+use walletgate::x402::facilitator::evm_settler::{
+    DEFAULT_GAS_CAP, DEFAULT_RECEIPT_TIMEOUT, EvmSettler, SettlerKey,
+};
 use walletgate::x402::facilitator::{
-    EvmSettler, Facilitator, FacilitatorError, FacilitatorErrorKind, FacilitatorRequest,
-    IDEMPOTENCY_KEY_HEADER, IdempotencyKey, InvalidIdempotencyKey, SettlerKey,
+    Facilitator, FacilitatorError, FacilitatorErrorKind, FacilitatorRequest,
+    IDEMPOTENCY_KEY_HEADER, IdempotencyKey, InvalidIdempotencyKey,
 };
 use walletgate::x402::wire::{Network, SettleResponse, UptoPayment};
 

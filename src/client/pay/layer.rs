@@ -54,11 +54,11 @@ impl X402PaymentLayer {
     /// `PrivateKeySigner`) under the default [`SpendPolicy`] and [`RetryPolicy`],
     /// without failover.
     pub fn new(signer: impl alloy_signer::Signer + Send + Sync + 'static) -> Self {
-        Self::with_signer(PaymentSigner::new(signer))
+        Self::new_with_signer(PaymentSigner::new(signer))
     }
 
     /// A layer paying with an already wrapped signer (shares its signature count).
-    pub fn with_signer(signer: PaymentSigner) -> Self {
+    pub fn new_with_signer(signer: PaymentSigner) -> Self {
         Self {
             shared: Arc::new(Shared {
                 signer,

@@ -12,7 +12,7 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use crate::x402::server::PAYMENT_IDENTIFIER;
+use crate::x402::server::payment_id::PAYMENT_IDENTIFIER;
 use crate::x402::server::payment_id::is_valid_id;
 use crate::x402::wire::{PaymentPayload, codec};
 

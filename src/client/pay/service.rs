@@ -1010,7 +1010,9 @@ mod tests {
     /// then the connection broke.
     fn losing_first_paid_answer(ledger: Arc<DevLedger>) -> impl TestServer {
         let server = echo_server(ledger, |builder| {
-            builder.with_payment_identifier(crate::x402::server::PaymentIdentifier::Optional)
+            builder.with_payment_identifier(
+                crate::x402::server::payment_id::PaymentIdentifier::Optional,
+            )
         });
         let lost = Arc::new(std::sync::atomic::AtomicBool::new(false));
         service_fn(move |request: Request<Full<Bytes>>| {
@@ -1131,7 +1133,7 @@ mod tests {
         seen: Arc<Mutex<Vec<MppSeen>>>,
     ) -> impl TestServer {
         let server = echo_server(ledger, |builder| {
-            builder.with_mpp(crate::x402::server::Mpp::new(&[7u8; 32], "gateway").unwrap())
+            builder.with_mpp(crate::x402::server::mpp::Mpp::new(&[7u8; 32], "gateway").unwrap())
         });
         service_fn(move |request: Request<Full<Bytes>>| {
             let header = |name: &str| {

@@ -19,7 +19,7 @@
 //!
 //! When the PAT is expired, revoked or unknown the client answers
 //! [`WalletError::ReauthRequired`] at once: a new sign-in is the only cure,
-//! so nothing loops. Time comes from an injectable [`Clock`](crate::Clock);
+//! so nothing loops. Time comes from an injectable [`Clock`](crate::clock::Clock);
 //! the network from any [`Transport`] (a tower `Service`).
 //!
 //! ```no_run
@@ -226,7 +226,7 @@ impl<T> fmt::Debug for WalletAuth<T> {
 impl WalletAuth<DefaultTransport> {
     /// A client over hyper-util's pooled client (HTTPS with feature `rustls`).
     pub fn new(config: WalletConfig) -> Result<Self, WalletError> {
-        Ok(Self::with_transport(config, default_transport()?))
+        Ok(Self::new_with_transport(config, default_transport()?))
     }
 }
 
@@ -281,7 +281,7 @@ impl<T> WalletAuth<T> {
 
 impl<T: Transport> WalletAuth<T> {
     /// A client over `transport`, reading the system clock.
-    pub fn with_transport(config: WalletConfig, transport: T) -> Self {
+    pub fn new_with_transport(config: WalletConfig, transport: T) -> Self {
         Self {
             config,
             transport,

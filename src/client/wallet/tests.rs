@@ -12,7 +12,7 @@ use serde_json::Value;
 use tower_service::Service;
 
 use super::*;
-use crate::FakeClock;
+use crate::clock::FakeClock;
 use crate::envelope::DataApiError;
 
 /// Public Hardhat/Anvil development key #0.
@@ -126,7 +126,7 @@ impl Fake {
             }
             ("POST", "/api/v2/auth/tokens") => {
                 assert_eq!(header(header::COOKIE), "access_token=s3ssion");
-                let now = crate::Clock::now_unix_secs(&self.clock);
+                let now = crate::clock::Clock::now_unix_secs(&self.clock);
                 json_response(
                     StatusCode::CREATED,
                     json!({"id": "pat_1", "token": "wg_pat_s3cret", "label": body["label"],
@@ -176,7 +176,7 @@ impl Fake {
 
     fn client(&self) -> WalletAuth<FakeTransport> {
         let config = WalletConfig::new(BASE, API_KEY).unwrap();
-        WalletAuth::with_transport(config, self.transport())
+        WalletAuth::new_with_transport(config, self.transport())
             .with_clock(Arc::new(self.clock.clone()))
     }
 }
@@ -390,7 +390,7 @@ async fn a_pat_revoked_elsewhere_asks_for_a_new_sign_in_after_one_exchange() {
 async fn a_refused_api_key_is_not_a_token_problem() {
     let fake = Fake::new();
     let config = WalletConfig::new(BASE, "wrong-key").unwrap();
-    let auth = WalletAuth::with_transport(config, fake.transport());
+    let auth = WalletAuth::new_with_transport(config, fake.transport());
     let error = auth
         .authenticate(&signer(), &["read:favorites"])
         .await
@@ -420,7 +420,7 @@ async fn revoke_deletes_the_pat_with_the_session_and_forgets_everything() {
 async fn resumed_credentials_keep_working_and_must_match_the_server() {
     let (fake, auth) = signed_in().await;
     let saved = auth.credentials().unwrap();
-    let other = WalletAuth::with_transport(
+    let other = WalletAuth::new_with_transport(
         WalletConfig::new("http://127.0.0.1:10", API_KEY).unwrap(),
         fake.transport(),
     );

@@ -291,25 +291,17 @@ pub trait Facilitator: Send + Sync + 'static {
     fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, FacilitatorError>>;
 }
 
-impl<T: Facilitator + ?Sized> Facilitator for Arc<T> {
+forward_to_arc! { Facilitator {
     fn verify<'a>(
         &'a self,
         request: &'a FacilitatorRequest,
-    ) -> BoxFuture<'a, Result<VerifyResponse, FacilitatorError>> {
-        (**self).verify(request)
-    }
-
+    ) -> BoxFuture<'a, Result<VerifyResponse, FacilitatorError>>;
     fn settle<'a>(
         &'a self,
         request: &'a FacilitatorRequest,
-    ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>> {
-        (**self).settle(request)
-    }
-
-    fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, FacilitatorError>> {
-        (**self).supported()
-    }
-}
+    ) -> BoxFuture<'a, Result<SettleResponse, FacilitatorError>>;
+    fn supported(&self) -> BoxFuture<'_, Result<SupportedResponse, FacilitatorError>>;
+}}
 
 /// What went wrong asking a facilitator (not a verdict on the payment).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,8 +2,6 @@
 //! chain by whoever can reach it (the on-chain settler), for the server's
 //! `sign-in-with-x`.
 
-use std::sync::Arc;
-
 use alloy_primitives::{Address, B256};
 
 use crate::store::BoxFuture;
@@ -24,14 +22,12 @@ pub trait ContractSignatures: Send + Sync + 'static {
     ) -> BoxFuture<'a, bool>;
 }
 
-impl<T: ContractSignatures + ?Sized> ContractSignatures for Arc<T> {
+forward_to_arc! { ContractSignatures {
     fn is_valid_signature<'a>(
         &'a self,
         chain_id: u64,
         wallet: Address,
         digest: B256,
         signature: &'a [u8],
-    ) -> BoxFuture<'a, bool> {
-        (**self).is_valid_signature(chain_id, wallet, digest, signature)
-    }
-}
+    ) -> BoxFuture<'a, bool>;
+}}

@@ -15,11 +15,11 @@
 //! clients read it.
 //!
 //! [`HttpFacilitator::new`] speaks plain HTTP (a facilitator on the same
-//! host). With the `rustls` feature, [`HttpFacilitator::with_tls`] speaks
+//! host). With the `rustls` feature, [`HttpFacilitator::new_with_tls`] speaks
 //! `https://` (and `http://`) with the roots of a `ClientTls`; a facilitator
 //! whose certificate is not trusted is unreachable, and the error says why
 //! (`invalid peer certificate: UnknownIssuer`). Any other connector goes
-//! through [`HttpFacilitator::with_connector`].
+//! through [`HttpFacilitator::new_with_connector`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -86,7 +86,7 @@ impl HttpFacilitator<HttpConnector> {
                 "{base_url} (new speaks plain http; for https use with_tls, feature rustls)"
             )));
         }
-        Self::with_connector(base_url, HttpConnector::new())
+        Self::new_with_connector(base_url, HttpConnector::new())
     }
 }
 
@@ -100,15 +100,15 @@ impl HttpFacilitator<crate::tls::HttpsConnector> {
     /// use walletgate::x402::facilitator::HttpFacilitator;
     ///
     /// let facilitator =
-    ///     HttpFacilitator::with_tls("https://x402.example/facilitator", &ClientTls::webpki_roots())?;
+    ///     HttpFacilitator::new_with_tls("https://x402.example/facilitator", &ClientTls::webpki_roots())?;
     /// # let _ = facilitator;
     /// # Ok::<(), walletgate::x402::ConfigError>(())
     /// ```
-    pub fn with_tls(base_url: &str, tls: &crate::tls::ClientTls) -> Result<Self, ConfigError> {
+    pub fn new_with_tls(base_url: &str, tls: &crate::tls::ClientTls) -> Result<Self, ConfigError> {
         if !(base_url.starts_with("https://") || base_url.starts_with("http://")) {
             return Err(ConfigError::InvalidFacilitatorUrl(base_url.to_owned()));
         }
-        Self::with_connector(base_url, tls.https_connector()?)
+        Self::new_with_connector(base_url, tls.https_connector()?)
     }
 }
 
@@ -117,7 +117,7 @@ where
     C: Connect + Clone + Send + Sync + 'static,
 {
     /// A client of the facilitator at `base_url` through `connector` (e.g. a TLS connector).
-    pub fn with_connector(base_url: &str, connector: C) -> Result<Self, ConfigError> {
+    pub fn new_with_connector(base_url: &str, connector: C) -> Result<Self, ConfigError> {
         let base_url = base_url.trim_end_matches('/').to_owned();
         let probe = format!("{base_url}/verify");
         match probe.parse::<Uri>() {
@@ -415,13 +415,13 @@ mod tests {
     #[test]
     fn with_tls_accepts_https_and_http_only() {
         let tls = crate::tls::ClientTls::webpki_roots();
-        assert!(HttpFacilitator::with_tls("https://x402.example/facilitator", &tls).is_ok());
-        assert!(HttpFacilitator::with_tls("http://127.0.0.1:4020", &tls).is_ok());
+        assert!(HttpFacilitator::new_with_tls("https://x402.example/facilitator", &tls).is_ok());
+        assert!(HttpFacilitator::new_with_tls("http://127.0.0.1:4020", &tls).is_ok());
         assert!(matches!(
-            HttpFacilitator::with_tls("ftp://x402.example", &tls),
+            HttpFacilitator::new_with_tls("ftp://x402.example", &tls),
             Err(ConfigError::InvalidFacilitatorUrl(_))
         ));
-        assert!(HttpFacilitator::with_tls("https://", &tls).is_err());
+        assert!(HttpFacilitator::new_with_tls("https://", &tls).is_err());
     }
 
     fn payment(signature: &str) -> FacilitatorRequest {

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use alloy_primitives::{Address, B256};
 use sha2::{Digest as _, Sha256};
@@ -81,18 +81,13 @@ pub trait Ledger: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<String, LedgerError>>;
 }
 
-impl<T: Ledger + ?Sized> Ledger for Arc<T> {
-    fn check<'a>(&'a self, transfer: &'a Transfer) -> BoxFuture<'a, Result<(), LedgerError>> {
-        (**self).check(transfer)
-    }
-
+forward_to_arc! { Ledger {
+    fn check<'a>(&'a self, transfer: &'a Transfer) -> BoxFuture<'a, Result<(), LedgerError>>;
     fn transfer_with_authorization<'a>(
         &'a self,
         transfer: &'a Transfer,
-    ) -> BoxFuture<'a, Result<String, LedgerError>> {
-        (**self).transfer_with_authorization(transfer)
-    }
-}
+    ) -> BoxFuture<'a, Result<String, LedgerError>>;
+}}
 
 /// An in-memory USDC ledger for development and tests.
 ///

@@ -38,7 +38,6 @@ pub use cdp::CdpAuth;
 #[cfg(feature = "siwx")]
 pub use contract_signatures::ContractSignatures;
 #[cfg(feature = "evm-settler")]
-pub use evm_settler::{EvmSettler, SettlerError, SettlerKey};
 #[cfg(feature = "http-facilitator")]
 pub use http::{DEFAULT_FACILITATOR_TIMEOUT, HttpFacilitator};
 pub use idempotency::{IDEMPOTENCY_KEY_HEADER, IdempotencyKey, InvalidIdempotencyKey};

@@ -35,7 +35,7 @@
 //! ```
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
@@ -312,33 +312,22 @@ pub trait AnswerStore: Send + Sync + 'static {
     fn forget(&self, key: &str) -> BoxFuture<'static, Result<(), StoreError>>;
 }
 
-impl<T: AnswerStore + ?Sized> AnswerStore for Arc<T> {
+forward_to_arc! { AnswerStore {
     fn begin<'a>(
         &'a self,
         key: &'a str,
         marker: &'a str,
         hold_until_unix_secs: u64,
-    ) -> BoxFuture<'a, Result<Begun, StoreError>> {
-        (**self).begin(key, marker, hold_until_unix_secs)
-    }
-
+    ) -> BoxFuture<'a, Result<Begun, StoreError>>;
     fn keep<'a>(
         &'a self,
         key: &'a str,
         answer: &'a KeptAnswer,
         keep_until_unix_secs: u64,
-    ) -> BoxFuture<'a, Result<bool, StoreError>> {
-        (**self).keep(key, answer, keep_until_unix_secs)
-    }
-
-    fn kept<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<KeptAnswer>, StoreError>> {
-        (**self).kept(key)
-    }
-
-    fn forget(&self, key: &str) -> BoxFuture<'static, Result<(), StoreError>> {
-        (**self).forget(key)
-    }
-}
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    fn kept<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<KeptAnswer>, StoreError>>;
+    fn forget(&self, key: &str) -> BoxFuture<'static, Result<(), StoreError>>;
+}}
 
 /// Expired entries removed per operation at most.
 const SWEEP_STEP: usize = 8;
@@ -533,6 +522,7 @@ impl fmt::Debug for InMemoryAnswerStore {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
 
     use super::*;

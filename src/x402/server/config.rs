@@ -46,7 +46,7 @@ pub(crate) struct Config {
     pub(crate) offer_signer: Option<Arc<super::OfferSigner>>,
     /// MPP challenges and credentials beside x402 (`with_mpp`).
     #[cfg(feature = "mpp")]
-    pub(crate) mpp: Option<super::Mpp>,
+    pub(crate) mpp: Option<super::mpp::Mpp>,
     /// Metered streams cut by their payers.
     pub(crate) cut_streams: super::flow::CutStreams,
     /// `sign-in-with-x`, when on and the layer knows its public origin.

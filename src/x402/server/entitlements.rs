@@ -31,7 +31,7 @@
 //! ```
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use alloy_primitives::hex;
 
@@ -67,24 +67,19 @@ pub trait EntitlementStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Option<PaymentReceipt>, StoreError>>;
 }
 
-impl<T: EntitlementStore + ?Sized> EntitlementStore for Arc<T> {
+forward_to_arc! { EntitlementStore {
     fn entitle<'a>(
         &'a self,
         operation: &'a [u8; 32],
         receipt: &'a PaymentReceipt,
         until_unix_secs: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        (**self).entitle(operation, receipt, until_unix_secs)
-    }
-
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
     fn entitlement<'a>(
         &'a self,
         payer: &'a str,
         operation: &'a [u8; 32],
-    ) -> BoxFuture<'a, Result<Option<PaymentReceipt>, StoreError>> {
-        (**self).entitlement(payer, operation)
-    }
-}
+    ) -> BoxFuture<'a, Result<Option<PaymentReceipt>, StoreError>>;
+}}
 
 /// The id of `payer`'s entitlement to `operation` (its kept answer's key
 /// is the same behind a prefix): `{payer, lower-case}:{operation, hex}`.
@@ -182,6 +177,8 @@ impl EntitlementStore for InMemoryEntitlementStore {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::clock::FakeClock;
     use crate::x402::wire::{AtomicAmount, Network};

@@ -119,7 +119,7 @@ pub struct X402LayerBuilder {
     /// clones, so a payment spent on one front (HTTP, MCP) is spent on all.
     defaults: Arc<std::sync::OnceLock<DefaultStores>>,
     #[cfg(feature = "mpp")]
-    mpp: Option<super::Mpp>,
+    mpp: Option<super::mpp::Mpp>,
     #[cfg(feature = "siwx")]
     sign_in_with_x: Option<super::siwx::SignInWithX>,
     #[cfg(feature = "siwx")]
@@ -176,7 +176,12 @@ impl X402LayerBuilder {
         self
     }
 
-    /// A facilitator shared with other layers.
+    /// A facilitator shared with other layers, kept as the `Arc` it is.
+    ///
+    /// [`with_facilitator`](Self::with_facilitator) takes one too (an `Arc` of
+    /// a facilitator is a facilitator), but wraps it in a second `Arc`, so
+    /// every verify and settle goes through two pointers and two vtables; this
+    /// setter stores the caller's `Arc` itself.
     pub fn with_shared_facilitator(mut self, facilitator: Arc<dyn Facilitator>) -> Self {
         self.facilitator = Some(facilitator);
         self
@@ -243,7 +248,7 @@ impl X402LayerBuilder {
     /// the same flow (one replay set for both), its answer carrying
     /// `Payment-Receipt`. A stream paid so is settled before its first byte.
     #[cfg(feature = "mpp")]
-    pub fn with_mpp(mut self, mpp: super::Mpp) -> Self {
+    pub fn with_mpp(mut self, mpp: super::mpp::Mpp) -> Self {
         self.mpp = Some(mpp);
         self
     }

@@ -44,10 +44,7 @@ pub use flow::{
 };
 pub use future::ResponseFuture;
 pub use layer::{X402Layer, X402LayerBuilder};
-#[cfg(feature = "mpp")]
-pub use mpp::Mpp;
 pub use offer_receipt::OfferSigner;
-pub use payment_id::{PAYMENT_IDENTIFIER, PaymentIdentifier};
 pub use pricing::{Price, PriceRefusal, PriceTable, Pricing, RequestPrice};
 pub use quote::{
     BASE_SEPOLIA_USDC, BASE_USDC, DEFAULT_MAX_TIMEOUT_SECS, PaymentOption, QUOTE_ERROR,

@@ -147,7 +147,7 @@ impl RequestPrice {
 ///
 /// The default is a wiring fault: what the pricing reads was not put into the
 /// extensions by an earlier layer (500 `INTERNAL_ERROR`). Any other failure
-/// of the code table can be given with [`PriceRefusal::with_error`].
+/// of the code table can be given with [`PriceRefusal::new_with_error`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct PriceRefusal {
     error: Box<GatewayError>,
@@ -157,14 +157,14 @@ impl PriceRefusal {
     /// `what` is missing from the request extensions: the pricing runs
     /// outside the layers that insert it.
     pub fn missing(what: &str) -> Self {
-        Self::with_error(
+        Self::new_with_error(
             GatewayError::new(ErrorCode::InternalError)
                 .with_message(format!("Internal error: {what} missing (pipeline wiring)")),
         )
     }
 
     /// Refuses with `error`, rendered in the route's envelope.
-    pub fn with_error(error: GatewayError) -> Self {
+    pub fn new_with_error(error: GatewayError) -> Self {
         Self {
             error: Box::new(error),
         }
@@ -388,7 +388,7 @@ mod tests {
         use tower::{Layer, ServiceExt, service_fn};
 
         use crate::clock::{FakeClock, SharedClock};
-        use crate::envelope::{EnvelopeStyle, EnvelopeStyleLayer};
+        use crate::envelope::{EnvelopeStyle, SetEnvelopeStyleLayer};
         use crate::x402::{
             facilitator::{DevLedger, LocalEvmFacilitator},
             server::{PaymentOption, X402Layer},
@@ -409,7 +409,7 @@ mod tests {
             .with_clock(clock)
             .build()
             .unwrap();
-        let service = EnvelopeStyleLayer::new(EnvelopeStyle::Responses).layer(layer.layer(
+        let service = SetEnvelopeStyleLayer::new(EnvelopeStyle::Responses).layer(layer.layer(
             service_fn(|_: http::Request<Full<Bytes>>| async {
                 Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(
                     "served",

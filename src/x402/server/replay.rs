@@ -41,7 +41,7 @@
 //! ```
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use alloy_primitives::{Address, B256};
 
@@ -232,46 +232,32 @@ pub trait NonceStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
-impl<T: NonceStore + ?Sized> NonceStore for Arc<T> {
+forward_to_arc! { NonceStore {
     fn claim<'a>(
         &'a self,
         key: &'a AuthorizationKey,
         hold_until_unix_secs: u64,
-    ) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        (**self).claim(key, hold_until_unix_secs)
-    }
-
-    fn release(&self, key: &AuthorizationKey) -> BoxFuture<'static, ()> {
-        (**self).release(key)
-    }
-
+    ) -> BoxFuture<'a, Result<Claim, StoreError>>;
+    fn release(&self, key: &AuthorizationKey) -> BoxFuture<'static, ()>;
     fn settling(
         &self,
         key: &AuthorizationKey,
         unsettled: &SpentAuthorization,
         keep_until_unix_secs: u64,
-    ) {
-        (**self).settling(key, unsettled, keep_until_unix_secs);
-    }
-
+    );
     fn mark_settling<'a>(
         &'a self,
         key: &'a AuthorizationKey,
         settling: SpentAuthorization,
         keep_until_unix_secs: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        (**self).mark_settling(key, settling, keep_until_unix_secs)
-    }
-
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
     fn mark_spent<'a>(
         &'a self,
         key: &'a AuthorizationKey,
         spent: SpentAuthorization,
         keep_until_unix_secs: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        (**self).mark_spent(key, spent, keep_until_unix_secs)
-    }
-}
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+}}
 
 /// A claim or a settlement, as a shard keeps it: fixed-size fields only.
 #[derive(Debug)]

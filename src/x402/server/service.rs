@@ -1537,7 +1537,10 @@ mod tests {
         payment_of(nonce, "11", from, Some(extensions))
     }
 
-    fn id_layer(facade: &Arc<Facade>, mode: crate::x402::server::PaymentIdentifier) -> X402Layer {
+    fn id_layer(
+        facade: &Arc<Facade>,
+        mode: crate::x402::server::payment_id::PaymentIdentifier,
+    ) -> X402Layer {
         chat_layer(facade)
             .with_payment_identifier(mode)
             .build()
@@ -1546,7 +1549,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_402_declares_the_payment_identifier_when_on() {
-        use crate::x402::server::PaymentIdentifier;
+        use crate::x402::server::payment_id::PaymentIdentifier;
         let facade = Arc::new(Facade::default());
         for (mode, required) in [
             (PaymentIdentifier::Optional, Some(false)),
@@ -1577,7 +1580,10 @@ mod tests {
     #[tokio::test]
     async fn an_id_pays_once_and_the_identical_or_a_fresh_payment_gets_the_stored_answer() {
         let facade = Arc::new(Facade::default());
-        let layer = id_layer(&facade, crate::x402::server::PaymentIdentifier::Optional);
+        let layer = id_layer(
+            &facade,
+            crate::x402::server::payment_id::PaymentIdentifier::Optional,
+        );
         let calls = Arc::new(AtomicUsize::new(0));
         let svc = counted_service(&layer, &calls);
         let first = svc
@@ -1607,7 +1613,10 @@ mod tests {
     #[tokio::test]
     async fn an_id_reused_for_another_request_or_payer_is_409_and_charges_nothing() {
         let facade = Arc::new(Facade::default());
-        let layer = id_layer(&facade, crate::x402::server::PaymentIdentifier::Optional);
+        let layer = id_layer(
+            &facade,
+            crate::x402::server::payment_id::PaymentIdentifier::Optional,
+        );
         let calls = Arc::new(AtomicUsize::new(0));
         let svc = counted_service(&layer, &calls);
         assert_eq!(
@@ -1649,7 +1658,7 @@ mod tests {
 
     #[tokio::test]
     async fn malformed_or_missing_required_ids_are_400_and_a_changed_echo_is_402() {
-        use crate::x402::server::PaymentIdentifier;
+        use crate::x402::server::payment_id::PaymentIdentifier;
         let facade = Arc::new(Facade::default());
         let optional = service(&id_layer(&facade, PaymentIdentifier::Optional));
         let malformed = optional
@@ -1683,7 +1692,10 @@ mod tests {
     async fn an_id_in_flight_is_503_until_its_pending_settlement_lands() {
         let facade = Arc::new(Facade::default());
         facade.pending.store(1, Ordering::SeqCst);
-        let layer = id_layer(&facade, crate::x402::server::PaymentIdentifier::Optional);
+        let layer = id_layer(
+            &facade,
+            crate::x402::server::payment_id::PaymentIdentifier::Optional,
+        );
         let calls = Arc::new(AtomicUsize::new(0));
         let svc = counted_service(&layer, &calls);
         let pending = svc
@@ -1720,7 +1732,10 @@ mod tests {
     #[tokio::test]
     async fn an_unsettled_answer_frees_its_id_and_a_stream_is_kept_whole_under_it() {
         let facade = Arc::new(Facade::default());
-        let layer = id_layer(&facade, crate::x402::server::PaymentIdentifier::Optional);
+        let layer = id_layer(
+            &facade,
+            crate::x402::server::payment_id::PaymentIdentifier::Optional,
+        );
         let calls = Arc::new(AtomicUsize::new(0));
         let svc = counted_service(&layer, &calls);
         let mut failing = paid(&with_id(1, ID), None);
@@ -1762,7 +1777,7 @@ mod tests {
             .with_facilitator(facade.clone())
             .with_clock(Arc::new(FakeClock::at_unix_secs(NOW)))
             .with_paid_replay(true)
-            .with_payment_identifier(crate::x402::server::PaymentIdentifier::Optional)
+            .with_payment_identifier(crate::x402::server::payment_id::PaymentIdentifier::Optional)
             .build()
             .unwrap();
         let svc = service(&layer);

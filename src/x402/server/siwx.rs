@@ -118,11 +118,11 @@ impl SignInWithX {
     pub fn new() -> Result<Self, getrandom::Error> {
         let mut key = [0; 32];
         getrandom::fill(&mut key)?;
-        Ok(Self::with_key(key))
+        Ok(Self::new_with_key(key))
     }
 
     /// With `key`, the key of its nonces' tags: replicas share it.
-    pub fn with_key(key: [u8; 32]) -> Self {
+    pub fn new_with_key(key: [u8; 32]) -> Self {
         Self {
             key,
             spent_nonces: None,
@@ -718,7 +718,7 @@ mod tests {
     const NOW: u64 = 1_750_000_000;
     fn sign_in(clock: &FakeClock, key: [u8; 32]) -> SignIn {
         SignIn::new(
-            SignInWithX::with_key(key),
+            SignInWithX::new_with_key(key),
             "https://pay.example/gw",
             [84532],
             Arc::new(clock.clone()),
@@ -793,7 +793,7 @@ mod tests {
         assert_eq!(sign_in.origin, "https://pay.example");
         assert_eq!(sign_in.domain, "pay.example");
         let none = SignIn::new(
-            SignInWithX::with_key([1; 32]),
+            SignInWithX::new_with_key([1; 32]),
             "https://pay.example",
             [],
             Arc::new(clock.clone()),
@@ -925,7 +925,7 @@ mod tests {
             signature: signature.clone(),
         });
         let with_contracts = SignIn::new(
-            SignInWithX::with_key([1; 32]).with_contract_signatures(contracts),
+            SignInWithX::new_with_key([1; 32]).with_contract_signatures(contracts),
             "https://pay.example/gw",
             [84532],
             Arc::new(clock.clone()),

@@ -1,5 +1,5 @@
 // Drives the data API's /mcp with the official MCP TypeScript client
-// (@modelcontextprotocol/sdk 1.32). Run by examples/data_api/tests_mcp.rs,
+// (@modelcontextprotocol/sdk 1.32). Run by examples/data_api/tests/mcp.rs,
 // which starts the server on loopback and passes, in the environment (never
 // printed): MCP_URL, MCP_API_KEY, MCP_JWT (read:favorites and read:wallets
 // only) and MCP_WALLET. After the first checks it prints `expire-now`; the

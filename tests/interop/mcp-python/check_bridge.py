@@ -1,6 +1,6 @@
 """Drives `walletgate mcp-bridge` over stdio with the official MCP Python client (mcp 2.3).
 
-Run by examples/data_api/tests_cli.rs, which starts the data API on loopback,
+Run by examples/data_api/tests/cli.rs, which starts the data API on loopback,
 signs in with `walletgate login` and passes, in the environment (never printed):
   BRIDGE_BIN    the walletgate binary
   BRIDGE_HOME   the HOME whose .walletgate/auth.json holds the sign-in

@@ -1,6 +1,6 @@
 """Drives the data API's /mcp with the official MCP Python client (mcp 2.3).
 
-Run by examples/data_api/tests_mcp.rs, which starts the server on loopback and
+Run by examples/data_api/tests/mcp.rs, which starts the server on loopback and
 passes, in the environment (never printed):
   MCP_URL       the endpoint, http://127.0.0.1:<port>/mcp
   MCP_API_KEY   the development API key

@@ -347,7 +347,7 @@ mod tests {
             "jwtExpiresAtUnixSecs": u64::MAX / 2,
         }))
         .unwrap();
-        let auth = WalletAuth::with_transport(
+        let auth = WalletAuth::new_with_transport(
             WalletConfig::new(base, "key").unwrap(),
             endpoint(log.clone()),
         )

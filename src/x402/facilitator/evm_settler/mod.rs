@@ -49,7 +49,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use walletgate::x402::facilitator::{EvmSettler, SettlerKey};
+//! use walletgate::x402::facilitator::evm_settler::{EvmSettler, SettlerKey};
 //! use walletgate::x402::facilitator::evm_settler::MemorySettlementRecords;
 //! use walletgate::x402::wire::Network;
 //!

@@ -10,9 +10,9 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use walletgate::Clock;
 use walletgate::client::payer::Payer;
 use walletgate::client::wallet::{WalletAuth, WalletConfig, WalletError};
+use walletgate::clock::Clock;
 
 use super::mcp::{interop_dir, python_client};
 use super::*;
@@ -43,7 +43,7 @@ impl Counted {
         if let Some(per_minute) = per_minute.and_then(std::num::NonZeroU32::new) {
             config.key_per_minute = per_minute;
         }
-        let clock = FakeClock::at_unix_secs(walletgate::SystemClock.now_unix_secs());
+        let clock = FakeClock::at_unix_secs(walletgate::clock::SystemClock.now_unix_secs());
         let (router, _) = build_with_clock(&config, Arc::new(clock.clone())).unwrap();
         let requests = Arc::new(AtomicUsize::new(0));
         let counter = requests.clone();
@@ -69,7 +69,7 @@ impl Counted {
     /// "Issued At: <now>" with the system clock.
     fn sync_clock(&self) {
         self.clock
-            .set_unix_secs(walletgate::SystemClock.now_unix_secs());
+            .set_unix_secs(walletgate::clock::SystemClock.now_unix_secs());
     }
 }
 
