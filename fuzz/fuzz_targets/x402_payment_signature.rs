@@ -34,8 +34,8 @@ use walletgate::clock::FakeClock;
 use walletgate::x402::{
     facilitator::{DevLedger, Facilitator, FacilitatorRequest, LocalEvmFacilitator},
         server::{
-            BASE_SEPOLIA_USDC, Mpp, PaymentIdentifier, PaymentOption, PriceTable, SignInWithX, X402,
-            X402Layer, matching_offer,
+            BASE_SEPOLIA_USDC, PaymentOption, PriceTable, SignInWithX, X402, X402Layer,
+            matching_offer, mpp::Mpp, payment_id::PaymentIdentifier,
         },
     wire::{Network, PaymentPayload, PaymentRequirements, SCHEME_UPTO, UsdAmount, codec},
 };

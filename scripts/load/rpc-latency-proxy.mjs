@@ -24,7 +24,10 @@ if (!["127.0.0.1", "localhost", "[::1]"].includes(upstream.hostname)) {
   console.error("rpc-latency-proxy: the node must be on loopback");
   process.exit(2);
 }
-const agent = new http.Agent({ keepAlive: true, maxSockets: 256 });
+// No cap on connections to the node: a cap would queue calls behind
+// eth_sendRawTransactionSync calls held open until their block, which a node
+// reached over the network does not do to its clients.
+const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
 
 let stats;
 const resetStats = () => {
