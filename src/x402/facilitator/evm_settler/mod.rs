@@ -76,10 +76,12 @@ mod error;
 mod fees;
 mod key;
 mod nonce;
+mod outcome;
 pub mod reasons;
 mod receipts;
 mod records;
 mod rpc;
+mod send;
 mod settle;
 #[cfg(feature = "siwx")]
 mod sign_in;
