@@ -167,6 +167,7 @@ async fn run() {
 
     let paid_before = chain_support::balance(&chain, pay_to).await;
     let nonce_before = nonce(&chain, settler, "latest").await;
+    let block_before = block_number(&chain).await;
     let _ = send(
         &client,
         "POST",
@@ -177,6 +178,7 @@ async fn run() {
     .await;
 
     // Every payment at once.
+    let cpu_before = cpu_ticks_of_watched();
     let started = Instant::now();
     let stop_at = started + deadline;
     let requests: Vec<_> = signed
@@ -196,6 +198,7 @@ async fn run() {
             Outcome::Unsettled => unsettled += 1,
         }
     }
+    let cpu_after = cpu_ticks_of_watched();
     latencies.sort();
     let settled = latencies.len();
     let span = latencies.last().copied().unwrap_or(started.elapsed());
@@ -216,6 +219,7 @@ async fn run() {
     let landed = (landed_units / U256::from(price)).to::<u64>();
     let latest = nonce(&chain, settler, "latest").await;
     let pending = nonce(&chain, settler, "pending").await;
+    let per_block = transactions_per_block(&chain, block_before).await;
 
     let calls = proxy_stats["calls"].as_u64().unwrap_or(0);
     let http_requests = proxy_stats["httpRequests"].as_u64().unwrap_or(0);
@@ -268,6 +272,26 @@ async fn run() {
         latest.saturating_sub(nonce_before),
         pending.saturating_sub(latest),
     );
+    println!(
+        "{label}: when they answered (settlements per half second): {}; transactions per block after the start: {per_block}",
+        answered_per_half_second(&latencies),
+    );
+    if !cpu_before.is_empty() {
+        let ticks_per_second = 100.0; // USER_HZ on Linux
+        let used = cpu_before
+            .iter()
+            .zip(&cpu_after)
+            .map(|((name, before), (_, after))| {
+                let seconds = after.saturating_sub(*before) as f64 / ticks_per_second;
+                format!(
+                    "{name} {seconds:.2} s ({:.2} ms per settlement)",
+                    seconds * 1000.0 / settled.max(1) as f64
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        println!("{label}: CPU used until the last answer: {used}");
+    }
     println!(
         "SETTLE_LOAD_RESULT label={label} n={total} settled={settled} unsettled={unsettled} refused={} \
          rate={rate:.1} p50_s={p50:.2} p99_s={p99:.2} p50_blocks={:.1} p99_blocks={:.1} \
@@ -416,6 +440,76 @@ async fn gateway_quote(client: &HttpClient, url: &str) -> PaymentRequired {
         .get("payment-required")
         .expect("a PAYMENT-REQUIRED header");
     codec::decode(header.as_bytes()).expect("a quote")
+}
+
+/// The CPU ticks (user + system) of each process named in
+/// `SETTLE_LOAD_WATCH` (`name:pid` pairs, space-separated): where a run's CPU
+/// went, node, proxy or server.
+fn cpu_ticks_of_watched() -> Vec<(String, u64)> {
+    let watched = std::env::var("SETTLE_LOAD_WATCH").unwrap_or_default();
+    watched
+        .split_whitespace()
+        .filter_map(|pair| pair.split_once(':'))
+        .map(|(name, pid)| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+            let ticks = |index: usize| {
+                fields
+                    .get(index)
+                    .and_then(|f| f.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            (name.to_owned(), ticks(11) + ticks(12))
+        })
+        .collect()
+}
+
+/// How many settlements answered in each half second after the start, as
+/// `0.5s:N` pairs: where the run's time went.
+fn answered_per_half_second(latencies: &[Duration]) -> String {
+    let mut buckets: BTreeMap<u64, usize> = BTreeMap::new();
+    for latency in latencies {
+        *buckets
+            .entry((latency.as_secs_f64() * 2.0).ceil() as u64)
+            .or_default() += 1;
+    }
+    buckets
+        .iter()
+        .map(|(half, n)| format!("{:.1}s:{n}", *half as f64 / 2.0))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+async fn block_number(chain: &str) -> u64 {
+    let number = chain_support::rpc(chain, "eth_blockNumber", json!([])).await;
+    u64::from_str_radix(
+        number.as_str().unwrap_or("0x0").trim_start_matches("0x"),
+        16,
+    )
+    .unwrap_or(0)
+}
+
+/// The transaction count of each block mined after `from`, with the seconds
+/// between the blocks: how the chain packed the run.
+async fn transactions_per_block(chain: &str, from: u64) -> String {
+    let to = block_number(chain).await;
+    let mut blocks = Vec::new();
+    for number in (from + 1)..=to.min(from + 30) {
+        let block = chain_support::rpc(
+            chain,
+            "eth_getBlockByNumber",
+            json!([format!("{number:#x}"), false]),
+        )
+        .await;
+        let count = block["transactions"].as_array().map_or(0, Vec::len);
+        if count > 0 {
+            blocks.push(format!("#{}:{count}", number - from));
+        }
+    }
+    blocks.join(" ")
 }
 
 /// The settler's transaction count at `block` (`latest`: mined; `pending`: with the pool).

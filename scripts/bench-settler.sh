@@ -129,7 +129,8 @@ chain_port=$(free_port)
 # SETTLE_LOAD_ANVIL_ARGS: more anvil flags (e.g. "--gas-limit 150000000", Base's block gas limit).
 # shellcheck disable=SC2086
 "$anvil" --host 127.0.0.1 --port "$chain_port" --chain-id 84532 --silent --block-time 1 ${SETTLE_LOAD_ANVIL_ARGS:-} &
-pids+=($!)
+anvil_pid=$!
+pids+=("$anvil_pid")
 wait_port "$chain_port"
 chain="http://127.0.0.1:$chain_port"
 node "$chain_dir/deploy.mjs" "$chain" >/dev/null
@@ -181,6 +182,7 @@ run_target() { # name proxy-url proxy-stats-url delay
   [ "$name" = gateway ] && driver=gateway
   SETTLE_LOAD_TARGET=$driver SETTLE_LOAD_URL=$base SETTLE_LOAD_CHAIN_RPC=$chain SETTLE_LOAD_PROXY=$proxy \
     SETTLE_LOAD_SETTLER=$settler SETTLE_LOAD_PAY_TO=$pay_to SETTLE_LOAD_LABEL="$name ${delay}ms" \
+    SETTLE_LOAD_WATCH="node:$anvil_pid proxy:$proxy_pid server:$server" \
     nice -n 5 cargo bench --quiet --bench settle_load --features "$features" 2>"$work/driver.err" \
     || { cat "$work/driver.err" >&2; echo "server log:" >&2; tail -n 20 "$log" >&2; exit 1; }
   stop_server

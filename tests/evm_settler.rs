@@ -11,7 +11,7 @@ use std::time::Duration;
 use alloy_primitives::{Address, B256, U256};
 use serde_json::json;
 use walletgate::client::payer::Payer;
-use walletgate::x402::facilitator::evm_settler::{EvmSettler, SettlerKey};
+use walletgate::x402::facilitator::evm_settler::{EvmSettler, EvmSettlerBuilder, SettlerKey};
 use walletgate::x402::facilitator::evm_settler::{
     MAX_FAILURES, MemorySettlementRecords, SettlementRecords, reasons,
 };
@@ -1159,18 +1159,27 @@ async fn settler_through(
     Setup,
     walletgate::x402::facilitator::evm_settler::StartupReport,
 ) {
+    settler_through_configured(chain, proxy, |builder| builder.with_sync_send(sync_send)).await
+}
+
+/// [`settler_through`] with `configure` applied to the builder last.
+async fn settler_through_configured(
+    chain: &str,
+    proxy: &RpcProxy,
+    configure: impl FnOnce(EvmSettlerBuilder) -> EvmSettlerBuilder,
+) -> (
+    Setup,
+    walletgate::x402::facilitator::evm_settler::StartupReport,
+) {
     let key = fresh_key();
     set_eth_balance(chain, key.address(), ONE_ETH).await;
     let records = Arc::new(MemorySettlementRecords::new());
-    let (settler, report) = EvmSettler::builder(proxy.url(), key, Network::base_sepolia())
+    let settler = EvmSettler::builder(proxy.url(), key, Network::base_sepolia())
         .with_asset(USDC)
         .with_records(records.clone())
         .with_receipt_timeout(Duration::from_secs(10))
-        .with_block_poll_interval(Duration::from_millis(50))
-        .with_sync_send(sync_send)
-        .connect()
-        .await
-        .unwrap();
+        .with_block_poll_interval(Duration::from_millis(50));
+    let (settler, report) = configure(settler).connect().await.unwrap();
     let pay_to = Payer::from_key(fresh_payer_key().0)
         .unwrap()
         .address_bytes();
@@ -1267,6 +1276,28 @@ async fn settlements_sent_at_once_use_the_nodes_sync_send_and_one_estimate_each(
     assert_eq!(proxy.calls("eth_call"), 0);
     assert_eq!(proxy.calls("eth_getTransactionReceipt"), 0);
     assert_eq!(proxy.calls("eth_sendRawTransaction"), 0);
+}
+
+#[tokio::test]
+async fn simulations_take_turns_in_the_window_and_estimate_at_the_latest_block() {
+    let rpc = shared_rpc_url();
+    let proxy = RpcProxy::start(&rpc).await;
+    let (setup, _) =
+        settler_through_configured(&rpc, &proxy, |builder| builder.with_simulation_window(2)).await;
+    let setup = Arc::new(setup);
+    let answers = settle_at_once(&setup, 8).await;
+    for (answer, _, _) in &answers {
+        assert!(answer.as_ref().unwrap().success, "{answer:?}");
+    }
+    assert_eq!(balance(&rpc, setup.pay_to).await, units(8 * PRICE));
+    assert_eq!(proxy.calls("eth_estimateGas"), 8);
+    let most = proxy.most_at_once("eth_estimateGas");
+    assert!(
+        (1..=2).contains(&most),
+        "{most} estimates at the node at once"
+    );
+    // At `latest`, as eth_call: anvil's default `pending` runs the whole pool first.
+    assert_eq!(proxy.last_params("eth_estimateGas")[1], json!("latest"));
 }
 
 #[tokio::test]

@@ -458,6 +458,9 @@ struct ProxyState {
     /// Sends seen, and the faults planned for the n-th send.
     sends: std::sync::atomic::AtomicU64,
     faults: std::sync::Mutex<std::collections::HashMap<u64, SendFault>>,
+    /// Per method: calls at the node now, the most at once, the last params.
+    in_flight: std::sync::Mutex<std::collections::HashMap<String, (u64, u64)>>,
+    last_params: std::sync::Mutex<std::collections::HashMap<String, Value>>,
 }
 
 const SEND_METHODS: [&str; 2] = ["eth_sendRawTransaction", "eth_sendRawTransactionSync"];
@@ -529,6 +532,27 @@ impl RpcProxy {
         self.state.faults.lock().unwrap().insert(seen + nth, fault);
     }
 
+    /// The most calls of `method` the node had at once.
+    pub fn most_at_once(&self, method: &str) -> u64 {
+        self.state
+            .in_flight
+            .lock()
+            .unwrap()
+            .get(method)
+            .map_or(0, |(_, most)| *most)
+    }
+
+    /// The params of the last call of `method` (`null` if none).
+    pub fn last_params(&self, method: &str) -> Value {
+        self.state
+            .last_params
+            .lock()
+            .unwrap()
+            .get(method)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// How many calls of `method` the proxy saw (batched ones each).
     pub fn calls(&self, method: &str) -> u64 {
         self.state
@@ -583,6 +607,11 @@ async fn proxied_call(
         .unwrap()
         .entry(method.clone())
         .or_default() += 1;
+    state
+        .last_params
+        .lock()
+        .unwrap()
+        .insert(method.clone(), call["params"].clone());
     let error = |code: i64, message: &str, data: Value| json!({"jsonrpc": "2.0", "id": call["id"], "error": {"code": code, "message": message, "data": data}});
     if state.unsupported.lock().unwrap().contains(&method) {
         return Ok(error(-32601, "Method not found", Value::Null));
@@ -606,7 +635,15 @@ async fn proxied_call(
             forwarded["method"] = "eth_sendRawTransaction".into();
         }
     }
+    let at_node = |change: i64| {
+        let mut in_flight = state.in_flight.lock().unwrap();
+        let (now, most) = in_flight.entry(method.clone()).or_default();
+        *now = now.saturating_add_signed(change);
+        *most = (*most).max(*now);
+    };
+    at_node(1);
     let answer = forward(upstream, &forwarded).await;
+    at_node(-1);
     if fault == Some(SendFault::Cut) {
         return Err("cut after the send was forwarded");
     }

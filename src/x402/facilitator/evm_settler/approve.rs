@@ -120,7 +120,8 @@ impl Permit2Approval {
         tls: &ClientTls,
         timeout: Duration,
     ) -> Result<Self, ApprovalError> {
-        let rpc = Rpc::new(rpc_url, tls, timeout).map_err(ApprovalError::InvalidRpcUrl)?;
+        let rpc = Rpc::new(rpc_url, tls, timeout, super::DEFAULT_SIMULATION_WINDOW)
+            .map_err(ApprovalError::InvalidRpcUrl)?;
         Ok(Self { rpc, key })
     }
 

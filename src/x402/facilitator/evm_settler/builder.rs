@@ -35,6 +35,10 @@ pub const DEFAULT_GAS_CAP: u64 = 250_000;
 /// wait for receipts.
 pub const DEFAULT_BLOCK_POLL_INTERVAL: Duration = Duration::from_millis(250);
 
+/// Default most simulations (`eth_call`, `eth_estimateGas`) in flight at the
+/// node at once.
+pub const DEFAULT_SIMULATION_WINDOW: usize = 64;
+
 /// Below this many wei the settler warns at start that it may run out of gas money.
 pub const LOW_BALANCE_WEI: u128 = 1_000_000_000_000_000;
 
@@ -67,6 +71,7 @@ pub struct EvmSettlerBuilder {
     rpc_timeout: Duration,
     confirmations: u64,
     gas_cap: u64,
+    simulation_window: usize,
     min_amount: u128,
     nonces: Arc<dyn NonceAllocator>,
     block_poll_interval: Duration,
@@ -100,6 +105,7 @@ impl EvmSettlerBuilder {
             rpc_timeout: DEFAULT_RPC_TIMEOUT,
             confirmations: 0,
             gas_cap: DEFAULT_GAS_CAP,
+            simulation_window: DEFAULT_SIMULATION_WINDOW,
             min_amount: 1,
             nonces: Arc::new(MemoryNonceAllocator::new()),
             block_poll_interval: DEFAULT_BLOCK_POLL_INTERVAL,
@@ -202,6 +208,19 @@ impl EvmSettlerBuilder {
         self
     }
 
+    /// The most simulations (`eth_call`, `eth_estimateGas`) in flight at the
+    /// node at once (default [`DEFAULT_SIMULATION_WINDOW`], at least 1); more
+    /// wait their turn. A node answering hundreds of simulations at once
+    /// shares its CPU among them and answers them all late, so every
+    /// transaction would be sent late too; in turns, the first are sent
+    /// while the rest are simulated (600 at once: 291 in the next block
+    /// against 18). Hosted nodes also cap requests in flight.
+    #[must_use]
+    pub fn with_simulation_window(mut self, simulations: usize) -> Self {
+        self.simulation_window = simulations.max(1);
+        self
+    }
+
     /// The bound on one JSON-RPC call (default 10 s).
     #[must_use]
     pub fn with_rpc_timeout(mut self, timeout: Duration) -> Self {
@@ -223,8 +242,13 @@ impl EvmSettlerBuilder {
             return Err(SettlerError::GasCapTooLow(self.gas_cap));
         }
         let tls = self.tls.unwrap_or_else(ClientTls::webpki_roots);
-        let rpc =
-            Rpc::new(&self.rpc_url, &tls, self.rpc_timeout).map_err(SettlerError::InvalidRpcUrl)?;
+        let rpc = Rpc::new(
+            &self.rpc_url,
+            &tls,
+            self.rpc_timeout,
+            self.simulation_window,
+        )
+        .map_err(SettlerError::InvalidRpcUrl)?;
         let node = rpc
             .chain_id()
             .await

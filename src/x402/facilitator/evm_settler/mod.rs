@@ -101,7 +101,7 @@ use alloy_primitives::{Address, B256, hex, keccak256};
 pub use approve::{ApprovalError, ApprovalPlan, Permit2Approval};
 pub use builder::{
     DEFAULT_BLOCK_POLL_INTERVAL, DEFAULT_GAS_CAP, DEFAULT_RECEIPT_TIMEOUT, DEFAULT_RPC_TIMEOUT,
-    EvmSettlerBuilder, LOW_BALANCE_WEI, StartupReport,
+    DEFAULT_SIMULATION_WINDOW, EvmSettlerBuilder, LOW_BALANCE_WEI, StartupReport,
 };
 pub use error::SettlerError;
 pub use key::SettlerKey;
