@@ -35,8 +35,8 @@ pub const DEFAULT_GAS_CAP: u64 = 250_000;
 /// wait for receipts.
 pub const DEFAULT_BLOCK_POLL_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Default most simulations (`eth_call`, `eth_estimateGas`) in flight at the
-/// node at once.
+/// Default most `eth_call`, and apart most `eth_estimateGas`, in flight at
+/// the node at once.
 pub const DEFAULT_SIMULATION_WINDOW: usize = 64;
 
 /// Below this many wei the settler warns at start that it may run out of gas money.
@@ -208,13 +208,14 @@ impl EvmSettlerBuilder {
         self
     }
 
-    /// The most simulations (`eth_call`, `eth_estimateGas`) in flight at the
-    /// node at once (default [`DEFAULT_SIMULATION_WINDOW`], at least 1); more
-    /// wait their turn. A node answering hundreds of simulations at once
-    /// shares its CPU among them and answers them all late, so every
-    /// transaction would be sent late too; in turns, the first are sent
-    /// while the rest are simulated (600 at once: 291 in the next block
-    /// against 18). Hosted nodes also cap requests in flight.
+    /// The most `eth_call` in flight at the node at once, and apart the most
+    /// `eth_estimateGas` (default [`DEFAULT_SIMULATION_WINDOW`] each, at least
+    /// 1); more wait their turn. A node answering hundreds of simulations at
+    /// once shares its CPU among them and answers them all late, so every
+    /// transaction would be sent late; in turns, the first are sent while the
+    /// rest are simulated (600 at once: 291 in the next block against 18).
+    /// Apart, a settlement's estimate never waits behind the verifications
+    /// queued before it. Hosted nodes also cap requests in flight.
     #[must_use]
     pub fn with_simulation_window(mut self, simulations: usize) -> Self {
         self.simulation_window = simulations.max(1);

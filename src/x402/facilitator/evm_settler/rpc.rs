@@ -172,13 +172,17 @@ pub(super) struct Rpc {
     url: Uri,
     timeout: Duration,
     ids: AtomicU64,
-    /// Turns for simulations: see `with_simulation_window`.
-    simulations: tokio::sync::Semaphore,
+    /// Turns for `eth_call` and for `eth_estimateGas`, apart: a settlement's
+    /// estimate never waits behind verifications queued before it (see
+    /// `with_simulation_window`).
+    calls_window: tokio::sync::Semaphore,
+    estimates_window: tokio::sync::Semaphore,
 }
 
 impl Rpc {
     /// A client of the node at `url` (`http://` or `https://`), trusting
-    /// `tls`'s roots, with at most `simulations` simulations in flight.
+    /// `tls`'s roots, with at most `simulations` calls and as many
+    /// estimates in flight.
     pub(super) fn new(
         url: &str,
         tls: &ClientTls,
@@ -202,7 +206,8 @@ impl Rpc {
             url: uri,
             timeout,
             ids: AtomicU64::new(1),
-            simulations: tokio::sync::Semaphore::new(simulations.max(1)),
+            calls_window: tokio::sync::Semaphore::new(simulations.max(1)),
+            estimates_window: tokio::sync::Semaphore::new(simulations.max(1)),
         })
     }
 
@@ -355,7 +360,7 @@ impl Rpc {
     }
 
     pub(super) async fn eth_call(&self, request: &CallRequest<'_>) -> Result<Vec<u8>, RpcError> {
-        let _turn = self.simulations.acquire().await;
+        let _turn = self.calls_window.acquire().await;
         let result = self
             .call("eth_call", json!([request.json(), "latest"]))
             .await?;
@@ -367,7 +372,7 @@ impl Rpc {
     /// executes the whole pool before every estimate (quadratic under load:
     /// 7 ms of node CPU per settlement with 600 in flight).
     pub(super) async fn estimate_gas(&self, request: &CallRequest<'_>) -> Result<u64, RpcError> {
-        let _turn = self.simulations.acquire().await;
+        let _turn = self.estimates_window.acquire().await;
         let gas = self
             .quantity("eth_estimateGas", json!([request.json(), "latest"]))
             .await?;
