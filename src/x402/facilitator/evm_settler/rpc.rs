@@ -359,8 +359,26 @@ impl Rpc {
         u64::try_from(count).map_err(|_| RpcError::Answer("nonce too large".into()))
     }
 
+    /// A place in `window`, waited for at most the call's own bound: a node
+    /// that stopped answering holds every place, and those queued behind
+    /// must not wait for each in turn.
+    async fn turn<'a>(
+        &self,
+        window: &'a tokio::sync::Semaphore,
+        method: &str,
+    ) -> Result<tokio::sync::SemaphorePermit<'a>, RpcError> {
+        match tokio::time::timeout(self.timeout, window.acquire()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            // The semaphore is never closed.
+            Ok(Err(_)) | Err(_) => Err(RpcError::Timeout(format!(
+                "{method}: no turn at the node within {:?}",
+                self.timeout
+            ))),
+        }
+    }
+
     pub(super) async fn eth_call(&self, request: &CallRequest<'_>) -> Result<Vec<u8>, RpcError> {
-        let _turn = self.calls_window.acquire().await;
+        let _turn = self.turn(&self.calls_window, "eth_call").await?;
         let result = self
             .call("eth_call", json!([request.json(), "latest"]))
             .await?;
@@ -372,7 +390,7 @@ impl Rpc {
     /// executes the whole pool before every estimate (quadratic under load:
     /// 7 ms of node CPU per settlement with 600 in flight).
     pub(super) async fn estimate_gas(&self, request: &CallRequest<'_>) -> Result<u64, RpcError> {
-        let _turn = self.estimates_window.acquire().await;
+        let _turn = self.turn(&self.estimates_window, "eth_estimateGas").await?;
         let gas = self
             .quantity("eth_estimateGas", json!([request.json(), "latest"]))
             .await?;
@@ -632,6 +650,35 @@ mod tests {
         )
         .unwrap();
         assert_eq!(rpc.origin(), "https://node.example");
+    }
+
+    /// A node that stopped answering holds every place in the window: a
+    /// call queued behind gives up after its own bound, not after each call
+    /// ahead of it in turn.
+    #[tokio::test]
+    async fn a_call_waiting_for_its_turn_gives_up_within_its_own_bound() {
+        let timeout = Duration::from_millis(100);
+        let rpc = Rpc::new("http://127.0.0.1:9", &ClientTls::webpki_roots(), timeout, 1).unwrap();
+        let _held = rpc.calls_window.acquire().await.unwrap();
+        let data = [0u8; 4];
+        let call = CallRequest::new(Address::ZERO, Address::ZERO, &data);
+        let answer = rpc.eth_call(&call).await;
+        assert!(
+            matches!(&answer, Err(RpcError::Timeout(detail)) if detail.contains("no turn")),
+            "{answer:?}"
+        );
+        // Estimates take their turns apart: this one reaches the (absent) node.
+        let answer = rpc.estimate_gas(&call).await;
+        assert!(
+            !matches!(&answer, Err(RpcError::Timeout(detail)) if detail.contains("no turn")),
+            "{answer:?}"
+        );
+        let _held = rpc.estimates_window.acquire().await.unwrap();
+        let answer = rpc.estimate_gas(&call).await;
+        assert!(
+            matches!(&answer, Err(RpcError::Timeout(detail)) if detail.contains("no turn")),
+            "{answer:?}"
+        );
     }
 
     #[test]
