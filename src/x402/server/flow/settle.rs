@@ -311,7 +311,8 @@ async fn settle(
 
 /// The `PAYMENT-RESPONSE` value of a settlement.
 pub(crate) fn settle_header(settlement: &SettleResponse) -> Option<HeaderValue> {
-    HeaderValue::from_str(&codec::encode(settlement)).ok()
+    // The encoded text becomes the header's bytes as it is (no copy).
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(codec::encode(settlement).into_bytes())).ok()
 }
 
 /// The settlement a receipt records, for the `PAYMENT-RESPONSE` of a paid replay.
