@@ -91,7 +91,9 @@ impl SettleJob {
             after_lost_answer,
             resolving,
         } = self;
-        let outcome = settle(
+        // Boxed: its future is over 2 KiB, and unboxed it was copied whole
+        // into each future that awaits it, up to the paid request's own.
+        let outcome = Box::pin(settle(
             config,
             &payment,
             claim,
@@ -99,7 +101,7 @@ impl SettleJob {
             &amount,
             after_lost_answer,
             resolving,
-        )
+        ))
         .await;
         (outcome, payment)
     }
