@@ -15,7 +15,8 @@
 #               examples/gateway_presign from the server's own quote), verified
 #               and settled on the development ledger, both extensions off
 # Each case pins the rest as scripts/bench-vs-x402-axum.sh does (memory stores,
-# development ledger, GATEWAY_BAZAAR=off, GATEWAY_PUBLIC_URL set) and runs the
+# development ledger, GATEWAY_BAZAAR=off GATEWAY_UPTO=off GATEWAY_MPP=off,
+# GATEWAY_PUBLIC_URL set) and runs the
 # gateway under callgrind: 200 warm-up requests, the counters zeroed
 # (callgrind_control -z), N requests, the counters dumped. Per request is the
 # dump's total over N; below it, per function, its inclusive counts over N
@@ -91,7 +92,7 @@ run() { # case -> the path of the dump of its N requests
   local out="$work/$case.out"
   env -u GATEWAY_REDIS_URL -u GATEWAY_FACILITATOR_URL -u GATEWAY_EVM_RPC_URL -u GATEWAY_SETTLER_KEY_FILE \
     -u GATEWAY_FAULTS -u GATEWAY_MAX_TIMEOUT_SECS -u GATEWAY_SIWX_KEY_FILE \
-    "${extensions[@]}" GATEWAY_BAZAAR=off GATEWAY_LISTEN="127.0.0.1:$port" \
+    "${extensions[@]}" GATEWAY_BAZAAR=off GATEWAY_UPTO=off GATEWAY_MPP=off GATEWAY_LISTEN="127.0.0.1:$port" \
     GATEWAY_PUBLIC_URL="http://127.0.0.1:$port" GATEWAY_DRAIN_SECS=5 \
     GATEWAY_FREE_PER_MINUTE=4194303 GATEWAY_FREE_PER_HOUR=4194303 RUST_LOG=warn \
     valgrind --tool=callgrind --callgrind-out-file="$out" "$gateway_bin" >"$work/gateway.log" 2>&1 &

@@ -208,6 +208,18 @@ where
 
 type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 
+/// How a request's key is found.
+#[derive(Clone)]
+enum Key {
+    /// `"METHOD /path"`, looked up without building a `String`.
+    Route,
+    /// The caller's function.
+    Of(KeyFn),
+}
+
+/// Longest `"METHOD /path"` looked up from the stack; a longer one is built.
+const ROUTE_KEY_BYTES: usize = 256;
+
 /// A fixed table of prices, keyed by route or by a value in the extensions.
 ///
 /// A key that is missing from the table, or a request that has no key, gets
@@ -217,14 +229,18 @@ type KeyFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 pub struct PriceTable {
     /// Keys the server wrote; a request only looks one up, so no SipHash.
     prices: HashMap<String, Price, foldhash::fast::RandomState>,
-    key: KeyFn,
+    key: Key,
     fallback: Price,
 }
 
 impl PriceTable {
     /// Keys are `"METHOD /path"`, e.g. `"POST /v1/chat/completions"`.
     pub fn by_route() -> Self {
-        Self::by_key(|parts| Some([parts.method.as_str(), " ", parts.uri.path()].concat()))
+        Self {
+            prices: HashMap::default(),
+            key: Key::Route,
+            fallback: Price::Free,
+        }
     }
 
     /// Keys are the string form of a `T` an earlier layer put in the extensions.
@@ -247,7 +263,7 @@ impl PriceTable {
     {
         Self {
             prices: HashMap::default(),
-            key: Arc::new(key),
+            key: Key::Of(Arc::new(key)),
             fallback: Price::Free,
         }
     }
@@ -274,9 +290,27 @@ impl PriceTable {
 
 impl Pricing for PriceTable {
     fn price(&self, request: &Parts) -> Result<Price, PriceRefusal> {
-        Ok((self.key)(request)
-            .and_then(|key| self.prices.get(&key).copied())
-            .unwrap_or(self.fallback))
+        let price = match &self.key {
+            Key::Route => {
+                let (method, path) = (request.method.as_str(), request.uri.path());
+                let len = method.len() + 1 + path.len();
+                let mut buffer = [0u8; ROUTE_KEY_BYTES];
+                if len <= ROUTE_KEY_BYTES {
+                    buffer[..method.len()].copy_from_slice(method.as_bytes());
+                    buffer[method.len()] = b' ';
+                    buffer[method.len() + 1..len].copy_from_slice(path.as_bytes());
+                    // Two strings and a space: UTF-8 still.
+                    std::str::from_utf8(&buffer[..len])
+                        .ok()
+                        .and_then(|key| self.prices.get(key))
+                        .copied()
+                } else {
+                    self.prices.get(&[method, " ", path].concat()).copied()
+                }
+            }
+            Key::Of(key) => key(request).and_then(|key| self.prices.get(&key).copied()),
+        };
+        Ok(price.unwrap_or(self.fallback))
     }
 }
 

@@ -41,7 +41,7 @@
 //! ```
 
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use alloy_primitives::{Address, B256};
 
@@ -65,7 +65,8 @@ use crate::x402::wire::types::{AtomicAmount, Network};
 pub struct AuthorizationKey {
     network: Network,
     evm: Option<(Address, B256)>,
-    text: String,
+    /// Shared: a key is cloned into the claim and the stores, per request.
+    text: Arc<str>,
     digest: KeyDigest,
 }
 
@@ -87,7 +88,7 @@ impl AuthorizationKey {
         Self::with_text(network, None, text)
     }
 
-    fn with_text(network: &Network, evm: Option<(Address, B256)>, text: String) -> Self {
+    fn with_text(network: &Network, evm: Option<(Address, B256)>, text: Arc<str>) -> Self {
         let digest = local_digest(text.as_bytes());
         Self {
             network: network.clone(),
@@ -125,11 +126,26 @@ impl AuthorizationKey {
 }
 
 /// `network/payer/0x{nonce}`, lowercase.
-fn key_text(network: &Network, payer: &str, nonce: &[u8; 32]) -> String {
+fn key_text(network: &Network, payer: &str, nonce: &[u8; 32]) -> Arc<str> {
     let mut nonce_hex = alloy_primitives::hex::Buffer::<32, true>::new();
-    let mut text = [network.as_str(), "/", payer, "/", nonce_hex.format(nonce)].concat();
-    text.make_ascii_lowercase();
-    text
+    let parts = [network.as_str(), "/", payer, "/", nonce_hex.format(nonce)];
+    // Joined on the stack (a network id is at most 128 bytes): the shared
+    // text is the key's one allocation.
+    let mut stack = [0u8; 256];
+    let len: usize = parts.iter().map(|part| part.len()).sum();
+    let Some(joined) = stack.get_mut(..len) else {
+        let mut text = parts.concat();
+        text.make_ascii_lowercase();
+        return text.into();
+    };
+    let mut rest = &mut joined[..];
+    for part in parts {
+        let (head, tail) = rest.split_at_mut(part.len());
+        head.copy_from_slice(part.as_bytes());
+        rest = tail;
+    }
+    joined.make_ascii_lowercase();
+    Arc::from(std::str::from_utf8(joined).expect("joined strs, lowercased, are UTF-8"))
 }
 
 impl PartialEq for AuthorizationKey {

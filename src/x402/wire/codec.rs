@@ -77,26 +77,38 @@ impl std::error::Error for DecodeError {}
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> String {
     // The x402 types are strings, numbers and maps with string keys, which
     // always serialise; an empty object stands in for the impossible failure.
-    let json = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
+    // A settlement or a payment is a few hundred bytes: one allocation, no regrowth.
+    let mut json = Vec::with_capacity(512);
+    if serde_json::to_writer(&mut json, value).is_err() {
+        json = b"{}".to_vec();
+    }
     base64_simd::STANDARD.encode_to_string(json)
 }
+
+/// Decoded JSON up to this long is decoded into the stack: a payment is
+/// about 1.1 KiB.
+const STACK_JSON_BYTES: usize = 4096;
 
 /// Decodes a header value into `T`.
 pub fn decode<T: DeserializeOwned>(raw: &[u8]) -> Result<T, DecodeError> {
     if raw.len() > MAX_HEADER_BYTES {
         return Err(DecodeError::TooLong { len: raw.len() });
     }
-    let json = decode_base64(raw.trim_ascii()).ok_or(DecodeError::NotBase64)?;
-    if !depth_within(&json, MAX_JSON_DEPTH) {
-        return Err(DecodeError::TooDeep);
-    }
-    serde_json::from_slice(&json).map_err(|error| DecodeError::Json(error.to_string()))
+    let parse = |json: &[u8]| {
+        if !depth_within(json, MAX_JSON_DEPTH) {
+            return Err(DecodeError::TooDeep);
+        }
+        serde_json::from_slice(json).map_err(|error| DecodeError::Json(error.to_string()))
+    };
+    with_decoded_base64(raw.trim_ascii(), parse).ok_or(DecodeError::NotBase64)?
 }
 
 /// Standard or URL-safe base64 with its padding, some of it, or none;
-/// the last character's unused bits must be zero. base64-simd decodes with
-/// AVX2 or SSSE3 where the CPU has them: a payment header is about 1 KiB.
-fn decode_base64(text: &[u8]) -> Option<Vec<u8>> {
+/// the last character's unused bits must be zero, then `then` of the bytes.
+/// base64-simd decodes with AVX2 or SSSE3 where the CPU has them; a payment
+/// header (about 1.5 KiB) is decoded into the stack, not a new `Vec`.
+fn with_decoded_base64<R>(text: &[u8], then: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    use base64_simd::{Out, STANDARD_NO_PAD, URL_SAFE_NO_PAD};
     let unpadded = text
         .strip_suffix(b"==")
         .or_else(|| text.strip_suffix(b"="))
@@ -106,10 +118,23 @@ fn decode_base64(text: &[u8]) -> Option<Vec<u8>> {
     if padding > 0 && !matches!((unpadded.len() % 4, padding), (2, 1 | 2) | (3, 1)) {
         return None;
     }
-    base64_simd::STANDARD_NO_PAD
-        .decode_to_vec(unpadded)
-        .or_else(|_| base64_simd::URL_SAFE_NO_PAD.decode_to_vec(unpadded))
-        .ok()
+    // The decoded length does not depend on the alphabet.
+    if STANDARD_NO_PAD.decoded_length(unpadded).ok()? > STACK_JSON_BYTES {
+        let decoded = STANDARD_NO_PAD
+            .decode_to_vec(unpadded)
+            .or_else(|_| URL_SAFE_NO_PAD.decode_to_vec(unpadded))
+            .ok()?;
+        return Some(then(&decoded));
+    }
+    // Written before it is read: no zeroing.
+    let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); STACK_JSON_BYTES];
+    let decoded = match STANDARD_NO_PAD.decode(unpadded, Out::from_uninit_slice(&mut stack)) {
+        Ok(decoded) => decoded,
+        Err(_) => URL_SAFE_NO_PAD
+            .decode(unpadded, Out::from_uninit_slice(&mut stack))
+            .ok()?,
+    };
+    Some(then(decoded))
 }
 
 /// Whether the JSON text nests at most `max` arrays/objects deep; a scan, no parse.
@@ -285,7 +310,7 @@ mod tests {
         ]);
         for form in forms {
             assert_eq!(
-                decode_base64(&form),
+                with_decoded_base64(&form, <[u8]>::to_vec),
                 reference(&form),
                 "{}",
                 String::from_utf8_lossy(&form)

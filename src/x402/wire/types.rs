@@ -48,6 +48,29 @@ impl fmt::Display for ValueError {
 
 impl std::error::Error for ValueError {}
 
+/// Reads a JSON string and hands it to `parse` without copying it: serde's
+/// `Cow<str>` (and `String`) always allocates, once per field per payment.
+pub(crate) fn read_str<'de, D, T>(
+    deserializer: D,
+    expecting: &'static str,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    struct Text<F>(&'static str, F);
+    impl<T, F: FnOnce(&str) -> Result<T, String>> serde::de::Visitor<'_> for Text<F> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<T, E> {
+            (self.1)(text).map_err(E::custom)
+        }
+    }
+    deserializer.deserialize_str(Text(expecting, parse))
+}
+
 /// A CAIP-2 chain id such as `eip155:84532`.
 ///
 /// Shared text: every offer, receipt and settlement of a payment names its
@@ -74,7 +97,18 @@ impl Network {
                 .split_once(':')
                 .is_some_and(|(ns, reference)| !ns.is_empty() && !reference.is_empty());
         if valid {
-            Ok(Self(text.into()))
+            // The networks the embedded offers name share one text: a payment
+            // names its network, and this is read for every one.
+            static KNOWN: std::sync::LazyLock<[Network; 2]> = std::sync::LazyLock::new(|| {
+                [
+                    Network(Network::BASE_SEPOLIA.into()),
+                    Network(Network::BASE.into()),
+                ]
+            });
+            match KNOWN.iter().find(|known| *known.0 == *text) {
+                Some(known) => Ok(known.clone()),
+                None => Ok(Self(text.into())),
+            }
         } else {
             Err(ValueError::Network(text.to_owned()))
         }
@@ -82,12 +116,12 @@ impl Network {
 
     /// Base Sepolia (`eip155:84532`).
     pub fn base_sepolia() -> Self {
-        Self(Self::BASE_SEPOLIA.into())
+        Self::parse(Self::BASE_SEPOLIA).expect("a CAIP-2 id")
     }
 
     /// Base mainnet (`eip155:8453`).
     pub fn base() -> Self {
-        Self(Self::BASE.into())
+        Self::parse(Self::BASE).expect("a CAIP-2 id")
     }
 
     /// The id as written.
@@ -110,8 +144,9 @@ impl fmt::Display for Network {
 
 impl<'de> Deserialize<'de> for Network {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        Self::parse(&text).map_err(serde::de::Error::custom)
+        read_str(deserializer, "a CAIP-2 network id", |text| {
+            Self::parse(text).map_err(|error| error.to_string())
+        })
     }
 }
 
@@ -186,8 +221,9 @@ impl Serialize for AtomicAmount {
 
 impl<'de> Deserialize<'de> for AtomicAmount {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
+        read_str(deserializer, "a decimal string", |text| {
+            text.parse().map_err(|error: ValueError| error.to_string())
+        })
     }
 }
 
@@ -482,17 +518,18 @@ pub struct Eip3009Authorization {
 
 /// Unix seconds as decimal strings, as EIP-3009 authorizations carry them.
 mod decimal_u64 {
-    use serde::{Deserialize, Deserializer, Serializer};
+    use serde::{Deserializer, Serializer};
 
     pub(super) fn serialize<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(value)
     }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        super::parse_plain_decimal(&text)
-            .and_then(|n| u64::try_from(n).ok())
-            .ok_or_else(|| serde::de::Error::custom("not a decimal unix time"))
+        super::read_str(deserializer, "a decimal string", |text| {
+            super::parse_plain_decimal(text)
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or_else(|| "not a decimal unix time".to_owned())
+        })
     }
 }
 

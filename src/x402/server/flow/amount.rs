@@ -25,10 +25,14 @@ use crate::x402::wire::types::{AtomicAmount, PaymentRequirements, SCHEME_UPTO, U
 /// As an axum extractor it answers 500 when missing (the route is not
 /// behind `X402Layer`, or it was free).
 #[derive(Clone, Debug, Default)]
-pub struct SettleAmount(
-    Arc<Mutex<Option<Named>>>,
-    Arc<Mutex<Option<Map<String, Value>>>>,
-);
+pub struct SettleAmount(Arc<Slots>);
+
+/// What the service named, in one allocation per paid request.
+#[derive(Debug, Default)]
+struct Slots {
+    amount: Mutex<Option<Named>>,
+    usage: Mutex<Option<Map<String, Value>>>,
+}
 
 /// What the service named.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,14 +47,14 @@ impl SettleAmount {
     /// Names the amount to settle in the asset's atomic units, fee included
     /// (the last call wins).
     pub fn set(&self, amount: AtomicAmount) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Named::Units(amount));
+        *self.0.amount.lock().unwrap_or_else(PoisonError::into_inner) = Some(Named::Units(amount));
     }
 
     /// Names what the answer cost in USD, before the layer's flat fee: the
     /// flow adds the fee and converts to the offer's units, rounded up (the
     /// one place the fee meets a price stays the layer's). The last call wins.
     pub fn set_usd(&self, price: UsdAmount) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Named::Usd(price));
+        *self.0.amount.lock().unwrap_or_else(PoisonError::into_inner) = Some(Named::Usd(price));
     }
 
     /// What the metered amount was for (e.g. a model's tokens and unit
@@ -61,19 +65,20 @@ impl SettleAmount {
     /// `input_usd_per_million`, `output_usd_per_million` (decimal text) is
     /// signed too (`walletgate-usage`).
     pub fn set_usage(&self, usage: Map<String, Value>) {
-        *self.1.lock().unwrap_or_else(PoisonError::into_inner) = Some(usage);
+        *self.0.usage.lock().unwrap_or_else(PoisonError::into_inner) = Some(usage);
     }
 
     /// The usage statement named, if any.
     pub(crate) fn usage(&self) -> Option<Map<String, Value>> {
-        self.1
+        self.0
+            .usage
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
     fn named(&self) -> Option<Named> {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        *self.0.amount.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

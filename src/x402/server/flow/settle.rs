@@ -91,7 +91,9 @@ impl SettleJob {
             after_lost_answer,
             resolving,
         } = self;
-        let outcome = settle(
+        // Boxed: its future is over 2 KiB, and unboxed it was copied whole
+        // into each future that awaits it, up to the paid request's own.
+        let outcome = Box::pin(settle(
             config,
             &payment,
             claim,
@@ -99,7 +101,7 @@ impl SettleJob {
             &amount,
             after_lost_answer,
             resolving,
-        )
+        ))
         .await;
         (outcome, payment)
     }
@@ -311,7 +313,8 @@ async fn settle(
 
 /// The `PAYMENT-RESPONSE` value of a settlement.
 pub(crate) fn settle_header(settlement: &SettleResponse) -> Option<HeaderValue> {
-    HeaderValue::from_str(&codec::encode(settlement)).ok()
+    // The encoded text becomes the header's bytes as it is (no copy).
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(codec::encode(settlement).into_bytes())).ok()
 }
 
 /// The settlement a receipt records, for the `PAYMENT-RESPONSE` of a paid replay.
