@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use alloy_primitives::Address;
 use http::StatusCode;
@@ -20,8 +21,10 @@ use crate::envelope::{DataApiRejection, data_api_rejection};
 pub struct WalletClaims {
     wallet: Address,
     scopes: ScopeSet,
-    token_id: String,
-    pat_id: String,
+    // Shared, not owned: a verified-token cache hit clones the claims on
+    // every request, and a clone is then two counts, not two allocations.
+    token_id: Arc<str>,
+    pat_id: Arc<str>,
     issued_at_unix_secs: u64,
     expires_at_unix_secs: u64,
 }
@@ -38,8 +41,8 @@ impl WalletClaims {
         Self {
             wallet,
             scopes,
-            token_id,
-            pat_id,
+            token_id: token_id.into(),
+            pat_id: pat_id.into(),
             issued_at_unix_secs,
             expires_at_unix_secs,
         }
