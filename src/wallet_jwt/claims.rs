@@ -20,9 +20,10 @@ use crate::envelope::{DataApiRejection, data_api_rejection};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WalletClaims {
     wallet: Address,
-    scopes: ScopeSet,
     // Shared, not owned: a verified-token cache hit clones the claims on
-    // every request, and a clone is then two counts, not two allocations.
+    // every request (and the extractor again), and a clone is then three
+    // counts, not three allocations.
+    scopes: Arc<ScopeSet>,
     token_id: Arc<str>,
     pat_id: Arc<str>,
     issued_at_unix_secs: u64,
@@ -40,7 +41,7 @@ impl WalletClaims {
     ) -> Self {
         Self {
             wallet,
-            scopes,
+            scopes: Arc::new(scopes),
             token_id: token_id.into(),
             pat_id: pat_id.into(),
             issued_at_unix_secs,
