@@ -52,8 +52,11 @@ exec > >(tee "$raw") 2>&1
 . scripts/load/data_api.sh
 # shellcheck source=load/server.sh
 . scripts/load/server.sh
-[ -n "${DATA_API_BIN:-}" ] \
-  || echo "building (release, nice -n 15): the data_api example at $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (with local changes)')"
+if [ -n "${DATA_API_BIN:-}" ]; then
+  echo "measuring DATA_API_BIN=$DATA_API_BIN"
+else
+  echo "building (release, nice -n 15): the data_api example at $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (with local changes)')"
+fi
 data_api_binary
 work=$(mktemp -d)
 cleanup() {
