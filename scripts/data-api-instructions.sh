@@ -22,20 +22,9 @@ cd "$(dirname "$0")/.."
 count=${1:-2000}
 warm=200
 command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install -y valgrind" >&2; exit 1; }
-[ -d tests/interop/dev-jwt/node_modules/viem ] \
-  || npm ci --prefix tests/interop/dev-jwt --no-audit --no-fund --loglevel=error >&2
-
-data_api_bin=${DATA_API_BIN:-}
-if [ -z "$data_api_bin" ]; then
-  features=$(python3 -c '
-import tomllib
-manifest = tomllib.load(open("Cargo.toml", "rb"))
-example = next(e for e in manifest["example"] if e["name"] == "data_api")
-print(",".join(example["required-features"]))
-')
-  nice -n 15 cargo build --quiet --release --features "$features" --example data_api
-  data_api_bin=${CARGO_TARGET_DIR:-target}/release/examples/data_api
-fi
+# shellcheck source=load/data_api.sh
+. scripts/load/data_api.sh
+data_api_binary
 work=$(mktemp -d)
 server=""
 cleanup() {
@@ -44,23 +33,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-base="http://127.0.0.1:$port"
-api_key=$(python3 -c 'import secrets; print("bench_" + secrets.token_hex(16))')
-# Public Hardhat/Anvil account #0, the key login.mjs signs in with by default.
-wallet=0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266
 out="$work/data_api.out"
-env -u DATA_API_REDIS_URL -u DATA_API_JWKS_URL DATA_API_LISTEN="127.0.0.1:$port" DATA_API_KEY="$api_key" \
-  DATA_API_KEY_PER_MINUTE=1000000000 DATA_API_ACCESS_LOG="$work/access.log" RUST_LOG=info \
-  valgrind --tool=callgrind --callgrind-out-file="$out" "$data_api_bin" >"$work/data_api.log" 2>&1 &
-server=$!
-for _ in $(seq 600); do
-  curl -fs -o /dev/null "$base/healthz" && break
-  kill -0 "$server" 2>/dev/null || { cat "$work/data_api.log" >&2; exit 1; }
-  sleep 0.1
-done
-DATA_API_URL=$base DATA_API_KEY=$api_key DEV_JWT_FILE="$work/jwt" SCOPES="read:favorites read:wallets" \
-  node tests/interop/dev-jwt/login.mjs >/dev/null
+data_api_start "$work" valgrind --tool=callgrind --callgrind-out-file="$out"
+data_api_login "$work"
 
 send() { # case count
   API_KEY=$api_key JWT_FILE="$work/jwt" python3 - "$1" "$2" "$port" "$wallet" <<'PY'

@@ -8,7 +8,8 @@ use std::collections::HashMap;
 
 use alloy_primitives::Address;
 use rmcp::schemars::{self, JsonSchema};
-use serde::Serialize;
+use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
 
 use crate::wire::schema;
 
@@ -66,6 +67,40 @@ pub(crate) struct Collection {
     pub(crate) contract: String,
 }
 
+/// One favorite as the store keeps it: the item and its JSON, written once
+/// when it is added. A page is then its items' JSON side by side: serde_json
+/// escaping every string of every item on every request was most of what a
+/// page cost.
+#[derive(Debug)]
+pub(crate) struct Favorite {
+    nft: Nft,
+    json: Box<RawValue>,
+}
+
+impl Favorite {
+    fn new(nft: Nft) -> Self {
+        let json = serde_json::value::to_raw_value(&nft)
+            .expect("an Nft is strings and booleans: it always serializes");
+        Self { nft, json }
+    }
+}
+
+/// Its JSON is the item's, by construction.
+impl PartialEq for Favorite {
+    fn eq(&self, other: &Self) -> bool {
+        self.nft == other.nft
+    }
+}
+
+impl Eq for Favorite {}
+
+/// As the item's JSON, written once: the same bytes as serializing the item.
+impl Serialize for Favorite {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.json.serialize(serializer)
+    }
+}
+
 /// One page of favorites, borrowed from the store: serialized where it is
 /// made, never copied (a copy of each item and its drop cost a page about a
 /// third of what serializing it does).
@@ -73,7 +108,8 @@ pub(crate) struct Collection {
 #[schemars(rename = "FavoritesPage")]
 pub(crate) struct Page<'a> {
     /// The items.
-    pub(crate) nfts: &'a [Nft],
+    #[schemars(with = "Vec<Nft>")]
+    pub(crate) nfts: &'a [Favorite],
     /// Cursor for the next page (pass as `after`); absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "String")]
@@ -117,10 +153,10 @@ pub(crate) fn checked_limit(requested: Option<i64>) -> Result<u32, PageError> {
 /// Favorites per wallet, in memory.
 #[derive(Debug, Default)]
 pub(crate) struct Favorites {
-    by_wallet: HashMap<Address, Vec<Nft>>,
+    by_wallet: HashMap<Address, Vec<Favorite>>,
 }
 
-fn cursor_of(nft: &Nft) -> String {
+fn cursor_of(Favorite { nft, .. }: &Favorite) -> String {
     // Opaque to clients, but stable: the hex of the last item's key.
     let key = format!("{}:{}", nft.contract, nft.identifier);
     alloy_primitives::hex::encode(key)
@@ -129,7 +165,10 @@ fn cursor_of(nft: &Nft) -> String {
 impl Favorites {
     /// Adds a favorite for `wallet`.
     pub(crate) fn add(&mut self, wallet: Address, nft: Nft) {
-        self.by_wallet.entry(wallet).or_default().push(nft);
+        self.by_wallet
+            .entry(wallet)
+            .or_default()
+            .push(Favorite::new(nft));
     }
 
     /// The page after `after` (or the first), at most `limit` items.
@@ -162,7 +201,7 @@ impl Favorites {
             .by_wallet
             .values()
             .flatten()
-            .map(|nft| Collection {
+            .map(|Favorite { nft, .. }| Collection {
                 collection: nft.collection.clone(),
                 contract: nft.contract.clone(),
             })
@@ -218,7 +257,7 @@ mod tests {
         let mut after = None;
         for _ in 0..10 {
             let page = favorites.page(WALLET, 3, after.as_deref()).unwrap();
-            seen.extend(page.nfts.iter().map(|nft| nft.identifier.clone()));
+            seen.extend(page.nfts.iter().map(|item| item.nft.identifier.clone()));
             match page.next {
                 Some(next) => after = Some(next),
                 None => break,
@@ -259,6 +298,34 @@ mod tests {
             .map(|collection| collection.collection)
             .collect();
         assert_eq!(slugs, ["art-blocks-curated", "azuki", "pudgy-penguins"]);
+    }
+
+    /// A page's bytes are those of its items serialized on the spot.
+    #[test]
+    fn a_page_serializes_as_its_items_would() {
+        #[derive(Serialize)]
+        struct Expected<'a> {
+            nfts: Vec<&'a Nft>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            next: Option<&'a str>,
+        }
+        let mut favorites = Favorites::default();
+        favorites.seed(WALLET, 3);
+        for limit in [2, 3] {
+            let page = favorites.page(WALLET, limit, None).unwrap();
+            let expected = Expected {
+                nfts: page.nfts.iter().map(|item| &item.nft).collect(),
+                next: page.next.as_deref(),
+            };
+            assert_eq!(
+                serde_json::to_string(&page).unwrap(),
+                serde_json::to_string(&expected).unwrap()
+            );
+            assert_eq!(
+                serde_json::to_value(&page).unwrap(),
+                serde_json::to_value(&expected).unwrap()
+            );
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use alloy_primitives::Address;
 use http::StatusCode;
@@ -19,9 +20,12 @@ use crate::envelope::{DataApiRejection, data_api_rejection};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WalletClaims {
     wallet: Address,
-    scopes: ScopeSet,
-    token_id: String,
-    pat_id: String,
+    // Shared, not owned: a verified-token cache hit clones the claims on
+    // every request (and the extractor again), and a clone is then three
+    // counts, not three allocations.
+    scopes: Arc<ScopeSet>,
+    token_id: Arc<str>,
+    pat_id: Arc<str>,
     issued_at_unix_secs: u64,
     expires_at_unix_secs: u64,
 }
@@ -37,9 +41,9 @@ impl WalletClaims {
     ) -> Self {
         Self {
             wallet,
-            scopes,
-            token_id,
-            pat_id,
+            scopes: Arc::new(scopes),
+            token_id: token_id.into(),
+            pat_id: pat_id.into(),
             issued_at_unix_secs,
             expires_at_unix_secs,
         }

@@ -284,11 +284,12 @@ impl JwtVerifier {
         self
     }
 
-    /// Remembers up to `capacity` verified tokens (keyed by a SHA-256 of
-    /// the whole token, each until its `exp`), so a repeated token skips
-    /// the signature check in [`authenticate`](Self::authenticate). A hit
-    /// still consults the revocation list; removing a key forgets what it
-    /// verified. `0` turns the cache off.
+    /// Remembers up to `capacity` verified tokens (keyed by the whole token,
+    /// matched exactly; each until its `exp`; tokens over 4 KiB are not
+    /// kept), so a repeated token skips the signature check in
+    /// [`authenticate`](Self::authenticate). A hit still consults the
+    /// revocation list; removing a key forgets what it verified. `0` turns
+    /// the cache off.
     #[must_use]
     pub fn with_cache(mut self, capacity: usize) -> Self {
         self.cache = (capacity > 0).then(|| Arc::new(VerifiedCache::new(capacity)));
