@@ -192,7 +192,7 @@ mod tests {
     async fn two_processes_sharing_redis_never_take_one_nonce_twice() {
         for config in configs("settler-nonces-shared") {
             // Two connections: two replicas of one settler key.
-            let replicas = [
+            let replicas: [Arc<dyn NonceAllocator>; 2] = [
                 Arc::new(RedisNonceAllocator::new(
                     RedisConnection::open(&config).unwrap(),
                 )),
@@ -201,19 +201,10 @@ mod tests {
                 )),
             ];
             let account = Address::repeat_byte(0x42);
-            replicas[0].seed(account, 100).await.unwrap();
-            let takers: Vec<_> = (0..40)
-                .map(|n| {
-                    let allocator = replicas[n % 2].clone();
-                    tokio::spawn(async move { allocator.take(account).await.unwrap().unwrap() })
-                })
-                .collect();
-            let mut nonces = Vec::new();
-            for taker in takers {
-                nonces.push(taker.await.unwrap());
-            }
-            nonces.sort_unstable();
-            assert_eq!(nonces, (100..140).collect::<Vec<_>>());
+            crate::x402::facilitator::evm_settler::nonce_allocator_concurrent_takes(
+                &replicas, account, 100, 40,
+            )
+            .await;
             // One replica's refused send is the other's to take.
             replicas[0].give_back(account, 117).await.unwrap();
             assert_eq!(replicas[1].take(account).await.unwrap(), Some(117));

@@ -15,6 +15,7 @@ pub(crate) mod entitlements;
 mod extensions;
 mod flow;
 mod future;
+mod joined;
 pub(crate) mod layer;
 pub mod mcp;
 #[cfg(feature = "mpp")]

@@ -65,6 +65,7 @@ use std::sync::Arc;
 
 use http::request::Parts;
 
+use super::joined::with_joined;
 use crate::envelope::{ErrorCode, GatewayError};
 use crate::x402::wire::types::{UsdAmount, ValueError};
 
@@ -217,9 +218,6 @@ enum Key {
     Of(KeyFn),
 }
 
-/// Longest `"METHOD /path"` looked up from the stack; a longer one is built.
-const ROUTE_KEY_BYTES: usize = 256;
-
 /// A fixed table of prices, keyed by route or by a value in the extensions.
 ///
 /// A key that is missing from the table, or a request that has no key, gets
@@ -292,21 +290,8 @@ impl Pricing for PriceTable {
     fn price(&self, request: &Parts) -> Result<Price, PriceRefusal> {
         let price = match &self.key {
             Key::Route => {
-                let (method, path) = (request.method.as_str(), request.uri.path());
-                let len = method.len() + 1 + path.len();
-                let mut buffer = [0u8; ROUTE_KEY_BYTES];
-                if len <= ROUTE_KEY_BYTES {
-                    buffer[..method.len()].copy_from_slice(method.as_bytes());
-                    buffer[method.len()] = b' ';
-                    buffer[method.len() + 1..len].copy_from_slice(path.as_bytes());
-                    // Two strings and a space: UTF-8 still.
-                    std::str::from_utf8(&buffer[..len])
-                        .ok()
-                        .and_then(|key| self.prices.get(key))
-                        .copied()
-                } else {
-                    self.prices.get(&[method, " ", path].concat()).copied()
-                }
+                let route = [request.method.as_str(), " ", request.uri.path()];
+                with_joined(&route, |key| self.prices.get(&*key).copied())
             }
             Key::Of(key) => key(request).and_then(|key| self.prices.get(&key).copied()),
         };

@@ -45,6 +45,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use alloy_primitives::{Address, B256};
 
+use super::joined::with_joined;
 use super::receipt::PaymentReceipt;
 use crate::clock::SharedClock;
 use crate::store::BoxFuture;
@@ -129,23 +130,11 @@ impl AuthorizationKey {
 fn key_text(network: &Network, payer: &str, nonce: &[u8; 32]) -> Arc<str> {
     let mut nonce_hex = alloy_primitives::hex::Buffer::<32, true>::new();
     let parts = [network.as_str(), "/", payer, "/", nonce_hex.format(nonce)];
-    // Joined on the stack (a network id is at most 128 bytes): the shared
-    // text is the key's one allocation.
-    let mut stack = [0u8; 256];
-    let len: usize = parts.iter().map(|part| part.len()).sum();
-    let Some(joined) = stack.get_mut(..len) else {
-        let mut text = parts.concat();
+    // Joined on the stack: the shared text is the key's one allocation.
+    with_joined(&parts, |text| {
         text.make_ascii_lowercase();
-        return text.into();
-    };
-    let mut rest = &mut joined[..];
-    for part in parts {
-        let (head, tail) = rest.split_at_mut(part.len());
-        head.copy_from_slice(part.as_bytes());
-        rest = tail;
-    }
-    joined.make_ascii_lowercase();
-    Arc::from(std::str::from_utf8(joined).expect("joined strs, lowercased, are UTF-8"))
+        Arc::from(&*text)
+    })
 }
 
 impl PartialEq for AuthorizationKey {

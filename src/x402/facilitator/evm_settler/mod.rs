@@ -106,7 +106,9 @@ pub use builder::{
 pub use error::SettlerError;
 pub use key::SettlerKey;
 #[cfg(all(test, feature = "redis"))]
-pub(crate) use nonce::contract::run as nonce_allocator_contract;
+pub(crate) use nonce::contract::{
+    concurrent_takes as nonce_allocator_concurrent_takes, run as nonce_allocator_contract,
+};
 pub use nonce::{MemoryNonceAllocator, NonceAllocator};
 #[cfg(all(test, feature = "redis"))]
 pub(crate) use records::tests::{contract as records_contract, sample as sample_record};

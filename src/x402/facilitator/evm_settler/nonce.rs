@@ -165,6 +165,29 @@ pub(crate) mod contract {
         // Accounts are apart.
         assert_eq!(allocator.take(Address::ZERO).await.unwrap(), None);
     }
+
+    /// `count` takes at once, spread over `allocators` (replicas sharing one
+    /// store, or one allocator): every nonce from `from` on, each once.
+    pub(crate) async fn concurrent_takes(
+        allocators: &[std::sync::Arc<dyn NonceAllocator>],
+        account: Address,
+        from: u64,
+        count: usize,
+    ) {
+        allocators[0].seed(account, from).await.unwrap();
+        let takers: Vec<_> = (0..count)
+            .map(|n| {
+                let allocator = allocators[n % allocators.len()].clone();
+                tokio::spawn(async move { allocator.take(account).await.unwrap().unwrap() })
+            })
+            .collect();
+        let mut nonces = Vec::new();
+        for taker in takers {
+            nonces.push(taker.await.unwrap());
+        }
+        nonces.sort_unstable();
+        assert_eq!(nonces, (from..from + count as u64).collect::<Vec<_>>());
+    }
 }
 
 #[cfg(test)]
@@ -180,20 +203,7 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_takes_never_share_a_nonce() {
-        let allocator = Arc::new(MemoryNonceAllocator::new());
-        let account = Address::repeat_byte(1);
-        allocator.seed(account, 0).await.unwrap();
-        let takers: Vec<_> = (0..64)
-            .map(|_| {
-                let allocator = allocator.clone();
-                tokio::spawn(async move { allocator.take(account).await.unwrap().unwrap() })
-            })
-            .collect();
-        let mut nonces = Vec::new();
-        for taker in takers {
-            nonces.push(taker.await.unwrap());
-        }
-        nonces.sort_unstable();
-        assert_eq!(nonces, (0..64).collect::<Vec<_>>());
+        let allocator: Arc<dyn NonceAllocator> = Arc::new(MemoryNonceAllocator::new());
+        contract::concurrent_takes(&[allocator], Address::repeat_byte(1), 0, 64).await;
     }
 }
