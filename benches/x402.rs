@@ -507,12 +507,17 @@ fn interleaved_ratio(spec: &str) {
     );
 }
 
-/// The floor `X402_FLOOR` names: `fresh` (4,096 payments in turn) or, by
-/// default, one payment again and again.
+/// The floor `X402_FLOOR` names: `fresh` (4,096 payments in turn), `fresh:N`
+/// (N in turn: how many distinct signatures it takes before a recovery slows
+/// down), or, by default, one payment again and again.
 fn floor_of_env() -> Floor {
-    match std::env::var("X402_FLOOR").as_deref() {
-        Ok("fresh") => Floor::of(FRESH_FLOOR_PAYMENTS),
-        _ => Floor::new(),
+    let named = std::env::var("X402_FLOOR").unwrap_or_default();
+    match named.as_str() {
+        "fresh" => Floor::of(FRESH_FLOOR_PAYMENTS),
+        _ => match named.strip_prefix("fresh:") {
+            Some(count) => Floor::of(count.parse().expect("X402_FLOOR=fresh:N")),
+            None => Floor::new(),
+        },
     }
 }
 
