@@ -92,6 +92,9 @@ pub fn rejection<B>(response: http::Response<Bytes>) -> http::Response<ResponseB
 }
 
 /// Why a request body was not read whole.
+// Only the layers that read request bodies (the gateway's JSON body, x402's
+// MCP payment flow) use it: a data API build has neither.
+#[cfg(any(feature = "gateway", feature = "x402"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReadError {
     /// Over the limit: nothing past it was read.
@@ -101,6 +104,7 @@ pub(crate) enum ReadError {
 }
 
 /// A request body, read whole when it is at most `limit` bytes.
+#[cfg(any(feature = "gateway", feature = "x402"))]
 pub(crate) async fn read_within<B>(body: B, limit: usize) -> Result<Bytes, ReadError>
 where
     B: Body,

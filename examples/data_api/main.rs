@@ -67,6 +67,8 @@ mod tests;
 mod tools;
 mod wire;
 
+use std::collections::BTreeSet;
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -74,13 +76,18 @@ use axum::Router;
 use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
+use http::StatusCode;
+use tower::{Layer, service_fn};
 use walletgate::api_key::{ApiKeyId, ApiKeyLayer, ApiKeyRecord, InMemoryKeyStore, KeyQuota};
 use walletgate::clock::{SharedClock, SystemClock};
 use walletgate::siwe::SiweVerifier;
 use walletgate::tokens::{
     IssuerConfig, SigningKeyFile, SigningKeys, TokenIssuer, refuse_cross_site,
 };
-use walletgate::wallet_jwt::{JwksUrl, JwtVerifier, KeySet, ResourceMetadataUrl, WalletJwtLayer};
+use walletgate::wallet_jwt::{
+    JwksUrl, JwtVerifier, KeySet, RequireScopesLayer, ResourceMetadataUrl, WalletJwtLayer,
+};
 
 use crate::config::{Config, ExternalIssuer};
 use crate::favorites::Favorites;
@@ -278,21 +285,31 @@ fn router(
     let mut keyed = Router::new();
     let mut token_management = Router::new();
     let mut wallet_scoped = Router::new();
-    for (path, access, handler) in operations.into_iter().filter_map(Operation::into_route) {
+    let mut wallet_paths = BTreeSet::new();
+    let wallet_gate = |guard: &RequireScopesLayer| jwt().require_guard(guard.clone());
+    let routes = operations
+        .into_iter()
+        .filter_map(|operation| operation.into_route(wallet_gate));
+    for (path, access, handler) in routes {
         match access {
             Access::Public => public = public.route(path, handler),
             Access::ApiKey | Access::RefreshCookie | Access::ApiKeyOptionalWallet => {
                 keyed = keyed.route(path, handler);
             }
             Access::Session => token_management = token_management.route(path, handler),
-            Access::Wallet(guard) => {
-                let guard = guard.with_resource_metadata(metadata.api.clone());
-                wallet_scoped = wallet_scoped.route(path, handler.route_layer(guard));
+            Access::Wallet(_) => {
+                wallet_paths.insert(path);
+                wallet_scoped = wallet_scoped.route(path, handler);
             }
         }
     }
-
-    let wallet_scoped = wallet_scoped.route_layer(jwt());
+    // Each wallet-scoped handler carries its own gates (`Operation::into_route`);
+    // a method its path does not serve still meets the JWT check first: 401
+    // without a valid JWT, else 405.
+    for path in wallet_paths {
+        let not_served = jwt().layer(service_fn(method_not_allowed));
+        wallet_scoped = wallet_scoped.route(path, MethodRouter::new().fallback_service(not_served));
+    }
     // Token management reads the session cookie; a bearer, if sent, is
     // verified so revocation can insist it names the same wallet.
     // Outermost on them, other sites' pages are refused first: a forged form
@@ -325,6 +342,11 @@ fn router(
         .merge(keyed)
         .with_state(state);
     (router, close_mcp_streams)
+}
+
+/// What axum answers a method a path does not serve (it adds `Allow`).
+async fn method_not_allowed(_: Request) -> Result<Response, Infallible> {
+    Ok(StatusCode::METHOD_NOT_ALLOWED.into_response())
 }
 
 /// The token management routes' outermost check (`tokens::refuse_cross_site`).

@@ -19,11 +19,12 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::handler::Handler;
 use axum::response::Response;
-use axum::routing::MethodRouter;
+use axum::routing::{MethodFilter, MethodRouter};
 use http::Method;
 use rmcp::schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
-use walletgate::wallet_jwt::RequireScopesLayer;
+use tower::layer::util::Stack;
+use walletgate::wallet_jwt::{RequireScopesLayer, WalletJwtLayer};
 
 use crate::auth::{
     CreateTokenBody, CreatedToken, ExchangeBody, ExchangeResponse, Nonce, Revoked, SignedIn,
@@ -151,7 +152,28 @@ pub(crate) struct Operation {
     responses: BTreeMap<u16, (String, Option<Value>)>,
     extensions: Map<String, Value>,
     /// `None` for an operation another module mounts (see [`Operation::mounted_elsewhere`]).
-    handler: Option<MethodRouter<SharedState>>,
+    handler: Option<Mount>,
+}
+
+/// The wallet JWT's check, then an operation's scope guard.
+pub(crate) type WalletGate = Stack<RequireScopesLayer, WalletJwtLayer>;
+
+/// Routes an operation's method to its handler, behind the wallet gate
+/// its access needs.
+type Mount = Box<dyn FnOnce(Option<WalletGate>) -> MethodRouter<SharedState>>;
+
+fn mount<H, T>(method: MethodFilter, handler: H) -> Option<Mount>
+where
+    H: Handler<T, SharedState>,
+    T: 'static,
+{
+    Some(Box::new(move |gate| match gate {
+        None => axum::routing::on(method, handler),
+        // Inside the handler's own boxed route: axum clones every boxed
+        // route below the one it calls on each request, and a gate as a
+        // `route_layer` would be one more.
+        Some(gate) => axum::routing::on(method, handler.layer(gate)),
+    }))
 }
 
 impl Operation {
@@ -159,7 +181,7 @@ impl Operation {
         method: Method,
         path: &'static str,
         operation_id: &'static str,
-        handler: Option<MethodRouter<SharedState>>,
+        handler: Option<Mount>,
     ) -> Self {
         Self {
             method,
@@ -183,7 +205,7 @@ impl Operation {
         H: Handler<T, SharedState>,
         T: 'static,
     {
-        Self::with_handler(Method::GET, path, id, Some(axum::routing::get(handler)))
+        Self::with_handler(Method::GET, path, id, mount(MethodFilter::GET, handler))
     }
 
     /// `POST path`, served by `handler`.
@@ -192,7 +214,7 @@ impl Operation {
         H: Handler<T, SharedState>,
         T: 'static,
     {
-        Self::with_handler(Method::POST, path, id, Some(axum::routing::post(handler)))
+        Self::with_handler(Method::POST, path, id, mount(MethodFilter::POST, handler))
     }
 
     /// `PUT path`, served by `handler`.
@@ -201,7 +223,7 @@ impl Operation {
         H: Handler<T, SharedState>,
         T: 'static,
     {
-        Self::with_handler(Method::PUT, path, id, Some(axum::routing::put(handler)))
+        Self::with_handler(Method::PUT, path, id, mount(MethodFilter::PUT, handler))
     }
 
     /// `DELETE path`, served by `handler`.
@@ -214,7 +236,7 @@ impl Operation {
             Method::DELETE,
             path,
             id,
-            Some(axum::routing::delete(handler)),
+            mount(MethodFilter::DELETE, handler),
         )
     }
 
@@ -302,10 +324,19 @@ impl Operation {
         &self.access
     }
 
-    /// What to mount: path, access and handler; `None` when mounted elsewhere.
-    pub(crate) fn into_route(self) -> Option<(&'static str, Access, MethodRouter<SharedState>)> {
-        let handler = self.handler?;
-        Some((self.path, self.access, handler))
+    /// What to mount: path, access and handler, the latter behind
+    /// `wallet_gate(guard)` when the access is [`Access::Wallet`]; `None`
+    /// when mounted elsewhere.
+    pub(crate) fn into_route(
+        self,
+        wallet_gate: impl Fn(&RequireScopesLayer) -> WalletGate,
+    ) -> Option<(&'static str, Access, MethodRouter<SharedState>)> {
+        let mount = self.handler?;
+        let gate = match &self.access {
+            Access::Wallet(guard) => Some(wallet_gate(guard)),
+            _ => None,
+        };
+        Some((self.path, self.access, mount(gate)))
     }
 
     fn render(&self) -> Value {

@@ -433,6 +433,76 @@ async fn wallet_scoped_routes_need_both_headers() {
     assert_eq!(no_key.status, StatusCode::UNAUTHORIZED);
 }
 
+/// Another method on a wallet path: the key gate, then the JWT (401
+/// without one, as on the path's own methods), then 405 whatever the JWT's
+/// scopes; every answer names the path's methods in `Allow`. Checked header
+/// by header and body, since where the gates sit in the route decides it.
+#[tokio::test]
+async fn other_methods_on_a_wallet_path() {
+    let server = start().await;
+    let (_, _, jwt) = server
+        .wallet_jwt(DEV_KEY_0, DEV_WALLET_0, &["read:wallets"])
+        .await;
+    let auth = bearer(&jwt);
+    let json_401 = |challenge: String, message: &str| {
+        let body = json!({"error": {"code": 16, "message": message, "status": 401}});
+        let headers = vec![
+            ("content-type", "application/json".to_owned()),
+            ("cache-control", "no-store".to_owned()),
+            ("www-authenticate", challenge),
+            ("content-length", body.to_string().len().to_string()),
+        ];
+        (StatusCode::UNAUTHORIZED, headers, body)
+    };
+    let no_key = json_401(
+        "ApiKey header=\"X-API-KEY\"".to_owned(),
+        "Missing X-API-KEY header",
+    );
+    let no_jwt = json_401(
+        format!(
+            "Bearer error=\"invalid_token\", resource_metadata=\"{}/.well-known/oauth-protected-resource\"",
+            server.base
+        ),
+        "Missing bearer token: send Authorization: Bearer <wallet JWT>",
+    );
+    let not_allowed = (
+        StatusCode::METHOD_NOT_ALLOWED,
+        vec![("content-length", "0".to_owned())],
+        Value::Null,
+    );
+    for (method, path, allow) in [
+        (Method::POST, favorites_path(DEV_WALLET_0), "GET,HEAD"),
+        (
+            Method::PATCH,
+            "/api/v2/accounts/agent".to_owned(),
+            "PUT,DELETE",
+        ),
+    ] {
+        for (credentials, expected) in [
+            (vec![], &no_key),
+            (vec![("x-api-key", API_KEY)], &no_jwt),
+            (
+                vec![("x-api-key", API_KEY), ("authorization", auth.as_str())],
+                &not_allowed,
+            ),
+        ] {
+            let reply = server.call(method.clone(), &path, &credentials, None).await;
+            let headers: Vec<(&str, String)> = reply
+                .headers
+                .iter()
+                .filter(|(name, _)| !["date", "x-request-id", "allow"].contains(&name.as_str()))
+                .map(|(name, value)| (name.as_str(), value.to_str().unwrap().to_owned()))
+                .collect();
+            let (status, expected_headers, body) = expected;
+            let label = format!("{method} {path} with {} credentials", credentials.len());
+            assert_eq!(reply.status, *status, "{label}");
+            assert_eq!(&headers, expected_headers, "{label}");
+            assert_eq!(reply.headers[header::ALLOW], allow, "{label}");
+            assert_eq!(reply.body, *body, "{label}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn scope_wallet_and_limit_rules() {
     let server = start().await;

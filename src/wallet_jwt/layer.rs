@@ -112,10 +112,26 @@ impl WalletJwtLayer {
     /// # Ok::<(), walletgate::wallet_jwt::ConfigError>(())
     /// ```
     pub fn require(self, scopes: impl Into<ScopeSet>) -> Stack<RequireScopesLayer, WalletJwtLayer> {
-        let mut guard = RequireScopesLayer::new(scopes);
-        if let Some(url) = &self.config.resource_metadata {
-            guard = guard.with_resource_metadata(url.clone());
-        }
+        self.require_guard(RequireScopesLayer::new(scopes))
+    }
+
+    /// This layer followed by `guard`, a scope guard configured beyond its
+    /// scopes (say [`with_wallet_in_path_after`](RequireScopesLayer::with_wallet_in_path_after)),
+    /// which gets this layer's resource metadata URL as with
+    /// [`require`](Self::require).
+    ///
+    /// On one axum handler, `handler.layer(…)` puts both gates inside that
+    /// handler's route: as `route_layer`s each would be a boxed route of its
+    /// own, and axum clones every boxed route below the one it calls on each
+    /// request (two allocations or more per gate).
+    pub fn require_guard(
+        self,
+        guard: RequireScopesLayer,
+    ) -> Stack<RequireScopesLayer, WalletJwtLayer> {
+        let guard = match &self.config.resource_metadata {
+            Some(url) => guard.with_resource_metadata(url.clone()),
+            None => guard,
+        };
         Stack::new(guard, self)
     }
 }
@@ -237,8 +253,14 @@ mod tests {
             });
         assert_eq!(answer(rendered, None).await.1, expected);
         let guarded = WalletJwtLayer::new(verifier())
-            .with_resource_metadata(url)
+            .with_resource_metadata(url.clone())
             .require(Scope::ReadFavorites);
+        assert_eq!(answer(guarded, None).await.1, expected);
+        let configured =
+            RequireScopesLayer::new(Scope::ReadFavorites).with_wallet_in_path_after("account");
+        let guarded = WalletJwtLayer::new(verifier())
+            .with_resource_metadata(url)
+            .require_guard(configured);
         assert_eq!(answer(guarded, None).await.1, expected);
     }
 
