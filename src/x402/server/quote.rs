@@ -16,8 +16,8 @@ use crate::x402::facilitator::{AUTHORIZATION_CLOCK_SKEW_SECS, SOLANA_USDC_MINT, 
 use crate::x402::wire::ExactEvmPayment;
 use crate::x402::wire::eip712::parse_evm_address;
 use crate::x402::wire::types::{
-    AtomicAmount, Network, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
-    UsdAmount, ValueError, X402_VERSION,
+    AtomicAmount, Echoes, Network, PaymentRequired, PaymentRequirements, ResourceInfo,
+    SCHEME_EXACT, UsdAmount, ValueError, X402_VERSION,
 };
 use crate::x402::wire::{OFFER_RECEIPT, codec};
 
@@ -284,8 +284,11 @@ pub(crate) fn quote_response(required: &PaymentRequired, first: &PaymentOption) 
 #[derive(Debug)]
 pub(crate) struct Quote {
     required: PaymentRequired,
-    /// `required.accepts`, shared with every payment made against them.
-    offers: Box<[Arc<PaymentRequirements>]>,
+    /// `required.accepts`, shared with every payment made against them,
+    /// each beside its JSON text (what a client's echo of it is read against).
+    offers: Box<[(Box<str>, Arc<PaymentRequirements>)]>,
+    /// `required.resource` and its JSON text, shared with payments likewise.
+    resource: (Box<str>, Arc<ResourceInfo>),
     body: Bytes,
     headers: HeaderMap,
     /// The server's extensions it was built with (see `QuoteExtensions`).
@@ -331,7 +334,8 @@ impl Quote {
         });
         let (parts, body) = quote_response(&required, first).into_parts();
         Some(Self {
-            offers: required.accepts.iter().cloned().map(Arc::new).collect(),
+            offers: required.accepts.iter().map(with_text).collect(),
+            resource: with_text(&required.resource),
             required,
             body,
             headers: parts.headers,
@@ -352,9 +356,18 @@ impl Quote {
         &self,
         accepted: &PaymentRequirements,
     ) -> Option<&Arc<PaymentRequirements>> {
-        self.offers
-            .iter()
-            .find(|offer| offer_matches(offer, accepted))
+        // An echo read as one of these offers (`Echoes`) is that offer.
+        self.offers.iter().map(|(_, offer)| offer).find(|offer| {
+            std::ptr::eq(Arc::as_ptr(offer), accepted) || offer_matches(offer, accepted)
+        })
+    }
+
+    /// What a payment against this quote echoes, for [`PaymentHeader::read`].
+    pub(crate) fn echoes(&self) -> Echoes<'_> {
+        Echoes {
+            offers: &self.offers,
+            resource: Some(&self.resource),
+        }
     }
 
     /// The 402 quote, from the bytes built once.
@@ -559,6 +572,12 @@ pub(crate) fn check_authorization(
         return Err(reason::SIGNATURE_NOT_CANONICAL);
     }
     Ok(())
+}
+
+/// `value` shared, beside its compact JSON text.
+fn with_text<T: Clone + serde::Serialize>(value: &T) -> (Box<str>, Arc<T>) {
+    let text = serde_json::to_string(value).unwrap_or_default();
+    (text.into_boxed_str(), Arc::new(value.clone()))
 }
 
 fn offer_matches(offer: &PaymentRequirements, accepted: &PaymentRequirements) -> bool {

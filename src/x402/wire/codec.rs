@@ -91,6 +91,15 @@ const STACK_JSON_BYTES: usize = 4096;
 
 /// Decodes a header value into `T`.
 pub fn decode<T: DeserializeOwned>(raw: &[u8]) -> Result<T, DecodeError> {
+    decode_with(raw, |json| serde_json::from_slice(json))
+}
+
+/// [`decode`], the JSON read by `read` (which may borrow from it) under the
+/// same bounds: length, base64, depth.
+pub(crate) fn decode_with<T>(
+    raw: &[u8],
+    read: impl FnOnce(&[u8]) -> serde_json::Result<T>,
+) -> Result<T, DecodeError> {
     if raw.len() > MAX_HEADER_BYTES {
         return Err(DecodeError::TooLong { len: raw.len() });
     }
@@ -98,7 +107,7 @@ pub fn decode<T: DeserializeOwned>(raw: &[u8]) -> Result<T, DecodeError> {
         if !depth_within(json, MAX_JSON_DEPTH) {
             return Err(DecodeError::TooDeep);
         }
-        serde_json::from_slice(json).map_err(|error| DecodeError::Json(error.to_string()))
+        read(json).map_err(|error| DecodeError::Json(error.to_string()))
     };
     with_decoded_base64(raw.trim_ascii(), parse).ok_or(DecodeError::NotBase64)?
 }

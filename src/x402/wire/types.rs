@@ -418,25 +418,94 @@ impl PaymentPayload {
 /// exact-EVM fields are read from that text straight into typed values; the
 /// `Value` tree of a [`PaymentPayload`] is built only if something asks for
 /// it (an HTTP facilitator's body, a refusal naming the payer as written).
+///
+/// `resource` and `accepted` are shared: a client echoes the quote's, and
+/// [`read`](Self::read) takes an echo with the very bytes the server wrote
+/// as that value, unparsed.
 #[derive(Clone, Debug, Deserialize)]
 pub(crate) struct PaymentHeader {
     #[serde(rename = "x402Version")]
     pub(crate) x402_version: u8,
-    #[serde(default)]
-    pub(crate) resource: Option<ResourceInfo>,
-    pub(crate) accepted: PaymentRequirements,
+    #[serde(default, deserialize_with = "shared_option")]
+    pub(crate) resource: Option<Arc<ResourceInfo>>,
+    #[serde(deserialize_with = "shared")]
+    pub(crate) accepted: Arc<PaymentRequirements>,
     pub(crate) payload: Box<serde_json::value::RawValue>,
     #[serde(default)]
     pub(crate) extensions: Option<Map<String, Value>>,
 }
 
+fn shared<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Arc<T>, D::Error> {
+    T::deserialize(deserializer).map(Arc::new)
+}
+
+fn shared_option<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<Arc<T>>, D::Error> {
+    Option::<T>::deserialize(deserializer).map(|value| value.map(Arc::new))
+}
+
+/// What a payment is expected to echo, each beside its JSON text as the
+/// server wrote it (compact `serde_json`, as clients copy it back).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Echoes<'a> {
+    pub(crate) offers: &'a [(Box<str>, Arc<PaymentRequirements>)],
+    pub(crate) resource: Option<&'a (Box<str>, Arc<ResourceInfo>)>,
+}
+
 impl PaymentHeader {
+    /// A payment header's JSON, its `accepted` and `resource` taken from
+    /// `echoes` when their text is byte for byte what the server wrote
+    /// (then they equal it; parsing them was a third of the header's
+    /// parse), else parsed as the derived reader would.
+    pub(crate) fn read(json: &[u8], echoes: Echoes<'_>) -> serde_json::Result<Self> {
+        use serde_json::value::RawValue;
+        #[derive(Deserialize)]
+        struct Wire<'a> {
+            #[serde(rename = "x402Version")]
+            x402_version: u8,
+            #[serde(default, borrow)]
+            resource: Option<&'a RawValue>,
+            #[serde(borrow)]
+            accepted: &'a RawValue,
+            #[serde(borrow)]
+            payload: &'a RawValue,
+            #[serde(default)]
+            extensions: Option<Map<String, Value>>,
+        }
+        let wire: Wire<'_> = serde_json::from_slice(json)?;
+        let accepted = match echoes
+            .offers
+            .iter()
+            .find(|(text, _)| **text == *wire.accepted.get())
+        {
+            Some((_, offer)) => offer.clone(),
+            None => Arc::new(serde_json::from_str(wire.accepted.get())?),
+        };
+        let resource = match (wire.resource, echoes.resource) {
+            (None, _) => None,
+            (Some(raw), Some((text, resource))) if **text == *raw.get() => Some(resource.clone()),
+            (Some(raw), _) => {
+                serde_json::from_str::<Option<ResourceInfo>>(raw.get())?.map(Arc::new)
+            }
+        };
+        Ok(Self {
+            x402_version: wire.x402_version,
+            resource,
+            accepted,
+            payload: wire.payload.to_owned(),
+            extensions: wire.extensions,
+        })
+    }
+
     /// The payload as [`PaymentPayload`] holds it.
     pub(crate) fn to_payload(&self) -> PaymentPayload {
         PaymentPayload {
             x402_version: self.x402_version,
-            resource: self.resource.clone(),
-            accepted: self.accepted.clone(),
+            resource: self.resource.as_deref().cloned(),
+            accepted: (*self.accepted).clone(),
             // Raw text the parser accepted is one JSON value.
             payload: serde_json::from_str(self.payload.get()).unwrap_or(Value::Null),
             extensions: self.extensions.clone(),
@@ -800,5 +869,53 @@ mod tests {
         assert_eq!(odd.claimed_payer(), Some("0xAbC"));
         assert_eq!(odd.to_payload().payload["authorization"]["value"], "ten");
         assert_eq!(header(r#"{"to":"0xAbC"}"#).claimed_payer(), None);
+    }
+
+    #[test]
+    fn an_echo_with_the_servers_bytes_is_its_value_and_any_other_is_parsed_as_before() {
+        let json = r#"{"x402Version":2,"resource":{"url":"https://api.example.com/premium-data","description":"","mimeType":"application/json"},"accepted":{"scheme":"exact","network":"eip155:84532","amount":"10000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":60,"extra":{"name":"USDC","version":"2"}},"payload":{"signature":"0x2d6a","authorization":{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66"}}}"#;
+        let derived: PaymentHeader = serde_json::from_str(json).unwrap();
+        // As a quote keeps them: the typed value's compact JSON beside it.
+        let offer_text = serde_json::to_string(&*derived.accepted).unwrap();
+        let offers = [(offer_text.into_boxed_str(), derived.accepted.clone())];
+        let resource = derived.resource.clone().unwrap();
+        let resource = (serde_json::to_string(&*resource).unwrap().into(), resource);
+        let echoes = Echoes {
+            offers: &offers,
+            resource: Some(&resource),
+        };
+        let read = PaymentHeader::read(json.as_bytes(), echoes).unwrap();
+        assert!(Arc::ptr_eq(&read.accepted, &offers[0].1));
+        assert!(Arc::ptr_eq(read.resource.as_ref().unwrap(), &resource.1));
+        assert_eq!(read.payload.get(), derived.payload.get());
+
+        // Spelled otherwise (a space, a null resource): parsed, the same values.
+        let spaced =
+            json.replacen("\"amount\":", "\"amount\": ", 1)
+                .replacen("\"url\":", "\"url\": ", 1);
+        let read = PaymentHeader::read(spaced.as_bytes(), echoes).unwrap();
+        assert!(!Arc::ptr_eq(&read.accepted, &offers[0].1));
+        assert_eq!(read.accepted, derived.accepted);
+        assert_eq!(read.resource, derived.resource);
+        let no_resource = json.replacen(&*resource.0, "null", 1);
+        let read = PaymentHeader::read(no_resource.as_bytes(), echoes).unwrap();
+        assert_eq!(read.resource, None);
+        assert!(Arc::ptr_eq(&read.accepted, &offers[0].1));
+
+        // What the derived reader refuses, this one refuses.
+        for bad in [
+            json.replacen("\"10000\"", "10000", 1),
+            json.replacen(&*resource.0, "5", 1),
+            json.replacen("\"x402Version\":2,", "", 1),
+        ] {
+            assert!(
+                serde_json::from_str::<PaymentHeader>(&bad).is_err(),
+                "{bad}"
+            );
+            assert!(
+                PaymentHeader::read(bad.as_bytes(), echoes).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

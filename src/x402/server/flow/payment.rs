@@ -187,7 +187,9 @@ impl Payment {
         quote: Arc<Quote>,
         paying: Paying<'_>,
     ) -> Result<Box<Self>, Refusal> {
-        match codec::decode::<PaymentHeader>(paying.sent) {
+        match codec::decode_with(paying.sent, |json| {
+            PaymentHeader::read(json, quote.echoes())
+        }) {
             Ok(payload) => Self::admit_header(config, quote, payload, paying),
             Err(error) => Err(Refusal::new(
                 ErrorCode::PaymentInvalid,
