@@ -366,7 +366,7 @@ impl Quote {
     pub(crate) fn echoes(&self) -> Echoes<'_> {
         Echoes {
             offers: &self.offers,
-            resource: Some(&self.resource),
+            resource: &self.resource,
         }
     }
 

@@ -452,7 +452,7 @@ fn shared_option<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Echoes<'a> {
     pub(crate) offers: &'a [(Box<str>, Arc<PaymentRequirements>)],
-    pub(crate) resource: Option<&'a (Box<str>, Arc<ResourceInfo>)>,
+    pub(crate) resource: &'a (Box<str>, Arc<ResourceInfo>),
 }
 
 impl PaymentHeader {
@@ -484,12 +484,11 @@ impl PaymentHeader {
             Some((_, offer)) => offer.clone(),
             None => Arc::new(serde_json::from_str(wire.accepted.get())?),
         };
-        let resource = match (wire.resource, echoes.resource) {
-            (None, _) => None,
-            (Some(raw), Some((text, resource))) if **text == *raw.get() => Some(resource.clone()),
-            (Some(raw), _) => {
-                serde_json::from_str::<Option<ResourceInfo>>(raw.get())?.map(Arc::new)
-            }
+        let (resource_text, quoted_resource) = echoes.resource;
+        let resource = match wire.resource {
+            None => None,
+            Some(raw) if **resource_text == *raw.get() => Some(quoted_resource.clone()),
+            Some(raw) => serde_json::from_str::<Option<ResourceInfo>>(raw.get())?.map(Arc::new),
         };
         Ok(Self {
             x402_version: wire.x402_version,
@@ -882,7 +881,7 @@ mod tests {
         let resource = (serde_json::to_string(&*resource).unwrap().into(), resource);
         let echoes = Echoes {
             offers: &offers,
-            resource: Some(&resource),
+            resource: &resource,
         };
         let read = PaymentHeader::read(json.as_bytes(), echoes).unwrap();
         assert!(Arc::ptr_eq(&read.accepted, &offers[0].1));
