@@ -7,9 +7,10 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// The protocol version walletgate speaks.
@@ -455,40 +456,179 @@ pub(crate) struct Echoes<'a> {
     pub(crate) resource: &'a (Box<str>, Arc<ResourceInfo>),
 }
 
+/// A payment header as [`PaymentHeader::read`] parses it: the echoes and
+/// the payload as their raw text.
+#[derive(Deserialize)]
+struct Wire<'a> {
+    #[serde(rename = "x402Version")]
+    x402_version: u8,
+    #[serde(default, borrow)]
+    resource: Option<&'a RawValue>,
+    #[serde(borrow)]
+    accepted: &'a RawValue,
+    #[serde(borrow)]
+    payload: &'a RawValue,
+    #[serde(default)]
+    extensions: Option<Map<String, Value>>,
+}
+
+/// A payment header's JSON with its top-level `accepted` and `resource`
+/// values each cut to a `0` where they are byte for byte an echo: the parse
+/// then scans one byte for each, not a few hundred (a third of the
+/// header's parse).
+///
+/// A cut is found by its key (`"accepted":` and the echo right after it),
+/// not by a parse, so the parse of the cut text checks it: an echo is one
+/// whole JSON value, and so is its stand-in. When that parse puts the
+/// top-level `accepted` on the stand-in, where the echo began, the bytes
+/// before it are the header's own: the header's parse reached the echo in
+/// the same state, read one whole value, and went on over the same bytes
+/// as the cut text's. It parses to the same fields, with the echo there.
+/// Anywhere else (the key found inside another value, an invalid header),
+/// the header is parsed as it came.
+struct Elided<'a> {
+    text: &'a [u8],
+    /// Where the stand-in for `accepted` is, and which offer it echoed.
+    accepted: Option<(usize, usize)>,
+    /// Where the stand-in for `resource` is.
+    resource: Option<usize>,
+}
+
+/// What a cut held.
+#[derive(Clone, Copy)]
+enum Echoed {
+    Offer(usize),
+    Resource,
+}
+
+/// The longest header cut, on the stack (a payment's is about 1 KiB);
+/// longer ones are parsed as they came.
+const CUT_ON_STACK: usize = 2048;
+
+impl<'a> Elided<'a> {
+    const STAND_IN: &'static [u8] = b"0";
+
+    /// `json` with the echoes found cut, written into `into` (at least as
+    /// long), or `None` when none is.
+    fn cut(json: &[u8], echoes: Echoes<'_>, into: &'a mut [u8]) -> Option<Self> {
+        use memchr::memmem::Finder;
+        static ACCEPTED: LazyLock<Finder<'static>> =
+            LazyLock::new(|| Finder::new(b"\"accepted\":"));
+        static RESOURCE: LazyLock<Finder<'static>> =
+            LazyLock::new(|| Finder::new(b"\"resource\":"));
+        let value_at = |key: &Finder<'_>| key.find(json).map(|at| at + key.needle().len());
+        let accepted = value_at(&ACCEPTED).and_then(|at| {
+            let offer = (echoes.offers.iter())
+                .position(|(text, _)| json[at..].starts_with(text.as_bytes()))?;
+            Some((at, echoes.offers[offer].0.len(), Echoed::Offer(offer)))
+        });
+        let resource = value_at(&RESOURCE)
+            .filter(|&at| json[at..].starts_with(echoes.resource.0.as_bytes()))
+            .map(|at| (at, echoes.resource.0.len(), Echoed::Resource));
+        let mut cuts = [accepted, resource];
+        cuts.sort_by_key(|cut| cut.map(|(at, ..)| at));
+        let (mut accepted, mut resource) = (None, None);
+        let (mut kept_from, mut written) = (0, 0);
+        let mut write = |bytes: &[u8]| {
+            into[written..written + bytes.len()].copy_from_slice(bytes);
+            written += bytes.len();
+            written
+        };
+        for (at, len, echoed) in cuts.into_iter().flatten() {
+            if at < kept_from {
+                return None; // one inside the other: no parse puts both at the top
+            }
+            let place = write(&json[kept_from..at]);
+            write(Self::STAND_IN);
+            kept_from = at + len;
+            match echoed {
+                Echoed::Offer(offer) => accepted = Some((place, offer)),
+                Echoed::Resource => resource = Some(place),
+            }
+        }
+        if kept_from == 0 {
+            return None;
+        }
+        let end = write(&json[kept_from..]);
+        Some(Elided {
+            text: &into[..end],
+            accepted,
+            resource,
+        })
+    }
+}
+
 impl PaymentHeader {
     /// A payment header's JSON, its `accepted` and `resource` taken from
     /// `echoes` when their text is byte for byte what the server wrote
-    /// (then they equal it; parsing them was a third of the header's
-    /// parse), else parsed as the derived reader would.
+    /// (then they equal it, and are cut before the parse: see [`Elided`]),
+    /// else parsed as the derived reader would.
     pub(crate) fn read(json: &[u8], echoes: Echoes<'_>) -> serde_json::Result<Self> {
-        use serde_json::value::RawValue;
-        #[derive(Deserialize)]
-        struct Wire<'a> {
-            #[serde(rename = "x402Version")]
-            x402_version: u8,
-            #[serde(default, borrow)]
-            resource: Option<&'a RawValue>,
-            #[serde(borrow)]
-            accepted: &'a RawValue,
-            #[serde(borrow)]
-            payload: &'a RawValue,
-            #[serde(default)]
-            extensions: Option<Map<String, Value>>,
+        let mut stack = [0_u8; CUT_ON_STACK];
+        if let Some(into) = stack.get_mut(..json.len())
+            && let Some(elided) = Elided::cut(json, echoes, into)
+            && let Some(header) = Self::read_elided(&elided, echoes)
+        {
+            return Ok(header);
         }
         let wire: Wire<'_> = serde_json::from_slice(json)?;
-        let accepted = match echoes
-            .offers
-            .iter()
-            .find(|(text, _)| **text == *wire.accepted.get())
-        {
-            Some((_, offer)) => offer.clone(),
-            None => Arc::new(serde_json::from_str(wire.accepted.get())?),
+        Self::of_wire(wire, echoes, None, None)
+    }
+
+    /// [`read`](Self::read) of `elided`'s text: `None` unless the parse
+    /// puts the top-level `accepted` and `resource` on the stand-ins of
+    /// the echoes cut (then the header parses to the same, as
+    /// [`Elided`] says).
+    fn read_elided(elided: &Elided<'_>, echoes: Echoes<'_>) -> Option<Self> {
+        let wire: Wire<'_> = serde_json::from_slice(elided.text).ok()?;
+        let stands_in = |raw: &RawValue, place: usize| {
+            raw.get().as_bytes() == Elided::STAND_IN
+                && raw.get().as_ptr() as usize - elided.text.as_ptr() as usize == place
+        };
+        let accepted = match elided.accepted {
+            Some((place, offer)) if stands_in(wire.accepted, place) => {
+                Some(echoes.offers[offer].1.clone())
+            }
+            Some(_) => return None,
+            None => None,
+        };
+        let resource = match elided.resource {
+            Some(place) if wire.resource.is_some_and(|raw| stands_in(raw, place)) => {
+                Some(echoes.resource.1.clone())
+            }
+            Some(_) => return None,
+            None => None,
+        };
+        Self::of_wire(wire, echoes, accepted, resource).ok()
+    }
+
+    /// The header of a parse: `accepted` and `resource` as given, else
+    /// matched with an echo by their text, else parsed.
+    fn of_wire(
+        wire: Wire<'_>,
+        echoes: Echoes<'_>,
+        accepted: Option<Arc<PaymentRequirements>>,
+        resource: Option<Arc<ResourceInfo>>,
+    ) -> serde_json::Result<Self> {
+        let accepted = match accepted {
+            Some(offer) => offer,
+            None => match echoes
+                .offers
+                .iter()
+                .find(|(text, _)| **text == *wire.accepted.get())
+            {
+                Some((_, offer)) => offer.clone(),
+                None => Arc::new(serde_json::from_str(wire.accepted.get())?),
+            },
         };
         let (resource_text, quoted_resource) = echoes.resource;
-        let resource = match wire.resource {
-            None => None,
-            Some(raw) if **resource_text == *raw.get() => Some(quoted_resource.clone()),
-            Some(raw) => serde_json::from_str::<Option<ResourceInfo>>(raw.get())?.map(Arc::new),
+        let resource = match (resource, wire.resource) {
+            (Some(resource), _) => Some(resource),
+            (None, None) => None,
+            (None, Some(raw)) if **resource_text == *raw.get() => Some(quoted_resource.clone()),
+            (None, Some(raw)) => {
+                serde_json::from_str::<Option<ResourceInfo>>(raw.get())?.map(Arc::new)
+            }
         };
         Ok(Self {
             x402_version: wire.x402_version,
@@ -870,15 +1010,44 @@ mod tests {
         assert_eq!(header(r#"{"to":"0xAbC"}"#).claimed_payer(), None);
     }
 
-    #[test]
-    fn an_echo_with_the_servers_bytes_is_its_value_and_any_other_is_parsed_as_before() {
-        let json = r#"{"x402Version":2,"resource":{"url":"https://api.example.com/premium-data","description":"","mimeType":"application/json"},"accepted":{"scheme":"exact","network":"eip155:84532","amount":"10000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":60,"extra":{"name":"USDC","version":"2"}},"payload":{"signature":"0x2d6a","authorization":{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66"}}}"#;
+    /// A payment header echoing its quote's offer and resource, as clients send it.
+    const ECHOING: &str = r#"{"x402Version":2,"resource":{"url":"https://api.example.com/premium-data","description":"","mimeType":"application/json"},"accepted":{"scheme":"exact","network":"eip155:84532","amount":"10000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":60,"extra":{"name":"USDC","version":"2"}},"payload":{"signature":"0x2d6a","authorization":{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66"}}}"#;
+
+    type Quoted<T> = (Box<str>, Arc<T>);
+
+    /// `json` as the derived reader reads it, and its offer and resource
+    /// as a quote keeps them: each value's compact JSON beside it.
+    fn quoted(
+        json: &str,
+    ) -> (
+        PaymentHeader,
+        [Quoted<PaymentRequirements>; 1],
+        Quoted<ResourceInfo>,
+    ) {
         let derived: PaymentHeader = serde_json::from_str(json).unwrap();
-        // As a quote keeps them: the typed value's compact JSON beside it.
         let offer_text = serde_json::to_string(&*derived.accepted).unwrap();
-        let offers = [(offer_text.into_boxed_str(), derived.accepted.clone())];
+        let offers = [(offer_text.into(), derived.accepted.clone())];
         let resource = derived.resource.clone().unwrap();
         let resource = (serde_json::to_string(&*resource).unwrap().into(), resource);
+        (derived, offers, resource)
+    }
+
+    /// What the derived reader refuses, [`PaymentHeader::read`] refuses.
+    fn refused_by_both(json: &str, echoes: Echoes<'_>) {
+        assert!(
+            serde_json::from_str::<PaymentHeader>(json).is_err(),
+            "{json}"
+        );
+        assert!(
+            PaymentHeader::read(json.as_bytes(), echoes).is_err(),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn an_echo_with_the_servers_bytes_is_its_value_and_any_other_is_parsed_as_before() {
+        let json = ECHOING;
+        let (derived, offers, resource) = quoted(json);
         let echoes = Echoes {
             offers: &offers,
             resource: &resource,
@@ -907,14 +1076,88 @@ mod tests {
             json.replacen(&*resource.0, "5", 1),
             json.replacen("\"x402Version\":2,", "", 1),
         ] {
-            assert!(
-                serde_json::from_str::<PaymentHeader>(&bad).is_err(),
-                "{bad}"
-            );
-            assert!(
-                PaymentHeader::read(bad.as_bytes(), echoes).is_err(),
-                "{bad}"
-            );
+            refused_by_both(&bad, echoes);
         }
+    }
+
+    #[test]
+    fn an_echo_is_cut_only_where_the_parse_puts_the_top_level_value() {
+        let json = ECHOING;
+        let (derived, offers, resource) = quoted(json);
+        let (offer_text, resource_text) = (offers[0].0.to_string(), resource.0.to_string());
+        let echoes = Echoes {
+            offers: &offers,
+            resource: &resource,
+        };
+        // Both echoes cut, the rest of the text kept byte for byte.
+        let mut into = [0; CUT_ON_STACK];
+        let elided = Elided::cut(json.as_bytes(), echoes, &mut into).unwrap();
+        assert_eq!(
+            String::from_utf8(elided.text.to_vec()).unwrap(),
+            json.replacen(&offer_text, "0", 1)
+                .replacen(&resource_text, "0", 1)
+        );
+        let read = PaymentHeader::read_elided(&elided, echoes).unwrap();
+        assert!(Arc::ptr_eq(&read.accepted, &offers[0].1));
+        assert!(Arc::ptr_eq(read.resource.as_ref().unwrap(), &resource.1));
+        assert_eq!(read.payload.get(), derived.payload.get());
+
+        // The first `"accepted":` with an echo after it is inside an
+        // extension, the top-level one is spelled otherwise: the cut does
+        // not stand where the parse puts `accepted`, and the header is read
+        // as it came, its extension whole.
+        let spaced = offer_text.replacen("\"amount\":", "\"amount\": ", 1);
+        let decoy = json.replacen(&offer_text, &spaced, 1).replacen(
+            "{\"x402Version\":2,",
+            &format!(
+                "{{\"x402Version\":2,\"extensions\":{{\"note\":{{\"accepted\":{offer_text}}}}},"
+            ),
+            1,
+        );
+        let cut = Elided::cut(decoy.as_bytes(), echoes, &mut into);
+        assert!(cut.unwrap().accepted.is_some());
+        let read = PaymentHeader::read(decoy.as_bytes(), echoes).unwrap();
+        let expected: PaymentHeader = serde_json::from_str(&decoy).unwrap();
+        assert!(!Arc::ptr_eq(&read.accepted, &offers[0].1));
+        assert_eq!(read.accepted, expected.accepted);
+        assert_eq!(read.extensions, expected.extensions);
+        assert_eq!(
+            read.extensions.unwrap()["note"]["accepted"],
+            serde_json::to_value(&*derived.accepted).unwrap()
+        );
+
+        // `accepted` twice, the first an echo: refused as a duplicate, as
+        // the derived reader does.
+        let twice = json.replacen(
+            "\"accepted\":",
+            &format!("\"accepted\":{offer_text},\"accepted\":"),
+            1,
+        );
+        refused_by_both(&twice, echoes);
+
+        // An echo followed by what would continue its stand-in as a number
+        // (`0.5`, `0e5`): invalid as sent, refused as the derived reader does.
+        for tail in [".5", "e5", "5"] {
+            let bad = json.replacen(&offer_text, &format!("{offer_text}{tail}"), 1);
+            refused_by_both(&bad, echoes);
+        }
+        // A resource echo inside the accepted one: one cut inside the
+        // other, nothing cut.
+        let nested = offer_text.replacen(
+            "\"extra\":{",
+            &format!("\"extra\":{{\"resource\":{resource_text},"),
+            1,
+        );
+        let nested_offer: PaymentRequirements = serde_json::from_str(&nested).unwrap();
+        let offers = [(nested.clone().into_boxed_str(), Arc::new(nested_offer))];
+        let echoes = Echoes {
+            offers: &offers,
+            resource: &resource,
+        };
+        let inside = format!(r#"{{"x402Version":2,"accepted":{nested},"payload":{{}}}}"#);
+        assert!(Elided::cut(inside.as_bytes(), echoes, &mut into).is_none());
+        let read = PaymentHeader::read(inside.as_bytes(), echoes).unwrap();
+        assert!(Arc::ptr_eq(&read.accepted, &offers[0].1));
+        assert_eq!(read.resource, None);
     }
 }
