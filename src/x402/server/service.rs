@@ -549,20 +549,9 @@ where
                 // Not kept under its id either: the id is free again.
                 return Ok(plain(response));
             }
-            let (parts, body) = response.into_parts();
-            let Some(body) = collect_within(body, usize::MAX).await else {
-                let error = GatewayError::new(ErrorCode::InternalError)
-                    .with_debug("the paid answer broke off after settlement");
-                return Ok(rejection(config.reject.render(error, style)).map(X402Body::plain));
-            };
-            let mut answer = KeptAnswer::new(parts.status.as_u16(), keeper.binding(), body)
-                .with_headers(&parts.headers);
-            if let Some(value) = header_value.as_ref().and_then(|v| v.to_str().ok()) {
-                answer = answer.with_payment_response(value);
-            }
-            let kept = Response::from_parts(parts, answer.body().clone());
-            keeper.keep_settled(&answer, true).await;
-            Ok(rejection(kept).map(X402Body::plain))
+            // Boxed: the paid call's own future stays small (it is moved
+            // and allocated on every paid request; this branch is not).
+            Ok(Box::pin(keep_settled(&config, response, keeper, header_value, style)).await)
         }
         Outcome::Failed(settlement, receipt) => {
             #[cfg(feature = "mpp")]
@@ -592,16 +581,50 @@ where
         )),
         Outcome::Pending(settlement, receipt) => {
             // Not sent now: kept whole (within its bound) for the resend.
-            let (parts, body) = response.into_parts();
-            let limit = config.answer_limits.max_answer_bytes;
-            let answer = collect_within(body, limit).await.map(|body| {
-                KeptAnswer::new(parts.status.as_u16(), keeper.binding(), body)
-                    .with_headers(&parts.headers)
-            });
-            keeper.keep_pending(answer).await;
+            Box::pin(keep_pending(&config, response, keeper)).await;
             Ok(settlement_pending(&config, style, &settlement, &receipt))
         }
     }
+}
+
+/// A settled answer kept for its resend (paid replay), and served.
+async fn keep_settled<ResBody, B>(
+    config: &Config,
+    response: Response<ResBody>,
+    keeper: Keeper,
+    header_value: Option<HeaderValue>,
+    style: EnvelopeStyle,
+) -> Response<X402Body<B>>
+where
+    ResBody: http_body::Body<Data = Bytes>,
+{
+    let (parts, body) = response.into_parts();
+    let Some(body) = collect_within(body, usize::MAX).await else {
+        let error = GatewayError::new(ErrorCode::InternalError)
+            .with_debug("the paid answer broke off after settlement");
+        return rejection(config.reject.render(error, style)).map(X402Body::plain);
+    };
+    let mut answer =
+        KeptAnswer::new(parts.status.as_u16(), keeper.binding(), body).with_headers(&parts.headers);
+    if let Some(value) = header_value.as_ref().and_then(|v| v.to_str().ok()) {
+        answer = answer.with_payment_response(value);
+    }
+    let kept = Response::from_parts(parts, answer.body().clone());
+    keeper.keep_settled(&answer, true).await;
+    rejection(kept).map(X402Body::plain)
+}
+
+/// An answer whose settlement is pending, kept whole (within its bound).
+async fn keep_pending<ResBody>(config: &Config, response: Response<ResBody>, keeper: Keeper)
+where
+    ResBody: http_body::Body<Data = Bytes>,
+{
+    let (parts, body) = response.into_parts();
+    let limit = config.answer_limits.max_answer_bytes;
+    let answer = collect_within(body, limit).await.map(|body| {
+        KeptAnswer::new(parts.status.as_u16(), keeper.binding(), body).with_headers(&parts.headers)
+    });
+    keeper.keep_pending(answer).await;
 }
 
 /// A paid stream, settled when it completes; its receipt is the last event.

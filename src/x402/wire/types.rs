@@ -571,7 +571,11 @@ impl PaymentHeader {
         {
             return Ok(header);
         }
-        let wire: Wire<'_> = serde_json::from_slice(json)?;
+        // One UTF-8 check of the whole text, not one per string and raw value.
+        let wire: Wire<'_> = match std::str::from_utf8(json) {
+            Ok(text) => serde_json::from_str(text)?,
+            Err(_) => serde_json::from_slice(json)?,
+        };
         Self::of_wire(wire, echoes, None, None)
     }
 
@@ -580,7 +584,7 @@ impl PaymentHeader {
     /// the echoes cut (then the header parses to the same, as
     /// [`Elided`] says).
     fn read_elided(elided: &Elided<'_>, echoes: Echoes<'_>) -> Option<Self> {
-        let wire: Wire<'_> = serde_json::from_slice(elided.text).ok()?;
+        let wire: Wire<'_> = serde_json::from_str(std::str::from_utf8(elided.text).ok()?).ok()?;
         let stands_in = |raw: &RawValue, place: usize| {
             raw.get().as_bytes() == Elided::STAND_IN
                 && raw.get().as_ptr() as usize - elided.text.as_ptr() as usize == place
