@@ -77,12 +77,13 @@ impl FacilitatorRequest {
     /// [`new`](Self::new) from a decoded `PAYMENT-SIGNATURE`, its exact-EVM
     /// fields read from the payload's raw text, against a quote's shared offer.
     pub(crate) fn from_header(
-        header: PaymentHeader,
+        mut header: PaymentHeader,
         requirements: Arc<PaymentRequirements>,
     ) -> Self {
+        let evm = (header.exact_evm.take()).unwrap_or_else(|| EvmDecoding::of_header(&header));
         Self {
             x402_version: header.x402_version,
-            evm: EvmDecoding::of_header(&header),
+            evm,
             payment: PaymentSource::Header {
                 header: Box::new(header),
                 payload: OnceLock::new(),

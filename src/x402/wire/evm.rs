@@ -147,7 +147,7 @@ impl EvmDecoding {
         }
     }
 
-    fn of_ref(evm: &ExactEvmPayloadRef<'_>) -> Self {
+    pub(crate) fn of_ref(evm: &ExactEvmPayloadRef<'_>) -> Self {
         let authorization = &evm.authorization;
         let Some(written) = WrittenAddress::read(authorization.from) else {
             return Self::Malformed { payer: None };

@@ -13,6 +13,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::evm::EvmDecoding;
+
 /// The protocol version walletgate speaks.
 pub const X402_VERSION: u8 = 2;
 
@@ -416,7 +418,8 @@ impl PaymentPayload {
 
 /// [`PaymentPayload`] as a server reads it from the header: the same fields
 /// and checks, the scheme's `payload` kept as its raw JSON text. The
-/// exact-EVM fields are read from that text straight into typed values; the
+/// exact-EVM fields are read straight into typed values (by
+/// [`read`](Self::read) as it meets them, else from that text); the
 /// `Value` tree of a [`PaymentPayload`] is built only if something asks for
 /// it (an HTTP facilitator's body, a refusal naming the payer as written).
 ///
@@ -431,9 +434,19 @@ pub(crate) struct PaymentHeader {
     pub(crate) resource: Option<Arc<ResourceInfo>>,
     #[serde(deserialize_with = "shared")]
     pub(crate) accepted: Arc<PaymentRequirements>,
-    pub(crate) payload: Box<serde_json::value::RawValue>,
+    /// The payload's JSON text, as sent (one whole JSON value).
+    #[serde(deserialize_with = "raw_text")]
+    pub(crate) payload: Box<str>,
     #[serde(default)]
     pub(crate) extensions: Option<Map<String, Value>>,
+    /// The exact-EVM payload, when [`read`](Self::read) typed it as it
+    /// found it (else it is read from `payload` when asked).
+    #[serde(skip)]
+    pub(crate) exact_evm: Option<EvmDecoding>,
+}
+
+fn raw_text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Box<str>, D::Error> {
+    Box::<RawValue>::deserialize(deserializer).map(Into::into)
 }
 
 fn shared<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
@@ -473,25 +486,30 @@ struct Wire<'a> {
 }
 
 /// A payment header's JSON with its top-level `accepted` and `resource`
-/// values each cut to a `0` where they are byte for byte an echo: the parse
-/// then scans one byte for each, not a few hundred (a third of the
-/// header's parse).
+/// values each cut to a `0` where they are byte for byte an echo, and its
+/// `payload` where it parses as an exact-EVM one (typed by that parse, which
+/// also finds where it ends): the header's parse then scans one byte for
+/// each, not a few hundred, and the payload is parsed once, not scanned and
+/// parsed again.
 ///
 /// A cut is found by its key (`"accepted":` and the echo right after it),
-/// not by a parse, so the parse of the cut text checks it: an echo is one
-/// whole JSON value, and so is its stand-in. When that parse puts the
-/// top-level `accepted` on the stand-in, where the echo began, the bytes
-/// before it are the header's own: the header's parse reached the echo in
-/// the same state, read one whole value, and went on over the same bytes
-/// as the cut text's. It parses to the same fields, with the echo there.
-/// Anywhere else (the key found inside another value, an invalid header),
-/// the header is parsed as it came.
+/// not by a parse of the header, so the parse of the cut text checks it:
+/// what was cut is one whole JSON value, and so is its stand-in. When that
+/// parse puts the top-level `accepted` on the stand-in, where the echo
+/// began, the bytes before it are the header's own: the header's parse
+/// reached the echo in the same state, read one whole value, and went on
+/// over the same bytes as the cut text's. It parses to the same fields,
+/// with the echo there. Anywhere else (the key found inside another value,
+/// an invalid header), the header is parsed as it came.
 struct Elided<'a> {
     text: &'a [u8],
     /// Where the stand-in for `accepted` is, and which offer it echoed.
     accepted: Option<(usize, usize)>,
     /// Where the stand-in for `resource` is.
     resource: Option<usize>,
+    /// Where the stand-in for `payload` is, the payload's text, and its
+    /// fields typed.
+    payload: Option<(usize, &'a str, EvmDecoding)>,
 }
 
 /// What a cut held.
@@ -499,6 +517,9 @@ struct Elided<'a> {
 enum Echoed {
     Offer(usize),
     Resource,
+    /// Not an echo: the exact-EVM payload, typed by its own parse (which
+    /// found where it ends), so the header's parse need not scan it.
+    Payload,
 }
 
 /// The longest header cut, on the stack (a payment's is about 1 KiB);
@@ -508,26 +529,38 @@ const CUT_ON_STACK: usize = 2048;
 impl<'a> Elided<'a> {
     const STAND_IN: &'static [u8] = b"0";
 
-    /// `json` with the echoes found cut, written into `into` (at least as
-    /// long), or `None` when none is.
-    fn cut(json: &[u8], echoes: Echoes<'_>, into: &'a mut [u8]) -> Option<Self> {
+    /// `json` with the echoes (and an exact-EVM payload) found cut,
+    /// written into `into` (at least as long), or `None` when none is.
+    fn cut(json: &'a str, echoes: Echoes<'_>, into: &'a mut [u8]) -> Option<Self> {
         use memchr::memmem::Finder;
         static ACCEPTED: LazyLock<Finder<'static>> =
             LazyLock::new(|| Finder::new(b"\"accepted\":"));
         static RESOURCE: LazyLock<Finder<'static>> =
             LazyLock::new(|| Finder::new(b"\"resource\":"));
-        let value_at = |key: &Finder<'_>| key.find(json).map(|at| at + key.needle().len());
+        static PAYLOAD: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"payload\":"));
+        let value_at =
+            |key: &Finder<'_>| key.find(json.as_bytes()).map(|at| at + key.needle().len());
         let accepted = value_at(&ACCEPTED).and_then(|at| {
-            let offer = (echoes.offers.iter())
-                .position(|(text, _)| json[at..].starts_with(text.as_bytes()))?;
+            let offer =
+                (echoes.offers.iter()).position(|(text, _)| json[at..].starts_with(&**text))?;
             Some((at, echoes.offers[offer].0.len(), Echoed::Offer(offer)))
         });
         let resource = value_at(&RESOURCE)
-            .filter(|&at| json[at..].starts_with(echoes.resource.0.as_bytes()))
+            .filter(|&at| json[at..].starts_with(&*echoes.resource.0))
             .map(|at| (at, echoes.resource.0.len(), Echoed::Resource));
-        let mut cuts = [accepted, resource];
+        // One value parsed where the payload begins, and where it ends.
+        let mut typed = None;
+        let payload = value_at(&PAYLOAD).and_then(|at| {
+            let mut values = serde_json::Deserializer::from_str(&json[at..])
+                .into_iter::<ExactEvmPayloadRef<'_>>();
+            let evm = values.next()?.ok()?;
+            let len = values.byte_offset();
+            typed = Some((&json[at..at + len], EvmDecoding::of_ref(&evm)));
+            Some((at, len, Echoed::Payload))
+        });
+        let mut cuts = [accepted, resource, payload];
         cuts.sort_by_key(|cut| cut.map(|(at, ..)| at));
-        let (mut accepted, mut resource) = (None, None);
+        let (mut accepted, mut resource, mut payload) = (None, None, None);
         let (mut kept_from, mut written) = (0, 0);
         let mut write = |bytes: &[u8]| {
             into[written..written + bytes.len()].copy_from_slice(bytes);
@@ -538,22 +571,26 @@ impl<'a> Elided<'a> {
             if at < kept_from {
                 return None; // one inside the other: no parse puts both at the top
             }
-            let place = write(&json[kept_from..at]);
+            let place = write(&json.as_bytes()[kept_from..at]);
             write(Self::STAND_IN);
             kept_from = at + len;
             match echoed {
                 Echoed::Offer(offer) => accepted = Some((place, offer)),
                 Echoed::Resource => resource = Some(place),
+                Echoed::Payload => {
+                    payload = (typed.take()).map(|(text, decoding)| (place, text, decoding));
+                }
             }
         }
         if kept_from == 0 {
             return None;
         }
-        let end = write(&json[kept_from..]);
+        let end = write(&json.as_bytes()[kept_from..]);
         Some(Elided {
             text: &into[..end],
             accepted,
             resource,
+            payload,
         })
     }
 }
@@ -564,18 +601,19 @@ impl PaymentHeader {
     /// (then they equal it, and are cut before the parse: see [`Elided`]),
     /// else parsed as the derived reader would.
     pub(crate) fn read(json: &[u8], echoes: Echoes<'_>) -> serde_json::Result<Self> {
+        // One UTF-8 check of the whole text, not one per string and raw value.
+        let Ok(text) = std::str::from_utf8(json) else {
+            let wire: Wire<'_> = serde_json::from_slice(json)?;
+            return Self::of_wire(wire, echoes, None, None);
+        };
         let mut stack = [0_u8; CUT_ON_STACK];
         if let Some(into) = stack.get_mut(..json.len())
-            && let Some(elided) = Elided::cut(json, echoes, into)
-            && let Some(header) = Self::read_elided(&elided, echoes)
+            && let Some(elided) = Elided::cut(text, echoes, into)
+            && let Some(header) = Self::read_elided(elided, echoes)
         {
             return Ok(header);
         }
-        // One UTF-8 check of the whole text, not one per string and raw value.
-        let wire: Wire<'_> = match std::str::from_utf8(json) {
-            Ok(text) => serde_json::from_str(text)?,
-            Err(_) => serde_json::from_slice(json)?,
-        };
+        let wire: Wire<'_> = serde_json::from_str(text)?;
         Self::of_wire(wire, echoes, None, None)
     }
 
@@ -583,7 +621,8 @@ impl PaymentHeader {
     /// puts the top-level `accepted` and `resource` on the stand-ins of
     /// the echoes cut (then the header parses to the same, as
     /// [`Elided`] says).
-    fn read_elided(elided: &Elided<'_>, echoes: Echoes<'_>) -> Option<Self> {
+    fn read_elided(elided: Elided<'_>, echoes: Echoes<'_>) -> Option<Self> {
+        // The cut text is the UTF-8 header's, whole values replaced by ASCII.
         let wire: Wire<'_> = serde_json::from_str(std::str::from_utf8(elided.text).ok()?).ok()?;
         let stands_in = |raw: &RawValue, place: usize| {
             raw.get().as_bytes() == Elided::STAND_IN
@@ -603,7 +642,19 @@ impl PaymentHeader {
             Some(_) => return None,
             None => None,
         };
-        Self::of_wire(wire, echoes, accepted, resource).ok()
+        let payload = match elided.payload {
+            Some((place, text, decoding)) if stands_in(wire.payload, place) => {
+                Some((text, decoding))
+            }
+            Some(_) => return None,
+            None => None,
+        };
+        let mut header = Self::of_wire(wire, echoes, accepted, resource).ok()?;
+        if let Some((text, decoding)) = payload {
+            header.payload = text.into();
+            header.exact_evm = Some(decoding);
+        }
+        Some(header)
     }
 
     /// The header of a parse: `accepted` and `resource` as given, else
@@ -638,8 +689,9 @@ impl PaymentHeader {
             x402_version: wire.x402_version,
             resource,
             accepted,
-            payload: wire.payload.to_owned(),
+            payload: wire.payload.get().into(),
             extensions: wire.extensions,
+            exact_evm: None,
         })
     }
 
@@ -650,7 +702,7 @@ impl PaymentHeader {
             resource: self.resource.as_deref().cloned(),
             accepted: (*self.accepted).clone(),
             // Raw text the parser accepted is one JSON value.
-            payload: serde_json::from_str(self.payload.get()).unwrap_or(Value::Null),
+            payload: serde_json::from_str(&self.payload).unwrap_or(Value::Null),
             extensions: self.extensions.clone(),
         }
     }
@@ -658,7 +710,7 @@ impl PaymentHeader {
     /// [`PaymentPayload::exact_evm_ref`] on the raw text; `None` also when a
     /// field has escapes (it cannot be borrowed: read it through a `Value`).
     pub(crate) fn exact_evm_ref(&self) -> Option<ExactEvmPayloadRef<'_>> {
-        serde_json::from_str(self.payload.get()).ok()
+        serde_json::from_str(&self.payload).ok()
     }
 
     /// `payload.authorization.from` as the client wrote it, whatever the
@@ -674,7 +726,7 @@ impl PaymentHeader {
         struct Authorization<'a> {
             from: &'a str,
         }
-        let payload: Payload<'_> = serde_json::from_str(self.payload.get()).ok()?;
+        let payload: Payload<'_> = serde_json::from_str(&self.payload).ok()?;
         Some(payload.authorization.from)
     }
 }
@@ -1059,7 +1111,7 @@ mod tests {
         let read = PaymentHeader::read(json.as_bytes(), echoes).unwrap();
         assert!(Arc::ptr_eq(&read.accepted, &offers[0].1));
         assert!(Arc::ptr_eq(read.resource.as_ref().unwrap(), &resource.1));
-        assert_eq!(read.payload.get(), derived.payload.get());
+        assert_eq!(read.payload, derived.payload);
 
         // Spelled otherwise (a space, a null resource): parsed, the same values.
         let spaced =
@@ -1095,16 +1147,16 @@ mod tests {
         };
         // Both echoes cut, the rest of the text kept byte for byte.
         let mut into = [0; CUT_ON_STACK];
-        let elided = Elided::cut(json.as_bytes(), echoes, &mut into).unwrap();
+        let elided = Elided::cut(json, echoes, &mut into).unwrap();
         assert_eq!(
             String::from_utf8(elided.text.to_vec()).unwrap(),
             json.replacen(&offer_text, "0", 1)
                 .replacen(&resource_text, "0", 1)
         );
-        let read = PaymentHeader::read_elided(&elided, echoes).unwrap();
+        let read = PaymentHeader::read_elided(elided, echoes).unwrap();
         assert!(Arc::ptr_eq(&read.accepted, &offers[0].1));
         assert!(Arc::ptr_eq(read.resource.as_ref().unwrap(), &resource.1));
-        assert_eq!(read.payload.get(), derived.payload.get());
+        assert_eq!(read.payload, derived.payload);
 
         // The first `"accepted":` with an echo after it is inside an
         // extension, the top-level one is spelled otherwise: the cut does
@@ -1118,7 +1170,7 @@ mod tests {
             ),
             1,
         );
-        let cut = Elided::cut(decoy.as_bytes(), echoes, &mut into);
+        let cut = Elided::cut(&decoy, echoes, &mut into);
         assert!(cut.unwrap().accepted.is_some());
         let read = PaymentHeader::read(decoy.as_bytes(), echoes).unwrap();
         let expected: PaymentHeader = serde_json::from_str(&decoy).unwrap();
@@ -1159,9 +1211,87 @@ mod tests {
             resource: &resource,
         };
         let inside = format!(r#"{{"x402Version":2,"accepted":{nested},"payload":{{}}}}"#);
-        assert!(Elided::cut(inside.as_bytes(), echoes, &mut into).is_none());
+        assert!(Elided::cut(&inside, echoes, &mut into).is_none());
         let read = PaymentHeader::read(inside.as_bytes(), echoes).unwrap();
         assert!(Arc::ptr_eq(&read.accepted, &offers[0].1));
         assert_eq!(read.resource, None);
+    }
+
+    #[test]
+    fn an_exact_evm_payload_is_typed_where_it_stands_and_read_as_before_elsewhere() {
+        let payload = format!(
+            r#"{{"signature":"0x{}1b","authorization":{{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66","to":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","value":"10000","validAfter":"0","validBefore":"1750000300","nonce":"0x{}"}}}}"#,
+            "ab".repeat(64),
+            "01".repeat(32)
+        );
+        let json = ECHOING.replacen(
+            r#"{"signature":"0x2d6a","authorization":{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66"}}"#,
+            &payload,
+            1,
+        );
+        let (derived, offers, resource) = quoted(&json);
+        let echoes = Echoes {
+            offers: &offers,
+            resource: &resource,
+        };
+        let typed = |header: &PaymentHeader| {
+            header
+                .exact_evm
+                .clone()
+                .unwrap_or_else(|| EvmDecoding::of_header(header))
+        };
+        let as_derived = |json: &str| {
+            let derived: PaymentHeader = serde_json::from_str(json).unwrap();
+            (typed(&derived), derived.payload)
+        };
+        assert!(matches!(typed(&derived), EvmDecoding::Decoded(..)));
+
+        // Typed by its own parse, its text kept as sent.
+        let mut into = [0; CUT_ON_STACK];
+        let cut = Elided::cut(&json, echoes, &mut into).unwrap();
+        assert_eq!(cut.payload.as_ref().unwrap().1, payload);
+        let read = PaymentHeader::read(json.as_bytes(), echoes).unwrap();
+        assert!(read.exact_evm.is_some());
+        assert_eq!((typed(&read), read.payload.clone()), as_derived(&json));
+        assert!(Arc::ptr_eq(&read.accepted, &offers[0].1));
+
+        // A field with an escape (not borrowed), a payload of another shape,
+        // one under a decoy key inside an extension before the real one:
+        // read as before, to the same.
+        let escaped = json.replacen("\"0x857b", "\"\\u0030x857b", 1);
+        let permit2 = json.replacen("\"authorization\":", "\"permit2Authorization\":", 1);
+        let decoy = json.replacen(
+            "\"accepted\":",
+            &format!("\"extensions\":{{\"note\":{{\"payload\":{payload}}}}},\"accepted\":"),
+            1,
+        );
+        let (escaped_typed, _) = as_derived(&escaped);
+        assert_eq!(escaped_typed, typed(&derived));
+        for other in [&escaped, &permit2, &decoy] {
+            let read = PaymentHeader::read(other.as_bytes(), echoes).unwrap();
+            assert!(read.exact_evm.is_none(), "{other}");
+            assert_eq!(
+                (typed(&read), read.payload.clone()),
+                as_derived(other),
+                "{other}"
+            );
+        }
+        assert!(
+            Elided::cut(&decoy, echoes, &mut into)
+                .unwrap()
+                .payload
+                .is_some()
+        );
+
+        // The payload glued to more, or twice: refused as the derived reader does.
+        refused_by_both(&json.replacen(&payload, &format!("{payload}0"), 1), echoes);
+        refused_by_both(
+            &json.replacen(
+                "\"payload\":",
+                &format!("\"payload\":{payload},\"payload\":"),
+                1,
+            ),
+            echoes,
+        );
     }
 }
