@@ -80,7 +80,7 @@ impl FacilitatorRequest {
         mut header: PaymentHeader,
         requirements: Arc<PaymentRequirements>,
     ) -> Self {
-        let evm = (header.exact_evm.take()).unwrap_or_else(|| EvmDecoding::of_header(&header));
+        let evm = (header.exact_evm.take()).unwrap_or_else(|| header.evm_decoding());
         Self {
             x402_version: header.x402_version,
             evm,

@@ -16,10 +16,10 @@ use crate::x402::facilitator::{AUTHORIZATION_CLOCK_SKEW_SECS, SOLANA_USDC_MINT, 
 use crate::x402::wire::ExactEvmPayment;
 use crate::x402::wire::eip712::parse_evm_address;
 use crate::x402::wire::types::{
-    AtomicAmount, Echoes, Network, PaymentRequired, PaymentRequirements, ResourceInfo,
-    SCHEME_EXACT, UsdAmount, ValueError, X402_VERSION,
+    AtomicAmount, Network, PaymentRequired, PaymentRequirements, ResourceInfo, SCHEME_EXACT,
+    UsdAmount, ValueError, X402_VERSION,
 };
-use crate::x402::wire::{OFFER_RECEIPT, codec};
+use crate::x402::wire::{Echoes, OFFER_RECEIPT, codec};
 
 /// Base Sepolia USDC, the embedded default asset.
 pub const BASE_SEPOLIA_USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";

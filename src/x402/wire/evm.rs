@@ -10,7 +10,7 @@ use sha2::{Digest as _, Sha256};
 use super::eip712::{
     TransferWithAuthorization, parse_b256, parse_evm_address, parse_signature, prefixed_hex,
 };
-use super::types::{AtomicAmount, ExactEvmPayloadRef, PaymentHeader, PaymentPayload};
+use super::types::{AtomicAmount, ExactEvmPayloadRef, PaymentPayload};
 
 /// An exact-EVM payload (`{signature, authorization}`) with every field typed.
 ///
@@ -135,15 +135,6 @@ impl EvmDecoding {
         match payload.exact_evm_ref() {
             Some(evm) => Self::of_ref(&evm),
             None => Self::NotExactEvm,
-        }
-    }
-
-    /// Reads a header's raw `payload` text; through a `Value` when a field
-    /// has escapes (rare: hex needs none), so both read the same.
-    pub(crate) fn of_header(header: &PaymentHeader) -> Self {
-        match header.exact_evm_ref() {
-            Some(evm) => Self::of_ref(&evm),
-            None => Self::of(&header.to_payload()),
         }
     }
 

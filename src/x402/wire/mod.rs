@@ -10,6 +10,7 @@
 pub mod codec;
 pub(crate) mod eip712;
 mod evm;
+mod header;
 mod offer_receipt;
 mod permit2;
 pub(crate) mod types;
@@ -17,6 +18,7 @@ pub(crate) mod types;
 pub use eip712::{ExactEvmDomain, TokenId, TransferWithAuthorization};
 pub use evm::ExactEvmPayment;
 pub(crate) use evm::{EvmDecoding, WrittenAddress};
+pub(crate) use header::{Echoes, PaymentHeader};
 pub(crate) use offer_receipt::extension;
 pub use offer_receipt::{
     FORMAT_EIP712, OFFER_RECEIPT, OFFER_RECEIPT_VERSION, OfferPayload, ReceiptPayload,
@@ -27,7 +29,6 @@ pub use permit2::{
     ASSET_TRANSFER_METHOD_PERMIT2, PERMIT2_ADDRESS, PermitWitnessTransferFrom, TokenPermissions,
     UPTO_PROXY_ADDRESS, UptoPayment, Witness, permit2_domain,
 };
-pub(crate) use types::PaymentHeader;
 pub use types::{
     AtomicAmount, Eip3009Authorization, ExactEvmPayload, Network, PaymentPayload, PaymentRequired,
     PaymentRequirements, ResourceInfo, SCHEME_EXACT, SCHEME_UPTO, SettleResponse, SupportedKind,
