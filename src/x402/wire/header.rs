@@ -143,9 +143,13 @@ impl<'a> Elided<'a> {
         let resource = value_at(&RESOURCE)
             .filter(|&at| json[at..].starts_with(&*echoes.resource.0))
             .map(|at| (at, echoes.resource.0.len(), Echoed::Resource));
-        // One value parsed where the payload begins, and where it ends.
+        // One value parsed where the payload begins, and where it ends (an
+        // object right after its key: the text kept is the value's alone).
         let mut typed = None;
         let payload = value_at(&PAYLOAD).and_then(|at| {
+            if json.as_bytes().get(at) != Some(&b'{') {
+                return None;
+            }
             let mut values = serde_json::Deserializer::from_str(&json[at..])
                 .into_iter::<ExactEvmPayloadRef<'_>>();
             let evm = values.next()?.ok()?;
@@ -194,7 +198,8 @@ impl PaymentHeader {
     /// A payment header's JSON, its `accepted` and `resource` taken from
     /// `echoes` when their text is byte for byte what the server wrote
     /// (then they equal it, and are cut before the parse: see [`Elided`]),
-    /// else parsed as the derived reader would.
+    /// else parsed as the derived reader would; an exact-EVM `payload`
+    /// typed as it is met (also cut), else kept as text.
     pub(crate) fn read(json: &[u8], echoes: Echoes<'_>) -> serde_json::Result<Self> {
         // One UTF-8 check of the whole text, not one per string and raw value.
         let Ok(text) = std::str::from_utf8(json) else {
@@ -213,8 +218,8 @@ impl PaymentHeader {
     }
 
     /// [`read`](Self::read) of `elided`'s text: `None` unless the parse
-    /// puts the top-level `accepted` and `resource` on the stand-ins of
-    /// the echoes cut (then the header parses to the same, as
+    /// puts the top-level `accepted`, `resource` and `payload` on the
+    /// stand-ins of the values cut (then the header parses to the same, as
     /// [`Elided`] says).
     fn read_elided(elided: Elided<'_>, echoes: Echoes<'_>) -> Option<Self> {
         // The cut text is the UTF-8 header's, whole values replaced by ASCII.
@@ -557,7 +562,8 @@ mod tests {
         );
         let (escaped_typed, _) = as_derived(&escaped);
         assert_eq!(escaped_typed, typed(&derived));
-        for other in [&escaped, &permit2, &decoy] {
+        let spaced = json.replacen("\"payload\":", "\"payload\": ", 1);
+        for other in [&escaped, &permit2, &decoy, &spaced] {
             let read = PaymentHeader::read(other.as_bytes(), echoes).unwrap();
             assert!(read.exact_evm.is_none(), "{other}");
             assert_eq!(
