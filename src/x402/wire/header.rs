@@ -590,4 +590,64 @@ mod tests {
             echoes,
         );
     }
+
+    /// `read` and the derived reader on one text: both refuse it, or both
+    /// read the same header (the payload typed the same).
+    fn read_as_derived(json: &[u8], echoes: Echoes<'_>) {
+        let derived = serde_json::from_slice::<PaymentHeader>(json);
+        let read = PaymentHeader::read(json, echoes);
+        let text = String::from_utf8_lossy(json);
+        let (derived, read) = match (derived, read) {
+            (Err(_), Err(_)) => return,
+            (Ok(derived), Ok(read)) => (derived, read),
+            (derived, read) => panic!("{text}: derived {derived:?}, read {read:?}"),
+        };
+        assert_eq!(read.x402_version, derived.x402_version, "{text}");
+        assert_eq!(read.resource, derived.resource, "{text}");
+        assert_eq!(read.accepted, derived.accepted, "{text}");
+        assert_eq!(read.payload, derived.payload, "{text}");
+        assert_eq!(read.extensions, derived.extensions, "{text}");
+        let typed = (read.exact_evm.clone()).unwrap_or_else(|| read.evm_decoding());
+        assert_eq!(typed, derived.evm_decoding(), "{text}");
+    }
+
+    #[test]
+    fn every_one_byte_change_is_read_as_the_derived_reader_reads_it() {
+        let payload = format!(
+            r#"{{"signature":"0x{}1b","authorization":{{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66","to":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","value":"10000","validAfter":"0","validBefore":"1750000300","nonce":"0x{}"}}}}"#,
+            "ab".repeat(64),
+            "01".repeat(32)
+        );
+        let json = ECHOING.replacen(
+            r#"{"signature":"0x2d6a","authorization":{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66"}}"#,
+            &payload,
+            1,
+        );
+        let (_, offers, resource) = quoted(&json);
+        let echoes = Echoes {
+            offers: &offers,
+            resource: &resource,
+        };
+        let json = json.as_bytes();
+        read_as_derived(json, echoes);
+        // At every place: the byte dropped, another put before it, or it
+        // replaced (JSON's delimiters and a digit, a letter, non-ASCII).
+        for at in 0..=json.len() {
+            let mut edits: Vec<Vec<u8>> = Vec::new();
+            if at < json.len() {
+                edits.push([&json[..at], &json[at + 1..]].concat());
+            }
+            for byte in [
+                b' ', b'"', b'{', b'}', b',', b':', b'0', b'.', b'x', b'\\', 0xc3,
+            ] {
+                edits.push([&json[..at], &[byte][..], &json[at..]].concat());
+                if at < json.len() {
+                    edits.push([&json[..at], &[byte][..], &json[at + 1..]].concat());
+                }
+            }
+            for edited in edits {
+                read_as_derived(&edited, echoes);
+            }
+        }
+    }
 }
