@@ -383,6 +383,21 @@ mod tests {
         (derived, offers, resource)
     }
 
+    /// A full exact-EVM payload, and [`ECHOING`] carrying it.
+    fn exact_evm_header() -> (String, String) {
+        let payload = format!(
+            r#"{{"signature":"0x{}1b","authorization":{{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66","to":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","value":"10000","validAfter":"0","validBefore":"1750000300","nonce":"0x{}"}}}}"#,
+            "ab".repeat(64),
+            "01".repeat(32)
+        );
+        let json = ECHOING.replacen(
+            r#"{"signature":"0x2d6a","authorization":{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66"}}"#,
+            &payload,
+            1,
+        );
+        (payload, json)
+    }
+
     /// What the derived reader refuses, [`PaymentHeader::read`] refuses.
     fn refused_by_both(json: &str, echoes: Echoes<'_>) {
         assert!(
@@ -514,16 +529,7 @@ mod tests {
 
     #[test]
     fn an_exact_evm_payload_is_typed_where_it_stands_and_read_as_before_elsewhere() {
-        let payload = format!(
-            r#"{{"signature":"0x{}1b","authorization":{{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66","to":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","value":"10000","validAfter":"0","validBefore":"1750000300","nonce":"0x{}"}}}}"#,
-            "ab".repeat(64),
-            "01".repeat(32)
-        );
-        let json = ECHOING.replacen(
-            r#"{"signature":"0x2d6a","authorization":{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66"}}"#,
-            &payload,
-            1,
-        );
+        let (payload, json) = exact_evm_header();
         let (derived, offers, resource) = quoted(&json);
         let echoes = Echoes {
             offers: &offers,
@@ -613,16 +619,7 @@ mod tests {
 
     #[test]
     fn every_one_byte_change_is_read_as_the_derived_reader_reads_it() {
-        let payload = format!(
-            r#"{{"signature":"0x{}1b","authorization":{{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66","to":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","value":"10000","validAfter":"0","validBefore":"1750000300","nonce":"0x{}"}}}}"#,
-            "ab".repeat(64),
-            "01".repeat(32)
-        );
-        let json = ECHOING.replacen(
-            r#"{"signature":"0x2d6a","authorization":{"from":"0x857b06519E91e3A54538791bDbb0E22373e36b66"}}"#,
-            &payload,
-            1,
-        );
+        let (_, json) = exact_evm_header();
         let (_, offers, resource) = quoted(&json);
         let echoes = Echoes {
             offers: &offers,
