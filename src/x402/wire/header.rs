@@ -204,7 +204,7 @@ impl PaymentHeader {
         // One UTF-8 check of the whole text, not one per string and raw value.
         let Ok(text) = std::str::from_utf8(json) else {
             let wire: Wire<'_> = serde_json::from_slice(json)?;
-            return Self::of_wire(wire, echoes, None, None);
+            return Self::of_wire(wire, echoes, None, None, None);
         };
         let mut stack = [0_u8; CUT_ON_STACK];
         if let Some(into) = stack.get_mut(..json.len())
@@ -214,7 +214,7 @@ impl PaymentHeader {
             return Ok(header);
         }
         let wire: Wire<'_> = serde_json::from_str(text)?;
-        Self::of_wire(wire, echoes, None, None)
+        Self::of_wire(wire, echoes, None, None, None)
     }
 
     /// [`read`](Self::read) of `elided`'s text: `None` unless the parse
@@ -249,21 +249,18 @@ impl PaymentHeader {
             Some(_) => return None,
             None => None,
         };
-        let mut header = Self::of_wire(wire, echoes, accepted, resource).ok()?;
-        if let Some((text, decoding)) = payload {
-            header.payload = text.into();
-            header.exact_evm = Some(decoding);
-        }
-        Some(header)
+        Self::of_wire(wire, echoes, accepted, resource, payload).ok()
     }
 
     /// The header of a parse: `accepted` and `resource` as given, else
-    /// matched with an echo by their text, else parsed.
+    /// matched with an echo by their text, else parsed; the payload as
+    /// given (its text and typed fields), else its text in the parse.
     fn of_wire(
         wire: Wire<'_>,
         echoes: Echoes<'_>,
         accepted: Option<Arc<PaymentRequirements>>,
         resource: Option<Arc<ResourceInfo>>,
+        payload: Option<(&str, EvmDecoding)>,
     ) -> serde_json::Result<Self> {
         let accepted = match accepted {
             Some(offer) => offer,
@@ -285,13 +282,17 @@ impl PaymentHeader {
                 serde_json::from_str::<Option<ResourceInfo>>(raw.get())?.map(Arc::new)
             }
         };
+        let (payload, exact_evm) = match payload {
+            Some((text, decoding)) => (text, Some(decoding)),
+            None => (wire.payload.get(), None),
+        };
         Ok(Self {
             x402_version: wire.x402_version,
             resource,
             accepted,
-            payload: wire.payload.get().into(),
+            payload: payload.into(),
             extensions: wire.extensions,
-            exact_evm: None,
+            exact_evm,
         })
     }
 
@@ -396,6 +397,11 @@ mod tests {
             1,
         );
         (payload, json)
+    }
+
+    /// The header's payload typed: as [`PaymentHeader::read`] typed it, else from its text.
+    fn typed(header: &PaymentHeader) -> EvmDecoding {
+        (header.exact_evm.clone()).unwrap_or_else(|| header.evm_decoding())
     }
 
     /// What the derived reader refuses, [`PaymentHeader::read`] refuses.
@@ -535,12 +541,6 @@ mod tests {
             offers: &offers,
             resource: &resource,
         };
-        let typed = |header: &PaymentHeader| {
-            header
-                .exact_evm
-                .clone()
-                .unwrap_or_else(|| header.evm_decoding())
-        };
         let as_derived = |json: &str| {
             let derived: PaymentHeader = serde_json::from_str(json).unwrap();
             (typed(&derived), derived.payload)
@@ -613,8 +613,7 @@ mod tests {
         assert_eq!(read.accepted, derived.accepted, "{text}");
         assert_eq!(read.payload, derived.payload, "{text}");
         assert_eq!(read.extensions, derived.extensions, "{text}");
-        let typed = (read.exact_evm.clone()).unwrap_or_else(|| read.evm_decoding());
-        assert_eq!(typed, derived.evm_decoding(), "{text}");
+        assert_eq!(typed(&read), derived.evm_decoding(), "{text}");
     }
 
     #[test]
